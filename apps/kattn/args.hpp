@@ -1,0 +1,39 @@
+// Command-line arguments of one subcommand: flags are taken by name, and whatever is left at
+// the end is refused, so a typo is an error rather than a silently ignored option.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kattn {
+namespace cli {
+
+class Args {
+ public:
+  Args(std::string command, std::vector<std::string> args) : command_(std::move(command)), args_(std::move(args)) {}
+
+  // A boolean flag: present or not.
+  bool flag(const std::string& name);
+  // A flag with a value: --name VALUE or --name=VALUE.
+  std::optional<std::string> value(const std::string& name);
+  std::optional<std::int64_t> integer(const std::string& name, std::int64_t min, std::int64_t max);
+  std::optional<double> number(const std::string& name);
+  // Comma-separated integers, exactly `count` of them.
+  std::optional<std::vector<std::int64_t>> integers(const std::string& name, std::size_t count);
+  // Throws kattn::Error for anything not taken.
+  void finish() const;
+
+  const std::string& command() const { return command_; }
+
+ private:
+  std::string command_;
+  std::vector<std::string> args_;
+};
+
+std::int64_t parse_integer(const std::string& text, const std::string& what, std::int64_t min, std::int64_t max);
+double parse_number(const std::string& text, const std::string& what);
+
+}  // namespace cli
+}  // namespace kattn

@@ -1,0 +1,190 @@
+#include "inputs.hpp"
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "kattn/errors.hpp"
+#include "kattn/mask.hpp"
+
+namespace kattn {
+namespace cli {
+
+std::vector<double> random_normal(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> dist(0.0, 1.0);
+  std::vector<double> out(n);
+  for (auto& x : out) x = dist(gen);
+  return out;
+}
+
+void round_to(io::DType dtype, std::vector<double>& values) {
+  if (dtype == io::DType::f32)
+    for (auto& x : values) x = static_cast<float>(x);
+}
+
+namespace {
+
+io::DType parse_dtype(const std::string& s) {
+  if (s == "f32" || s == "float32") return io::DType::f32;
+  if (s == "f64" || s == "float64") return io::DType::f64;
+  KATTN_REQUIRE(false, "--dtype: expected f32 or f64, got '", s, "'");
+  return io::DType::f32;
+}
+
+io::NpyArray read_rank4_floating(const std::string& path, const std::string& flag, const char* layout) {
+  io::NpyArray a = io::read_npy(path);
+  KATTN_REQUIRE(a.is_floating(), flag, " ", path, ": expected float32 or float64 data, got ", io::name(a.dtype));
+  KATTN_REQUIRE(a.shape.size() == 4, flag, " ", path, ": expected a rank-4 array ", layout, ", got rank ",
+                a.shape.size());
+  return a;
+}
+
+}  // namespace
+
+DenseInputs read_dense_inputs(Args& args, const std::string& extra, std::vector<double>* extra_values) {
+  DenseInputs in;
+  const auto random = args.integers("--random", 6);
+  const auto seed = args.integer("--seed", 0, std::numeric_limits<std::int64_t>::max());
+  const auto dtype = args.value("--dtype");
+  const auto qf = args.value("--q"), kf = args.value("--k"), vf = args.value("--v");
+  const auto ef = extra.empty() ? std::nullopt : args.value(extra);
+  if (random) {
+    KATTN_REQUIRE(!qf && !kf && !vf && !ef, "--random: give either --random or input files, not both");
+    const auto& r = *random;
+    const char* names[6] = {"B", "NQ", "NK", "HQ", "HKV", "D"};
+    for (int i = 0; i < 6; ++i)
+      KATTN_REQUIRE(r[i] >= (i == 1 || i == 2 ? 0 : 1), "--random: ", names[i], " must be >= ",
+                    (i == 1 || i == 2 ? 0 : 1), ", got ", r[i]);
+    in.B = r[0], in.Nq = r[1], in.Nk = r[2], in.Hq = r[3], in.Hkv = r[4], in.D = r[5];
+    const double elems = double(in.B) * std::max(in.Nq, in.Nk) * in.Hq * in.D;
+    KATTN_REQUIRE(elems < 4e9, "--random: ", elems, " elements per array is more than this program will draw");
+    in.dtype = dtype ? parse_dtype(*dtype) : io::DType::f32;
+    const std::uint64_t s = static_cast<std::uint64_t>(seed.value_or(0));
+    in.q = random_normal(in.B * in.Nq * in.Hq * in.D, 3 * s + 1);
+    in.k = random_normal(in.B * in.Nk * in.Hkv * in.D, 3 * s + 2);
+    in.v = random_normal(in.B * in.Nk * in.Hkv * in.D, 3 * s + 3);
+    if (extra_values) *extra_values = random_normal(in.q.size(), 3 * s + 4);
+  } else {
+    KATTN_REQUIRE(qf && kf && vf, "inputs: give --q Q.npy --k K.npy --v V.npy, or --random B,NQ,NK,HQ,HKV,D");
+    KATTN_REQUIRE(!seed, "--seed: only meaningful with --random");
+    const io::NpyArray q = read_rank4_floating(*qf, "--q", "[B, Nq, Hq, D]");
+    const io::NpyArray k = read_rank4_floating(*kf, "--k", "[B, Nk, Hkv, D]");
+    const io::NpyArray v = read_rank4_floating(*vf, "--v", "[B, Nk, Hkv, D]");
+    in.B = q.shape[0], in.Nq = q.shape[1], in.Hq = q.shape[2], in.D = q.shape[3];
+    in.Nk = k.shape[1], in.Hkv = k.shape[2];
+    KATTN_REQUIRE(k.shape == v.shape, "--v ", *vf, ": expected the shape of k (", k.shape[0], ", ", k.shape[1], ", ",
+                  k.shape[2], ", ", k.shape[3], "), got (", v.shape[0], ", ", v.shape[1], ", ", v.shape[2], ", ",
+                  v.shape[3], ")");
+    KATTN_REQUIRE(k.shape[0] == in.B, "--k ", *kf, ": expected batch ", in.B, " (from q), got ", k.shape[0]);
+    KATTN_REQUIRE(k.shape[3] == in.D, "--k ", *kf, ": expected head dim ", in.D, " (from q), got ", k.shape[3]);
+    in.dtype = dtype ? parse_dtype(*dtype) : q.dtype;
+    in.q = q.values<double>();
+    in.k = k.values<double>();
+    in.v = v.values<double>();
+    if (ef) {
+      KATTN_REQUIRE(extra_values != nullptr, "internal: no place for ", extra);
+      const io::NpyArray e = read_rank4_floating(*ef, extra, "[B, Nq, Hq, D]");
+      KATTN_REQUIRE(e.shape == q.shape, extra, " ", *ef, ": expected the shape of q");
+      *extra_values = e.values<double>();
+    }
+  }
+  round_to(in.dtype, in.q);
+  round_to(in.dtype, in.k);
+  round_to(in.dtype, in.v);
+  if (extra_values) round_to(in.dtype, *extra_values);
+  return in;
+}
+
+Options read_options(Args& args) {
+  Options opt;
+  opt.causal = args.flag("--causal");
+  if (auto w = args.integers("--window", 2)) {
+    opt.window_left = (*w)[0];
+    opt.window_right = (*w)[1];
+  }
+  if (auto c = args.number("--softcap")) opt.softcap = *c;
+  if (auto s = args.number("--scale")) {
+    KATTN_REQUIRE(*s != 0.0, "--scale: expected a non-zero scale, got 0");
+    opt.scale = *s;
+  }
+  opt.block_q = static_cast<int>(args.integer("--block-q", 1, 1 << 20).value_or(0));
+  opt.block_k = static_cast<int>(args.integer("--block-k", 1, 1 << 20).value_or(0));
+  opt.splits = static_cast<int>(args.integer("--splits", 0, 1 << 24).value_or(0));
+  return opt;
+}
+
+template <class View>
+View to_view(const std::vector<double>& values, const std::string& label, std::int64_t n0, std::int64_t n1,
+             std::int64_t n2, std::int64_t n3) {
+  View view;
+  if constexpr (View::rank == 4)
+    view = View(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n0, n1, n2, n3);
+  else
+    view = View(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n0, n1, n2);
+  auto host = Kokkos::create_mirror_view(view);
+  using T = typename View::non_const_value_type;
+  T* h = host.data();
+  for (std::size_t i = 0; i < values.size(); ++i) h[i] = static_cast<T>(values[i]);
+  Kokkos::deep_copy(view, host);
+  return view;
+}
+
+template <class View>
+std::vector<double> from_view(const View& view) {
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
+  return std::vector<double>(host.data(), host.data() + host.size());
+}
+
+template <class View>
+void poison(const View& view) {
+  Kokkos::deep_copy(view, std::numeric_limits<typename View::non_const_value_type>::quiet_NaN());
+}
+
+#define KATTN_CLI_VIEW_FUNCTIONS(View)                                                                          \
+  template View to_view<View>(const std::vector<double>&, const std::string&, std::int64_t, std::int64_t,     \
+                              std::int64_t, std::int64_t);                                                     \
+  template std::vector<double> from_view<View>(const View&);                                                   \
+  template void poison<View>(const View&);
+KATTN_CLI_VIEW_FUNCTIONS(Tensor4<float>)
+KATTN_CLI_VIEW_FUNCTIONS(Tensor4<double>)
+KATTN_CLI_VIEW_FUNCTIONS(Tensor3<float>)
+KATTN_CLI_VIEW_FUNCTIONS(Tensor3<double>)
+
+ErrorStats compare(const std::vector<double>& out, const std::vector<double>& ref) {
+  KATTN_ASSERT(out.size() == ref.size());
+  ErrorStats e;
+  double diff2 = 0, ref2 = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (std::isnan(out[i]) != std::isnan(ref[i])) return {NAN, NAN};
+    if (std::isnan(out[i]) || (std::isinf(ref[i]) && out[i] == ref[i])) continue;
+    const double d = std::abs(out[i] - ref[i]);
+    e.max_abs = std::max(e.max_abs, d);
+    diff2 += d * d;
+    ref2 += ref[i] * ref[i];
+  }
+  e.rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  return e;
+}
+
+double attention_flops(const DenseInputs& in, const Options& opt) {
+  const KeyWindow w = KeyWindow::from(opt);
+  double pairs = 0;
+  for (std::int64_t i = 0; i < in.Nq; ++i) {
+    const std::int64_t first = w.first(i, in.Nq, in.Nk), last = w.last(i, in.Nq, in.Nk);
+    if (last >= first) pairs += static_cast<double>(last - first + 1);
+  }
+  return 4.0 * static_cast<double>(in.D) * pairs * static_cast<double>(in.B * in.Hq);
+}
+
+void write_array(const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,
+                 const std::vector<double>& values) {
+  if (dtype == io::DType::f32) {
+    io::write_npy(path, shape, std::vector<float>(values.begin(), values.end()));
+  } else {
+    io::write_npy(path, shape, values);
+  }
+}
+
+}  // namespace cli
+}  // namespace kattn

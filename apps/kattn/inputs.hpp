@@ -1,0 +1,69 @@
+// What `run` and the other attention subcommands share: reading the inputs (.npy files or
+// random ones), the variant flags, moving arrays to and from Kokkos views, error measures.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "args.hpp"
+#include "kattn/io/npy.hpp"
+#include "kattn/options.hpp"
+
+namespace kattn {
+namespace cli {
+
+// Dense inputs in [B, N, H, D] layout, values already rounded to the chosen dtype.
+struct DenseInputs {
+  std::int64_t B = 0, Nq = 0, Nk = 0, Hq = 0, Hkv = 0, D = 0;
+  io::DType dtype = io::DType::f32;
+  std::vector<double> q, k, v;
+  std::vector<long long> shape() const { return {B, Nq, Nk, Hq, Hkv, D}; }
+};
+
+// --q/--k/--v files or --random B,NQ,NK,HQ,HKV,D [--seed N]; --dtype f32|f64 (default: the
+// files' dtype, f32 for random inputs). `extra` names a further [B, Nq, Hq, D] file to read
+// with them (e.g. "--do"); its values land in extra_values.
+DenseInputs read_dense_inputs(Args& args, const std::string& extra = "", std::vector<double>* extra_values = nullptr);
+
+// --causal, --window L,R, --softcap C, --scale S, --block-q N, --block-k N, --splits N.
+Options read_options(Args& args);
+
+// Unit-normal values from a seeded generator.
+std::vector<double> random_normal(std::size_t n, std::uint64_t seed);
+// Rounds every value to float when dtype is f32.
+void round_to(io::DType dtype, std::vector<double>& values);
+
+template <class T>
+using Tensor4 = Kokkos::View<T****, Kokkos::LayoutRight>;
+template <class T>
+using Tensor3 = Kokkos::View<T***, Kokkos::LayoutRight>;
+
+template <class View>
+View to_view(const std::vector<double>& values, const std::string& label, std::int64_t n0, std::int64_t n1,
+             std::int64_t n2, std::int64_t n3 = -1);
+template <class View>
+std::vector<double> from_view(const View& view);
+// Fills a view with NaN, so an element a kernel forgets to write shows.
+template <class View>
+void poison(const View& view);
+
+struct ErrorStats {
+  double max_abs = 0;  // max |out - ref|
+  double rel = 0;      // ||out - ref|| / ||ref||
+};
+// NaN anywhere in out makes both NaN; matching infinities (lse of empty rows) count as equal.
+ErrorStats compare(const std::vector<double>& out, const std::vector<double>& ref);
+
+// 4 D x (visible query-key pairs) per head: the multiply-adds of S = Q K^T and O = P V.
+double attention_flops(const DenseInputs& in, const Options& opt);
+
+// Writes values as a float32 or float64 .npy file.
+void write_array(const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,
+                 const std::vector<double>& values);
+
+}  // namespace cli
+}  // namespace kattn

@@ -1,0 +1,56 @@
+// kattn: the command-line program (see README.md and the contract in CLI.md).
+#include <Kokkos_Core.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "kattn/errors.hpp"
+
+namespace {
+
+const char* kUsage =
+    "usage: kattn <command> [options]   (kattn <command> --help for its options)\n"
+    "commands:\n"
+    "  run    attention on .npy inputs or random ones (--algo naive|flash)\n"
+    "  io     the HBM-traffic model of standard vs tiled attention\n"
+    "Kokkos options (--kokkos-num-threads=N, ...) are accepted by every command.\n";
+
+}  // namespace
+
+int main(int argc, char* argv[]) {
+  Kokkos::initialize(argc, argv);  // consumes the --kokkos-* arguments
+  int status = 0;
+  {
+    const std::map<std::string, int (*)(kattn::cli::Args&)> commands = {
+        {"run", kattn::cli::cmd_run},
+        {"io", kattn::cli::cmd_io},
+    };
+    const std::string command = argc > 1 ? argv[1] : "";
+    auto it = commands.find(command);
+    if (command == "--help" || command == "-h" || command.empty()) {
+      std::cout << kUsage;
+      status = command.empty() ? 2 : 0;
+    } else if (it == commands.end()) {
+      std::cerr << "kattn: unknown command '" << command << "'\n" << kUsage;
+      status = 2;
+    } else {
+      try {
+        kattn::cli::Args args(command, std::vector<std::string>(argv + 2, argv + argc));
+        status = it->second(args);
+      } catch (const kattn::Error& e) {
+        std::cerr << e.what() << "\n";
+        status = 2;
+      } catch (const std::exception& e) {
+        std::cerr << "kattn: " << e.what() << "\n";
+        status = 1;
+      }
+    }
+  }
+  Kokkos::finalize();
+  return status;
+}

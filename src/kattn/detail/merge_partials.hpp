@@ -1,0 +1,55 @@
+// Merge of per-split partial states (o / l, lse) into the final rows, in split order, with the
+// one merge of the state algebra. Fixed order: the result does not depend on the schedule.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+
+#include "kattn/detail/tiled_attention.hpp"
+#include "kattn/params.hpp"
+#include "kattn/state.hpp"
+
+namespace kattn {
+namespace detail {
+
+template <class ExecSpace, class T>
+struct MergePartials {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+
+  AttentionParams<T> p;
+  SplitWorkspace<T> ws;
+  int splits = 1;
+
+  // One team per (sequence, query position); threads over heads, vector lanes over dims.
+  int league_size() const { return p.batch * static_cast<int>(p.q_len); }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& member) const {
+    const int b = member.league_rank() / static_cast<int>(p.q_len);
+    const std::int64_t i = member.league_rank() % p.q_len;
+    if (i >= p.seq_q_len(b)) return;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, p.heads_q), [&](const int h) {
+      const std::int64_t row = p.q_row(b, i) * p.heads_q + h;
+      T* out = p.o_ptr(b, i, h);
+      RowState<T> st = RowState<T>::empty();
+      for (int s = 0; s < splits; ++s) {
+        const T* part = ws.o + (s * ws.rows + row) * p.head_dim;
+        const Merge<T> mg = merge(st, from_lse(ws.lse[s * ws.rows + row]));
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.head_dim), [&](const int d) {
+          // alpha_a is 0 while st is empty, and out is not yet written then: never read it.
+          const T prev = (s == 0 || mg.alpha_a == T(0)) ? T(0) : out[d];
+          out[d] = mg.alpha_a * prev + mg.alpha_b * part[d];
+        });
+        st = mg.state;
+      }
+      const Finish<T> fin = finish(st);
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.head_dim), [&](const int d) { out[d] *= fin.inv_l; });
+      Kokkos::single(Kokkos::PerThread(member), [&]() {
+        if (p.lse) *p.lse_ptr(b, i, h) = fin.lse;
+      });
+    });
+  }
+};
+
+}  // namespace detail
+}  // namespace kattn

@@ -1,0 +1,68 @@
+// Host SIMD through the compiler's vector extensions (GCC/Clang): 64-byte vectors that become
+// AVX-512 registers with -march=native on x86 and plain pairs of narrower registers elsewhere.
+// Device code and compilers without the extension use the scalar paths next to each use.
+#pragma once
+
+#include "kattn/compat.hpp"
+
+#if defined(__GNUC__) && !defined(__CUDACC__) && !defined(__HIPCC__) && !defined(__SYCL_DEVICE_ONLY__) && \
+    !defined(__NVCOMPILER)
+#define KATTN_HOST_SIMD 1
+#else
+#define KATTN_HOST_SIMD 0
+#endif
+
+#if KATTN_HOST_SIMD
+#include <cstdint>
+#include <cstring>
+
+namespace kattn {
+namespace detail {
+namespace simd {
+
+constexpr int kBytes = 64;
+
+template <class T>
+struct Vec {
+  typedef T type __attribute__((vector_size(kBytes)));
+};
+template <class T>
+struct IntOf;
+template <>
+struct IntOf<float> {
+  typedef std::int32_t type __attribute__((vector_size(kBytes)));
+};
+template <>
+struct IntOf<double> {
+  typedef std::int64_t type __attribute__((vector_size(kBytes)));
+};
+
+template <class T>
+using vec = typename Vec<T>::type;
+template <class T>
+using ivec = typename IntOf<T>::type;
+
+template <class T>
+constexpr int width() {
+  return kBytes / static_cast<int>(sizeof(T));
+}
+
+template <class T>
+inline vec<T> load(const T* p) {
+  vec<T> v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+template <class T>
+inline void store(T* p, const vec<T>& v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+template <class T>
+inline vec<T> splat(T x) {
+  return vec<T>{} + x;
+}
+
+}  // namespace simd
+}  // namespace detail
+}  // namespace kattn
+#endif

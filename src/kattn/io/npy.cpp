@@ -1,0 +1,221 @@
+#include "kattn/io/npy.hpp"
+
+#include <cctype>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <type_traits>
+
+#include "kattn/errors.hpp"
+
+namespace kattn {
+namespace io {
+
+const char* name(DType t) {
+  switch (t) {
+    case DType::f32: return "<f4";
+    case DType::f64: return "<f8";
+    case DType::i32: return "<i4";
+    case DType::i64: return "<i8";
+    case DType::b1: return "|b1";
+  }
+  return "?";
+}
+
+std::size_t size_of(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+    case DType::b1: return 1;
+  }
+  return 0;
+}
+
+std::int64_t NpyArray::size() const {
+  std::int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
+template <class T>
+std::vector<T> NpyArray::values() const {
+  const std::size_t n = static_cast<std::size_t>(size());
+  std::vector<T> out(n);
+  const unsigned char* p = bytes.data();
+  for (std::size_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DType::f32: { float x; std::memcpy(&x, p + 4 * i, 4); out[i] = static_cast<T>(x); break; }
+      case DType::f64: { double x; std::memcpy(&x, p + 8 * i, 8); out[i] = static_cast<T>(x); break; }
+      case DType::i32: { std::int32_t x; std::memcpy(&x, p + 4 * i, 4); out[i] = static_cast<T>(x); break; }
+      case DType::i64: { std::int64_t x; std::memcpy(&x, p + 8 * i, 8); out[i] = static_cast<T>(x); break; }
+      case DType::b1: out[i] = static_cast<T>(p[i] != 0); break;
+    }
+  }
+  return out;
+}
+template std::vector<float> NpyArray::values<float>() const;
+template std::vector<double> NpyArray::values<double>() const;
+template std::vector<std::int64_t> NpyArray::values<std::int64_t>() const;
+
+namespace {
+
+// The header is a Python dict literal: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+std::string dict_value(const std::string& header, const std::string& key, const std::string& what) {
+  const std::string quoted = "'" + key + "'";
+  const std::size_t k = header.find(quoted);
+  KATTN_REQUIRE(k != std::string::npos, what, ": .npy header has no '", key, "' entry");
+  std::size_t c = header.find(':', k + quoted.size());
+  KATTN_REQUIRE(c != std::string::npos, what, ": malformed .npy header near '", key, "'");
+  ++c;
+  while (c < header.size() && std::isspace(static_cast<unsigned char>(header[c]))) ++c;
+  KATTN_REQUIRE(c < header.size(), what, ": malformed .npy header near '", key, "'");
+  std::size_t end;
+  if (header[c] == '(') {
+    end = header.find(')', c);
+    KATTN_REQUIRE(end != std::string::npos, what, ": malformed shape in .npy header");
+    return header.substr(c, end - c + 1);
+  }
+  if (header[c] == '\'' || header[c] == '"') {
+    end = header.find(header[c], c + 1);
+    KATTN_REQUIRE(end != std::string::npos, what, ": malformed '", key, "' in .npy header");
+    return header.substr(c + 1, end - c - 1);
+  }
+  end = c;
+  while (end < header.size() && header[end] != ',' && header[end] != '}') ++end;
+  std::string v = header.substr(c, end - c);
+  while (!v.empty() && std::isspace(static_cast<unsigned char>(v.back()))) v.pop_back();
+  return v;
+}
+
+std::vector<std::int64_t> parse_shape(const std::string& tuple, const std::string& what) {
+  std::vector<std::int64_t> shape;
+  std::size_t i = 1;  // past '('
+  const std::size_t end = tuple.size() - 1;  // at ')'
+  while (i < end) {
+    while (i < end && (std::isspace(static_cast<unsigned char>(tuple[i])) || tuple[i] == ',')) ++i;
+    if (i >= end) break;
+    KATTN_REQUIRE(std::isdigit(static_cast<unsigned char>(tuple[i])), what, ": malformed shape ", tuple,
+                  " in .npy header");
+    std::int64_t v = 0;
+    while (i < end && std::isdigit(static_cast<unsigned char>(tuple[i]))) {
+      KATTN_REQUIRE(v <= (std::numeric_limits<std::int64_t>::max() - 9) / 10, what, ": dimension too large in shape ",
+                    tuple);
+      v = v * 10 + (tuple[i] - '0');
+      ++i;
+    }
+    // A Python int literal may carry an 'L' suffix in files written by Python 2.
+    if (i < end && tuple[i] == 'L') ++i;
+    shape.push_back(v);
+    while (i < end && std::isspace(static_cast<unsigned char>(tuple[i]))) ++i;
+    KATTN_REQUIRE(i >= end || tuple[i] == ',', what, ": malformed shape ", tuple, " in .npy header");
+  }
+  return shape;
+}
+
+DType parse_descr(const std::string& d, const std::string& what) {
+  if (d == "<f4") return DType::f32;
+  if (d == "<f8") return DType::f64;
+  if (d == "<i4") return DType::i32;
+  if (d == "<i8") return DType::i64;
+  if (d == "|b1" || d == "<b1" || d == "|u1" || d == "|i1") return DType::b1;
+  KATTN_REQUIRE(d.empty() || d[0] != '>', what, ": big-endian data ('", d,
+                "') is not supported; save it little endian (arr.astype(arr.dtype.newbyteorder('<')))");
+  KATTN_REQUIRE(false, what, ": unsupported dtype '", d,
+                "'; expected float32 (<f4), float64 (<f8), int32 (<i4), int64 (<i8) or bool (|b1)");
+  return DType::f32;
+}
+
+std::uint32_t read_le(const unsigned char* p, int n) {
+  std::uint32_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+}  // namespace
+
+NpyArray parse_npy(const unsigned char* data, std::size_t size, const std::string& what) {
+  static const unsigned char magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+  KATTN_REQUIRE(size >= 10 && std::memcmp(data, magic, 6) == 0, what, ": not an .npy file (bad magic)");
+  const int major = data[6];
+  KATTN_REQUIRE(major >= 1 && major <= 3, what, ": unsupported .npy format version ", major, ".", int(data[7]));
+  const int len_bytes = major == 1 ? 2 : 4;
+  KATTN_REQUIRE(size >= static_cast<std::size_t>(8 + len_bytes), what, ": truncated .npy header");
+  const std::size_t header_len = read_le(data + 8, len_bytes);
+  const std::size_t data_start = 8 + len_bytes + header_len;
+  KATTN_REQUIRE(header_len <= size && data_start <= size, what, ": truncated .npy header (", header_len,
+                " header bytes announced, file has ", size, ")");
+  const std::string header(reinterpret_cast<const char*>(data) + 8 + len_bytes, header_len);
+  KATTN_REQUIRE(header.find('{') != std::string::npos && header.find('}') != std::string::npos, what,
+                ": malformed .npy header (no dict)");
+
+  NpyArray a;
+  a.dtype = parse_descr(dict_value(header, "descr", what), what);
+  const std::string fortran = dict_value(header, "fortran_order", what);
+  KATTN_REQUIRE(fortran == "False", what, ": Fortran-order arrays are not supported; save a C-order array ",
+                "(np.ascontiguousarray)");
+  a.shape = parse_shape(dict_value(header, "shape", what), what);
+
+  // Element count, guarding the multiplication against overflow.
+  std::uint64_t n = 1;
+  for (auto s : a.shape) {
+    KATTN_REQUIRE(s == 0 || n <= std::numeric_limits<std::uint64_t>::max() / 16 / static_cast<std::uint64_t>(s),
+                  what, ": array too large");
+    n *= static_cast<std::uint64_t>(s);
+  }
+  const std::uint64_t nbytes = n * size_of(a.dtype);
+  const std::uint64_t have = size - data_start;
+  KATTN_REQUIRE(have >= nbytes, what, ": truncated data (", nbytes, " bytes expected for shape, ", have, " present)");
+  KATTN_REQUIRE(have == nbytes, what, ": ", have - nbytes, " unexpected bytes after the array data");
+  a.bytes.assign(data + data_start, data + data_start + nbytes);
+  return a;
+}
+
+NpyArray read_npy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  KATTN_REQUIRE(in.good(), path, ": cannot open file");
+  std::vector<unsigned char> buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_npy(buf.data(), buf.size(), path);
+}
+
+void write_npy(const std::string& path, DType dtype, const std::vector<std::int64_t>& shape, const void* data) {
+  std::string dims;  // Python tuple syntax: (), (5,), (2, 3)
+  for (std::size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
+  if (shape.size() == 1) dims += ",";
+  std::string header = std::string("{'descr': '") + name(dtype) + "', 'fortran_order': False, 'shape': (" + dims + "), }";
+  // Pad with spaces to a multiple of 64 bytes including the 10-byte prefix and the newline.
+  const std::size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header.push_back('\n');
+  std::ofstream out(path, std::ios::binary);
+  KATTN_REQUIRE(out.good(), path, ": cannot open for writing");
+  const unsigned char prefix[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+  out.write(reinterpret_cast<const char*>(prefix), 8);
+  const std::uint16_t len = static_cast<std::uint16_t>(header.size());
+  const unsigned char le[2] = {static_cast<unsigned char>(len & 0xff), static_cast<unsigned char>(len >> 8)};
+  out.write(reinterpret_cast<const char*>(le), 2);
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  std::int64_t n = 1;
+  for (auto s : shape) n *= s;
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n * size_of(dtype)));
+  KATTN_REQUIRE(out.good(), path, ": write failed");
+}
+
+template <class T>
+void write_npy(const std::string& path, const std::vector<std::int64_t>& shape, const std::vector<T>& values) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "write_npy: 4- or 8-byte elements");
+  const DType t = std::is_floating_point<T>::value ? (sizeof(T) == 4 ? DType::f32 : DType::f64)
+                                                   : (sizeof(T) == 4 ? DType::i32 : DType::i64);
+  write_npy(path, t, shape, values.data());
+}
+template void write_npy<float>(const std::string&, const std::vector<std::int64_t>&, const std::vector<float>&);
+template void write_npy<double>(const std::string&, const std::vector<std::int64_t>&, const std::vector<double>&);
+template void write_npy<std::int32_t>(const std::string&, const std::vector<std::int64_t>&,
+                                      const std::vector<std::int32_t>&);
+template void write_npy<std::int64_t>(const std::string&, const std::vector<std::int64_t>&,
+                                      const std::vector<std::int64_t>&);
+
+}  // namespace io
+}  // namespace kattn

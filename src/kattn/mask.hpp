@@ -1,0 +1,42 @@
+// Which keys a query row sees: causal (bottom-right aligned), sliding window, or all.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+
+#include "kattn/options.hpp"
+
+namespace kattn {
+
+// The visible keys of query i form one interval [first(i), last(i)] that moves right with i.
+// Bounds are relative to the diagonal i + (kv_len - q_len); a negative bound means unbounded.
+struct KeyWindow {
+  std::int64_t left = -1;   // keys before the diagonal
+  std::int64_t right = -1;  // keys after the diagonal
+
+  static KeyWindow from(const Options& opt) {
+    KeyWindow w{opt.window_left, opt.window_right};
+    if (opt.causal) w.right = 0;  // min(right, 0) for every right, unbounded included
+    return w;
+  }
+
+  // First visible key of query i (may exceed last(i): then the row sees nothing).
+  KOKKOS_INLINE_FUNCTION std::int64_t first(std::int64_t i, std::int64_t q_len, std::int64_t kv_len) const {
+    if (left < 0) return 0;
+    const std::int64_t f = i + (kv_len - q_len) - left;
+    return f < 0 ? 0 : f;
+  }
+  // Last visible key of query i, or -1 ... kv_len - 1.
+  KOKKOS_INLINE_FUNCTION std::int64_t last(std::int64_t i, std::int64_t q_len, std::int64_t kv_len) const {
+    if (right < 0) return kv_len - 1;
+    const std::int64_t l = i + (kv_len - q_len) + right;
+    return l < kv_len - 1 ? l : kv_len - 1;
+  }
+  KOKKOS_INLINE_FUNCTION bool visible(std::int64_t i, std::int64_t j, std::int64_t q_len,
+                                      std::int64_t kv_len) const {
+    return j >= first(i, q_len, kv_len) && j <= last(i, q_len, kv_len);
+  }
+};
+
+}  // namespace kattn

@@ -1,0 +1,30 @@
+// Options shared by every attention entry point: the variant (mask, softcap, scale) and the
+// tiling/splitting knobs.
+#pragma once
+
+#include <cstdint>
+
+namespace kattn {
+
+struct Options {
+  // Causal mask, aligned to the bottom right when the key count Nk exceeds the query count Nq:
+  // query i sees key j iff j <= i + Nk - Nq.
+  bool causal = false;
+  // Sliding window: query i sees keys i + Nk - Nq - window_left <= j <= i + Nk - Nq + window_right;
+  // -1 leaves that side unbounded. Combines with causal (which caps the right side at 0).
+  std::int64_t window_left = -1;
+  std::int64_t window_right = -1;
+  // Logits soft-capping: each scaled score s becomes softcap * tanh(s / softcap); 0 turns it off.
+  double softcap = 0.0;
+  // Score scale; 0 means 1 / sqrt(head_dim).
+  double scale = 0.0;
+  // Query-row and key tile sizes; 0 lets kattn choose from the execution space's scratch limit
+  // and the head dim. Query rows are (position, head of the GQA group) pairs.
+  int block_q = 0;
+  int block_k = 0;
+  // Split-KV: number of key chunks per sequence whose partial states are merged; 0 = planned
+  // (split-KV entry points only; the tiled forward uses 1).
+  int splits = 0;
+};
+
+}  // namespace kattn

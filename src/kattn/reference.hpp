@@ -1,0 +1,29 @@
+// The textbook algorithm (FlashAttention's Algorithm 0): S = scale q k^T, P = softmax(S), O = P V,
+// as three kernels with S and P materialised in memory, O(Nq Nk) extra memory per head. It is the
+// oracle of the tests (in double) and `kattn run --algo naive`.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include "kattn/options.hpp"
+#include "kattn/params.hpp"
+#include "kattn/shapes.hpp"
+
+namespace kattn {
+namespace detail {
+
+template <class ExecSpace, class T>
+void reference_impl(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt);
+
+}  // namespace detail
+
+// Same arguments and results as kattn::forward. Masked keys take no part in a row (their P is 0
+// and their V row is not read); a row that sees no key gets o = 0, lse = -inf.
+template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
+void reference(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
+               const LseView& lse, const Options& opt = {}) {
+  validate(opt);
+  detail::reference_impl(space, dense_params(q, k, v, o, lse), opt);
+}
+
+}  // namespace kattn

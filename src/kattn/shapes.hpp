@@ -1,0 +1,123 @@
+// Validation of user input into an AttentionParams: every refusal names the argument, what was
+// expected and what came. Runs on the host before any kernel.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "kattn/errors.hpp"
+#include "kattn/options.hpp"
+#include "kattn/params.hpp"
+
+namespace kattn {
+
+inline void validate(const Options& opt) {
+  KATTN_REQUIRE(opt.window_left >= -1, "window: expected a left bound >= 0 or -1 (unbounded), got ",
+                opt.window_left);
+  KATTN_REQUIRE(opt.window_right >= -1, "window: expected a right bound >= 0 or -1 (unbounded), got ",
+                opt.window_right);
+  KATTN_REQUIRE(std::isfinite(opt.softcap) && opt.softcap >= 0.0,
+                "softcap: expected a finite value >= 0 (0 = off), got ", opt.softcap);
+  KATTN_REQUIRE(std::isfinite(opt.scale), "scale: expected a finite value (0 = 1/sqrt(head dim)), got ", opt.scale);
+  KATTN_REQUIRE(opt.block_q >= 0, "block_q: expected a tile size >= 1 or 0 (automatic), got ", opt.block_q);
+  KATTN_REQUIRE(opt.block_k >= 0, "block_k: expected a tile size >= 1 or 0 (automatic), got ", opt.block_k);
+  KATTN_REQUIRE(opt.splits >= 0, "splits: expected a split count >= 1 or 0 (planned), got ", opt.splits);
+}
+
+namespace detail {
+
+template <class View>
+void require_contiguous_dim(const View& view, const char* name) {
+  KATTN_REQUIRE(view.extent(View::rank - 1) <= 1 || view.stride(View::rank - 1) == 1, name,
+                ": the head dim must be contiguous (stride 1), got stride ", view.stride(View::rank - 1));
+}
+
+template <class View>
+void require_extent(const View& view, const char* name, int dim, const char* what, std::int64_t expected,
+                    const char* from) {
+  KATTN_REQUIRE(static_cast<std::int64_t>(view.extent(dim)) == expected, name, ": expected ", what, " ", expected,
+                " (from ", from, "), got ", view.extent(dim));
+}
+
+}  // namespace detail
+
+// Dense layout: q [B, Nq, Hq, D], k and v [B, Nk, Hkv, D], o [B, Nq, Hq, D], lse [B, Hq, Nq]
+// (an empty lse view: not wanted). Hq must be a multiple of Hkv.
+template <class QView, class KView, class VView, class OView, class LseView>
+AttentionParams<typename OView::non_const_value_type> dense_params(const QView& q, const KView& k, const VView& v,
+                                                                   const OView& o, const LseView& lse) {
+  using T = typename OView::non_const_value_type;
+  static_assert(QView::rank == 4 && KView::rank == 4 && VView::rank == 4 && OView::rank == 4,
+                "kattn: q, k, v and o must be rank-4 views [batch, seq, heads, dim]");
+  static_assert(LseView::rank == 3, "kattn: lse must be a rank-3 view [batch, heads, seq]");
+  static_assert(std::is_same<typename QView::non_const_value_type, T>::value &&
+                    std::is_same<typename KView::non_const_value_type, T>::value &&
+                    std::is_same<typename VView::non_const_value_type, T>::value &&
+                    std::is_same<typename LseView::non_const_value_type, T>::value,
+                "kattn: q, k, v, o and lse must have the same scalar type");
+  const std::int64_t B = q.extent(0), Nq = q.extent(1), Hq = q.extent(2), D = q.extent(3);
+  const std::int64_t Nk = k.extent(1), Hkv = k.extent(2);
+  KATTN_REQUIRE(D >= 1, "q: expected a head dim of at least 1, got ", D);
+  KATTN_REQUIRE(Hq >= 1, "q: expected at least one query head, got ", Hq);
+  detail::require_extent(k, "k", 0, "batch", B, "q");
+  detail::require_extent(k, "k", 3, "head dim", D, "q");
+  KATTN_REQUIRE(Hkv >= 1, "k: expected at least one KV head, got ", Hkv);
+  KATTN_REQUIRE(Hq % Hkv == 0, "q: expected a number of heads that is a multiple of the ", Hkv,
+                " KV heads of k (GQA), got ", Hq);
+  detail::require_extent(v, "v", 0, "batch", B, "k");
+  detail::require_extent(v, "v", 1, "sequence length", Nk, "k");
+  detail::require_extent(v, "v", 2, "KV heads", Hkv, "k");
+  detail::require_extent(v, "v", 3, "head dim", D, "q");
+  detail::require_extent(o, "o", 0, "batch", B, "q");
+  detail::require_extent(o, "o", 1, "sequence length", Nq, "q");
+  detail::require_extent(o, "o", 2, "heads", Hq, "q");
+  detail::require_extent(o, "o", 3, "head dim", D, "q");
+  const bool want_lse = lse.size() > 0 || lse.data() != nullptr;
+  if (want_lse) {
+    detail::require_extent(lse, "lse", 0, "batch", B, "q");
+    detail::require_extent(lse, "lse", 1, "heads", Hq, "q");
+    detail::require_extent(lse, "lse", 2, "sequence length", Nq, "q");
+  }
+  detail::require_contiguous_dim(q, "q");
+  detail::require_contiguous_dim(k, "k");
+  detail::require_contiguous_dim(v, "v");
+  detail::require_contiguous_dim(o, "o");
+  KATTN_REQUIRE(B <= INT32_MAX && Hq <= INT32_MAX && D <= INT32_MAX, "q: batch, heads and head dim must each fit in 32 bits");
+
+  AttentionParams<T> p;
+  p.q = q.data();
+  p.q_stride_batch = q.stride(0);
+  p.q_stride_seq = q.stride(1);
+  p.q_stride_head = q.stride(2);
+  p.k = k.data();
+  p.k_stride_batch = k.stride(0);
+  p.k_stride_seq = k.stride(1);
+  p.k_stride_head = k.stride(2);
+  p.v = v.data();
+  p.v_stride_batch = v.stride(0);
+  p.v_stride_seq = v.stride(1);
+  p.v_stride_head = v.stride(2);
+  p.o = o.data();
+  p.o_stride_batch = o.stride(0);
+  p.o_stride_seq = o.stride(1);
+  p.o_stride_head = o.stride(2);
+  if (want_lse) {
+    p.lse = lse.data();
+    p.lse_stride_batch = lse.stride(0);
+    p.lse_stride_head = lse.stride(1);
+    p.lse_stride_seq = lse.stride(2);
+  }
+  p.batch = static_cast<int>(B);
+  p.heads_q = static_cast<int>(Hq);
+  p.heads_kv = static_cast<int>(Hkv);
+  p.head_dim = static_cast<int>(D);
+  p.q_len = Nq;
+  p.kv_len = Nk;
+  p.q_total = B * Nq;
+  return p;
+}
+
+}  // namespace kattn
