@@ -36,7 +36,7 @@ int main(int argc, char* argv[]) {
       std::cout << kUsage;
       status = command.empty() ? 2 : 0;
     } else if (it == commands.end()) {
-      std::cerr << "kattn: unknown command '" << command << "'\n" << kUsage;
+      std::cerr << "kattn: unknown command '" << command << "' (kattn --help lists the commands)\n";
       status = 2;
     } else {
       try {

@@ -1,9 +1,15 @@
-// One online-softmax step on one row of a score tile, as a short chain of named steps:
-// softcap, mask, row max, rescale, exponentiate, row sum. Scores are in log2 units.
+// The online-softmax step of one tile, as a short chain of named team-level steps on the
+// transposed score tile S^T (keys x rows, the query rows contiguous):
+//   softcap -> mask -> column max -> rescale (the state algebra, per row) -> exponentiate + sum
+// Scores are in log2 units. The query rows are the vector lanes, so every step but the per-row
+// state update runs on whole vectors, with no horizontal reductions.
+//
+// Barrier contract: no step barriers on exit; the caller barriers between steps.
 #pragma once
 
 #include <Kokkos_Core.hpp>
 
+#include "kattn/compat.hpp"
 #include "kattn/detail/exp2.hpp"
 #include "kattn/detail/simd.hpp"
 #include "kattn/state.hpp"
@@ -11,80 +17,88 @@
 namespace kattn {
 namespace detail {
 
-// s <- softcap * tanh(s / softcap), in log2 units: cap_log2 = softcap * log2(e), and the raw
-// scores were scaled without log2(e).
-template <class T>
-KOKKOS_INLINE_FUNCTION void softcap_row(T* row, int n, T cap_log2, T inv_cap) {
-  for (int j = 0; j < n; ++j) row[j] = cap_log2 * compat::tanh(row[j] * inv_cap);
+// s <- softcap * tanh(s / softcap) in log2 units: cap_log2 = softcap * log2(e), and the scores
+// were scaled without log2(e).
+template <class Member, class T>
+KOKKOS_INLINE_FUNCTION void softcap_tile(const Member& member, T* s, int n, T cap_log2, T inv_cap) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n),
+                       [&](const int i) { s[i] = cap_log2 * compat::tanh(s[i] * inv_cap); });
 }
 
-// Keys outside [begin, end) of the tile become -inf.
+// Column r of S^T keeps keys [begin, end) and gets -inf elsewhere. Thread-level.
 template <class T>
-KOKKOS_INLINE_FUNCTION void mask_row(T* row, int n, int begin, int end) {
+KOKKOS_INLINE_FUNCTION void mask_column(T* st, int keys, int rows, int r, int begin, int end) {
   const T neg_inf = -compat::infinity<T>();
-  for (int j = 0; j < begin && j < n; ++j) row[j] = neg_inf;
-  for (int j = end < 0 ? 0 : end; j < n; ++j) row[j] = neg_inf;
+  for (int j = 0; j < begin; ++j) st[j * rows + r] = neg_inf;
+  for (int j = end; j < keys; ++j) st[j * rows + r] = neg_inf;
 }
 
-// NaN-propagating max over the row; n is a multiple of the SIMD width on the host.
-template <class T>
-KOKKOS_INLINE_FUNCTION T row_max(const T* row, int n) {
-  T mx = -compat::infinity<T>();
+// tile_max[r] = max over keys of S^T[., r], NaN-propagating. rows is a multiple of the SIMD width.
+template <class Member, class T>
+KOKKOS_INLINE_FUNCTION void column_max(const Member& member, const T* st, int keys, int rows, T* tile_max) {
 #if KATTN_HOST_SIMD
   using V = simd::vec<T>;
   constexpr int W = simd::width<T>();
-  V vm = simd::splat<T>(mx);
-  for (int j = 0; j < n; j += W) {
-    const V x = simd::load(row + j);
-    vm = (x > vm || x != x) ? x : vm;
-  }
-  for (int w = 0; w < W; ++w) mx = max_nan(mx, static_cast<T>(vm[w]));
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows / W), [&](const int blk) {
+    V m = simd::splat<T>(-compat::infinity<T>());
+    for (int j = 0; j < keys; ++j) {
+      const V x = simd::load(st + j * rows + blk * W);
+      m = (x > m || x != x) ? x : m;
+    }
+    simd::store(tile_max + blk * W, m);
+  });
 #else
-  for (int j = 0; j < n; ++j) mx = max_nan(mx, row[j]);
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows), [&](const int r) {
+    T m = -compat::infinity<T>();
+    for (int j = 0; j < keys; ++j) m = max_nan(m, st[j * rows + r]);
+    tile_max[r] = m;
+  });
 #endif
-  return mx;
 }
 
-// row <- 2^(row - m); returns the row sum.
-template <class T>
-KOKKOS_INLINE_FUNCTION T exponentiate_row(T* row, int n, T m) {
+// Per row, the state algebra: fold the tile max into (m, l), keep the factor alpha that rescales
+// o, and replace tile_max by the value to subtract before exponentiating (m, or 0 while the row
+// has seen nothing, so that 2^(-inf - 0) = 0 instead of NaN).
+template <class Member, class T>
+KOKKOS_INLINE_FUNCTION void rescale_rows(const Member& member, int rows, T* m, T* l, T* alpha, T* tile_max) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows), [&](const int r) {
+    RowState<T> st{m[r], l[r]};
+    alpha[r] = fold_max(st, tile_max[r]);
+    m[r] = st.m;
+    l[r] = st.l;
+    tile_max[r] = (st.m == -compat::infinity<T>()) ? T(0) : st.m;
+  });
+}
+
+// S^T <- P^T = 2^(S^T - m) per column, and l += the column sums.
+template <class Member, class T>
+KOKKOS_INLINE_FUNCTION void exponentiate_columns(const Member& member, T* st, int keys, int rows, const T* m_sub,
+                                                 T* l) {
 #if KATTN_HOST_SIMD
   using V = simd::vec<T>;
   constexpr int W = simd::width<T>();
-  V sum = simd::splat<T>(T(0));
-  for (int j = 0; j < n; j += W) {
-    const V p = exp2<T>(simd::load(row + j) - m);
-    simd::store(row + j, p);
-    sum += p;
-  }
-  T s = 0;
-  for (int w = 0; w < W; ++w) s += sum[w];
-  return s;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows / W), [&](const int blk) {
+    const V m = simd::load(m_sub + blk * W);
+    V sum = simd::splat<T>(T(0));
+    for (int j = 0; j < keys; ++j) {
+      T* s = st + j * rows + blk * W;
+      const V p = exp2<T>(simd::load(s) - m);
+      simd::store(s, p);
+      sum += p;
+    }
+    simd::store(l + blk * W, simd::load(l + blk * W) + sum);
+  });
 #else
-  T s = 0;
-  for (int j = 0; j < n; ++j) {
-    row[j] = detail::exp2(row[j] - m);
-    s += row[j];
-  }
-  return s;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows), [&](const int r) {
+    T sum = 0;
+    for (int j = 0; j < keys; ++j) {
+      T& s = st[j * rows + r];
+      s = detail::exp2(s - m_sub[r]);
+      sum += s;
+    }
+    l[r] += sum;
+  });
 #endif
-}
-
-// Folds one row of scores into its state and turns the scores into the weights P. Returns the
-// factor that rescales the row's o before P V is added. Only [begin, end) are valid keys when
-// `masked`; all n when not.
-template <class T>
-KOKKOS_INLINE_FUNCTION T online_softmax_row(T* row, int n, bool masked, int begin, int end, T cap_log2, T inv_cap,
-                                            RowState<T>& st) {
-  if (cap_log2 != T(0)) softcap_row(row, n, cap_log2, inv_cap);
-  if (masked) mask_row(row, n, begin, end);
-  const T alpha = fold_max(st, row_max(row, n));
-  if (st.m == -compat::infinity<T>()) {  // nothing visible yet: P = 0, the state stays empty
-    for (int j = 0; j < n; ++j) row[j] = T(0);
-    return T(0);
-  }
-  st.l += exponentiate_row(row, n, st.m);
-  return alpha;
 }
 
 }  // namespace detail

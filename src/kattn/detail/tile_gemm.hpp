@@ -1,7 +1,9 @@
-// Team-level tile product on scratch: C (M x N) = diag(row_scale) C + A (M x K) B (K x N),
-// row-major, M a multiple of R and N a multiple of J (callers pad tiles with zeros).
-// Each team thread owns R x J micro-tiles of C and keeps them in registers over the whole
-// K loop (an outer-product micro-kernel: contiguous B rows, broadcast A values), which
+// Team-level tile product on scratch or global memory:
+//   C (M x N) = [C scaled by column] + A (M x K) B (K x N)
+// with A addressed by strides, A(m, k) = A[m * a_m + k * a_k] (a row-major tile, or a transposed
+// one, read in place), B and C row-major, M a multiple of R and N a multiple of J (callers pad
+// with zeros). Each team thread owns R x J micro-tiles of C and keeps them in registers over
+// the whole K loop: an outer-product micro-kernel (broadcast A values, contiguous B rows) that
 // vectorises without -ffast-math. perf/bench_tile_gemm compares it with KokkosBatched::TeamGemm.
 //
 // Barrier contract: like KokkosBatched team routines, invoke() does not barrier on exit; the
@@ -10,29 +12,38 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <cstddef>
+
 #include "kattn/detail/simd.hpp"
 
 namespace kattn {
 namespace detail {
 
-// One R x J micro-tile. row_scale == nullptr: C = A B; else C = diag(row_scale) C + A B.
+// One R x J micro-tile. col_scale == nullptr: C = A B; else C = C diag(col_scale) + A B.
 template <class T, int R, int J>
-KOKKOS_INLINE_FUNCTION void micro_gemm(int K, const T* KOKKOS_RESTRICT A, int lda, const T* KOKKOS_RESTRICT B,
-                                       int ldb, T* KOKKOS_RESTRICT C, int ldc, const T* KOKKOS_RESTRICT row_scale) {
+KOKKOS_INLINE_FUNCTION void micro_gemm(int K, const T* KOKKOS_RESTRICT A, std::ptrdiff_t a_m, std::ptrdiff_t a_k,
+                                       const T* KOKKOS_RESTRICT B, int ldb, T* KOKKOS_RESTRICT C, int ldc,
+                                       const T* KOKKOS_RESTRICT col_scale) {
 #if KATTN_HOST_SIMD
   if constexpr (J % simd::width<T>() == 0) {
     using V = simd::vec<T>;
-    constexpr int NV = J / simd::width<T>();
     constexpr int W = simd::width<T>();
+    constexpr int NV = J / W;
     V acc[R][NV];
-    for (int r = 0; r < R; ++r)
-      for (int v = 0; v < NV; ++v)
-        acc[r][v] = row_scale ? simd::load(C + r * ldc + v * W) * row_scale[r] : simd::splat<T>(T(0));
+    if (col_scale) {
+      V s[NV];
+      for (int v = 0; v < NV; ++v) s[v] = simd::load(col_scale + v * W);
+      for (int r = 0; r < R; ++r)
+        for (int v = 0; v < NV; ++v) acc[r][v] = simd::load(C + r * ldc + v * W) * s[v];
+    } else {
+      for (int r = 0; r < R; ++r)
+        for (int v = 0; v < NV; ++v) acc[r][v] = simd::splat<T>(T(0));
+    }
     for (int k = 0; k < K; ++k) {
       V b[NV];
       for (int v = 0; v < NV; ++v) b[v] = simd::load(B + k * ldb + v * W);
       for (int r = 0; r < R; ++r) {
-        const T a = A[r * lda + k];
+        const T a = A[r * a_m + k * a_k];
         for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
       }
     }
@@ -43,10 +54,10 @@ KOKKOS_INLINE_FUNCTION void micro_gemm(int K, const T* KOKKOS_RESTRICT A, int ld
 #endif
   T acc[R][J];
   for (int r = 0; r < R; ++r)
-    for (int j = 0; j < J; ++j) acc[r][j] = row_scale ? C[r * ldc + j] * row_scale[r] : T(0);
+    for (int j = 0; j < J; ++j) acc[r][j] = col_scale ? C[r * ldc + j] * col_scale[j] : T(0);
   for (int k = 0; k < K; ++k) {
     for (int r = 0; r < R; ++r) {
-      const T a = A[r * lda + k];
+      const T a = A[r * a_m + k * a_k];
       for (int j = 0; j < J; ++j) acc[r][j] += a * B[k * ldb + j];
     }
   }
@@ -57,16 +68,17 @@ KOKKOS_INLINE_FUNCTION void micro_gemm(int K, const T* KOKKOS_RESTRICT A, int ld
 template <int R, int J>
 struct TeamTileGemm {
   template <class Member, class T>
-  KOKKOS_INLINE_FUNCTION static void invoke(const Member& member, int M, int N, int K, const T* A, int lda,
-                                            const T* B, int ldb, T* C, int ldc, const T* row_scale) {
+  KOKKOS_INLINE_FUNCTION static void invoke(const Member& member, int M, int N, int K, const T* A, std::ptrdiff_t a_m,
+                                            std::ptrdiff_t a_k, const T* B, int ldb, T* C, int ldc,
+                                            const T* col_scale) {
     const int row_blocks = M / R;
     const int col_blocks = N / J;
-    // Column panels outer, rows inner: one J-wide panel of B stays in L1 while rows stream.
+    // Column panels outer, rows inner: one K x J panel of B stays in L1 while A streams.
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, row_blocks * col_blocks), [&](const int blk) {
       const int cb = blk / row_blocks;
       const int rb = blk - cb * row_blocks;
-      micro_gemm<T, R, J>(K, A + rb * R * lda, lda, B + cb * J, ldb, C + rb * R * ldc + cb * J, ldc,
-                          row_scale ? row_scale + rb * R : nullptr);
+      micro_gemm<T, R, J>(K, A + rb * R * a_m, a_m, a_k, B + cb * J, ldb, C + rb * R * ldc + cb * J, ldc,
+                          col_scale ? col_scale + cb * J : nullptr);
     });
   }
 };

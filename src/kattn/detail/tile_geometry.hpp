@@ -1,5 +1,7 @@
-// Tile sizes of the tiled kernels and the scratch they need: logical sizes (what the user or
-// the planner chose) and the padded sizes the micro-kernels work on (zero-filled).
+// Tile sizes of the tiled kernels and the scratch they need. The kernels work on transposed
+// tiles, query rows last: S^T (keys x rows) = K Q^T and O^T (dims x rows) += V^T P^T, so the
+// query rows are the vector lanes of both products and of the softmax. Logical sizes are what
+// the user or the planner chose; padded sizes are what the micro-kernels see (zero-filled).
 #pragma once
 
 #include <cstddef>
@@ -10,27 +12,33 @@ namespace detail {
 constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 struct TileGeometry {
-  int block_q = 0;  // query rows per tile
-  int block_k = 0;  // keys per tile
-  int rows_p = 0;   // block_q rounded up to the micro-tile rows
-  int keys_p = 0;   // block_k rounded up to the micro-tile columns
-  int dim_p = 0;    // head dim rounded up to the micro-tile columns
+  int block_q = 0;   // query rows per tile
+  int block_k = 0;   // keys per tile
+  int head_dim = 0;  // D
+  int rows_p = 0;    // block_q rounded up to the micro-tile columns (vector lanes)
+  int keys_p = 0;    // block_k rounded up to the micro-tile rows
+  int dims_p = 0;    // head dim rounded up to the micro-tile rows
 
   static TileGeometry make(int block_q, int block_k, int head_dim, int micro_rows, int micro_cols) {
     TileGeometry g;
     g.block_q = block_q;
     g.block_k = block_k;
-    g.rows_p = round_up(block_q, micro_rows);
-    g.keys_p = round_up(block_k, micro_cols);
-    g.dim_p = round_up(head_dim, micro_cols);
+    g.head_dim = head_dim;
+    g.rows_p = round_up(block_q, micro_cols);
+    g.keys_p = round_up(block_k, micro_rows);
+    g.dims_p = round_up(head_dim, micro_rows);
     return g;
   }
 
-  // Q and O tiles (rows x dim), K^T and V tiles (dim x keys, keys x dim), S (rows x keys),
-  // and three row vectors (m, l, rescale factor).
+  // Elements of each scratch array, in the order the kernel carves them.
+  std::size_t q_elements() const { return std::size_t(head_dim) * rows_p; }  // Q^T
+  std::size_t o_elements() const { return std::size_t(dims_p) * rows_p; }    // O^T
+  std::size_t k_elements() const { return std::size_t(keys_p) * head_dim; }  // K tile
+  std::size_t v_elements() const { return std::size_t(keys_p) * dims_p; }    // V tile
+  std::size_t s_elements() const { return std::size_t(keys_p) * rows_p; }    // S^T, then P^T
+  // ... and four row vectors: m, l, the tile's rescale factor, the tile's max.
   std::size_t scratch_elements() const {
-    const std::size_t r = rows_p, k = keys_p, d = dim_p;
-    return 2 * r * d + 2 * d * k + r * k + 3 * r;
+    return q_elements() + o_elements() + k_elements() + v_elements() + s_elements() + 4 * std::size_t(rows_p);
   }
 };
 

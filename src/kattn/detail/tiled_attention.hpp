@@ -6,8 +6,12 @@
 // query position t / G of query head hk * G + t % G. So one K/V tile serves the whole group
 // (GQA packing), and a tile's rows span few positions, which keeps causal tile skipping tight.
 //
+// The tiles are transposed, query rows last (see tile_geometry.hpp): S^T = K Q^T, then the
+// online softmax per column, then O^T = O^T diag(alpha) + V^T P^T. K and V are the broadcast
+// operands of both products, so on the host full tiles are read in place, never copied.
+//
 // With splits > 1, split s of a sequence covers keys [s * chunk, (s + 1) * chunk) and writes its
-// finished partial (o / l, lse) to a workspace that merge_partials() combines; with one split it
+// finished partial (o / l, lse) to a workspace that MergePartials combines; with one split it
 // writes the outputs directly.
 #pragma once
 
@@ -29,7 +33,7 @@ namespace detail {
 
 template <class T>
 struct SplitWorkspace {
-  T* o = nullptr;    // [splits][rows][head_dim], rows = total query rows x heads_q
+  T* o = nullptr;    // [splits][rows][head_dim], rows = total query positions x heads_q
   T* lse = nullptr;  // [splits][rows]
   std::int64_t rows = 0;
 };
@@ -58,6 +62,33 @@ struct TiledAttention {
   int league_size() const { return p.batch * p.heads_kv * row_tiles * splits; }
   std::size_t scratch_bytes() const { return ScratchBuffer::shmem_size(geo.scratch_elements()); }
 
+  // The scratch arrays of one team.
+  struct Tiles {
+    T* qt;         // Q^T, head_dim x rows_p, pre-scaled
+    T* ot;         // O^T, dims_p x rows_p, unnormalised
+    T* k;          // K tile, keys_p x head_dim (when not read in place)
+    T* v;          // V tile, keys_p x dims_p (when not read in place)
+    T* st;         // S^T, then P^T, keys_p x rows_p
+    T* m;          // row max, log2 units
+    T* l;          // row sum
+    T* alpha;      // this tile's rescale factor per row
+    T* tile_max;   // this tile's max per row, then the value subtracted before exp2
+  };
+
+  KOKKOS_INLINE_FUNCTION Tiles carve(const ScratchBuffer& buf) const {
+    Tiles t;
+    t.qt = buf.data();
+    t.ot = t.qt + geo.q_elements();
+    t.k = t.ot + geo.o_elements();
+    t.v = t.k + geo.k_elements();
+    t.st = t.v + geo.v_elements();
+    t.m = t.st + geo.s_elements();
+    t.l = t.m + geo.rows_p;
+    t.alpha = t.l + geo.rows_p;
+    t.tile_max = t.alpha + geo.rows_p;
+    return t;
+  }
+
   KOKKOS_INLINE_FUNCTION void operator()(const Member& member) const {
     int rank = member.league_rank();
     const int split = rank % splits;
@@ -85,107 +116,117 @@ struct TiledAttention {
     const std::int64_t lo = first > c0 ? first : c0;
     const std::int64_t hi = last < c1 - 1 ? last : c1 - 1;
 
-    ScratchBuffer buf(member.team_scratch(scratch_level), geo.scratch_elements());
-    T* sQ = buf.data();                            // rows_p x dim_p, pre-scaled
-    T* sO = sQ + geo.rows_p * geo.dim_p;           // rows_p x dim_p, unnormalised o
-    T* sKt = sO + geo.rows_p * geo.dim_p;          // dim_p x keys_p
-    T* sV = sKt + geo.dim_p * geo.keys_p;          // keys_p x dim_p
-    T* sS = sV + geo.keys_p * geo.dim_p;           // rows_p x keys_p, scores then weights
-    T* sM = sS + geo.rows_p * geo.keys_p;          // row max (log2 units)
-    T* sL = sM + geo.rows_p;                       // row sum
-    T* sAlpha = sL + geo.rows_p;                   // rescale factor of the current tile
-
-    load_queries(member, b, hk, t0, n_rows, sQ, sO, sM, sL);
+    const Tiles s = carve(ScratchBuffer(member.team_scratch(scratch_level), geo.scratch_elements()));
+    load_queries(member, b, hk, t0, n_rows, s);
     member.team_barrier();
 
-    if (lo <= hi) {
-      // Tiles are aligned to the split start so the fold order never depends on the rows.
-      for (std::int64_t kb = c0 + (lo - c0) / geo.block_k * geo.block_k; kb <= hi; kb += geo.block_k) {
-        const int n_keys = static_cast<int>(c1 - kb < geo.block_k ? c1 - kb : geo.block_k);
-        load_keys_values(member, b, hk, kb, n_keys, sKt, sV);
-        member.team_barrier();
-        TeamTileGemm<R, J>::invoke(member, geo.rows_p, geo.keys_p, geo.dim_p, sQ, geo.dim_p, sKt, geo.keys_p, sS,
-                                   geo.keys_p, static_cast<const T*>(nullptr));
-        member.team_barrier();
-        // Only tiles that some row does not see whole need masking (padded keys included).
-        const bool full = n_keys == geo.keys_p && kb >= window.first(i_last, q_len, kv_len) &&
-                          kb + n_keys - 1 <= window.last(i_first, q_len, kv_len);
-        softmax_rows(member, t0, n_rows, kb, n_keys, !full, q_len, kv_len, sS, sM, sL, sAlpha);
-        member.team_barrier();
-        TeamTileGemm<R, J>::invoke(member, geo.rows_p, geo.dim_p, geo.keys_p, sS, geo.keys_p, sV, geo.dim_p, sO,
-                                   geo.dim_p, static_cast<const T*>(sAlpha));
-        member.team_barrier();
-      }
+    // Tiles are aligned to the split start, so the fold order never depends on the rows.
+    for (std::int64_t kb = (lo <= hi) ? c0 + (lo - c0) / geo.block_k * geo.block_k : hi + 1; kb <= hi;
+         kb += geo.block_k) {
+      const int n_keys = static_cast<int>(c1 - kb < geo.block_k ? c1 - kb : geo.block_k);
+      // Only tiles that some row does not see whole need masking (padding keys included).
+      const bool full = n_keys == geo.keys_p && kb >= window.first(i_last, q_len, kv_len) &&
+                        kb + n_keys - 1 <= window.last(i_first, q_len, kv_len);
+      fold_tile(member, b, hk, t0, n_rows, kb, n_keys, !full, q_len, kv_len, s);
     }
-    write_rows(member, b, hk, t0, n_rows, split, sO, sM, sL);
+    write_rows(member, b, hk, t0, n_rows, split, s);
   }
 
-  // Q rows scaled into sQ (padding rows and dims zero), o = 0, states empty.
-  KOKKOS_INLINE_FUNCTION void load_queries(const Member& member, int b, int hk, std::int64_t t0, int n_rows, T* sQ,
-                                           T* sO, T* sM, T* sL) const {
+  // One K/V tile folded into the rows' states: S^T = K Q^T, online softmax, O^T += V^T P^T.
+  KOKKOS_INLINE_FUNCTION void fold_tile(const Member& member, int b, int hk, std::int64_t t0, int n_rows,
+                                        std::int64_t kb, int n_keys, bool masked, std::int64_t q_len,
+                                        std::int64_t kv_len, const Tiles& s) const {
+    const int D = p.head_dim;
+    const bool in_place = Tn::kv_in_place && !p.kv_page_indptr && n_keys == geo.keys_p && geo.dims_p == D;
+    const T* k = s.k;
+    const T* v = s.v;
+    std::ptrdiff_t k_row = D, v_row = geo.dims_p;
+    if (in_place) {
+      k = p.k_ptr(b, kb, hk);
+      v = p.v_ptr(b, kb, hk);
+      k_row = p.k_stride_seq;
+      v_row = p.v_stride_seq;
+    } else {
+      load_keys_values(member, b, hk, kb, n_keys, s);
+      member.team_barrier();
+    }
+    TeamTileGemm<R, J>::invoke(member, geo.keys_p, geo.rows_p, D, k, k_row, 1, s.qt, geo.rows_p, s.st, geo.rows_p,
+                               static_cast<const T*>(nullptr));
+    member.team_barrier();
+    if (cap_log2 != T(0)) {
+      softcap_tile(member, s.st, geo.keys_p * geo.rows_p, cap_log2, inv_cap);
+      member.team_barrier();
+    }
+    if (masked) {
+      mask_tile(member, t0, n_rows, kb, n_keys, q_len, kv_len, s.st);
+      member.team_barrier();
+    }
+    column_max(member, s.st, geo.keys_p, geo.rows_p, s.tile_max);
+    member.team_barrier();
+    rescale_rows(member, geo.rows_p, s.m, s.l, s.alpha, s.tile_max);
+    member.team_barrier();
+    exponentiate_columns(member, s.st, geo.keys_p, geo.rows_p, s.tile_max, s.l);
+    member.team_barrier();
+    TeamTileGemm<R, J>::invoke(member, geo.dims_p, geo.rows_p, geo.keys_p, v, 1, v_row, s.st, geo.rows_p, s.ot,
+                               geo.rows_p, static_cast<const T*>(s.alpha));
+    member.team_barrier();
+  }
+
+  // Q^T scaled into scratch (padding rows zero), O^T = 0, states empty.
+  KOKKOS_INLINE_FUNCTION void load_queries(const Member& member, int b, int hk, std::int64_t t0, int n_rows,
+                                           const Tiles& s) const {
     const int G = p.group_size();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, geo.rows_p), [&](const int r) {
       const T* q = r < n_rows ? p.q_ptr(b, (t0 + r) / G, hk * G + static_cast<int>((t0 + r) % G)) : nullptr;
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, geo.dim_p), [&](const int d) {
-        sQ[r * geo.dim_p + d] = (q && d < p.head_dim) ? q[d] * q_scale : T(0);
-        sO[r * geo.dim_p + d] = T(0);
-      });
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.head_dim),
+                           [&](const int d) { s.qt[d * geo.rows_p + r] = q ? q[d] * q_scale : T(0); });
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, geo.dims_p),
+                           [&](const int d) { s.ot[d * geo.rows_p + r] = T(0); });
       Kokkos::single(Kokkos::PerThread(member), [&]() {
         const RowState<T> e = RowState<T>::empty();
-        sM[r] = e.m;
-        sL[r] = e.l;
+        s.m[r] = e.m;
+        s.l[r] = e.l;
       });
     });
   }
 
-  // K tile transposed (so the score micro-kernel reads keys contiguously) and V tile; keys past
-  // n_keys and dims past head_dim are zero, so padding adds nothing and cannot make NaN.
+  // K and V tiles into scratch; keys past n_keys and dims past head_dim are zero, so padding
+  // adds nothing and cannot make NaN.
   KOKKOS_INLINE_FUNCTION void load_keys_values(const Member& member, int b, int hk, std::int64_t kb, int n_keys,
-                                               T* sKt, T* sV) const {
+                                               const Tiles& s) const {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, geo.keys_p), [&](const int j) {
       const T* k = j < n_keys ? p.k_ptr(b, kb + j, hk) : nullptr;
       const T* v = j < n_keys ? p.v_ptr(b, kb + j, hk) : nullptr;
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, geo.dim_p), [&](const int d) {
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, geo.dims_p), [&](const int d) {
         const bool in = k && d < p.head_dim;
-        sKt[d * geo.keys_p + j] = in ? k[d] : T(0);
-        sV[j * geo.dim_p + d] = in ? v[d] : T(0);
+        if (d < p.head_dim) s.k[j * p.head_dim + d] = in ? k[d] : T(0);
+        s.v[j * geo.dims_p + d] = in ? v[d] : T(0);
       });
     });
   }
 
-  KOKKOS_INLINE_FUNCTION void softmax_rows(const Member& member, std::int64_t t0, int n_rows, std::int64_t kb,
-                                           int n_keys, bool masked, std::int64_t q_len, std::int64_t kv_len, T* sS,
-                                           T* sM, T* sL, T* sAlpha) const {
+  // Keys a row does not see (and padding keys) get -inf.
+  KOKKOS_INLINE_FUNCTION void mask_tile(const Member& member, std::int64_t t0, int n_rows, std::int64_t kb,
+                                        int n_keys, std::int64_t q_len, std::int64_t kv_len, T* st) const {
     const int G = p.group_size();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, geo.rows_p), [&](const int r) {
-      T* row = sS + r * geo.keys_p;
-      // Padding rows see no key; their results are never written.
-      int begin = 0, end = 0;
-      if (r < n_rows) {
-        const std::int64_t i = (t0 + r) / G;
-        const std::int64_t f = window.first(i, q_len, kv_len) - kb;
-        const std::int64_t l = window.last(i, q_len, kv_len) - kb + 1;
-        begin = static_cast<int>(f < 0 ? 0 : (f > n_keys ? n_keys : f));
-        end = static_cast<int>(l < begin ? begin : (l > n_keys ? n_keys : l));
-      }
-      RowState<T> st{sM[r], sL[r]};
-      const T alpha = online_softmax_row(row, geo.keys_p, masked || r >= n_rows, begin, end, cap_log2, inv_cap, st);
-      Kokkos::single(Kokkos::PerThread(member), [&]() {
-        sM[r] = st.m;
-        sL[r] = st.l;
-        sAlpha[r] = alpha;
-      });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n_rows), [&](const int r) {
+      const std::int64_t i = (t0 + r) / G;
+      const std::int64_t f = window.first(i, q_len, kv_len) - kb;
+      const std::int64_t l = window.last(i, q_len, kv_len) - kb + 1;
+      const int begin = static_cast<int>(f < 0 ? 0 : (f > n_keys ? n_keys : f));
+      const int end = static_cast<int>(l < begin ? begin : (l > n_keys ? n_keys : l));
+      mask_column(st, geo.keys_p, geo.rows_p, r, begin, end);
     });
   }
 
   // Finish each row (o / l, lse) into the outputs, or into the split workspace.
   KOKKOS_INLINE_FUNCTION void write_rows(const Member& member, int b, int hk, std::int64_t t0, int n_rows, int split,
-                                         const T* sO, const T* sM, const T* sL) const {
+                                         const Tiles& s) const {
     const int G = p.group_size();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n_rows), [&](const int r) {
       const std::int64_t i = (t0 + r) / G;
       const int h = hk * G + static_cast<int>((t0 + r) % G);
-      const Finish<T> fin = finish(RowState<T>{sM[r], sL[r]});
+      const Finish<T> fin = finish(RowState<T>{s.m[r], s.l[r]});
       T* out;
       T* lse;
       if (ws.o) {
@@ -197,7 +238,7 @@ struct TiledAttention {
         lse = p.lse ? p.lse_ptr(b, i, h) : nullptr;
       }
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.head_dim),
-                           [&](const int d) { out[d] = sO[r * geo.dim_p + d] * fin.inv_l; });
+                           [&](const int d) { out[d] = s.ot[d * geo.rows_p + r] * fin.inv_l; });
       Kokkos::single(Kokkos::PerThread(member), [&]() {
         if (lse) *lse = fin.lse;
       });

@@ -24,11 +24,15 @@ struct Tuning {
   static constexpr int simd_width = 1;
 #endif
   static constexpr bool host = is_host_space<ExecSpace>();
-  // Micro-tile of C = A B computed by one thread in registers: rows x cols. On the host 6 rows
-  // by two vectors keeps 12 accumulators, the broadcast A values and two B vectors in the 32
-  // vector registers (measured best of 4..14 rows x 1..4 vectors, perf/bench_tile_gemm).
-  static constexpr int micro_rows = host ? 6 : 4;
+  // Micro-tile of C = A B computed by one thread in registers: rows x cols, the columns being
+  // query rows. On the host 8 rows by two vectors keep 16 accumulators, two B vectors and a
+  // broadcast A value in the 32 vector registers: per step 16 FMAs against 2 vector loads and
+  // 8 broadcasts (perf/bench_tile_gemm measures the shapes).
+  static constexpr int micro_rows = host ? 8 : 4;
   static constexpr int micro_cols = host ? 2 * simd_width : 4;
+  // On the host, full K/V tiles are read in place from the caller's arrays (their rows are
+  // contiguous); devices copy every tile into scratch.
+  static constexpr bool kv_in_place = host;
   // Teams of one thread on the host (each core runs whole tiles); a warp multiple on GPUs.
   static constexpr int team_size = host ? 1 : 128;
   // Bytes of scratch the automatic tile sizes aim for: what stays in a core's L2 on the host;

@@ -1,0 +1,167 @@
+// Test support: random problems, poisoned outputs, the float64 reference, error measures.
+// Works on any backend: data moves through host mirrors.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kattn/options.hpp"
+#include "kattn/reference.hpp"
+
+namespace kattn {
+namespace test {
+
+template <class T>
+using View4 = Kokkos::View<T****, Kokkos::LayoutRight>;
+template <class T>
+using View3 = Kokkos::View<T***, Kokkos::LayoutRight>;
+
+struct Shape {
+  int B = 1, Nq = 1, Nk = 1, Hq = 1, Hkv = 1, D = 1;
+};
+
+inline std::string describe(const Shape& s, const Options& o) {
+  return "B=" + std::to_string(s.B) + " Nq=" + std::to_string(s.Nq) + " Nk=" + std::to_string(s.Nk) +
+         " Hq=" + std::to_string(s.Hq) + " Hkv=" + std::to_string(s.Hkv) + " D=" + std::to_string(s.D) +
+         (o.causal ? " causal" : "") + " window=" + std::to_string(o.window_left) + "," +
+         std::to_string(o.window_right) + " softcap=" + std::to_string(o.softcap) +
+         " scale=" + std::to_string(o.scale) + " block_q=" + std::to_string(o.block_q) +
+         " block_k=" + std::to_string(o.block_k) + " splits=" + std::to_string(o.splits);
+}
+
+// A fresh seed for every call, so every run draws new inputs; printed on failure.
+inline std::uint64_t fresh_seed() {
+  static std::uint64_t counter = std::random_device{}();
+  return ++counter * 0x9E3779B97F4A7C15ull;
+}
+
+template <class View>
+void fill_normal(const View& v, std::uint64_t seed) {
+  auto h = Kokkos::create_mirror_view(v);
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> dist(0.0, 1.0);
+  auto* p = h.data();
+  for (std::size_t i = 0; i < h.span(); ++i) p[i] = static_cast<typename View::non_const_value_type>(dist(gen));
+  Kokkos::deep_copy(v, h);
+}
+
+template <class View>
+void poison(const View& v) {
+  Kokkos::deep_copy(v, std::numeric_limits<typename View::non_const_value_type>::quiet_NaN());
+}
+
+template <class T>
+struct Problem {
+  Shape shape;
+  View4<T> q, k, v, o;
+  View3<T> lse;
+
+  explicit Problem(const Shape& s, std::uint64_t seed) : shape(s) {
+    q = View4<T>("q", s.B, s.Nq, s.Hq, s.D);
+    k = View4<T>("k", s.B, s.Nk, s.Hkv, s.D);
+    v = View4<T>("v", s.B, s.Nk, s.Hkv, s.D);
+    o = View4<T>("o", s.B, s.Nq, s.Hq, s.D);
+    lse = View3<T>("lse", s.B, s.Hq, s.Nq);
+    fill_normal(q, seed);
+    fill_normal(k, seed + 1);
+    fill_normal(v, seed + 2);
+    poison(o);
+    poison(lse);
+  }
+};
+
+template <class View>
+std::vector<double> to_host(const View& v) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  return std::vector<double>(h.data(), h.data() + h.span());
+}
+
+// The same problem's inputs in double (values exactly those of T), with fresh outputs.
+template <class T>
+Problem<double> as_double(const Problem<T>& p) {
+  Problem<double> d(p.shape, 0);
+  const auto copy = [](const auto& from, const auto& to) {
+    auto hf = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), from);
+    auto ht = Kokkos::create_mirror_view(to);
+    for (std::size_t i = 0; i < hf.span(); ++i) ht.data()[i] = static_cast<double>(hf.data()[i]);
+    Kokkos::deep_copy(to, ht);
+  };
+  copy(p.q, d.q);
+  copy(p.k, d.k);
+  copy(p.v, d.v);
+  return d;
+}
+
+// The float64 textbook result for a problem's inputs.
+template <class T>
+Problem<double> reference_of(const Problem<T>& p, const Options& opt) {
+  Problem<double> d = as_double(p);
+  reference(Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, opt);
+  Kokkos::fence();
+  return d;
+}
+
+struct Errors {
+  double max_abs = 0;
+  double rel = 0;
+  bool nan_mismatch = false;  // NaN (or an unwritten, poisoned element) where the reference has none
+};
+
+// max |a - b| and ||a - b|| / ||b||; equal infinities (lse of rows that see no key) match.
+inline Errors compare(const std::vector<double>& a, const std::vector<double>& b) {
+  Errors e;
+  double d2 = 0, b2 = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) != std::isnan(b[i])) {
+      e.nan_mismatch = true;
+      continue;
+    }
+    if (std::isnan(a[i]) || (std::isinf(b[i]) && a[i] == b[i])) continue;
+    const double d = std::abs(a[i] - b[i]);
+    e.max_abs = std::max(e.max_abs, d);
+    d2 += d * d;
+    b2 += b[i] * b[i];
+  }
+  e.rel = b2 > 0 ? std::sqrt(d2 / b2) : std::sqrt(d2);
+  return e;
+}
+
+// Asserts o and lse of `out` against the reference: max abs error in double, relative in float.
+template <class T>
+void expect_close(const Problem<T>& out, const Problem<double>& ref, double tol, const std::string& what) {
+  const Errors eo = compare(to_host(out.o), to_host(ref.o));
+  const Errors el = compare(to_host(out.lse), to_host(ref.lse));
+  EXPECT_FALSE(eo.nan_mismatch) << what << ": o has NaN (or unwritten elements) the reference does not";
+  EXPECT_FALSE(el.nan_mismatch) << what << ": lse has NaN (or unwritten elements) the reference does not";
+  if (std::is_same<T, double>::value) {
+    EXPECT_LE(eo.max_abs, tol) << what << ": o max abs error";
+    EXPECT_LE(el.max_abs, tol) << what << ": lse max abs error";
+  } else {
+    EXPECT_LE(eo.rel, tol) << what << ": o relative error";
+    EXPECT_LE(el.max_abs, tol * 10) << what << ": lse max abs error";
+  }
+}
+
+// Double precision: every algorithm agrees with the textbook reference to 1e-12 (DESIGN.md).
+constexpr double kDoubleTol = 1e-12;
+// Float: ||o - ref|| / ||ref|| against the float64 reference. Each score carries a rounding error
+// of about eps * sqrt(D) relative to its size, the online rescaling adds a few eps per tile and
+// the exp2 polynomial 1.2 ulp; over unit-normal inputs that is ~1e-6 (measured 3e-7 .. 1e-6 at
+// D = 256, Nk = 1000). 1e-5 (~170 eps) leaves a margin yet fails any algorithmic slip (a wrong
+// mask or a lost tile moves the output by 1e-2 or more).
+constexpr double kFloatTol = 1e-5;
+
+template <class T>
+constexpr double tolerance() {
+  return std::is_same<T, double>::value ? kDoubleTol : kFloatTol;
+}
+
+}  // namespace test
+}  // namespace kattn
