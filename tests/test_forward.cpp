@@ -22,7 +22,7 @@ void check_forward(const Shape& shape, const Options& opt) {
 }
 
 std::vector<Options> variants() {
-  std::vector<Options> v(9);
+  std::vector<Options> v(11);
   v[1].causal = true;
   v[2].window_left = 5, v[2].window_right = 3;
   v[3].window_left = 0, v[3].window_right = -1;
@@ -31,6 +31,8 @@ std::vector<Options> variants() {
   v[6].softcap = 2.5;
   v[7].scale = 0.37;
   v[8].causal = true, v[8].softcap = 30.0, v[8].scale = -0.2;
+  v[9].causal = true, v[9].diagonal_shift = -3;  // a shard further left than its keys
+  v[10].window_left = 2, v[10].window_right = 4, v[10].diagonal_shift = 6;
   return v;
 }
 

@@ -10,13 +10,17 @@
 namespace kattn {
 
 // The visible keys of query i form one interval [first(i), last(i)] that moves right with i.
-// Bounds are relative to the diagonal i + (kv_len - q_len); a negative bound means unbounded.
+// Bounds are relative to the diagonal key i + (kv_len - q_len) + shift; a negative bound means
+// unbounded. `shift` places a shard of a longer sequence (ring attention): a query shard at
+// global offset qo against a key shard at offset ko of sequences of lengths Nq, Nk has
+// shift = (qo - ko) + (Nk - Nq) - (kv_len - q_len).
 struct KeyWindow {
   std::int64_t left = -1;   // keys before the diagonal
   std::int64_t right = -1;  // keys after the diagonal
+  std::int64_t shift = 0;   // moves the diagonal right by this many keys
 
   static KeyWindow from(const Options& opt) {
-    KeyWindow w{opt.window_left, opt.window_right};
+    KeyWindow w{opt.window_left, opt.window_right, opt.diagonal_shift};
     if (opt.causal) w.right = 0;  // min(right, 0) for every right, unbounded included
     return w;
   }
@@ -24,13 +28,13 @@ struct KeyWindow {
   // First visible key of query i (may exceed last(i): then the row sees nothing).
   KOKKOS_INLINE_FUNCTION std::int64_t first(std::int64_t i, std::int64_t q_len, std::int64_t kv_len) const {
     if (left < 0) return 0;
-    const std::int64_t f = i + (kv_len - q_len) - left;
+    const std::int64_t f = i + (kv_len - q_len) + shift - left;
     return f < 0 ? 0 : f;
   }
   // Last visible key of query i, or -1 ... kv_len - 1.
   KOKKOS_INLINE_FUNCTION std::int64_t last(std::int64_t i, std::int64_t q_len, std::int64_t kv_len) const {
     if (right < 0) return kv_len - 1;
-    const std::int64_t l = i + (kv_len - q_len) + right;
+    const std::int64_t l = i + (kv_len - q_len) + shift + right;
     return l < kv_len - 1 ? l : kv_len - 1;
   }
   KOKKOS_INLINE_FUNCTION bool visible(std::int64_t i, std::int64_t j, std::int64_t q_len,

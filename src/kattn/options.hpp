@@ -14,6 +14,9 @@ struct Options {
   // -1 leaves that side unbounded. Combines with causal (which caps the right side at 0).
   std::int64_t window_left = -1;
   std::int64_t window_right = -1;
+  // Moves the diagonal of causal/window masks right by this many keys: for a shard of a longer
+  // sequence (ring attention), see KeyWindow in mask.hpp. 0 for whole sequences.
+  std::int64_t diagonal_shift = 0;
   // Logits soft-capping: each scaled score s becomes softcap * tanh(s / softcap); 0 turns it off.
   double softcap = 0.0;
   // Score scale; 0 means 1 / sqrt(head_dim).

@@ -2,6 +2,10 @@
 separate_arguments(args UNIX_COMMAND "${ARGS}")
 string(REPLACE ";" " " args_str "${ARGS}")
 separate_arguments(args NATIVE_COMMAND "${args_str}")
+# Kokkos' OpenMP backend warns on stderr when OMP_PROC_BIND is unset; tests expect one line.
+if(NOT DEFINED ENV{OMP_PROC_BIND})
+  set(ENV{OMP_PROC_BIND} false)
+endif()
 execute_process(COMMAND ${BIN} ${args} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(EXPECT_FAIL)
   if(status EQUAL 0)

@@ -1,0 +1,82 @@
+// Tiled forward against the textbook reference (S and P materialised), B = 1, one head:
+// GFLOP/s (4 N^2 D, halved for causal), the fraction of this core's FMA peak measured in the
+// same run, and the extra memory each needs beyond its inputs and outputs.
+#include <Kokkos_Core.hpp>
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <string>
+
+#include "kattn/forward.hpp"
+#include "kattn/reference.hpp"
+#include "machine.hpp"
+
+namespace {
+
+template <class T>
+using View4 = Kokkos::View<T****, Kokkos::LayoutRight>;
+template <class T>
+using View3 = Kokkos::View<T***, Kokkos::LayoutRight>;
+
+template <class T>
+double fma_peak() {
+  static const double peak = std::is_same<T, float>::value ? kattn::perf::fma_peak_gflops_float()
+                                                          : kattn::perf::fma_peak_gflops_double();
+  return peak;
+}
+
+template <class T>
+View4<T> random_view(const char* label, int n, int d, unsigned seed) {
+  View4<T> v(std::string(label), 1, n, 1, d);
+  auto h = Kokkos::create_mirror_view(v);
+  std::mt19937 gen(seed);
+  std::normal_distribution<T> dist(0, 1);
+  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = dist(gen);
+  Kokkos::deep_copy(v, h);
+  return v;
+}
+
+enum class Algo { tiled, reference };
+
+template <class T, Algo algo>
+void BM_Attention(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0)), d = static_cast<int>(state.range(1));
+  kattn::Options opt;
+  opt.causal = state.range(2) != 0;
+  const double peak = fma_peak<T>();  // measured before the timed region, once per type
+  auto q = random_view<T>("q", n, d, 1), k = random_view<T>("k", n, d, 2), v = random_view<T>("v", n, d, 3);
+  View4<T> o("o", 1, n, 1, d);
+  View3<T> lse("lse", 1, 1, n);
+  const Kokkos::DefaultExecutionSpace space;
+  const std::size_t base = kattn::perf::reset_peak_memory();
+  kattn::perf::LoopTimer timer;
+  timer.start();
+  for (auto _ : state) {
+    if (algo == Algo::tiled)
+      kattn::forward(space, q, k, v, o, lse, opt);
+    else
+      kattn::reference(space, q, k, v, o, lse, opt);
+    space.fence();
+  }
+  const double flops = 4.0 * n * double(n) * d * (opt.causal ? 0.5 : 1.0);
+  const double gflops = flops / timer.seconds(state.iterations()) / 1e9;
+  state.counters["GFLOP/s"] = gflops;
+  state.counters["fma_peak"] = peak;
+  state.counters["frac_peak"] = gflops / peak;
+  state.counters["extra_MB"] = double(kattn::perf::peak_memory() - base) / 1e6;
+}
+
+void shapes(benchmark::internal::Benchmark* b, int max_n) {
+  for (int causal : {0, 1})
+    for (int d : {64, 128})
+      for (int n = 512; n <= max_n; n *= 2) b->Args({n, d, causal});
+  b->ArgNames({"N", "D", "causal"})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.3);
+}
+
+// The reference materialises N x N scores: 16384^2 in double is 2 GB and takes minutes.
+BENCHMARK_TEMPLATE(BM_Attention, float, Algo::tiled)->Apply([](auto* b) { shapes(b, 16384); });
+BENCHMARK_TEMPLATE(BM_Attention, float, Algo::reference)->Apply([](auto* b) { shapes(b, 16384); });
+BENCHMARK_TEMPLATE(BM_Attention, double, Algo::tiled)->Apply([](auto* b) { shapes(b, 16384); });
+BENCHMARK_TEMPLATE(BM_Attention, double, Algo::reference)->Apply([](auto* b) { shapes(b, 16384); });
+
+}  // namespace

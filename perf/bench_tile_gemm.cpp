@@ -1,0 +1,82 @@
+// The tile products of the tiled kernels: kattn's register-blocked micro-kernel
+// (detail::TeamTileGemm) against Kokkos Kernels' KokkosBatched::TeamGemm on the same scratch
+// tiles. DESIGN.md: the hand-written loop stays only while it wins here.
+//   S^T = K Q^T   (keys x rows x D)     O^T += V^T P^T  (D x rows x keys)
+#include <Kokkos_Core.hpp>
+#include <KokkosBatched_Gemm_Decl.hpp>
+#include <KokkosBatched_Gemm_Team_Impl.hpp>
+#include <benchmark/benchmark.h>
+
+#include "kattn/detail/tile_gemm.hpp"
+#include "kattn/detail/tuning.hpp"
+#include "machine.hpp"
+
+namespace {
+
+using Space = Kokkos::DefaultExecutionSpace;
+using Member = Kokkos::TeamPolicy<Space>::member_type;
+template <class T>
+using Scratch2 = Kokkos::View<T**, Kokkos::LayoutRight, Space::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+
+enum class Impl { kattn, kk_team_blocked, kk_team_unblocked };
+
+// Each team computes C (m x n) = A (m x k) B (k x n) `reps` times on its scratch tiles.
+template <class T, Impl impl>
+struct TileProducts {
+  int m, n, k, reps;
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& member) const {
+    Scratch2<T> A(member.team_scratch(1), m, k), B(member.team_scratch(1), k, n), C(member.team_scratch(1), m, n);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, m * k), [&](int i) { A.data()[i] = T(1) / (1 + i % 7); });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, k * n), [&](int i) { B.data()[i] = T(1) / (1 + i % 5); });
+    member.team_barrier();
+    using Tn = kattn::detail::Tuning<Space, T>;
+    for (int r = 0; r < reps; ++r) {
+      if (impl == Impl::kattn) {
+        kattn::detail::TeamTileGemm<Tn::micro_rows, Tn::micro_cols>::invoke(member, m, n, k, A.data(), k, 1, B.data(),
+                                                                           n, C.data(), n, static_cast<T*>(nullptr));
+      } else if (impl == Impl::kk_team_blocked) {
+        KokkosBatched::TeamGemm<Member, KokkosBatched::Trans::NoTranspose, KokkosBatched::Trans::NoTranspose,
+                                KokkosBatched::Algo::Gemm::Blocked>::invoke(member, T(1), A, B, T(0), C);
+      } else {
+        KokkosBatched::TeamGemm<Member, KokkosBatched::Trans::NoTranspose, KokkosBatched::Trans::NoTranspose,
+                                KokkosBatched::Algo::Gemm::Unblocked>::invoke(member, T(1), A, B, T(0), C);
+      }
+      member.team_barrier();
+    }
+  }
+};
+
+template <class T, Impl impl>
+void BM_TileGemm(benchmark::State& state) {
+  const int m = int(state.range(0)), n = int(state.range(1)), k = int(state.range(2));
+  const int teams = 64, reps = 20;
+  const double peak = std::is_same<T, float>::value ? kattn::perf::fma_peak_gflops_float()
+                                                    : kattn::perf::fma_peak_gflops_double();
+  TileProducts<T, impl> f{m, n, k, reps};
+  const std::size_t bytes = Scratch2<T>::shmem_size(m, k) + Scratch2<T>::shmem_size(k, n) + Scratch2<T>::shmem_size(m, n);
+  kattn::perf::LoopTimer timer;
+  timer.start();
+  for (auto _ : state) {
+    Kokkos::parallel_for("bench_tile_gemm",
+                         Kokkos::TeamPolicy<Space>(teams, 1).set_scratch_size(1, Kokkos::PerTeam(bytes)), f);
+    Kokkos::fence();
+  }
+  const double flops = 2.0 * m * n * k * reps * teams;
+  const double gflops = flops / timer.seconds(state.iterations()) / 1e9;
+  state.counters["GFLOP/s"] = gflops;
+  state.counters["frac_peak"] = gflops / peak;
+}
+
+void shapes(benchmark::internal::Benchmark* b) {
+  b->Args({64, 96, 128})->Args({128, 96, 64})->Args({64, 96, 64})->Args({64, 32, 64});
+  b->ArgNames({"M", "N", "K"})->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+BENCHMARK_TEMPLATE(BM_TileGemm, float, Impl::kattn)->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_TileGemm, float, Impl::kk_team_blocked)->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_TileGemm, float, Impl::kk_team_unblocked)->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_TileGemm, double, Impl::kattn)->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_TileGemm, double, Impl::kk_team_blocked)->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_TileGemm, double, Impl::kk_team_unblocked)->Apply(shapes);
+
+}  // namespace

@@ -1,0 +1,93 @@
+#include "machine.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace kattn {
+namespace perf {
+namespace {
+
+template <class T>
+double fma_peak() {
+  typedef T V __attribute__((vector_size(64)));
+  constexpr int W = 64 / sizeof(T);
+  constexpr int kAcc = 16;  // enough independent chains to cover FMA latency x throughput
+  V acc[kAcc];
+  V a, b;
+  for (int i = 0; i < W; ++i) a[i] = T(1) + T(1e-7) * i, b[i] = T(1e-8);
+  for (int r = 0; r < kAcc; ++r) acc[r] = b * T(r);
+  const long iters = 50'000'000;
+  double best = 1e30;
+  for (int trial = 0; trial < 3; ++trial) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (long i = 0; i < iters; ++i) {
+      for (int r = 0; r < kAcc; ++r) acc[r] = acc[r] * a + b;
+      asm volatile("" : "+x"(a));  // keep the loop from being folded
+    }
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  T sink = 0;
+  for (int r = 0; r < kAcc; ++r) sink += acc[r][0];
+  asm volatile("" : : "x"(sink));
+  return 2.0 * W * kAcc * iters / best / 1e9;
+}
+
+std::size_t status_field(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) return std::stoull(line.substr(std::strlen(key))) * 1024;
+  return 0;
+}
+
+}  // namespace
+
+double fma_peak_gflops_float() { return fma_peak<float>(); }
+double fma_peak_gflops_double() { return fma_peak<double>(); }
+
+double stream_read_gbs(std::size_t bytes) {
+  std::vector<double> a(bytes / sizeof(double), 1.0);
+  double best = 1e30, sink = 0;
+  for (int trial = 0; trial < 5; ++trial) {
+    const auto t0 = std::chrono::steady_clock::now();
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (std::size_t i = 0; i + 4 <= a.size(); i += 4) s0 += a[i], s1 += a[i + 1], s2 += a[i + 2], s3 += a[i + 3];
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    sink += s0 + s1 + s2 + s3;
+  }
+  asm volatile("" : : "x"(sink));
+  return bytes / best / 1e9;
+}
+
+double stream_copy_gbs(std::size_t bytes) {
+  std::vector<char> a(bytes, 1), b(bytes, 0);
+  double best = 1e30;
+  for (int trial = 0; trial < 5; ++trial) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    asm volatile("" : : "r"(b.data()) : "memory");
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * bytes / best / 1e9;
+}
+
+namespace {
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+}  // namespace
+
+void LoopTimer::start() { t0_ = now(); }
+double LoopTimer::seconds(long iterations) const { return (now() - t0_) / double(iterations > 0 ? iterations : 1); }
+
+std::size_t reset_peak_memory() {
+  std::ofstream("/proc/self/clear_refs") << "5";  // resets VmHWM to the current RSS
+  return status_field("VmRSS:");
+}
+
+std::size_t peak_memory() { return status_field("VmHWM:"); }
+
+}  // namespace perf
+}  // namespace kattn

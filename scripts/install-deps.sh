@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs kattn's build dependencies from Debian 12's packages when any is missing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake
+  libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev liblapack-dev libblas-dev  # Kokkos 3.4.1 (Serial)
+  libopenmpi-dev openmpi-bin                                                        # MPI layer
+  libgtest-dev libgmock-dev libbenchmark-dev                                        # tests and benchmarks
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "kattn needs: ${missing[*]}" >&2
+  echo "install them with: sudo apt-get install --no-install-recommends ${missing[*]}" >&2
+  exit 1
+fi
+echo "installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
