@@ -4,6 +4,8 @@
 // the user or the planner chose; padded sizes are what the micro-kernels see (zero-filled).
 #pragma once
 
+#include <Kokkos_Macros.hpp>
+
 #include <cstddef>
 
 namespace kattn {
@@ -31,13 +33,13 @@ struct TileGeometry {
   }
 
   // Elements of each scratch array, in the order the kernel carves them.
-  std::size_t q_elements() const { return std::size_t(head_dim) * rows_p; }  // Q^T
-  std::size_t o_elements() const { return std::size_t(dims_p) * rows_p; }    // O^T
-  std::size_t k_elements() const { return std::size_t(keys_p) * head_dim; }  // K tile
-  std::size_t v_elements() const { return std::size_t(keys_p) * dims_p; }    // V tile
-  std::size_t s_elements() const { return std::size_t(keys_p) * rows_p; }    // S^T, then P^T
+  KOKKOS_INLINE_FUNCTION std::size_t q_elements() const { return std::size_t(head_dim) * rows_p; }  // Q^T
+  KOKKOS_INLINE_FUNCTION std::size_t o_elements() const { return std::size_t(dims_p) * rows_p; }    // O^T
+  KOKKOS_INLINE_FUNCTION std::size_t k_elements() const { return std::size_t(keys_p) * head_dim; }  // K tile
+  KOKKOS_INLINE_FUNCTION std::size_t v_elements() const { return std::size_t(keys_p) * dims_p; }    // V tile
+  KOKKOS_INLINE_FUNCTION std::size_t s_elements() const { return std::size_t(keys_p) * rows_p; }    // S^T, then P^T
   // ... and four row vectors: m, l, the tile's rescale factor, the tile's max.
-  std::size_t scratch_elements() const {
+  KOKKOS_INLINE_FUNCTION std::size_t scratch_elements() const {
     return q_elements() + o_elements() + k_elements() + v_elements() + s_elements() + 4 * std::size_t(rows_p);
   }
 };
