@@ -30,7 +30,12 @@ cudaError_t forward(const ForwardParams& p, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
   const bool hopper = major == 9 && minor == 0;  // sm_90a code runs on compute capability 9.0 only
   if (p.backend == ForwardBackend::kSm90) return hopper ? forward_sm90(p, stream) : cudaErrorNoKernelImageForDevice;
-  if (hopper && forward_sm90_supported(p, nullptr)) return forward_sm90(p, stream);
+  if (hopper && forward_sm90_supported(p, nullptr)) {
+    // A stride layout the TMA unit refuses (cudaErrorInvalidValue from the map encoder)
+    // falls back to the sm80 kernel, which takes any 16-byte-aligned strides.
+    err = forward_sm90(p, stream);
+    if (err != cudaErrorInvalidValue && err != cudaErrorNotSupported) return err;
+  }
   if (major < 8) return cudaErrorNoKernelImageForDevice;
   return forward_sm80(p, stream);
 }
