@@ -1,9 +1,9 @@
 // Timing program of the CUDA kernels (perf/gpu/check_cuda.sh runs it on the H200).
 //   1. device-to-device copy bandwidth (bytes read + written): the decode ceiling
-//   2. forward, bf16, B=1, H=16, N=16384, D=128, non-causal and causal: every sm90
-//      variant and the sm80 kernel; TFLOP/s = 4*B*H*N^2*D (half of it when causal) / time
-//   3. split-KV paged decode, bf16, batch 1, Hq=32, Hkv=8, D=128, page 16 (shuffled
+//   2. split-KV paged decode, bf16, batch 1, Hq=32, Hkv=8, D=128, page 16 (shuffled
 //      pages), contexts 32K/64K/128K, planned splits: GB/s = K+V bytes / time
+//   3. forward, bf16, B=1, H=16, N=16384, D=128, non-causal and causal: every sm90
+//      variant and the sm80 kernel; TFLOP/s = 4*B*H*N^2*D (half of it when causal) / time
 // Median of repeated runs, 3 input sets rotated (each larger than the 60 MB L2 or
 // touching different lines), random N(0,1)-like data (never zeros). Each forward variant is
 // also compared with the sm80 kernel's output (relative L2) as a sanity check at full size.
@@ -140,7 +140,6 @@ int main(int argc, char** argv) {
     CK(cudaFree(dst));
   }
 
-  // ---- 2. forward
   struct FwdResult {
     std::string label;
     bool causal;
@@ -149,89 +148,7 @@ int main(int argc, char** argv) {
     double rel_vs_sm80;
   };
   std::vector<FwdResult> fwd;
-  {
-    const int B = 1, H = 16, N = quick ? 4096 : 16384, D = 128, sets = 3;
-    const size_t el = size_t(B) * N * H * D;
-    std::vector<void*> q(sets), k(sets), v(sets);
-    for (int s = 0; s < sets; ++s) {
-      CK(cudaMalloc(&q[s], el * 2));
-      CK(cudaMalloc(&k[s], el * 2));
-      CK(cudaMalloc(&v[s], el * 2));
-      fill(q[s], el, 100 + s);
-      fill(k[s], el, 200 + s);
-      fill(v[s], el, 300 + s);
-    }
-    void *o, *o_ref;
-    float* lse;
-    CK(cudaMalloc(&o, el * 2));
-    CK(cudaMalloc(&o_ref, el * 2));
-    CK(cudaMalloc(&lse, size_t(B) * H * N * 4));
-    struct Var {
-      ForwardBackend be;
-      int variant;
-      const char* label;
-    };
-    const Var vars[] = {{ForwardBackend::kSm80, 0, "sm80"},
-                        {ForwardBackend::kSm90, 0, "sm90"},
-                        {ForwardBackend::kSm90, 1, "sm90-n176"},
-                        {ForwardBackend::kSm90, 2, "sm90-nopp"}};
-    for (bool causal : {false, true}) {
-      std::vector<uint16_t> ref;
-      for (const Var& var : vars) {
-        ForwardParams p;
-        p.dtype = DType::kBF16;
-        p.batch = B;
-        p.seqlen_q = p.seqlen_k = N;
-        p.heads_q = p.heads_kv = H;
-        p.head_dim = D;
-        p.causal = causal;
-        p.set_contiguous_strides();
-        p.backend = var.be;
-        p.variant = var.variant;
-        p.o = o;
-        p.lse = lse;
-        if (var.be == ForwardBackend::kSm90 && !(prop.major == 9 && prop.minor == 0)) continue;
-        auto run = [&](int i) {
-          p.q = q[i % sets];
-          p.k = k[i % sets];
-          p.v = v[i % sets];
-          CK(forward(p, nullptr));
-        };
-        // correctness sanity on set 0 against the sm80 kernel
-        CK(cudaMemset(o, 0xff, el * 2));
-        run(0);
-        CK(cudaDeviceSynchronize());
-        std::vector<uint16_t> out(el);
-        CK(cudaMemcpy(out.data(), o, el * 2, cudaMemcpyDeviceToHost));
-        double rel = 0;
-        if (var.be == ForwardBackend::kSm80)
-          ref = out;
-        else
-          rel = rel_l2(out, ref);
-        for (int w = 0; w < 3; ++w) run(w);
-        std::vector<double> t;
-        for (int r = 0; r < reps; ++r) t.push_back(timer.ms([&](int i) { run(r + i); }, 1));
-        const double ms = median(t);
-        const double flops = 4.0 * B * H * double(N) * N * D * (causal ? 0.5 : 1.0);
-        const double tf = flops / (ms * 1e-3) / 1e12;
-        fwd.push_back({var.label, causal, tf, ms, rel});
-        std::printf(
-            "JSON {\"bench\":\"forward\",\"kernel\":\"%s\",\"causal\":%s,\"B\":%d,\"H\":%d,\"N\":%d,\"D\":%d,"
-            "\"ms\":%.4f,\"tflops\":%.1f,\"rel_l2_vs_sm80\":%.3e}\n",
-            var.label, causal ? "true" : "false", B, H, N, D, ms, tf, rel);
-      }
-    }
-    for (int s = 0; s < sets; ++s) {
-      CK(cudaFree(q[s]));
-      CK(cudaFree(k[s]));
-      CK(cudaFree(v[s]));
-    }
-    CK(cudaFree(o));
-    CK(cudaFree(o_ref));
-    CK(cudaFree(lse));
-  }
-
-  // ---- 3. decode
+  // ---- 2. decode (before the forward: a forward failure must not hide it)
   struct DecResult {
     int ctx, splits;
     double us, gbs;
@@ -324,6 +241,89 @@ int main(int argc, char** argv) {
       CK(cudaFree(lse));
       if (ws) CK(cudaFree(ws));
     }
+  }
+
+  // ---- 3. forward
+  {
+    const int B = 1, H = 16, N = quick ? 4096 : 16384, D = 128, sets = 3;
+    const size_t el = size_t(B) * N * H * D;
+    std::vector<void*> q(sets), k(sets), v(sets);
+    for (int s = 0; s < sets; ++s) {
+      CK(cudaMalloc(&q[s], el * 2));
+      CK(cudaMalloc(&k[s], el * 2));
+      CK(cudaMalloc(&v[s], el * 2));
+      fill(q[s], el, 100 + s);
+      fill(k[s], el, 200 + s);
+      fill(v[s], el, 300 + s);
+    }
+    void *o, *o_ref;
+    float* lse;
+    CK(cudaMalloc(&o, el * 2));
+    CK(cudaMalloc(&o_ref, el * 2));
+    CK(cudaMalloc(&lse, size_t(B) * H * N * 4));
+    struct Var {
+      ForwardBackend be;
+      int variant;
+      const char* label;
+    };
+    const Var vars[] = {{ForwardBackend::kSm80, 0, "sm80"},
+                        {ForwardBackend::kSm90, 0, "sm90"},
+                        {ForwardBackend::kSm90, 1, "sm90-n176"},
+                        {ForwardBackend::kSm90, 2, "sm90-nopp"}};
+    for (bool causal : {false, true}) {
+      std::vector<uint16_t> ref;
+      for (const Var& var : vars) {
+        ForwardParams p;
+        p.dtype = DType::kBF16;
+        p.batch = B;
+        p.seqlen_q = p.seqlen_k = N;
+        p.heads_q = p.heads_kv = H;
+        p.head_dim = D;
+        p.causal = causal;
+        p.set_contiguous_strides();
+        p.backend = var.be;
+        p.variant = var.variant;
+        p.o = o;
+        p.lse = lse;
+        if (var.be == ForwardBackend::kSm90 && !(prop.major == 9 && prop.minor == 0)) continue;
+        auto run = [&](int i) {
+          p.q = q[i % sets];
+          p.k = k[i % sets];
+          p.v = v[i % sets];
+          CK(forward(p, nullptr));
+        };
+        // correctness sanity on set 0 against the sm80 kernel
+        CK(cudaMemset(o, 0xff, el * 2));
+        run(0);
+        CK(cudaDeviceSynchronize());
+        std::vector<uint16_t> out(el);
+        CK(cudaMemcpy(out.data(), o, el * 2, cudaMemcpyDeviceToHost));
+        double rel = 0;
+        if (var.be == ForwardBackend::kSm80)
+          ref = out;
+        else
+          rel = rel_l2(out, ref);
+        for (int w = 0; w < 3; ++w) run(w);
+        std::vector<double> t;
+        for (int r = 0; r < reps; ++r) t.push_back(timer.ms([&](int i) { run(r + i); }, 1));
+        const double ms = median(t);
+        const double flops = 4.0 * B * H * double(N) * N * D * (causal ? 0.5 : 1.0);
+        const double tf = flops / (ms * 1e-3) / 1e12;
+        fwd.push_back({var.label, causal, tf, ms, rel});
+        std::printf(
+            "JSON {\"bench\":\"forward\",\"kernel\":\"%s\",\"causal\":%s,\"B\":%d,\"H\":%d,\"N\":%d,\"D\":%d,"
+            "\"ms\":%.4f,\"tflops\":%.1f,\"rel_l2_vs_sm80\":%.3e}\n",
+            var.label, causal ? "true" : "false", B, H, N, D, ms, tf, rel);
+      }
+    }
+    for (int s = 0; s < sets; ++s) {
+      CK(cudaFree(q[s]));
+      CK(cudaFree(k[s]));
+      CK(cudaFree(v[s]));
+    }
+    CK(cudaFree(o));
+    CK(cudaFree(o_ref));
+    CK(cudaFree(lse));
   }
 
   std::printf("\n%-34s %10s %10s %12s\n", "kattn (device events, median)", "ms/us", "rate", "check");

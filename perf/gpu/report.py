@@ -35,9 +35,10 @@ t = jsonl("sdpa.log")
 copy = next((r["gbs"] for r in k if r["bench"] == "copy"), None)
 
 print("\n==== kattn CUDA check: tests ====")
-for name in ("host", "forward", "decode", "graphs"):
+names = ["host", "decode", "graphs"] + sorted(f[5:-4] for f in os.listdir(out) if f.startswith("test_forward") and f.endswith(".log"))
+for name in names:
     rc = open(os.path.join(out, f"test_{name}.rc")).read().strip() if os.path.exists(os.path.join(out, f"test_{name}.rc")) else "?"
-    print(f"test_{name:8s} rc={rc:3s} {last_line(f'test_{name}.log', r'passed, .* failed|SKIP')}")
+    print(f"test_{name:15s} rc={rc:7s} {last_line(f'test_{name}.log', r'passed, .* failed|SKIP')}")
 for name in sorted(f for f in os.listdir(out) if f.startswith("sanitizer_") and f.endswith(".log")):
     print(f"{name[:-4]:32s} {last_line(name, r'ERROR SUMMARY|RACECHECK SUMMARY|timed out|not found|Device not supported')}")
 sass = os.path.join(out, "sass_summary.txt")

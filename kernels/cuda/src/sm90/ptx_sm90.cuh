@@ -31,9 +31,19 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
       : "memory");
   return ok != 0;
 }
+// With KATTN_CUDA_TRAP_HANGS (CMake option of the same name, on in perf/gpu/check_cuda.sh)
+// a wait longer than about 10 s of SM clock traps, so a pipeline deadlock surfaces as a
+// launch error instead of a hung process.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+#if defined(KATTN_CUDA_TRAP_HANGS)
+  const long long t0 = clock64();
+  while (!mbar_try_wait(bar, parity)) {
+    if (clock64() - t0 > 20000000000LL) __trap();
+  }
+#else
   while (!mbar_try_wait(bar, parity)) {
   }
+#endif
 }
 
 // ---- TMA (PTX ISA 9.7.9.27 cp.async.bulk.tensor): a 4-d box at coordinates (c0 innermost)
