@@ -22,6 +22,7 @@
 #include "../common/mask.cuh"
 #include "../common/numeric.cuh"
 #include "../common/ptx.cuh"
+#include "../common/scheduler.cuh"
 #include "fwd_traits.cuh"
 
 namespace kattn::cuda::detail {
@@ -59,8 +60,8 @@ __global__ void __launch_bounds__(Sm80FwdTraits<D>::kThreads)
   T* sK = sQ + Tr::kSmemQ;                       // [stage][kBlockN][D]
   T* sV = sK + Tr::kStages * Tr::kSmemKV;        // [stage][kBlockN][D]
 
-  const int m_block = kCausal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);  // longest first
-  const int h = blockIdx.y, b = blockIdx.z;
+  const FwdTile tile = fwd_tile<kCausal>();
+  const int m_block = tile.m_block, h = tile.h, b = tile.b;
   const int hk = h / (p.heads_q / p.heads_kv);
   const int nq = p.seqlen_q, nk = p.seqlen_k;
   const int m0 = m_block * kBlockM;

@@ -7,7 +7,7 @@
 // tile j+1 runs while that P V is still on the tensor cores; (b) inter-warpgroup ping-pong
 // (kPingPong): the two consumers take turns issuing their wgmmas through two named
 // barriers, so one's softmax runs under the other's matrix products.
-// Scheduler: grid (query tiles, Hq, B); causal grids run the longest query tiles first.
+// Scheduler: ../common/scheduler.cuh (grid (query tiles, Hq, B), causal: longest first).
 #pragma once
 
 #include <cuda.h>
@@ -17,6 +17,7 @@
 #include "../common/mask.cuh"
 #include "../common/numeric.cuh"
 #include "../common/ptx.cuh"
+#include "../common/scheduler.cuh"
 #include "epilogue.cuh"
 #include "mainloop.cuh"
 #include "ptx_sm90.cuh"
@@ -132,8 +133,8 @@ __global__ void __launch_bounds__(384, 1)
   uint8_t* smem = smem_raw + (base - raw);
   const SmemPlan<Tr> sm{base};
 
-  const int m_block = kCausal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-  const int h = blockIdx.y, b = blockIdx.z;
+  const FwdTile tile = fwd_tile<kCausal>();
+  const int m_block = tile.m_block, h = tile.h, b = tile.b;
   const int hk = h / (p.heads_q / p.heads_kv);
   const int m0 = m_block * Tr::kBlockM;
   const int n_end = key_tile_end(m0, Tr::kBlockM, Tr::kBlockN, p.seqlen_q, p.seqlen_k, kCausal);
