@@ -5,7 +5,9 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-/tmp/kattn-ptxas}
-cmake -S "$ROOT/kernels/cuda" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKATTN_CUDA_PTXAS_REPORT=ON \
+GENERATOR=()
+command -v ninja > /dev/null && GENERATOR=(-G Ninja)
+cmake -S "$ROOT/kernels/cuda" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release -DKATTN_CUDA_PTXAS_REPORT=ON \
   -DKATTN_CUDA_TESTS=OFF -DKATTN_CUDA_BENCH=OFF > /dev/null
 nice cmake --build "$BUILD" --clean-first -j "${JOBS:-2}" > "$BUILD/ptxas-raw.txt" 2>&1
 python3 "$ROOT/perf/gpu/ptxas_summary.py" "$BUILD/ptxas-raw.txt" "$(nvcc --version | tail -1)" > "$ROOT/perf/gpu/ptxas-report.txt"
