@@ -87,6 +87,7 @@ int cmd_run(Args& args) {
   Json j;
   j.add("algo", algo).add("dtype", dtype).add("shape", in.shape()).add("causal", opt.causal);
   j.add("seconds", out.seconds).add("gflops", out.seconds > 0 ? flops / out.seconds / 1e9 : 0.0);
+  j.add("threads", host_threads());
   if (check) {
     // The textbook algorithm in float64 on the same (rounded) inputs.
     DenseInputs in64 = in;

@@ -8,6 +8,10 @@ namespace cli {
 
 int cmd_run(Args& args);
 int cmd_io(Args& args);
+int cmd_version(Args& args);
+
+// Threads of the host execution space, as set by --kokkos-num-threads or OMP_NUM_THREADS.
+int host_threads();
 
 }  // namespace cli
 }  // namespace kattn

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "kattn/compat.hpp"
 #include "kattn/errors.hpp"
 
 namespace {
@@ -16,21 +17,24 @@ namespace {
 const char* kUsage =
     "usage: kattn <command> [options]   (kattn <command> --help for its options)\n"
     "commands:\n"
-    "  run    attention on .npy inputs or random ones (--algo naive|flash)\n"
-    "  io     the HBM-traffic model of standard vs tiled attention\n"
+    "  run      attention on .npy inputs or random ones (--algo naive|flash)\n"
+    "  io       the HBM-traffic model of standard vs tiled attention\n"
+    "  version  kattn's version, Kokkos version, backends and options (also --version)\n"
     "Kokkos options (--kokkos-num-threads=N, ...) are accepted by every command.\n";
 
 }  // namespace
 
 int main(int argc, char* argv[]) {
-  Kokkos::initialize(argc, argv);  // consumes the --kokkos-* arguments
+  kattn::compat::initialize(argc, argv);  // consumes the --kokkos-* arguments
   int status = 0;
   {
     const std::map<std::string, int (*)(kattn::cli::Args&)> commands = {
         {"run", kattn::cli::cmd_run},
         {"io", kattn::cli::cmd_io},
+        {"version", kattn::cli::cmd_version},
     };
-    const std::string command = argc > 1 ? argv[1] : "";
+    std::string command = argc > 1 ? argv[1] : "";
+    if (command == "--version") command = "version";
     auto it = commands.find(command);
     if (command == "--help" || command == "-h" || command.empty()) {
       std::cout << kUsage;

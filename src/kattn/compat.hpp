@@ -4,6 +4,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <string>
+#include <vector>
 
 #ifndef KOKKOS_VERSION
 #error "kattn: Kokkos did not define KOKKOS_VERSION"
@@ -53,6 +54,33 @@ class ScopedRegion {
   ScopedRegion(const ScopedRegion&) = delete;
   ScopedRegion& operator=(const ScopedRegion&) = delete;
 };
+
+// The HIP execution space left Kokkos::Experimental in 4.0.
+#ifdef KOKKOS_ENABLE_HIP
+#if KOKKOS_VERSION >= 40000
+using HIP = Kokkos::HIP;
+#else
+using HIP = Kokkos::Experimental::HIP;
+#endif
+#endif
+
+// Kokkos::initialize(argc, argv) that takes Kokkos 4's thread flag --kokkos-num-threads=N with
+// every Kokkos: before 3.7 the flag was --kokkos-threads=N, and it is renamed for those.
+inline void initialize(int& argc, char* argv[]) {
+#if KOKKOS_VERSION < 30700
+  static std::vector<std::string> renamed;          // owns the renamed arguments until exit
+  renamed.reserve(static_cast<std::size_t>(argc));  // no reallocation: argv points into it
+  const std::string flag = "--kokkos-num-threads";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.compare(0, flag.size(), flag) == 0) {
+      renamed.push_back("--kokkos-threads" + arg.substr(flag.size()));
+      argv[i] = &renamed.back()[0];
+    }
+  }
+#endif
+  Kokkos::initialize(argc, argv);
+}
 
 // Kokkos 3.4 has no fence(label).
 template <class ExecSpace>

@@ -4,6 +4,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "kattn/compat.hpp"
+
 #ifdef KOKKOS_ENABLE_SERIAL
 #define KATTN_IF_SERIAL(M, T) M(Kokkos::Serial, T)
 #else
@@ -25,11 +27,7 @@
 #define KATTN_IF_CUDA(M, T)
 #endif
 #ifdef KOKKOS_ENABLE_HIP
-#if KOKKOS_VERSION >= 40000
-#define KATTN_IF_HIP(M, T) M(Kokkos::HIP, T)
-#else
-#define KATTN_IF_HIP(M, T) M(Kokkos::Experimental::HIP, T)
-#endif
+#define KATTN_IF_HIP(M, T) M(kattn::compat::HIP, T)
 #else
 #define KATTN_IF_HIP(M, T)
 #endif

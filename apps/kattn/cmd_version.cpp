@@ -1,0 +1,43 @@
+// kattn version (also `kattn --version`): kattn's version, the Kokkos it was built with, the
+// enabled backends and options, and what this run gets (execution space, thread count).
+#include <Kokkos_Core.hpp>
+#include <iostream>
+#include <string>
+
+#include "args.hpp"
+#include "commands.hpp"
+#include "json.hpp"
+#include "kattn/version.hpp"
+
+namespace kattn {
+namespace cli {
+
+int host_threads() { return Kokkos::DefaultHostExecutionSpace().concurrency(); }
+
+int cmd_version(Args& args) {
+  if (args.flag("--help")) {
+    std::cout << "usage: kattn version [--json]   (or kattn --version)\n";
+    return 0;
+  }
+  const bool json = args.flag("--json");
+  args.finish();
+  const BuildInfo info = build_info();
+  const std::string space = Kokkos::DefaultExecutionSpace::name();
+  const int concurrency = Kokkos::DefaultExecutionSpace().concurrency();
+  std::cout << version_text() << "execution space: " << space << " (concurrency " << concurrency << ")\n"
+            << "host threads: " << host_threads() << "\n";
+  if (json) {
+    Json j;
+    j.add("version", info.version)
+        .add("kokkos", info.kokkos_version)
+        .add("kokkos_kernels", info.kokkos_kernels_version);
+    j.add("backends", info.backends).add("options", info.options).add("compiler", info.compiler);
+    j.add("build", info.build).add("execution_space", space).add("concurrency", concurrency);
+    j.add("threads", host_threads());
+    std::cout << j.str() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace cli
+}  // namespace kattn

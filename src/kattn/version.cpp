@@ -1,0 +1,87 @@
+#include "kattn/version.hpp"
+
+#include <KokkosKernels_config.h>
+
+#include <Kokkos_Core.hpp>
+#include <string>
+
+#if !defined(KOKKOSKERNELS_VERSION) && __has_include(<Trilinos_version.h>)
+#include <Trilinos_version.h>  // Debian's Kokkos Kernels is Trilinos' and has no version of its own
+#endif
+
+// Set by src/CMakeLists.txt for this file only.
+#ifndef KATTN_COMPILER
+#define KATTN_COMPILER "unknown"
+#endif
+#ifndef KATTN_BUILD_TYPE
+#define KATTN_BUILD_TYPE ""
+#endif
+#ifndef KATTN_NATIVE_ARCH
+#define KATTN_NATIVE_ARCH 0
+#endif
+#ifndef KATTN_SANITIZE
+#define KATTN_SANITIZE ""
+#endif
+
+namespace kattn {
+namespace {
+
+// Kokkos encodes versions as MMmmpp (40601 = 4.6.1).
+std::string dotted(int v) {
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
+void append(std::string& list, const char* item) { list += (list.empty() ? "" : " ") + std::string(item); }
+
+}  // namespace
+
+BuildInfo build_info() {
+  BuildInfo info;
+  info.version = KATTN_VERSION;
+  info.kokkos_version = dotted(KOKKOS_VERSION);
+#if defined(KOKKOSKERNELS_VERSION)
+  info.kokkos_kernels_version = dotted(KOKKOSKERNELS_VERSION);
+#elif defined(TRILINOS_VERSION_STRING)
+  info.kokkos_kernels_version = "Trilinos " TRILINOS_VERSION_STRING;
+#else
+  info.kokkos_kernels_version = "unknown";
+#endif
+#ifdef KOKKOS_ENABLE_SERIAL
+  append(info.backends, "Serial");
+#endif
+#ifdef KOKKOS_ENABLE_OPENMP
+  append(info.backends, "OpenMP");
+#endif
+#ifdef KOKKOS_ENABLE_THREADS
+  append(info.backends, "Threads");
+#endif
+#ifdef KOKKOS_ENABLE_CUDA
+  append(info.backends, "Cuda");
+#endif
+#ifdef KOKKOS_ENABLE_HIP
+  append(info.backends, "HIP");
+#endif
+#ifdef KOKKOS_ENABLE_SYCL
+  append(info.backends, "SYCL");
+#endif
+  append(info.options, KATTN_ENABLE_MPI ? "MPI=on" : "MPI=off");
+  append(info.options, KATTN_ENABLE_CUDA ? "CUDA=on" : "CUDA=off");
+  info.compiler = KATTN_COMPILER;
+  info.build = KATTN_BUILD_TYPE;
+  if (KATTN_NATIVE_ARCH) append(info.build, "-march=native");
+  if (*KATTN_SANITIZE) info.build += std::string(info.build.empty() ? "" : " ") + "-fsanitize=" KATTN_SANITIZE;
+  return info;
+}
+
+std::string version_text() {
+  const BuildInfo info = build_info();
+  return "kattn " + info.version + "\n" +                           //
+         "Kokkos: " + info.kokkos_version + "\n" +                  //
+         "Kokkos backends: " + info.backends + "\n" +               //
+         "Kokkos Kernels: " + info.kokkos_kernels_version + "\n" +  //
+         "options: " + info.options + "\n" +                        //
+         "compiler: " + info.compiler + "\n" +                      //
+         "build: " + info.build + "\n";
+}
+
+}  // namespace kattn
