@@ -81,7 +81,15 @@ class Kattn(CMakePackage, CudaPackage, ROCmPackage):
     conflicts("+cuda", when="cuda_arch=none", msg="+cuda needs a cuda_arch, e.g. cuda_arch=90")
     conflicts("+cuda", when="+rocm", msg="kattn builds for CUDA or ROCm, not both")
 
+    depends_on("kokkos+cuda", when="+cuda")
+    depends_on("kokkos-kernels+cuda", when="+cuda")
     for _arch in CudaPackage.cuda_arch_values:
+        # Forward the architecture to Kokkos ONE value at a time (Kokkos accepts exactly
+        # one cuda_arch), as the builtin cabana and arborx recipes do. This is done for the
+        # unsupported values too, so that the conflict below is the only error shown.
+        _kk = f"+cuda cuda_arch={_kokkos_cuda_arch(_arch)}"
+        depends_on(f"kokkos{_kk}", when=f"+cuda cuda_arch={_arch}")
+        depends_on(f"kokkos-kernels{_kk}", when=f"+cuda cuda_arch={_arch}")
         if _arch_number(_arch) < 80:
             conflicts(
                 "+cuda",
@@ -89,12 +97,6 @@ class Kattn(CMakePackage, CudaPackage, ROCmPackage):
                 msg=f"kattn's hand-written CUDA kernels need sm_80 or newer (the Hopper paths "
                 f"need sm_90a); cuda_arch={_arch} is not supported",
             )
-            continue
-        # Forward the architecture to Kokkos ONE value at a time (Kokkos accepts exactly
-        # one cuda_arch), as the builtin cabana and arborx recipes do.
-        _kk = f"+cuda cuda_arch={_kokkos_cuda_arch(_arch)}"
-        depends_on(f"kokkos{_kk}", when=f"+cuda cuda_arch={_arch}")
-        depends_on(f"kokkos-kernels{_kk}", when=f"+cuda cuda_arch={_arch}")
 
     # kattn uses device lambdas. Kokkos 5 always enables them and no longer has the
     # cuda_lambda variant, so only ask for it from Kokkos 4 and older (as arborx does).
@@ -125,7 +127,14 @@ class Kattn(CMakePackage, CudaPackage, ROCmPackage):
         if cxx is None:
             # spack 0.2x: set on the spec by Kokkos.setup_dependent_package.
             cxx = getattr(kokkos, "kokkos_cxx", None)
+        if cxx is None and kokkos.satisfies("+wrapper"):
+            cxx = join_path(self.spec["kokkos-nvcc-wrapper"].prefix.bin, "nvcc_wrapper")
         return cxx
+
+    def _hipcc(self):
+        hip = self.spec["hip"]
+        # Set on the spec by Hip.setup_dependent_package (spack 0.2x and 1.x).
+        return getattr(hip, "hipcc", None) or join_path(hip.prefix.bin, "hipcc")
 
     def cmake_args(self):
         spec = self.spec
@@ -148,7 +157,7 @@ class Kattn(CMakePackage, CudaPackage, ROCmPackage):
             if cxx:
                 args.append(self.define("CMAKE_CXX_COMPILER", cxx))
         if spec.satisfies("+rocm"):
-            args.append(self.define("CMAKE_CXX_COMPILER", spec["hip"].hipcc))
+            args.append(self.define("CMAKE_CXX_COMPILER", self._hipcc()))
         return args
 
     # ---- tests ----------------------------------------------------------------------
