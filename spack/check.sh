@@ -45,6 +45,16 @@ if [[ ${#files[@]} -eq 0 ]]; then
     exit 1
 fi
 
+# A fresh Debian 12 has no python3 at all: in CI (root, CI set) python3-flake8 brings it
+# and flake8 before anything needs them; elsewhere step 3 says what is missing.
+if [[ "$(id -u)" == 0 && -n "${CI:-}" ]] && ! { /usr/bin/python3 -m flake8 --version ||
+    python3 -m flake8 --version; } >/dev/null 2>&1; then
+    echo "check.sh: installing python3-flake8 (root, CI=$CI)"
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-flake8 >/dev/null; } ||
+        fail "apt-get install python3-flake8 failed"
+fi
+
 # ---- 2. byte-compile ------------------------------------------------------------------
 py=$(command -v python3 || true)
 if [[ -z "$py" ]]; then
