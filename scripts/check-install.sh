@@ -4,6 +4,7 @@
 # that prefix only, built and run; finally the installed `kattn` program.
 #   scripts/check-install.sh [WORK_DIR] [extra cmake arguments for kattn and the consumer...]
 # e.g. scripts/check-install.sh /tmp/kattn-k4 -DKokkos_ROOT=/opt/kokkos4-omp
+# KATTN_BUILD=DIR installs from that already configured build instead (CI: its test build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-build-install}
@@ -15,9 +16,12 @@ bash scripts/install-deps.sh
 
 echo "== build and install kattn into $prefix =="
 rm -rf "$prefix" "$work/consumer"
-cmake -S . -B "$work/kattn" -DKATTN_ENABLE_TESTS=OFF -DKATTN_WERROR=ON -DCMAKE_INSTALL_PREFIX="$prefix" "$@"
-cmake --build "$work/kattn" -j "$(nproc)"
-cmake --install "$work/kattn"
+build=${KATTN_BUILD:-$work/kattn}
+if [ -z "${KATTN_BUILD:-}" ]; then
+  cmake -S . -B "$build" -DKATTN_ENABLE_TESTS=OFF -DKATTN_WERROR=ON "$@"
+fi
+cmake --build "$build" -j "$(nproc)"
+cmake --install "$build" --prefix "$prefix"
 
 echo "== tests/consumer against the installed kattn =="
 cmake -S tests/consumer -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release "$@"
