@@ -1,0 +1,194 @@
+#include "kattn/reference_backward.hpp"
+
+#include <cmath>
+#include <cstdint>
+
+#include "kattn/compat.hpp"
+#include "kattn/detail/backends.hpp"
+#include "kattn/mask.hpp"
+#include "kattn/state.hpp"
+
+namespace kattn {
+namespace detail {
+namespace {
+
+// P, and dP then dS, as [B, Hq, Nq, Nk] arrays (Nq, Nk: the longest sequences).
+template <class ExecSpace, class T>
+using Matrix = Kokkos::View<T****, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+
+template <class T>
+struct Problem {
+  BackwardParams<T> p;
+  KeyWindow window;
+  T scale, softcap;
+
+  KOKKOS_INLINE_FUNCTION T raw_score(int b, int h, std::int64_t i, std::int64_t j) const {
+    const T* q = p.fwd.q_ptr(b, i, h);
+    const T* k = p.fwd.k_ptr(b, j, h / p.fwd.group_size());
+    T dot = 0;
+    for (int d = 0; d < p.fwd.head_dim; ++d) dot += q[d] * k[d];
+    return scale * dot;
+  }
+};
+
+template <class ExecSpace, class T>
+struct Scores {
+  Problem<T> pr;
+  Matrix<ExecSpace, T> s;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const int b, const int h, const std::int64_t i, const std::int64_t j) const {
+    const std::int64_t q_len = pr.p.fwd.seq_q_len(b), kv_len = pr.p.fwd.seq_kv_len(b);
+    if (i >= q_len || j >= kv_len) return;
+    if (!pr.window.visible(i, j, q_len, kv_len)) {
+      s(b, h, i, j) = -compat::infinity<T>();
+      return;
+    }
+    T x = pr.raw_score(b, h, i, j);
+    if (pr.softcap > T(0)) x = pr.softcap * compat::tanh(x / pr.softcap);
+    s(b, h, i, j) = x;
+  }
+};
+
+// Row softmax in place: S -> P (a row that sees no key: P = 0).
+template <class ExecSpace, class T>
+struct Softmax {
+  Problem<T> pr;
+  Matrix<ExecSpace, T> s;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const int b, const int h, const std::int64_t i) const {
+    const std::int64_t q_len = pr.p.fwd.seq_q_len(b), kv_len = pr.p.fwd.seq_kv_len(b);
+    if (i >= q_len) return;
+    T m = -compat::infinity<T>();
+    for (std::int64_t j = 0; j < kv_len; ++j) m = max_nan(m, s(b, h, i, j));
+    if (m == -compat::infinity<T>()) {
+      for (std::int64_t j = 0; j < kv_len; ++j) s(b, h, i, j) = T(0);
+      return;
+    }
+    T l = 0;
+    for (std::int64_t j = 0; j < kv_len; ++j) {
+      const T e = compat::exp(s(b, h, i, j) - m);
+      s(b, h, i, j) = e;
+      l += e;
+    }
+    for (std::int64_t j = 0; j < kv_len; ++j) s(b, h, i, j) /= l;
+  }
+};
+
+// dP = dO V^T on the visible pairs, 0 elsewhere.
+template <class ExecSpace, class T>
+struct ProbabilityGradient {
+  Problem<T> pr;
+  Matrix<ExecSpace, T> dp;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const int b, const int h, const std::int64_t i, const std::int64_t j) const {
+    const std::int64_t q_len = pr.p.fwd.seq_q_len(b), kv_len = pr.p.fwd.seq_kv_len(b);
+    if (i >= q_len || j >= kv_len) return;
+    T acc = 0;
+    if (pr.window.visible(i, j, q_len, kv_len)) {
+      const T* dout = pr.p.do_ptr(b, i, h);
+      const T* v = pr.p.fwd.v_ptr(b, j, h / pr.p.fwd.group_size());
+      for (int d = 0; d < pr.p.fwd.head_dim; ++d) acc += dout[d] * v[d];
+    }
+    dp(b, h, i, j) = acc;
+  }
+};
+
+// Per row: D = sum_j P dP, then dS = scale P (dP - D) [x (1 - tanh^2(s / softcap))], in place of dP.
+template <class ExecSpace, class T>
+struct ScoreGradient {
+  Problem<T> pr;
+  Matrix<ExecSpace, T> s, dp;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const int b, const int h, const std::int64_t i) const {
+    const std::int64_t q_len = pr.p.fwd.seq_q_len(b), kv_len = pr.p.fwd.seq_kv_len(b);
+    if (i >= q_len) return;
+    T di = 0;
+    for (std::int64_t j = 0; j < kv_len; ++j) di += s(b, h, i, j) * dp(b, h, i, j);
+    for (std::int64_t j = 0; j < kv_len; ++j) {
+      T ds = s(b, h, i, j) * (dp(b, h, i, j) - di);
+      if (pr.softcap > T(0) && pr.window.visible(i, j, q_len, kv_len)) {
+        const T th = compat::tanh(pr.raw_score(b, h, i, j) / pr.softcap);
+        ds *= T(1) - th * th;
+      }
+      dp(b, h, i, j) = pr.scale * ds;
+    }
+  }
+};
+
+// dQ = dS K.
+template <class ExecSpace, class T>
+struct QueryGradient {
+  Problem<T> pr;
+  Matrix<ExecSpace, T> ds;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const int b, const int h, const std::int64_t i, const int d) const {
+    const std::int64_t q_len = pr.p.fwd.seq_q_len(b), kv_len = pr.p.fwd.seq_kv_len(b);
+    if (i >= q_len) return;
+    T acc = 0;
+    for (std::int64_t j = 0; j < kv_len; ++j) acc += ds(b, h, i, j) * pr.p.fwd.k_ptr(b, j, h / pr.p.fwd.group_size())[d];
+    pr.p.dq_ptr(b, i, h)[d] = acc;
+  }
+};
+
+// dK = dS^T Q and dV = P^T dO, summed over the query heads of KV head hk.
+template <class ExecSpace, class T>
+struct KeyValueGradient {
+  Problem<T> pr;
+  Matrix<ExecSpace, T> s, ds;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const int b, const int hk, const std::int64_t j, const int d) const {
+    const std::int64_t q_len = pr.p.fwd.seq_q_len(b), kv_len = pr.p.fwd.seq_kv_len(b);
+    if (j >= kv_len) return;
+    const int G = pr.p.fwd.group_size();
+    T dk = 0, dv = 0;
+    for (int h = hk * G; h < (hk + 1) * G; ++h)
+      for (std::int64_t i = 0; i < q_len; ++i) {
+        dk += ds(b, h, i, j) * pr.p.fwd.q_ptr(b, i, h)[d];
+        dv += s(b, h, i, j) * pr.p.do_ptr(b, i, h)[d];
+      }
+    pr.p.dk_ptr(b, j, hk)[d] = dk;
+    pr.p.dv_ptr(b, j, hk)[d] = dv;
+  }
+};
+
+}  // namespace
+
+template <class ExecSpace, class T>
+void reference_backward_impl(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt) {
+  compat::ScopedRegion region("kattn::reference_backward");
+  const AttentionParams<T>& f = p.fwd;
+  if (f.batch == 0 || f.heads_q == 0) return;
+  using Rank3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>, Kokkos::IndexType<std::int64_t>>;
+  using Rank4 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<4>, Kokkos::IndexType<std::int64_t>>;
+  Problem<T> pr{p, KeyWindow::from(opt),
+                static_cast<T>(opt.scale != 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(f.head_dim))),
+                static_cast<T>(opt.softcap)};
+  Matrix<ExecSpace, T> s(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::reference_backward::P"),
+                         f.batch, f.heads_q, f.q_len, f.kv_len);
+  Matrix<ExecSpace, T> dp(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::reference_backward::dS"),
+                          f.batch, f.heads_q, f.q_len, f.kv_len);
+  const Rank4 pairs(space, {0, 0, 0, 0}, {f.batch, f.heads_q, f.q_len, f.kv_len});
+  const Rank3 rows(space, {0, 0, 0}, {f.batch, f.heads_q, f.q_len});
+  if (f.q_len > 0 && f.kv_len > 0) {
+    Kokkos::parallel_for("kattn::reference_backward::scores", pairs, Scores<ExecSpace, T>{pr, s});
+    Kokkos::parallel_for("kattn::reference_backward::softmax", rows, Softmax<ExecSpace, T>{pr, s});
+    Kokkos::parallel_for("kattn::reference_backward::dp", pairs, ProbabilityGradient<ExecSpace, T>{pr, dp});
+    Kokkos::parallel_for("kattn::reference_backward::ds", rows, ScoreGradient<ExecSpace, T>{pr, s, dp});
+  }
+  if (f.q_len > 0)
+    Kokkos::parallel_for("kattn::reference_backward::dq",
+                         Rank4(space, {0, 0, 0, 0}, {f.batch, f.heads_q, f.q_len, f.head_dim}),
+                         QueryGradient<ExecSpace, T>{pr, dp});
+  if (f.kv_len > 0)
+    Kokkos::parallel_for("kattn::reference_backward::dkv",
+                         Rank4(space, {0, 0, 0, 0}, {f.batch, f.heads_kv, f.kv_len, f.head_dim}),
+                         KeyValueGradient<ExecSpace, T>{pr, s, dp});
+  compat::fence(space, "kattn::reference_backward: P and dS are freed on return");
+}
+
+#define KATTN_INSTANTIATE_REFERENCE_BACKWARD(Space, T) \
+  template void reference_backward_impl<Space, T>(const Space&, const BackwardParams<T>&, const Options&);
+KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_REFERENCE_BACKWARD)
+
+}  // namespace detail
+}  // namespace kattn
