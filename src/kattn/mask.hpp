@@ -37,6 +37,19 @@ struct KeyWindow {
     const std::int64_t l = i + (kv_len - q_len) + shift + right;
     return l < kv_len - 1 ? l : kv_len - 1;
   }
+  // The query rows that see some key of [kb, ke] (kb <= ke < kv_len) form the interval
+  // [first_query(kb), last_query(ke)] (it may be empty, or hold rows that see no key at all):
+  // the inverse of first/last, for kernels that loop over queries per key tile (the backward).
+  KOKKOS_INLINE_FUNCTION std::int64_t first_query(std::int64_t kb, std::int64_t q_len, std::int64_t kv_len) const {
+    if (right < 0) return 0;
+    const std::int64_t i = kb - (kv_len - q_len) - shift - right;
+    return i < 0 ? 0 : i;
+  }
+  KOKKOS_INLINE_FUNCTION std::int64_t last_query(std::int64_t ke, std::int64_t q_len, std::int64_t kv_len) const {
+    if (left < 0) return q_len - 1;
+    const std::int64_t i = ke - (kv_len - q_len) - shift + left;
+    return i < q_len - 1 ? i : q_len - 1;
+  }
   KOKKOS_INLINE_FUNCTION bool visible(std::int64_t i, std::int64_t j, std::int64_t q_len,
                                       std::int64_t kv_len) const {
     return j >= first(i, q_len, kv_len) && j <= last(i, q_len, kv_len);

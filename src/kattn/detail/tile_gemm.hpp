@@ -1,5 +1,5 @@
 // Team-level tile product on scratch or global memory:
-//   C (M x N) = [C scaled by column] + A (M x K) B (K x N)
+//   C (M x N) = [C scaled by column] + A (M x K) B (K x N), or C += A B (accumulate)
 // with A addressed by strides, A(m, k) = A[m * a_m + k * a_k] (a row-major tile, or a transposed
 // one, read in place), B and C row-major, M a multiple of R and N a multiple of J (callers pad
 // with zeros). Each team thread owns R x J micro-tiles of C and keeps them in registers over
@@ -20,7 +20,8 @@ namespace kattn {
 namespace detail {
 
 // One R x J micro-tile. col_scale == nullptr: C = A B; else C = C diag(col_scale) + A B.
-template <class T, int R, int J>
+// Accumulate: C = C + A B (col_scale ignored).
+template <class T, int R, int J, bool Accumulate = false>
 KOKKOS_INLINE_FUNCTION void micro_gemm(int K, const T* KOKKOS_RESTRICT A, std::ptrdiff_t a_m, std::ptrdiff_t a_k,
                                        const T* KOKKOS_RESTRICT B, int ldb, T* KOKKOS_RESTRICT C, int ldc,
                                        const T* KOKKOS_RESTRICT col_scale) {
@@ -30,7 +31,10 @@ KOKKOS_INLINE_FUNCTION void micro_gemm(int K, const T* KOKKOS_RESTRICT A, std::p
     constexpr int W = simd::width<T>();
     constexpr int NV = J / W;
     V acc[R][NV];
-    if (col_scale) {
+    if (Accumulate) {
+      for (int r = 0; r < R; ++r)
+        for (int v = 0; v < NV; ++v) acc[r][v] = simd::load(C + r * ldc + v * W);
+    } else if (col_scale) {
       V s[NV];
       for (int v = 0; v < NV; ++v) s[v] = simd::load(col_scale + v * W);
       for (int r = 0; r < R; ++r)
@@ -54,7 +58,8 @@ KOKKOS_INLINE_FUNCTION void micro_gemm(int K, const T* KOKKOS_RESTRICT A, std::p
 #endif
   T acc[R][J];
   for (int r = 0; r < R; ++r)
-    for (int j = 0; j < J; ++j) acc[r][j] = col_scale ? C[r * ldc + j] * col_scale[j] : T(0);
+    for (int j = 0; j < J; ++j)
+      acc[r][j] = Accumulate ? C[r * ldc + j] : (col_scale ? C[r * ldc + j] * col_scale[j] : T(0));
   for (int k = 0; k < K; ++k) {
     for (int r = 0; r < R; ++r) {
       const T a = A[r * a_m + k * a_k];
@@ -79,6 +84,21 @@ struct TeamTileGemm {
       const int rb = blk - cb * row_blocks;
       micro_gemm<T, R, J>(K, A + rb * R * a_m, a_m, a_k, B + cb * J, ldb, C + rb * R * ldc + cb * J, ldc,
                           col_scale ? col_scale + cb * J : nullptr);
+    });
+  }
+
+  // C (M x N) += A (M x K) B (K x N), same addressing and barrier contract as invoke().
+  template <class Member, class T>
+  KOKKOS_INLINE_FUNCTION static void accumulate(const Member& member, int M, int N, int K, const T* A,
+                                                std::ptrdiff_t a_m, std::ptrdiff_t a_k, const T* B, int ldb, T* C,
+                                                int ldc) {
+    const int row_blocks = M / R;
+    const int col_blocks = N / J;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, row_blocks * col_blocks), [&](const int blk) {
+      const int cb = blk / row_blocks;
+      const int rb = blk - cb * row_blocks;
+      micro_gemm<T, R, J, true>(K, A + rb * R * a_m, a_m, a_k, B + cb * J, ldb, C + rb * R * ldc + cb * J, ldc,
+                                static_cast<const T*>(nullptr));
     });
   }
 };

@@ -38,6 +38,17 @@ struct Tuning {
   // Bytes of scratch the automatic tile sizes aim for: what stays in a core's L2 on the host;
   // on GPUs the limit comes from the policy (about 40 KB of level 0 by default on CUDA).
   static constexpr std::size_t host_scratch_budget = 256 * 1024;
+  // Backward (backward_plan.hpp): starting tile sizes, query rows x keys, before they are fitted
+  // to the scratch budget. The key pass keeps K^T, V^T, K, dK, dV, Q, dO and two score tiles in
+  // scratch: 576 KB at 128 x 128, D = 128, float, inside a 1 MB L2; 128 x 128 measured 10%
+  // faster than 64 x 64 at N = 4096, D = 64 and 128 (perf/RESULTS.md). Then the number of teams
+  // the key-chunk dQ strategy aims for, and the most chunks it uses (each chunk holds a partial
+  // dQ: chunks x N x D extra memory).
+  static constexpr int backward_block_q = host ? 128 : 32;
+  static constexpr int backward_block_k = host ? 128 : 32;
+  static constexpr std::size_t backward_host_scratch_budget = 768 * 1024;
+  static constexpr int backward_target_teams = 16;
+  static constexpr int backward_max_dq_chunks = 8;
 };
 
 }  // namespace detail

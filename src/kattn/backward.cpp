@@ -1,0 +1,113 @@
+#include "kattn/backward.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "kattn/compat.hpp"
+#include "kattn/detail/backends.hpp"
+#include "kattn/detail/backward_key_pass.hpp"
+#include "kattn/detail/backward_plan.hpp"
+#include "kattn/detail/backward_query_pass.hpp"
+#include "kattn/detail/backward_rows.hpp"
+#include "kattn/mask.hpp"
+#include "kattn/state.hpp"
+
+namespace kattn {
+namespace detail {
+
+// prepare (D, lse2) -> key pass (dK, dV [, dQ partials or atomics]) -> query pass (dQ) or the
+// sum of the dQ partials, each labelled "kattn::backward::<step>".
+template <class ExecSpace, class T>
+BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
+                           const BackwardOptions& bopt) {
+  compat::ScopedRegion region("kattn::backward");
+  const AttentionParams<T>& f = p.fwd;
+  const BackwardPlan plan = plan_backward<ExecSpace, T>(space, f.batch, f.heads_kv, f.group_size(), f.head_dim,
+                                                        f.q_len, f.kv_len, f.q_total, opt, bopt);
+  BackwardInfo info;
+  info.dq = plan.dq;
+  info.deterministic = plan.deterministic;
+  info.chunks = plan.chunks;
+  info.block_q = plan.geo.block_q;
+  info.block_k = plan.geo.block_k;
+  info.workspace_bytes = plan.workspace_bytes;
+  if (f.batch == 0 || f.heads_q == 0) return info;
+
+  using Tn = Tuning<ExecSpace, T>;
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Array = Kokkos::View<T*, typename ExecSpace::memory_space>;
+  const std::size_t rows = std::size_t(f.heads_kv) * plan.ws_rows;
+  Array lse2(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::backward::lse2"), rows);
+  Array di(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::backward::D"), rows);
+  Array dq_partials;
+  if (plan.dq == DqStrategy::key_chunks && f.q_len > 0)  // zero-initialised: the key pass adds into it
+    dq_partials = Array(Kokkos::view_alloc(space, "kattn::backward::dq_partials"),
+                        std::size_t(plan.chunks) * rows * plan.geo.kp_dims);
+  BackwardWorkspace<T> ws;
+  ws.lse2 = lse2.data();
+  ws.di = di.data();
+  ws.dq = dq_partials.data();
+  ws.rows = plan.ws_rows;
+  ws.row_pad = plan.geo.kp_rows;
+  ws.dims = plan.geo.kp_dims;
+
+  const double scale = opt.scale != 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(f.head_dim));
+  const bool softcap = opt.softcap > 0.0;
+  GradientScales<T> g;
+  g.ds_scale = static_cast<T>(scale);
+  if (softcap) {
+    g.cap_log2 = static_cast<T>(opt.softcap * kLog2e);
+    g.inv_cap = static_cast<T>(1.0 / opt.softcap);
+  }
+  const T score_scale = static_cast<T>(softcap ? scale : scale * kLog2e);
+  const KeyWindow window = KeyWindow::from(opt);
+
+  if (f.q_len > 0) {
+    BackwardPrepare<ExecSpace, T> prep{p, ws, plan.dq == DqStrategy::atomic};
+    Kokkos::parallel_for("kattn::backward::prepare", Policy(space, prep.league_size(), Kokkos::AUTO), prep);
+  }
+  if (f.kv_len > 0) {
+    BackwardKeyPass<ExecSpace, T> kern;
+    kern.p = p;
+    kern.window = window;
+    kern.k_scale = score_scale;
+    kern.g = g;
+    kern.geo = plan.geo;
+    kern.dq = plan.dq;
+    kern.chunks = plan.chunks;
+    kern.scratch_level = plan.key_scratch_level;
+    kern.ws = ws;
+    Policy policy(space, kern.league_size(), Tn::team_size);
+    policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
+    Kokkos::parallel_for("kattn::backward::key_pass", policy, kern);
+  }
+  if (f.q_len > 0 && plan.dq == DqStrategy::query_pass) {
+    BackwardQueryPass<ExecSpace, T> kern;
+    kern.p = p;
+    kern.window = window;
+    kern.q_scale = score_scale;
+    kern.g = g;
+    kern.geo = plan.geo;
+    kern.row_tiles = plan.row_tiles;
+    kern.scratch_level = plan.query_scratch_level;
+    kern.ws = ws;
+    Policy policy(space, kern.league_size(), Tn::team_size);
+    policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
+    Kokkos::parallel_for("kattn::backward::query_pass", policy, kern);
+  }
+  if (f.q_len > 0 && plan.dq == DqStrategy::key_chunks) {
+    BackwardSumDq<ExecSpace, T> sum{p, ws, plan.chunks};
+    Kokkos::parallel_for("kattn::backward::sum_dq", Policy(space, sum.league_size(), Kokkos::AUTO), sum);
+  }
+  compat::fence(space, "kattn::backward: the workspace is freed on return");
+  return info;
+}
+
+#define KATTN_INSTANTIATE_BACKWARD(Space, T)                                                            \
+  template BackwardInfo backward_impl<Space, T>(const Space&, const BackwardParams<T>&, const Options&, \
+                                                const BackwardOptions&);
+KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_BACKWARD)
+
+}  // namespace detail
+}  // namespace kattn

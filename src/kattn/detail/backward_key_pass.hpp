@@ -1,0 +1,263 @@
+// The backward's key pass (FlashAttention-2's backward loop order): a league over (sequence,
+// KV head, key chunk); a team takes the key tiles of its chunk one at a time, keeps dK and dV of
+// the tile in scratch, and streams every query tile that sees the tile through it:
+//
+//   S = Q K^T, dP = dO V^T                 (rows x keys: the keys are the vector lanes)
+//   P = 2^(S - lse2), dS = scale P (dP - D) [x softcap derivative]   (backward_steps.hpp)
+//   dV += P^T dO, dK += dS^T Q             (keys x dims: the head dim is the lanes)
+//   dQ += dS K                             (rows x dims; key_chunks / atomic only)
+//
+// Rows are (position, head) pairs of the KV head's GQA group, so dK and dV sum over the group's
+// query heads inside the team, with no atomics and in a fixed order. Query tiles are aligned to
+// row 0 and visited in order; key tiles of a chunk in order (chunk c takes tiles c, c + C, ...).
+// K^T, V^T, K are copied once per key tile; Q and dO once per (key tile, query tile); every
+// product is one micro-kernel call (tile_gemm.hpp) with contiguous B and C rows.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+
+#include "kattn/backward_options.hpp"
+#include "kattn/backward_params.hpp"
+#include "kattn/compat.hpp"
+#include "kattn/detail/backward_plan.hpp"
+#include "kattn/detail/backward_steps.hpp"
+#include "kattn/detail/backward_workspace.hpp"
+#include "kattn/detail/tile_gemm.hpp"
+#include "kattn/detail/tuning.hpp"
+#include "kattn/mask.hpp"
+
+namespace kattn {
+namespace detail {
+
+template <class ExecSpace, class T>
+struct BackwardKeyPass {
+  using Tn = Tuning<ExecSpace, T>;
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Member = typename Policy::member_type;
+  using ScratchBuffer = Kokkos::View<T*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+  using Gemm = TeamTileGemm<Tn::micro_rows, Tn::micro_cols>;
+  static constexpr int R = Tn::micro_rows;
+
+  BackwardParams<T> p;
+  KeyWindow window;
+  T k_scale = 1;  // multiplies K^T on load: scale * log2(e), or scale alone when softcapping
+  GradientScales<T> g;
+  BackwardGeometry geo;
+  DqStrategy dq = DqStrategy::key_chunks;
+  int chunks = 1;
+  int scratch_level = 0;
+  BackwardWorkspace<T> ws;
+
+  KOKKOS_INLINE_FUNCTION bool raw_k() const { return dq != DqStrategy::query_pass; }
+  KOKKOS_INLINE_FUNCTION bool dq_tile() const { return dq == DqStrategy::atomic; }
+  int league_size() const { return p.fwd.batch * p.fwd.heads_kv * chunks; }
+  KOKKOS_INLINE_FUNCTION std::size_t scratch_elements() const { return geo.key_pass_elements(raw_k(), dq_tile()); }
+  std::size_t scratch_bytes() const { return ScratchBuffer::shmem_size(scratch_elements()); }
+
+  struct Tiles {
+    T* kt;    // K^T scaled, head_dim x keys
+    T* vt;    // V^T, head_dim x keys
+    T* k;     // K, keys x dims (null for query_pass)
+    T* dk;    // dK accumulator, keys x dims
+    T* dv;    // dV accumulator, keys x dims
+    T* q;     // Q, rows x dims
+    T* dout;  // dO, rows x dims
+    T* s;     // S, then P; rows x keys
+    T* dp;    // dP, then dS; rows x keys
+    T* dq;    // dQ tile, rows x dims (atomic only)
+    T* lse2;  // per row
+    T* di;    // per row
+  };
+
+  KOKKOS_INLINE_FUNCTION Tiles carve(const ScratchBuffer& buf) const {
+    const std::size_t kd = std::size_t(geo.kp_keys) * geo.kp_dims, rd = std::size_t(geo.kp_rows) * geo.kp_dims;
+    const std::size_t rk = std::size_t(geo.kp_rows) * geo.kp_keys;
+    Tiles t;
+    t.kt = buf.data();
+    t.vt = t.kt + std::size_t(geo.head_dim) * geo.kp_keys;
+    T* next = t.vt + std::size_t(geo.head_dim) * geo.kp_keys;
+    t.k = raw_k() ? next : nullptr;
+    next += raw_k() ? kd : 0;
+    t.dk = next;
+    t.dv = t.dk + kd;
+    t.q = t.dv + kd;
+    t.dout = t.q + rd;
+    t.s = t.dout + rd;
+    t.dp = t.s + rk;
+    next = t.dp + rk;
+    t.dq = dq_tile() ? next : nullptr;
+    next += dq_tile() ? rd : 0;
+    t.lse2 = next;
+    t.di = t.lse2 + geo.kp_rows;
+    return t;
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& member) const {
+    int rank = member.league_rank();
+    const int c = rank % chunks;
+    rank /= chunks;
+    const int hk = rank % p.fwd.heads_kv;
+    const int b = rank / p.fwd.heads_kv;
+    const std::int64_t q_len = p.fwd.seq_q_len(b);
+    const std::int64_t kv_len = p.fwd.seq_kv_len(b);
+    const std::int64_t tiles = (kv_len + geo.block_k - 1) / geo.block_k;
+    if (c >= tiles) return;
+    const Tiles s = carve(ScratchBuffer(member.team_scratch(scratch_level), scratch_elements()));
+    for (std::int64_t kt = c; kt < tiles; kt += chunks) {
+      const std::int64_t kb = kt * geo.block_k;
+      const int n_keys = static_cast<int>(kv_len - kb < geo.block_k ? kv_len - kb : geo.block_k);
+      key_tile(member, b, hk, c, kb, n_keys, q_len, kv_len, s);
+    }
+  }
+
+  // dK and dV of keys [kb, kb + n_keys): every query tile with a row that sees one of them.
+  KOKKOS_INLINE_FUNCTION void key_tile(const Member& member, int b, int hk, int c, std::int64_t kb, int n_keys,
+                                       std::int64_t q_len, std::int64_t kv_len, const Tiles& s) const {
+    load_keys(member, b, hk, kb, n_keys, s);
+    member.team_barrier();
+    if (q_len > 0) {
+      const int G = p.fwd.group_size();
+      const std::int64_t i_lo = window.first_query(kb, q_len, kv_len);
+      const std::int64_t i_hi = window.last_query(kb + n_keys - 1, q_len, kv_len);
+      if (i_lo <= i_hi) {
+        const std::int64_t tq_end = (i_hi * G + G - 1) / geo.block_q;
+        for (std::int64_t tq = i_lo * G / geo.block_q; tq <= tq_end; ++tq) {
+          const std::int64_t t0 = tq * geo.block_q;
+          const int n_rows = static_cast<int>(G * q_len - t0 < geo.block_q ? G * q_len - t0 : geo.block_q);
+          query_tile(member, b, hk, c, kb, n_keys, t0, n_rows, q_len, kv_len, s);
+        }
+      }
+    }
+    store_keys(member, b, hk, kb, n_keys, s);
+    member.team_barrier();
+  }
+
+  // One query tile against the team's key tile.
+  KOKKOS_INLINE_FUNCTION void query_tile(const Member& member, int b, int hk, int c, std::int64_t kb, int n_keys,
+                                         std::int64_t t0, int n_rows, std::int64_t q_len, std::int64_t kv_len,
+                                         const Tiles& s) const {
+    const int D = p.fwd.head_dim;
+    const int m_rows = (n_rows + R - 1) / R * R;  // rows the products compute (padding rows give P = 0)
+    load_rows(member, b, hk, t0, m_rows, n_rows, s);
+    member.team_barrier();
+    Gemm::invoke(member, m_rows, geo.kp_keys, D, s.q, geo.kp_dims, 1, s.kt, geo.kp_keys, s.s, geo.kp_keys,
+                 static_cast<const T*>(nullptr));
+    Gemm::invoke(member, m_rows, geo.kp_keys, D, s.dout, geo.kp_dims, 1, s.vt, geo.kp_keys, s.dp, geo.kp_keys,
+                 static_cast<const T*>(nullptr));
+    member.team_barrier();
+    if (g.cap_log2 != T(0)) {
+      softcap_tanh(member, s.s, m_rows * geo.kp_keys, g.inv_cap);
+      member.team_barrier();
+    }
+    gradient_rows(member, kb, n_keys, t0, m_rows, n_rows, q_len, kv_len, s);
+    member.team_barrier();
+    Gemm::accumulate(member, geo.kp_keys, geo.kp_dims, n_rows, s.s, 1, geo.kp_keys, s.dout, geo.kp_dims, s.dv,
+                     geo.kp_dims);
+    Gemm::accumulate(member, geo.kp_keys, geo.kp_dims, n_rows, s.dp, 1, geo.kp_keys, s.q, geo.kp_dims, s.dk,
+                     geo.kp_dims);
+    if (dq == DqStrategy::key_chunks) {
+      // Only this team writes chunk c's rows of (b, hk): a plain read-modify-write.
+      Gemm::accumulate(member, m_rows, geo.kp_dims, n_keys, s.dp, geo.kp_keys, 1, s.k, geo.kp_dims,
+                       ws.dq_row(p.fwd, c, b, hk, t0), geo.kp_dims);
+    } else if (dq == DqStrategy::atomic) {
+      Gemm::invoke(member, m_rows, geo.kp_dims, n_keys, s.dp, geo.kp_keys, 1, s.k, geo.kp_dims, s.dq, geo.kp_dims,
+                   static_cast<const T*>(nullptr));
+      member.team_barrier();
+      add_dq_atomically(member, b, hk, t0, n_rows, s);
+    }
+    member.team_barrier();
+  }
+
+  // P and dS for each row: masked (window, padding keys) where some row does not see the whole tile.
+  KOKKOS_INLINE_FUNCTION void gradient_rows(const Member& member, std::int64_t kb, int n_keys, std::int64_t t0,
+                                            int m_rows, int n_rows, std::int64_t q_len, std::int64_t kv_len,
+                                            const Tiles& s) const {
+    const int G = p.fwd.group_size();
+    const std::int64_t i_first = t0 / G, i_last = (t0 + n_rows - 1) / G;
+    const bool full = n_keys == geo.kp_keys && kb >= window.first(i_last, q_len, kv_len) &&
+                      kb + n_keys - 1 <= window.last(i_first, q_len, kv_len);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, m_rows), [&](const int r) {
+      int begin = 0, end = geo.kp_keys;
+      if (!full) {
+        const std::int64_t i = (t0 + (r < n_rows ? r : 0)) / G;
+        const std::int64_t f = window.first(i, q_len, kv_len) - kb;
+        const std::int64_t l = window.last(i, q_len, kv_len) - kb + 1;
+        begin = static_cast<int>(f < 0 ? 0 : (f > n_keys ? n_keys : f));
+        end = static_cast<int>(l < begin ? begin : (l > n_keys ? n_keys : l));
+      }
+      gradient_row(s.s + r * geo.kp_keys, s.dp + r * geo.kp_keys, geo.kp_keys, begin, end, s.lse2[r], s.di[r], g);
+    });
+  }
+
+  // K^T (scaled), V^T and K of keys [kb, kb + n_keys) into scratch, zero-padded; dK = dV = 0.
+  KOKKOS_INLINE_FUNCTION void load_keys(const Member& member, int b, int hk, std::int64_t kb, int n_keys,
+                                        const Tiles& s) const {
+    const int D = p.fwd.head_dim;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, geo.kp_keys), [&](const int j) {
+      const T* k = j < n_keys ? p.fwd.k_ptr(b, kb + j, hk) : nullptr;
+      const T* v = j < n_keys ? p.fwd.v_ptr(b, kb + j, hk) : nullptr;
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, geo.kp_dims), [&](const int d) {
+        const bool in = k && d < D;
+        if (d < D) {
+          s.kt[d * geo.kp_keys + j] = in ? k[d] * k_scale : T(0);
+          s.vt[d * geo.kp_keys + j] = in ? v[d] : T(0);
+        }
+        if (s.k) s.k[j * geo.kp_dims + d] = in ? k[d] : T(0);
+        s.dk[j * geo.kp_dims + d] = T(0);
+        s.dv[j * geo.kp_dims + d] = T(0);
+      });
+    });
+  }
+
+  // Q and dO of rows [t0, t0 + n_rows) (zero up to m_rows), with their lse2 and D.
+  KOKKOS_INLINE_FUNCTION void load_rows(const Member& member, int b, int hk, std::int64_t t0, int m_rows, int n_rows,
+                                        const Tiles& s) const {
+    const int G = p.fwd.group_size();
+    const int D = p.fwd.head_dim;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, m_rows), [&](const int r) {
+      const bool in_row = r < n_rows;
+      const std::int64_t i = (t0 + r) / G;
+      const int h = hk * G + static_cast<int>((t0 + r) % G);
+      const T* q = in_row ? p.fwd.q_ptr(b, i, h) : nullptr;
+      const T* dout = in_row ? p.do_ptr(b, i, h) : nullptr;
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, geo.kp_dims), [&](const int d) {
+        const bool in = in_row && d < D;
+        s.q[r * geo.kp_dims + d] = in ? q[d] : T(0);
+        s.dout[r * geo.kp_dims + d] = in ? dout[d] : T(0);
+      });
+      Kokkos::single(Kokkos::PerThread(member), [&]() {
+        const std::int64_t row = ws.row(p.fwd, b, hk, in_row ? t0 + r : t0);
+        s.lse2[r] = in_row ? ws.lse2[row] : compat::infinity<T>();
+        s.di[r] = in_row ? ws.di[row] : T(0);
+      });
+    });
+  }
+
+  // dK and dV of the tile's keys to the outputs (dS carries the scale already).
+  KOKKOS_INLINE_FUNCTION void store_keys(const Member& member, int b, int hk, std::int64_t kb, int n_keys,
+                                         const Tiles& s) const {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n_keys), [&](const int j) {
+      T* dk = p.dk_ptr(b, kb + j, hk);
+      T* dv = p.dv_ptr(b, kb + j, hk);
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.fwd.head_dim), [&](const int d) {
+        dk[d] = s.dk[j * geo.kp_dims + d];
+        dv[d] = s.dv[j * geo.kp_dims + d];
+      });
+    });
+  }
+
+  KOKKOS_INLINE_FUNCTION void add_dq_atomically(const Member& member, int b, int hk, std::int64_t t0, int n_rows,
+                                                const Tiles& s) const {
+    const int G = p.fwd.group_size();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n_rows), [&](const int r) {
+      T* out = p.dq_ptr(b, (t0 + r) / G, hk * G + static_cast<int>((t0 + r) % G));
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.fwd.head_dim),
+                           [&](const int d) { Kokkos::atomic_add(out + d, s.dq[r * geo.kp_dims + d]); });
+    });
+  }
+};
+
+}  // namespace detail
+}  // namespace kattn

@@ -1,0 +1,168 @@
+// Tiles and dQ strategy of the backward pass. Two tile layouts share one (block_q, block_k):
+//
+//   key pass (one team per key tile, streaming query tiles): S = Q K^T and dP = dO V^T are
+//     rows x keys with the keys as vector lanes; dV += P^T dO, dK += dS^T Q (and dQ += dS K) have
+//     the head dim as lanes. So keys and dims are padded to the micro-tile columns, rows to its rows.
+//   query pass (one team per query tile, streaming key tiles; the forward's layout): S^T = K Q^T,
+//     dP^T = V dO^T and dQ^T += K^T dS^T have the query rows as lanes.
+//
+// Every product is one outer-product micro-kernel call with contiguous B and C rows
+// (tile_gemm.hpp); transposes are strides of A or a transposed copy made once per team tile.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "kattn/backward_options.hpp"
+#include "kattn/detail/tile_geometry.hpp"
+#include "kattn/detail/tuning.hpp"
+#include "kattn/errors.hpp"
+#include "kattn/options.hpp"
+#include "kattn/tiles.hpp"
+
+namespace kattn {
+namespace detail {
+
+struct BackwardGeometry {
+  int block_q = 0, block_k = 0, head_dim = 0;
+  // Key pass: rows padded to micro rows; keys and dims to micro columns (lanes).
+  int kp_rows = 0, kp_keys = 0, kp_dims = 0;
+  // Query pass: rows padded to micro columns (lanes); keys and dims to micro rows.
+  int qp_rows = 0, qp_keys = 0, qp_dims = 0;
+
+  static BackwardGeometry make(int block_q, int block_k, int head_dim, int micro_rows, int micro_cols) {
+    BackwardGeometry g;
+    g.block_q = block_q;
+    g.block_k = block_k;
+    g.head_dim = head_dim;
+    g.kp_rows = round_up(block_q, micro_rows);
+    g.kp_keys = round_up(block_k, micro_cols);
+    g.kp_dims = round_up(head_dim, micro_cols);
+    g.qp_rows = round_up(block_q, micro_cols);
+    g.qp_keys = round_up(block_k, micro_rows);
+    g.qp_dims = round_up(head_dim, micro_rows);
+    return g;
+  }
+
+  // Key pass scratch, in carve order: K^T and V^T (D x keys), K (keys x dims, when the team
+  // adds dQ), dK and dV (keys x dims), Q and dO (rows x dims), S/P and dP/dS (rows x keys), a
+  // dQ tile (rows x dims, atomic only), lse2 and D per row.
+  KOKKOS_INLINE_FUNCTION std::size_t key_pass_elements(bool raw_k, bool dq_tile) const {
+    const std::size_t kd = std::size_t(kp_keys) * kp_dims, rd = std::size_t(kp_rows) * kp_dims;
+    const std::size_t rk = std::size_t(kp_rows) * kp_keys;
+    return 2 * std::size_t(head_dim) * kp_keys + (raw_k ? kd : 0) + 2 * kd + 2 * rd + 2 * rk + (dq_tile ? rd : 0) +
+           2 * std::size_t(kp_rows);
+  }
+  // Query pass scratch: Q^T and dO^T (D x rows), dQ^T (dims x rows), K and V copies (keys x dims,
+  // when not read in place), S^T/P^T and dP^T/dS^T (keys x rows), lse2 and D per row.
+  KOKKOS_INLINE_FUNCTION std::size_t query_pass_elements() const {
+    return 2 * std::size_t(head_dim) * qp_rows + std::size_t(qp_dims) * qp_rows + 2 * std::size_t(qp_keys) * qp_dims +
+           2 * std::size_t(qp_keys) * qp_rows + 2 * std::size_t(qp_rows);
+  }
+};
+
+struct BackwardPlan {
+  BackwardGeometry geo;
+  DqStrategy dq = DqStrategy::key_chunks;
+  bool deterministic = true;  // of the chosen strategy
+  int chunks = 1;             // key-pass teams per (sequence, KV head)
+  int key_tiles = 0;          // of the longest sequence
+  int row_tiles = 0;          // query tiles of the longest sequence (rows = positions x group)
+  std::int64_t ws_rows = 0;   // rows per KV head of the row-indexed workspaces (padded per sequence)
+  int key_scratch_level = 0, query_scratch_level = 0;
+  std::size_t key_scratch_bytes = 0, query_scratch_bytes = 0;
+  std::size_t workspace_bytes = 0;  // dQ partials, D and lse2 arrays
+};
+
+template <class ExecSpace, class T>
+BackwardPlan plan_backward(const ExecSpace& space, int batch, int heads_kv, int group, int head_dim,
+                           std::int64_t q_len, std::int64_t kv_len, std::int64_t q_total, const Options& opt,
+                           const BackwardOptions& bopt) {
+  using Tn = Tuning<ExecSpace, T>;
+  using ScratchBuffer = Kokkos::View<T*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+  BackwardPlan plan;
+
+  // Strategy first: it decides what the key pass keeps in scratch.
+  KATTN_REQUIRE(!(bopt.deterministic && bopt.dq == DqStrategy::atomic),
+                "dq: the atomic strategy is not deterministic; choose key_chunks or query_pass, or drop deterministic");
+  KATTN_REQUIRE(bopt.dq_chunks >= 0, "dq_chunks: expected a chunk count >= 1 or 0 (planned), got ", bopt.dq_chunks);
+  plan.dq = bopt.dq;
+  if (plan.dq == DqStrategy::automatic) {
+    if (Tn::host)
+      plan.dq = DqStrategy::key_chunks;
+    else
+      plan.dq = bopt.deterministic ? DqStrategy::query_pass : DqStrategy::atomic;
+  }
+  plan.deterministic = plan.dq != DqStrategy::atomic;
+  const bool raw_k = plan.dq != DqStrategy::query_pass;
+  const bool dq_tile = plan.dq == DqStrategy::atomic;
+
+  const auto geometry = [&](int bq, int bk) {
+    return BackwardGeometry::make(bq, bk, head_dim, Tn::micro_rows, Tn::micro_cols);
+  };
+  const auto bytes = [&](int bq, int bk) {
+    const BackwardGeometry g = geometry(bq, bk);
+    const std::size_t key = ScratchBuffer::shmem_size(g.key_pass_elements(raw_k, dq_tile));
+    const std::size_t query = plan.dq == DqStrategy::query_pass ? ScratchBuffer::shmem_size(g.query_pass_elements()) : 0;
+    return std::max(key, query);
+  };
+  const std::size_t level0 = scratch_limit(space, 0);
+  const std::size_t level1 = scratch_limit(space, 1);
+  int bq = opt.block_q, bk = opt.block_k;
+  if (bq == 0 || bk == 0) {
+    const std::size_t budget = Tn::host ? Tn::backward_host_scratch_budget : level0;
+    const std::int64_t rows = std::max<std::int64_t>(q_len * group, 1);
+    const int rows_cap = static_cast<int>(std::min<std::int64_t>(rows, 1 << 20));
+    int auto_q = bq ? bq : std::min(Tn::backward_block_q, round_up(rows_cap, Tn::micro_rows));
+    const int keys_cap = static_cast<int>(std::min<std::int64_t>(std::max<std::int64_t>(kv_len, 1), 1 << 20));
+    int auto_k = bk ? bk : std::min(Tn::backward_block_k, round_up(keys_cap, Tn::micro_cols));
+    while (bytes(auto_q, auto_k) > budget) {
+      const bool shrink_q = bq == 0 && (auto_q >= auto_k || bk != 0) && auto_q > Tn::micro_rows;
+      const bool shrink_k = bk == 0 && auto_k > Tn::micro_cols;
+      if (shrink_q)
+        auto_q = std::max(Tn::micro_rows, round_up(auto_q / 2, Tn::micro_rows));
+      else if (shrink_k)
+        auto_k = std::max(Tn::micro_cols, round_up(auto_k / 2, Tn::micro_cols));
+      else
+        break;
+    }
+    bq = auto_q;
+    bk = auto_k;
+  }
+  plan.geo = geometry(bq, bk);
+  const std::size_t need = bytes(bq, bk);
+  KATTN_REQUIRE(need <= level1, "block_q/block_k: backward tiles of ", bq, " query rows x ", bk, " keys at head dim ",
+                head_dim, " need ", need, " bytes of scratch, more than the ", level1,
+                " bytes the execution space offers; shrink block_q or block_k");
+  plan.key_scratch_bytes = ScratchBuffer::shmem_size(plan.geo.key_pass_elements(raw_k, dq_tile));
+  plan.query_scratch_bytes = ScratchBuffer::shmem_size(plan.geo.query_pass_elements());
+  plan.key_scratch_level = plan.key_scratch_bytes <= level0 ? 0 : 1;
+  plan.query_scratch_level = plan.query_scratch_bytes <= level0 ? 0 : 1;
+
+  plan.key_tiles = static_cast<int>((kv_len + bk - 1) / bk);
+  plan.row_tiles = static_cast<int>((q_len * group + bq - 1) / bq);
+  if (plan.dq == DqStrategy::key_chunks) {
+    // Enough teams to fill a node when the batch has few heads, never more than the key tiles,
+    // and at most backward_max_dq_chunks partial dQ arrays. Depends on the problem only, so the
+    // result is the same for every thread count.
+    const int teams = std::max(1, batch * heads_kv);
+    int c = bopt.dq_chunks ? bopt.dq_chunks
+                           : std::min(Tn::backward_max_dq_chunks, (Tn::backward_target_teams + teams - 1) / teams);
+    plan.chunks = std::max(1, std::min(c, std::max(plan.key_tiles, 1)));
+  } else {
+    plan.chunks = std::max(plan.key_tiles, 1);
+  }
+  // Row-indexed workspaces: per KV head, each sequence's rows (positions x group) padded by one
+  // key-pass tile, so a tile's padded rows never reach the next sequence's.
+  plan.ws_rows = q_total * group + std::int64_t(batch) * plan.geo.kp_rows;
+  const std::size_t rows = std::size_t(heads_kv) * plan.ws_rows;
+  plan.workspace_bytes = 2 * rows * sizeof(T);
+  if (plan.dq == DqStrategy::key_chunks) plan.workspace_bytes += std::size_t(plan.chunks) * rows * plan.geo.kp_dims * sizeof(T);
+  return plan;
+}
+
+}  // namespace detail
+}  // namespace kattn

@@ -1,0 +1,107 @@
+// The element-wise steps of the backward pass between its tile products, on a score tile S and
+// the tile dP = dO V^T:
+//
+//   softcap:  th = tanh(s / cap), t = cap log2(e) th            (the forward's cap, log2 units)
+//   P  = 2^(t - lse2)                                             (recomputed from the saved LSE)
+//   dS = scale P (dP - D) (1 - th^2)                              (scale folded in for dQ and dK)
+//
+// lse2 is the row's natural-log LSE in log2 units, or +inf for a row that saw no key (and for
+// padding rows), so that its P is exactly 0 even where the score is -inf. D = rowsum(dO * O).
+// A masked score is -inf before the exponential; with softcap its tanh slot holds -inf and its
+// derivative factor is taken as 1 (P = 0 makes dS = 0).
+//
+// Barrier contract: no step barriers on exit; the caller barriers between steps.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include "kattn/compat.hpp"
+#include "kattn/detail/exp2.hpp"
+#include "kattn/detail/simd.hpp"
+
+namespace kattn {
+namespace detail {
+
+// Scalars the steps share.
+template <class T>
+struct GradientScales {
+  T ds_scale = 1;  // the attention scale: dS is scaled once for both dQ = dS K and dK = dS^T Q
+  T cap_log2 = 0;  // softcap * log2(e); 0 = no softcap
+  T inv_cap = 0;   // 1 / softcap
+};
+
+// One score s -> (P, dS) with the row's lse2 and D; th_or_t is tanh(s / cap) when softcapping
+// (-inf when masked), else the log2-unit score (-inf when masked).
+template <class T>
+KOKKOS_INLINE_FUNCTION void gradient_scalar(T& s_to_p, T& dp_to_ds, T lse2, T di, const GradientScales<T>& g) {
+  const T th = s_to_p;
+  T t = th, deriv = T(1);
+  if (g.cap_log2 != T(0)) {
+    t = g.cap_log2 * th;
+    if (th != -compat::infinity<T>()) deriv = T(1) - th * th;
+  }
+  const T p = exp2(t - lse2);
+  s_to_p = p;
+  dp_to_ds = g.ds_scale * p * (dp_to_ds - di) * deriv;
+}
+
+#if KATTN_HOST_SIMD
+// The same on a vector of scores; lse2 and D are per lane (query pass) or broadcast (key pass).
+template <class T>
+inline void gradient_vector(T* s_to_p, T* dp_to_ds, simd::vec<T> lse2, simd::vec<T> di, const GradientScales<T>& g) {
+  using V = simd::vec<T>;
+  const V th = simd::load(s_to_p);
+  V t = th, deriv = simd::splat<T>(T(1));
+  if (g.cap_log2 != T(0)) {
+    t = g.cap_log2 * th;
+    deriv = th == -compat::infinity<T>() ? simd::splat<T>(T(1)) : T(1) - th * th;
+  }
+  const V p = exp2<T>(t - lse2);
+  simd::store(s_to_p, p);
+  simd::store(dp_to_ds, g.ds_scale * p * (simd::load(dp_to_ds) - di) * deriv);
+}
+#endif
+
+// s <- tanh(s / cap) over n scores (the softcap's first half; gradient_* finish it).
+template <class Member, class T>
+KOKKOS_INLINE_FUNCTION void softcap_tanh(const Member& member, T* s, int n, T inv_cap) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n), [&](const int i) { s[i] = compat::tanh(s[i] * inv_cap); });
+}
+
+// Key-pass layout (rows x keys, keys contiguous): one row's keys outside [begin, end) get -inf,
+// then P and dS for the row's `keys` entries (a multiple of the SIMD width). Thread-level.
+template <class T>
+KOKKOS_INLINE_FUNCTION void gradient_row(T* s, T* dp, int keys, int begin, int end, T lse2, T di,
+                                         const GradientScales<T>& g) {
+  const T neg_inf = -compat::infinity<T>();
+  for (int j = 0; j < begin; ++j) s[j] = neg_inf;
+  for (int j = end; j < keys; ++j) s[j] = neg_inf;
+#if KATTN_HOST_SIMD
+  constexpr int W = simd::width<T>();
+  const simd::vec<T> l = simd::splat<T>(lse2), d = simd::splat<T>(di);
+  for (int j = 0; j < keys; j += W) gradient_vector(s + j, dp + j, l, d, g);
+#else
+  for (int j = 0; j < keys; ++j) gradient_scalar(s[j], dp[j], lse2, di, g);
+#endif
+}
+
+// Query-pass layout (keys x rows, rows contiguous): P^T and dS^T for every key, with per-column
+// lse2 and D. Masking is done before (mask_column, online_softmax.hpp). rows is a multiple of the
+// SIMD width.
+template <class Member, class T>
+KOKKOS_INLINE_FUNCTION void gradient_columns(const Member& member, T* st, T* dpt, int keys, int rows, const T* lse2,
+                                             const T* di, const GradientScales<T>& g) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, keys), [&](const int j) {
+#if KATTN_HOST_SIMD
+    constexpr int W = simd::width<T>();
+    for (int r = 0; r < rows; r += W)
+      gradient_vector(st + j * rows + r, dpt + j * rows + r, simd::load(lse2 + r), simd::load(di + r), g);
+#else
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, rows),
+                         [&](const int r) { gradient_scalar(st[j * rows + r], dpt[j * rows + r], lse2[r], di[r], g); });
+#endif
+  });
+}
+
+}  // namespace detail
+}  // namespace kattn
