@@ -7,6 +7,7 @@ namespace kattn {
 namespace cli {
 
 int cmd_run(Args& args);
+int cmd_grad(Args& args);
 int cmd_io(Args& args);
 int cmd_version(Args& args);
 

@@ -18,6 +18,7 @@ const char* kUsage =
     "usage: kattn <command> [options]   (kattn <command> --help for its options)\n"
     "commands:\n"
     "  run      attention on .npy inputs or random ones (--algo naive|flash)\n"
+    "  grad     gradients dq, dk, dv of attention by the recomputing backward pass\n"
     "  io       the HBM-traffic model of standard vs tiled attention\n"
     "  version  kattn's version, Kokkos version, backends and options (also --version)\n"
     "Kokkos options (--kokkos-num-threads=N, ...) are accepted by every command.\n";
@@ -30,6 +31,7 @@ int main(int argc, char* argv[]) {
   {
     const std::map<std::string, int (*)(kattn::cli::Args&)> commands = {
         {"run", kattn::cli::cmd_run},
+        {"grad", kattn::cli::cmd_grad},
         {"io", kattn::cli::cmd_io},
         {"version", kattn::cli::cmd_version},
     };

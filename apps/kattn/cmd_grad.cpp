@@ -1,0 +1,216 @@
+// kattn grad: the gradients of sum(O * dO) with respect to q, k, v by the tiled backward pass,
+// timed (with the forward beside it when O and LSE are computed here), optionally checked
+// against the float64 textbook backward and written to .npy files.
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "args.hpp"
+#include "commands.hpp"
+#include "inputs.hpp"
+#include "json.hpp"
+#include "kattn/backward.hpp"
+#include "kattn/errors.hpp"
+#include "kattn/forward.hpp"
+#include "kattn/reference_backward.hpp"
+
+namespace kattn {
+namespace cli {
+namespace {
+
+const char* kGradUsage =
+    "usage: kattn grad (--q Q.npy --k K.npy --v V.npy --do DO.npy | --random B,NQ,NK,HQ,HKV,D [--seed N])\n"
+    "                  [--o O.npy --lse LSE.npy] [--block-q N] [--block-k N]\n"
+    "                  [--causal] [--window LEFT,RIGHT] [--softcap C] [--scale S] [--dtype f32|f64]\n"
+    "                  [--dq DQ.npy] [--dk DK.npy] [--dv DV.npy] [--deterministic]\n"
+    "                  [--dq-strategy auto|key-chunks|query-pass|atomic] [--dq-chunks N] [--check] [--json]\n"
+    "Gradients of sum(O * dO) with respect to q, k, v. O and LSE are computed by the forward pass\n"
+    "when not given. --check compares with the textbook backward in float64.\n";
+
+struct Gradients {
+  std::vector<double> dq, dk, dv;
+  double seconds = 0;
+  double forward_seconds = 0;  // 0 when o and lse were given
+  BackwardInfo info;
+};
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// o and lse given as files (read and shape-checked), or none.
+struct GivenForward {
+  std::vector<double> o, lse;
+  bool given = false;
+};
+
+GivenForward read_given_forward(Args& args, const DenseInputs& in) {
+  GivenForward g;
+  const auto of = args.value("--o"), lf = args.value("--lse");
+  KATTN_REQUIRE(bool(of) == bool(lf), of ? "--lse" : "--o", ": give --o and --lse together (or neither: the forward ",
+                "pass computes them)");
+  if (!of) return g;
+  const io::NpyArray o = io::read_npy(*of), lse = io::read_npy(*lf);
+  KATTN_REQUIRE(o.is_floating(), "--o ", *of, ": expected float32 or float64 data, got ", io::name(o.dtype));
+  KATTN_REQUIRE(lse.is_floating(), "--lse ", *lf, ": expected float32 or float64 data, got ", io::name(lse.dtype));
+  const std::vector<std::int64_t> o_shape = {in.B, in.Nq, in.Hq, in.D}, lse_shape = {in.B, in.Hq, in.Nq};
+  const auto str = [](const std::vector<std::int64_t>& s) {
+    std::string r = "(";
+    for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+    return r + ")";
+  };
+  KATTN_REQUIRE(o.shape == o_shape, "--o ", *of, ": expected shape ", str(o_shape), " [B, Nq, Hq, D] (from q), got ",
+                str(o.shape));
+  KATTN_REQUIRE(lse.shape == lse_shape, "--lse ", *lf, ": expected shape ", str(lse_shape),
+                " [B, Hq, Nq] (from q), got ", str(lse.shape));
+  g.o = o.values<double>();
+  g.lse = lse.values<double>();
+  round_to(in.dtype, g.o);
+  round_to(in.dtype, g.lse);
+  g.given = true;
+  return g;
+}
+
+template <class T>
+Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_values, const GivenForward& given,
+                       const Options& opt, const BackwardOptions& bopt) {
+  const auto q = to_view<Tensor4<T>>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
+  const auto k = to_view<Tensor4<T>>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
+  const auto v = to_view<Tensor4<T>>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
+  const auto dout = to_view<Tensor4<T>>(dout_values, "do", in.B, in.Nq, in.Hq, in.D);
+  Tensor4<T> o;
+  Tensor3<T> lse;
+  const Kokkos::DefaultExecutionSpace space;
+  Gradients out;
+  if (given.given) {
+    o = to_view<Tensor4<T>>(given.o, "o", in.B, in.Nq, in.Hq, in.D);
+    lse = to_view<Tensor3<T>>(given.lse, "lse", in.B, in.Hq, in.Nq);
+  } else {
+    o = Tensor4<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), in.B, in.Nq, in.Hq, in.D);
+    lse = Tensor3<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), in.B, in.Hq, in.Nq);
+    space.fence();
+    const auto t0 = std::chrono::steady_clock::now();
+    forward(space, q, k, v, o, lse, opt);
+    space.fence();
+    out.forward_seconds = since(t0);
+  }
+  Tensor4<T> dq(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dq"), in.B, in.Nq, in.Hq, in.D);
+  Tensor4<T> dk(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dk"), in.B, in.Nk, in.Hkv, in.D);
+  Tensor4<T> dv(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dv"), in.B, in.Nk, in.Hkv, in.D);
+  poison(dq);
+  poison(dk);
+  poison(dv);
+  space.fence();
+  const auto t0 = std::chrono::steady_clock::now();
+  out.info = backward(space, q, k, v, o, lse, dout, dq, dk, dv, opt, bopt);
+  space.fence();
+  out.seconds = since(t0);
+  out.dq = from_view(dq);
+  out.dk = from_view(dk);
+  out.dv = from_view(dv);
+  return out;
+}
+
+// The textbook backward in float64 on the same (rounded) inputs.
+Gradients textbook(const DenseInputs& in, const std::vector<double>& dout_values, const Options& opt) {
+  const double bytes = 2.0 * 8.0 * double(in.B) * double(in.Hq) * double(in.Nq) * double(in.Nk);
+  KATTN_REQUIRE(bytes <= 16e9, "--check: the textbook backward would hold ", bytes / 1e9,
+                " GB of scores (two B x Hq x Nq x Nk float64 arrays); check a smaller problem");
+  using T4 = Tensor4<double>;
+  const auto q = to_view<T4>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
+  const auto k = to_view<T4>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
+  const auto v = to_view<T4>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
+  const auto dout = to_view<T4>(dout_values, "do", in.B, in.Nq, in.Hq, in.D);
+  T4 dq("dq", in.B, in.Nq, in.Hq, in.D), dk("dk", in.B, in.Nk, in.Hkv, in.D), dv("dv", in.B, in.Nk, in.Hkv, in.D);
+  reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, dout, dq, dk, dv, opt);
+  Gradients g;
+  g.dq = from_view(dq);
+  g.dk = from_view(dk);
+  g.dv = from_view(dv);
+  return g;
+}
+
+DqStrategy parse_strategy(const std::string& s) {
+  if (s == "auto") return DqStrategy::automatic;
+  if (s == "key-chunks") return DqStrategy::key_chunks;
+  if (s == "query-pass") return DqStrategy::query_pass;
+  if (s == "atomic") return DqStrategy::atomic;
+  KATTN_REQUIRE(false, "--dq-strategy: expected auto, key-chunks, query-pass or atomic, got '", s, "'");
+  return DqStrategy::automatic;
+}
+
+}  // namespace
+
+int cmd_grad(Args& args) {
+  if (args.flag("--help")) {
+    std::cout << kGradUsage;
+    return 0;
+  }
+  const auto dq_path = args.value("--dq"), dk_path = args.value("--dk"), dv_path = args.value("--dv");
+  const bool check = args.flag("--check");
+  const bool json = args.flag("--json");
+  BackwardOptions bopt;
+  bopt.deterministic = args.flag("--deterministic");
+  if (auto s = args.value("--dq-strategy")) bopt.dq = parse_strategy(*s);
+  bopt.dq_chunks = static_cast<int>(args.integer("--dq-chunks", 1, 1 << 20).value_or(0));
+  const Options opt = read_options(args);
+  KATTN_REQUIRE(opt.splits == 0, "--splits: not used by grad (see --dq-strategy and --dq-chunks)");
+  std::vector<double> dout;
+  const DenseInputs in = read_dense_inputs(args, "--do", &dout);
+  KATTN_REQUIRE(dout.size() == in.q.size(),
+                "--do: give DO.npy (the gradient of the loss with respect to o) with --q/--k/--v, or use --random");
+  const GivenForward given = read_given_forward(args, in);
+  args.finish();
+
+  const Gradients g = in.dtype == io::DType::f32 ? run_backward<float>(in, dout, given, opt, bopt)
+                                                 : run_backward<double>(in, dout, given, opt, bopt);
+  const double flops = 2.5 * attention_flops(in, opt);  // FlashAttention-2's backward count
+  const double gflops = g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0;
+  const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
+  std::printf("kattn grad: dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n", dtype, (long long)in.B,
+              (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
+              opt.causal ? " causal" : "");
+  std::printf("dq strategy: %s (%s), %d key chunks, tiles %d x %d, workspace %.1f MB\n", name(g.info.dq),
+              g.info.deterministic ? "deterministic" : "not deterministic", g.info.chunks, g.info.block_q,
+              g.info.block_k, double(g.info.workspace_bytes) / 1e6);
+  std::printf("time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count)", g.seconds, gflops);
+  if (g.forward_seconds > 0)
+    std::printf("; forward %.6f s, backward/forward %.2f", g.forward_seconds, g.seconds / g.forward_seconds);
+  std::printf("\n");
+
+  Json j;
+  j.add("algo", "flash").add("dtype", dtype).add("shape", in.shape()).add("causal", opt.causal);
+  j.add("seconds", g.seconds).add("gflops", gflops);
+  if (g.forward_seconds > 0) j.add("forward_seconds", g.forward_seconds).add("ratio", g.seconds / g.forward_seconds);
+  j.add("dq_strategy", name(g.info.dq)).add("deterministic", g.info.deterministic).add("chunks", g.info.chunks);
+  j.add("workspace_bytes", static_cast<long long>(g.info.workspace_bytes));
+  if (check) {
+    const Gradients ref = textbook(in, dout, opt);
+    const ErrorStats e[3] = {compare(g.dq, ref.dq), compare(g.dk, ref.dk), compare(g.dv, ref.dv)};
+    const char* names[3] = {"dq", "dk", "dv"};
+    double max_abs = 0, rel = 0;
+    for (int i = 0; i < 3; ++i) {
+      std::printf("check %s vs float64 textbook backward: max abs err %.3e, rel err %.3e\n", names[i], e[i].max_abs,
+                  e[i].rel);
+      j.add(std::string(names[i]) + "_max_abs_err", e[i].max_abs).add(std::string(names[i]) + "_rel_err", e[i].rel);
+      // NaN (an unwritten or wrong element) must survive the max.
+      max_abs = (e[i].max_abs != e[i].max_abs || max_abs != max_abs) ? NAN : std::max(max_abs, e[i].max_abs);
+      rel = (e[i].rel != e[i].rel || rel != rel) ? NAN : std::max(rel, e[i].rel);
+    }
+    j.add("max_abs_err", max_abs).add("rel_err", rel);
+  }
+  if (dq_path) write_array(*dq_path, in.dtype, {in.B, in.Nq, in.Hq, in.D}, g.dq);
+  if (dk_path) write_array(*dk_path, in.dtype, {in.B, in.Nk, in.Hkv, in.D}, g.dk);
+  if (dv_path) write_array(*dv_path, in.dtype, {in.B, in.Nk, in.Hkv, in.D}, g.dv);
+  if (json) std::cout << j.str() << "\n";
+  return 0;
+}
+
+}  // namespace cli
+}  // namespace kattn

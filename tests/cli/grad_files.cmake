@@ -1,0 +1,56 @@
+# kattn grad on .npy files: inputs written by earlier grad runs (dq has q's shape, dk and dv k's),
+# o and lse from `kattn run`; the given o/lse give the same gradients as computing them; refusals.
+if(NOT DEFINED ENV{OMP_PROC_BIND})
+  set(ENV{OMP_PROC_BIND} false)
+endif()
+file(REMOVE_RECURSE ${DATA})
+file(MAKE_DIRECTORY ${DATA})
+
+function(kattn expect_ok)
+  execute_process(COMMAND ${BIN} ${ARGN} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  set(out "${out}" PARENT_SCOPE)
+  set(err "${err}" PARENT_SCOPE)
+  if(expect_ok AND NOT status EQUAL 0)
+    message(FATAL_ERROR "kattn ${ARGN}: exit status ${status}\n${out}\n${err}")
+  endif()
+  if(NOT expect_ok AND status EQUAL 0)
+    message(FATAL_ERROR "kattn ${ARGN}: expected a failure\n${out}")
+  endif()
+endfunction()
+
+# q [2, 17, 4, 8], k and v [2, 23, 2, 8], do [2, 17, 4, 8].
+kattn(TRUE grad --random 2,17,23,4,2,8 --seed 1 --dtype f64 --dq ${DATA}/q.npy --dk ${DATA}/k.npy --dv ${DATA}/v.npy)
+kattn(TRUE grad --random 2,17,23,4,2,8 --seed 2 --dtype f64 --dq ${DATA}/do.npy)
+set(inputs --q ${DATA}/q.npy --k ${DATA}/k.npy --v ${DATA}/v.npy --do ${DATA}/do.npy --causal)
+
+kattn(TRUE grad ${inputs} --check --json --dq ${DATA}/dq_a.npy --dk ${DATA}/dk_a.npy --dv ${DATA}/dv_a.npy)
+if(NOT out MATCHES "\"dtype\":\"f64\".*\"max_abs_err\":[0-9.]+e-1[1-9]")
+  message(FATAL_ERROR "grad on files: expected f64 and agreement to 1e-11:\n${out}")
+endif()
+
+kattn(TRUE run --q ${DATA}/q.npy --k ${DATA}/k.npy --v ${DATA}/v.npy --causal --out ${DATA}/o.npy --lse ${DATA}/lse.npy)
+kattn(TRUE grad ${inputs} --o ${DATA}/o.npy --lse ${DATA}/lse.npy --dq ${DATA}/dq_b.npy --dk ${DATA}/dk_b.npy
+      --dv ${DATA}/dv_b.npy)
+if(out MATCHES "backward/forward")
+  message(FATAL_ERROR "grad with --o/--lse must not run the forward:\n${out}")
+endif()
+foreach(g dq dk dv)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${DATA}/${g}_a.npy ${DATA}/${g}_b.npy RESULT_VARIABLE diff)
+  if(NOT diff EQUAL 0)
+    message(FATAL_ERROR "${g}: given o/lse from `run` must give the same gradients as computing them")
+  endif()
+endforeach()
+
+# Refusals: one line on stderr naming the culprit.
+kattn(FALSE grad --q ${DATA}/q.npy --k ${DATA}/k.npy --v ${DATA}/v.npy)
+if(NOT err MATCHES "--do: give DO.npy")
+  message(FATAL_ERROR "missing --do: unexpected message:\n${err}")
+endif()
+kattn(FALSE grad ${inputs} --o ${DATA}/k.npy --lse ${DATA}/lse.npy)
+if(NOT err MATCHES "--o .*k.npy: expected shape \\(2, 17, 4, 8\\)")
+  message(FATAL_ERROR "bad --o shape: unexpected message:\n${err}")
+endif()
+kattn(FALSE grad --q ${DATA}/q.npy --k ${DATA}/k.npy --v ${DATA}/v.npy --do ${DATA}/k.npy)
+if(NOT err MATCHES "--do .*k.npy: expected the shape of q")
+  message(FATAL_ERROR "bad --do shape: unexpected message:\n${err}")
+endif()
