@@ -49,7 +49,6 @@ BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, c
   ws.di = di.data();
   ws.dq = dq_partials.data();
   ws.rows = plan.ws_rows;
-  ws.row_pad = plan.geo.kp_rows;
   ws.dims = plan.geo.kp_dims;
 
   const double scale = opt.scale != 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(f.head_dim));

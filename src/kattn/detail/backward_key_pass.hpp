@@ -5,7 +5,7 @@
 //   S = Q K^T, dP = dO V^T                 (rows x keys: the keys are the vector lanes)
 //   P = 2^(S - lse2), dS = scale P (dP - D) [x softcap derivative]   (backward_steps.hpp)
 //   dV += P^T dO, dK += dS^T Q             (keys x dims: the head dim is the lanes)
-//   dQ += dS K                             (rows x dims; key_chunks / atomic only)
+//   dQ = dS K, added to memory             (rows x dims; key_chunks / atomic only)
 //
 // Rows are (position, head) pairs of the KV head's GQA group, so dK and dV sum over the group's
 // query heads inside the team, with no atomics and in a fixed order. Query tiles are aligned to
@@ -51,7 +51,7 @@ struct BackwardKeyPass {
   BackwardWorkspace<T> ws;
 
   KOKKOS_INLINE_FUNCTION bool raw_k() const { return dq != DqStrategy::query_pass; }
-  KOKKOS_INLINE_FUNCTION bool dq_tile() const { return dq == DqStrategy::atomic; }
+  KOKKOS_INLINE_FUNCTION bool dq_tile() const { return dq != DqStrategy::query_pass; }
   int league_size() const { return p.fwd.batch * p.fwd.heads_kv * chunks; }
   KOKKOS_INLINE_FUNCTION std::size_t scratch_elements() const { return geo.key_pass_elements(raw_k(), dq_tile()); }
   std::size_t scratch_bytes() const { return ScratchBuffer::shmem_size(scratch_elements()); }
@@ -66,7 +66,7 @@ struct BackwardKeyPass {
     T* dout;  // dO, rows x dims
     T* s;     // S, then P; rows x keys
     T* dp;    // dP, then dS; rows x keys
-    T* dq;    // dQ tile, rows x dims (atomic only)
+    T* dq;    // dQ tile, rows x dims (null for query_pass)
     T* lse2;  // per row
     T* di;    // per row
   };
@@ -157,15 +157,16 @@ struct BackwardKeyPass {
                      geo.kp_dims);
     Gemm::accumulate(member, geo.kp_keys, geo.kp_dims, n_rows, s.dp, 1, geo.kp_keys, s.q, geo.kp_dims, s.dk,
                      geo.kp_dims);
-    if (dq == DqStrategy::key_chunks) {
-      // Only this team writes chunk c's rows of (b, hk): a plain read-modify-write.
-      Gemm::accumulate(member, m_rows, geo.kp_dims, n_keys, s.dp, geo.kp_keys, 1, s.k, geo.kp_dims,
-                       ws.dq_row(p.fwd, c, b, hk, t0), geo.kp_dims);
-    } else if (dq == DqStrategy::atomic) {
+    if (dq != DqStrategy::query_pass) {
+      // The tile's dQ in scratch first, then one streaming add to memory: accumulating straight
+      // into the partial array would make every micro-tile wait for its C rows from memory.
       Gemm::invoke(member, m_rows, geo.kp_dims, n_keys, s.dp, geo.kp_keys, 1, s.k, geo.kp_dims, s.dq, geo.kp_dims,
                    static_cast<const T*>(nullptr));
       member.team_barrier();
-      add_dq_atomically(member, b, hk, t0, n_rows, s);
+      if (dq == DqStrategy::key_chunks)
+        add_dq_partial(member, b, hk, c, t0, n_rows, s);
+      else
+        add_dq_atomically(member, b, hk, t0, n_rows, s);
     }
     member.team_barrier();
   }
@@ -245,6 +246,16 @@ struct BackwardKeyPass {
         dk[d] = s.dk[j * geo.kp_dims + d];
         dv[d] = s.dv[j * geo.kp_dims + d];
       });
+    });
+  }
+
+  // Only this team writes chunk c's rows of (b, hk): a plain read-modify-write, in tile order.
+  KOKKOS_INLINE_FUNCTION void add_dq_partial(const Member& member, int b, int hk, int c, std::int64_t t0, int n_rows,
+                                             const Tiles& s) const {
+    T* part = ws.dq_row(p.fwd, c, b, hk, t0);  // rows t0 .. t0 + n_rows are contiguous
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n_rows), [&](const int r) {
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, geo.kp_dims),
+                           [&](const int d) { part[r * geo.kp_dims + d] += s.dq[r * geo.kp_dims + d]; });
     });
   }
 

@@ -49,7 +49,7 @@ struct BackwardGeometry {
 
   // Key pass scratch, in carve order: K^T and V^T (D x keys), K (keys x dims, when the team
   // adds dQ), dK and dV (keys x dims), Q and dO (rows x dims), S/P and dP/dS (rows x keys), a
-  // dQ tile (rows x dims, atomic only), lse2 and D per row.
+  // dQ tile (rows x dims, when the team adds dQ), lse2 and D per row.
   KOKKOS_INLINE_FUNCTION std::size_t key_pass_elements(bool raw_k, bool dq_tile) const {
     const std::size_t kd = std::size_t(kp_keys) * kp_dims, rd = std::size_t(kp_rows) * kp_dims;
     const std::size_t rk = std::size_t(kp_rows) * kp_keys;
@@ -71,7 +71,7 @@ struct BackwardPlan {
   int chunks = 1;             // key-pass teams per (sequence, KV head)
   int key_tiles = 0;          // of the longest sequence
   int row_tiles = 0;          // query tiles of the longest sequence (rows = positions x group)
-  std::int64_t ws_rows = 0;   // rows per KV head of the row-indexed workspaces (padded per sequence)
+  std::int64_t ws_rows = 0;   // rows per KV head of the row-indexed workspaces
   int key_scratch_level = 0, query_scratch_level = 0;
   std::size_t key_scratch_bytes = 0, query_scratch_bytes = 0;
   std::size_t workspace_bytes = 0;  // dQ partials, D and lse2 arrays
@@ -98,7 +98,7 @@ BackwardPlan plan_backward(const ExecSpace& space, int batch, int heads_kv, int 
   }
   plan.deterministic = plan.dq != DqStrategy::atomic;
   const bool raw_k = plan.dq != DqStrategy::query_pass;
-  const bool dq_tile = plan.dq == DqStrategy::atomic;
+  const bool dq_tile = raw_k;  // dQ = dS K of the tile, then added to memory
 
   const auto geometry = [&](int bq, int bk) {
     return BackwardGeometry::make(bq, bk, head_dim, Tn::micro_rows, Tn::micro_cols);
@@ -155,9 +155,8 @@ BackwardPlan plan_backward(const ExecSpace& space, int batch, int heads_kv, int 
   } else {
     plan.chunks = std::max(plan.key_tiles, 1);
   }
-  // Row-indexed workspaces: per KV head, each sequence's rows (positions x group) padded by one
-  // key-pass tile, so a tile's padded rows never reach the next sequence's.
-  plan.ws_rows = q_total * group + std::int64_t(batch) * plan.geo.kp_rows;
+  // Row-indexed workspaces: per KV head, the rows (positions x group) of every sequence.
+  plan.ws_rows = q_total * group;
   const std::size_t rows = std::size_t(heads_kv) * plan.ws_rows;
   plan.workspace_bytes = 2 * rows * sizeof(T);
   if (plan.dq == DqStrategy::key_chunks) plan.workspace_bytes += std::size_t(plan.chunks) * rows * plan.geo.kp_dims * sizeof(T);

@@ -1,7 +1,6 @@
 // The backward pass's row-indexed workspaces: lse2 and D per query row, and (key_chunks) the
 // partial dQ of each key chunk. Rows are (position, head of the GQA group) pairs, position-major
-// as in the tiled kernels, so the rows of one tile are contiguous; each (KV head, sequence)
-// region is padded by one key-pass tile so a tile's padding rows stay inside its region.
+// as in the tiled kernels, so the rows of one tile are contiguous.
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -18,13 +17,12 @@ struct BackwardWorkspace {
   T* lse2 = nullptr;  // [heads_kv][rows]: lse in log2 units, +inf for a row that saw no key
   T* di = nullptr;    // [heads_kv][rows]: D = rowsum(dO * O)
   T* dq = nullptr;    // key_chunks: [chunks][heads_kv][rows][dims], partial dQ per key chunk
-  std::int64_t rows = 0;  // rows per KV head
-  int row_pad = 0;        // padding rows per sequence (one key-pass tile)
+  std::int64_t rows = 0;  // rows per KV head: total query positions x group
   int dims = 0;           // padded head dim of the dQ partials
 
   // Row t (= position * group + head in group) of sequence b, KV head hk.
   KOKKOS_INLINE_FUNCTION std::int64_t row(const AttentionParams<T>& p, int b, int hk, std::int64_t t) const {
-    return hk * rows + p.q_row(b, 0) * p.group_size() + std::int64_t(b) * row_pad + t;
+    return hk * rows + p.q_row(b, 0) * p.group_size() + t;
   }
   // Start of that row in chunk c's partial dQ.
   KOKKOS_INLINE_FUNCTION T* dq_row(const AttentionParams<T>& p, int c, int b, int hk, std::int64_t t) const {

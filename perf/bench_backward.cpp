@@ -1,0 +1,144 @@
+// Tiled backward against the textbook backward (S, P, dP, dS materialised), B = 1, one head.
+// GFLOP/s counts 2.5x the forward's 4 N^2 D (halved for causal): the five tile products of
+// FlashAttention-2's backward (S, dP, dV, dK, dQ) against the forward's two. The forward is timed
+// in the same benchmark on the same inputs, so bwd/fwd is a ratio measured side by side; the
+// fraction of this core's FMA peak (measured in the same run) and the extra memory (peak RSS
+// above the inputs and outputs) are reported too. bwd/fwd_cpu is the same ratio in process CPU
+// time, which other processes on a shared machine do not inflate.
+#include <Kokkos_Core.hpp>
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <ctime>
+#include <random>
+#include <string>
+
+#include "kattn/backward.hpp"
+#include "kattn/forward.hpp"
+#include "kattn/reference_backward.hpp"
+#include "machine.hpp"
+
+namespace {
+
+template <class T>
+using View4 = Kokkos::View<T****, Kokkos::LayoutRight>;
+template <class T>
+using View3 = Kokkos::View<T***, Kokkos::LayoutRight>;
+
+// Measured again for every benchmark (about a second): on a shared machine a peak measured once
+// at start-up judges later rows against another machine state.
+template <class T>
+double fma_peak() {
+  return std::is_same<T, float>::value ? kattn::perf::fma_peak_gflops_float() : kattn::perf::fma_peak_gflops_double();
+}
+
+template <class T>
+View4<T> random_view(const char* label, int n, int d, unsigned seed) {
+  View4<T> v(std::string(label), 1, n, 1, d);
+  auto h = Kokkos::create_mirror_view(v);
+  std::mt19937 gen(seed);
+  std::normal_distribution<T> dist(0, 1);
+  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = dist(gen);
+  Kokkos::deep_copy(v, h);
+  return v;
+}
+
+enum class Algo { tiled, reference };
+
+// CPU time of the process: on a shared machine the wall clock also counts the time other
+// processes hold the core, the CPU time does not (one thread: Kokkos Serial, or OpenMP with one).
+double cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+struct Seconds {
+  double wall = 0, cpu = 0;
+};
+
+// Seconds per forward call, over at least 0.2 s.
+template <class T>
+Seconds time_forward(const View4<T>& q, const View4<T>& k, const View4<T>& v, const View4<T>& o, const View3<T>& lse,
+                     const kattn::Options& opt) {
+  const Kokkos::DefaultExecutionSpace space;
+  kattn::forward(space, q, k, v, o, lse, opt);  // warm-up, and the o/lse the backward reads
+  space.fence();
+  int calls = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  const double c0 = cpu_seconds();
+  double elapsed = 0;
+  while (elapsed < 0.2 || calls < 2) {
+    kattn::forward(space, q, k, v, o, lse, opt);
+    space.fence();
+    ++calls;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return {elapsed / calls, (cpu_seconds() - c0) / calls};
+}
+
+// Args: N, D, causal, dq strategy (0 automatic, 1 key-chunks, 2 query-pass, 3 atomic; tiled only).
+template <class T, Algo algo>
+void BM_Backward(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0)), d = static_cast<int>(state.range(1));
+  kattn::Options opt;
+  opt.causal = state.range(2) != 0;
+  kattn::BackwardOptions bopt;
+  bopt.dq = static_cast<kattn::DqStrategy>(state.range(3));
+  const double peak = fma_peak<T>();
+  auto q = random_view<T>("q", n, d, 1), k = random_view<T>("k", n, d, 2), v = random_view<T>("v", n, d, 3);
+  auto dout = random_view<T>("do", n, d, 4);
+  View4<T> o("o", 1, n, 1, d), dq("dq", 1, n, 1, d), dk("dk", 1, n, 1, d), dv("dv", 1, n, 1, d);
+  View3<T> lse("lse", 1, 1, n);
+  const Seconds fwd = time_forward(q, k, v, o, lse, opt);
+  const Kokkos::DefaultExecutionSpace space;
+  const std::size_t base = kattn::perf::reset_peak_memory();
+  kattn::perf::LoopTimer timer;
+  timer.start();
+  const double c0 = cpu_seconds();
+  kattn::BackwardInfo info;
+  for (auto _ : state) {
+    if (algo == Algo::tiled)
+      info = kattn::backward(space, q, k, v, o, lse, dout, dq, dk, dv, opt, bopt);
+    else
+      kattn::reference_backward(space, q, k, v, dout, dq, dk, dv, opt);
+    space.fence();
+  }
+  const double seconds = timer.seconds(state.iterations());
+  const double cpu = (cpu_seconds() - c0) / double(state.iterations());
+  const double fwd_flops = 4.0 * n * double(n) * d * (opt.causal ? 0.5 : 1.0);
+  const double gflops = 2.5 * fwd_flops / seconds / 1e9;
+  state.counters["GFLOP/s"] = gflops;
+  state.counters["fwd_GFLOP/s"] = fwd_flops / fwd.wall / 1e9;
+  state.counters["bwd/fwd"] = seconds / fwd.wall;
+  state.counters["bwd/fwd_cpu"] = cpu / fwd.cpu;
+  state.counters["frac_peak"] = gflops / peak;
+  state.counters["fma_peak"] = peak;
+  // Peak RSS growth: a lower bound when the allocator reuses pages an earlier run touched.
+  state.counters["extra_MB"] = double(kattn::perf::peak_memory() - base) / 1e6;
+  // What the backward allocates (dQ partials, D, lse2); the textbook: two N x N arrays.
+  state.counters["workspace_MB"] =
+      (algo == Algo::tiled ? double(info.workspace_bytes) : 2.0 * n * double(n) * sizeof(T)) / 1e6;
+}
+
+void shapes(benchmark::internal::Benchmark* b, int max_n, int dq) {
+  for (int causal : {0, 1})
+    for (int d : {64, 128})
+      for (int n = 512; n <= max_n; n *= 2) b->Args({n, d, causal, dq});
+  b->ArgNames({"N", "D", "causal", "dq"})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.3);
+}
+
+// The textbook backward holds two N x N arrays and runs plain loops: 4096 takes tens of seconds.
+BENCHMARK_TEMPLATE(BM_Backward, float, Algo::tiled)->Apply([](auto* b) { shapes(b, 16384, 0); });
+BENCHMARK_TEMPLATE(BM_Backward, float, Algo::reference)->Apply([](auto* b) { shapes(b, 4096, 0); });
+BENCHMARK_TEMPLATE(BM_Backward, double, Algo::tiled)->Apply([](auto* b) { shapes(b, 16384, 0); });
+BENCHMARK_TEMPLATE(BM_Backward, double, Algo::reference)->Apply([](auto* b) { shapes(b, 4096, 0); });
+// The dQ strategies side by side (float, the shape and a long one).
+BENCHMARK_TEMPLATE(BM_Backward, float, Algo::tiled)
+    ->ArgNames({"N", "D", "causal", "dq"})
+    ->ArgsProduct({{4096, 16384}, {128}, {0, 1}, {1, 2, 3}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(0.3);
+
+}  // namespace
