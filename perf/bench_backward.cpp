@@ -8,10 +8,12 @@
 #include <Kokkos_Core.hpp>
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "kattn/backward.hpp"
 #include "kattn/forward.hpp"
@@ -121,6 +123,55 @@ void BM_Backward(benchmark::State& state) {
       (algo == Algo::tiled ? double(info.workspace_bytes) : 2.0 * n * double(n) * sizeof(T)) / 1e6;
 }
 
+// The gate (backward / forward at N = 4096, D = 128, float, one core) on a shared, noisy
+// machine: forward and backward alternate, each iteration times one of each, and the counters
+// are the ratio of the fastest of each (what the core does undisturbed) and the median of the
+// per-iteration ratios (noise that slows both cancels), in wall and CPU time, with the spread.
+template <class T>
+void BM_BackwardForwardRatio(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0)), d = static_cast<int>(state.range(1));
+  kattn::Options opt;
+  opt.causal = state.range(2) != 0;
+  auto q = random_view<T>("q", n, d, 1), k = random_view<T>("k", n, d, 2), v = random_view<T>("v", n, d, 3);
+  auto dout = random_view<T>("do", n, d, 4);
+  View4<T> o("o", 1, n, 1, d), dq("dq", 1, n, 1, d), dk("dk", 1, n, 1, d), dv("dv", 1, n, 1, d);
+  View3<T> lse("lse", 1, 1, n);
+  const Kokkos::DefaultExecutionSpace space;
+  std::vector<double> fwd_wall, bwd_wall, fwd_cpu, bwd_cpu, ratio_wall, ratio_cpu;
+  const auto wall = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  kattn::forward(space, q, k, v, o, lse, opt);
+  kattn::backward(space, q, k, v, o, lse, dout, dq, dk, dv, opt);  // warm-up
+  for (auto _ : state) {
+    double w0 = wall(), c0 = cpu_seconds();
+    kattn::forward(space, q, k, v, o, lse, opt);
+    space.fence();
+    double w1 = wall(), c1 = cpu_seconds();
+    kattn::backward(space, q, k, v, o, lse, dout, dq, dk, dv, opt);
+    space.fence();
+    double w2 = wall(), c2 = cpu_seconds();
+    fwd_wall.push_back(w1 - w0), bwd_wall.push_back(w2 - w1), fwd_cpu.push_back(c1 - c0), bwd_cpu.push_back(c2 - c1);
+    ratio_wall.push_back((w2 - w1) / (w1 - w0));
+    ratio_cpu.push_back((c2 - c1) / (c1 - c0));
+  }
+  const auto min = [](const std::vector<double>& x) { return *std::min_element(x.begin(), x.end()); };
+  const auto max = [](const std::vector<double>& x) { return *std::max_element(x.begin(), x.end()); };
+  const auto median = [](std::vector<double> x) {
+    std::sort(x.begin(), x.end());
+    return x[x.size() / 2];
+  };
+  state.counters["ratio_min_wall"] = min(bwd_wall) / min(fwd_wall);
+  state.counters["ratio_min_cpu"] = min(bwd_cpu) / min(fwd_cpu);
+  state.counters["ratio_median_wall"] = median(ratio_wall);
+  state.counters["ratio_median_cpu"] = median(ratio_cpu);
+  state.counters["ratio_max_cpu"] = max(ratio_cpu);
+  state.counters["fwd_ms_min"] = 1e3 * min(fwd_wall);
+  state.counters["bwd_ms_min"] = 1e3 * min(bwd_wall);
+  state.counters["fwd_spread"] = max(fwd_wall) / min(fwd_wall);  // 1 on a quiet machine
+  const double fwd_flops = 4.0 * n * double(n) * d * (opt.causal ? 0.5 : 1.0);
+  state.counters["bwd_GFLOP/s_best"] = 2.5 * fwd_flops / min(bwd_wall) / 1e9;
+  state.counters["fwd_GFLOP/s_best"] = fwd_flops / min(fwd_wall) / 1e9;
+}
+
 void shapes(benchmark::internal::Benchmark* b, int max_n, int dq) {
   for (int causal : {0, 1})
     for (int d : {64, 128})
@@ -140,5 +191,14 @@ BENCHMARK_TEMPLATE(BM_Backward, float, Algo::tiled)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(0.3);
+
+BENCHMARK_TEMPLATE(BM_BackwardForwardRatio, float)
+    ->ArgNames({"N", "D", "causal"})
+    ->Args({4096, 128, 0})
+    ->Args({4096, 128, 1})
+    ->Args({4096, 64, 0})
+    ->Iterations(15)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
