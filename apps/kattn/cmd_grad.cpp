@@ -176,9 +176,10 @@ int cmd_grad(Args& args) {
   std::printf("kattn grad: dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n", dtype, (long long)in.B,
               (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
               opt.causal ? " causal" : "");
-  std::printf("dq strategy: %s (%s), %d key chunks, tiles %d x %d, workspace %.1f MB\n", name(g.info.dq),
-              g.info.deterministic ? "deterministic" : "not deterministic", g.info.chunks, g.info.block_q,
-              g.info.block_k, double(g.info.workspace_bytes) / 1e6);
+  std::printf("dq strategy: %s (%s)", name(g.info.dq), g.info.deterministic ? "deterministic" : "not deterministic");
+  if (g.info.dq == DqStrategy::key_chunks) std::printf(", %d key chunks", g.info.chunks);
+  std::printf(", tiles %d x %d, workspace %.1f MB\n", g.info.block_q, g.info.block_k,
+              double(g.info.workspace_bytes) / 1e6);
   std::printf("time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count)", g.seconds, gflops);
   if (g.forward_seconds > 0)
     std::printf("; forward %.6f s, backward/forward %.2f", g.forward_seconds, g.seconds / g.forward_seconds);
@@ -188,7 +189,8 @@ int cmd_grad(Args& args) {
   j.add("algo", "flash").add("dtype", dtype).add("shape", in.shape()).add("causal", opt.causal);
   j.add("seconds", g.seconds).add("gflops", gflops);
   if (g.forward_seconds > 0) j.add("forward_seconds", g.forward_seconds).add("ratio", g.seconds / g.forward_seconds);
-  j.add("dq_strategy", name(g.info.dq)).add("deterministic", g.info.deterministic).add("chunks", g.info.chunks);
+  j.add("dq_strategy", name(g.info.dq)).add("deterministic", g.info.deterministic);
+  if (g.info.dq == DqStrategy::key_chunks) j.add("chunks", g.info.chunks);
   j.add("workspace_bytes", static_cast<long long>(g.info.workspace_bytes));
   if (check) {
     const Gradients ref = textbook(in, dout, opt);

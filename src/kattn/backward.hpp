@@ -18,7 +18,7 @@ namespace kattn {
 struct BackwardInfo {
   DqStrategy dq = DqStrategy::key_chunks;  // the strategy used (never automatic)
   bool deterministic = true;               // bitwise reproducible for every thread count and schedule
-  int chunks = 1;                          // key-pass teams per (sequence, KV head)
+  int chunks = 1;                          // key_chunks: the chunk count (else key-pass teams per head)
   int block_q = 0, block_k = 0;            // tile sizes
   std::size_t workspace_bytes = 0;         // extra device memory beyond the arguments
 };
