@@ -127,11 +127,15 @@ void BM_Backward(benchmark::State& state) {
 // machine: forward and backward alternate, each iteration times one of each, and the counters
 // are the ratio of the fastest of each (what the core does undisturbed) and the median of the
 // per-iteration ratios (noise that slows both cancels), in wall and CPU time, with the spread.
+// Args: N, D, causal[, backward block_q, block_k (0: planned)].
 template <class T>
 void BM_BackwardForwardRatio(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0)), d = static_cast<int>(state.range(1));
   kattn::Options opt;
   opt.causal = state.range(2) != 0;
+  kattn::Options bwd_opt = opt;  // the forward keeps its own tiles
+  if (state.range(3) > 0) bwd_opt.block_q = static_cast<int>(state.range(3));
+  if (state.range(4) > 0) bwd_opt.block_k = static_cast<int>(state.range(4));
   auto q = random_view<T>("q", n, d, 1), k = random_view<T>("k", n, d, 2), v = random_view<T>("v", n, d, 3);
   auto dout = random_view<T>("do", n, d, 4);
   View4<T> o("o", 1, n, 1, d), dq("dq", 1, n, 1, d), dk("dk", 1, n, 1, d), dv("dv", 1, n, 1, d);
@@ -140,13 +144,13 @@ void BM_BackwardForwardRatio(benchmark::State& state) {
   std::vector<double> fwd_wall, bwd_wall, fwd_cpu, bwd_cpu, ratio_wall, ratio_cpu;
   const auto wall = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
   kattn::forward(space, q, k, v, o, lse, opt);
-  kattn::backward(space, q, k, v, o, lse, dout, dq, dk, dv, opt);  // warm-up
+  kattn::backward(space, q, k, v, o, lse, dout, dq, dk, dv, bwd_opt);  // warm-up
   for (auto _ : state) {
     double w0 = wall(), c0 = cpu_seconds();
     kattn::forward(space, q, k, v, o, lse, opt);
     space.fence();
     double w1 = wall(), c1 = cpu_seconds();
-    kattn::backward(space, q, k, v, o, lse, dout, dq, dk, dv, opt);
+    kattn::backward(space, q, k, v, o, lse, dout, dq, dk, dv, bwd_opt);
     space.fence();
     double w2 = wall(), c2 = cpu_seconds();
     fwd_wall.push_back(w1 - w0), bwd_wall.push_back(w2 - w1), fwd_cpu.push_back(c1 - c0), bwd_cpu.push_back(c2 - c1);
@@ -193,11 +197,19 @@ BENCHMARK_TEMPLATE(BM_Backward, float, Algo::tiled)
     ->MinTime(0.3);
 
 BENCHMARK_TEMPLATE(BM_BackwardForwardRatio, float)
-    ->ArgNames({"N", "D", "causal"})
-    ->Args({4096, 128, 0})
-    ->Args({4096, 128, 1})
-    ->Args({4096, 64, 0})
+    ->ArgNames({"N", "D", "causal", "bq", "bk"})
+    ->Args({4096, 128, 0, 0, 0})
+    ->Args({4096, 128, 1, 0, 0})
+    ->Args({4096, 64, 0, 0, 0})
     ->Iterations(15)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+// The backward's tile sizes (tuning.hpp's choice): rows x keys.
+BENCHMARK_TEMPLATE(BM_BackwardForwardRatio, float)
+    ->Name("BackwardTiles")
+    ->ArgNames({"N", "D", "causal", "bq", "bk"})
+    ->ArgsProduct({{4096}, {64, 128}, {0}, {64, 128, 256}, {64, 128, 256}})
+    ->Iterations(7)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

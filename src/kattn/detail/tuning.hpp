@@ -40,8 +40,9 @@ struct Tuning {
   static constexpr std::size_t host_scratch_budget = 256 * 1024;
   // Backward (backward_plan.hpp): starting tile sizes, query rows x keys, before they are fitted
   // to the scratch budget. The key pass keeps K^T, V^T, K, dK, dV, Q, dO and two score tiles in
-  // scratch: 576 KB at 128 x 128, D = 128, float, inside a 1 MB L2; 128 x 128 measured 10%
-  // faster than 64 x 64 at N = 4096, D = 64 and 128 (perf/RESULTS.md). Then the number of teams
+  // scratch: 576 KB at 128 x 128, D = 128, float, inside a 1 MB L2; 128 x 128 was the fastest
+  // or within noise of it among 64..256 x 64..256, 7 to 12% faster than 64 x 64 at N = 4096,
+  // D = 64 and 128 (perf/RESULTS.md, bench_backward BackwardTiles). Then the number of teams
   // the key-chunk dQ strategy aims for, and the most chunks it uses (each chunk holds a partial
   // dQ: chunks x N x D extra memory).
   static constexpr int backward_block_q = host ? 128 : 32;
