@@ -1,0 +1,76 @@
+// The collective checks every distributed entry point runs before its first transfer: the same
+// problem (dtype, heads, head dim, options) on every rank, and local lengths that match the
+// global split. Internal.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "kattn/dist/collective.hpp"
+#include "kattn/dist/dist_options.hpp"
+#include "kattn/dist/layout.hpp"
+#include "kattn/errors.hpp"
+#include "kattn/options.hpp"
+#include "kattn/params.hpp"
+
+namespace kattn {
+namespace dist {
+namespace detail {
+
+inline std::vector<Agreed> option_fields(const Options& opt, const DistOptions& d) {
+  return {Agreed::boolean("options", "causal", opt.causal),
+          Agreed::integer("options", "window_left", opt.window_left),
+          Agreed::integer("options", "window_right", opt.window_right),
+          Agreed::integer("options", "diagonal_shift", opt.diagonal_shift),
+          Agreed::real("options", "softcap", opt.softcap),
+          Agreed::real("options", "scale", opt.scale),
+          Agreed::integer("options", "block_k", opt.block_k),
+          Agreed::boolean("options", "deterministic", d.deterministic),
+          Agreed::integer("options", "chunk", chunk_of(d)),
+          Agreed::integer("options", "sharding (0 contiguous, 1 zigzag)", static_cast<int>(d.sharding)),
+          Agreed::integer("options", "root", d.root)};
+}
+
+template <class T>
+std::vector<Agreed> problem_fields(const AttentionParams<T>& p, const Options& opt, const DistOptions& d) {
+  std::vector<Agreed> f = {Agreed::dtype("q", sizeof(T)), Agreed::integer("q", "batch", p.batch),
+                           Agreed::integer("q", "heads", p.heads_q), Agreed::integer("k", "KV heads", p.heads_kv),
+                           Agreed::integer("q", "head dim", p.head_dim)};
+  for (const Agreed& a : option_fields(opt, d)) f.push_back(a);
+  return f;
+}
+
+// Local lengths of every rank, their sums, and the layout they must follow.
+struct GlobalSplit {
+  std::vector<std::int64_t> q_lens, kv_lens;
+  std::int64_t Nq = 0, Nk = 0;
+  SequenceLayout q_layout, kv_layout;
+};
+
+// Throws the same kattn::Error on every rank when a rank's lengths are not those of the layout.
+inline void require_layout(const std::vector<std::int64_t>& lens, const SequenceLayout& layout, const char* argument,
+                           const char* what) {
+  for (int r = 0; r < layout.ranks(); ++r)
+    KATTN_REQUIRE(lens[r] == layout.local_length(r), argument, ": expected ", layout.local_length(r), " ", what,
+                  " on rank ", r, " (", layout.describe(), "), got ", lens[r]);
+}
+
+inline GlobalSplit sharded_split(MPI_Comm comm, std::int64_t q_len, std::int64_t kv_len, const DistOptions& d) {
+  GlobalSplit s;
+  s.q_lens = allgather(comm, q_len);
+  s.kv_lens = allgather(comm, kv_len);
+  for (std::size_t r = 0; r < s.q_lens.size(); ++r) s.Nq += s.q_lens[r], s.Nk += s.kv_lens[r];
+  const int P = static_cast<int>(s.q_lens.size());
+  const std::int64_t align = d.deterministic ? chunk_of(d) : 1;
+  s.q_layout = SequenceLayout(s.Nq, P, d.sharding, align);
+  s.kv_layout = SequenceLayout(s.Nk, P, d.sharding, align);
+  require_layout(s.q_lens, s.q_layout, "q", "query positions");
+  require_layout(s.kv_lens, s.kv_layout, "k", "key positions");
+  return s;
+}
+
+}  // namespace detail
+}  // namespace dist
+}  // namespace kattn

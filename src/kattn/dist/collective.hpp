@@ -1,0 +1,50 @@
+// Collective errors: bad input on any rank raises the same kattn::Error on every rank, and no rank
+// is left waiting in a collective the others never reach. Every distributed entry point validates
+// through these before its first transfer; all ranks call them in the same order.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace kattn {
+namespace dist {
+
+// Runs `local` (local validation) on every rank. When it throws on any rank, every rank throws:
+// the message of the lowest failing rank, prefixed "rank R: " when there are several ranks, as a
+// kattn::Error (or std::runtime_error when the failure was not a kattn::Error).
+void collective_check(MPI_Comm comm, const std::function<void()>& local);
+
+// Every rank throws kattn::Error(message of the lowest rank with ok == false) if any has it.
+void collective_require(MPI_Comm comm, bool ok, const std::string& message);
+
+// One value that must be the same on every rank, named for the message:
+//   "<argument>: expected <what> <value on rank 0> (from rank 0), got <value> on rank R".
+struct Agreed {
+  enum class Kind { integer, boolean, real, dtype };
+  const char* argument;
+  const char* what;
+  Kind kind;
+  std::int64_t value;  // a real is stored by its bits
+
+  static Agreed integer(const char* argument, const char* what, std::int64_t v) {
+    return {argument, what, Kind::integer, v};
+  }
+  static Agreed boolean(const char* argument, const char* what, bool v) { return {argument, what, Kind::boolean, v}; }
+  static Agreed real(const char* argument, const char* what, double v);
+  // v: the scalar's size in bytes (4: f32, 8: f64).
+  static Agreed dtype(const char* argument, std::int64_t bytes) { return {argument, "dtype", Kind::dtype, bytes}; }
+};
+
+// Checks that every rank passed the same values (in the same order); the first difference, in
+// field order then rank order, becomes the same kattn::Error on every rank.
+void collective_agree(MPI_Comm comm, const std::vector<Agreed>& fields);
+
+// Every rank's value of `local`, in rank order.
+std::vector<std::int64_t> allgather(MPI_Comm comm, std::int64_t local);
+
+}  // namespace dist
+}  // namespace kattn

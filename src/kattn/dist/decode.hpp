@@ -1,0 +1,64 @@
+// Distributed decode: the KV cache is sharded over the ranks (rank r holds the next keys after
+// rank r - 1's), the queries are replicated. Each rank attends over its shard and makes a
+// finished partial state per query row; a user-defined MPI_Op (merge_op.hpp) merges them in
+// MPI_Allreduce (every rank gets the output) or MPI_Reduce (one rank does): D + 1 numbers per
+// query row, whatever the context length. Deterministic mode folds fixed-size key chunks in
+// global order along the ranks instead (a chain), for the same bits on every rank count.
+#pragma once
+
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+
+#include "kattn/dist/collective.hpp"
+#include "kattn/dist/dist_options.hpp"
+#include "kattn/forward.hpp"
+#include "kattn/options.hpp"
+#include "kattn/params.hpp"
+#include "kattn/shapes.hpp"
+
+namespace kattn {
+namespace dist {
+namespace detail {
+
+void validate(const DistOptions& d);
+
+template <class ExecSpace, class T>
+DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
+                      const DistOptions& d);
+
+}  // namespace detail
+
+// Attention of replicated queries over a KV cache sharded in rank order:
+//   q [B, Nq, Hq, D] (the same on every rank), k and v [B, nk_r, Hkv, D] (this rank's keys: global
+//   positions [sum of nk over lower ranks, + nk_r)), o [B, Nq, Hq, D], lse [B, Hq, Nq].
+// Options as for kattn::forward on the whole cache (causal: query i sees keys <= i + Nk - Nq).
+// d.root = -1: every rank gets o and lse; else only rank d.root does (the others' o and lse are
+// left as they were). Options::splits: key splits of the local attention (0 = planned).
+// Deterministic mode: every rank's shard but the last must hold a multiple of the chunk, so that
+// chunks are global; the result is then bitwise the same for every rank count and split count.
+// Collective, with collective errors; blocks until done.
+template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
+DistStats decode(MPI_Comm comm, const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
+                 const LseView& lse, const Options& opt = {}, const DistOptions& d = {}) {
+  static_assert(kattn::detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>(),
+                "kattn::dist::decode: the views must be accessible from the execution space");
+  using T = typename OView::non_const_value_type;
+  AttentionParams<T> p;
+  collective_check(comm, [&] {
+    validate(opt);
+    detail::validate(d);
+    p = dense_params(q, k, v, o, lse);
+  });
+  return detail::decode_impl(comm, space, p, opt, d);
+}
+
+template <class ExecSpace, class QView, class KView, class VView, class OView>
+DistStats decode(MPI_Comm comm, const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
+                 const Options& opt = {}, const DistOptions& d = {}) {
+  using T = typename OView::non_const_value_type;
+  return decode(comm, space, q, k, v, o, Kokkos::View<T***, typename OView::memory_space>(), opt, d);
+}
+
+}  // namespace dist
+}  // namespace kattn

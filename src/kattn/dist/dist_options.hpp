@@ -1,0 +1,60 @@
+// Options and measurements of the distributed entry points (ring attention, distributed decode).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "kattn/dist/layout.hpp"
+
+namespace kattn {
+namespace dist {
+
+// How device buffers reach MPI: `automatic` passes device pointers when the MPI is GPU-aware
+// (and host memory always directly), else stages through host mirrors; `host` always stages
+// (also for host memory: exercises the staging path); `direct` never stages.
+enum class Staging { automatic, host, direct };
+
+// Keys per chunk of the deterministic mode when DistOptions::chunk is 0. The chunk is part of
+// what fixes the bits of a deterministic result: runs that must agree use the same chunk.
+constexpr std::int64_t kDefaultChunk = 1024;
+
+struct DistOptions {
+  // Ring attention: how Q, K and V are sharded over the ranks (see layout.hpp). The local
+  // arrays of rank r hold exactly SequenceLayout(N, P, sharding, align).segments_of(r), with
+  // align = 1, or the chunk in deterministic mode.
+  Sharding sharding = Sharding::contiguous;
+  // Bitwise the same outputs for every rank count, sharding and split count: the keys are cut
+  // into fixed-size global chunks (`chunk`, 0 = kDefaultChunk) whose partial states are folded
+  // into each query row in global chunk order; block_k is fixed from the global problem when
+  // Options::block_k is 0. Costs: K/V shards are broadcast in global order instead of passed
+  // round a ring, and one partial per chunk is written and folded (README, perf/RESULTS.md).
+  bool deterministic = false;
+  std::int64_t chunk = 0;
+  Staging staging = Staging::automatic;
+  // Distributed decode: -1 gives every rank the result (MPI_Allreduce); a rank number gives it
+  // to that rank only (MPI_Reduce); the others' o and lse are then left as they were.
+  int root = -1;
+  // false: the same local work with every transfer removed (each step computes on the shard
+  // already held, with the masks of the shard it stands for). For measuring overlap only.
+  bool communicate = true;
+  // Called on every rank after each step of the ring (step = 1..steps), e.g. for progress lines.
+  std::function<void(int step, int steps)> progress;
+};
+
+// What one call did on this rank.
+struct DistStats {
+  double seconds = 0;          // whole call, wall clock
+  double compute_seconds = 0;  // local attention kernels and partial-state folds
+  double comm_seconds = 0;     // exposed communication: waiting for transfers (and staging copies)
+  std::int64_t bytes_sent = 0; // bytes this rank handed to MPI send calls (a broadcast counts at its root)
+  std::int64_t messages_sent = 0;
+  double flops = 0;            // 4 D per visible (query, key) pair per query head: useful work done here
+  int steps = 0;               // ring steps (or broadcast segments, or chain hops)
+  bool staged = false;         // buffers went through host staging
+};
+
+// Keys per deterministic chunk for these options.
+inline std::int64_t chunk_of(const DistOptions& d) { return d.chunk > 0 ? d.chunk : kDefaultChunk; }
+
+}  // namespace dist
+}  // namespace kattn

@@ -1,0 +1,137 @@
+// Kokkos kernels that keep a running state per local query row and fold finished partials into
+// it in a given order (ring steps, or global key chunks), then finish the rows. Internal.
+//
+// Rows are (sequence b, local query position i, query head h). The accumulator's o lives where
+// the caller says (the user's o for ring attention, a packed record for the decode chain); m
+// and l beside it. Partials are in the workspace layout of the tiled kernel:
+//   part_o[((s * rows) + (b * q_len + i) * heads + h) * D + d],  part_lse[s * rows + ...]
+// for partial s of `count`, with q_len the partials' query positions (a segment of the rows).
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+
+#include "kattn/compat.hpp"
+#include "kattn/dist/row_merge.hpp"
+#include "kattn/state.hpp"
+
+namespace kattn {
+namespace dist {
+namespace detail {
+
+template <class T>
+struct RowAccumulator {
+  T* o = nullptr;  // o(b, i, h, d) = o[b * o_b + i * o_i + h * o_h + d]
+  std::int64_t o_b = 0, o_i = 0, o_h = 0;
+  T* m = nullptr;  // m(b, i, h) = m[b * s_b + i * s_i + h * s_h], l likewise
+  T* l = nullptr;
+  std::int64_t s_b = 0, s_i = 0, s_h = 0;
+  int batch = 0, heads = 0, head_dim = 0;
+  std::int64_t q_len = 0;  // local query positions
+
+  KOKKOS_INLINE_FUNCTION T* o_at(int b, std::int64_t i, int h) const { return o + b * o_b + i * o_i + h * o_h; }
+  KOKKOS_INLINE_FUNCTION std::int64_t s_at(int b, std::int64_t i, int h) const { return b * s_b + i * s_i + h * s_h; }
+};
+
+template <class T>
+struct PartialRows {
+  const T* o = nullptr;
+  const T* lse = nullptr;
+  std::int64_t q_len = 0;    // query positions the partials cover
+  std::int64_t q_first = 0;  // their first local position in the accumulator
+  int count = 1;             // partials, folded in order 0 .. count - 1
+  KOKKOS_INLINE_FUNCTION std::int64_t rows(int batch, int heads) const { return std::int64_t(batch) * q_len * heads; }
+};
+
+// Accumulators empty: m = -inf, l = 0, o = 0.
+template <class ExecSpace, class T>
+struct InitRows {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  RowAccumulator<T> acc;
+  int league_size() const { return acc.batch * static_cast<int>(acc.q_len); }
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& member) const {
+    const int b = member.league_rank() / static_cast<int>(acc.q_len);
+    const std::int64_t i = member.league_rank() % acc.q_len;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, acc.heads), [&](const int h) {
+      T* o = acc.o_at(b, i, h);
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, acc.head_dim), [&](const int d) { o[d] = T(0); });
+      Kokkos::single(Kokkos::PerThread(member), [&]() {
+        const RowState<T> e = RowState<T>::empty();
+        acc.m[acc.s_at(b, i, h)] = e.m;
+        acc.l[acc.s_at(b, i, h)] = e.l;
+      });
+    });
+  }
+};
+
+// Folds partials 0 .. count - 1, in that order, into the accumulator rows they cover.
+template <class ExecSpace, class T>
+struct FoldPartials {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  RowAccumulator<T> acc;
+  PartialRows<T> part;
+  int league_size() const { return acc.batch * static_cast<int>(part.q_len); }
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& member) const {
+    const int b = member.league_rank() / static_cast<int>(part.q_len);
+    const std::int64_t ip = member.league_rank() % part.q_len;
+    const std::int64_t i = part.q_first + ip;
+    const std::int64_t rows = part.rows(acc.batch, acc.heads);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, acc.heads), [&](const int h) {
+      T* o = acc.o_at(b, i, h);
+      const std::int64_t si = acc.s_at(b, i, h);
+      RowState<T> st{acc.m[si], acc.l[si]};
+      const std::int64_t row = (std::int64_t(b) * part.q_len + ip) * acc.heads + h;
+      for (int s = 0; s < part.count; ++s) {
+        const Merge<T> mg = fold_finished(st, part.lse[s * rows + row]);
+        const T* po = part.o + (s * rows + row) * acc.head_dim;
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, acc.head_dim),
+                             [&](const int d) { o[d] = folded_value(mg, o[d], po[d]); });
+        st = mg.state;
+      }
+      Kokkos::single(Kokkos::PerThread(member), [&]() {
+        acc.m[si] = st.m;
+        acc.l[si] = st.l;
+      });
+    });
+  }
+};
+
+// Finishes every row: o <- o / l in place (0 for a row that saw no key), lse (natural log) to
+// `lse` when not null: lse(b, i, h) = lse[b * l_b + i * l_i + h * l_h].
+template <class ExecSpace, class T>
+struct FinishRows {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  RowAccumulator<T> acc;
+  T* lse = nullptr;
+  std::int64_t l_b = 0, l_i = 0, l_h = 0;
+  // Optional copy of the finished o elsewhere (the user's o when the accumulator is a record).
+  T* out = nullptr;
+  std::int64_t out_b = 0, out_i = 0, out_h = 0;
+  int league_size() const { return acc.batch * static_cast<int>(acc.q_len); }
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& member) const {
+    const int b = member.league_rank() / static_cast<int>(acc.q_len);
+    const std::int64_t i = member.league_rank() % acc.q_len;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, acc.heads), [&](const int h) {
+      const std::int64_t si = acc.s_at(b, i, h);
+      const Finish<T> fin = finish(RowState<T>{acc.m[si], acc.l[si]});
+      T* o = acc.o_at(b, i, h);
+      T* dst = out ? out + b * out_b + i * out_i + h * out_h : o;
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, acc.head_dim),
+                           [&](const int d) { dst[d] = o[d] * fin.inv_l; });
+      Kokkos::single(Kokkos::PerThread(member), [&]() {
+        if (lse) lse[b * l_b + i * l_i + h * l_h] = fin.lse;
+      });
+    });
+  }
+};
+
+template <class ExecSpace, class Functor>
+void launch_rows(const ExecSpace& space, const char* name, const Functor& f) {
+  if (f.league_size() == 0) return;
+  Kokkos::parallel_for(name, Kokkos::TeamPolicy<ExecSpace>(space, f.league_size(), Kokkos::AUTO), f);
+}
+
+}  // namespace detail
+}  // namespace dist
+}  // namespace kattn

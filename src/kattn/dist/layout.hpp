@@ -1,0 +1,57 @@
+// Which global sequence positions each rank holds: contiguous shards, or zigzag shards for
+// causal masks (the sequence cut into 2P segments, rank r holding segments r and 2P-1-r, so every
+// rank has one early and one late segment and the same share of the causal triangle).
+// Lengths need not divide by the rank count: segments differ by at most one unit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kattn {
+namespace dist {
+
+enum class Sharding { contiguous, zigzag };
+
+const char* name(Sharding s);
+
+// A run of consecutive global positions held by one rank.
+struct Segment {
+  std::int64_t global = 0;  // first global position
+  std::int64_t local = 0;   // its index in the rank's local array
+  std::int64_t length = 0;
+  int owner = 0;
+};
+
+class SequenceLayout {
+ public:
+  SequenceLayout() = default;
+  // `length` positions over `ranks` ranks. Segment boundaries are multiples of `align` (the
+  // deterministic mode's key chunk) except the end of the sequence; align = 1 balances exactly.
+  SequenceLayout(std::int64_t length, int ranks, Sharding sharding, std::int64_t align = 1);
+
+  std::int64_t length() const { return length_; }
+  int ranks() const { return ranks_; }
+  Sharding sharding() const { return sharding_; }
+  std::int64_t align() const { return align_; }
+
+  // Every segment in global order (empty ones left out).
+  const std::vector<Segment>& segments() const { return segments_; }
+  // The segments of one rank in local order (= global order).
+  std::vector<Segment> segments_of(int rank) const;
+  std::int64_t local_length(int rank) const;
+  // Global position of a rank's local index.
+  std::int64_t global_position(int rank, std::int64_t local) const;
+
+  std::string describe() const;  // "a zigzag split of 50 positions over 4 ranks"
+
+ private:
+  std::int64_t length_ = 0;
+  int ranks_ = 1;
+  Sharding sharding_ = Sharding::contiguous;
+  std::int64_t align_ = 1;
+  std::vector<Segment> segments_;
+};
+
+}  // namespace dist
+}  // namespace kattn

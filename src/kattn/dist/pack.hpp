@@ -1,0 +1,57 @@
+// Copies between the caller's strided arrays and the flat message buffers that travel over MPI.
+// Internal.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+
+namespace kattn {
+namespace dist {
+namespace detail {
+
+// Strided 4-D addressing of (b, j, h, d): base[b * sb + j * sj + h * sh + d].
+template <class T>
+struct Strided {
+  T* base = nullptr;
+  std::int64_t sb = 0, sj = 0, sh = 0;
+  KOKKOS_INLINE_FUNCTION T* at(int b, std::int64_t j, int h) const { return base + b * sb + j * sj + h * sh; }
+};
+
+// Dense [B][n][H][D] addressing of a flat buffer.
+template <class T>
+KOKKOS_INLINE_FUNCTION Strided<T> dense(T* base, std::int64_t n, int H, int D) {
+  return Strided<T>{base, n * H * D, std::int64_t(H) * D, D};
+}
+
+// dst(b, j, h, :) = src(b, j0 + j, h, :) for j in [0, n).
+template <class ExecSpace, class T>
+struct CopyRows {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  Strided<const T> src;
+  Strided<T> dst;
+  std::int64_t j0 = 0, n = 0;
+  int heads = 0, dim = 0;
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& member) const {
+    const int b = member.league_rank() / static_cast<int>(n);
+    const std::int64_t j = member.league_rank() % n;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, heads), [&](const int h) {
+      const T* s = src.at(b, j0 + j, h);
+      T* d = dst.at(b, j, h);
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, dim), [&](const int x) { d[x] = s[x]; });
+    });
+  }
+};
+
+template <class ExecSpace, class T>
+void copy_rows(const ExecSpace& space, Strided<const T> src, std::int64_t j0, Strided<T> dst, int batch,
+               std::int64_t n, int heads, int dim) {
+  if (batch == 0 || n == 0 || heads == 0) return;
+  CopyRows<ExecSpace, T> f{src, dst, j0, n, heads, dim};
+  Kokkos::parallel_for("kattn::dist::copy_rows",
+                       Kokkos::TeamPolicy<ExecSpace>(space, static_cast<int>(batch * n), Kokkos::AUTO), f);
+}
+
+}  // namespace detail
+}  // namespace dist
+}  // namespace kattn

@@ -1,0 +1,65 @@
+// Ring attention: exact attention over a sequence sharded over the ranks of a communicator.
+// Each rank holds a shard of Q, K and V (SequenceLayout says which positions); K/V shards travel
+// round the ring with non-blocking point-to-point messages while the local tile work runs, and
+// each rank folds the partial states of its query rows with the state algebra. In deterministic
+// mode the keys are folded in fixed-size global chunks in global order instead, so the outputs
+// are bitwise the same for every rank count and sharding.
+#pragma once
+
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+
+#include "kattn/dist/collective.hpp"
+#include "kattn/dist/dist_options.hpp"
+#include "kattn/dist/layout.hpp"
+#include "kattn/forward.hpp"
+#include "kattn/options.hpp"
+#include "kattn/params.hpp"
+#include "kattn/shapes.hpp"
+
+namespace kattn {
+namespace dist {
+namespace detail {
+
+void validate(const DistOptions& d);
+
+template <class ExecSpace, class T>
+DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
+                            const DistOptions& d);
+
+}  // namespace detail
+
+// Forward attention of a sequence of Nq queries and Nk keys (the sums of the local lengths),
+// sharded over `comm` as SequenceLayout(N, P, d.sharding, d.deterministic ? chunk : 1) says:
+//   q [B, nq_r, Hq, D], k and v [B, nk_r, Hkv, D] (this rank's positions, in global order),
+//   o [B, nq_r, Hq, D], lse [B, Hq, nq_r] (natural log; -inf for a row that sees no key).
+// Options as for kattn::forward (causal is bottom-right aligned on the global sequence; window,
+// softcap, scale, GQA, any lengths). Collective: every rank calls it with the same options;
+// bad input on any rank throws the same kattn::Error on every rank. Blocks until done (the
+// outputs are ready on return). Returns this rank's measurements.
+template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
+DistStats ring_forward(MPI_Comm comm, const ExecSpace& space, const QView& q, const KView& k, const VView& v,
+                       const OView& o, const LseView& lse, const Options& opt = {}, const DistOptions& d = {}) {
+  static_assert(kattn::detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>(),
+                "kattn::dist::ring_forward: the views must be accessible from the execution space");
+  using T = typename OView::non_const_value_type;
+  AttentionParams<T> p;
+  collective_check(comm, [&] {
+    validate(opt);
+    detail::validate(d);
+    p = dense_params(q, k, v, o, lse);
+  });
+  return detail::ring_forward_impl(comm, space, p, opt, d);
+}
+
+// The same without the LSE.
+template <class ExecSpace, class QView, class KView, class VView, class OView>
+DistStats ring_forward(MPI_Comm comm, const ExecSpace& space, const QView& q, const KView& k, const VView& v,
+                       const OView& o, const Options& opt = {}, const DistOptions& d = {}) {
+  using T = typename OView::non_const_value_type;
+  return ring_forward(comm, space, q, k, v, o, Kokkos::View<T***, typename OView::memory_space>(), opt, d);
+}
+
+}  // namespace dist
+}  // namespace kattn

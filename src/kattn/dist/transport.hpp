@@ -1,0 +1,146 @@
+// Moving Kokkos buffers through MPI: device pointers go to MPI directly when the MPI is GPU-aware
+// (and host memory always does), otherwise through host staging mirrors. Messages larger than an
+// int count are cut into pieces. Every send is counted, so callers can report bytes sent.
+#pragma once
+
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+
+#include <climits>
+#include <cstdint>
+#include <vector>
+
+#include "kattn/dist/dist_options.hpp"
+
+namespace kattn {
+namespace dist {
+
+// True when this MPI library accepts device pointers (Open MPI's MPIX_Query_cuda_support, or
+// MPIX_Query_rocm_support); false for host-only builds and other MPIs.
+bool mpi_is_gpu_aware();
+
+namespace detail {
+
+template <class T>
+MPI_Datatype mpi_type();
+template <>
+inline MPI_Datatype mpi_type<float>() {
+  return MPI_FLOAT;
+}
+template <>
+inline MPI_Datatype mpi_type<double>() {
+  return MPI_DOUBLE;
+}
+
+// Largest element count of one MPI message piece.
+constexpr std::int64_t kMaxPiece = std::int64_t(1) << 30;
+
+// Non-blocking point-to-point of `count` elements, in pieces of at most kMaxPiece elements with
+// tags tag, tag + 1, ... Requests are appended to `reqs`.
+template <class T>
+void isend(const T* data, std::int64_t count, int dest, int tag, MPI_Comm comm, std::vector<MPI_Request>& reqs,
+           DistStats& stats) {
+  for (std::int64_t off = 0, piece = 0; off < count; off += kMaxPiece, ++piece) {
+    const int n = static_cast<int>(count - off < kMaxPiece ? count - off : kMaxPiece);
+    reqs.emplace_back();
+    MPI_Isend(data + off, n, mpi_type<T>(), dest, tag + static_cast<int>(piece), comm, &reqs.back());
+    stats.bytes_sent += std::int64_t(n) * std::int64_t(sizeof(T));
+    ++stats.messages_sent;
+  }
+}
+
+template <class T>
+void irecv(T* data, std::int64_t count, int source, int tag, MPI_Comm comm, std::vector<MPI_Request>& reqs) {
+  for (std::int64_t off = 0, piece = 0; off < count; off += kMaxPiece, ++piece) {
+    const int n = static_cast<int>(count - off < kMaxPiece ? count - off : kMaxPiece);
+    reqs.emplace_back();
+    MPI_Irecv(data + off, n, mpi_type<T>(), source, tag + static_cast<int>(piece), comm, &reqs.back());
+  }
+}
+
+// Broadcast of `count` elements from root, non-blocking, in pieces. The root counts what it
+// hands to MPI (the library's broadcast algorithm decides what really travels).
+template <class T>
+void ibcast(T* data, std::int64_t count, int root, MPI_Comm comm, std::vector<MPI_Request>& reqs, DistStats& stats) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  for (std::int64_t off = 0; off < count; off += kMaxPiece) {
+    const int n = static_cast<int>(count - off < kMaxPiece ? count - off : kMaxPiece);
+    reqs.emplace_back();
+    MPI_Ibcast(data + off, n, mpi_type<T>(), root, comm, &reqs.back());
+    if (rank == root) {
+      stats.bytes_sent += std::int64_t(n) * std::int64_t(sizeof(T));
+      ++stats.messages_sent;
+    }
+  }
+}
+
+// Lets MPI progress pending transfers between kernel launches (rendezvous protocols move data
+// only inside MPI calls).
+inline void poke(std::vector<MPI_Request>& reqs) {
+  if (reqs.empty()) return;
+  int done = 0;
+  MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
+  if (done) reqs.clear();
+}
+
+inline void wait_all(std::vector<MPI_Request>& reqs) {
+  if (!reqs.empty()) MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
+  reqs.clear();
+}
+
+// Whether buffers in MemSpace go through host staging.
+template <class MemSpace>
+bool needs_staging(Staging staging) {
+  if (staging == Staging::host) return true;
+  if (staging == Staging::direct) return false;
+  return !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible && !mpi_is_gpu_aware();
+}
+
+// A flat message buffer in MemSpace with, when staging, a host twin that MPI sees instead.
+template <class T, class MemSpace>
+class MessageBuffer {
+ public:
+  using DeviceView = Kokkos::View<T*, MemSpace>;
+  using HostView = Kokkos::View<T*, Kokkos::HostSpace>;
+
+  MessageBuffer() = default;
+  MessageBuffer(const std::string& label, std::int64_t capacity, bool staged)
+      : device_(Kokkos::view_alloc(label, Kokkos::WithoutInitializing), static_cast<std::size_t>(capacity)),
+        staged_(staged) {
+    if (staged_) host_ = HostView(Kokkos::view_alloc(label + "_host", Kokkos::WithoutInitializing), capacity);
+  }
+
+  T* device() const { return device_.data(); }
+  const DeviceView& view() const { return device_; }
+  // The pointer MPI reads from or writes to.
+  T* mpi() const { return staged_ ? host_.data() : device_.data(); }
+  bool staged() const { return staged_; }
+
+  // Before a send: the first `count` elements to the host twin.
+  template <class ExecSpace>
+  void stage_out(const ExecSpace& space, std::int64_t count) const {
+    if (!staged_ || count == 0) return;
+    Kokkos::deep_copy(space, Kokkos::subview(host_, std::pair<std::size_t, std::size_t>(0, count)),
+                      Kokkos::subview(device_, std::pair<std::size_t, std::size_t>(0, count)));
+    space.fence();
+  }
+  // After a receive: the first `count` elements back to the device.
+  template <class ExecSpace>
+  void stage_in(const ExecSpace& space, std::int64_t count) const {
+    if (!staged_ || count == 0) return;
+    Kokkos::deep_copy(space, Kokkos::subview(device_, std::pair<std::size_t, std::size_t>(0, count)),
+                      Kokkos::subview(host_, std::pair<std::size_t, std::size_t>(0, count)));
+    space.fence();
+  }
+
+ private:
+  DeviceView device_;
+  HostView host_;
+  bool staged_ = false;
+};
+
+}  // namespace detail
+}  // namespace dist
+}  // namespace kattn

@@ -1,0 +1,128 @@
+// Support for the MPI tests: one seed for all ranks, shards of global arrays as a layout says,
+// comparisons of a rank's shard with the matching rows of a global result.
+#pragma once
+
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kattn/dist/layout.hpp"
+#include "support.hpp"
+
+namespace kattn {
+namespace test {
+
+inline int rank_of(MPI_Comm comm) {
+  int r = 0;
+  MPI_Comm_rank(comm, &r);
+  return r;
+}
+inline int size_of(MPI_Comm comm) {
+  int n = 1;
+  MPI_Comm_size(comm, &n);
+  return n;
+}
+
+// A fresh seed drawn on rank 0 and shared, so every rank draws the same global inputs.
+inline std::uint64_t shared_seed(MPI_Comm comm = MPI_COMM_WORLD) {
+  unsigned long long s = fresh_seed();
+  MPI_Bcast(&s, 1, MPI_UNSIGNED_LONG_LONG, 0, comm);
+  return s;
+}
+
+// Rows [B, n_r, H, D] of a global [B, N, H, D] array that `rank` holds under `layout`.
+template <class T>
+View4<T> shard(const View4<T>& global, const dist::SequenceLayout& layout, int rank, const char* label) {
+  const int B = global.extent(0), H = global.extent(2), D = global.extent(3);
+  View4<T> local(std::string(label), B, static_cast<std::size_t>(layout.local_length(rank)), H, D);
+  auto g = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), global);
+  auto l = Kokkos::create_mirror_view(local);
+  for (const dist::Segment& s : layout.segments_of(rank))
+    for (int b = 0; b < B; ++b)
+      for (std::int64_t j = 0; j < s.length; ++j)
+        for (int h = 0; h < H; ++h)
+          for (int d = 0; d < D; ++d) l(b, s.local + j, h, d) = g(b, s.global + j, h, d);
+  Kokkos::deep_copy(local, l);
+  return local;
+}
+
+// Local rows of o [B, n, H, D] and lse [B, H, n] next to the global ones they stand for.
+struct ShardValues {
+  std::vector<double> o, lse, ref_o, ref_lse;
+};
+
+template <class T, class U>
+ShardValues pair_with_global(const View4<T>& o, const View3<T>& lse, const View4<U>& go, const View3<U>& glse,
+                             const dist::SequenceLayout& layout, int rank) {
+  auto ho = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), o);
+  auto hl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lse);
+  auto hgo = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), go);
+  auto hgl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), glse);
+  ShardValues v;
+  const int B = o.extent(0), H = o.extent(2), D = o.extent(3);
+  for (const dist::Segment& s : layout.segments_of(rank))
+    for (int b = 0; b < B; ++b)
+      for (std::int64_t j = 0; j < s.length; ++j)
+        for (int h = 0; h < H; ++h) {
+          for (int d = 0; d < D; ++d) {
+            v.o.push_back(ho(b, s.local + j, h, d));
+            v.ref_o.push_back(hgo(b, s.global + j, h, d));
+          }
+          v.lse.push_back(hl(b, h, s.local + j));
+          v.ref_lse.push_back(hgl(b, h, s.global + j));
+        }
+  return v;
+}
+
+// This rank's shard of (o, lse) against the global reference rows.
+template <class T>
+void expect_shard_close(const View4<T>& o, const View3<T>& lse, const Problem<double>& ref,
+                        const dist::SequenceLayout& layout, int rank, double tol, const std::string& what) {
+  const ShardValues v = pair_with_global(o, lse, ref.o, ref.lse, layout, rank);
+  const Errors eo = compare(v.o, v.ref_o), el = compare(v.lse, v.ref_lse);
+  EXPECT_FALSE(eo.nan_mismatch) << what << ": o has NaN (or unwritten elements) the reference does not";
+  EXPECT_FALSE(el.nan_mismatch) << what << ": lse has NaN (or unwritten elements) the reference does not";
+  if (std::is_same<T, double>::value) {
+    EXPECT_LE(eo.max_abs, tol) << what << ": o max abs error";
+    EXPECT_LE(el.max_abs, tol) << what << ": lse max abs error";
+  } else {
+    EXPECT_LE(eo.rel, tol) << what << ": o relative error";
+    EXPECT_LE(el.max_abs, tol * 10) << what << ": lse max abs error";
+  }
+}
+
+// Bitwise equality of this rank's shard with the matching rows of a global result.
+template <class T>
+void expect_shard_bitwise(const View4<T>& o, const View3<T>& lse, const View4<T>& go, const View3<T>& glse,
+                          const dist::SequenceLayout& layout, int rank, const std::string& what) {
+  const ShardValues v = pair_with_global(o, lse, go, glse, layout, rank);
+  std::size_t diff_o = 0, diff_l = 0;
+  for (std::size_t i = 0; i < v.o.size(); ++i) diff_o += std::memcmp(&v.o[i], &v.ref_o[i], sizeof(double)) != 0;
+  for (std::size_t i = 0; i < v.lse.size(); ++i)
+    diff_l += std::memcmp(&v.lse[i], &v.ref_lse[i], sizeof(double)) != 0;
+  EXPECT_EQ(diff_o, 0u) << what << ": o elements that differ in their bits (of " << v.o.size() << ")";
+  EXPECT_EQ(diff_l, 0u) << what << ": lse elements that differ in their bits (of " << v.lse.size() << ")";
+}
+
+// Every rank's string, in rank order.
+inline std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& s) {
+  const int P = size_of(comm);
+  int len = static_cast<int>(s.size());
+  std::vector<int> lens(P), offs(P);
+  MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm);
+  int total = 0;
+  for (int r = 0; r < P; ++r) offs[r] = total, total += lens[r];
+  std::string all(static_cast<std::size_t>(total), '\0');
+  MPI_Allgatherv(s.data(), len, MPI_CHAR, &all[0], lens.data(), offs.data(), MPI_CHAR, comm);
+  std::vector<std::string> out;
+  for (int r = 0; r < P; ++r) out.push_back(all.substr(offs[r], lens[r]));
+  return out;
+}
+
+}  // namespace test
+}  // namespace kattn

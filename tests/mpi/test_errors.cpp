@@ -1,0 +1,200 @@
+// Collective errors: a bad shape, dtype, option or split on any rank raises the same kattn::Error
+// on every rank, and no rank hangs (ctest runs these under a timeout). Each rank compares its
+// message with every other rank's.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "dist_support.hpp"
+#include "kattn/dist/decode.hpp"
+#include "kattn/dist/ring.hpp"
+
+namespace kattn {
+namespace test {
+namespace {
+
+using dist::DistOptions;
+using dist::SequenceLayout;
+
+// Runs f, expecting a kattn::Error on this rank; checks every rank got the same message and that
+// it contains `expected`; returns the message.
+template <class F>
+std::string expect_same_error(F&& f, const std::string& expected) {
+  std::string message = "<no error>";
+  try {
+    f();
+  } catch (const Error& e) {
+    message = e.what();
+  } catch (const std::exception& e) {
+    message = std::string("<not a kattn::Error> ") + e.what();
+  }
+  const std::vector<std::string> all = allgather_strings(MPI_COMM_WORLD, message);
+  for (std::size_t r = 0; r < all.size(); ++r) EXPECT_EQ(all[r], all[0]) << "rank " << r << " threw another message";
+  EXPECT_NE(message.find(expected), std::string::npos) << "message: " << message << "\nexpected to contain: " << expected;
+  return message;
+}
+
+// A valid local problem for ring attention: this rank's shard of N positions, contiguous split.
+struct Local {
+  View4<double> q, k, v, o;
+  View3<double> lse;
+  Local(int B, std::size_t n, int Hq, int Hkv, int D)
+      : q("q", B, n, Hq, D), k("k", B, n, Hkv, D), v("v", B, n, Hkv, D), o("o", B, n, Hq, D), lse("lse", B, Hq, n) {
+    fill_normal(q, 1);
+    fill_normal(k, 2);
+    fill_normal(v, 3);
+  }
+};
+
+std::int64_t my_share(std::int64_t N) {
+  return SequenceLayout(N, size_of(MPI_COMM_WORLD), dist::Sharding::contiguous).local_length(rank_of(MPI_COMM_WORLD));
+}
+
+
+TEST(DistErrors, EveryRankBadInItsOwnWayAllThrowTheLowestRanksError) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  const std::int64_t n = my_share(40);
+  Local ok(1, n, 4, 2, 8);
+  // Rank r breaks a different argument; everybody must report rank 0's (k's head dim).
+  const std::size_t un = static_cast<std::size_t>(n);
+  View4<double> bad_k("k", 1, un, 2, 6);
+  View4<double> bad_v("v", 1, un + 1, 2, 8);
+  View4<double> bad_o("o", 1, un, 3, 8);
+  View3<double> bad_lse("lse", 1, 4, un + 2);
+  const std::string msg = expect_same_error(
+      [&] {
+        switch (rank % 4) {
+          case 0: dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, bad_k, ok.v, ok.o, ok.lse); break;
+          case 1: dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, ok.k, bad_v, ok.o, ok.lse); break;
+          case 2: dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, ok.k, ok.v, bad_o, ok.lse); break;
+          default: dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, ok.k, ok.v, ok.o, bad_lse); break;
+        }
+      },
+      "k: expected head dim 8 (from q), got 6");
+  if (P > 1) {
+    EXPECT_EQ(msg.rfind("kattn: rank 0: k:", 0), 0u) << msg;
+  }
+}
+
+TEST(DistErrors, OnlyTheLastRankBad) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  const std::int64_t n = my_share(33);
+  Local ok(2, n, 4, 2, 8);
+  Options opt;
+  Options bad = opt;
+  bad.window_left = -7;
+  const std::string msg = expect_same_error(
+      [&] {
+        dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, ok.k, ok.v, ok.o, ok.lse, rank == P - 1 ? bad : opt);
+      },
+      "window: expected a left bound >= 0 or -1");
+  if (P > 1) {
+    EXPECT_NE(msg.find("rank " + std::to_string(P - 1) + ": window"), std::string::npos) << msg;
+  }
+}
+
+TEST(DistErrors, HeadDimDiffersAcrossRanks) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  if (P < 2) GTEST_SKIP() << "needs two ranks";
+  const std::int64_t n = my_share(20);
+  Local mine(1, n, 2, 1, rank == 1 ? 12 : 8);  // locally consistent, globally not
+  expect_same_error([&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), mine.q, mine.k, mine.v, mine.o, mine.lse); },
+                    "q: expected head dim 8 (from rank 0), got 12 on rank 1");
+}
+
+TEST(DistErrors, DtypeDiffersAcrossRanks) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  if (P < 2) GTEST_SKIP() << "needs two ranks";
+  const std::int64_t n = my_share(20);
+  expect_same_error(
+      [&] {
+        if (rank == P - 1) {
+          const std::size_t un = static_cast<std::size_t>(n);
+          View4<float> q("q", 1, un, 2, 8), k("k", 1, un, 2, 8), v("v", 1, un, 2, 8), o("o", 1, un, 2, 8);
+          dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, k, v, o);
+        } else {
+          Local d(1, n, 2, 2, 8);
+          dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o);
+        }
+      },
+      "q: expected dtype f64 (from rank 0), got f32 on rank " + std::to_string(P - 1));
+}
+
+TEST(DistErrors, OptionsDifferAcrossRanks) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  if (P < 2) GTEST_SKIP() << "needs two ranks";
+  Local d(1, my_share(30), 2, 1, 8);
+  Options opt;
+  opt.causal = rank == 1;
+  expect_same_error([&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, opt); },
+                    "options: expected causal false (from rank 0), got true on rank 1");
+  DistOptions dd;
+  dd.sharding = rank == P - 1 ? dist::Sharding::zigzag : dist::Sharding::contiguous;
+  expect_same_error([&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, Options{}, dd); },
+                    "options: expected sharding");
+}
+
+TEST(DistErrors, ShardLengthsInconsistentWithTheSplit) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  if (P < 2) GTEST_SKIP() << "any length is a valid split of itself over one rank";
+  // The last rank holds two positions too many: the total then splits otherwise.
+  const std::int64_t n = my_share(8 * P) + (rank == P - 1 ? 2 : 0);
+  Local d(1, n, 2, 1, 8);
+  expect_same_error([&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse); },
+                    "(a contiguous split of " + std::to_string(8 * P + 2) + " positions over " + std::to_string(P) +
+                        " ranks)");
+  // Zigzag expects another split of the same total than contiguous (11 P + 1 positions: the
+  // contiguous split gives rank 0 the extra one, the zigzag split the last rank).
+  {
+    Local c(1, my_share(11 * P + 1), 2, 1, 8);
+    DistOptions zz;
+    zz.sharding = dist::Sharding::zigzag;
+    expect_same_error([&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), c.q, c.k, c.v, c.o, c.lse, Options{}, zz); },
+                      "zigzag split of");
+  }
+}
+
+TEST(DistErrors, DeterministicDecodeNeedsChunkAlignedShards) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  if (P < 2) GTEST_SKIP() << "one shard always starts at 0";
+  View4<double> q("q", 1, 1, 2, 8), o("o", 1, 1, 2, 8);
+  View4<double> k("k", 1, 10, 2, 8), v("v", 1, 10, 2, 8);  // 10 keys per rank, chunk 16
+  fill_normal(q, 1);
+  fill_normal(k, 2);
+  fill_normal(v, 3);
+  DistOptions d;
+  d.deterministic = true;
+  d.chunk = 16;
+  (void)rank;
+  expect_same_error([&] { dist::decode(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, k, v, o, Options{}, d); },
+                    "k: deterministic decode needs every rank's KV shard to start at a multiple of the chunk (16 keys); "
+                    "rank 1 starts at key 10");
+}
+
+TEST(DistErrors, DecodeQueriesMustBeReplicated) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  if (P < 2) GTEST_SKIP() << "needs two ranks";
+  const int nq = rank == 1 ? 3 : 2;
+  View4<double> q("q", 1, nq, 2, 8), o("o", 1, nq, 2, 8), k("k", 1, 5, 2, 8), v("v", 1, 5, 2, 8);
+  expect_same_error([&] { dist::decode(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, k, v, o); },
+                    "q: expected query positions 2 (from rank 0), got 3 on rank 1");
+  DistOptions d;
+  d.root = P;
+  View4<double> q2("q", 1, 2, 2, 8), o2("o", 1, 2, 2, 8);
+  expect_same_error([&] { dist::decode(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q2, k, v, o2, Options{}, d); },
+                    "root: expected a rank of the communicator");
+}
+
+TEST(DistErrors, AfterAnErrorTheNextCallWorks) {
+  // Nothing is left in flight by a refused call.
+  Local d(1, my_share(12), 2, 1, 8);
+  Options bad;
+  bad.softcap = -1;
+  expect_same_error([&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, bad); }, "softcap");
+  EXPECT_NO_THROW(dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse));
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace kattn
