@@ -9,6 +9,7 @@
 
 #include "args.hpp"
 #include "commands.hpp"
+#include "dist_commands.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
 #include "kattn/errors.hpp"
@@ -23,7 +24,10 @@ const char* kRunUsage =
     "usage: kattn run (--q Q.npy --k K.npy --v V.npy | --random B,NQ,NK,HQ,HKV,D [--seed N])\n"
     "                 [--algo naive|flash] [--block-q N] [--block-k N]\n"
     "                 [--causal] [--window LEFT,RIGHT] [--softcap C] [--scale S]\n"
-    "                 [--dtype f32|f64] [--out O.npy] [--lse LSE.npy] [--check] [--json]\n";
+    "                 [--dtype f32|f64] [--out O.npy] [--lse LSE.npy] [--check] [--json]\n"
+    "       mpirun -np P kattn run --dist ring|decode [--zigzag] [--deterministic] [--chunk KEYS] ...\n"
+    "                 (ring: the sequence sharded over the ranks; decode: the KV cache sharded, the\n"
+    "                 queries replicated; rank 0 reads, scatters, gathers and writes)\n";
 
 struct Outputs {
   std::vector<double> o, lse;
@@ -65,6 +69,7 @@ int cmd_run(Args& args) {
     std::cout << kRunUsage;
     return 0;
   }
+  if (auto mode = args.value("--dist")) return run_distributed(args, *mode);
   const std::string algo = args.value("--algo").value_or("flash");
   const auto out_path = args.value("--out");
   const auto lse_path = args.value("--lse");

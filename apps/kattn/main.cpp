@@ -21,6 +21,7 @@ const char* kUsage =
     "  grad     gradients dq, dk, dv of attention by the recomputing backward pass\n"
     "  io       the HBM-traffic model of standard vs tiled attention\n"
     "  version  kattn's version, Kokkos version, backends and options (also --version)\n"
+    "  scale    scaling studies: measure a row under mpirun, --report (table + SVG), --model\n"
     "Kokkos options (--kokkos-num-threads=N, ...) are accepted by every command.\n";
 
 }  // namespace
@@ -34,6 +35,7 @@ int main(int argc, char* argv[]) {
         {"grad", kattn::cli::cmd_grad},
         {"io", kattn::cli::cmd_io},
         {"version", kattn::cli::cmd_version},
+        {"scale", kattn::cli::cmd_scale},
     };
     std::string command = argc > 1 ? argv[1] : "";
     if (command == "--version") command = "version";

@@ -1,0 +1,184 @@
+// kattn run --dist ring|decode: the `run` command over the ranks of MPI_COMM_WORLD. Rank 0 reads
+// (or draws) the inputs and scatters them as the sharding says, every rank runs its part, rank 0
+// gathers the outputs, checks them against the float64 reference and writes them.
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "dist_commands.hpp"
+#include "dist_io.hpp"
+#include "inputs.hpp"
+#include "json.hpp"
+#include "kattn/dist/collective.hpp"
+#include "kattn/dist/decode.hpp"
+#include "kattn/dist/ring.hpp"
+#include "kattn/reference.hpp"
+#include "mpi_session.hpp"
+
+namespace kattn {
+namespace cli {
+namespace {
+
+struct DistRun {
+  std::vector<double> o, lse;  // global, on rank 0
+  dist::DistStats stats;       // worst rank: max of seconds, compute, comm, bytes
+  double compute_min = 0;
+};
+
+double max_over(MPI_Comm comm, double x, MPI_Op op = MPI_MAX) {
+  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, op, comm);
+  return x;
+}
+
+template <class T>
+DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, const Options& opt,
+               const dist::DistOptions& d) {
+  int rank = 0, P = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &P);
+  const std::int64_t align = d.deterministic ? dist::chunk_of(d) : 1;
+  const bool ring = mode == "ring";
+  const dist::SequenceLayout ql(in.Nq, ring ? P : 1, d.sharding, align);
+  const dist::SequenceLayout kl(in.Nk, P, ring ? d.sharding : dist::Sharding::contiguous, align);
+  const std::int64_t nq = ring ? ql.local_length(rank) : in.Nq, nk = kl.local_length(rank);
+  std::vector<double> q = ring ? scatter_positions(comm, in.q, in.B, in.Hq * in.D, ql) : in.q;
+  if (!ring) {
+    q.resize(static_cast<std::size_t>(in.B * in.Nq * in.Hq * in.D));
+    MPI_Bcast(q.data(), static_cast<int>(q.size()), MPI_DOUBLE, 0, comm);
+  }
+  const std::vector<double> k = scatter_positions(comm, in.k, in.B, in.Hkv * in.D, kl);
+  const std::vector<double> v = scatter_positions(comm, in.v, in.B, in.Hkv * in.D, kl);
+  const auto qv = to_view<Tensor4<T>>(q, "q", in.B, nq, in.Hq, in.D);
+  const auto kv = to_view<Tensor4<T>>(k, "k", in.B, nk, in.Hkv, in.D);
+  const auto vv = to_view<Tensor4<T>>(v, "v", in.B, nk, in.Hkv, in.D);
+  Tensor4<T> o(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), in.B, nq, in.Hq, in.D);
+  Tensor3<T> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), in.B, in.Hq, nq);
+  poison(o);
+  poison(lse);
+  const Kokkos::DefaultExecutionSpace space;
+  space.fence();
+  MPI_Barrier(comm);
+  DistRun run;
+  if (ring) {
+    run.stats = dist::ring_forward(comm, space, qv, kv, vv, o, lse, opt, d);
+  } else {
+    dist::DistOptions dd = d;
+    dd.root = 0;
+    run.stats = dist::decode(comm, space, qv, kv, vv, o, lse, opt, dd);
+  }
+  run.compute_min = max_over(comm, run.stats.compute_seconds, MPI_MIN);
+  run.stats.seconds = max_over(comm, run.stats.seconds);
+  run.stats.compute_seconds = max_over(comm, run.stats.compute_seconds);
+  run.stats.comm_seconds = max_over(comm, run.stats.comm_seconds);
+  run.stats.bytes_sent = static_cast<std::int64_t>(max_over(comm, double(run.stats.bytes_sent)));
+  if (ring) {
+    run.o = gather_positions(comm, from_view(o), in.B, in.Hq * in.D, ql);
+    run.lse = gather_positions(comm, from_view(lse), in.B * in.Hq, 1, ql);
+  } else if (rank == 0) {
+    run.o = from_view(o);
+    run.lse = from_view(lse);
+  }
+  return run;
+}
+
+struct Reference {
+  std::vector<double> o, lse;
+};
+Reference reference_of(const DenseInputs& in, const Options& opt) {
+  const auto q = to_view<Tensor4<double>>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
+  const auto k = to_view<Tensor4<double>>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
+  const auto v = to_view<Tensor4<double>>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
+  Tensor4<double> o("o", in.B, in.Nq, in.Hq, in.D);
+  Tensor3<double> lse("lse", in.B, in.Hq, in.Nq);
+  reference(Kokkos::DefaultExecutionSpace(), q, k, v, o, lse, opt);
+  Kokkos::fence();
+  return {from_view(o), from_view(lse)};
+}
+
+}  // namespace
+
+int run_distributed(Args& args, const std::string& mode) {
+  MpiSession mpi;
+  return mpi.run([&]() -> int {
+    const MPI_Comm comm = MPI_COMM_WORLD;
+    const int rank = mpi.rank(), P = mpi.size();
+    KATTN_REQUIRE(mode == "ring" || mode == "decode", "--dist: expected ring or decode, got '", mode, "'");
+    dist::DistOptions d;
+    if (args.flag("--zigzag")) d.sharding = dist::Sharding::zigzag;
+    d.deterministic = args.flag("--deterministic");
+    d.chunk = args.integer("--chunk", 1, INT64_MAX / 4).value_or(0);
+    KATTN_REQUIRE(mode == "ring" || d.sharding == dist::Sharding::contiguous,
+                  "--zigzag: only for --dist ring (decode shards the KV cache in rank order)");
+    const std::string algo = args.value("--algo").value_or("flash");
+    KATTN_REQUIRE(algo == "flash", "--algo: --dist runs the tiled algorithm on every rank (flash), got '", algo, "'");
+    const auto out_path = args.value("--out");
+    const auto lse_path = args.value("--lse");
+    const bool check = args.flag("--check");
+    const bool json = args.flag("--json");
+    const Options opt = read_options(args);
+    // The input flags travel to rank 0's reader; the other ranks only take them off the list.
+    std::vector<std::string> input_args;
+    for (const char* f : {"--random", "--seed", "--dtype", "--q", "--k", "--v"})
+      if (auto value = args.value(f)) input_args.insert(input_args.end(), {f, *value});
+    args.finish();
+
+    DenseInputs in;
+    dist::collective_check(comm, [&] {
+      if (rank != 0) return;
+      Args inputs("run", input_args);
+      in = read_dense_inputs(inputs);
+      inputs.finish();
+    });
+    long long dims[7] = {in.B, in.Nq, in.Nk, in.Hq, in.Hkv, in.D, in.dtype == io::DType::f32 ? 4 : 8};
+    MPI_Bcast(dims, 7, MPI_LONG_LONG, 0, comm);
+    in.B = dims[0], in.Nq = dims[1], in.Nk = dims[2], in.Hq = dims[3], in.Hkv = dims[4], in.D = dims[5];
+    in.dtype = dims[6] == 4 ? io::DType::f32 : io::DType::f64;
+
+    const DistRun run = in.dtype == io::DType::f32 ? run_as<float>(comm, mode, in, opt, d)
+                                                   : run_as<double>(comm, mode, in, opt, d);
+    if (rank != 0) return 0;
+
+    const double flops = attention_flops(in, opt);
+    const double secs = run.stats.seconds;
+    const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
+    std::printf("kattn run: dist=%s ranks=%d sharding=%s%s algo=flash dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld "
+                "Hkv=%lld D=%lld%s\n",
+                mode.c_str(), P, dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype,
+                (long long)in.B, (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv,
+                (long long)in.D, opt.causal ? " causal" : "");
+    std::printf("time: %.6f s, %.2f GFLOP/s (%.2f per rank); slowest rank: compute %.6f s (fastest %.6f s), "
+                "exposed communication %.6f s; bytes sent per rank (max): %lld\n",
+                secs, secs > 0 ? flops / secs / 1e9 : 0.0, secs > 0 ? flops / secs / 1e9 / P : 0.0,
+                run.stats.compute_seconds, run.compute_min, run.stats.comm_seconds,
+                (long long)run.stats.bytes_sent);
+    Json j;
+    j.add("algo", "flash").add("dist", mode).add("ranks", P).add("sharding", dist::name(d.sharding));
+    j.add("deterministic", d.deterministic).add("dtype", dtype).add("shape", in.shape()).add("causal", opt.causal);
+    j.add("seconds", secs).add("gflops", secs > 0 ? flops / secs / 1e9 : 0.0);
+    j.add("compute_seconds", run.stats.compute_seconds).add("compute_seconds_min", run.compute_min);
+    j.add("comm_seconds", run.stats.comm_seconds).add("bytes_sent_per_rank", (long long)run.stats.bytes_sent);
+    if (check) {
+      DenseInputs in64 = in;
+      in64.dtype = io::DType::f64;
+      const Reference ref = reference_of(in64, opt);
+      const ErrorStats eo = compare(run.o, ref.o);
+      const ErrorStats el = compare(run.lse, ref.lse);
+      std::printf("check vs float64 reference: max abs err %.3e, rel err %.3e, lse max abs err %.3e\n", eo.max_abs,
+                  eo.rel, el.max_abs);
+      j.add("max_abs_err", eo.max_abs).add("rel_err", eo.rel).add("lse_max_abs_err", el.max_abs);
+    }
+    if (out_path) write_array(*out_path, in.dtype, {in.B, in.Nq, in.Hq, in.D}, run.o);
+    if (lse_path) write_array(*lse_path, in.dtype, {in.B, in.Hq, in.Nq}, run.lse);
+    if (json) std::cout << j.str() << "\n";
+    return 0;
+  });
+}
+
+}  // namespace cli
+}  // namespace kattn

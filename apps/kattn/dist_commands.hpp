@@ -1,0 +1,20 @@
+// The distributed parts of the `kattn` program (built with KATTN_ENABLE_MPI; without it they
+// refuse with a message saying how to build them).
+#pragma once
+
+#include <string>
+
+#include "args.hpp"
+
+namespace kattn {
+namespace cli {
+
+// kattn run --dist ring|decode ...: rank 0 reads (or draws) the inputs, scatters, gathers and
+// writes; every rank exits with the same status, rank 0 prints.
+int run_distributed(Args& args, const std::string& mode);
+
+// kattn scale (a measured scaling-study row at the current rank count).
+int scale_measure(Args& args);
+
+}  // namespace cli
+}  // namespace kattn

@@ -1,0 +1,19 @@
+// Built without MPI: the distributed commands say how to get them.
+#include "dist_commands.hpp"
+#include "kattn/errors.hpp"
+
+namespace kattn {
+namespace cli {
+
+int run_distributed(Args&, const std::string&) {
+  KATTN_REQUIRE(false, "--dist: this kattn was built without MPI (configure with -DKATTN_ENABLE_MPI=ON)");
+  return 2;
+}
+
+int scale_measure(Args&) {
+  KATTN_REQUIRE(false, "scale: measuring needs MPI (configure with -DKATTN_ENABLE_MPI=ON); --report and --model work without it");
+  return 2;
+}
+
+}  // namespace cli
+}  // namespace kattn

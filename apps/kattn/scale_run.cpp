@@ -1,0 +1,294 @@
+// kattn scale (measuring): one row of a weak or strong scaling study at the rank count of this
+// MPI job. Every rank draws random values for its own shard (values do not change the work),
+// runs warm-up and timed repetitions, and rank 0 appends the best repetition to the CSV. With
+// --nocomm-baseline every repetition also runs the same ring with the transfers removed, right
+// after the real one, so the communication cost is measured in one run on one machine state.
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "dist_commands.hpp"
+#include "inputs.hpp"
+#include "json.hpp"
+#include "kattn/dist/decode.hpp"
+#include "kattn/dist/ring.hpp"
+#include "kattn/dist/scaling_model.hpp"
+#include "kattn/errors.hpp"
+#include "mpi_session.hpp"
+#include "scale_csv.hpp"
+
+namespace kattn {
+namespace cli {
+namespace {
+
+struct Config {
+  std::string study = "weak", mode = "ring", dtype = "f32";
+  std::int64_t tokens = 4096;
+  int batch = 1, heads_q = 1, heads_kv = 1, dim = 64, queries = 1, repeat = 3, warmup = 1;
+  bool causal = false, nocomm = false, json = false;
+  dist::DistOptions d;
+  std::string csv;
+};
+
+// One timed call, reduced over the ranks.
+struct Sample {
+  double seconds = 0, compute_max = 0, compute_min = 0, compute_mean = 0, comm_max = 0, flops = 0;
+  std::int64_t bytes_max = 0;
+};
+
+double reduce(double x, MPI_Op op) {
+  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, op, MPI_COMM_WORLD);
+  return x;
+}
+
+Sample reduce_sample(const dist::DistStats& s, int P) {
+  Sample r;
+  r.seconds = reduce(s.seconds, MPI_MAX);
+  r.compute_max = reduce(s.compute_seconds, MPI_MAX);
+  r.compute_min = reduce(s.compute_seconds, MPI_MIN);
+  r.compute_mean = reduce(s.compute_seconds, MPI_SUM) / P;
+  r.comm_max = reduce(s.comm_seconds, MPI_MAX);
+  r.flops = reduce(s.flops, MPI_SUM);
+  r.bytes_max = static_cast<std::int64_t>(reduce(double(s.bytes_sent), MPI_MAX));
+  return r;
+}
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Rank 0's progress line on long runs: at most one per second once a run passes two seconds,
+// rewritten in place on a terminal.
+class Progress {
+ public:
+  explicit Progress(int rank) : rank_(rank), tty_(isatty(2)), start_(now()) {}
+  void update(const std::string& what) {
+    if (rank_ != 0) return;
+    const double t = now();
+    if (t - start_ < 2.0 || t - last_ < (tty_ ? 1.0 : 10.0)) return;
+    last_ = t;
+    std::fprintf(stderr, "%skattn scale: %s, %.0f s%s", tty_ ? "\r" : "", what.c_str(), t - start_, tty_ ? "" : "\n");
+    std::fflush(stderr);
+    printed_ = true;
+  }
+  void done() {
+    if (rank_ == 0 && printed_ && tty_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  int rank_;
+  bool tty_;
+  double start_, last_ = 0;
+  bool printed_ = false;
+};
+
+template <class T>
+using V4 = Kokkos::View<T****, Kokkos::LayoutRight>;
+template <class T>
+using V3 = Kokkos::View<T***, Kokkos::LayoutRight>;
+
+template <class View>
+void fill_random(const View& v, std::uint64_t seed) {
+  auto h = Kokkos::create_mirror_view(v);
+  const std::vector<double> x = random_normal(h.span(), seed);
+  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = static_cast<typename View::non_const_value_type>(x[i]);
+  Kokkos::deep_copy(v, h);
+}
+
+// Best (and median) repetition of the real run, and of the comm-removed one when asked.
+struct Result {
+  Sample best, best_nocomm;
+  double median = 0, median_nocomm = 0;
+};
+
+template <class T>
+Result measure(const Config& c, int rank, int P, Progress& progress) {
+  const std::int64_t N = c.study == "weak" ? c.tokens * P : c.tokens;
+  const std::int64_t align = c.d.deterministic ? dist::chunk_of(c.d) : 1;
+  const bool ring = c.mode == "ring";
+  const dist::SequenceLayout kl(N, P, ring ? c.d.sharding : dist::Sharding::contiguous, align);
+  const std::size_t nk = static_cast<std::size_t>(kl.local_length(rank));
+  const std::size_t nq = ring ? nk : static_cast<std::size_t>(c.queries);
+  V4<T> q("q", c.batch, nq, c.heads_q, c.dim), k("k", c.batch, nk, c.heads_kv, c.dim), v("v", c.batch, nk, c.heads_kv, c.dim);
+  V4<T> o("o", c.batch, nq, c.heads_q, c.dim);
+  V3<T> lse("lse", c.batch, c.heads_q, nq);
+  fill_random(q, ring ? 100 + 3 * rank : 99);  // decode: the same queries everywhere
+  fill_random(k, 101 + 3 * rank);
+  fill_random(v, 102 + 3 * rank);
+  Options opt;
+  opt.causal = c.causal;
+  const Kokkos::DefaultExecutionSpace space;
+  std::vector<Sample> real, nocomm;
+  const int total = c.warmup + c.repeat;
+  for (int r = 0; r < total; ++r) {
+    for (int variant = 0; variant < (c.nocomm ? 2 : 1); ++variant) {
+      dist::DistOptions d = c.d;
+      d.communicate = variant == 0;
+      const std::string what = std::string(r < c.warmup ? "warm-up" : "repetition") + " " +
+                               std::to_string(r < c.warmup ? r + 1 : r - c.warmup + 1) + "/" +
+                               std::to_string(r < c.warmup ? c.warmup : c.repeat) +
+                               (variant ? " (comm removed)" : "");
+      d.progress = [&](int step, int steps) {
+        progress.update(what + ", step " + std::to_string(step) + "/" + std::to_string(steps));
+      };
+      space.fence();
+      MPI_Barrier(MPI_COMM_WORLD);
+      const dist::DistStats s = ring ? dist::ring_forward(MPI_COMM_WORLD, space, q, k, v, o, lse, opt, d)
+                                     : dist::decode(MPI_COMM_WORLD, space, q, k, v, o, lse, opt, d);
+      const Sample sample = reduce_sample(s, P);
+      progress.update(what + " done");
+      if (r >= c.warmup) (variant ? nocomm : real).push_back(sample);
+    }
+  }
+  const auto best_of = [](std::vector<Sample> v, double* median) {
+    std::sort(v.begin(), v.end(), [](const Sample& a, const Sample& b) { return a.seconds < b.seconds; });
+    *median = v[v.size() / 2].seconds;
+    return v.front();
+  };
+  Result res;
+  res.best = best_of(real, &res.median);
+  if (c.nocomm) res.best_nocomm = best_of(nocomm, &res.median_nocomm);
+  return res;
+}
+
+ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& algorithm) {
+  const std::int64_t N = c.study == "weak" ? c.tokens * P : c.tokens;
+  const auto f = [](const char* fmt, double x) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, fmt, x);
+    return std::string(buf);
+  };
+  const int bytes = c.dtype == "f32" ? 4 : 8;
+  double model_bytes = 0;
+  if (c.mode == "ring" && !c.d.deterministic) {
+    dist::RingModelInput in;
+    in.tokens = N, in.ranks = P, in.batch = c.batch, in.heads_q = c.heads_q, in.heads_kv = c.heads_kv;
+    in.head_dim = c.dim, in.bytes_per_value = bytes;
+    model_bytes = algorithm == "ring-nocomm" ? 0.0 : dist::ring_bytes_per_rank(in);
+  } else if (c.mode == "decode" && P > 1) {
+    model_bytes = double(c.batch) * c.queries * c.heads_q * (c.dim + 1) * bytes;  // one contribution of rows
+  }
+  ScaleRow row;
+  row.field = {{"study", c.study},
+               {"ranks", std::to_string(P)},
+               {"tokens", std::to_string(N)},
+               {"tokens_per_rank", f("%.0f", double(N) / P)},
+               {"algorithm", algorithm},
+               {"dtype", c.dtype},
+               {"batch", std::to_string(c.batch)},
+               {"heads_q", std::to_string(c.heads_q)},
+               {"heads_kv", std::to_string(c.heads_kv)},
+               {"dim", std::to_string(c.dim)},
+               {"causal", c.causal ? "1" : "0"},
+               {"sharding", dist::name(c.mode == "ring" ? c.d.sharding : dist::Sharding::contiguous)},
+               {"seconds", f("%.6g", s.seconds)},
+               {"compute_seconds", f("%.6g", s.compute_max)},
+               {"compute_seconds_min", f("%.6g", s.compute_min)},
+               {"exposed_comm_seconds", f("%.6g", s.comm_max)},
+               {"bytes_sent_per_rank", std::to_string(s.bytes_max)},
+               {"model_bytes_per_rank", f("%.0f", model_bytes)},
+               {"tflops_per_rank", f("%.6g", s.flops / P / s.seconds / 1e12)}};
+  // Without a one-rank row of the same study in the CSV: the mean fraction of the wall time the
+  // ranks spend computing (1 at one rank).
+  row.field["efficiency"] = f("%.6f", P == 1 ? 1.0 : std::min(1.0, s.compute_mean / s.seconds));
+  row.field["baseline"] = P == 1 ? "self" : "busy";
+  if (!c.csv.empty() && P > 1) {
+    std::vector<ScaleRow> existing;
+    try {
+      existing = read_scale_csv(c.csv);
+    } catch (const Error&) {
+      // No file yet (or not a scaling CSV): keep the busy fraction.
+    }
+    std::string baseline;
+    const double eff = efficiency_against_one_rank(row, existing, &baseline);
+    row.field["efficiency"] = f("%.6f", eff);
+    row.field["baseline"] = baseline;
+  }
+  return row;
+}
+
+}  // namespace
+
+int scale_measure(Args& args) {
+  MpiSession mpi;
+  return mpi.run([&]() -> int {
+    const int rank = mpi.rank(), P = mpi.size();
+    Config c;
+    c.study = args.value("--study").value_or(c.study);
+    c.mode = args.value("--dist").value_or(c.mode);
+    c.tokens = args.integer("--tokens", 1, std::int64_t(1) << 40).value_or(c.tokens);
+    c.batch = static_cast<int>(args.integer("--batch", 1, 1 << 20).value_or(c.batch));
+    if (auto h = args.integers("--heads", 2)) c.heads_q = int((*h)[0]), c.heads_kv = int((*h)[1]);
+    c.dim = static_cast<int>(args.integer("--dim", 1, 1 << 16).value_or(c.dim));
+    c.queries = static_cast<int>(args.integer("--queries", 1, 1 << 20).value_or(c.queries));
+    c.dtype = args.value("--dtype").value_or(c.dtype);
+    c.causal = args.flag("--causal");
+    if (args.flag("--zigzag")) c.d.sharding = dist::Sharding::zigzag;
+    c.d.deterministic = args.flag("--deterministic");
+    c.d.chunk = args.integer("--chunk", 1, std::int64_t(1) << 40).value_or(0);
+    c.repeat = static_cast<int>(args.integer("--repeat", 1, 1000).value_or(c.repeat));
+    c.warmup = static_cast<int>(args.integer("--warmup", 0, 1000).value_or(c.warmup));
+    c.nocomm = args.flag("--nocomm-baseline");
+    c.csv = args.value("--csv").value_or("");
+    c.json = args.flag("--json");
+    args.finish();
+    KATTN_REQUIRE(c.study == "weak" || c.study == "strong", "--study: expected weak or strong, got '", c.study, "'");
+    KATTN_REQUIRE(c.mode == "ring" || c.mode == "decode", "--dist: expected ring or decode, got '", c.mode, "'");
+    KATTN_REQUIRE(c.dtype == "f32" || c.dtype == "f64", "--dtype: expected f32 or f64, got '", c.dtype, "'");
+    KATTN_REQUIRE(c.heads_q >= 1 && c.heads_kv >= 1 && c.heads_q % c.heads_kv == 0,
+                  "--heads: expected HQ,HKV with HQ a multiple of HKV, got ", c.heads_q, ",", c.heads_kv);
+    KATTN_REQUIRE(!c.nocomm || (c.mode == "ring" && !c.d.deterministic),
+                  "--nocomm-baseline: only for the ring (not --deterministic, not decode)");
+    KATTN_REQUIRE(c.mode == "ring" || c.d.sharding == dist::Sharding::contiguous, "--zigzag: only for --dist ring");
+
+    Progress progress(rank);
+    const Result r =
+        c.dtype == "f32" ? measure<float>(c, rank, P, progress) : measure<double>(c, rank, P, progress);
+    progress.done();
+    if (rank != 0) return 0;
+    const std::string algorithm = c.mode + (c.d.deterministic ? "-deterministic" : "");
+    ScaleRow row = make_row(c, P, r.best, algorithm);
+    const auto print = [&](const ScaleRow& w, double median) {
+      std::printf("kattn scale: %s %s P=%d tokens=%s (%s per rank) %s: %.6f s (median %.6f s), compute %s s "
+                  "(fastest rank %s s), exposed comm %s s, sent %s B/rank (model %s), %s TFLOP/s per rank, "
+                  "efficiency %s (%s)\n",
+                  w.str("study").c_str(), w.str("algorithm").c_str(), P, w.str("tokens").c_str(),
+                  w.str("tokens_per_rank").c_str(), w.str("dtype").c_str(), w.num("seconds"), median,
+                  w.str("compute_seconds").c_str(), w.str("compute_seconds_min").c_str(),
+                  w.str("exposed_comm_seconds").c_str(), w.str("bytes_sent_per_rank").c_str(),
+                  w.str("model_bytes_per_rank").c_str(), w.str("tflops_per_rank").c_str(),
+                  w.str("efficiency").c_str(), w.str("baseline").c_str());
+    };
+    print(row, r.median);
+    if (!c.csv.empty()) append_scale_csv(c.csv, row);
+    Json j;
+    for (const std::string& col : scale_columns()) j.add(col, row.str(col));
+    if (c.nocomm) {
+      ScaleRow base = make_row(c, P, r.best_nocomm, "ring-nocomm");
+      print(base, r.median_nocomm);
+      if (!c.csv.empty()) append_scale_csv(c.csv, base);
+      const double loss = r.best.seconds / r.best_nocomm.seconds - 1.0;
+      const double loss_median = r.median / r.median_nocomm - 1.0;
+      std::printf("communication cost: ring %.6f s against %.6f s with the transfers removed: %+.2f%% (medians: "
+                  "%+.2f%%)\n",
+                  r.best.seconds, r.best_nocomm.seconds, 100 * loss, 100 * loss_median);
+      j.add("nocomm_seconds", r.best_nocomm.seconds).add("comm_loss", loss).add("comm_loss_median", loss_median);
+    }
+    if (P > 1 && r.best.compute_min > 0) {
+      std::printf("compute balance: slowest rank %.6f s, fastest %.6f s: %.3fx\n", r.best.compute_max,
+                  r.best.compute_min, r.best.compute_max / r.best.compute_min);
+      j.add("compute_balance", r.best.compute_max / r.best.compute_min);
+    }
+    if (c.json) std::cout << j.str() << "\n";
+    return 0;
+  });
+}
+
+}  // namespace cli
+}  // namespace kattn

@@ -1,0 +1,12 @@
+# The report's SVG: a well-formed root element, one polyline per study, one circle per point.
+file(READ "${SVG}" svg)
+if(NOT svg MATCHES "^<svg xmlns=\"http://www.w3.org/2000/svg\"" OR NOT svg MATCHES "</svg>\n$")
+  message(FATAL_ERROR "${SVG} is not an SVG document:\n${svg}")
+endif()
+string(REGEX MATCHALL "<polyline" lines "${svg}")
+string(REGEX MATCHALL "<circle" points "${svg}")
+list(LENGTH lines n_lines)
+list(LENGTH points n_points)
+if(NOT n_lines EQUAL ${SERIES} OR NOT n_points EQUAL ${POINTS})
+  message(FATAL_ERROR "expected ${SERIES} polylines and ${POINTS} points, got ${n_lines} and ${n_points}")
+endif()
