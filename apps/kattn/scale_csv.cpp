@@ -15,7 +15,7 @@ const std::vector<std::string>& scale_columns() {
       "dtype",          "batch",           "heads_q",             "heads_kv",             "dim",
       "causal",         "sharding",        "seconds",             "compute_seconds",      "compute_seconds_min",
       "exposed_comm_seconds", "bytes_sent_per_rank", "model_bytes_per_rank", "tflops_per_rank", "efficiency",
-      "baseline"};
+      "baseline",       "compute_cpu_seconds", "compute_cpu_seconds_min"};
   return cols;
 }
 

@@ -41,6 +41,7 @@ struct Config {
 // One timed call, reduced over the ranks.
 struct Sample {
   double seconds = 0, compute_max = 0, compute_min = 0, compute_mean = 0, comm_max = 0, flops = 0;
+  double cpu_max = 0, cpu_min = 0;  // compute in process CPU time: the work, whoever else used the core
   std::int64_t bytes_max = 0;
 };
 
@@ -56,6 +57,8 @@ Sample reduce_sample(const dist::DistStats& s, int P) {
   r.compute_min = reduce(s.compute_seconds, MPI_MIN);
   r.compute_mean = reduce(s.compute_seconds, MPI_SUM) / P;
   r.comm_max = reduce(s.comm_seconds, MPI_MAX);
+  r.cpu_max = reduce(s.compute_cpu_seconds, MPI_MAX);
+  r.cpu_min = reduce(s.compute_cpu_seconds, MPI_MIN);
   r.flops = reduce(s.flops, MPI_SUM);
   r.bytes_max = static_cast<std::int64_t>(reduce(double(s.bytes_sent), MPI_MAX));
   return r;
@@ -193,7 +196,9 @@ ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& al
                {"exposed_comm_seconds", f("%.6g", s.comm_max)},
                {"bytes_sent_per_rank", std::to_string(s.bytes_max)},
                {"model_bytes_per_rank", f("%.0f", model_bytes)},
-               {"tflops_per_rank", f("%.6g", s.flops / P / s.seconds / 1e12)}};
+               {"tflops_per_rank", f("%.6g", s.flops / P / s.seconds / 1e12)},
+               {"compute_cpu_seconds", f("%.6g", s.cpu_max)},
+               {"compute_cpu_seconds_min", f("%.6g", s.cpu_min)}};
   // Without a one-rank row of the same study in the CSV: the mean fraction of the wall time the
   // ranks spend computing (1 at one rank).
   row.field["efficiency"] = f("%.6f", P == 1 ? 1.0 : std::min(1.0, s.compute_mean / s.seconds));
@@ -281,9 +286,15 @@ int scale_measure(Args& args) {
       j.add("nocomm_seconds", r.best_nocomm.seconds).add("comm_loss", loss).add("comm_loss_median", loss_median);
     }
     if (P > 1 && r.best.compute_min > 0) {
-      std::printf("compute balance: slowest rank %.6f s, fastest %.6f s: %.3fx\n", r.best.compute_max,
+      std::printf("compute balance: slowest rank %.6f s, fastest %.6f s: %.3fx wall clock", r.best.compute_max,
                   r.best.compute_min, r.best.compute_max / r.best.compute_min);
       j.add("compute_balance", r.best.compute_max / r.best.compute_min);
+      if (r.best.cpu_min > 0) {
+        std::printf("; CPU time %.6f s against %.6f s: %.3fx", r.best.cpu_max, r.best.cpu_min,
+                    r.best.cpu_max / r.best.cpu_min);
+        j.add("compute_balance_cpu", r.best.cpu_max / r.best.cpu_min);
+      }
+      std::printf("\n");
     }
     if (c.json) std::cout << j.str() << "\n";
     return 0;

@@ -45,6 +45,8 @@ struct DistOptions {
 struct DistStats {
   double seconds = 0;          // whole call, wall clock
   double compute_seconds = 0;  // local attention kernels and partial-state folds
+  double compute_cpu_seconds = 0;  // the same in process CPU time: on a shared host it measures the work
+                                   // a rank did, not how long others held its core (host backends)
   double comm_seconds = 0;     // exposed communication: waiting for transfers (and staging copies)
   std::int64_t bytes_sent = 0; // bytes this rank handed to MPI send calls (a broadcast counts at its root)
   std::int64_t messages_sent = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +29,11 @@ void validate(const DistOptions& d) {
 namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double cpu_now() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
 
 // Query rows per kernel launch: a segment is cut into a few pieces so that MPI can progress the
 // transfers between launches; small segments stay whole.
@@ -168,7 +174,7 @@ class RingRunner {
         isend(kb[cur].mpi(), n_out, right, 0, comm_, reqs, stats_);
         isend(vb[cur].mpi(), n_out, right, 1 << 20, comm_, reqs, stats_);
       }
-      const double tc1 = now();
+      const double tc1 = now(), cpu1 = cpu_now();
       // Positions per sequence in the buffer (its batch stride).
       const std::int64_t held = d_.communicate ? s_.kv_lens[owner] : cap;
       for (const Segment& qs : q_segs) {
@@ -182,6 +188,7 @@ class RingRunner {
       }
       space_.fence();
       const double tc2 = now();
+      stats_.compute_cpu_seconds += cpu_now() - cpu1;
       wait_all(reqs);
       if (transfer) {
         const std::int64_t n_in = kv_elems(s_.kv_lens[(rank_ - t - 1 + P_) % P_]);
@@ -240,7 +247,7 @@ class RingRunner {
         kb[slot].stage_in(space_, kv_elems(segs[g].length));
         vb[slot].stage_in(space_, kv_elems(segs[g].length));
       }
-      const double tw1 = now();
+      const double tw1 = now(), cpu1 = cpu_now();
       const Segment& ks = segs[g];
       for (const Segment& qs : q_segs) {
         const std::int64_t step = piece_rows(qs.length);
@@ -252,6 +259,7 @@ class RingRunner {
       }
       space_.fence();
       const double tw2 = now();
+      stats_.compute_cpu_seconds += cpu_now() - cpu1;
       stats_.comm_seconds += tw1 - tw0;
       stats_.compute_seconds += tw2 - tw1;
       ++stats_.steps;
