@@ -51,6 +51,38 @@ View4<T> shard(const View4<T>& global, const dist::SequenceLayout& layout, int r
   return local;
 }
 
+// Positions [B, H, n_r] of a global [B, H, N] array (an LSE) that `rank` holds under `layout`.
+template <class T>
+View3<T> shard_lse(const View3<T>& global, const dist::SequenceLayout& layout, int rank) {
+  const int B = global.extent(0), H = global.extent(1);
+  View3<T> local(std::string("lse"), B, H, static_cast<std::size_t>(layout.local_length(rank)));
+  auto g = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), global);
+  auto l = Kokkos::create_mirror_view(local);
+  for (const dist::Segment& s : layout.segments_of(rank))
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h)
+        for (std::int64_t j = 0; j < s.length; ++j) l(b, h, s.local + j) = g(b, h, s.global + j);
+  Kokkos::deep_copy(local, l);
+  return local;
+}
+
+// This rank's rows of a [B, n, H, D] array next to the global rows they stand for.
+template <class T, class U>
+void pair_rows(const View4<T>& local, const View4<U>& global, const dist::SequenceLayout& layout, int rank,
+               std::vector<double>& mine, std::vector<double>& theirs) {
+  auto hl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), local);
+  auto hg = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), global);
+  const int B = local.extent(0), H = local.extent(2), D = local.extent(3);
+  for (const dist::Segment& s : layout.segments_of(rank))
+    for (int b = 0; b < B; ++b)
+      for (std::int64_t j = 0; j < s.length; ++j)
+        for (int h = 0; h < H; ++h)
+          for (int d = 0; d < D; ++d) {
+            mine.push_back(hl(b, s.local + j, h, d));
+            theirs.push_back(hg(b, s.global + j, h, d));
+          }
+}
+
 // Local rows of o [B, n, H, D] and lse [B, H, n] next to the global ones they stand for.
 struct ShardValues {
   std::vector<double> o, lse, ref_o, ref_lse;

@@ -52,6 +52,48 @@ void copy_rows(const ExecSpace& space, Strided<const T> src, std::int64_t j0, St
                        Kokkos::TeamPolicy<ExecSpace>(space, static_cast<int>(batch * n), Kokkos::AUTO), f);
 }
 
+// dst(b, j0 + j, h, :) += src(b, j, h, :) for j in [0, n); with `zero`, dst(b, j0 + j, h, :) = 0
+// instead (src unused).
+template <class ExecSpace, class T>
+struct AddRows {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  Strided<const T> src;
+  Strided<T> dst;
+  std::int64_t j0 = 0, n = 0;
+  int heads = 0, dim = 0;
+  bool zero = false;
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& member) const {
+    const int b = member.league_rank() / static_cast<int>(n);
+    const std::int64_t j = member.league_rank() % n;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, heads), [&](const int h) {
+      T* d = dst.at(b, j0 + j, h);
+      if (zero) {
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, dim), [&](const int x) { d[x] = T(0); });
+      } else {
+        const T* s = src.at(b, j, h);
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, dim), [&](const int x) { d[x] += s[x]; });
+      }
+    });
+  }
+};
+
+template <class ExecSpace, class T>
+void add_rows(const ExecSpace& space, Strided<const T> src, Strided<T> dst, std::int64_t j0, int batch,
+              std::int64_t n, int heads, int dim) {
+  if (batch == 0 || n == 0 || heads == 0) return;
+  AddRows<ExecSpace, T> f{src, dst, j0, n, heads, dim, false};
+  Kokkos::parallel_for("kattn::dist::add_rows",
+                       Kokkos::TeamPolicy<ExecSpace>(space, static_cast<int>(batch * n), Kokkos::AUTO), f);
+}
+
+template <class ExecSpace, class T>
+void zero_rows(const ExecSpace& space, Strided<T> dst, int batch, std::int64_t n, int heads, int dim) {
+  if (batch == 0 || n == 0 || heads == 0) return;
+  AddRows<ExecSpace, T> f{Strided<const T>{}, dst, 0, n, heads, dim, true};
+  Kokkos::parallel_for("kattn::dist::zero_rows",
+                       Kokkos::TeamPolicy<ExecSpace>(space, static_cast<int>(batch * n), Kokkos::AUTO), f);
+}
+
 }  // namespace detail
 }  // namespace dist
 }  // namespace kattn

@@ -168,11 +168,11 @@ class RingRunner {
         const int from = (rank_ - t - 1 + P_) % P_;
         const std::int64_t n_in = kv_elems(s_.kv_lens[from]), n_out = kv_elems(s_.kv_lens[owner]);
         irecv(kb[1 - cur].mpi(), n_in, left, 0, comm_, reqs);
-        irecv(vb[1 - cur].mpi(), n_in, left, 1 << 20, comm_, reqs);
+        irecv(vb[1 - cur].mpi(), n_in, left, 1, comm_, reqs);
         kb[cur].stage_out(space_, n_out);
         vb[cur].stage_out(space_, n_out);
         isend(kb[cur].mpi(), n_out, right, 0, comm_, reqs, stats_);
-        isend(vb[cur].mpi(), n_out, right, 1 << 20, comm_, reqs, stats_);
+        isend(vb[cur].mpi(), n_out, right, 1, comm_, reqs, stats_);
       }
       const double tc1 = now(), cpu1 = cpu_now();
       // Positions per sequence in the buffer (its batch stride).

@@ -36,15 +36,16 @@ inline MPI_Datatype mpi_type<double>() {
 // Largest element count of one MPI message piece.
 constexpr std::int64_t kMaxPiece = std::int64_t(1) << 30;
 
-// Non-blocking point-to-point of `count` elements, in pieces of at most kMaxPiece elements with
-// tags tag, tag + 1, ... Requests are appended to `reqs`.
+// Non-blocking point-to-point of `count` elements, in pieces of at most kMaxPiece elements, all
+// with `tag` (MPI keeps messages of one source, tag and communicator in order). Requests are
+// appended to `reqs`.
 template <class T>
 void isend(const T* data, std::int64_t count, int dest, int tag, MPI_Comm comm, std::vector<MPI_Request>& reqs,
            DistStats& stats) {
-  for (std::int64_t off = 0, piece = 0; off < count; off += kMaxPiece, ++piece) {
+  for (std::int64_t off = 0; off < count; off += kMaxPiece) {
     const int n = static_cast<int>(count - off < kMaxPiece ? count - off : kMaxPiece);
     reqs.emplace_back();
-    MPI_Isend(data + off, n, mpi_type<T>(), dest, tag + static_cast<int>(piece), comm, &reqs.back());
+    MPI_Isend(data + off, n, mpi_type<T>(), dest, tag, comm, &reqs.back());
     stats.bytes_sent += std::int64_t(n) * std::int64_t(sizeof(T));
     ++stats.messages_sent;
   }
@@ -52,10 +53,10 @@ void isend(const T* data, std::int64_t count, int dest, int tag, MPI_Comm comm, 
 
 template <class T>
 void irecv(T* data, std::int64_t count, int source, int tag, MPI_Comm comm, std::vector<MPI_Request>& reqs) {
-  for (std::int64_t off = 0, piece = 0; off < count; off += kMaxPiece, ++piece) {
+  for (std::int64_t off = 0; off < count; off += kMaxPiece) {
     const int n = static_cast<int>(count - off < kMaxPiece ? count - off : kMaxPiece);
     reqs.emplace_back();
-    MPI_Irecv(data + off, n, mpi_type<T>(), source, tag + static_cast<int>(piece), comm, &reqs.back());
+    MPI_Irecv(data + off, n, mpi_type<T>(), source, tag, comm, &reqs.back());
   }
 }
 

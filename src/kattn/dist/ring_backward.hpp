@@ -1,0 +1,64 @@
+// Ring attention's backward pass: the gradients of sum(o * dout) for a sequence sharded over the
+// ranks as ring_forward shards it. dQ stays on the rank of its queries; dK and dV accumulators
+// travel with their K/V shards round the ring (the K/V shards ahead, the accumulators one step
+// behind, overlapping the local work) and come back to their owners. Every (query shard, key
+// shard) pair is kattn::backward with the global LSE and the mask placed by diagonal_shift.
+//
+// Deterministic mode (DistOptions::deterministic): gradients bitwise the same for every rank
+// count and sharding. Every pair of fixed-size global chunks (query chunk, key chunk) is its own
+// kattn::backward call with a deterministic dQ strategy; dQ folds the key chunks in global order,
+// and each key segment's dK/dV accumulator tours the query segments in global order (owner ->
+// owner of query segment 0 -> 1 -> ... -> owner) adding the query chunks in global order.
+#pragma once
+
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+
+#include "kattn/backward.hpp"
+#include "kattn/dist/collective.hpp"
+#include "kattn/dist/dist_options.hpp"
+#include "kattn/options.hpp"
+
+namespace kattn {
+namespace dist {
+namespace detail {
+
+void validate(const DistOptions& d);
+
+template <class ExecSpace, class T>
+DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
+                             const DistOptions& d, const BackwardOptions& bopt);
+
+}  // namespace detail
+
+// Shards as for ring_forward (the same DistOptions):
+//   q, o, dout, dq [B, nq_r, Hq, D]; k, v, dk, dv [B, nk_r, Hkv, D]; lse [B, Hq, nq_r], the
+//   natural-log LSE that ring_forward returned (the global one).
+// dq, dk, dv are overwritten with this rank's gradients. bopt as for kattn::backward; in
+// deterministic mode the atomic dQ strategy is refused. Collective, with collective errors.
+template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
+          class DqView, class DkView, class DvView>
+DistStats ring_backward(MPI_Comm comm, const ExecSpace& space, const QView& q, const KView& k, const VView& v,
+                        const OView& o, const LseView& lse, const DoView& dout, const DqView& dq, const DkView& dk,
+                        const DvView& dv, const Options& opt = {}, const DistOptions& d = {},
+                        const BackwardOptions& bopt = {}) {
+  static_assert(
+      kattn::detail::backward_accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView, DkView,
+                                              DvView>(),
+      "kattn::dist::ring_backward: the views must be accessible from the execution space");
+  using T = typename DqView::non_const_value_type;
+  BackwardParams<T> p;
+  collective_check(comm, [&] {
+    validate(opt);
+    detail::validate(d);
+    KATTN_REQUIRE(!(d.deterministic && bopt.dq == DqStrategy::atomic),
+                  "dq: the atomic strategy is not deterministic; choose key_chunks or query_pass, or drop "
+                  "deterministic");
+    p = backward_params(q, k, v, o, lse, dout, dq, dk, dv);
+  });
+  return detail::ring_backward_impl(comm, space, p, opt, d, bopt);
+}
+
+}  // namespace dist
+}  // namespace kattn

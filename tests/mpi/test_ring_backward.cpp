@@ -1,0 +1,237 @@
+// Ring attention's backward against the one-rank backward (kattn::backward on the whole sequence,
+// itself tested against the textbook backward): dq on the query shards, dk and dv on the key
+// shards, at 1e-12 in double, for both shardings, the variants, GQA and lengths that do not divide
+// by the rank count; the deterministic mode bitwise the same for every rank count; bytes sent.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "dist_support.hpp"
+#include "kattn/backward.hpp"
+#include "kattn/dist/ring.hpp"
+#include "kattn/dist/ring_backward.hpp"
+#include "kattn/forward.hpp"
+
+namespace kattn {
+namespace test {
+namespace {
+
+using dist::DistOptions;
+using dist::SequenceLayout;
+using dist::Sharding;
+
+// A global problem with its forward outputs and an upstream gradient.
+template <class T>
+struct Grads {
+  Problem<T> p;  // q, k, v; o, lse from the forward
+  View4<T> dout, dq, dk, dv;
+  Grads(const Shape& s, std::uint64_t seed, const Options& opt) : p(s, seed) {
+    dout = View4<T>("do", s.B, s.Nq, s.Hq, s.D);
+    dq = View4<T>("dq", s.B, s.Nq, s.Hq, s.D);
+    dk = View4<T>("dk", s.B, s.Nk, s.Hkv, s.D);
+    dv = View4<T>("dv", s.B, s.Nk, s.Hkv, s.D);
+    fill_normal(dout, seed + 7);
+    forward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, opt);
+    Kokkos::fence();
+  }
+  // The one-rank backward of the whole sequence.
+  void backward_one_rank(const Options& opt, const BackwardOptions& b = {}) {
+    backward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, dout, dq, dk, dv, opt, b);
+    Kokkos::fence();
+  }
+};
+
+template <class T>
+struct LocalGrads {
+  View4<T> dq, dk, dv;
+  dist::DistStats stats;
+  SequenceLayout ql, kl;
+};
+
+template <class T>
+LocalGrads<T> run_ring_backward(MPI_Comm comm, const Grads<T>& g, const Options& opt, const DistOptions& d,
+                                const BackwardOptions& b = {}) {
+  const int rank = rank_of(comm), P = size_of(comm);
+  const Shape& s = g.p.shape;
+  const std::int64_t align = d.deterministic ? dist::chunk_of(d) : 1;
+  LocalGrads<T> r;
+  r.ql = SequenceLayout(s.Nq, P, d.sharding, align);
+  r.kl = SequenceLayout(s.Nk, P, d.sharding, align);
+  const View4<T> q = shard(g.p.q, r.ql, rank, "q"), o = shard(g.p.o, r.ql, rank, "o");
+  const View4<T> dout = shard(g.dout, r.ql, rank, "do");
+  const View3<T> lse = shard_lse(g.p.lse, r.ql, rank);
+  const View4<T> k = shard(g.p.k, r.kl, rank, "k"), v = shard(g.p.v, r.kl, rank, "v");
+  const std::size_t nq = r.ql.local_length(rank), nk = r.kl.local_length(rank);
+  r.dq = View4<T>("dq", s.B, nq, s.Hq, s.D);
+  r.dk = View4<T>("dk", s.B, nk, s.Hkv, s.D);
+  r.dv = View4<T>("dv", s.B, nk, s.Hkv, s.D);
+  poison(r.dq);
+  poison(r.dk);
+  poison(r.dv);
+  r.stats = dist::ring_backward(comm, Kokkos::DefaultExecutionSpace(), q, k, v, o, lse, dout, r.dq, r.dk, r.dv, opt,
+                                d, b);
+  return r;
+}
+
+double max_abs(const std::vector<double>& a, const std::vector<double>& b, bool* nan) {
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) != std::isnan(b[i])) *nan = true;
+    m = std::max(m, std::abs(a[i] - b[i]));
+  }
+  return m;
+}
+
+template <class T>
+void expect_grads(const LocalGrads<T>& r, const Grads<T>& g, int rank, double tol, const std::string& what) {
+  const char* names[3] = {"dq", "dk", "dv"};
+  const View4<T>* mine[3] = {&r.dq, &r.dk, &r.dv};
+  const View4<T>* ref[3] = {&g.dq, &g.dk, &g.dv};
+  for (int x = 0; x < 3; ++x) {
+    std::vector<double> a, b;
+    pair_rows(*mine[x], *ref[x], x == 0 ? r.ql : r.kl, rank, a, b);
+    bool nan = false;
+    const double err = max_abs(a, b, &nan);
+    EXPECT_FALSE(nan) << what << ": " << names[x] << " has NaN (or unwritten elements)";
+    if (std::is_same<T, double>::value) {
+      EXPECT_LE(err, tol) << what << ": " << names[x] << " max abs difference from the one-rank backward";
+    } else {
+      double ref2 = 0, d2 = 0;
+      for (std::size_t i = 0; i < a.size(); ++i) d2 += (a[i] - b[i]) * (a[i] - b[i]), ref2 += b[i] * b[i];
+      EXPECT_LE(std::sqrt(d2 / std::max(ref2, 1e-300)), tol) << what << ": " << names[x] << " relative difference";
+    }
+  }
+}
+
+template <class T>
+void expect_grads_bitwise(const LocalGrads<T>& r, const Grads<T>& g, int rank, const std::string& what) {
+  const char* names[3] = {"dq", "dk", "dv"};
+  const View4<T>* mine[3] = {&r.dq, &r.dk, &r.dv};
+  const View4<T>* ref[3] = {&g.dq, &g.dk, &g.dv};
+  for (int x = 0; x < 3; ++x) {
+    std::vector<double> a, b;
+    pair_rows(*mine[x], *ref[x], x == 0 ? r.ql : r.kl, rank, a, b);
+    std::size_t diff = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) diff += std::memcmp(&a[i], &b[i], sizeof(double)) != 0;
+    EXPECT_EQ(diff, 0u) << what << ": " << names[x] << " elements that differ in their bits (of " << a.size() << ")";
+  }
+}
+
+template <class T>
+void check_backward(const Shape& s, const Options& opt, const DistOptions& d) {
+  const std::uint64_t seed = shared_seed();
+  SCOPED_TRACE(describe(s, opt) + " sharding=" + dist::name(d.sharding) + " seed=" + std::to_string(seed));
+  Grads<T> g(s, seed, opt);
+  g.backward_one_rank(opt);
+  const LocalGrads<T> r = run_ring_backward(MPI_COMM_WORLD, g, opt, d);
+  expect_grads(r, g, rank_of(MPI_COMM_WORLD), std::is_same<T, double>::value ? kDoubleTol : 1e-5, "ring_backward");
+}
+
+std::vector<Options> variants() {
+  std::vector<Options> v(6);
+  v[1].causal = true;
+  v[2].window_left = 5, v[2].window_right = 3;
+  v[3].causal = true, v[3].window_left = 7, v[3].softcap = 4.0;
+  v[4].softcap = 2.5, v[4].scale = 0.3;
+  v[5].causal = true, v[5].block_q = 5, v[5].block_k = 3;
+  return v;
+}
+
+TEST(RingBackward, DoubleMatchesOneRankBackward) {
+  const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 4}, {2, 37, 37, 2, 1, 16}, {1, 53, 53, 4, 2, 8},
+                                     {1, 61, 23, 4, 2, 8}, {1, 23, 61, 8, 1, 8}, {1, 3, 3, 2, 1, 8}};
+  for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {
+    DistOptions d;
+    d.sharding = sh;
+    for (const Shape& s : shapes)
+      for (const Options& o : variants()) check_backward<double>(s, o, d);
+  }
+}
+
+TEST(RingBackward, GqaFloatAndStaging) {
+  for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {
+    DistOptions d;
+    d.sharding = sh;
+    for (int ratio : {1, 2, 8}) check_backward<double>({2, 29, 29, 2 * ratio, 2, 24}, variants()[1], d);
+    check_backward<float>({1, 67, 67, 4, 2, 32}, variants()[3], d);
+    d.staging = dist::Staging::host;
+    check_backward<double>({1, 45, 45, 4, 2, 16}, variants()[1], d);
+  }
+}
+
+TEST(RingBackward, BytesSent) {
+  // K and V: P - 1 shards; dK and dV: P shards (P - 1 visits and the way home).
+  const int P = size_of(MPI_COMM_WORLD);
+  const Shape s{1, 8 * P, 8 * P, 4, 2, 16};
+  Grads<double> g(s, shared_seed(), Options{});
+  const LocalGrads<double> r = run_ring_backward(MPI_COMM_WORLD, g, Options{}, DistOptions{});
+  const std::int64_t shard = 8 * 2 * 16 * sizeof(double);
+  EXPECT_EQ(r.stats.bytes_sent, P == 1 ? 0 : 2 * shard * (P - 1) + 2 * shard * P);
+}
+
+// Communicators of the first s ranks, s = 1 .. P.
+std::vector<MPI_Comm> prefixes() {
+  std::vector<MPI_Comm> out;
+  const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
+  for (int s = 1; s <= P; ++s) {
+    MPI_Comm c;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < s ? 0 : MPI_UNDEFINED, rank, &c);
+    out.push_back(c);
+  }
+  return out;
+}
+
+template <class T>
+void check_backward_invariance(const Shape& s, const Options& opt, std::int64_t chunk, const BackwardOptions& b) {
+  const std::uint64_t seed = shared_seed();
+  SCOPED_TRACE(describe(s, opt) + " chunk=" + std::to_string(chunk) + " dq=" + name(b.dq) + " seed=" +
+               std::to_string(seed));
+  // The forward outputs must be the deterministic mode's too; one rank on MPI_COMM_SELF.
+  DistOptions d;
+  d.deterministic = true;
+  d.chunk = chunk;
+  Grads<T> g(s, seed, opt);
+  {
+    const SequenceLayout one(s.Nq, 1, Sharding::contiguous, chunk);
+    dist::ring_forward(MPI_COMM_SELF, Kokkos::DefaultExecutionSpace(), g.p.q, g.p.k, g.p.v, g.p.o, g.p.lse, opt, d);
+  }
+  // One rank, deterministic: the bits every run must reproduce; close to the one-rank backward.
+  const LocalGrads<T> one = run_ring_backward(MPI_COMM_SELF, g, opt, d, b);
+  Grads<T> ref = g;
+  ref.dq = View4<T>("dq", s.B, s.Nq, s.Hq, s.D);
+  ref.dk = View4<T>("dk", s.B, s.Nk, s.Hkv, s.D);
+  ref.dv = View4<T>("dv", s.B, s.Nk, s.Hkv, s.D);
+  ref.backward_one_rank(opt);
+  if (std::is_same<T, double>::value) expect_grads(one, ref, 0, kDoubleTol, "deterministic, one rank");
+  Grads<T> bits = g;
+  bits.dq = one.dq, bits.dk = one.dk, bits.dv = one.dv;
+  for (MPI_Comm comm : prefixes()) {
+    if (comm == MPI_COMM_NULL) continue;
+    for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {
+      DistOptions dd = d;
+      dd.sharding = sh;
+      const LocalGrads<T> r = run_ring_backward(comm, g, opt, dd, b);
+      expect_grads_bitwise(r, bits, rank_of(comm), "P=" + std::to_string(size_of(comm)) + " " + dist::name(sh));
+    }
+    MPI_Comm_free(&comm);
+  }
+}
+
+TEST(Deterministic, RingBackwardBitwiseEqualForEveryRankCount) {
+  std::vector<Options> v(3);
+  v[1].causal = true;
+  v[2].causal = true, v[2].window_left = 20, v[2].softcap = 5.0;
+  BackwardOptions chunks, query;
+  chunks.dq = DqStrategy::key_chunks;
+  query.dq = DqStrategy::query_pass;
+  for (const Options& o : v) {
+    check_backward_invariance<double>({1, 77, 77, 2, 1, 16}, o, 16, chunks);
+    check_backward_invariance<double>({2, 40, 40, 4, 2, 8}, o, 7, query);
+    check_backward_invariance<float>({1, 50, 50, 4, 4, 32}, o, 12, BackwardOptions{});
+  }
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace kattn
