@@ -4,7 +4,6 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
-
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -140,23 +139,24 @@ int run_distributed(Args& args, const std::string& mode) {
     in.B = dims[0], in.Nq = dims[1], in.Nk = dims[2], in.Hq = dims[3], in.Hkv = dims[4], in.D = dims[5];
     in.dtype = dims[6] == 4 ? io::DType::f32 : io::DType::f64;
 
-    const DistRun run = in.dtype == io::DType::f32 ? run_as<float>(comm, mode, in, opt, d)
-                                                   : run_as<double>(comm, mode, in, opt, d);
+    const DistRun run =
+        in.dtype == io::DType::f32 ? run_as<float>(comm, mode, in, opt, d) : run_as<double>(comm, mode, in, opt, d);
     if (rank != 0) return 0;
 
     const double flops = attention_flops(in, opt);
     const double secs = run.stats.seconds;
     const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
-    std::printf("kattn run: dist=%s ranks=%d sharding=%s%s algo=flash dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld "
-                "Hkv=%lld D=%lld%s\n",
-                mode.c_str(), P, dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype,
-                (long long)in.B, (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv,
-                (long long)in.D, opt.causal ? " causal" : "");
-    std::printf("time: %.6f s, %.2f GFLOP/s (%.2f per rank); slowest rank: compute %.6f s (fastest %.6f s), "
-                "exposed communication %.6f s; bytes sent per rank (max): %lld\n",
-                secs, secs > 0 ? flops / secs / 1e9 : 0.0, secs > 0 ? flops / secs / 1e9 / P : 0.0,
-                run.stats.compute_seconds, run.compute_min, run.stats.comm_seconds,
-                (long long)run.stats.bytes_sent);
+    std::printf(
+        "kattn run: dist=%s ranks=%d sharding=%s%s algo=flash dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld "
+        "Hkv=%lld D=%lld%s\n",
+        mode.c_str(), P, dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, (long long)in.B,
+        (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
+        opt.causal ? " causal" : "");
+    std::printf(
+        "time: %.6f s, %.2f GFLOP/s (%.2f per rank); slowest rank: compute %.6f s (fastest %.6f s), "
+        "exposed communication %.6f s; bytes sent per rank (max): %lld\n",
+        secs, secs > 0 ? flops / secs / 1e9 : 0.0, secs > 0 ? flops / secs / 1e9 / P : 0.0, run.stats.compute_seconds,
+        run.compute_min, run.stats.comm_seconds, (long long)run.stats.bytes_sent);
     Json j;
     j.add("algo", "flash").add("dist", mode).add("ranks", P).add("sharding", dist::name(d.sharding));
     j.add("deterministic", d.deterministic).add("dtype", dtype).add("shape", in.shape()).add("causal", opt.causal);

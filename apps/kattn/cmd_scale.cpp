@@ -64,7 +64,8 @@ std::string svg_plot(const std::vector<Series>& series) {
   const double pw = W - left - right, ph = H - top - bottom;
   double max_ranks = 2, max_eff = 1.1;
   for (const Series& s : series)
-    for (const auto& p : s.points) max_ranks = std::max(max_ranks, p.first), max_eff = std::max(max_eff, p.second * 1.05);
+    for (const auto& p : s.points)
+      max_ranks = std::max(max_ranks, p.first), max_eff = std::max(max_eff, p.second * 1.05);
   const double xmax = std::ceil(std::log2(max_ranks));
   const auto X = [&](double ranks) { return left + pw * std::log2(ranks) / xmax; };
   const auto Y = [&](double eff) { return top + ph * (1.0 - eff / max_eff); };
@@ -73,7 +74,8 @@ std::string svg_plot(const std::vector<Series>& series) {
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W
     << " " << H << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   o << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  o << "<text x=\"" << left + pw / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">kattn scaling: parallel "
+  o << "<text x=\"" << left + pw / 2
+    << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">kattn scaling: parallel "
        "efficiency against ranks</text>\n";
   for (double e = 0; e <= max_eff + 1e-9; e += 0.25) {
     o << "<line x1=\"" << left << "\" y1=\"" << Y(e) << "\" x2=\"" << left + pw << "\" y2=\"" << Y(e)
@@ -91,7 +93,8 @@ std::string svg_plot(const std::vector<Series>& series) {
   o << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << pw << "\" height=\"" << ph
     << "\" fill=\"none\" stroke=\"black\"/>\n";
   o << "<text x=\"" << left + pw / 2 << "\" y=\"" << H - 15 << "\" text-anchor=\"middle\">ranks (log scale)</text>\n";
-  o << "<text transform=\"translate(18," << top + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\">efficiency "
+  o << "<text transform=\"translate(18," << top + ph / 2
+    << ") rotate(-90)\" text-anchor=\"middle\">efficiency "
        "(per-rank throughput / one rank's)</text>\n";
   for (std::size_t i = 0; i < series.size(); ++i) {
     const char* c = colors[i % 8];
@@ -102,8 +105,8 @@ std::string svg_plot(const std::vector<Series>& series) {
     for (const auto& p : s.points)
       o << "<circle cx=\"" << X(p.first) << "\" cy=\"" << Y(p.second) << "\" r=\"4\" fill=\"" << c << "\"/>\n";
     const double ly = top + 14 + 18 * i;
-    o << "<line x1=\"" << left + pw + 12 << "\" y1=\"" << ly - 4 << "\" x2=\"" << left + pw + 32 << "\" y2=\""
-      << ly - 4 << "\" stroke=\"" << c << "\" stroke-width=\"2\"/>\n";
+    o << "<line x1=\"" << left + pw + 12 << "\" y1=\"" << ly - 4 << "\" x2=\"" << left + pw + 32 << "\" y2=\"" << ly - 4
+      << "\" stroke=\"" << c << "\" stroke-width=\"2\"/>\n";
     std::string label = s.label;
     for (const char* bad : {"&", "<", ">"})
       for (std::size_t at; (at = label.find(bad)) != std::string::npos;) label.replace(at, 1, " ");
@@ -146,12 +149,11 @@ int scale_report(Args& args, const std::string& files) {
       std::string baseline;
       const double eff = efficiency_against_one_rank(*r, rows, &baseline);
       s.points.emplace_back(r->num("ranks"), eff);
-      t << "| " << s.label << " | " << r->str("ranks") << " | " << r->str("tokens") << " | " << r->str("tokens_per_rank")
-        << " | " << fmt("%.4g", r->num("seconds")) << " | " << r->str("compute_seconds") << " | "
-        << r->str("exposed_comm_seconds") << " | "
+      t << "| " << s.label << " | " << r->str("ranks") << " | " << r->str("tokens") << " | "
+        << r->str("tokens_per_rank") << " | " << fmt("%.4g", r->num("seconds")) << " | " << r->str("compute_seconds")
+        << " | " << r->str("exposed_comm_seconds") << " | "
         << (r->str("bytes_sent_per_rank").empty() ? std::string("") : fmt("%.3f", r->num("bytes_sent_per_rank") / 1e6))
-        << " | " << fmt("%.4g", r->num("tflops_per_rank")) << " | " << fmt("%.3f", eff) << " | " << baseline
-        << " |\n";
+        << " | " << fmt("%.4g", r->num("tflops_per_rank")) << " | " << fmt("%.3f", eff) << " | " << baseline << " |\n";
     }
     series.push_back(std::move(s));
   }
@@ -218,17 +220,18 @@ int scale_model(Args& args) {
                 "--tflops-per-rank/--bandwidth/--mem-bandwidth: expected positive rates and a latency >= 0");
   const int bytes = dtype == "f32" ? 4 : 8;
 
-  std::printf("kattn scale --model: %s %s scaling, %s, B=%d Hq=%lld Hkv=%lld D=%d%s, %.4g TFLOP/s per rank, link "
-              "%.4g GB/s, latency %.3g us%s\n",
-              mode.c_str(), study.c_str(), dtype.c_str(), B, (long long)heads[0], (long long)heads[1], D,
-              causal ? " causal (zigzag)" : "", rate / 1e12, bw / 1e9, latency * 1e6,
-              mode == "decode" ? fmt(", memory %.4g GB/s per rank", mem_bw / 1e9).c_str() : "");
+  std::printf(
+      "kattn scale --model: %s %s scaling, %s, B=%d Hq=%lld Hkv=%lld D=%d%s, %.4g TFLOP/s per rank, link "
+      "%.4g GB/s, latency %.3g us%s\n",
+      mode.c_str(), study.c_str(), dtype.c_str(), B, (long long)heads[0], (long long)heads[1], D,
+      causal ? " causal (zigzag)" : "", rate / 1e12, bw / 1e9, latency * 1e6,
+      mode == "decode" ? fmt(", memory %.4g GB/s per rank", mem_bw / 1e9).c_str() : "");
   if (mode == "ring")
     std::printf("%8s %14s %14s %14s %14s %12s %14s %10s %12s %s\n", "ranks", "tokens", "tokens/rank", "step comp s",
                 "step xfer s", "seconds", "exposed comm s", "efficiency", "MB sent/rank", "hidden");
   else
-    std::printf("%8s %14s %14s %14s %14s %12s %14s %10s %12s\n", "ranks", "context", "keys/rank", "local s",
-                "reduce s", "seconds", "exposed comm s", "efficiency", "MB moved/rank");
+    std::printf("%8s %14s %14s %14s %14s %12s %14s %10s %12s\n", "ranks", "context", "keys/rank", "local s", "reduce s",
+                "seconds", "exposed comm s", "efficiency", "MB moved/rank");
   double overlap_tokens = 0;
   for (int P = 1; P <= max_ranks; P *= 2) {
     const std::int64_t N = study == "weak" ? *tokens * P : *tokens;
@@ -270,8 +273,7 @@ int scale_model(Args& args) {
       in.memory_bytes_per_second = mem_bw, in.link_bytes_per_second = bw, in.latency_seconds = latency;
       const dist::DecodeModel m = dist::model_decode(in);
       std::printf("%8d %14lld %14.0f %14.4g %14.4g %12.4g %14.4g %10.3f %12.4g\n", P, (long long)N, double(N) / P,
-                  m.local_seconds, m.reduce_seconds, m.seconds, m.reduce_seconds, m.efficiency,
-                  m.bytes_per_rank / 1e6);
+                  m.local_seconds, m.reduce_seconds, m.seconds, m.reduce_seconds, m.efficiency, m.bytes_per_rank / 1e6);
       row.field["seconds"] = fmt("%.6g", m.seconds);
       row.field["compute_seconds"] = fmt("%.6g", m.local_seconds);
       row.field["exposed_comm_seconds"] = fmt("%.6g", m.reduce_seconds);
@@ -284,12 +286,14 @@ int scale_model(Args& args) {
     if (csv) append_scale_csv(*csv, row);
   }
   if (mode == "ring")
-    std::printf("overlap condition: a step's K/V transfer hides behind its compute from %.0f tokens per rank "
-                "(4 D Hq B n^2%s / F >= latency + 2 B n Hkv D bytes / bandwidth)\n",
-                overlap_tokens, causal ? " / 2" : "");
+    std::printf(
+        "overlap condition: a step's K/V transfer hides behind its compute from %.0f tokens per rank "
+        "(4 D Hq B n^2%s / F >= latency + 2 B n Hkv D bytes / bandwidth)\n",
+        overlap_tokens, causal ? " / 2" : "");
   else
-    std::printf("decode moves D + 1 numbers per query row per round (ceil(log2 P) rounds of recursive doubling), "
-                "whatever the context length\n");
+    std::printf(
+        "decode moves D + 1 numbers per query row per round (ceil(log2 P) rounds of recursive doubling), "
+        "whatever the context length\n");
   return 0;
 }
 

@@ -11,7 +11,8 @@ int run_distributed(Args&, const std::string&) {
 }
 
 int scale_measure(Args&) {
-  KATTN_REQUIRE(false, "scale: measuring needs MPI (configure with -DKATTN_ENABLE_MPI=ON); --report and --model work without it");
+  KATTN_REQUIRE(
+      false, "scale: measuring needs MPI (configure with -DKATTN_ENABLE_MPI=ON); --report and --model work without it");
   return 2;
 }
 

@@ -10,12 +10,29 @@ namespace kattn {
 namespace cli {
 
 const std::vector<std::string>& scale_columns() {
-  static const std::vector<std::string> cols = {
-      "study",          "ranks",           "tokens",              "tokens_per_rank",      "algorithm",
-      "dtype",          "batch",           "heads_q",             "heads_kv",             "dim",
-      "causal",         "sharding",        "seconds",             "compute_seconds",      "compute_seconds_min",
-      "exposed_comm_seconds", "bytes_sent_per_rank", "model_bytes_per_rank", "tflops_per_rank", "efficiency",
-      "baseline",       "compute_cpu_seconds", "compute_cpu_seconds_min"};
+  static const std::vector<std::string> cols = {"study",
+                                                "ranks",
+                                                "tokens",
+                                                "tokens_per_rank",
+                                                "algorithm",
+                                                "dtype",
+                                                "batch",
+                                                "heads_q",
+                                                "heads_kv",
+                                                "dim",
+                                                "causal",
+                                                "sharding",
+                                                "seconds",
+                                                "compute_seconds",
+                                                "compute_seconds_min",
+                                                "exposed_comm_seconds",
+                                                "bytes_sent_per_rank",
+                                                "model_bytes_per_rank",
+                                                "tflops_per_rank",
+                                                "efficiency",
+                                                "baseline",
+                                                "compute_cpu_seconds",
+                                                "compute_cpu_seconds_min"};
   return cols;
 }
 

@@ -4,16 +4,15 @@
 // --nocomm-baseline every repetition also runs the same ring with the transfers removed, right
 // after the real one, so the communication cost is measured in one run on one machine state.
 #include <mpi.h>
+#include <unistd.h>
 
 #include <Kokkos_Core.hpp>
-
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <iostream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "dist_commands.hpp"
@@ -127,7 +126,8 @@ Result measure(const Config& c, int rank, int P, Progress& progress) {
   const dist::SequenceLayout kl(N, P, ring ? c.d.sharding : dist::Sharding::contiguous, align);
   const std::size_t nk = static_cast<std::size_t>(kl.local_length(rank));
   const std::size_t nq = ring ? nk : static_cast<std::size_t>(c.queries);
-  V4<T> q("q", c.batch, nq, c.heads_q, c.dim), k("k", c.batch, nk, c.heads_kv, c.dim), v("v", c.batch, nk, c.heads_kv, c.dim);
+  V4<T> q("q", c.batch, nq, c.heads_q, c.dim), k("k", c.batch, nk, c.heads_kv, c.dim),
+      v("v", c.batch, nk, c.heads_kv, c.dim);
   V4<T> o("o", c.batch, nq, c.heads_q, c.dim);
   V3<T> lse("lse", c.batch, c.heads_q, nq);
   fill_random(q, ring ? 100 + 3 * rank : 99);  // decode: the same queries everywhere
@@ -144,8 +144,7 @@ Result measure(const Config& c, int rank, int P, Progress& progress) {
       d.communicate = variant == 0;
       const std::string what = std::string(r < c.warmup ? "warm-up" : "repetition") + " " +
                                std::to_string(r < c.warmup ? r + 1 : r - c.warmup + 1) + "/" +
-                               std::to_string(r < c.warmup ? c.warmup : c.repeat) +
-                               (variant ? " (comm removed)" : "");
+                               std::to_string(r < c.warmup ? c.warmup : c.repeat) + (variant ? " (comm removed)" : "");
       d.progress = [&](int step, int steps) {
         progress.update(what + ", step " + std::to_string(step) + "/" + std::to_string(steps));
       };
@@ -272,22 +271,21 @@ int scale_measure(Args& args) {
     KATTN_REQUIRE(c.mode == "ring" || c.d.sharding == dist::Sharding::contiguous, "--zigzag: only for --dist ring");
 
     Progress progress(rank);
-    const Result r =
-        c.dtype == "f32" ? measure<float>(c, rank, P, progress) : measure<double>(c, rank, P, progress);
+    const Result r = c.dtype == "f32" ? measure<float>(c, rank, P, progress) : measure<double>(c, rank, P, progress);
     progress.done();
     if (rank != 0) return 0;
     const std::string algorithm = c.mode + (c.d.deterministic ? "-deterministic" : "");
     ScaleRow row = make_row(c, P, r.best, algorithm);
     const auto print = [&](const ScaleRow& w, double median) {
-      std::printf("kattn scale: %s %s P=%d tokens=%s (%s per rank) %s: %.6f s (median %.6f s), compute %s s "
-                  "(fastest rank %s s), exposed comm %s s, sent %s B/rank (model %s), %s TFLOP/s per rank, "
-                  "efficiency %s (%s)\n",
-                  w.str("study").c_str(), w.str("algorithm").c_str(), P, w.str("tokens").c_str(),
-                  w.str("tokens_per_rank").c_str(), w.str("dtype").c_str(), w.num("seconds"), median,
-                  w.str("compute_seconds").c_str(), w.str("compute_seconds_min").c_str(),
-                  w.str("exposed_comm_seconds").c_str(), w.str("bytes_sent_per_rank").c_str(),
-                  w.str("model_bytes_per_rank").c_str(), w.str("tflops_per_rank").c_str(),
-                  w.str("efficiency").c_str(), w.str("baseline").c_str());
+      std::printf(
+          "kattn scale: %s %s P=%d tokens=%s (%s per rank) %s: %.6f s (median %.6f s), compute %s s "
+          "(fastest rank %s s), exposed comm %s s, sent %s B/rank (model %s), %s TFLOP/s per rank, "
+          "efficiency %s (%s)\n",
+          w.str("study").c_str(), w.str("algorithm").c_str(), P, w.str("tokens").c_str(),
+          w.str("tokens_per_rank").c_str(), w.str("dtype").c_str(), w.num("seconds"), median,
+          w.str("compute_seconds").c_str(), w.str("compute_seconds_min").c_str(), w.str("exposed_comm_seconds").c_str(),
+          w.str("bytes_sent_per_rank").c_str(), w.str("model_bytes_per_rank").c_str(), w.str("tflops_per_rank").c_str(),
+          w.str("efficiency").c_str(), w.str("baseline").c_str());
     };
     print(row, r.median);
     if (!c.csv.empty()) append_scale_csv(c.csv, row);
@@ -299,16 +297,18 @@ int scale_measure(Args& args) {
       if (!c.csv.empty()) append_scale_csv(c.csv, base);
       const double loss = r.best.seconds / r.best_nocomm.seconds - 1.0;
       const double loss_median = r.median / r.median_nocomm - 1.0;
-      std::printf("communication cost: ring %.6f s against %.6f s with the transfers removed: %+.2f%% (medians: "
-                  "%+.2f%%)\n",
-                  r.best.seconds, r.best_nocomm.seconds, 100 * loss, 100 * loss_median);
+      std::printf(
+          "communication cost: ring %.6f s against %.6f s with the transfers removed: %+.2f%% (medians: "
+          "%+.2f%%)\n",
+          r.best.seconds, r.best_nocomm.seconds, 100 * loss, 100 * loss_median);
       j.add("nocomm_seconds", r.best_nocomm.seconds).add("comm_loss", loss).add("comm_loss_median", loss_median);
       // On a shared machine the wall clock mostly measures who else ran; CPU time measures the work.
       const double cpu_loss = r.cpu_ring / r.cpu_nocomm - 1.0;
-      std::printf("communication cost in CPU time (whole call, slowest rank, best of %d): ring %.6f s against %.6f "
-                  "s: %+.2f%%; exposed waiting %.6f s of %.6f s wall (%.3f%%)\n",
-                  c.repeat, r.cpu_ring, r.cpu_nocomm, 100 * cpu_loss, r.best.comm_max, r.best.seconds,
-                  100 * r.best.comm_max / r.best.seconds);
+      std::printf(
+          "communication cost in CPU time (whole call, slowest rank, best of %d): ring %.6f s against %.6f "
+          "s: %+.2f%%; exposed waiting %.6f s of %.6f s wall (%.3f%%)\n",
+          c.repeat, r.cpu_ring, r.cpu_nocomm, 100 * cpu_loss, r.best.comm_max, r.best.seconds,
+          100 * r.best.comm_max / r.best.seconds);
       j.add("comm_loss_cpu", cpu_loss).add("exposed_comm_fraction", r.best.comm_max / r.best.seconds);
     }
     if (P > 1 && r.best.compute_min > 0) {

@@ -2,11 +2,10 @@
 // comparisons of a rank's shard with the matching rows of a global result.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
-#include <gtest/gtest.h>
-
 #include <cstring>
 #include <string>
 #include <vector>
@@ -135,8 +134,7 @@ void expect_shard_bitwise(const View4<T>& o, const View3<T>& lse, const View4<T>
   const ShardValues v = pair_with_global(o, lse, go, glse, layout, rank);
   std::size_t diff_o = 0, diff_l = 0;
   for (std::size_t i = 0; i < v.o.size(); ++i) diff_o += std::memcmp(&v.o[i], &v.ref_o[i], sizeof(double)) != 0;
-  for (std::size_t i = 0; i < v.lse.size(); ++i)
-    diff_l += std::memcmp(&v.lse[i], &v.ref_lse[i], sizeof(double)) != 0;
+  for (std::size_t i = 0; i < v.lse.size(); ++i) diff_l += std::memcmp(&v.lse[i], &v.ref_lse[i], sizeof(double)) != 0;
   EXPECT_EQ(diff_o, 0u) << what << ": o elements that differ in their bits (of " << v.o.size() << ")";
   EXPECT_EQ(diff_l, 0u) << what << ": lse elements that differ in their bits (of " << v.lse.size() << ")";
 }

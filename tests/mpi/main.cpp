@@ -2,11 +2,10 @@
 // report; the other ranks print only their failures, each line prefixed with the rank. After
 // every test the ranks agree on the verdict, so a failure on rank 2 fails the test on rank 0's
 // report too, and every rank exits with the same status.
+#include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
-#include <gtest/gtest.h>
-
 #include <cstdio>
 #include <string>
 
@@ -43,8 +42,8 @@ class RankVerdict : public ::testing::EmptyTestEventListener {
     for (int r = 1; r < size; ++r)
       if (failed[r]) ranks += " " + std::to_string(r);
     if (!ranks.empty()) {
-      std::fprintf(stderr, "[%s.%s] FAILED on rank(s)%s (of %d)\n", info.test_suite_name(), info.name(),
-                   ranks.c_str(), size);
+      std::fprintf(stderr, "[%s.%s] FAILED on rank(s)%s (of %d)\n", info.test_suite_name(), info.name(), ranks.c_str(),
+                   size);
       any_other_failed = true;
     }
   }

@@ -82,8 +82,8 @@ std::vector<Options> variants() {
 }
 
 TEST(DistDecode, DoubleMatchesReference) {
-  const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 4},     {2, 1, 97, 4, 2, 16}, {1, 1, 300, 8, 1, 64},
-                                     {3, 4, 131, 4, 4, 8},   {1, 2, 5, 2, 1, 128}, {2, 1, 64, 16, 2, 32}};
+  const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 4},   {2, 1, 97, 4, 2, 16}, {1, 1, 300, 8, 1, 64},
+                                     {3, 4, 131, 4, 4, 8}, {1, 2, 5, 2, 1, 128}, {2, 1, 64, 16, 2, 32}};
   for (const Shape& s : shapes)
     for (const Options& o : variants()) check_decode<double>(s, o);
 }
@@ -161,8 +161,8 @@ TEST(DistDecode, MergeOperatorMatchesSequentialMerge) {
     if (root < 0)
       MPI_Allreduce(MPI_IN_PLACE, buf.data(), rows, type, dist::finished_row_merge<double>(), MPI_COMM_WORLD);
     else
-      MPI_Reduce(rank == root ? MPI_IN_PLACE : buf.data(), buf.data(), rows, type,
-                 dist::finished_row_merge<double>(), root, MPI_COMM_WORLD);
+      MPI_Reduce(rank == root ? MPI_IN_PLACE : buf.data(), buf.data(), rows, type, dist::finished_row_merge<double>(),
+                 root, MPI_COMM_WORLD);
     if (root >= 0 && rank != root) continue;
     const Errors e = compare(buf, expect);
     EXPECT_FALSE(e.nan_mismatch);

@@ -84,8 +84,8 @@ void check_ring_invariance(const Shape& s, const Options& opt, std::int64_t chun
           SequenceLayout lay;
           run_sharded(comm, g, oo, dd, o, lse, lay);
           expect_shard_bitwise(o, lse, o1, l1, lay, rank_of(comm),
-                               "P=" + std::to_string(size_of(comm)) + " " + dist::name(sh) + " splits=" +
-                                   std::to_string(splits) + " block_q=" + std::to_string(block_q));
+                               "P=" + std::to_string(size_of(comm)) + " " + dist::name(sh) +
+                                   " splits=" + std::to_string(splits) + " block_q=" + std::to_string(block_q));
         }
   }
 }

@@ -31,7 +31,8 @@ std::string expect_same_error(F&& f, const std::string& expected) {
   }
   const std::vector<std::string> all = allgather_strings(MPI_COMM_WORLD, message);
   for (std::size_t r = 0; r < all.size(); ++r) EXPECT_EQ(all[r], all[0]) << "rank " << r << " threw another message";
-  EXPECT_NE(message.find(expected), std::string::npos) << "message: " << message << "\nexpected to contain: " << expected;
+  EXPECT_NE(message.find(expected), std::string::npos)
+      << "message: " << message << "\nexpected to contain: " << expected;
   return message;
 }
 
@@ -51,7 +52,6 @@ std::int64_t my_share(std::int64_t N) {
   return SequenceLayout(N, size_of(MPI_COMM_WORLD), dist::Sharding::contiguous).local_length(rank_of(MPI_COMM_WORLD));
 }
 
-
 TEST(DistErrors, EveryRankBadInItsOwnWayAllThrowTheLowestRanksError) {
   const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
   const std::int64_t n = my_share(40);
@@ -65,10 +65,18 @@ TEST(DistErrors, EveryRankBadInItsOwnWayAllThrowTheLowestRanksError) {
   const std::string msg = expect_same_error(
       [&] {
         switch (rank % 4) {
-          case 0: dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, bad_k, ok.v, ok.o, ok.lse); break;
-          case 1: dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, ok.k, bad_v, ok.o, ok.lse); break;
-          case 2: dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, ok.k, ok.v, bad_o, ok.lse); break;
-          default: dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, ok.k, ok.v, ok.o, bad_lse); break;
+          case 0:
+            dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, bad_k, ok.v, ok.o, ok.lse);
+            break;
+          case 1:
+            dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, ok.k, bad_v, ok.o, ok.lse);
+            break;
+          case 2:
+            dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, ok.k, ok.v, bad_o, ok.lse);
+            break;
+          default:
+            dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, ok.k, ok.v, ok.o, bad_lse);
+            break;
         }
       },
       "k: expected head dim 8 (from q), got 6");
@@ -86,7 +94,8 @@ TEST(DistErrors, OnlyTheLastRankBad) {
   bad.window_left = -7;
   const std::string msg = expect_same_error(
       [&] {
-        dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, ok.k, ok.v, ok.o, ok.lse, rank == P - 1 ? bad : opt);
+        dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, ok.k, ok.v, ok.o, ok.lse,
+                           rank == P - 1 ? bad : opt);
       },
       "window: expected a left bound >= 0 or -1");
   if (P > 1) {
@@ -99,8 +108,11 @@ TEST(DistErrors, HeadDimDiffersAcrossRanks) {
   if (P < 2) GTEST_SKIP() << "needs two ranks";
   const std::int64_t n = my_share(20);
   Local mine(1, n, 2, 1, rank == 1 ? 12 : 8);  // locally consistent, globally not
-  expect_same_error([&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), mine.q, mine.k, mine.v, mine.o, mine.lse); },
-                    "q: expected head dim 8 (from rank 0), got 12 on rank 1");
+  expect_same_error(
+      [&] {
+        dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), mine.q, mine.k, mine.v, mine.o, mine.lse);
+      },
+      "q: expected head dim 8 (from rank 0), got 12 on rank 1");
 }
 
 TEST(DistErrors, DtypeDiffersAcrossRanks) {
@@ -127,12 +139,16 @@ TEST(DistErrors, OptionsDifferAcrossRanks) {
   Local d(1, my_share(30), 2, 1, 8);
   Options opt;
   opt.causal = rank == 1;
-  expect_same_error([&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, opt); },
-                    "options: expected causal false (from rank 0), got true on rank 1");
+  expect_same_error(
+      [&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, opt); },
+      "options: expected causal false (from rank 0), got true on rank 1");
   DistOptions dd;
   dd.sharding = rank == P - 1 ? dist::Sharding::zigzag : dist::Sharding::contiguous;
-  expect_same_error([&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, Options{}, dd); },
-                    "options: expected sharding");
+  expect_same_error(
+      [&] {
+        dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, Options{}, dd);
+      },
+      "options: expected sharding");
 }
 
 TEST(DistErrors, ShardLengthsInconsistentWithTheSplit) {
@@ -141,17 +157,20 @@ TEST(DistErrors, ShardLengthsInconsistentWithTheSplit) {
   // The last rank holds two positions too many: the total then splits otherwise.
   const std::int64_t n = my_share(8 * P) + (rank == P - 1 ? 2 : 0);
   Local d(1, n, 2, 1, 8);
-  expect_same_error([&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse); },
-                    "(a contiguous split of " + std::to_string(8 * P + 2) + " positions over " + std::to_string(P) +
-                        " ranks)");
+  expect_same_error(
+      [&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse); },
+      "(a contiguous split of " + std::to_string(8 * P + 2) + " positions over " + std::to_string(P) + " ranks)");
   // Zigzag expects another split of the same total than contiguous (11 P + 1 positions: the
   // contiguous split gives rank 0 the extra one, the zigzag split the last rank).
   {
     Local c(1, my_share(11 * P + 1), 2, 1, 8);
     DistOptions zz;
     zz.sharding = dist::Sharding::zigzag;
-    expect_same_error([&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), c.q, c.k, c.v, c.o, c.lse, Options{}, zz); },
-                      "zigzag split of");
+    expect_same_error(
+        [&] {
+          dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), c.q, c.k, c.v, c.o, c.lse, Options{}, zz);
+        },
+        "zigzag split of");
   }
 }
 
@@ -167,9 +186,10 @@ TEST(DistErrors, DeterministicDecodeNeedsChunkAlignedShards) {
   d.deterministic = true;
   d.chunk = 16;
   (void)rank;
-  expect_same_error([&] { dist::decode(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, k, v, o, Options{}, d); },
-                    "k: deterministic decode needs every rank's KV shard to start at a multiple of the chunk (16 keys); "
-                    "rank 1 starts at key 10");
+  expect_same_error(
+      [&] { dist::decode(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, k, v, o, Options{}, d); },
+      "k: deterministic decode needs every rank's KV shard to start at a multiple of the chunk (16 keys); "
+      "rank 1 starts at key 10");
 }
 
 TEST(DistErrors, DecodeQueriesMustBeReplicated) {
@@ -191,7 +211,9 @@ TEST(DistErrors, AfterAnErrorTheNextCallWorks) {
   Local d(1, my_share(12), 2, 1, 8);
   Options bad;
   bad.softcap = -1;
-  expect_same_error([&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, bad); }, "softcap");
+  expect_same_error(
+      [&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, bad); },
+      "softcap");
   EXPECT_NO_THROW(dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse));
 }
 

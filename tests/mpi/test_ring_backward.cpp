@@ -69,8 +69,8 @@ LocalGrads<T> run_ring_backward(MPI_Comm comm, const Grads<T>& g, const Options&
   poison(r.dq);
   poison(r.dk);
   poison(r.dv);
-  r.stats = dist::ring_backward(comm, Kokkos::DefaultExecutionSpace(), q, k, v, o, lse, dout, r.dq, r.dk, r.dv, opt,
-                                d, b);
+  r.stats =
+      dist::ring_backward(comm, Kokkos::DefaultExecutionSpace(), q, k, v, o, lse, dout, r.dq, r.dk, r.dv, opt, d, b);
   return r;
 }
 
@@ -139,8 +139,8 @@ std::vector<Options> variants() {
 }
 
 TEST(RingBackward, DoubleMatchesOneRankBackward) {
-  const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 4}, {2, 37, 37, 2, 1, 16}, {1, 53, 53, 4, 2, 8},
-                                     {1, 61, 23, 4, 2, 8}, {1, 23, 61, 8, 1, 8}, {1, 3, 3, 2, 1, 8}};
+  const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 4},   {2, 37, 37, 2, 1, 16}, {1, 53, 53, 4, 2, 8},
+                                     {1, 61, 23, 4, 2, 8}, {1, 23, 61, 8, 1, 8},  {1, 3, 3, 2, 1, 8}};
   for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {
     DistOptions d;
     d.sharding = sh;
@@ -185,8 +185,8 @@ std::vector<MPI_Comm> prefixes() {
 template <class T>
 void check_backward_invariance(const Shape& s, const Options& opt, std::int64_t chunk, const BackwardOptions& b) {
   const std::uint64_t seed = shared_seed();
-  SCOPED_TRACE(describe(s, opt) + " chunk=" + std::to_string(chunk) + " dq=" + name(b.dq) + " seed=" +
-               std::to_string(seed));
+  SCOPED_TRACE(describe(s, opt) + " chunk=" + std::to_string(chunk) + " dq=" + name(b.dq) +
+               " seed=" + std::to_string(seed));
   // The forward outputs must be the deterministic mode's too; one rank on MPI_COMM_SELF.
   DistOptions d;
   d.deterministic = true;

@@ -7,7 +7,6 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
-
 #include <cstdint>
 
 #include "kattn/detail/launch.hpp"

@@ -243,9 +243,9 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
   return stats;
 }
 
-#define KATTN_INSTANTIATE_DECODE(Space, T)                                                         \
-  template DistStats decode_impl<Space, T>(MPI_Comm, const Space&, const AttentionParams<T>&, \
-                                           const Options&, const DistOptions&);
+#define KATTN_INSTANTIATE_DECODE(Space, T)                                                                    \
+  template DistStats decode_impl<Space, T>(MPI_Comm, const Space&, const AttentionParams<T>&, const Options&, \
+                                           const DistOptions&);
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_DECODE)
 
 }  // namespace detail

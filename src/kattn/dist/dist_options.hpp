@@ -43,16 +43,17 @@ struct DistOptions {
 
 // What one call did on this rank.
 struct DistStats {
-  double seconds = 0;          // whole call, wall clock
-  double compute_seconds = 0;  // local attention kernels and partial-state folds
+  double seconds = 0;              // whole call, wall clock
+  double compute_seconds = 0;      // local attention kernels and partial-state folds
   double compute_cpu_seconds = 0;  // the same in process CPU time: on a shared host it measures the work
                                    // a rank did, not how long others held its core (host backends)
-  double comm_seconds = 0;     // exposed communication: waiting for transfers (and staging copies)
-  std::int64_t bytes_sent = 0; // bytes this rank handed to MPI send calls (a broadcast counts at its root)
+  double comm_seconds = 0;         // exposed communication: waiting for transfers (and staging copies)
+  std::int64_t bytes_sent = 0;     // bytes this rank handed to MPI send calls (a broadcast counts at its root)
   std::int64_t messages_sent = 0;
-  double flops = 0;            // 4 D per visible (query, key) pair per query head: useful work done here
-  int steps = 0;               // ring steps (or broadcast segments, or chain hops)
-  bool staged = false;         // buffers went through host staging
+  double flops = 0;     // useful work done here: per visible (query, key) pair and query head, 4 D
+                        // (forward) or 10 D (backward)
+  int steps = 0;        // ring steps (or broadcast segments, or chain hops)
+  bool staged = false;  // buffers went through host staging
 };
 
 // Keys per deterministic chunk for these options.

@@ -9,7 +9,6 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
-
 #include <cstdint>
 
 #include "kattn/compat.hpp"

@@ -15,8 +15,8 @@ void merge_rows(void* in, void* inout, int* len, MPI_Datatype* type) {
   const int width = bytes / static_cast<int>(sizeof(T));  // D + 1
   const T* a = static_cast<const T*>(in);
   T* b = static_cast<T*>(inout);
-  for (int r = 0; r < *len; ++r) detail::merge_finished_rows(a + std::int64_t(r) * width, b + std::int64_t(r) * width,
-                                                             width - 1);
+  for (int r = 0; r < *len; ++r)
+    detail::merge_finished_rows(a + std::int64_t(r) * width, b + std::int64_t(r) * width, width - 1);
 }
 
 // Frees the operator when MPI_COMM_SELF is freed, i.e. at the start of MPI_Finalize.

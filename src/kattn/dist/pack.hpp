@@ -3,7 +3,6 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
-
 #include <cstdint>
 
 namespace kattn {
@@ -44,8 +43,8 @@ struct CopyRows {
 };
 
 template <class ExecSpace, class T>
-void copy_rows(const ExecSpace& space, Strided<const T> src, std::int64_t j0, Strided<T> dst, int batch,
-               std::int64_t n, int heads, int dim) {
+void copy_rows(const ExecSpace& space, Strided<const T> src, std::int64_t j0, Strided<T> dst, int batch, std::int64_t n,
+               int heads, int dim) {
   if (batch == 0 || n == 0 || heads == 0) return;
   CopyRows<ExecSpace, T> f{src, dst, j0, n, heads, dim};
   Kokkos::parallel_for("kattn::dist::copy_rows",
@@ -78,8 +77,8 @@ struct AddRows {
 };
 
 template <class ExecSpace, class T>
-void add_rows(const ExecSpace& space, Strided<const T> src, Strided<T> dst, std::int64_t j0, int batch,
-              std::int64_t n, int heads, int dim) {
+void add_rows(const ExecSpace& space, Strided<const T> src, Strided<T> dst, std::int64_t j0, int batch, std::int64_t n,
+              int heads, int dim) {
   if (batch == 0 || n == 0 || heads == 0) return;
   AddRows<ExecSpace, T> f{src, dst, j0, n, heads, dim, false};
   Kokkos::parallel_for("kattn::dist::add_rows",

@@ -21,8 +21,8 @@ namespace dist {
 namespace detail {
 
 void validate(const DistOptions& d) {
-  KATTN_REQUIRE(d.chunk >= 0, "chunk: expected keys per deterministic chunk >= 1 or 0 (", kDefaultChunk,
-                "), got ", d.chunk);
+  KATTN_REQUIRE(d.chunk >= 0, "chunk: expected keys per deterministic chunk >= 1 or 0 (", kDefaultChunk, "), got ",
+                d.chunk);
   KATTN_REQUIRE(d.root >= -1, "root: expected a rank number or -1 (every rank), got ", d.root);
 }
 
@@ -134,8 +134,8 @@ class RingRunner {
     if (ws_lse_.extent(0) >= rows) return;
     ws_o_ = Kokkos::View<T*, Mem>(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, "kattn::dist::partial_o"),
                                   rows * p_.head_dim);
-    ws_lse_ =
-        Kokkos::View<T*, Mem>(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, "kattn::dist::partial_lse"), rows);
+    ws_lse_ = Kokkos::View<T*, Mem>(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, "kattn::dist::partial_lse"),
+                                    rows);
   }
 
   // The ring: at step t this rank holds the K/V shard of rank (rank - t) mod P, sends it to the
@@ -324,9 +324,9 @@ DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const Attenti
   return runner.run();
 }
 
-#define KATTN_INSTANTIATE_RING(Space, T)                                                                 \
-  template DistStats ring_forward_impl<Space, T>(MPI_Comm, const Space&, const AttentionParams<T>&, \
-                                                 const Options&, const DistOptions&);
+#define KATTN_INSTANTIATE_RING(Space, T)                                                                            \
+  template DistStats ring_forward_impl<Space, T>(MPI_Comm, const Space&, const AttentionParams<T>&, const Options&, \
+                                                 const DistOptions&);
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_RING)
 
 }  // namespace detail

@@ -84,10 +84,13 @@ class BackwardRunner {
   void ensure_pair_workspace(std::int64_t nq, std::int64_t nk) {
     const std::size_t q = std::size_t(f().batch) * nq * f().heads_q * f().head_dim, k = std::size_t(kv_elems(nk));
     if (pair_dq_.extent(0) < q)
-      pair_dq_ = Kokkos::View<T*, Mem>(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, "kattn::dist::pair_dq"), q);
+      pair_dq_ =
+          Kokkos::View<T*, Mem>(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, "kattn::dist::pair_dq"), q);
     if (pair_dk_.extent(0) < k) {
-      pair_dk_ = Kokkos::View<T*, Mem>(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, "kattn::dist::pair_dk"), k);
-      pair_dv_ = Kokkos::View<T*, Mem>(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, "kattn::dist::pair_dv"), k);
+      pair_dk_ =
+          Kokkos::View<T*, Mem>(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, "kattn::dist::pair_dk"), k);
+      pair_dv_ =
+          Kokkos::View<T*, Mem>(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, "kattn::dist::pair_dv"), k);
     }
   }
 
@@ -136,10 +139,10 @@ class BackwardRunner {
   // Accumulators (dense, `held` positions per sequence) rows [kj, kj + nk) += the pair's dk, dv.
   void add_dkv(T* dk, T* dv, std::int64_t held, std::int64_t kj, std::int64_t nk) {
     const int Hkv = f().heads_kv, D = f().head_dim;
-    add_rows(space_, Strided<const T>{pair_dk_.data(), nk * Hkv * D, std::int64_t(Hkv) * D, D}, dense_kv(dk, held),
-             kj, f().batch, nk, Hkv, D);
-    add_rows(space_, Strided<const T>{pair_dv_.data(), nk * Hkv * D, std::int64_t(Hkv) * D, D}, dense_kv(dv, held),
-             kj, f().batch, nk, Hkv, D);
+    add_rows(space_, Strided<const T>{pair_dk_.data(), nk * Hkv * D, std::int64_t(Hkv) * D, D}, dense_kv(dk, held), kj,
+             f().batch, nk, Hkv, D);
+    add_rows(space_, Strided<const T>{pair_dv_.data(), nk * Hkv * D, std::int64_t(Hkv) * D, D}, dense_kv(dv, held), kj,
+             f().batch, nk, Hkv, D);
   }
   // The caller's dk, dv rows [j0, j0 + n) += dense accumulators of n positions.
   void add_to_outputs(const T* dk, const T* dv, std::int64_t j0, std::int64_t n) {
@@ -182,7 +185,7 @@ class BackwardRunner {
         isend(kb[cur].mpi(), n, right, kTagK, comm_, kv_reqs, stats_);
         isend(vb[cur].mpi(), n, right, kTagV, comm_, kv_reqs, stats_);
       }
-      const int a = t % 2;  // the accumulator buffer of this step
+      const int a = t % 2;   // the accumulator buffer of this step
       wait_all(acc_out[a]);  // its send of two steps ago
       if (t > 0) {
         irecv(dkb[a].mpi(), n, left, kTagDk, comm_, acc_in);
@@ -208,11 +211,13 @@ class BackwardRunner {
       if (t > 0) {
         dkb[a].stage_in(space_, n);
         dvb[a].stage_in(space_, n);
-        add_rows(space_, Strided<const T>{step_dk.data(), held * f().heads_kv * f().head_dim,
-                                          std::int64_t(f().heads_kv) * f().head_dim, f().head_dim},
+        add_rows(space_,
+                 Strided<const T>{step_dk.data(), held * f().heads_kv * f().head_dim,
+                                  std::int64_t(f().heads_kv) * f().head_dim, f().head_dim},
                  dense_kv(dkb[a].device(), held), 0, f().batch, held, f().heads_kv, f().head_dim);
-        add_rows(space_, Strided<const T>{step_dv.data(), held * f().heads_kv * f().head_dim,
-                                          std::int64_t(f().heads_kv) * f().head_dim, f().head_dim},
+        add_rows(space_,
+                 Strided<const T>{step_dv.data(), held * f().heads_kv * f().head_dim,
+                                  std::int64_t(f().heads_kv) * f().head_dim, f().head_dim},
                  dense_kv(dvb[a].device(), held), 0, f().batch, held, f().heads_kv, f().head_dim);
       } else {
         Kokkos::deep_copy(space_, Kokkos::subview(dkb[a].view(), std::pair<std::size_t, std::size_t>(0, n)),
@@ -394,8 +399,8 @@ class BackwardRunner {
           const std::int64_t nq = std::min(C, qs.length - cq);
           for (std::int64_t ck = 0; ck < ks.length; ck += C) {
             const std::int64_t nk = std::min(C, ks.length - ck);
-            if (!pair(qs.local + cq, qs.global + cq, nq, pk->k.device(), pk->v.device(), ks.length, ck,
-                      ks.global + ck, nk))
+            if (!pair(qs.local + cq, qs.global + cq, nq, pk->k.device(), pk->v.device(), ks.length, ck, ks.global + ck,
+                      nk))
               continue;
             add_dq(qs.local + cq, nq);
             add_dkv(pk->dk.device(), pk->dv.device(), ks.length, ck, nk);
@@ -469,7 +474,7 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
   return runner.run();
 }
 
-#define KATTN_INSTANTIATE_RING_BACKWARD(Space, T)                                                                \
+#define KATTN_INSTANTIATE_RING_BACKWARD(Space, T)                                                                   \
   template DistStats ring_backward_impl<Space, T>(MPI_Comm, const Space&, const BackwardParams<T>&, const Options&, \
                                                   const DistOptions&, const BackwardOptions&);
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_RING_BACKWARD)

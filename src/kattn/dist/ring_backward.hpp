@@ -43,10 +43,9 @@ DistStats ring_backward(MPI_Comm comm, const ExecSpace& space, const QView& q, c
                         const OView& o, const LseView& lse, const DoView& dout, const DqView& dq, const DkView& dk,
                         const DvView& dv, const Options& opt = {}, const DistOptions& d = {},
                         const BackwardOptions& bopt = {}) {
-  static_assert(
-      kattn::detail::backward_accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView, DkView,
-                                              DvView>(),
-      "kattn::dist::ring_backward: the views must be accessible from the execution space");
+  static_assert(kattn::detail::backward_accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView,
+                                                        DkView, DvView>(),
+                "kattn::dist::ring_backward: the views must be accessible from the execution space");
   using T = typename DqView::non_const_value_type;
   BackwardParams<T> p;
   collective_check(comm, [&] {

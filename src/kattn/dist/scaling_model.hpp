@@ -17,24 +17,24 @@ struct RingModelInput {
   int ranks = 1;
   int batch = 1, heads_q = 1, heads_kv = 1, head_dim = 64;
   int bytes_per_value = 4;
-  bool causal = false;                // zigzag sharding assumed: every rank does half the pairs
-  double flops_per_second = 0;        // per rank, measured on the local attention kernel
-  double link_bytes_per_second = 0;   // per direction, per rank
-  double latency_seconds = 0;         // per message
+  bool causal = false;               // zigzag sharding assumed: every rank does half the pairs
+  double flops_per_second = 0;       // per rank, measured on the local attention kernel
+  double link_bytes_per_second = 0;  // per direction, per rank
+  double latency_seconds = 0;        // per message
 };
 
 struct RingModel {
   double tokens_per_rank = 0;
-  double flops_per_rank = 0;          // useful work of one rank
-  double step_compute_seconds = 0;    // one (query shard, key shard) step
-  double step_transfer_seconds = 0;   // one K and one V shard over the link
-  double compute_seconds = 0;         // all steps
-  double exposed_comm_seconds = 0;    // transfer time not hidden behind compute
+  double flops_per_rank = 0;         // useful work of one rank
+  double step_compute_seconds = 0;   // one (query shard, key shard) step
+  double step_transfer_seconds = 0;  // one K and one V shard over the link
+  double compute_seconds = 0;        // all steps
+  double exposed_comm_seconds = 0;   // transfer time not hidden behind compute
   double seconds = 0;
-  double efficiency = 1;              // compute / (compute + exposed communication)
+  double efficiency = 1;  // compute / (compute + exposed communication)
   double bytes_per_rank = 0;
-  double overlap_tokens_per_rank = 0; // the step compute equals the step transfer here
-  bool hidden = true;                 // the transfer hides behind compute at these tokens per rank
+  double overlap_tokens_per_rank = 0;  // the step compute equals the step transfer here
+  bool hidden = true;                  // the transfer hides behind compute at these tokens per rank
 };
 
 // (P - 1) steps of one K and one V shard of N / P positions.
@@ -58,8 +58,8 @@ inline RingModel model_ring(const RingModelInput& in) {
   m.tokens_per_rank = n;
   m.flops_per_rank = 4.0 * in.head_dim * in.heads_q * in.batch * n * N * c;
   m.step_compute_seconds = m.flops_per_rank / P / in.flops_per_second;
-  m.step_transfer_seconds =
-      in.latency_seconds + 2.0 * in.batch * n * in.heads_kv * in.head_dim * in.bytes_per_value / in.link_bytes_per_second;
+  m.step_transfer_seconds = in.latency_seconds + 2.0 * in.batch * n * in.heads_kv * in.head_dim * in.bytes_per_value /
+                                                     in.link_bytes_per_second;
   m.compute_seconds = P * m.step_compute_seconds;
   // Each of the P - 1 transfers overlaps one step's compute; what sticks out is exposed.
   m.exposed_comm_seconds = (P - 1) * std::max(0.0, m.step_transfer_seconds - m.step_compute_seconds);

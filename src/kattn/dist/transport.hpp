@@ -6,7 +6,6 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
-
 #include <climits>
 #include <cstdint>
 #include <vector>
