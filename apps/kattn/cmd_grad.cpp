@@ -13,6 +13,7 @@
 
 #include "args.hpp"
 #include "commands.hpp"
+#include "dist_commands.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
 #include "kattn/backward.hpp"
@@ -30,6 +31,7 @@ const char* kGradUsage =
     "                  [--causal] [--window LEFT,RIGHT] [--softcap C] [--scale S] [--dtype f32|f64]\n"
     "                  [--dq DQ.npy] [--dk DK.npy] [--dv DV.npy] [--deterministic]\n"
     "                  [--dq-strategy auto|key-chunks|query-pass|atomic] [--dq-chunks N] [--check] [--json]\n"
+    "       mpirun -np P kattn grad --dist ring [--zigzag] [--deterministic] [--chunk KEYS] ...\n"
     "Gradients of sum(O * dO) with respect to q, k, v. O and LSE are computed by the forward pass\n"
     "when not given. --check compares with the textbook backward in float64 and exits with status 3\n"
     "when the relative error exceeds 1e-4 (f32) / 1e-10 (f64).\n";
@@ -156,6 +158,7 @@ int cmd_grad(Args& args) {
     std::cout << kGradUsage;
     return 0;
   }
+  if (auto mode = args.value("--dist")) return grad_distributed(args, *mode);
   const auto dq_path = args.value("--dq"), dk_path = args.value("--dk"), dv_path = args.value("--dv");
   const bool check = args.flag("--check");
   const bool json = args.flag("--json");

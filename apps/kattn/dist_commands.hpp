@@ -13,6 +13,9 @@ namespace cli {
 // writes; every rank exits with the same status, rank 0 prints.
 int run_distributed(Args& args, const std::string& mode);
 
+// kattn grad --dist ring ...: the ring forward and backward; rank 0 reads, scatters, gathers, writes.
+int grad_distributed(Args& args, const std::string& mode);
+
 // kattn scale (a measured scaling-study row at the current rank count).
 int scale_measure(Args& args);
 

@@ -10,6 +10,11 @@ int run_distributed(Args&, const std::string&) {
   return 2;
 }
 
+int grad_distributed(Args&, const std::string&) {
+  KATTN_REQUIRE(false, "--dist: this kattn was built without MPI (configure with -DKATTN_ENABLE_MPI=ON)");
+  return 2;
+}
+
 int scale_measure(Args&) {
   KATTN_REQUIRE(
       false, "scale: measuring needs MPI (configure with -DKATTN_ENABLE_MPI=ON); --report and --model work without it");

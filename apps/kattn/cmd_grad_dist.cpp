@@ -1,0 +1,172 @@
+// kattn grad --dist ring: gradients over the ranks of MPI_COMM_WORLD. Rank 0 reads (or draws)
+// q, k, v and dO and scatters them as the sharding says; the ring forward makes o and the LSE,
+// the ring backward the gradients; rank 0 gathers them, checks them against the float64
+// textbook backward and writes them.
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "dist_commands.hpp"
+#include "dist_io.hpp"
+#include "inputs.hpp"
+#include "json.hpp"
+#include "kattn/dist/collective.hpp"
+#include "kattn/dist/ring.hpp"
+#include "kattn/dist/ring_backward.hpp"
+#include "kattn/reference_backward.hpp"
+#include "mpi_session.hpp"
+
+namespace kattn {
+namespace cli {
+namespace {
+
+struct DistGrads {
+  std::vector<double> dq, dk, dv;
+  double forward_seconds = 0, seconds = 0, comm_seconds = 0;
+  long long bytes = 0;
+};
+
+double reduce_max(MPI_Comm comm, double x) {
+  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, comm);
+  return x;
+}
+
+template <class T>
+DistGrads run_as(MPI_Comm comm, const DenseInputs& in, const std::vector<double>& dout_all, const Options& opt,
+                 const dist::DistOptions& d, const BackwardOptions& bopt) {
+  int rank = 0, P = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &P);
+  const std::int64_t align = d.deterministic ? dist::chunk_of(d) : 1;
+  const dist::SequenceLayout ql(in.Nq, P, d.sharding, align), kl(in.Nk, P, d.sharding, align);
+  const std::int64_t nq = ql.local_length(rank), nk = kl.local_length(rank);
+  const auto q = to_view<Tensor4<T>>(scatter_positions(comm, in.q, in.B, in.Hq * in.D, ql), "q", in.B, nq, in.Hq, in.D);
+  const auto dout =
+      to_view<Tensor4<T>>(scatter_positions(comm, dout_all, in.B, in.Hq * in.D, ql), "do", in.B, nq, in.Hq, in.D);
+  const auto k = to_view<Tensor4<T>>(scatter_positions(comm, in.k, in.B, in.Hkv * in.D, kl), "k", in.B, nk, in.Hkv, in.D);
+  const auto v = to_view<Tensor4<T>>(scatter_positions(comm, in.v, in.B, in.Hkv * in.D, kl), "v", in.B, nk, in.Hkv, in.D);
+  Tensor4<T> o("o", in.B, nq, in.Hq, in.D), dq("dq", in.B, nq, in.Hq, in.D);
+  Tensor3<T> lse("lse", in.B, in.Hq, nq);
+  Tensor4<T> dk("dk", in.B, nk, in.Hkv, in.D), dv("dv", in.B, nk, in.Hkv, in.D);
+  poison(dq);
+  poison(dk);
+  poison(dv);
+  const Kokkos::DefaultExecutionSpace space;
+  space.fence();
+  MPI_Barrier(comm);
+  DistGrads g;
+  g.forward_seconds = reduce_max(comm, dist::ring_forward(comm, space, q, k, v, o, lse, opt, d).seconds);
+  MPI_Barrier(comm);
+  const dist::DistStats s = dist::ring_backward(comm, space, q, k, v, o, lse, dout, dq, dk, dv, opt, d, bopt);
+  g.seconds = reduce_max(comm, s.seconds);
+  g.comm_seconds = reduce_max(comm, s.comm_seconds);
+  g.bytes = static_cast<long long>(reduce_max(comm, double(s.bytes_sent)));
+  g.dq = gather_positions(comm, from_view(dq), in.B, in.Hq * in.D, ql);
+  g.dk = gather_positions(comm, from_view(dk), in.B, in.Hkv * in.D, kl);
+  g.dv = gather_positions(comm, from_view(dv), in.B, in.Hkv * in.D, kl);
+  return g;
+}
+
+}  // namespace
+
+int grad_distributed(Args& args, const std::string& mode) {
+  MpiSession mpi;
+  return mpi.run([&]() -> int {
+    const MPI_Comm comm = MPI_COMM_WORLD;
+    const int rank = mpi.rank(), P = mpi.size();
+    KATTN_REQUIRE(mode == "ring", "--dist: grad distributes the sequence (ring), got '", mode, "'");
+    dist::DistOptions d;
+    if (args.flag("--zigzag")) d.sharding = dist::Sharding::zigzag;
+    d.deterministic = args.flag("--deterministic");
+    d.chunk = args.integer("--chunk", 1, std::int64_t(1) << 40).value_or(0);
+    BackwardOptions bopt;
+    bopt.deterministic = d.deterministic;
+    if (auto s = args.value("--dq-strategy")) {
+      KATTN_REQUIRE(*s == "auto" || *s == "key-chunks" || *s == "query-pass" || *s == "atomic",
+                    "--dq-strategy: expected auto, key-chunks, query-pass or atomic, got '", *s, "'");
+      bopt.dq = *s == "key-chunks"   ? DqStrategy::key_chunks
+                : *s == "query-pass" ? DqStrategy::query_pass
+                : *s == "atomic"     ? DqStrategy::atomic
+                                     : DqStrategy::automatic;
+    }
+    const auto dq_path = args.value("--dq"), dk_path = args.value("--dk"), dv_path = args.value("--dv");
+    const bool check = args.flag("--check");
+    const bool json = args.flag("--json");
+    KATTN_REQUIRE(!args.value("--o") && !args.value("--lse"),
+                  "--o/--lse: not used with --dist (the ring forward computes o and the LSE)");
+    const Options opt = read_options(args);
+    std::vector<std::string> input_args;
+    for (const char* f : {"--random", "--seed", "--dtype", "--q", "--k", "--v", "--do"})
+      if (auto value = args.value(f)) input_args.insert(input_args.end(), {f, *value});
+    args.finish();
+
+    DenseInputs in;
+    std::vector<double> dout;
+    dist::collective_check(comm, [&] {
+      if (rank != 0) return;
+      Args inputs("grad", input_args);
+      in = read_dense_inputs(inputs, "--do", &dout);
+      KATTN_REQUIRE(dout.size() == in.q.size(),
+                    "--do: give DO.npy (the gradient of the loss with respect to o) with --q/--k/--v, or use --random");
+      inputs.finish();
+    });
+    long long dims[7] = {in.B, in.Nq, in.Nk, in.Hq, in.Hkv, in.D, in.dtype == io::DType::f32 ? 4 : 8};
+    MPI_Bcast(dims, 7, MPI_LONG_LONG, 0, comm);
+    in.B = dims[0], in.Nq = dims[1], in.Nk = dims[2], in.Hq = dims[3], in.Hkv = dims[4], in.D = dims[5];
+    in.dtype = dims[6] == 4 ? io::DType::f32 : io::DType::f64;
+
+    const DistGrads g = in.dtype == io::DType::f32 ? run_as<float>(comm, in, dout, opt, d, bopt)
+                                                   : run_as<double>(comm, in, dout, opt, d, bopt);
+    if (rank != 0) return 0;
+    const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
+    const double flops = 2.5 * attention_flops(in, opt);
+    std::printf("kattn grad: dist=ring ranks=%d sharding=%s%s dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld "
+                "D=%lld%s\n",
+                P, dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, (long long)in.B,
+                (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
+                opt.causal ? " causal" : "");
+    std::printf("time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
+                "communication %.6f s; bytes sent per rank (max): %lld\n",
+                g.seconds, g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0, g.forward_seconds, g.comm_seconds, g.bytes);
+    Json j;
+    j.add("algo", "flash").add("dist", "ring").add("ranks", P).add("sharding", dist::name(d.sharding));
+    j.add("deterministic", d.deterministic).add("dtype", dtype).add("shape", in.shape()).add("causal", opt.causal);
+    j.add("seconds", g.seconds).add("gflops", g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0);
+    j.add("forward_seconds", g.forward_seconds).add("comm_seconds", g.comm_seconds).add("bytes_sent_per_rank", g.bytes);
+    if (check) {
+      using T4 = Tensor4<double>;
+      const auto q = to_view<T4>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
+      const auto k = to_view<T4>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
+      const auto v = to_view<T4>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
+      const auto dov = to_view<T4>(dout, "do", in.B, in.Nq, in.Hq, in.D);
+      T4 dq("dq", in.B, in.Nq, in.Hq, in.D), dk("dk", in.B, in.Nk, in.Hkv, in.D), dv("dv", in.B, in.Nk, in.Hkv, in.D);
+      reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, dov, dq, dk, dv, opt);
+      const std::vector<double>* mine[3] = {&g.dq, &g.dk, &g.dv};
+      const std::vector<double> ref[3] = {from_view(dq), from_view(dk), from_view(dv)};
+      const char* names[3] = {"dq", "dk", "dv"};
+      double max_abs = 0, rel = 0;
+      for (int i = 0; i < 3; ++i) {
+        const ErrorStats e = compare(*mine[i], ref[i]);
+        std::printf("check %s vs float64 textbook backward: max abs err %.3e, rel err %.3e\n", names[i], e.max_abs,
+                    e.rel);
+        j.add(std::string(names[i]) + "_max_abs_err", e.max_abs).add(std::string(names[i]) + "_rel_err", e.rel);
+        max_abs = (e.max_abs != e.max_abs || max_abs != max_abs) ? NAN : std::max(max_abs, e.max_abs);
+        rel = (e.rel != e.rel || rel != rel) ? NAN : std::max(rel, e.rel);
+      }
+      j.add("max_abs_err", max_abs).add("rel_err", rel);
+    }
+    if (dq_path) write_array(*dq_path, in.dtype, {in.B, in.Nq, in.Hq, in.D}, g.dq);
+    if (dk_path) write_array(*dk_path, in.dtype, {in.B, in.Nk, in.Hkv, in.D}, g.dk);
+    if (dv_path) write_array(*dv_path, in.dtype, {in.B, in.Nk, in.Hkv, in.D}, g.dv);
+    if (json) std::cout << j.str() << "\n";
+    return 0;
+  });
+}
+
+}  // namespace cli
+}  // namespace kattn
