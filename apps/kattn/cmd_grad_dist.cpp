@@ -5,7 +5,6 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
-
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -48,8 +47,10 @@ DistGrads run_as(MPI_Comm comm, const DenseInputs& in, const std::vector<double>
   const auto q = to_view<Tensor4<T>>(scatter_positions(comm, in.q, in.B, in.Hq * in.D, ql), "q", in.B, nq, in.Hq, in.D);
   const auto dout =
       to_view<Tensor4<T>>(scatter_positions(comm, dout_all, in.B, in.Hq * in.D, ql), "do", in.B, nq, in.Hq, in.D);
-  const auto k = to_view<Tensor4<T>>(scatter_positions(comm, in.k, in.B, in.Hkv * in.D, kl), "k", in.B, nk, in.Hkv, in.D);
-  const auto v = to_view<Tensor4<T>>(scatter_positions(comm, in.v, in.B, in.Hkv * in.D, kl), "v", in.B, nk, in.Hkv, in.D);
+  const auto k =
+      to_view<Tensor4<T>>(scatter_positions(comm, in.k, in.B, in.Hkv * in.D, kl), "k", in.B, nk, in.Hkv, in.D);
+  const auto v =
+      to_view<Tensor4<T>>(scatter_positions(comm, in.v, in.B, in.Hkv * in.D, kl), "v", in.B, nk, in.Hkv, in.D);
   Tensor4<T> o("o", in.B, nq, in.Hq, in.D), dq("dq", in.B, nq, in.Hq, in.D);
   Tensor3<T> lse("lse", in.B, in.Hq, nq);
   Tensor4<T> dk("dk", in.B, nk, in.Hkv, in.D), dv("dv", in.B, nk, in.Hkv, in.D);
@@ -125,14 +126,15 @@ int grad_distributed(Args& args, const std::string& mode) {
     if (rank != 0) return 0;
     const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
     const double flops = 2.5 * attention_flops(in, opt);
-    std::printf("kattn grad: dist=ring ranks=%d sharding=%s%s dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld "
-                "D=%lld%s\n",
-                P, dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, (long long)in.B,
-                (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
-                opt.causal ? " causal" : "");
-    std::printf("time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
-                "communication %.6f s; bytes sent per rank (max): %lld\n",
-                g.seconds, g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0, g.forward_seconds, g.comm_seconds, g.bytes);
+    std::printf(
+        "kattn grad: dist=ring ranks=%d sharding=%s%s dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld "
+        "D=%lld%s\n",
+        P, dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, (long long)in.B, (long long)in.Nq,
+        (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
+    std::printf(
+        "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
+        "communication %.6f s; bytes sent per rank (max): %lld\n",
+        g.seconds, g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0, g.forward_seconds, g.comm_seconds, g.bytes);
     Json j;
     j.add("algo", "flash").add("dist", "ring").add("ranks", P).add("sharding", dist::name(d.sharding));
     j.add("deterministic", d.deterministic).add("dtype", dtype).add("shape", in.shape()).add("causal", opt.causal);

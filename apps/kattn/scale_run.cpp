@@ -116,6 +116,9 @@ struct Result {
   Sample best, best_nocomm;
   double median = 0, median_nocomm = 0;
   double cpu_ring = 0, cpu_nocomm = 0;  // best whole-call CPU time of each
+  double cpu_ring_median = 0, cpu_nocomm_median = 0;
+  double balance_cpu_median = 0;  // median over repetitions of slowest / fastest compute CPU time
+  int repetitions = 0;
 };
 
 template <class T>
@@ -163,17 +166,27 @@ Result measure(const Config& c, int rank, int P, Progress& progress) {
     *median = v[v.size() / 2].seconds;
     return v.front();
   };
-  const auto best_cpu = [](const std::vector<Sample>& v) {
-    double b = v.front().call_cpu_max;
-    for (const Sample& s : v) b = std::min(b, s.call_cpu_max);
-    return b;
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  const auto cpu_of = [&](const std::vector<Sample>& v, double* med) {
+    std::vector<double> x;
+    for (const Sample& s : v) x.push_back(s.call_cpu_max);
+    *med = median(x);
+    return *std::min_element(x.begin(), x.end());
   };
   Result res;
+  res.repetitions = static_cast<int>(real.size());
   res.best = best_of(real, &res.median);
-  res.cpu_ring = best_cpu(real);
+  res.cpu_ring = cpu_of(real, &res.cpu_ring_median);
+  std::vector<double> balance;
+  for (const Sample& s : real)
+    if (s.cpu_min > 0) balance.push_back(s.cpu_max / s.cpu_min);
+  if (!balance.empty()) res.balance_cpu_median = median(balance);
   if (c.nocomm) {
     res.best_nocomm = best_of(nocomm, &res.median_nocomm);
-    res.cpu_nocomm = best_cpu(nocomm);
+    res.cpu_nocomm = cpu_of(nocomm, &res.cpu_nocomm_median);
   }
   return res;
 }
@@ -304,21 +317,25 @@ int scale_measure(Args& args) {
       j.add("nocomm_seconds", r.best_nocomm.seconds).add("comm_loss", loss).add("comm_loss_median", loss_median);
       // On a shared machine the wall clock mostly measures who else ran; CPU time measures the work.
       const double cpu_loss = r.cpu_ring / r.cpu_nocomm - 1.0;
+      const double cpu_loss_median = r.cpu_ring_median / r.cpu_nocomm_median - 1.0;
       std::printf(
-          "communication cost in CPU time (whole call, slowest rank, best of %d): ring %.6f s against %.6f "
-          "s: %+.2f%%; exposed waiting %.6f s of %.6f s wall (%.3f%%)\n",
-          c.repeat, r.cpu_ring, r.cpu_nocomm, 100 * cpu_loss, r.best.comm_max, r.best.seconds,
-          100 * r.best.comm_max / r.best.seconds);
-      j.add("comm_loss_cpu", cpu_loss).add("exposed_comm_fraction", r.best.comm_max / r.best.seconds);
+          "communication cost in CPU time (whole call, slowest rank, %d repetitions): best ring %.6f s against "
+          "%.6f s: %+.2f%%; medians %.6f s against %.6f s: %+.2f%%; exposed waiting %.6f s of %.6f s wall "
+          "(%.4f%%)\n",
+          r.repetitions, r.cpu_ring, r.cpu_nocomm, 100 * cpu_loss, r.cpu_ring_median, r.cpu_nocomm_median,
+          100 * cpu_loss_median, r.best.comm_max, r.best.seconds, 100 * r.best.comm_max / r.best.seconds);
+      j.add("comm_loss_cpu", cpu_loss).add("comm_loss_cpu_median", cpu_loss_median);
+      j.add("exposed_comm_fraction", r.best.comm_max / r.best.seconds);
     }
     if (P > 1 && r.best.compute_min > 0) {
       std::printf("compute balance: slowest rank %.6f s, fastest %.6f s: %.3fx wall clock", r.best.compute_max,
                   r.best.compute_min, r.best.compute_max / r.best.compute_min);
       j.add("compute_balance", r.best.compute_max / r.best.compute_min);
       if (r.best.cpu_min > 0) {
-        std::printf("; CPU time %.6f s against %.6f s: %.3fx", r.best.cpu_max, r.best.cpu_min,
-                    r.best.cpu_max / r.best.cpu_min);
-        j.add("compute_balance_cpu", r.best.cpu_max / r.best.cpu_min);
+        std::printf("; CPU time %.6f s against %.6f s: %.3fx (median over repetitions %.3fx)", r.best.cpu_max,
+                    r.best.cpu_min, r.best.cpu_max / r.best.cpu_min, r.balance_cpu_median);
+        j.add("compute_balance_cpu", r.best.cpu_max / r.best.cpu_min)
+            .add("compute_balance_cpu_median", r.balance_cpu_median);
       }
       std::printf("\n");
     }

@@ -43,8 +43,10 @@ std::int64_t piece_rows(std::int64_t seg_len) {
   return std::max<std::int64_t>(kMinPieceRows, (seg_len + kPiecesPerSegment - 1) / kPiecesPerSegment);
 }
 
-// Deterministic mode: at most this many chunk partials per launch (the workspace holds them).
+// Deterministic mode: at most this many chunk partials per launch (the workspace holds them), and
+// this many key segments broadcast ahead.
 constexpr int kChunksPerLaunch = 4;
+constexpr std::size_t kBroadcastWindow = 4;
 
 template <class ExecSpace, class T>
 class RingRunner {
@@ -204,8 +206,10 @@ class RingRunner {
     }
   }
 
-  // Deterministic: every key segment in global order, broadcast by its owner (the next one in
-  // flight while this one is computed), folded chunk by chunk into every local query row.
+  // Deterministic: every key segment in global order, broadcast by its owner, up to
+  // kBroadcastWindow segments in flight ahead of the one being computed (the per-segment work
+  // differs between ranks under causal masks; the window lets a rank run ahead instead of
+  // waiting at every segment), folded chunk by chunk into every local query row.
   void run_global_order() {
     const std::int64_t C = chunk_of(d_);
     Options opt = opt_;
@@ -215,16 +219,19 @@ class RingRunner {
       opt.block_k = deterministic_block_k<ExecSpace, T>(space_, p_.head_dim, s_.Nq * p_.group_size(), plan);
     }
     const auto& segs = s_.kv_layout.segments();
+    const std::size_t S = segs.size();
     std::int64_t cap = 0;
     for (const Segment& g : segs) cap = std::max(cap, g.length);
-    const bool staged = stats_.staged;
-    Buffer kb[2] = {Buffer("kattn::dist::bcast::k0", kv_elems(cap), staged),
-                    Buffer("kattn::dist::bcast::k1", kv_elems(cap), staged)};
-    Buffer vb[2] = {Buffer("kattn::dist::bcast::v0", kv_elems(cap), staged),
-                    Buffer("kattn::dist::bcast::v1", kv_elems(cap), staged)};
-    std::vector<MPI_Request> reqs[2];
-    const auto post = [&](std::size_t g, int slot) {
+    const std::size_t W = std::min<std::size_t>(S, kBroadcastWindow);
+    std::vector<Buffer> kb, vb;
+    for (std::size_t w = 0; w < W; ++w) {
+      kb.emplace_back("kattn::dist::bcast::k", kv_elems(cap), stats_.staged);
+      vb.emplace_back("kattn::dist::bcast::v", kv_elems(cap), stats_.staged);
+    }
+    std::vector<std::vector<MPI_Request>> reqs(W);
+    const auto post = [&](std::size_t g) {
       const Segment& s = segs[g];
+      const std::size_t slot = g % W;
       if (s.owner == rank_) {
         pack_local(s.local, s.length, kb[slot], vb[slot]);
         space_.fence();
@@ -237,11 +244,10 @@ class RingRunner {
       }
     };
     const auto q_segs = s_.q_layout.segments_of(rank_);
-    if (!segs.empty()) post(0, 0);
-    for (std::size_t g = 0; g < segs.size(); ++g) {
-      const int slot = static_cast<int>(g % 2);
+    for (std::size_t g = 0; g < W; ++g) post(g);
+    for (std::size_t g = 0; g < S; ++g) {
+      const std::size_t slot = g % W;
       const double tw0 = now();
-      if (g + 1 < segs.size()) post(g + 1, 1 - slot);
       wait_all(reqs[slot]);
       if (segs[g].owner != rank_) {
         kb[slot].stage_in(space_, kv_elems(segs[g].length));
@@ -253,24 +259,24 @@ class RingRunner {
         const std::int64_t step = piece_rows(qs.length);
         for (std::int64_t off = 0; off < qs.length; off += step) {
           const std::int64_t nq = std::min(step, qs.length - off);
-          fold_chunks(qs.local + off, qs.global + off, nq, kb[slot].device(), vb[slot].device(), ks, C, opt,
-                      reqs[1 - slot]);
+          fold_chunks(qs.local + off, qs.global + off, nq, kb[slot].device(), vb[slot].device(), ks, C, opt, reqs);
         }
       }
       space_.fence();
       const double tw2 = now();
       stats_.compute_cpu_seconds += cpu_now() - cpu1;
-      stats_.comm_seconds += tw1 - tw0;
+      if (g + W < S) post(g + W);  // into the slot just computed
+      stats_.comm_seconds += (tw1 - tw0) + (now() - tw2);
       stats_.compute_seconds += tw2 - tw1;
       ++stats_.steps;
-      if (d_.progress) d_.progress(static_cast<int>(g + 1), static_cast<int>(segs.size()));
+      if (d_.progress) d_.progress(static_cast<int>(g + 1), static_cast<int>(S));
     }
   }
 
   // The chunks of key segment ks that some of the query rows [qi, qi + nq) see, in order,
   // kChunksPerLaunch per launch, each chunk's partial folded in turn.
   void fold_chunks(std::int64_t qi, std::int64_t qg, std::int64_t nq, const T* k, const T* v, const Segment& ks,
-                   std::int64_t C, const Options& opt, std::vector<MPI_Request>& reqs) {
+                   std::int64_t C, const Options& opt, std::vector<std::vector<MPI_Request>>& reqs) {
     const int H = p_.heads_q, Hkv = p_.heads_kv, D = p_.head_dim;
     const KeyRange seen = visible_keys(shard_options(opt, qg, nq, s_.Nq, ks.global, ks.length, s_.Nk), nq, ks.length);
     if (seen.empty()) return;
@@ -296,7 +302,7 @@ class RingRunner {
       chunk_partials(space_, q, o, n_chunks, C, ws_o_.data(), ws_lse_.data());
       launch_rows(space_, "kattn::dist::ring::fold_chunks",
                   FoldPartials<ExecSpace, T>{acc_, PartialRows<T>{ws_o_.data(), ws_lse_.data(), nq, qi, n_chunks}});
-      poke(reqs);
+      for (auto& r : reqs) poke(r);
     }
   }
 

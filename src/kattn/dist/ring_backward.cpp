@@ -30,8 +30,8 @@ double cpu_now() {
 // Message tags: the ring's K, V, dK, dV; the deterministic tour's hops.
 enum : int { kTagK = 0, kTagV = 1, kTagDk = 2, kTagDv = 3, kTagStart = 4, kTagHome = 5, kTagHop = 6 };
 
-// Outgoing packages still in flight before the tour waits for the oldest (bounds memory).
-constexpr std::size_t kTourWindow = 2;
+// Outgoing packages the tour keeps in flight before it waits for those it safely can (memory).
+constexpr std::size_t kTourWindow = 4;
 
 template <class ExecSpace, class T>
 class BackwardRunner {
@@ -327,30 +327,47 @@ class BackwardRunner {
     zero_rows(space_, dense_kv(pk.dv.device(), pk.len), f().batch, pk.len, f().heads_kv, f().head_dim);
   }
 
-  // Every key segment g travels owner(g) -> owner(q_0) -> ... -> owner(q_last) -> owner(g), the
-  // query segments in global order. Each rank works through its items (g, j) in (g, j) order: an
-  // item waits only for a smaller one, so some item can always run and no rank deadlocks.
+  // Every key segment g travels owner(g) -> owner(q_last) -> ... -> owner(q_0) -> owner(g): the
+  // query segments in descending global order, and the query chunks inside each item too, so
+  // every dK row adds the query chunks in one fixed order (descending) whatever the rank count.
+  // Descending, because under a causal mask the last queries see the most keys: the tour starts
+  // with the most work and the pipeline fills faster. Item (g, p) (key segment g at tour
+  // position p) needs item (g, p - 1). Every rank works through its items in one global order
+  // that respects this, wavefront first: (g + p, p). So the smallest unfinished item can always
+  // run (no deadlock), and a rank holding an early and a late query segment (zigzag) works on
+  // later key segments of one while the other waits for its packages. dQ of a query segment
+  // still sees the key segments in order g = 0, 1, ... (they come in increasing g + p).
+  struct Item {
+    int g, p;  // key segment, tour position (query segment Sq - 1 - p)
+    bool operator<(const Item& o) const {
+      return g + p != o.g + o.p ? g + p < o.g + o.p : p != o.p ? p < o.p : g < o.g;
+    }
+  };
+
   void run_tour() {
     const std::int64_t C = chunk_of(d_);
     const auto& qsegs = s_.q_layout.segments();
     const auto& ksegs = s_.kv_layout.segments();
     const int Sq = static_cast<int>(qsegs.size()), Sk = static_cast<int>(ksegs.size());
-    std::deque<std::unique_ptr<Package>> outgoing;
+    // Outgoing packages with the item they are for; waiting on one is safe only while that item
+    // comes before the one this rank is about to work on (it cannot depend on this rank then).
+    std::deque<std::pair<Item, std::unique_ptr<Package>>> outgoing;
     std::vector<std::unique_ptr<Package>> home(Sk);
-    const auto retire = [&](std::size_t keep) {
-      while (outgoing.size() > keep) {
-        wait_all(outgoing.front()->reqs);
-        outgoing.pop_front();
-      }
-      while (!outgoing.empty()) {
-        poke(outgoing.front()->reqs);
-        if (!outgoing.front()->reqs.empty()) break;
-        outgoing.pop_front();
+    std::map<Item, std::unique_ptr<Package>> carried;  // packages passed between own items
+    const auto retire = [&](const Item* before) {
+      for (auto it = outgoing.begin(); it != outgoing.end();) {
+        if (before == nullptr || (it->first < *before && outgoing.size() > kTourWindow))
+          wait_all(it->second->reqs);
+        else
+          poke(it->second->reqs);
+        it = it->second->reqs.empty() ? outgoing.erase(it) : std::next(it);
       }
     };
     const double tw0 = now();
+    // Tour position p visits query segment Sq - 1 - p.
+    const auto tour = [&](int p) -> const Segment& { return qsegs[Sq - 1 - p]; };
     if (Sq > 0) {
-      const int first = qsegs.front().owner, last = qsegs.back().owner;
+      const int first = tour(0).owner, last = tour(Sq - 1).owner;
       for (int g = 0; g < Sk; ++g) {
         const Segment& ks = ksegs[g];
         if (ks.owner != rank_) continue;
@@ -358,7 +375,7 @@ class BackwardRunner {
           auto pk = new_package(ks.length);
           pack_local(ks.local, ks.length, pk->k, pk->v);
           send(*pk, first, kTagStart, true, false);
-          outgoing.push_back(std::move(pk));
+          outgoing.emplace_back(Item{g, 0}, std::move(pk));
         }
         if (last != rank_) {  // the finished gradients come back from the last one
           home[g] = new_package(ks.length);
@@ -368,71 +385,77 @@ class BackwardRunner {
         }
       }
     }
+    std::vector<Item> items;
+    for (int p = 0; p < Sq; ++p)
+      if (tour(p).owner == rank_)
+        for (int g = 0; g < Sk; ++g) items.push_back(Item{g, p});
+    std::sort(items.begin(), items.end());
     stats_.comm_seconds += now() - tw0;
-    for (int g = 0; g < Sk; ++g) {
+    for (const Item& item : items) {
+      const int g = item.g, j = item.p;  // j: tour position
       const Segment& ks = ksegs[g];
-      std::unique_ptr<Package> carried;
-      for (int j = 0; j < Sq; ++j) {
-        const Segment& qs = qsegs[j];
-        if (qs.owner != rank_) continue;
-        const double tr0 = now();
-        std::unique_ptr<Package> pk;
-        if (j > 0 && qsegs[j - 1].owner == rank_) {
-          pk = std::move(carried);
+      const Segment& qs = tour(j);
+      const double tr0 = now();
+      retire(&item);
+      std::unique_ptr<Package> pk;
+      if (j > 0 && tour(j - 1).owner == rank_) {
+        auto it = carried.find(item);
+        KATTN_ASSERT(it != carried.end());
+        pk = std::move(it->second);
+        carried.erase(it);
+      } else {
+        pk = new_package(ks.length);
+        if (j == 0) {
+          if (ks.owner == rank_)
+            pack_local(ks.local, ks.length, pk->k, pk->v);
+          else
+            receive(*pk, ks.owner, kTagStart, true, false);
+          zero_grads(*pk);
         } else {
-          pk = new_package(ks.length);
-          if (j == 0) {
-            if (ks.owner == rank_)
-              pack_local(ks.local, ks.length, pk->k, pk->v);
-            else
-              receive(*pk, ks.owner, kTagStart, true, false);
-            zero_grads(*pk);
-          } else {
-            receive(*pk, qsegs[j - 1].owner, kTagHop + j, true, true);
-          }
+          receive(*pk, tour(j - 1).owner, kTagHop + j, true, true);
         }
-        const double tc0 = now(), cpu0 = cpu_now();
-        stats_.comm_seconds += tc0 - tr0;
-        // Query chunks in global order outside, key chunks in global order inside: every dK row
-        // adds the query chunks in order, every dQ row the key chunks (g after g) in order.
-        for (std::int64_t cq = 0; cq < qs.length; cq += C) {
-          const std::int64_t nq = std::min(C, qs.length - cq);
-          for (std::int64_t ck = 0; ck < ks.length; ck += C) {
-            const std::int64_t nk = std::min(C, ks.length - ck);
-            if (!pair(qs.local + cq, qs.global + cq, nq, pk->k.device(), pk->v.device(), ks.length, ck, ks.global + ck,
-                      nk))
-              continue;
-            add_dq(qs.local + cq, nq);
-            add_dkv(pk->dk.device(), pk->dv.device(), ks.length, ck, nk);
-          }
-          for (auto& o : outgoing) poke(o->reqs);
-        }
-        space_.fence();
-        const double tc1 = now();
-        stats_.compute_seconds += tc1 - tc0;
-        stats_.compute_cpu_seconds += cpu_now() - cpu0;
-        if (j + 1 < Sq) {
-          if (qsegs[j + 1].owner == rank_) {
-            carried = std::move(pk);
-          } else {
-            retire(kTourWindow);
-            send(*pk, qsegs[j + 1].owner, kTagHop + j + 1, true, true);
-            outgoing.push_back(std::move(pk));
-          }
-        } else if (ks.owner == rank_) {
-          add_to_outputs(pk->dk.device(), pk->dv.device(), ks.local, ks.length);
-        } else {
-          retire(kTourWindow);
-          send(*pk, ks.owner, kTagHome, false, true);
-          outgoing.push_back(std::move(pk));
-        }
-        stats_.comm_seconds += now() - tc1;
       }
+      const double tc0 = now(), cpu0 = cpu_now();
+      stats_.comm_seconds += tc0 - tr0;
+      // Query chunks in descending global order outside (segments start at chunk multiples),
+      // key chunks in ascending order inside: every dK row adds the query chunks in one fixed
+      // order, every dQ row the key chunks (g after g) in order.
+      for (std::int64_t cq = (qs.length - 1) / C * C; cq >= 0; cq -= C) {
+        const std::int64_t nq = std::min(C, qs.length - cq);
+        for (std::int64_t ck = 0; ck < ks.length; ck += C) {
+          const std::int64_t nk = std::min(C, ks.length - ck);
+          if (!pair(qs.local + cq, qs.global + cq, nq, pk->k.device(), pk->v.device(), ks.length, ck, ks.global + ck,
+                    nk))
+            continue;
+          add_dq(qs.local + cq, nq);
+          add_dkv(pk->dk.device(), pk->dv.device(), ks.length, ck, nk);
+        }
+        for (auto& o : outgoing) poke(o.second->reqs);
+      }
+      space_.fence();
+      const double tc1 = now();
+      stats_.compute_seconds += tc1 - tc0;
+      stats_.compute_cpu_seconds += cpu_now() - cpu0;
+      if (j + 1 < Sq) {
+        const Item next{g, j + 1};
+        if (tour(j + 1).owner == rank_) {
+          carried[next] = std::move(pk);
+        } else {
+          send(*pk, tour(j + 1).owner, kTagHop + j + 1, true, true);
+          outgoing.emplace_back(next, std::move(pk));
+        }
+      } else if (ks.owner == rank_) {
+        add_to_outputs(pk->dk.device(), pk->dv.device(), ks.local, ks.length);
+      } else {
+        send(*pk, ks.owner, kTagHome, false, true);
+        outgoing.emplace_back(Item{g, Sq}, std::move(pk));
+      }
+      stats_.comm_seconds += now() - tc1;
       ++stats_.steps;
-      if (d_.progress) d_.progress(g + 1, Sk);
+      if (d_.progress) d_.progress(stats_.steps, static_cast<int>(items.size()));
     }
     const double tw1 = now();
-    retire(0);
+    retire(nullptr);
     for (int g = 0; g < Sk; ++g) {
       if (!home[g]) continue;
       wait_all(home[g]->reqs);

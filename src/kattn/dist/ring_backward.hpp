@@ -6,9 +6,10 @@
 //
 // Deterministic mode (DistOptions::deterministic): gradients bitwise the same for every rank
 // count and sharding. Every pair of fixed-size global chunks (query chunk, key chunk) is its own
-// kattn::backward call with a deterministic dQ strategy; dQ folds the key chunks in global order,
-// and each key segment's dK/dV accumulator tours the query segments in global order (owner ->
-// owner of query segment 0 -> 1 -> ... -> owner) adding the query chunks in global order.
+// kattn::backward call with a deterministic dQ strategy; dQ folds the key chunks in ascending
+// global order, and each key segment's dK/dV accumulator tours the query segments (owner ->
+// owner of the last query segment -> ... -> of the first -> owner) adding the query chunks in
+// descending global order: one fixed order, whoever holds what.
 #pragma once
 
 #include <mpi.h>
