@@ -24,6 +24,11 @@ if(TARGET kattn_cuda)                                           # kernels/cuda, 
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/kernels/cuda/include/kattn DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endif()
 
+if(TARGET kattn_dist)                                           # the MPI layer, when built
+  set_target_properties(kattn_dist PROPERTIES EXPORT_NAME dist)
+  list(APPEND _kattn_exported kattn_dist)
+endif()
+
 install(TARGETS ${_kattn_exported} EXPORT kattnTargets
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

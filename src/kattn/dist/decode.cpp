@@ -61,6 +61,8 @@ template <class ExecSpace, class T>
 DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
                       const DistOptions& d) {
   using Mem = typename ExecSpace::memory_space;
+  // Regions of the area ("kattn::dist", shared helpers) and of this entry point (its own kernels).
+  compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::decode");
   const double t0 = now();
   int rank = 0, P = 1;

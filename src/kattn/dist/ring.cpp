@@ -323,7 +323,9 @@ class RingRunner {
 template <class ExecSpace, class T>
 DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
                             const DistOptions& d) {
-  compat::ScopedRegion region("kattn::dist::ring_forward");
+  // Regions of the area ("kattn::dist", shared helpers) and of this entry point (its own kernels).
+  compat::ScopedRegion area("kattn::dist");
+  compat::ScopedRegion region("kattn::dist::ring");
   collective_agree(comm, problem_fields(p, opt, d));
   const GlobalSplit split = sharded_split(comm, p.q_len, p.kv_len, d);
   RingRunner<ExecSpace, T> runner(comm, space, p, opt, d, split);

@@ -485,6 +485,8 @@ class BackwardRunner {
 template <class ExecSpace, class T>
 DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
                              const DistOptions& d, const BackwardOptions& bopt) {
+  // Regions of the area ("kattn::dist", shared helpers) and of this entry point.
+  compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::ring_backward");
   std::vector<Agreed> fields = problem_fields(p.fwd, opt, d);
   fields.push_back(Agreed::boolean("backward options", "deterministic", bopt.deterministic));
