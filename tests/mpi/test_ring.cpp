@@ -209,6 +209,23 @@ TEST(RingForward, WithoutCommunicationDoesTheSameWorkAndSendsNothing) {
   EXPECT_EQ(without.stats.steps, with.stats.steps);
 }
 
+TEST(RingForward, CallersMessagesStayApart) {
+  // A receive the caller posted on the same communicator, with the tag and source the ring uses
+  // for its K shards, must get the caller's message, not kattn's.
+  const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
+  const int left = (rank - 1 + P) % P, right = (rank + 1) % P;
+  int got = -1;
+  MPI_Request req;
+  MPI_Irecv(&got, 1, MPI_INT, left, 0, MPI_COMM_WORLD, &req);
+  Problem<double> g({1, 12 * P, 12 * P, 2, 1, 8}, shared_seed());
+  const Problem<double> ref = reference_of(g, Options{});
+  const RingRun<double> r = run_ring(MPI_COMM_WORLD, g, Options{}, DistOptions{});
+  expect_shard_close(r.o, r.lse, ref, r.q_layout, rank, kDoubleTol, "ring beside a pending receive");
+  MPI_Send(&rank, 1, MPI_INT, right, 0, MPI_COMM_WORLD);
+  MPI_Wait(&req, MPI_STATUS_IGNORE);
+  EXPECT_EQ(got, left);
+}
+
 TEST(RingForward, ProgressCallbackSeesEveryStep) {
   const int P = size_of(MPI_COMM_WORLD);
   Problem<double> g({1, 10, 10, 1, 1, 4}, shared_seed());

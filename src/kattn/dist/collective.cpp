@@ -91,6 +91,30 @@ Agreed Agreed::real(const char* argument, const char* what, double v) {
   return {argument, what, Kind::real, bits};
 }
 
+namespace {
+
+int free_library_comm(MPI_Comm, int, void* attr, void*) {
+  MPI_Comm* dup = static_cast<MPI_Comm*>(attr);
+  MPI_Comm_free(dup);
+  delete dup;
+  return MPI_SUCCESS;
+}
+
+}  // namespace
+
+MPI_Comm library_comm(MPI_Comm comm) {
+  static int key = MPI_KEYVAL_INVALID;
+  if (key == MPI_KEYVAL_INVALID) MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &free_library_comm, &key, nullptr);
+  void* value = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(comm, key, &value, &found);
+  if (found) return *static_cast<MPI_Comm*>(value);
+  MPI_Comm* dup = new MPI_Comm;
+  MPI_Comm_dup(comm, dup);
+  MPI_Comm_set_attr(comm, key, dup);
+  return *dup;
+}
+
 std::vector<std::int64_t> allgather(MPI_Comm comm, std::int64_t local) {
   std::vector<long long> all(static_cast<std::size_t>(size_of(comm)));
   long long mine = local;

@@ -46,5 +46,10 @@ void collective_agree(MPI_Comm comm, const std::vector<Agreed>& fields);
 // Every rank's value of `local`, in rank order.
 std::vector<std::int64_t> allgather(MPI_Comm comm, std::int64_t local);
 
+// kattn's own duplicate of a communicator (made on first use, collectively, and cached on it;
+// freed when the caller frees theirs): kattn's messages and collectives never meet the
+// caller's, whatever tags they use.
+MPI_Comm library_comm(MPI_Comm comm);
+
 }  // namespace dist
 }  // namespace kattn

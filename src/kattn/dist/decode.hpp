@@ -45,6 +45,7 @@ DistStats decode(MPI_Comm comm, const ExecSpace& space, const QView& q, const KV
                 "kattn::dist::decode: the views must be accessible from the execution space");
   using T = typename OView::non_const_value_type;
   AttentionParams<T> p;
+  comm = library_comm(comm);  // kattn's traffic apart from the caller's
   collective_check(comm, [&] {
     validate(opt);
     detail::validate(d);

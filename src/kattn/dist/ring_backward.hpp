@@ -49,6 +49,7 @@ DistStats ring_backward(MPI_Comm comm, const ExecSpace& space, const QView& q, c
                 "kattn::dist::ring_backward: the views must be accessible from the execution space");
   using T = typename DqView::non_const_value_type;
   BackwardParams<T> p;
+  comm = library_comm(comm);  // kattn's traffic apart from the caller's
   collective_check(comm, [&] {
     validate(opt);
     detail::validate(d);
