@@ -17,8 +17,9 @@ namespace {
 const char* kUsage =
     "usage: kattn <command> [options]   (kattn <command> --help for its options)\n"
     "commands:\n"
-    "  run      attention on .npy inputs or random ones (--algo naive|flash)\n"
+    "  run      attention on .npy inputs or random ones (--algo naive|flash|splitkv), dense, ragged or paged\n"
     "  grad     gradients dq, dk, dv of attention by the recomputing backward pass\n"
+    "  plan     how split-KV attention would cut the keys of a problem (splits, chunk, work units)\n"
     "  io       the HBM-traffic model of standard vs tiled attention\n"
     "  version  kattn's version, Kokkos version, backends and options (also --version)\n"
     "Kokkos options (--kokkos-num-threads=N, ...) are accepted by every command.\n";
@@ -34,6 +35,7 @@ int main(int argc, char* argv[]) {
         {"grad", kattn::cli::cmd_grad},
         {"io", kattn::cli::cmd_io},
         {"version", kattn::cli::cmd_version},
+        {"plan", kattn::cli::cmd_plan},
     };
     std::string command = argc > 1 ? argv[1] : "";
     if (command == "--version") command = "version";
