@@ -126,16 +126,17 @@ struct RowTiledAttention {
       member.team_barrier();
       // The next tile's rows are prefetched head by head as this one is folded.
       const int n_next = geo.in_place && Tn::row_tile_prefetch && next <= w.hi ? w.keys_at(next, geo.block_k) : 0;
-      for (int hl = 0; hl < geo.heads; ++hl) fold_tile(member, w, kb, s, cur, hl, n_next);
+      fold_tile(member, w, kb, s, cur, n_next);
       if (geo.in_place) cur = 1 - cur;
       member.team_barrier();
     }
     for (int hl = 0; hl < geo.heads; ++hl) write_rows(member, w, w.hk + hl, head(s, hl));
   }
 
-  // One tile for head hl of the team: S = Q K^T, online softmax, O = diag(alpha) O + P V.
+  // One tile for every head of the team: S = Q K^T (all heads, keys in memory order), then per
+  // head the online softmax and O = diag(alpha) O + P V.
   KOKKOS_INLINE_FUNCTION void fold_tile(const Member& member, const TileWork& w, std::int64_t kb, const Tiles& s,
-                                        int buf, int hl, int n_next) const {
+                                        int buf, int n_next) const {
     constexpr int W = row_lanes<T>();
     const int n_keys = w.keys_at(kb, geo.block_k);
     const int keys = round_up(n_keys, W);  // padding keys repeat the last key and are masked
@@ -143,25 +144,30 @@ struct RowTiledAttention {
     const RowPtr<T>* vrow = krow + geo.keys_p;
     const RowPtr<T>* knext = n_next ? s.rows + (2 * (1 - buf)) * geo.keys_p : nullptr;
     const RowPtr<T>* vnext = n_next ? knext + geo.keys_p : nullptr;
-    const HeadTiles h = head(s, hl);
-    row_scores(member, geo, keys, h.q, krow, k_head_offset(hl), h.s, knext, n_next);
+    row_scores<Member, T>(
+        member, geo, keys, geo.heads, [&](int hl) { return static_cast<const T*>(head(s, hl).q); },
+        [&](int hl) { return k_head_offset(hl); }, [&](int hl) { return head(s, hl).s; }, krow, knext, n_next);
     member.team_barrier();
-    if (cap_log2 != T(0)) {
-      softcap_rows(member, geo, keys, h.s, cap_log2, inv_cap);
+    const bool masked = keys != n_keys || !rows_see_whole_tile(window, w, kb, n_keys);
+    for (int hl = 0; hl < geo.heads; ++hl) {
+      const HeadTiles h = head(s, hl);
+      if (cap_log2 != T(0)) {
+        softcap_rows(member, geo, keys, h.s, cap_log2, inv_cap);
+        member.team_barrier();
+      }
+      if (masked) {
+        mask_rows(member, w, kb, n_keys, keys, h.s);
+        member.team_barrier();
+      }
+      row_max(member, geo, keys, h.s, h.tile_max);
+      member.team_barrier();
+      rescale_rows(member, geo.rows_p, h.m, h.l, h.alpha, h.tile_max);
+      member.team_barrier();
+      exponentiate_rows(member, geo, keys, h.s, h.tile_max, h.l);
+      member.team_barrier();
+      row_values(member, geo, n_keys, h.s, vrow, v_head_offset(hl), h.o, h.alpha, vnext, n_next);
       member.team_barrier();
     }
-    if (keys != n_keys || !rows_see_whole_tile(window, w, kb, n_keys)) {
-      mask_rows(member, w, kb, n_keys, keys, h.s);
-      member.team_barrier();
-    }
-    row_max(member, geo, keys, h.s, h.tile_max);
-    member.team_barrier();
-    rescale_rows(member, geo.rows_p, h.m, h.l, h.alpha, h.tile_max);
-    member.team_barrier();
-    exponentiate_rows(member, geo, keys, h.s, h.tile_max, h.l);
-    member.team_barrier();
-    row_values(member, geo, n_keys, h.s, vrow, v_head_offset(hl), h.o, h.alpha, vnext, n_next);
-    member.team_barrier();
   }
 
   // Q of KV head hk scaled into scratch (padding rows and dims zero), O = 0, states empty.

@@ -35,10 +35,13 @@ struct RowPtr {
 // Asks for the cache line holding p (host only). A decode reads each K/V row once, so the next
 // tile's rows are requested while the current one is folded, a line next to each line it reads:
 // spread over the work, never in bursts that would fill the miss buffers and stall the core.
+// (Without it a group of 8 heads decodes at about 60% of the speed; perf/RESULTS.md.)
 template <class T>
 KOKKOS_INLINE_FUNCTION void prefetch_line(const T* p) {
 #if KATTN_HOST_SIMD
-  __builtin_prefetch(p, 0, 3);
+  // Into L2, not L1 (prefetcht2): a tile ahead is more than L1 holds, and filling L1 with it would
+  // evict the tile being folded. Measured against prefetcht0 and prefetchnta in perf/RESULTS.md.
+  __builtin_prefetch(p, 0, 1);
 #else
   (void)p;
 #endif
@@ -203,23 +206,40 @@ KOKKOS_INLINE_FUNCTION void score_one_row(int dims_p, const T* q, const RowPtr<T
   score_block<T, 1>(dims_p, q, dims_p, krow, off, s, 0, knext);
 }
 
-// S (rows_p x keys, ld keys_p) = Q (rows_p x dims_p) K^T, K rows at krow[j].p + off, keys a
-// multiple of the lanes. Key blocks outer, so a block's K rows stay in L1 across the row blocks.
-// knext (or null): the next tile's K rows, prefetched block by block (n_next of them).
-template <class Member, class T>
-KOKKOS_INLINE_FUNCTION void row_scores(const Member& member, const RowTileGeometry& g, int keys, const T* q,
-                                       const RowPtr<T>* krow, std::ptrdiff_t off, T* s, const RowPtr<T>* knext,
-                                       int n_next) {
+// S_h (rows_p x keys, ld keys_p) = Q_h (rows_p x dims_p) K_h^T for the `heads` KV heads of a
+// team, K_h rows at krow[j].p + head_off(h), keys a multiple of the lanes; head_q(h) and head_s(h)
+// give Q_h and S_h. Key blocks outer, heads and row blocks inner: the keys are read in the order
+// they lie in memory (a key's heads side by side), which the hardware prefetchers follow, and a
+// block's K rows stay in L1 across the row blocks. knext (or null): the next tile's K rows,
+// prefetched block by block (n_next of them).
+template <class Member, class T, class HeadQ, class HeadOff, class HeadS>
+KOKKOS_INLINE_FUNCTION void row_scores(const Member& member, const RowTileGeometry& g, int keys, int heads,
+                                       const HeadQ& head_q, const HeadOff& head_off, const HeadS& head_s,
+                                       const RowPtr<T>* krow, const RowPtr<T>* knext, int n_next) {
   constexpr int W = row_lanes<T>();
   const int rb = g.row_block < 4 ? g.row_block : (W >= 4 ? 4 : 1);
   const int kb = W / rb > 0 ? W / rb : 1;
   const int row_blocks = g.rows_p / rb;
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, row_blocks * (keys / kb)), [&](const int blk) {
-    const int j0 = (blk / row_blocks) * kb;
-    const int r0 = (blk % row_blocks) * rb;
+  const int per_key_block = row_blocks * heads;
+  const int key_blocks = keys / kb;
+  // Key-major when all the heads' Q fit in a third of L1 with room for K; else head by head, so
+  // that one head's Q stays in L1 across the tile (a group of 8 rows has 4 KB of Q per head).
+  const bool key_major = std::size_t(heads) * g.rows_p * g.dims_p * sizeof(T) <= 16 * 1024;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, per_key_block * key_blocks), [&](const int blk) {
+    int j0, hl, r0;
+    if (key_major) {
+      j0 = (blk / per_key_block) * kb;
+      hl = (blk % per_key_block) / row_blocks;
+      r0 = (blk % row_blocks) * rb;
+    } else {
+      hl = blk / (row_blocks * key_blocks);
+      j0 = ((blk / row_blocks) % key_blocks) * kb;
+      r0 = (blk % row_blocks) * rb;
+    }
+    const std::ptrdiff_t off = head_off(hl);
     const RowPtr<T>* pf = knext && r0 == 0 && j0 < n_next ? knext + j0 : nullptr;
-    const T* qr = q + r0 * g.dims_p;
-    T* sr = s + r0 * g.keys_p + j0;
+    const T* qr = head_q(hl) + r0 * g.dims_p;
+    T* sr = head_s(hl) + r0 * g.keys_p + j0;
     if (rb == 1)
       score_one_row<T>(g.dims_p, qr, krow + j0, off, sr, pf);
     else if (rb == 2)
