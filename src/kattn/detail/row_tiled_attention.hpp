@@ -139,7 +139,7 @@ struct RowTiledAttention {
                                         int buf, int n_next) const {
     constexpr int W = row_lanes<T>();
     const int n_keys = w.keys_at(kb, geo.block_k);
-    const int keys = round_up(n_keys, W);  // padding keys repeat the last key and are masked
+    const int keys = (n_keys + W - 1) / W * W;  // padding keys repeat the last key and are masked
     const RowPtr<T>* krow = s.rows + (2 * buf) * geo.keys_p;
     const RowPtr<T>* vrow = krow + geo.keys_p;
     const RowPtr<T>* knext = n_next ? s.rows + (2 * (1 - buf)) * geo.keys_p : nullptr;

@@ -49,7 +49,7 @@ KOKKOS_INLINE_FUNCTION void prefetch_line(const T* p) {
 
 // Vector lanes of the row tiles: the host SIMD width, 1 where there is none.
 template <class T>
-constexpr int row_lanes() {
+KOKKOS_INLINE_FUNCTION constexpr int row_lanes() {
 #if KATTN_HOST_SIMD
   return simd::width<T>();
 #else
@@ -83,15 +83,15 @@ struct RowTileGeometry {
   }
   // Per KV head: Q, O (rows_p x dims_p), S/P (rows_p x keys_p), four row vectors (m, l, alpha,
   // tile max), and K/V copies (keys_p x dims_p each) when not read in place.
-  std::size_t head_elements() const {
+  KOKKOS_INLINE_FUNCTION std::size_t head_elements() const {
     return 2 * std::size_t(rows_p) * dims_p + std::size_t(rows_p) * keys_p + 4 * std::size_t(rows_p);
   }
-  std::size_t copy_elements() const { return in_place ? 0 : std::size_t(keys_p) * dims_p; }
+  KOKKOS_INLINE_FUNCTION std::size_t copy_elements() const { return in_place ? 0 : std::size_t(keys_p) * dims_p; }
   // Scratch of one team, in the order the kernel carves it: the heads' arrays, the K and V
   // copies ...
-  std::size_t scratch_elements() const { return heads * (head_elements() + 2 * copy_elements()); }
+  KOKKOS_INLINE_FUNCTION std::size_t scratch_elements() const { return heads * (head_elements() + 2 * copy_elements()); }
   // ... and the row pointers of two tiles (the current one and the prefetched next), K and V.
-  std::size_t pointer_elements() const { return 4 * std::size_t(keys_p); }
+  KOKKOS_INLINE_FUNCTION std::size_t pointer_elements() const { return 4 * std::size_t(keys_p); }
 };
 
 // ---- S = Q K^T ---------------------------------------------------------------------------------
