@@ -1,11 +1,14 @@
 // Decode (one new query per sequence) against a long KV cache, D = 128: the figure of merit is
 // GB/s of K and V read, against the streaming read bandwidth of the same threads measured right
-// before each case (perf/bandwidth.hpp). Cases: batch x context x GQA (8:1 and 1:1, 8 KV heads;
-// and 1 KV head, where only splitting makes more than one unit of work) x split (none / planned)
-// x cache (dense / paged with 16 keys per page, pages in shuffled order).
+// before each case (perf/bandwidth.hpp). BM_Decode: batch x context x GQA (8:1 and 1:1, 8 KV
+// heads; and 1 KV head, where only splitting makes more than one unit of work) x split (none /
+// planned) x cache (dense / paged with 16 keys per page, pages shuffled or in order).
+// BM_DecodeKeyTile: keys per tile (the tuning's row_tile_kv_bytes picks 64 at 8 heads).
 //
 // The machine may be shared: each case reports the best and the median time of its iterations
-// and the best of four stream trials, so that ratios compare like with like.
+// and the best of four stream trials, so that ratios compare like with like; `cpu_` counters use
+// the process's CPU time per thread instead of the wall clock (what the threads reach while
+// they run; on one thread the fairer measure when other jobs take the core part of the time).
 #include <Kokkos_Core.hpp>
 #include <Kokkos_Random.hpp>
 #include <benchmark/benchmark.h>
@@ -53,10 +56,13 @@ void BM_Decode(benchmark::State& state) {
   const int Hkv = static_cast<int>(state.range(2)), G = static_cast<int>(state.range(3));
   const bool split = state.range(4) != 0;
   const int page = static_cast<int>(state.range(5));
+  const bool shuffled = state.range(6) != 0;
+  const int block_k = static_cast<int>(state.range(7));
   const int Hq = Hkv * G, D = kHeadDim;
   const Kokkos::DefaultExecutionSpace space;
   kattn::Options opt;
   opt.splits = split ? 0 : 1;
+  opt.block_k = block_k;
 
   View4<T> q("q", B, 1, Hq, D), o("o", B, 1, Hq, D);
   View3<T> lse("lse", B, Hq, 1);
@@ -74,7 +80,7 @@ void BM_Decode(benchmark::State& state) {
     v = View4<T>("v", pages, page, Hkv, D);
     std::vector<std::int64_t> perm(pages), q_indptr(B + 1), page_indptr(B + 1), last(B, N - (per_seq - 1) * page);
     std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), std::mt19937_64(42));
+    if (shuffled) std::shuffle(perm.begin(), perm.end(), std::mt19937_64(42));
     for (int b = 0; b <= B; ++b) q_indptr[b] = b, page_indptr[b] = b * per_seq;
     layout = kattn::make_paged_layout(index_view(q_indptr, "q_indptr"), index_view(page_indptr, "page_indptr"),
                                       index_view(perm, "page_indices"), index_view(last, "last_page_len"), page);
@@ -126,15 +132,37 @@ void decode_cases(benchmark::internal::Benchmark* b) {
       for (int G : {8, 1})
         if (fits(B, N, 8))
           for (int split : {0, 1})
-            for (int page : {0, 16}) b->Args({B, N, 8, G, split, page});
+            for (int page : {0, 16}) b->Args({B, N, 8, G, split, page, 1, 0});
+  // Paged with the pages in order (the same addresses as dense, cut into pages).
+  for (int G : {8, 1}) b->Args({1, 65536, 8, G, 0, 16, 0, 0});
   // Cache-resident (K + V of 512 KB): the kernel's compute rate, without the memory.
-  for (int G : {8, 1}) b->Args({1, 64, 8, G, 0, 0});
-  // One KV head: a single unit of work unless the keys are split.
+  for (int G : {8, 1}) b->Args({1, 64, 8, G, 0, 0, 0, 0});
+  // One KV head: a single unit of work unless the keys are split (64K: 64 MB of K + V, and
+  // 512K: 512 MB, far beyond the 32 MB last-level cache).
+  for (std::int64_t N : {65536, 524288})
+    for (int G : {8, 1})
+      for (int split : {0, 1}) b->Args({1, N, 1, G, split, 0, 0, 0});
+  b->ArgNames({"B", "N", "Hkv", "G", "split", "page", "shuffled", "block_k"})
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->MinTime(0.5);
+}
+
+void key_tiles(benchmark::internal::Benchmark* b) {
   for (int G : {8, 1})
-    for (int split : {0, 1}) b->Args({1, 65536, 1, G, split, 0});
-  b->ArgNames({"B", "N", "Hkv", "G", "split", "page"})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.5);
+    for (int block_k : {16, 32, 64, 128, 256}) b->Args({1, 65536, 8, G, 0, 0, 0, block_k});
+  b->ArgNames({"B", "N", "Hkv", "G", "split", "page", "shuffled", "block_k"})
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->MinTime(0.5);
 }
 
 BENCHMARK_TEMPLATE(BM_Decode, float)->Apply(decode_cases);
+template <class T>
+void BM_DecodeKeyTile(benchmark::State& state) {
+  BM_Decode<T>(state);
+}
+
+BENCHMARK_TEMPLATE(BM_DecodeKeyTile, float)->Apply(key_tiles);
 
 }  // namespace
