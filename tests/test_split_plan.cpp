@@ -82,6 +82,20 @@ TEST(SplitPlan, ProcessorsOfTheExecutionSpace) {
   EXPECT_GE(processors(Kokkos::DefaultExecutionSpace()), 1);
 }
 
+TEST(SplitPlan, ForADenseShapeOnTheExecutionSpace) {
+  const Kokkos::DefaultExecutionSpace space;
+  const SplitPlan p = plan_splits(space, 1, 1, 32768, 64, 8, 128, Options{}, 132);
+  EXPECT_EQ(p.processors, 132);
+  EXPECT_GT(p.splits, 1);
+  EXPECT_LE(p.units, 132);
+  Options fixed;
+  fixed.splits = 5;
+  EXPECT_EQ(plan_splits(space, 2, 1, 1000, 8, 8, 64, fixed).splits, 5);
+  fixed.split_chunk = 300;
+  EXPECT_EQ(plan_splits(space, 2, 1, 1000, 8, 8, 64, fixed).splits, 4);
+  EXPECT_THROW(plan_splits(space, 1, 1, 100, 6, 4, 64), Error);
+}
+
 }  // namespace
 }  // namespace test
 }  // namespace kattn

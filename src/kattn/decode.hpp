@@ -103,6 +103,26 @@ SplitPlan plan_splits(const ExecSpace& space, const AttentionParams<T>& p, const
   return plan;
 }
 
+// The split of a dense problem of the given shape, in scalar type T (float by default): what
+// splitkv would do on `space` with these options (procs > 0: planned for that many processors).
+template <class T = float, class ExecSpace>
+SplitPlan plan_splits(const ExecSpace& space, std::int64_t batch, std::int64_t q_len, std::int64_t kv_len, int heads_q,
+                      int heads_kv, int head_dim, const Options& opt = {}, int procs = 0) {
+  KATTN_REQUIRE(batch >= 0 && batch <= INT32_MAX, "batch: expected 0 .. 2^31 - 1 sequences, got ", batch);
+  KATTN_REQUIRE(q_len >= 0 && kv_len >= 0, "q_len, kv_len: expected lengths >= 0, got ", q_len, ", ", kv_len);
+  KATTN_REQUIRE(heads_q >= 1 && head_dim >= 1, "heads_q, head_dim: expected at least 1");
+  detail::check_gqa(heads_q, heads_kv);
+  validate(opt);
+  AttentionParams<T> p;
+  p.batch = static_cast<int>(batch);
+  p.q_len = q_len;
+  p.kv_len = kv_len;
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.head_dim = head_dim;
+  return plan_splits(space, p, opt, BatchLengths{}, procs);
+}
+
 // Split-KV attention on dense inputs: q [B, Nq, Hq, D], k and v [B, Nk, Hkv, D], o [B, Nq, Hq, D],
 // lse [B, Hq, Nq] (an empty view: not wanted). Results equal kattn::forward's (and the reference's
 // to 1e-12 in double) for every split count. Returns the split it used. Asynchronous like forward.
