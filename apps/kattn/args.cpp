@@ -9,6 +9,12 @@
 namespace kattn {
 namespace cli {
 
+bool Args::has(const std::string& name) const {
+  for (const std::string& a : args_)
+    if (a == name || a.rfind(name + "=", 0) == 0) return true;
+  return false;
+}
+
 bool Args::flag(const std::string& name) {
   for (auto it = args_.begin(); it != args_.end(); ++it) {
     if (*it == name) {

@@ -14,6 +14,8 @@ class Args {
  public:
   Args(std::string command, std::vector<std::string> args) : command_(std::move(command)), args_(std::move(args)) {}
 
+  // Whether a flag was given (with or without a value), without taking it.
+  bool has(const std::string& name) const;
   // A boolean flag: present or not.
   bool flag(const std::string& name);
   // A flag with a value: --name VALUE or --name=VALUE.

@@ -11,6 +11,7 @@ int cmd_grad(Args& args);
 int cmd_io(Args& args);
 int cmd_version(Args& args);
 int cmd_scale(Args& args);
+int cmd_plan(Args& args);
 
 // Threads of the host execution space, as set by --kokkos-num-threads or OMP_NUM_THREADS.
 int host_threads();

@@ -111,6 +111,7 @@ Options read_options(Args& args) {
   opt.block_q = static_cast<int>(args.integer("--block-q", 1, 1 << 20).value_or(0));
   opt.block_k = static_cast<int>(args.integer("--block-k", 1, 1 << 20).value_or(0));
   opt.splits = static_cast<int>(args.integer("--splits", 0, 1 << 24).value_or(0));
+  opt.split_chunk = args.integer("--split-chunk", 1, std::int64_t(1) << 40).value_or(0);
   return opt;
 }
 
@@ -150,6 +151,8 @@ KATTN_CLI_VIEW_FUNCTIONS(Tensor4<float>)
 KATTN_CLI_VIEW_FUNCTIONS(Tensor4<double>)
 KATTN_CLI_VIEW_FUNCTIONS(Tensor3<float>)
 KATTN_CLI_VIEW_FUNCTIONS(Tensor3<double>)
+template std::vector<double> from_view<Tensor2<float>>(const Tensor2<float>&);
+template std::vector<double> from_view<Tensor2<double>>(const Tensor2<double>&);
 
 ErrorStats compare(const std::vector<double>& out, const std::vector<double>& ref) {
   KATTN_ASSERT(out.size() == ref.size());

@@ -29,7 +29,7 @@ struct DenseInputs {
 // with them (e.g. "--do"); its values land in extra_values.
 DenseInputs read_dense_inputs(Args& args, const std::string& extra = "", std::vector<double>* extra_values = nullptr);
 
-// --causal, --window L,R, --softcap C, --scale S, --block-q N, --block-k N, --splits N.
+// --causal, --window L,R, --softcap C, --scale S, --block-q N, --block-k N, --splits N, --split-chunk N.
 Options read_options(Args& args);
 
 // Unit-normal values from a seeded generator.
@@ -41,6 +41,8 @@ template <class T>
 using Tensor4 = Kokkos::View<T****, Kokkos::LayoutRight>;
 template <class T>
 using Tensor3 = Kokkos::View<T***, Kokkos::LayoutRight>;
+template <class T>
+using Tensor2 = Kokkos::View<T**, Kokkos::LayoutRight>;
 
 template <class View>
 View to_view(const std::vector<double>& values, const std::string& label, std::int64_t n0, std::int64_t n1,

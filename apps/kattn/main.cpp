@@ -17,8 +17,9 @@ namespace {
 const char* kUsage =
     "usage: kattn <command> [options]   (kattn <command> --help for its options)\n"
     "commands:\n"
-    "  run      attention on .npy inputs or random ones (--algo naive|flash)\n"
+    "  run      attention on .npy inputs or random ones (--algo naive|flash|splitkv), dense, ragged or paged\n"
     "  grad     gradients dq, dk, dv of attention by the recomputing backward pass\n"
+    "  plan     how split-KV attention would cut the keys of a problem (splits, chunk, work units)\n"
     "  io       the HBM-traffic model of standard vs tiled attention\n"
     "  version  kattn's version, Kokkos version, backends and options (also --version)\n"
     "  scale    scaling studies: measure a row under mpirun, --report (table + SVG), --model\n"
@@ -36,6 +37,7 @@ int main(int argc, char* argv[]) {
         {"io", kattn::cli::cmd_io},
         {"version", kattn::cli::cmd_version},
         {"scale", kattn::cli::cmd_scale},
+        {"plan", kattn::cli::cmd_plan},
     };
     std::string command = argc > 1 ? argv[1] : "";
     if (command == "--version") command = "version";

@@ -28,6 +28,10 @@ struct Options {
   // Split-KV: number of key chunks per sequence whose partial states are merged; 0 = planned
   // (split-KV entry points only; the tiled forward uses 1).
   int splits = 0;
+  // Split-KV with fixed-size chunks: keys per split (every sequence is cut at the same key
+  // positions whatever the batch and the machine, as a deterministic reduction needs); overrides
+  // `splits` when > 0.
+  std::int64_t split_chunk = 0;
 };
 
 }  // namespace kattn

@@ -6,7 +6,9 @@
 #include <Kokkos_Core.hpp>
 
 #include "kattn/options.hpp"
+#include "kattn/paged.hpp"
 #include "kattn/params.hpp"
+#include "kattn/ragged.hpp"
 #include "kattn/shapes.hpp"
 
 namespace kattn {
@@ -24,6 +26,21 @@ void reference(const ExecSpace& space, const QView& q, const KView& k, const VVi
                const LseView& lse, const Options& opt = {}) {
   validate(opt);
   detail::reference_impl(space, dense_params(q, k, v, o, lse), opt);
+}
+
+// The same on a ragged batch (ragged.hpp) or a paged KV cache (paged.hpp): arguments as for
+// kattn::splitkv with that layout.
+template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class MemorySpace>
+void reference(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
+               const LseView& lse, const RaggedLayout<MemorySpace>& layout, const Options& opt = {}) {
+  validate(opt);
+  detail::reference_impl(space, ragged_params(q, k, v, o, lse, layout), opt);
+}
+template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class MemorySpace>
+void reference(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
+               const LseView& lse, const PagedLayout<MemorySpace>& layout, const Options& opt = {}) {
+  validate(opt);
+  detail::reference_impl(space, paged_params(q, k, v, o, lse, layout), opt);
 }
 
 }  // namespace kattn

@@ -25,6 +25,8 @@ inline void validate(const Options& opt) {
   KATTN_REQUIRE(opt.block_q >= 0, "block_q: expected a tile size >= 1 or 0 (automatic), got ", opt.block_q);
   KATTN_REQUIRE(opt.block_k >= 0, "block_k: expected a tile size >= 1 or 0 (automatic), got ", opt.block_k);
   KATTN_REQUIRE(opt.splits >= 0, "splits: expected a split count >= 1 or 0 (planned), got ", opt.splits);
+  KATTN_REQUIRE(opt.split_chunk >= 0, "split_chunk: expected keys per split >= 1 or 0 (from splits), got ",
+                opt.split_chunk);
 }
 
 namespace detail {

@@ -75,4 +75,42 @@ TilePlan plan_tiles(const ExecSpace& space, int head_dim, std::int64_t query_row
   return plan;
 }
 
+// Query rows per tile of the row tiles (lanes over the head dim, for decode-shaped problems) when
+// the execution space has them and the tile is small enough; 0 when the transposed tiles are used.
+template <class ExecSpace, class T>
+int row_tile_rows(std::int64_t query_rows, const Options& opt) {
+  const std::int64_t bq = opt.block_q > 0 ? opt.block_q : query_rows;
+  return bq <= detail::Tuning<ExecSpace, T>::row_tile_max_rows ? static_cast<int>(bq) : 0;
+}
+
+// KV heads per team of the row tiles: the largest divisor of heads_kv whose Q and O tiles fit the
+// tuning's budget (1 where the execution space does not pack heads).
+template <class ExecSpace, class T>
+int row_tile_heads(int heads_kv, int block_q, int head_dim) {
+  using Tn = detail::Tuning<ExecSpace, T>;
+  if (!Tn::row_tile_pack_heads) return 1;
+  const std::size_t per_head = 2 * std::size_t(block_q) * std::size_t(head_dim) * sizeof(T);
+  for (int h = heads_kv; h > 1; --h)
+    if (heads_kv % h == 0 && h * per_head <= Tn::row_tile_head_budget) return h;
+  return 1;
+}
+
+// Keys per row tile: the options' block_k, else what keeps the tile's K and V rows (all heads of
+// the team) within the tuning's budget, a multiple of `lanes`.
+template <class ExecSpace, class T>
+int row_tile_keys(int heads, int head_dim, int lanes, const Options& opt) {
+  using Tn = detail::Tuning<ExecSpace, T>;
+  if (opt.block_k > 0) return opt.block_k;
+  const std::size_t row = 2 * std::size_t(heads) * std::size_t(head_dim) * sizeof(T);
+  const int keys = static_cast<int>(std::min<std::size_t>(Tn::row_tile_kv_bytes / row, Tn::row_tile_max_keys));
+  return std::max(lanes, keys / lanes * lanes);
+}
+
+// Query rows per tile the kernels use, whichever tiles they are.
+template <class ExecSpace, class T>
+int query_tile_rows(const ExecSpace& space, int head_dim, std::int64_t query_rows, const Options& opt) {
+  if (const int bq = row_tile_rows<ExecSpace, T>(query_rows, opt)) return bq;
+  return plan_tiles<ExecSpace, T>(space, head_dim, query_rows, opt).geometry.block_q;
+}
+
 }  // namespace kattn

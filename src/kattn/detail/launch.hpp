@@ -8,7 +8,9 @@
 #include <string>
 
 #include "kattn/compat.hpp"
+#include "kattn/errors.hpp"
 #include "kattn/detail/merge_partials.hpp"
+#include "kattn/detail/row_tiled_attention.hpp"
 #include "kattn/detail/tiled_attention.hpp"
 #include "kattn/mask.hpp"
 #include "kattn/options.hpp"
@@ -42,25 +44,35 @@ TiledAttention<ExecSpace, T> make_tiled_kernel(const ExecSpace& space, const Att
   return kern;
 }
 
-// Attention over the keys of each sequence in `splits` chunks (1: the plain tiled forward).
-// `name` labels the kernels for Kokkos Tools ("kattn::forward").
-template <class ExecSpace, class T>
-void run_attention(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt, int splits,
-                   const std::string& name) {
-  compat::ScopedRegion region(name);
-  if (p.batch == 0 || p.q_len == 0 || p.heads_q == 0) return;
-  TiledAttention<ExecSpace, T> kern = make_tiled_kernel(space, p, opt);
-  kern.splits = splits;
+// How the keys of each sequence are cut: `splits` chunks of ceil(kv_len / splits) keys, or, when
+// chunk > 0, chunks of `chunk` keys (splits = chunks of the longest sequence; fixed-size chunks
+// give every sequence the same cut whatever the batch, as a deterministic reduction needs).
+struct SplitSpec {
+  int splits = 1;
+  std::int64_t chunk = 0;
+};
+
+// Launches a tiled kernel (TiledAttention or RowTiledAttention) and, for more than one split,
+// the merge of its partial states from a workspace.
+template <class ExecSpace, class T, class Kernel>
+void launch_tiles(const ExecSpace& space, const AttentionParams<T>& p, Kernel& kern, const SplitSpec& split,
+                  const std::string& name) {
+  const std::int64_t units = std::int64_t(p.batch) * p.heads_kv * kern.row_tiles * split.splits;
+  KATTN_REQUIRE(units <= INT32_MAX, "splits: ", p.batch, " sequences x ", p.heads_kv, " KV heads x ", kern.row_tiles,
+                " row tiles x ", split.splits, " splits = ", units, " work units, more than a league holds (2^31 - 1)");
+  (void)units;
+  kern.splits = split.splits;
+  kern.chunk = split.chunk;
   Kokkos::View<T*, typename ExecSpace::memory_space> part_o, part_lse;
-  if (splits > 1) {
+  if (split.splits > 1) {
     // Rows of the workspace: every (query row, head) of the batch.
     kern.ws.rows = p.q_total * p.heads_q;
     part_o = Kokkos::View<T*, typename ExecSpace::memory_space>(
         Kokkos::view_alloc(space, Kokkos::WithoutInitializing, name + "::partial_o"),
-        static_cast<std::size_t>(splits * kern.ws.rows * p.head_dim));
+        static_cast<std::size_t>(split.splits * kern.ws.rows * p.head_dim));
     part_lse = Kokkos::View<T*, typename ExecSpace::memory_space>(
         Kokkos::view_alloc(space, Kokkos::WithoutInitializing, name + "::partial_lse"),
-        static_cast<std::size_t>(splits * kern.ws.rows));
+        static_cast<std::size_t>(split.splits * kern.ws.rows));
     kern.ws.o = part_o.data();
     kern.ws.lse = part_lse.data();
   }
@@ -68,11 +80,64 @@ void run_attention(const ExecSpace& space, const AttentionParams<T>& p, const Op
   Kokkos::TeamPolicy<ExecSpace> policy(space, kern.league_size(), Tn::team_size);
   policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
   Kokkos::parallel_for(name + "::tile", policy, kern);
-  if (splits > 1) {
-    MergePartials<ExecSpace, T> merge_kern{p, kern.ws, splits};
+  if (split.splits > 1) {
+    MergePartials<ExecSpace, T> merge_kern{p, kern.ws, split.splits};
     Kokkos::parallel_for(name + "::merge", Kokkos::TeamPolicy<ExecSpace>(space, merge_kern.league_size(), Kokkos::AUTO),
                          merge_kern);
   }
+}
+
+template <class ExecSpace, class T>
+RowTiledAttention<ExecSpace, T> make_row_tiled_kernel(const ExecSpace& space, const AttentionParams<T>& p,
+                                                      const Options& opt, int block_q) {
+  RowTiledAttention<ExecSpace, T> kern;
+  kern.p = p;
+  kern.window = KeyWindow::from(opt);
+  const double scale = opt.scale != 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(p.head_dim));
+  if (opt.softcap > 0.0) {
+    kern.q_scale = static_cast<T>(scale);
+    kern.cap_log2 = static_cast<T>(opt.softcap * kLog2e);
+    kern.inv_cap = static_cast<T>(1.0 / opt.softcap);
+  } else {
+    kern.q_scale = static_cast<T>(scale * kLog2e);
+  }
+  const int heads = row_tile_heads<ExecSpace, T>(p.heads_kv, block_q, p.head_dim);
+  const int block_k = row_tile_keys<ExecSpace, T>(heads, p.head_dim, row_lanes<T>(), opt);
+  kern.geo = RowTileGeometry::make(block_q, block_k, p.head_dim, heads, row_lanes<T>());
+  const std::size_t level0 = scratch_limit(space, 0), level1 = scratch_limit(space, 1);
+  const std::size_t bytes = kern.scratch_bytes();
+  KATTN_REQUIRE(bytes <= level1, "block_q/block_k: tiles of ", block_q, " query rows x ", block_k, " keys at head dim ",
+                p.head_dim, " need ", bytes, " bytes of scratch, more than the ", level1,
+                " bytes the execution space offers; shrink block_q or block_k");
+  kern.scratch_level = bytes <= level0 ? 0 : 1;
+  const std::int64_t rows = p.q_len * p.group_size();
+  kern.row_tiles = static_cast<int>((rows + block_q - 1) / block_q);
+  return kern;
+}
+
+// Attention over the keys of each sequence cut as `split` says (one split: the plain tiled
+// forward). `name` labels the kernels for Kokkos Tools ("kattn::forward").
+template <class ExecSpace, class T>
+void run_attention(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt, const SplitSpec& split,
+                   const std::string& name) {
+  compat::ScopedRegion region(name);
+  if (p.batch == 0 || p.q_len == 0 || p.heads_q == 0) return;
+  KATTN_ASSERT(split.splits >= 1);
+  if constexpr (Tuning<ExecSpace, T>::row_tile_max_rows > 0) {
+    if (const int block_q = row_tile_rows<ExecSpace, T>(p.q_len * p.group_size(), opt)) {
+      RowTiledAttention<ExecSpace, T> kern = make_row_tiled_kernel(space, p, opt, block_q);
+      launch_tiles(space, p, kern, split, name);
+      return;
+    }
+  }
+  TiledAttention<ExecSpace, T> kern = make_tiled_kernel(space, p, opt);
+  launch_tiles(space, p, kern, split, name);
+}
+
+template <class ExecSpace, class T>
+void run_attention(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt, int splits,
+                   const std::string& name) {
+  run_attention(space, p, opt, SplitSpec{splits, 0}, name);
 }
 
 }  // namespace detail

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "kattn/detail/merge_rows.hpp"
 #include "kattn/detail/tiled_attention.hpp"
 #include "kattn/params.hpp"
 #include "kattn/state.hpp"
@@ -30,23 +31,9 @@ struct MergePartials {
     if (i >= p.seq_q_len(b)) return;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, p.heads_q), [&](const int h) {
       const std::int64_t row = p.q_row(b, i) * p.heads_q + h;
-      T* out = p.o_ptr(b, i, h);
-      RowState<T> st = RowState<T>::empty();
-      for (int s = 0; s < splits; ++s) {
-        const T* part = ws.o + (s * ws.rows + row) * p.head_dim;
-        const Merge<T> mg = merge(st, from_lse(ws.lse[s * ws.rows + row]));
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.head_dim), [&](const int d) {
-          // alpha_a is 0 while st is empty, and out is not yet written then: never read it.
-          const T prev = (s == 0 || mg.alpha_a == T(0)) ? T(0) : out[d];
-          out[d] = mg.alpha_a * prev + mg.alpha_b * part[d];
-        });
-        st = mg.state;
-      }
-      const Finish<T> fin = finish(st);
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.head_dim), [&](const int d) { out[d] *= fin.inv_l; });
-      Kokkos::single(Kokkos::PerThread(member), [&]() {
-        if (p.lse) *p.lse_ptr(b, i, h) = fin.lse;
-      });
+      merge_row(
+          member, splits, p.head_dim, [&](int s) { return ws.o + (s * ws.rows + row) * p.head_dim; },
+          [&](int s) { return ws.lse[s * ws.rows + row]; }, p.o_ptr(b, i, h), p.lse ? p.lse_ptr(b, i, h) : nullptr);
     });
   }
 };

@@ -22,6 +22,7 @@
 #include "kattn/compat.hpp"
 #include "kattn/detail/online_softmax.hpp"
 #include "kattn/detail/tile_gemm.hpp"
+#include "kattn/detail/tile_schedule.hpp"
 #include "kattn/detail/tile_geometry.hpp"
 #include "kattn/detail/tuning.hpp"
 #include "kattn/mask.hpp"
@@ -90,46 +91,19 @@ struct TiledAttention {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& member) const {
-    int rank = member.league_rank();
-    const int split = rank % splits;
-    rank /= splits;
-    const int tile = rank % row_tiles;
-    rank /= row_tiles;
-    const int hk = rank % p.heads_kv;
-    const int b = rank / p.heads_kv;
-
-    const int G = p.group_size();
-    const std::int64_t q_len = p.seq_q_len(b);
-    const std::int64_t kv_len = p.seq_kv_len(b);
-    const std::int64_t t0 = std::int64_t(tile) * geo.block_q;
-    if (t0 >= G * q_len) return;  // this sequence has fewer row tiles than the longest
-    const int n_rows = static_cast<int>(G * q_len - t0 < geo.block_q ? G * q_len - t0 : geo.block_q);
-
-    // Keys of this split, and the part of them that some row of the tile sees.
-    const std::int64_t per_split = chunk > 0 ? chunk : (kv_len + splits - 1) / splits;
-    const std::int64_t c0 = split * per_split;
-    const std::int64_t c1 = c0 + per_split < kv_len ? c0 + per_split : kv_len;
-    const std::int64_t i_first = t0 / G;
-    const std::int64_t i_last = (t0 + n_rows - 1) / G;
-    const std::int64_t first = window.first(i_first, q_len, kv_len);
-    const std::int64_t last = window.last(i_last, q_len, kv_len);
-    const std::int64_t lo = first > c0 ? first : c0;
-    const std::int64_t hi = last < c1 - 1 ? last : c1 - 1;
-
+    const TileWork w =
+        schedule_tile(p, window, member.league_rank(), row_tiles, splits, chunk, geo.block_q, geo.block_k);
+    if (w.n_rows == 0) return;
     const Tiles s = carve(ScratchBuffer(member.team_scratch(scratch_level), geo.scratch_elements()));
-    load_queries(member, b, hk, t0, n_rows, s);
+    load_queries(member, w.b, w.hk, w.t0, w.n_rows, s);
     member.team_barrier();
-
-    // Tiles are aligned to the split start, so the fold order never depends on the rows.
-    for (std::int64_t kb = (lo <= hi) ? c0 + (lo - c0) / geo.block_k * geo.block_k : hi + 1; kb <= hi;
-         kb += geo.block_k) {
-      const int n_keys = static_cast<int>(c1 - kb < geo.block_k ? c1 - kb : geo.block_k);
+    for (std::int64_t kb = w.kb_begin; kb <= w.hi; kb += geo.block_k) {
+      const int n_keys = w.keys_at(kb, geo.block_k);
       // Only tiles that some row does not see whole need masking (padding keys included).
-      const bool full = n_keys == geo.keys_p && kb >= window.first(i_last, q_len, kv_len) &&
-                        kb + n_keys - 1 <= window.last(i_first, q_len, kv_len);
-      fold_tile(member, b, hk, t0, n_rows, kb, n_keys, !full, q_len, kv_len, s);
+      const bool full = n_keys == geo.keys_p && rows_see_whole_tile(window, w, kb, n_keys);
+      fold_tile(member, w.b, w.hk, w.t0, w.n_rows, kb, n_keys, !full, w.q_len, w.kv_len, s);
     }
-    write_rows(member, b, hk, t0, n_rows, split, s);
+    write_rows(member, w.b, w.hk, w.t0, w.n_rows, w.split, s);
   }
 
   // One K/V tile folded into the rows' states: S^T = K Q^T, online softmax, O^T += V^T P^T.

@@ -50,6 +50,27 @@ struct Tuning {
   static constexpr std::size_t backward_host_scratch_budget = 768 * 1024;
   static constexpr int backward_target_teams = 16;
   static constexpr int backward_max_dq_chunks = 8;
+
+  // Row tiles (row_tiled_attention.hpp): tiles of at most this many query rows (decode: one
+  // position times the GQA group) put the vector lanes on the head dim instead of the rows,
+  // where the transposed tiles above would leave most lanes idle (a group of 8 fills a quarter
+  // of a 32-float micro-tile, a single head 1/32). 0 = never (devices, whose threads are the
+  // lanes). perf/bench_decode measures both sides of the choice.
+  static constexpr int row_tile_max_rows = host ? 16 : 0;
+  // KV heads per row-tile team: all of a sequence's on the host, so that a team reads each key's
+  // K and V rows of every head together, in order (see row_tiled_attention.hpp), as long as their
+  // Q and O fit this budget; one on devices.
+  static constexpr bool row_tile_pack_heads = host;
+  static constexpr std::size_t row_tile_head_budget = 256 * 1024;
+  // K + V bytes of one key tile (all heads of the team) when the options leave block_k at 0:
+  // enough keys to amortise the per-tile softmax bookkeeping, few enough that the tile and the
+  // next one, prefetched, stay in L2 (64 keys at 8 heads x D = 128 in float; 256 at 1 head).
+  static constexpr std::size_t row_tile_kv_bytes = 512 * 1024;
+  static constexpr int row_tile_max_keys = 256;
+  // Software prefetch of the next key tile's K and V rows while the current one is folded: a
+  // decode reads each row once, scattered (one KV head's rows are head_dim apart in a
+  // [seq, heads, dim] cache, pages anywhere), which the hardware prefetchers follow poorly.
+  static constexpr bool row_tile_prefetch = host;
 };
 
 }  // namespace detail

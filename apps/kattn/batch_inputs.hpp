@@ -1,0 +1,50 @@
+// Ragged and paged inputs of `kattn run` (CLI.md's layouts): from .npy files with their index
+// arrays, or drawn at random with given per-sequence lengths, optionally stored in a paged cache.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "args.hpp"
+#include "inputs.hpp"
+#include "kattn/io/npy.hpp"
+
+namespace kattn {
+namespace cli {
+
+// q [total_q, Hq, D]; k, v [total_kv, Hkv, D] (ragged) or [num_pages, page_size, Hkv, D] (paged).
+struct BatchInputs {
+  bool paged = false;
+  io::DType dtype = io::DType::f32;
+  std::int64_t Hq = 0, Hkv = 0, D = 0;
+  std::vector<std::int64_t> q_indptr, kv_indptr;                           // kv_indptr: ragged only
+  std::vector<std::int64_t> page_indptr, page_indices, last_page_len;      // paged only
+  std::int64_t page_size = 0, num_pages = 0;
+  std::vector<double> q, k, v;
+
+  std::int64_t batch() const { return static_cast<std::int64_t>(q_indptr.size()) - 1; }
+  std::int64_t total_q() const { return q_indptr.back(); }
+  std::vector<std::int64_t> q_lens() const;
+  std::vector<std::int64_t> kv_lens() const;
+  // Rows of k and v: total_kv when ragged, num_pages * page_size when paged.
+  std::int64_t kv_rows() const { return static_cast<std::int64_t>(k.size()) / (Hkv * D); }
+};
+
+// True when the arguments ask for a ragged or paged batch (then read_batch_inputs applies, else
+// read_dense_inputs): --random-ragged, --page-size, or any of the index array flags.
+bool wants_batch_inputs(const Args& args);
+
+//   --q Q.npy --k K.npy --v V.npy with --q-indptr and --kv-indptr (ragged) or --kv-page-indptr,
+//   --kv-page-indices and --kv-last-page-len (paged; q may then be dense [B, Nq, Hq, D]);
+//   --random-ragged HQ,HKV,D --q-lens L,... --kv-lens L,... [--page-size P [--shuffle-pages]];
+//   --random B,NQ,NK,HQ,HKV,D --page-size P [--shuffle-pages] (the dense draw, paged);
+// with [--seed N] [--dtype f32|f64] as for dense inputs.
+BatchInputs read_batch_inputs(Args& args);
+
+// 4 D x (visible query-key pairs) per query head, summed over the sequences.
+double batch_attention_flops(const BatchInputs& in, const Options& opt);
+
+}  // namespace cli
+}  // namespace kattn

@@ -1,0 +1,136 @@
+// kattn plan: the split planner's decision for a decode or prefill problem on this machine's
+// execution space (or on `--processors P` of another, e.g. 132 for an H100/H200's SMs).
+#include <Kokkos_Core.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "args.hpp"
+#include "commands.hpp"
+#include "inputs.hpp"
+#include "json.hpp"
+#include "kattn/decode.hpp"
+#include "kattn/errors.hpp"
+
+namespace kattn {
+namespace cli {
+namespace {
+
+const char* kPlanUsage =
+    "usage: kattn plan (--batch B --kv-len N [--q-len N] | --kv-lens L,... [--q-lens L,...])\n"
+    "                  --heads Q,KV --head-dim D [--dtype f32|f64] [--processors P]\n"
+    "                  [--heads-per-team N] [--splits N] [--split-chunk N] [--block-q N] [--block-k N] [--json]\n"
+    "Prints how split-KV attention cuts the keys: splits, keys per chunk, work units, for this build's\n"
+    "execution space. --processors overrides its count (SMs on CUDA, threads on the host);\n"
+    "--heads-per-team overrides how many KV heads one team takes (all of them in the host kernels,\n"
+    "1 on GPUs: --processors 132 --heads-per-team 1 is an H100/H200's decision).\n";
+
+std::vector<std::int64_t> list(const std::string& text, const char* flag) {
+  std::vector<std::int64_t> out;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    out.push_back(parse_integer(text.substr(start, comma - start), flag, 0, std::int64_t(1) << 40));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+template <class T>
+SplitPlan plan_for(const AttentionParams<T>& p, const Options& opt, const BatchLengths& lengths, int procs,
+                   int heads_per_team) {
+  const Kokkos::DefaultExecutionSpace space;
+  if (heads_per_team == 0 || opt.splits > 0 || opt.split_chunk > 0)
+    return plan_splits(space, p, opt, lengths, procs);
+  KATTN_REQUIRE(p.heads_kv % heads_per_team == 0, "--heads-per-team: expected a divisor of the ", p.heads_kv,
+                " KV heads, got ", heads_per_team);
+  SplitWork work = split_work(space, p, opt, lengths);
+  work.head_groups = p.heads_kv / heads_per_team;
+  return plan_splits(work, procs > 0 ? procs : processors(space));
+}
+
+}  // namespace
+
+int cmd_plan(Args& args) {
+  if (args.flag("--help")) {
+    std::cout << kPlanUsage;
+    return 0;
+  }
+  const auto batch = args.integer("--batch", 1, INT32_MAX);
+  const auto kv_len = args.integer("--kv-len", 0, std::int64_t(1) << 40);
+  const auto q_len = args.integer("--q-len", 0, std::int64_t(1) << 40);
+  const auto kv_lens = args.value("--kv-lens");
+  const auto q_lens = args.value("--q-lens");
+  const auto heads = args.integers("--heads", 2);
+  const auto head_dim = args.integer("--head-dim", 1, 1 << 20);
+  const auto dtype = args.value("--dtype").value_or("f32");
+  const auto procs = args.integer("--processors", 1, 1 << 30);
+  const auto heads_per_team = args.integer("--heads-per-team", 1, 1 << 20);
+  const bool json = args.flag("--json");
+  const Options opt = read_options(args);
+  args.finish();
+  validate(opt);
+  KATTN_REQUIRE(heads.has_value(), "--heads: required (query heads, KV heads: --heads 64,8)");
+  KATTN_REQUIRE(head_dim.has_value(), "--head-dim: required");
+  KATTN_REQUIRE((*heads)[0] >= 1 && (*heads)[1] >= 1 && (*heads)[0] % (*heads)[1] == 0,
+                "--heads: expected query heads a multiple of KV heads, both >= 1, got ", (*heads)[0], ",", (*heads)[1]);
+  KATTN_REQUIRE(dtype == "f32" || dtype == "f64", "--dtype: expected f32 or f64, got '", dtype, "'");
+  KATTN_REQUIRE(!(kv_lens && (batch || kv_len)), "--kv-lens: give either --kv-lens or --batch and --kv-len");
+  KATTN_REQUIRE(!(q_lens && !kv_lens), "--q-lens: needs --kv-lens");
+  KATTN_REQUIRE(!(q_len && kv_lens), "--q-len: with --kv-lens, give --q-lens");
+
+  BatchLengths lengths;
+  AttentionParams<float> p;
+  p.heads_q = static_cast<int>((*heads)[0]);
+  p.heads_kv = static_cast<int>((*heads)[1]);
+  p.head_dim = static_cast<int>(*head_dim);
+  if (kv_lens) {
+    lengths.kv_len = list(*kv_lens, "--kv-lens");
+    lengths.q_len = q_lens ? list(*q_lens, "--q-lens") : std::vector<std::int64_t>(lengths.kv_len.size(), 1);
+    KATTN_REQUIRE(lengths.q_len.size() == lengths.kv_len.size(), "--q-lens: expected ", lengths.kv_len.size(),
+                  " lengths (one per sequence, as --kv-lens), got ", lengths.q_len.size());
+    p.batch = static_cast<int>(lengths.kv_len.size());
+    p.q_len = lengths.max_q();
+    p.kv_len = lengths.max_kv();
+  } else {
+    KATTN_REQUIRE(batch && kv_len, "plan: give --batch B --kv-len N, or --kv-lens L,...");
+    p.batch = static_cast<int>(*batch);
+    p.q_len = q_len.value_or(1);
+    p.kv_len = *kv_len;
+  }
+  const int P = static_cast<int>(procs.value_or(0));
+  SplitPlan plan;
+  if (dtype == "f32") {
+    plan = plan_for(p, opt, lengths, P, static_cast<int>(heads_per_team.value_or(0)));
+  } else {
+    AttentionParams<double> pd;
+    pd.batch = p.batch, pd.heads_q = p.heads_q, pd.heads_kv = p.heads_kv, pd.head_dim = p.head_dim;
+    pd.q_len = p.q_len, pd.kv_len = p.kv_len;
+    plan = plan_for(pd, opt, lengths, P, static_cast<int>(heads_per_team.value_or(0)));
+  }
+  const std::string space = Kokkos::DefaultExecutionSpace::name();
+  std::printf("kattn plan: %d sequence%s, %s keys, %lld queries per sequence (the longest), Hq=%d Hkv=%d D=%d (%s)\n", p.batch,
+              p.batch == 1 ? "" : "s",
+              kv_lens ? ("up to " + std::to_string(p.kv_len)).c_str() : std::to_string(p.kv_len).c_str(),
+              (long long)p.q_len, p.heads_q, p.heads_kv, p.head_dim, dtype.c_str());
+  std::printf("processors: %d (%s)\n", plan.processors,
+              procs ? "--processors" : ("this machine's Kokkos::" + space).c_str());
+  std::printf("work units without splitting: %lld\n", (long long)plan.units_unsplit);
+  std::printf("plan: %d split%s", plan.splits, plan.splits == 1 ? "" : "s");
+  if (plan.chunk > 0) std::printf(" of %lld keys", (long long)plan.chunk);
+  std::printf(", %lld work units: %s\n", (long long)plan.units, plan.reason.c_str());
+  if (json) {
+    Json j;
+    j.add("splits", plan.splits).add("chunk", (long long)plan.chunk).add("units", (long long)plan.units);
+    j.add("units_unsplit", (long long)plan.units_unsplit).add("processors", plan.processors);
+    j.add("space", space).add("reason", plan.reason);
+    std::cout << j.str() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace cli
+}  // namespace kattn

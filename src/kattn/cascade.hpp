@@ -1,0 +1,188 @@
+// Cascade attention (FlashInfer's two-level cascade, Hydragen's shared-prefix attention): many
+// requests that share a prefix (a system prompt, a few-shot context, a tree of samples) attend
+// it once, all their queries together, and each request attends its own suffix; the two partial
+// results are merged with the one merge of the state algebra (merge.hpp). The result equals
+// attention over prefix + suffix, while the prefix's K and V are read once per tile of all the
+// requests' query rows instead of once per request.
+//
+//   q [total_q, Hq, D] and the requests as a ragged or paged layout (ragged.hpp, paged.hpp) for
+//   their suffixes k, v; the shared prefix k_prefix, v_prefix [Np, Hkv, D]; o [total_q, Hq, D],
+//   lse [total_q, Hq] (or an empty view).
+//
+// Masks: none, or causal (every query sees the whole prefix and its request's suffix causally,
+// bottom-right aligned: query i of a request with n queries and m suffix keys sees suffix keys
+// j <= i + m - n), which needs m >= n - 1 for each request (its queries come after the prefix).
+// Sliding windows and diagonal shifts are refused. Softcap and scale apply to both parts.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kattn/decode.hpp"
+#include "kattn/errors.hpp"
+#include "kattn/merge.hpp"
+#include "kattn/options.hpp"
+#include "kattn/paged.hpp"
+#include "kattn/ragged.hpp"
+#include "kattn/shapes.hpp"
+
+namespace kattn {
+namespace detail {
+
+inline void check_cascade(const Options& opt, const BatchLengths& lengths) {
+  KATTN_REQUIRE(opt.window_left == -1 && opt.window_right == -1,
+                "window: cascade attention takes no sliding window (got ", opt.window_left, ",", opt.window_right,
+                "); run splitkv over whole sequences instead");
+  KATTN_REQUIRE(opt.diagonal_shift == 0, "diagonal_shift: cascade attention takes none, got ", opt.diagonal_shift);
+  if (opt.causal)
+    for (std::size_t b = 0; b < lengths.q_len.size(); ++b)
+      KATTN_REQUIRE(lengths.q_len[b] == 0 || lengths.kv_len[b] >= lengths.q_len[b] - 1, "causal: request ", b, " has ",
+                    lengths.q_len[b], " queries but ", lengths.kv_len[b],
+                    " suffix keys; a causal cascade needs at least queries - 1 (the queries come after the prefix)");
+}
+
+// All queries of the batch as one sequence against the shared prefix: q, o [total_q, Hq, D],
+// k, v [Np, Hkv, D], lse [total_q, Hq].
+template <class QView, class KView, class VView, class T>
+AttentionParams<T> prefix_params(const QView& q, const KView& k, const VView& v, T* o, T* lse) {
+  static_assert(KView::rank == 3 && VView::rank == 3, "kattn::cascade: k_prefix and v_prefix must be [Np, heads, dim]");
+  static_assert(std::is_same<typename KView::non_const_value_type, T>::value &&
+                    std::is_same<typename VView::non_const_value_type, T>::value,
+                "kattn::cascade: q, k, v, o and lse must have the same scalar type");
+  const std::int64_t N = q.extent(0), Hq = q.extent(1), D = q.extent(2), Np = k.extent(0), Hkv = k.extent(1);
+  require_extent(k, "k_prefix", 2, "head dim", D, "q");
+  check_gqa(Hq, Hkv);
+  require_extent(v, "v_prefix", 0, "keys", Np, "k_prefix");
+  require_extent(v, "v_prefix", 1, "KV heads", Hkv, "k_prefix");
+  require_extent(v, "v_prefix", 2, "head dim", D, "q");
+  require_contiguous_dim(k, "k_prefix");
+  require_contiguous_dim(v, "v_prefix");
+  AttentionParams<T> p;
+  p.q = q.data();
+  p.q_stride_seq = q.stride(0);
+  p.q_stride_head = q.stride(1);
+  p.k = k.data();
+  p.k_stride_seq = k.stride(0);
+  p.k_stride_head = k.stride(1);
+  p.v = v.data();
+  p.v_stride_seq = v.stride(0);
+  p.v_stride_head = v.stride(1);
+  p.o = o;  // [total_q, Hq, D] contiguous
+  p.o_stride_seq = Hq * D;
+  p.o_stride_head = D;
+  p.lse = lse;  // [total_q, Hq] contiguous
+  p.lse_stride_seq = Hq;
+  p.lse_stride_head = 1;
+  p.batch = 1;
+  p.heads_q = static_cast<int>(Hq);
+  p.heads_kv = static_cast<int>(Hkv);
+  p.head_dim = static_cast<int>(D);
+  p.q_len = N;
+  p.kv_len = Np;
+  p.q_total = N;
+  return p;
+}
+
+// The prefix pass, the suffix pass (run_suffix(o, lse)) and their merge into o, lse.
+template <class ExecSpace, class QView, class KPView, class VPView, class OView, class LseView, class Suffix>
+void cascade_impl(const ExecSpace& space, const QView& q, const KPView& k_prefix, const VPView& v_prefix, const OView& o,
+                  const LseView& lse, const Options& opt, const BatchLengths& lengths, const Suffix& run_suffix) {
+  using T = typename OView::non_const_value_type;
+  using Mem = typename ExecSpace::memory_space;
+  compat::ScopedRegion region("kattn::cascade");
+  validate(opt);
+  check_cascade(opt, lengths);
+  run_suffix.check(lse);
+  const std::int64_t N = q.extent(0), Hq = q.extent(1), D = q.extent(2);
+  Kokkos::View<T***, Kokkos::LayoutRight, Mem> o_prefix(
+      Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::cascade::o_prefix"), N, Hq, D);
+  Kokkos::View<T**, Kokkos::LayoutRight, Mem> lse_prefix(
+      Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::cascade::lse_prefix"), N, Hq);
+  Kokkos::View<T**, Kokkos::LayoutRight, Mem> lse_suffix;
+  if (!wanted(lse))
+    lse_suffix = Kokkos::View<T**, Kokkos::LayoutRight, Mem>(
+        Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::cascade::lse_suffix"), N, Hq);
+  // Every check before any kernel: the suffix's params above (its splitkv runs after the prefix
+  // pass), the prefix's here.
+  const AttentionParams<T> pre = prefix_params(q, k_prefix, v_prefix, o_prefix.data(), lse_prefix.data());
+  Options prefix_opt = opt;
+  prefix_opt.causal = false;  // every query sees the whole prefix
+  prefix_opt.splits = 0;
+  prefix_opt.split_chunk = 0;
+  splitkv_impl(space, pre, prefix_opt, BatchLengths{});
+  if (wanted(lse)) {
+    run_suffix(o, lse);
+    merge(space, o, lse, o_prefix, lse_prefix, o, lse);
+  } else {
+    run_suffix(o, lse_suffix);
+    merge(space, o, lse_suffix, o_prefix, lse_prefix, o, lse_suffix);
+  }
+}
+
+// The params of a request batch's own keys, ragged or paged.
+template <class QView, class KView, class VView, class OView, class LseView, class MemorySpace>
+AttentionParams<typename OView::non_const_value_type> layout_params(const QView& q, const KView& k, const VView& v,
+                                                                    const OView& o, const LseView& lse,
+                                                                    const RaggedLayout<MemorySpace>& layout) {
+  return ragged_params(q, k, v, o, lse, layout);
+}
+template <class QView, class KView, class VView, class OView, class LseView, class MemorySpace>
+AttentionParams<typename OView::non_const_value_type> layout_params(const QView& q, const KView& k, const VView& v,
+                                                                    const OView& o, const LseView& lse,
+                                                                    const PagedLayout<MemorySpace>& layout) {
+  return paged_params(q, k, v, o, lse, layout);
+}
+
+// The suffix pass of a cascade: each request's own keys, ragged or paged.
+template <class ExecSpace, class QView, class KView, class VView, class OView, class Layout>
+struct CascadeSuffix {
+  const ExecSpace& space;
+  const QView& q;
+  const KView& k;
+  const VView& v;
+  const OView& o;
+  const Layout& layout;
+  const Options& opt;
+  template <class L>
+  void check(const L& out_lse) const {
+    (void)layout_params(q, k, v, o, out_lse, layout);
+  }
+  template <class O, class L>
+  void operator()(const O& out, const L& out_lse) const {
+    splitkv(space, q, k, v, out, out_lse, layout, opt);
+  }
+};
+
+}  // namespace detail
+
+// Cascade attention with ragged suffixes: k, v [total_kv, Hkv, D] as the layout says.
+template <class ExecSpace, class QView, class KPView, class VPView, class KView, class VView, class OView,
+          class LseView, class MemorySpace>
+void cascade(const ExecSpace& space, const QView& q, const KPView& k_prefix, const VPView& v_prefix, const KView& k,
+             const VView& v, const OView& o, const LseView& lse, const RaggedLayout<MemorySpace>& layout,
+             const Options& opt = {}) {
+  static_assert(detail::accessible_from<ExecSpace, QView, KPView, VPView, KView, VView, OView, LseView>() &&
+                    Kokkos::SpaceAccessibility<ExecSpace, MemorySpace>::accessible,
+                "kattn::cascade: the views and the layout must be accessible from the execution space");
+  detail::cascade_impl(space, q, k_prefix, v_prefix, o, lse, opt, layout.lengths,
+                       detail::CascadeSuffix<ExecSpace, QView, KView, VView, OView, std::decay_t<decltype(layout)>>{
+                           space, q, k, v, o, layout, opt});
+}
+
+// Cascade attention with paged suffixes: k, v [num_pages, page_size, Hkv, D] as the layout says.
+template <class ExecSpace, class QView, class KPView, class VPView, class KView, class VView, class OView,
+          class LseView, class MemorySpace>
+void cascade(const ExecSpace& space, const QView& q, const KPView& k_prefix, const VPView& v_prefix, const KView& k,
+             const VView& v, const OView& o, const LseView& lse, const PagedLayout<MemorySpace>& layout,
+             const Options& opt = {}) {
+  static_assert(detail::accessible_from<ExecSpace, QView, KPView, VPView, KView, VView, OView, LseView>() &&
+                    Kokkos::SpaceAccessibility<ExecSpace, MemorySpace>::accessible,
+                "kattn::cascade: the views and the layout must be accessible from the execution space");
+  detail::cascade_impl(space, q, k_prefix, v_prefix, o, lse, opt, layout.lengths,
+                       detail::CascadeSuffix<ExecSpace, QView, KView, VView, OView, std::decay_t<decltype(layout)>>{
+                           space, q, k, v, o, layout, opt});
+}
+
+}  // namespace kattn

@@ -1,0 +1,162 @@
+// Split-KV attention (Flash-Decoding): the keys of each (sequence, KV head) are cut into chunks,
+// each chunk is an independent unit of work that leaves a partial state (o / l, lse) in a
+// workspace, and a merge folds the partials in chunk order with the one merge of the state algebra
+// (state.hpp). Exact, and deterministic: the result never depends on the schedule. It accepts
+// everything the tiled forward does (any number of queries, every mask, softcap, GQA), in dense,
+// ragged (ragged.hpp) and paged (paged.hpp) layouts; the number of chunks comes from the options
+// or from the planner (split_plan.hpp) and the execution space's concurrency.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kattn/forward.hpp"
+#include "kattn/options.hpp"
+#include "kattn/paged.hpp"
+#include "kattn/params.hpp"
+#include "kattn/ragged.hpp"
+#include "kattn/shapes.hpp"
+#include "kattn/split_plan.hpp"
+#include "kattn/tiles.hpp"
+
+namespace kattn {
+
+// Units of work the execution space runs at once, for the planner: streaming multiprocessors on
+// CUDA, compute units on HIP, threads on the host backends.
+template <class ExecSpace>
+int processors(const ExecSpace& space) {
+#ifdef KOKKOS_ENABLE_CUDA
+  if constexpr (std::is_same<ExecSpace, Kokkos::Cuda>::value) {
+    int n = 0;
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, space.cuda_device());
+    return n > 0 ? n : 1;
+  }
+#endif
+#if defined(KOKKOS_ENABLE_HIP) && KOKKOS_VERSION >= 40000
+  if constexpr (std::is_same<ExecSpace, Kokkos::HIP>::value) {
+    int n = 0;
+    (void)hipDeviceGetAttribute(&n, hipDeviceAttributeMultiprocessorCount, space.hip_device());
+    return n > 0 ? n : 1;
+  }
+#endif
+  const int n = space.concurrency();
+  return n > 0 ? n : 1;
+}
+
+namespace detail {
+
+// Plans (or takes from the options) the split of one validated problem and runs it. `lengths`
+// holds each sequence's queries and keys for ragged and paged batches; empty when dense.
+template <class ExecSpace, class T>
+SplitPlan splitkv_impl(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
+                       const BatchLengths& lengths);
+
+}  // namespace detail
+
+// The work a problem hands the planner: its sequences' keys and query-row tiles with the tile
+// sizes the kernels will use on `space`.
+template <class ExecSpace, class T>
+SplitWork split_work(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
+                     const BatchLengths& lengths = {}) {
+  const int G = p.group_size();
+  const int block_q = query_tile_rows<ExecSpace, T>(space, p.head_dim, p.q_len * G, opt);
+  const bool row_tiles = row_tile_rows<ExecSpace, T>(p.q_len * G, opt) > 0;
+  const int groups = row_tiles ? p.heads_kv / row_tile_heads<ExecSpace, T>(p.heads_kv, block_q, p.head_dim) : p.heads_kv;
+  const auto tiles = [&](std::int64_t q_len) { return (q_len * G + block_q - 1) / block_q; };
+  if (lengths.kv_len.empty()) return SplitWork::dense(p.batch, groups, p.kv_len, tiles(p.q_len));
+  SplitWork w;
+  w.head_groups = groups;
+  w.kv_len = lengths.kv_len;
+  w.row_tiles.resize(lengths.q_len.size());
+  for (std::size_t b = 0; b < lengths.q_len.size(); ++b) w.row_tiles[b] = tiles(lengths.q_len[b]);
+  return w;
+}
+
+// The split of a problem: from opt.split_chunk (fixed keys per split) or opt.splits when set,
+// else planned for `procs` processors (0: those of `space`).
+template <class ExecSpace, class T>
+SplitPlan plan_splits(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
+                      const BatchLengths& lengths = {}, int procs = 0) {
+  const SplitWork work = split_work(space, p, opt, lengths);
+  const int P = procs > 0 ? procs : processors(space);
+  std::int64_t max_kv = 0;
+  for (std::int64_t n : work.kv_len) max_kv = n > max_kv ? n : max_kv;
+  SplitPlan plan;
+  plan.processors = P;
+  plan.units_unsplit = split_units(work, 0);
+  if (opt.split_chunk > 0) {
+    plan.chunk = opt.split_chunk;
+    plan.splits = static_cast<int>(max_kv > opt.split_chunk ? (max_kv + opt.split_chunk - 1) / opt.split_chunk : 1);
+    KATTN_REQUIRE((max_kv + opt.split_chunk - 1) / opt.split_chunk <= INT32_MAX, "split_chunk: ", opt.split_chunk,
+                  " keys per split cut ", max_kv, " keys into more than 2^31 - 1 splits");
+    plan.units = split_units(work, plan.chunk);
+    plan.reason = "fixed chunks of " + std::to_string(opt.split_chunk) + " keys (split_chunk)";
+  } else if (opt.splits > 0) {
+    plan.splits = opt.splits;
+    plan.units = plan.units_unsplit * opt.splits;
+    plan.reason = std::to_string(opt.splits) + " splits (given)";
+  } else {
+    plan = plan_splits(work, P);
+  }
+  return plan;
+}
+
+// The split of a dense problem of the given shape, in scalar type T (float by default): what
+// splitkv would do on `space` with these options (procs > 0: planned for that many processors).
+template <class T = float, class ExecSpace>
+SplitPlan plan_splits(const ExecSpace& space, std::int64_t batch, std::int64_t q_len, std::int64_t kv_len, int heads_q,
+                      int heads_kv, int head_dim, const Options& opt = {}, int procs = 0) {
+  KATTN_REQUIRE(batch >= 0 && batch <= INT32_MAX, "batch: expected 0 .. 2^31 - 1 sequences, got ", batch);
+  KATTN_REQUIRE(q_len >= 0 && kv_len >= 0, "q_len, kv_len: expected lengths >= 0, got ", q_len, ", ", kv_len);
+  KATTN_REQUIRE(heads_q >= 1 && head_dim >= 1, "heads_q, head_dim: expected at least 1");
+  detail::check_gqa(heads_q, heads_kv);
+  validate(opt);
+  AttentionParams<T> p;
+  p.batch = static_cast<int>(batch);
+  p.q_len = q_len;
+  p.kv_len = kv_len;
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.head_dim = head_dim;
+  return plan_splits(space, p, opt, BatchLengths{}, procs);
+}
+
+// Split-KV attention on dense inputs: q [B, Nq, Hq, D], k and v [B, Nk, Hkv, D], o [B, Nq, Hq, D],
+// lse [B, Hq, Nq] (an empty view: not wanted). Results equal kattn::forward's (and the reference's
+// to 1e-12 in double) for every split count. Returns the split it used. Asynchronous like forward.
+template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
+SplitPlan splitkv(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
+                  const LseView& lse, const Options& opt = {}) {
+  static_assert(detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>(),
+                "kattn::splitkv: the views must be accessible from the execution space");
+  validate(opt);
+  return detail::splitkv_impl(space, dense_params(q, k, v, o, lse), opt, BatchLengths{});
+}
+
+// Split-KV attention on a ragged batch: q, o [total_q, Hq, D], k, v [total_kv, Hkv, D],
+// lse [total_q, Hq], sequences as the layout says (ragged.hpp).
+template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class MemorySpace>
+SplitPlan splitkv(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
+                  const LseView& lse, const RaggedLayout<MemorySpace>& layout, const Options& opt = {}) {
+  static_assert(detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>() &&
+                    Kokkos::SpaceAccessibility<ExecSpace, MemorySpace>::accessible,
+                "kattn::splitkv: the views and the layout must be accessible from the execution space");
+  validate(opt);
+  return detail::splitkv_impl(space, ragged_params(q, k, v, o, lse, layout), opt, layout.lengths);
+}
+
+// Split-KV attention on a paged KV cache: q, o [total_q, Hq, D], lse [total_q, Hq], k and v
+// [num_pages, page_size, Hkv, D], pages as the layout says (paged.hpp).
+template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class MemorySpace>
+SplitPlan splitkv(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
+                  const LseView& lse, const PagedLayout<MemorySpace>& layout, const Options& opt = {}) {
+  static_assert(detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>() &&
+                    Kokkos::SpaceAccessibility<ExecSpace, MemorySpace>::accessible,
+                "kattn::splitkv: the views and the layout must be accessible from the execution space");
+  validate(opt);
+  return detail::splitkv_impl(space, paged_params(q, k, v, o, lse, layout), opt, layout.lengths);
+}
+
+}  // namespace kattn

@@ -1,0 +1,398 @@
+// Tile products and online softmax for tiles with few query rows (decode: one position times the
+// GQA group), where the transposed tiles of tile_gemm.hpp would leave most vector lanes idle. Here
+// the lanes run over the head dim and the tiles are row-major, query rows first:
+//   S (rows x keys) = Q K^T   as dot products, W at a time, whose lanes one shuffle tree sums
+//                             (simd_reduce.hpp): K rows are read contiguously, never transposed;
+//   P = 2^(S - m) per row      the same state algebra as every kernel (rescale_rows);
+//   O (rows x dims) = diag(alpha) O + P V   broadcast P, contiguous V rows.
+// K and V rows are reached through one pointer per key (RowPtr, plus an offset per KV head), so a
+// dense, ragged or paged cache is read where it lies, in any page order. Rows come in blocks of 1, 2, 4 or 8 so that a
+// single head (GQA 1:1) does no work for padding rows.
+//
+// Barrier contract: no team-level routine barriers on exit; the caller does between steps.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+
+#include "kattn/compat.hpp"
+#include "kattn/detail/exp2.hpp"
+#include "kattn/detail/simd.hpp"
+#include "kattn/detail/simd_reduce.hpp"
+#include "kattn/detail/tile_geometry.hpp"
+#include "kattn/state.hpp"
+
+namespace kattn {
+namespace detail {
+
+// One K or V row: head_dim (padded to the lanes) contiguous values.
+template <class T>
+struct RowPtr {
+  const T* p;
+};
+
+// Asks for the cache line holding p (host only). A decode reads each K/V row once, so the next
+// tile's rows are requested while the current one is folded, a line next to each line it reads:
+// spread over the work, never in bursts that would fill the miss buffers and stall the core.
+// (Without it a group of 8 heads decodes at about 60% of the speed; perf/RESULTS.md.)
+template <class T>
+KOKKOS_INLINE_FUNCTION void prefetch_line(const T* p) {
+#if KATTN_HOST_SIMD
+  // Into L2, not L1 (prefetcht2): a tile ahead is more than L1 holds, and filling L1 with it would
+  // evict the tile being folded. Measured against prefetcht0 and prefetchnta in perf/RESULTS.md.
+  __builtin_prefetch(p, 0, 1);
+#else
+  (void)p;
+#endif
+}
+
+// Vector lanes of the row tiles: the host SIMD width, 1 where there is none.
+template <class T>
+KOKKOS_INLINE_FUNCTION constexpr int row_lanes() {
+#if KATTN_HOST_SIMD
+  return simd::width<T>();
+#else
+  return 1;
+#endif
+}
+
+struct RowTileGeometry {
+  int block_q = 0;    // query rows per tile and KV head
+  int block_k = 0;    // keys per tile
+  int head_dim = 0;   // D
+  int heads = 1;      // KV heads per team (consecutive), each with its own rows
+  int row_block = 1;  // rows the micro-kernels take together: 1, 2, 4 or 8
+  int rows_p = 0;     // block_q rounded up to row_block
+  int keys_p = 0;     // block_k rounded up to the lanes
+  int dims_p = 0;     // head_dim rounded up to the lanes
+  bool in_place = false;  // K/V rows read where they lie (dims_p == head_dim); else copied, padded
+
+  static RowTileGeometry make(int block_q, int block_k, int head_dim, int heads, int lanes) {
+    RowTileGeometry g;
+    g.block_q = block_q;
+    g.block_k = block_k;
+    g.head_dim = head_dim;
+    g.heads = heads;
+    g.row_block = lanes == 1 ? 1 : block_q <= 1 ? 1 : block_q <= 2 ? 2 : block_q <= 4 ? 4 : 8;
+    g.rows_p = round_up(block_q, g.row_block);
+    g.keys_p = round_up(block_k, lanes);
+    g.dims_p = round_up(head_dim, lanes);
+    g.in_place = g.dims_p == head_dim;
+    return g;
+  }
+  // Per KV head: Q, O (rows_p x dims_p), S/P (rows_p x keys_p), four row vectors (m, l, alpha,
+  // tile max), and K/V copies (keys_p x dims_p each) when not read in place.
+  KOKKOS_INLINE_FUNCTION std::size_t head_elements() const {
+    return 2 * std::size_t(rows_p) * dims_p + std::size_t(rows_p) * keys_p + 4 * std::size_t(rows_p);
+  }
+  KOKKOS_INLINE_FUNCTION std::size_t copy_elements() const { return in_place ? 0 : std::size_t(keys_p) * dims_p; }
+  // Scratch of one team, in the order the kernel carves it: the heads' arrays, the K and V
+  // copies ...
+  KOKKOS_INLINE_FUNCTION std::size_t scratch_elements() const { return heads * (head_elements() + 2 * copy_elements()); }
+  // ... and the row pointers of two tiles (the current one and the prefetched next), K and V.
+  KOKKOS_INLINE_FUNCTION std::size_t pointer_elements() const { return 4 * std::size_t(keys_p); }
+};
+
+// ---- S = Q K^T ---------------------------------------------------------------------------------
+
+#if KATTN_HOST_SIMD
+namespace row_simd {
+
+template <class T, int RB, int KB, std::size_t... I>
+inline void fma_block(std::array<simd::vec<T>, RB * KB>& acc, const std::array<simd::vec<T>, RB>& q,
+                      const std::array<simd::vec<T>, KB>& k, std::index_sequence<I...>) {
+  ((acc[I] += q[I / KB] * k[I % KB]), ...);
+}
+template <class T, std::size_t N, std::size_t... I>
+inline void load_rows(std::array<simd::vec<T>, N>& v, const T* const* p, std::ptrdiff_t d, std::index_sequence<I...>) {
+  ((v[I] = simd::load(p[I] + d), simd::pin<T>(v[I])), ...);
+}
+template <class T, std::size_t N, std::size_t... I>
+inline void load_strided(std::array<simd::vec<T>, N>& v, const T* p, int ld, std::ptrdiff_t d,
+                         std::index_sequence<I...>) {
+  ((v[I] = simd::load(p + I * ld + d), simd::pin<T>(v[I])), ...);
+}
+template <class T, std::size_t N, std::size_t... I>
+inline simd::vec<T> dot_row(const std::array<simd::vec<T>, N>& q, const T* k, std::index_sequence<I...>) {
+  constexpr int W = simd::width<T>();
+  return ((q[I] * simd::load(k + I * W)) + ...);
+}
+template <class T, std::size_t N, std::size_t... I>
+inline std::array<simd::vec<T>, sizeof...(I)> dot_rows(const std::array<simd::vec<T>, N>& q, const RowPtr<T>* krow,
+                                                       std::ptrdiff_t off, std::index_sequence<I...>) {
+  return {{dot_row<T, N>(q, krow[I].p + off, std::make_index_sequence<N>())...}};
+}
+
+}  // namespace row_simd
+#endif
+
+// s[r * lds + j] = sum_d q[r * ldq + d] k_j[d] for RB rows and KB = W / RB keys (k_j = krow[j].p +
+// off): W dot products whose lane sums come out of one shuffle tree. Each loaded vector is used
+// RB or KB times from a register.
+// knext (or null): rows of the next tile, whose lines are prefetched next to those read here.
+template <class T, int RB>
+KOKKOS_INLINE_FUNCTION void score_block(int dims_p, const T* KOKKOS_RESTRICT q, int ldq, const RowPtr<T>* krow,
+                                        std::ptrdiff_t off, T* KOKKOS_RESTRICT s, int lds,
+                                        const RowPtr<T>* knext = nullptr) {
+#if KATTN_HOST_SIMD
+  using V = simd::vec<T>;
+  constexpr int W = simd::width<T>();
+  constexpr int KB = W / RB;
+  std::array<V, W> acc;
+  acc.fill(simd::splat<T>(T(0)));
+  const T* kp[KB];
+  for (int j = 0; j < KB; ++j) kp[j] = krow[j].p + off;
+  for (int d = 0; d < dims_p; d += W) {
+    if (knext)
+      for (int j = 0; j < KB; ++j) prefetch_line(knext[j].p + off + d);
+    std::array<V, KB> kv;
+    std::array<V, RB> qv;
+    row_simd::load_rows<T, KB>(kv, kp, d, std::make_index_sequence<KB>());
+    row_simd::load_strided<T, RB>(qv, q, ldq, d, std::make_index_sequence<RB>());
+    row_simd::fma_block<T, RB, KB>(acc, qv, kv, std::make_index_sequence<W>());
+  }
+  const V sums = simd::sum_lanes<T>(acc);
+  if constexpr (KB == W) {
+    simd::store(s, sums);
+  } else {
+    T tmp[W];
+    simd::store(tmp, sums);
+    for (int r = 0; r < RB; ++r)
+      for (int j = 0; j < KB; ++j) s[r * lds + j] = tmp[r * KB + j];
+  }
+#else
+  (void)knext;
+  for (int r = 0; r < RB; ++r) {
+    T acc = 0;
+    for (int d = 0; d < dims_p; ++d) acc += q[r * ldq + d] * krow[0].p[off + d];
+    s[r * lds] = acc;
+  }
+#endif
+}
+
+#if KATTN_HOST_SIMD
+// One row against W keys with the row's NQ = dims_p / W vectors held in registers: each K row is
+// read once, start to end (rows of one KV head lie 4 KB apart or more, and sixteen of them read
+// side by side, a vector at a time, fight over the same L1 sets).
+template <class T, int NQ>
+inline void score_row(const T* KOKKOS_RESTRICT q, const RowPtr<T>* krow, std::ptrdiff_t off, T* KOKKOS_RESTRICT s,
+                      const RowPtr<T>* knext) {
+  using V = simd::vec<T>;
+  constexpr int W = simd::width<T>();
+  if (knext)
+    for (int j = 0; j < W; ++j)
+      for (int d = 0; d < NQ * W; d += 64 / static_cast<int>(sizeof(T))) prefetch_line(knext[j].p + off + d);
+  std::array<V, NQ> qv;
+  row_simd::load_strided<T, NQ>(qv, q, W, 0, std::make_index_sequence<NQ>());
+  simd::store(s, simd::sum_lanes<T>(row_simd::dot_rows<T, NQ>(qv, krow, off, std::make_index_sequence<W>())));
+}
+#endif
+
+// One row against the lanes' worth of keys, the best way for the head dim.
+template <class T>
+KOKKOS_INLINE_FUNCTION void score_one_row(int dims_p, const T* q, const RowPtr<T>* krow, std::ptrdiff_t off, T* s,
+                                          const RowPtr<T>* knext) {
+#if KATTN_HOST_SIMD
+  switch (dims_p / simd::width<T>()) {
+    case 1: return score_row<T, 1>(q, krow, off, s, knext);
+    case 2: return score_row<T, 2>(q, krow, off, s, knext);
+    case 4: return score_row<T, 4>(q, krow, off, s, knext);
+    case 6: return score_row<T, 6>(q, krow, off, s, knext);
+    case 8: return score_row<T, 8>(q, krow, off, s, knext);
+    default: break;
+  }
+#endif
+  score_block<T, 1>(dims_p, q, dims_p, krow, off, s, 0, knext);
+}
+
+// S_h (rows_p x keys, ld keys_p) = Q_h (rows_p x dims_p) K_h^T for the `heads` KV heads of a
+// team, K_h rows at krow[j].p + head_off(h), keys a multiple of the lanes; head_q(h) and head_s(h)
+// give Q_h and S_h. Key blocks outer, heads and row blocks inner: the keys are read in the order
+// they lie in memory (a key's heads side by side), which the hardware prefetchers follow, and a
+// block's K rows stay in L1 across the row blocks. knext (or null): the next tile's K rows,
+// prefetched block by block (n_next of them).
+template <class Member, class T, class HeadQ, class HeadOff, class HeadS>
+KOKKOS_INLINE_FUNCTION void row_scores(const Member& member, const RowTileGeometry& g, int keys, int heads,
+                                       const HeadQ& head_q, const HeadOff& head_off, const HeadS& head_s,
+                                       const RowPtr<T>* krow, const RowPtr<T>* knext, int n_next) {
+  constexpr int W = row_lanes<T>();
+  const int rb = g.row_block < 4 ? g.row_block : (W >= 4 ? 4 : 1);
+  const int kb = W / rb > 0 ? W / rb : 1;
+  const int row_blocks = g.rows_p / rb;
+  const int per_key_block = row_blocks * heads;
+  const int key_blocks = keys / kb;
+  // Key-major when all the heads' Q fit in a third of L1 with room for K; else head by head, so
+  // that one head's Q stays in L1 across the tile (a group of 8 rows has 4 KB of Q per head).
+  const bool key_major = std::size_t(heads) * g.rows_p * g.dims_p * sizeof(T) <= 16 * 1024;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, per_key_block * key_blocks), [&](const int blk) {
+    int j0, hl, r0;
+    if (key_major) {
+      j0 = (blk / per_key_block) * kb;
+      hl = (blk % per_key_block) / row_blocks;
+      r0 = (blk % row_blocks) * rb;
+    } else {
+      hl = blk / (row_blocks * key_blocks);
+      j0 = ((blk / row_blocks) % key_blocks) * kb;
+      r0 = (blk % row_blocks) * rb;
+    }
+    const std::ptrdiff_t off = head_off(hl);
+    const RowPtr<T>* pf = knext && r0 == 0 && j0 < n_next ? knext + j0 : nullptr;
+    const T* qr = head_q(hl) + r0 * g.dims_p;
+    T* sr = head_s(hl) + r0 * g.keys_p + j0;
+    if (rb == 1)
+      score_one_row<T>(g.dims_p, qr, krow + j0, off, sr, pf);
+    else if (rb == 2)
+      score_block<T, (W >= 2 ? 2 : 1)>(g.dims_p, qr, g.dims_p, krow + j0, off, sr, g.keys_p, pf);
+    else
+      score_block<T, (W >= 4 ? 4 : 1)>(g.dims_p, qr, g.dims_p, krow + j0, off, sr, g.keys_p, pf);
+  });
+}
+
+// ---- online softmax on row-major S -------------------------------------------------------------
+
+// Row r of S keeps keys [begin, end) of its first `keys`; the others get -inf. Thread-level.
+template <class T>
+KOKKOS_INLINE_FUNCTION void mask_row(T* s_row, int keys, int begin, int end) {
+  const T neg_inf = -compat::infinity<T>();
+  for (int j = 0; j < begin; ++j) s_row[j] = neg_inf;
+  for (int j = end; j < keys; ++j) s_row[j] = neg_inf;
+}
+
+// s <- softcap * tanh(s / softcap) on the first `keys` of every row (see softcap_tile).
+template <class Member, class T>
+KOKKOS_INLINE_FUNCTION void softcap_rows(const Member& member, const RowTileGeometry& g, int keys, T* s, T cap_log2,
+                                         T inv_cap) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, g.rows_p), [&](const int r) {
+    T* row = s + r * g.keys_p;
+    for (int j = 0; j < keys; ++j) row[j] = cap_log2 * compat::tanh(row[j] * inv_cap);
+  });
+}
+
+// tile_max[r] = max of the first `keys` scores of row r, NaN-propagating.
+template <class Member, class T>
+KOKKOS_INLINE_FUNCTION void row_max(const Member& member, const RowTileGeometry& g, int keys, const T* s,
+                                    T* tile_max) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, g.rows_p), [&](const int r) {
+    const T* row = s + r * g.keys_p;
+    T m = -compat::infinity<T>();
+#if KATTN_HOST_SIMD
+    using V = simd::vec<T>;
+    constexpr int W = simd::width<T>();
+    V mv = simd::splat<T>(-compat::infinity<T>());
+    for (int j = 0; j < keys; j += W) {
+      const V x = simd::load(row + j);
+      mv = (x > mv || x != x) ? x : mv;
+    }
+    m = simd::hmax_nan<T>(mv);
+#else
+    for (int j = 0; j < keys; ++j) m = max_nan(m, row[j]);
+#endif
+    tile_max[r] = m;
+  });
+}
+
+// P = 2^(S - m_sub) on the first `keys` of every row, and l += the row sums.
+template <class Member, class T>
+KOKKOS_INLINE_FUNCTION void exponentiate_rows(const Member& member, const RowTileGeometry& g, int keys, T* s,
+                                              const T* m_sub, T* l) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, g.rows_p), [&](const int r) {
+    T* row = s + r * g.keys_p;
+    T sum = 0;
+#if KATTN_HOST_SIMD
+    using V = simd::vec<T>;
+    constexpr int W = simd::width<T>();
+    const V m = simd::splat<T>(m_sub[r]);
+    V sv = simd::splat<T>(T(0));
+    for (int j = 0; j < keys; j += W) {
+      const V p = exp2<T>(simd::load(row + j) - m);
+      simd::store(row + j, p);
+      sv += p;
+    }
+    sum = simd::hsum<T>(sv);
+#else
+    for (int j = 0; j < keys; ++j) {
+      row[j] = detail::exp2(row[j] - m_sub[r]);
+      sum += row[j];
+    }
+#endif
+    l[r] += sum;
+  });
+}
+
+// ---- O = diag(alpha) O + P V -------------------------------------------------------------------
+
+// R rows by NV vectors of dims from d0 (V rows at vrow[k].p + off): the accumulators stay in
+// registers over the keys.
+template <class T, int R, int NV>
+KOKKOS_INLINE_FUNCTION void value_block(int keys, const T* KOKKOS_RESTRICT pr, int ldp, const RowPtr<T>* vrow,
+                                        std::ptrdiff_t off, int d0, T* KOKKOS_RESTRICT o, int ldo,
+                                        const T* KOKKOS_RESTRICT alpha, const RowPtr<T>* vnext, int n_next) {
+#if KATTN_HOST_SIMD
+  using V = simd::vec<T>;
+  constexpr int W = simd::width<T>();
+  constexpr int line = 64 / static_cast<int>(sizeof(T));
+  V acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = simd::load(o + r * ldo + d0 + v * W) * alpha[r];
+  for (int k = 0; k < keys; ++k) {
+    if (k < n_next)
+      for (int d = 0; d < NV * W; d += line) prefetch_line(vnext[k].p + off + d0 + d);
+    V b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = simd::load(vrow[k].p + off + d0 + v * W);
+    for (int r = 0; r < R; ++r) {
+      const T a = pr[r * ldp + k];
+      for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) simd::store(o + r * ldo + d0 + v * W, acc[r][v]);
+#else
+  (void)vnext, (void)n_next;
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) {
+      T acc = o[r * ldo + d0 + v] * alpha[r];
+      for (int k = 0; k < keys; ++k) acc += pr[r * ldp + k] * vrow[k].p[off + d0 + v];
+      o[r * ldo + d0 + v] = acc;
+    }
+#endif
+}
+
+// The dims of one row block, in panels of NV vectors, the rest one vector at a time.
+template <class T, int R, int NV>
+KOKKOS_INLINE_FUNCTION void value_rows(int keys, int dims_p, const T* pr, int ldp, const RowPtr<T>* vrow,
+                                       std::ptrdiff_t off, T* o, int ldo, const T* alpha, const RowPtr<T>* vnext,
+                                       int n_next) {
+  constexpr int W = row_lanes<T>();
+  int d0 = 0;
+  for (; d0 + NV * W <= dims_p; d0 += NV * W)
+    value_block<T, R, NV>(keys, pr, ldp, vrow, off, d0, o, ldo, alpha, vnext, n_next);
+  for (; d0 < dims_p; d0 += W) value_block<T, R, 1>(keys, pr, ldp, vrow, off, d0, o, ldo, alpha, vnext, n_next);
+}
+
+// O (rows_p x dims_p) = diag(alpha) O + P (rows_p x keys, ld keys_p) V (rows at vrow[k].p + off).
+// vnext (or null): the next tile's V rows, prefetched with the first row block.
+template <class Member, class T>
+KOKKOS_INLINE_FUNCTION void row_values(const Member& member, const RowTileGeometry& g, int keys, const T* pm,
+                                       const RowPtr<T>* vrow, std::ptrdiff_t off, T* o, const T* alpha,
+                                       const RowPtr<T>* vnext, int n_next) {
+  const int R = g.row_block;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, g.rows_p / R), [&](const int blk) {
+    const int r0 = blk * R;
+    const int pf = vnext && r0 == 0 ? n_next : 0;  // the first row block prefetches
+    const T* pr = pm + r0 * g.keys_p;
+    T* orow = o + r0 * g.dims_p;
+    // 16 accumulators whatever the row block: one row sweeps 8 vectors of dims per V row load.
+    if (R == 1)
+      value_rows<T, 1, 8>(keys, g.dims_p, pr, g.keys_p, vrow, off, orow, g.dims_p, alpha + r0, vnext, pf);
+    else if (R == 2)
+      value_rows<T, 2, 8>(keys, g.dims_p, pr, g.keys_p, vrow, off, orow, g.dims_p, alpha + r0, vnext, pf);
+    else if (R == 4)
+      value_rows<T, 4, 4>(keys, g.dims_p, pr, g.keys_p, vrow, off, orow, g.dims_p, alpha + r0, vnext, pf);
+    else
+      value_rows<T, 8, 2>(keys, g.dims_p, pr, g.keys_p, vrow, off, orow, g.dims_p, alpha + r0, vnext, pf);
+  });
+}
+
+}  // namespace detail
+}  // namespace kattn

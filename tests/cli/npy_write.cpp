@@ -1,0 +1,61 @@
+// Test helper: writes an .npy file from the command line, so that the CLI contract tests can hand
+// `kattn run` index arrays with any (also bad) values.
+//   npy_write OUT.npy i32|i64|f32|f64 SHAPE VALUES     SHAPE "2,3"; VALUES "0,1,5" or "random"
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kattn/io/npy.hpp"
+
+namespace {
+std::vector<std::int64_t> ints(const std::string& s) {
+  std::vector<std::int64_t> out;
+  std::size_t start = 0;
+  while (start <= s.size() && !s.empty()) {
+    const std::size_t comma = s.find(',', start);
+    out.push_back(std::stoll(s.substr(start, comma - start)));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: npy_write OUT.npy i32|i64|f32|f64 SHAPE VALUES|random\n");
+    return 2;
+  }
+  const std::string path = argv[1], type = argv[2], values = argv[4];
+  const std::vector<std::int64_t> shape = ints(argv[3]);
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  std::vector<double> v;
+  if (values == "random") {
+    std::mt19937_64 gen(42);
+    std::normal_distribution<double> dist;
+    for (std::int64_t i = 0; i < n; ++i) v.push_back(dist(gen));
+  } else {
+    for (std::int64_t x : ints(values)) v.push_back(static_cast<double>(x));
+  }
+  if (static_cast<std::int64_t>(v.size()) != n) {
+    std::fprintf(stderr, "npy_write: %zu values for %lld elements\n", v.size(), (long long)n);
+    return 2;
+  }
+  using kattn::io::DType;
+  if (type == "i32") {
+    std::vector<std::int32_t> d(v.begin(), v.end());
+    kattn::io::write_npy(path, DType::i32, shape, d.data());
+  } else if (type == "i64") {
+    std::vector<std::int64_t> d(v.begin(), v.end());
+    kattn::io::write_npy(path, DType::i64, shape, d.data());
+  } else if (type == "f32") {
+    std::vector<float> d(v.begin(), v.end());
+    kattn::io::write_npy(path, DType::f32, shape, d.data());
+  } else {
+    kattn::io::write_npy(path, DType::f64, shape, v.data());
+  }
+  return 0;
+}

@@ -1,0 +1,101 @@
+// The split planner: its decisions for the cases the design names, and properties that hold for
+// every input (units fit the processors, chunks are whole granules of at least min_chunk, ...).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "kattn/decode.hpp"
+#include "kattn/split_plan.hpp"
+
+namespace kattn {
+namespace test {
+namespace {
+
+TEST(SplitPlan, OneSequenceEightKvHeads32KOn132Sms) {
+  const SplitPlan p = plan_splits(SplitWork::dense(1, 8, 32768, 1), 132);
+  EXPECT_EQ(p.splits, 16);
+  EXPECT_EQ(p.chunk, 2048);
+  EXPECT_EQ(p.units, 128);
+  EXPECT_EQ(p.units_unsplit, 8);
+}
+
+TEST(SplitPlan, LargeBatchesShortContextsAndOneProcessorGetNoSplit) {
+  EXPECT_EQ(plan_splits(SplitWork::dense(64, 8, 32768, 1), 132).splits, 1);   // 512 units fill 132 SMs
+  EXPECT_EQ(plan_splits(SplitWork::dense(1, 8, 300, 1), 132).splits, 1);      // shorter than two chunks
+  EXPECT_EQ(plan_splits(SplitWork::dense(1, 1, 1 << 20, 1), 1).splits, 1);    // one processor
+  EXPECT_EQ(plan_splits(SplitWork::dense(1, 8, 65536, 1), 8).splits, 1);      // as many units as threads
+  const SplitPlan two = plan_splits(SplitWork::dense(1, 1, 65536, 1), 2);     // one unit, two threads
+  EXPECT_EQ(two.splits, 2);
+  EXPECT_EQ(two.units, 2);
+}
+
+TEST(SplitPlan, PropertiesOverManyInputs) {
+  for (std::int64_t batch : {1, 2, 3, 8, 17, 64})
+    for (int heads : {1, 2, 8, 32})
+      for (std::int64_t kv : {1, 100, 511, 512, 1000, 4096, 32768, 131072, 1 << 20})
+        for (int procs : {1, 2, 16, 108, 132, 1024}) {
+          SCOPED_TRACE("B=" + std::to_string(batch) + " H=" + std::to_string(heads) + " N=" + std::to_string(kv) +
+                       " P=" + std::to_string(procs));
+          const SplitWork w = SplitWork::dense(batch, heads, kv, 1);
+          const SplitPlan p = plan_splits(w, procs);
+          const SplitPlanKnobs knobs;
+          EXPECT_EQ(p.units_unsplit, batch * heads);
+          if (p.splits == 1) {
+            EXPECT_EQ(p.chunk, 0);
+            EXPECT_EQ(p.units, p.units_unsplit);
+            continue;
+          }
+          EXPECT_LT(p.units_unsplit, procs);                  // split only when the machine is not full
+          EXPECT_LE(p.units, procs);                          // ... and into at most one wave
+          EXPECT_GT(p.units, p.units_unsplit);
+          EXPECT_GE(p.chunk, knobs.min_chunk);                // chunks pay for their merge
+          EXPECT_EQ(p.chunk % knobs.granule, 0);              // whole key tiles
+          EXPECT_EQ(p.splits, (kv + p.chunk - 1) / p.chunk);  // the chunks cover the keys
+          EXPECT_EQ(p.units, split_units(w, p.chunk));
+          // The smallest such chunk: one granule less would not fit.
+          if (p.chunk - knobs.granule >= knobs.min_chunk) {
+            EXPECT_GT(split_units(w, p.chunk - knobs.granule), procs);
+          }
+        }
+}
+
+TEST(SplitPlan, RaggedBatchesCutTheLongestSequencesMost) {
+  SplitWork w;
+  w.head_groups = 1;
+  w.kv_len = {100000, 1000, 50, 0};
+  w.row_tiles = {1, 1, 1, 1};
+  const SplitPlan p = plan_splits(w, 64);
+  ASSERT_GT(p.splits, 1);
+  EXPECT_EQ(p.units, split_units(w, p.chunk));
+  EXPECT_LE(p.units, 64);
+  EXPECT_EQ(p.splits, (100000 + p.chunk - 1) / p.chunk);
+}
+
+TEST(SplitPlan, BadInputIsRefused) {
+  EXPECT_THROW(plan_splits(SplitWork::dense(1, 1, 100, 1), 0), Error);
+  SplitWork w = SplitWork::dense(2, 1, 100, 1);
+  w.row_tiles.pop_back();
+  EXPECT_THROW(plan_splits(w, 4), Error);
+}
+
+TEST(SplitPlan, ProcessorsOfTheExecutionSpace) {
+  EXPECT_GE(processors(Kokkos::DefaultExecutionSpace()), 1);
+}
+
+TEST(SplitPlan, ForADenseShapeOnTheExecutionSpace) {
+  const Kokkos::DefaultExecutionSpace space;
+  const SplitPlan p = plan_splits(space, 1, 1, 32768, 64, 8, 128, Options{}, 132);
+  EXPECT_EQ(p.processors, 132);
+  EXPECT_GT(p.splits, 1);
+  EXPECT_LE(p.units, 132);
+  Options fixed;
+  fixed.splits = 5;
+  EXPECT_EQ(plan_splits(space, 2, 1, 1000, 8, 8, 64, fixed).splits, 5);
+  fixed.split_chunk = 300;
+  EXPECT_EQ(plan_splits(space, 2, 1, 1000, 8, 8, 64, fixed).splits, 4);
+  EXPECT_THROW(plan_splits(space, 1, 1, 100, 6, 4, 64), Error);
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace kattn
