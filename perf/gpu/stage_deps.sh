@@ -54,11 +54,11 @@ copy() {
 
 mkdir -p "$DEST"
 
-# Kokkos: core, containers, algorithms, simd are needed; tests, benchmarks, examples are not
-# (their CMake is only entered with Kokkos_ENABLE_TESTS / _BENCHMARKS / _EXAMPLES).
+# Kokkos: unit and perf tests are entered only with Kokkos_ENABLE_TESTS; example/ and benchmarks/
+# are always entered by its CMake (and are small), so they stay.
 copy "$KOKKOS_SRC" kokkos ./core/unit_test ./core/perf_test ./containers/unit_tests \
   ./containers/performance_tests ./algorithms/unit_tests ./algorithms/perf_test ./simd/unit_tests \
-  ./benchmarks ./example ./docs ./doc ./tpls/gtest ./tpls/desul/tests
+  ./docs ./doc ./tpls/gtest ./tpls/desul/tests
 version=$(sed -n 's/^ *set(Kokkos_VERSION_\(MAJOR\|MINOR\) \([0-9]*\)).*/\2/p' "$DEST/kokkos/CMakeLists.txt" | paste -sd. -)
 echo "stage_deps: Kokkos version $version"
 if [ "$version" = "4.6" ] && [ -n "$KOKKOS_PATCH" ]; then
