@@ -31,7 +31,8 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return s + "]";
 }
 
-// The mask from --block-mask (a bool/uint8/int .npy [Nq/B, Nk/B] or [H, Nq/B, Nk/B]) or --pattern.
+}  // namespace
+
 BlockMask read_block_mask(Args& args, const DenseInputs& in) {
   const auto file = args.value("--block-mask");
   const auto pattern = args.value("--pattern");
@@ -57,7 +58,6 @@ BlockMask read_block_mask(Args& args, const DenseInputs& in) {
   return BlockMask::from_dense(B, heads, qb, kb, a.values<std::int64_t>());
 }
 
-// 4 D x (query-key pairs both masks keep) per head.
 double sparse_flops(const DenseInputs& in, const BlockMask& m, const Options& opt) {
   const KeyWindow w = KeyWindow::from(opt);
   const std::int64_t B = m.block();
@@ -75,6 +75,8 @@ double sparse_flops(const DenseInputs& in, const BlockMask& m, const Options& op
   const double heads = m.heads() == 1 ? static_cast<double>(in.Hq) : 1.0;
   return 4.0 * static_cast<double>(in.D) * pairs * heads * static_cast<double>(in.B);
 }
+
+namespace {
 
 struct Result {
   std::vector<double> o, lse;
