@@ -97,15 +97,22 @@ void check_forward(const Shape& shape, std::int64_t B, int mask_heads, double de
   forward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, m, opt);
   Kokkos::fence();
   expect_matches(p, ref, "forward");
-  // Split-KV: given split counts (the planner's is covered by `splits = 0`).
-  for (int splits : {0, 3}) {
+  // Split-KV: the planner's split (splits = 0), given split counts, fixed chunks (rounded up to
+  // whole mask blocks).
+  for (int splits : {0, 3, 1000, -37}) {
     Options so = opt;
-    so.splits = splits;
+    if (splits > 0)
+      so.splits = splits;
+    else
+      so.split_chunk = -splits;
     poison(p.o);
     poison(p.lse);
-    splitkv(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, m, so);
+    const SplitPlan plan = splitkv(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, m, so);
     Kokkos::fence();
     expect_matches(p, ref, "splitkv splits=" + std::to_string(splits));
+    if (plan.splits > 1) {
+      EXPECT_EQ(plan.chunk % B, 0) << "split chunks hold whole mask blocks";
+    }
   }
 }
 
