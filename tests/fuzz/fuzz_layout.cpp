@@ -134,8 +134,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } else {
       int32 ? ragged<std::int32_t>(in, opt) : ragged<std::int64_t>(in, opt);
     }
-  } catch (const kattn::Error&) {
-    // A refusal: the expected outcome for inconsistent metadata.
+  } catch (const kattn::Error& e) {
+    // A refusal, the expected outcome for bad input: one printable line (the CLI prints it as is).
+    for (const char* c = e.what(); *c; ++c)
+      if (static_cast<unsigned char>(*c) < 0x20 || static_cast<unsigned char>(*c) >= 0x7f) std::abort();
   }
   return 0;
 }
