@@ -117,7 +117,7 @@ void BM_Backward(benchmark::State& state) {
   state.counters["frac_peak"] = gflops / peak;
   state.counters["fma_peak"] = peak;
   // Peak RSS growth: a lower bound when the allocator reuses pages an earlier run touched.
-  state.counters["extra_MB"] = double(kattn::perf::peak_memory() - base) / 1e6;
+  state.counters["extra_MB"] = kattn::perf::extra_memory_mb(base);
   // What the backward allocates (dQ partials, D, lse2); the textbook: two N x N arrays.
   state.counters["workspace_MB"] =
       (algo == Algo::tiled ? double(info.workspace_bytes) : 2.0 * n * double(n) * sizeof(T)) / 1e6;

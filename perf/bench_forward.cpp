@@ -63,7 +63,7 @@ void BM_Attention(benchmark::State& state) {
   state.counters["GFLOP/s"] = gflops;
   state.counters["fma_peak"] = peak;
   state.counters["frac_peak"] = gflops / peak;
-  state.counters["extra_MB"] = double(kattn::perf::peak_memory() - base) / 1e6;
+  state.counters["extra_MB"] = kattn::perf::extra_memory_mb(base);
 }
 
 void shapes(benchmark::internal::Benchmark* b, int max_n) {

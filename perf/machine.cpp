@@ -89,5 +89,10 @@ std::size_t reset_peak_memory() {
 
 std::size_t peak_memory() { return status_field("VmHWM:"); }
 
+double extra_memory_mb(std::size_t base) {
+  const std::size_t peak = peak_memory();
+  return peak > base ? double(peak - base) / 1e6 : 0.0;
+}
+
 }  // namespace perf
 }  // namespace kattn

@@ -29,6 +29,9 @@ class LoopTimer {
 std::size_t reset_peak_memory();
 // Peak RSS since the last reset, in bytes.
 std::size_t peak_memory();
+// Peak RSS above `base` (from reset_peak_memory) in MB; 0 when the peak reads below the base
+// (Linux updates RSS counters per thread in batches, so the two can disagree by a few pages).
+double extra_memory_mb(std::size_t base);
 
 }  // namespace perf
 }  // namespace kattn
