@@ -16,6 +16,9 @@
 #include "dist_commands.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
+#include "kattn/block_sparse.hpp"
+#include "kattn/reference_masked.hpp"
+#include "run_block_sparse.hpp"
 #include "kattn/backward.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/forward.hpp"
@@ -31,6 +34,7 @@ const char* kGradUsage =
     "                  [--causal] [--window LEFT,RIGHT] [--softcap C] [--scale S] [--dtype f32|f64]\n"
     "                  [--dq DQ.npy] [--dk DK.npy] [--dv DV.npy] [--deterministic]\n"
     "                  [--dq-strategy auto|key-chunks|query-pass|atomic] [--dq-chunks N] [--check] [--json]\n"
+    "                  [--block-mask MASK.npy --mask-block B | --pattern P [--mask-block B]]  (block-sparse)\n"
     "       mpirun -np P kattn grad --dist ring [--zigzag] [--deterministic] [--chunk KEYS] ...\n"
     "Gradients of sum(O * dO) with respect to q, k, v. O and LSE are computed by the forward pass\n"
     "when not given. --check compares with the textbook backward in float64 and exits with status 3\n"
@@ -82,7 +86,7 @@ GivenForward read_given_forward(Args& args, const DenseInputs& in) {
 
 template <class T>
 Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_values, const GivenForward& given,
-                       const Options& opt, const BackwardOptions& bopt) {
+                       const Options& opt, const BackwardOptions& bopt, const BlockMask* mask) {
   const auto q = to_view<Tensor4<T>>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
   const auto k = to_view<Tensor4<T>>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
   const auto v = to_view<Tensor4<T>>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
@@ -99,7 +103,10 @@ Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_va
     lse = Tensor3<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), in.B, in.Hq, in.Nq);
     space.fence();
     const auto t0 = std::chrono::steady_clock::now();
-    forward(space, q, k, v, o, lse, opt);
+    if (mask)
+      forward(space, q, k, v, o, lse, *mask, opt);
+    else
+      forward(space, q, k, v, o, lse, opt);
     space.fence();
     out.forward_seconds = since(t0);
   }
@@ -111,7 +118,8 @@ Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_va
   poison(dv);
   space.fence();
   const auto t0 = std::chrono::steady_clock::now();
-  out.info = backward(space, q, k, v, o, lse, dout, dq, dk, dv, opt, bopt);
+  out.info = mask ? backward(space, q, k, v, o, lse, dout, dq, dk, dv, *mask, opt, bopt)
+                 : backward(space, q, k, v, o, lse, dout, dq, dk, dv, opt, bopt);
   space.fence();
   out.seconds = since(t0);
   out.dq = from_view(dq);
@@ -121,7 +129,8 @@ Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_va
 }
 
 // The textbook backward in float64 on the same (rounded) inputs.
-Gradients textbook(const DenseInputs& in, const std::vector<double>& dout_values, const Options& opt) {
+Gradients textbook(const DenseInputs& in, const std::vector<double>& dout_values, const Options& opt,
+                   const BlockMask* mask) {
   const double bytes = 2.0 * 8.0 * double(in.B) * double(in.Hq) * double(in.Nq) * double(in.Nk);
   KATTN_REQUIRE(bytes <= 16e9, "--check: the textbook backward would hold ", bytes / 1e9,
                 " GB of scores (two B x Hq x Nq x Nk float64 arrays); check a smaller problem");
@@ -131,7 +140,17 @@ Gradients textbook(const DenseInputs& in, const std::vector<double>& dout_values
   const auto v = to_view<T4>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
   const auto dout = to_view<T4>(dout_values, "do", in.B, in.Nq, in.Hq, in.D);
   T4 dq("dq", in.B, in.Nq, in.Hq, in.D), dk("dk", in.B, in.Nk, in.Hkv, in.D), dv("dv", in.B, in.Nk, in.Hkv, in.D);
-  reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, dout, dq, dk, dv, opt);
+  if (mask) {  // host loops with the block mask as element mask
+    const auto host = [](const T4& view) { return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view); };
+    auto hq = host(dq), hk = host(dk), hv = host(dv);
+    reference_backward_masked(host(q), host(k), host(v), host(dout), hq, hk, hv, expand_block_mask(*mask, in.Nq, in.Nk),
+                              opt);
+    Kokkos::deep_copy(dq, hq);
+    Kokkos::deep_copy(dk, hk);
+    Kokkos::deep_copy(dv, hv);
+  } else {
+    reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, dout, dq, dk, dv, opt);
+  }
   Gradients g;
   g.dq = from_view(dq);
   g.dk = from_view(dk);
@@ -173,16 +192,24 @@ int cmd_grad(Args& args) {
   KATTN_REQUIRE(dout.size() == in.q.size(),
                 "--do: give DO.npy (the gradient of the loss with respect to o) with --q/--k/--v, or use --random");
   const GivenForward given = read_given_forward(args, in);
+  const std::optional<BlockMask> mask = wants_block_sparse(args) ? std::optional<BlockMask>(read_block_mask(args, in))
+                                                                  : std::nullopt;
   args.finish();
 
-  const Gradients g = in.dtype == io::DType::f32 ? run_backward<float>(in, dout, given, opt, bopt)
-                                                 : run_backward<double>(in, dout, given, opt, bopt);
-  const double flops = 2.5 * attention_flops(in, opt);  // FlashAttention-2's backward count
+  const BlockMask* m = mask ? &*mask : nullptr;
+  const Gradients g = in.dtype == io::DType::f32 ? run_backward<float>(in, dout, given, opt, bopt, m)
+                                                 : run_backward<double>(in, dout, given, opt, bopt, m);
+  // FlashAttention-2's backward count (of the kept pairs under a block mask)
+  const double flops = 2.5 * (m ? sparse_flops(in, *m, opt) : attention_flops(in, opt));
   const double gflops = g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0;
   const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
   std::printf("kattn grad: dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n", dtype, (long long)in.B,
               (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
               opt.causal ? " causal" : "");
+  if (m)
+    std::printf("block mask: %lld x %lld blocks of %lld, %s, %.2f%% kept\n", (long long)m->q_blocks(),
+                (long long)m->k_blocks(), (long long)m->block(), m->heads() == 1 ? "shared" : "per head",
+                100.0 * m->density());
   std::printf("dq strategy: %s (%s)", name(g.info.dq), g.info.deterministic ? "deterministic" : "not deterministic");
   if (g.info.dq == DqStrategy::key_chunks) std::printf(", %d key chunks", g.info.chunks);
   std::printf(", tiles %d x %d, workspace %.1f MB\n", g.info.block_q, g.info.block_k,
@@ -194,6 +221,7 @@ int cmd_grad(Args& args) {
 
   Json j;
   j.add("algo", "flash").add("dtype", dtype).add("shape", in.shape()).add("causal", opt.causal);
+  if (m) j.add("mask_block", (long long)m->block()).add("mask_density", m->density());
   j.add("seconds", g.seconds).add("gflops", gflops).add("threads", host_threads());
   if (g.forward_seconds > 0) j.add("forward_seconds", g.forward_seconds).add("ratio", g.seconds / g.forward_seconds);
   j.add("dq_strategy", name(g.info.dq)).add("deterministic", g.info.deterministic);
@@ -201,7 +229,7 @@ int cmd_grad(Args& args) {
   j.add("workspace_bytes", static_cast<long long>(g.info.workspace_bytes));
   bool check_failed = false;
   if (check) {
-    const Gradients ref = textbook(in, dout, opt);
+    const Gradients ref = textbook(in, dout, opt, m);
     const ErrorStats e[3] = {compare(g.dq, ref.dq), compare(g.dk, ref.dk), compare(g.dv, ref.dv)};
     const char* names[3] = {"dq", "dk", "dv"};
     double max_abs = 0, rel = 0;

@@ -16,6 +16,7 @@
 #include "dist_commands.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
+#include "run_block_sparse.hpp"
 #include "kattn/decode.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/forward.hpp"
@@ -36,6 +37,9 @@ const char* kRunUsage =
     "  random:        --random-ragged HQ,HKV,D --q-lens L,.. --kv-lens L,.. [--page-size P [--shuffle-pages]]\n"
     "                 --random B,NQ,NK,HQ,HKV,D --page-size P [--shuffle-pages]\n"
     "  ragged and paged outputs: o [total_q,Hq,D], lse [total_q,Hq]\n"
+    "  block-sparse:  --block-mask MASK.npy --mask-block B (bool/uint8 [Nq/B,Nk/B] or [Hq,Nq/B,Nk/B]) or\n"
+    "                 --pattern local:W,global:G,strided:S,dilated:W:D [--mask-block B (default 64)];\n"
+    "                 dense inputs; --check uses the block mask expanded to an element mask\n"
     "  --save-inputs DIR writes the inputs (random ones too) as DIR/q.npy, k.npy, v.npy and the index\n"
     "  arrays (q_indptr.npy, kv_indptr.npy or kv_page_indptr.npy, kv_page_indices.npy, kv_last_page_len.npy)\n"
     "       mpirun -np P kattn run --dist ring|decode [--zigzag] [--deterministic] [--chunk KEYS] ...\n"
@@ -253,6 +257,10 @@ int cmd_run(Args& args) {
                 algo, "'");
   KATTN_REQUIRE(algo == "splitkv" || (opt.splits == 0 && opt.split_chunk == 0),
                 "--splits: splitting the keys needs --algo splitkv");
+  if (wants_block_sparse(args)) {
+    KATTN_REQUIRE(!save_dir, "--save-inputs: not supported with --block-mask / --pattern");
+    return run_block_sparse(args, algo, opt, check, json, out_path, lse_path);
+  }
   if (wants_batch_inputs(args)) {
     const BatchInputs in = read_batch_inputs(args);
     args.finish();

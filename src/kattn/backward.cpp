@@ -21,7 +21,7 @@ namespace detail {
 // sum of the dQ partials, each labelled "kattn::backward::<step>".
 template <class ExecSpace, class T>
 BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
-                           const BackwardOptions& bopt) {
+                           const BackwardOptions& bopt, const BlockSparse& bs) {
   compat::ScopedRegion region("kattn::backward");
   const AttentionParams<T>& f = p.fwd;
   const BackwardPlan plan = plan_backward<ExecSpace, T>(space, f.batch, f.heads_kv, f.group_size(), f.head_dim,
@@ -89,6 +89,7 @@ BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, c
     kern.chunks = plan.chunks;
     kern.scratch_level = plan.key_scratch_level;
     kern.ws = ws;
+    kern.bs = bs;
     Policy policy(space, kern.league_size(), Tn::team_size);
     policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
     Kokkos::parallel_for("kattn::backward::key_pass", policy, kern);
@@ -103,6 +104,7 @@ BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, c
     kern.row_tiles = plan.row_tiles;
     kern.scratch_level = plan.query_scratch_level;
     kern.ws = ws;
+    kern.bs = bs;
     Policy policy(space, kern.league_size(), Tn::team_size);
     policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
     Kokkos::parallel_for("kattn::backward::query_pass", policy, kern);
@@ -117,7 +119,7 @@ BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, c
 
 #define KATTN_INSTANTIATE_BACKWARD(Space, T)                                                            \
   template BackwardInfo backward_impl<Space, T>(const Space&, const BackwardParams<T>&, const Options&, \
-                                                const BackwardOptions&);
+                                                const BackwardOptions&, const BlockSparse&);
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_BACKWARD)
 
 }  // namespace detail

@@ -10,6 +10,7 @@
 #include "kattn/backward_options.hpp"
 #include "kattn/backward_params.hpp"
 #include "kattn/backward_shapes.hpp"
+#include "kattn/detail/block_sparse.hpp"
 #include "kattn/options.hpp"
 
 namespace kattn {
@@ -27,7 +28,7 @@ namespace detail {
 
 template <class ExecSpace, class T>
 BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
-                           const BackwardOptions& bopt);
+                           const BackwardOptions& bopt, const BlockSparse& bs = {});
 
 template <class ExecSpace, class... Views>
 constexpr bool backward_accessible_from() {

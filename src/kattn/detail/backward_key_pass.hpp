@@ -22,6 +22,7 @@
 #include "kattn/backward_params.hpp"
 #include "kattn/compat.hpp"
 #include "kattn/detail/backward_plan.hpp"
+#include "kattn/detail/block_sparse.hpp"
 #include "kattn/detail/backward_steps.hpp"
 #include "kattn/detail/backward_workspace.hpp"
 #include "kattn/detail/tile_gemm.hpp"
@@ -49,6 +50,7 @@ struct BackwardKeyPass {
   int chunks = 1;
   int scratch_level = 0;
   BackwardWorkspace<T> ws;
+  BlockSparse bs;  // inactive: dense
 
   KOKKOS_INLINE_FUNCTION bool raw_k() const { return dq != DqStrategy::query_pass; }
   KOKKOS_INLINE_FUNCTION bool dq_tile() const { return dq != DqStrategy::query_pass; }
@@ -126,6 +128,8 @@ struct BackwardKeyPass {
         for (std::int64_t tq = i_lo * G / geo.block_q; tq <= tq_end; ++tq) {
           const std::int64_t t0 = tq * geo.block_q;
           const int n_rows = static_cast<int>(G * q_len - t0 < geo.block_q ? G * q_len - t0 : geo.block_q);
+          // Block-sparse: a query tile none of whose rows lists a block of these keys is skipped.
+          if (bs.active() && !bs.any_listed(bs.rows_of(hk, G, t0, n_rows), kb, kb + n_keys - 1)) continue;
           query_tile(member, b, hk, c, kb, n_keys, t0, n_rows, q_len, kv_len, s);
         }
       }
@@ -151,7 +155,7 @@ struct BackwardKeyPass {
       softcap_tanh(member, s.s, m_rows * geo.kp_keys, g.inv_cap);
       member.team_barrier();
     }
-    gradient_rows(member, kb, n_keys, t0, m_rows, n_rows, q_len, kv_len, s);
+    gradient_rows(member, hk, kb, n_keys, t0, m_rows, n_rows, q_len, kv_len, s);
     member.team_barrier();
     Gemm::accumulate(member, geo.kp_keys, geo.kp_dims, n_rows, s.s, 1, geo.kp_keys, s.dout, geo.kp_dims, s.dv,
                      geo.kp_dims);
@@ -171,14 +175,15 @@ struct BackwardKeyPass {
     member.team_barrier();
   }
 
-  // P and dS for each row: masked (window, padding keys) where some row does not see the whole tile.
-  KOKKOS_INLINE_FUNCTION void gradient_rows(const Member& member, std::int64_t kb, int n_keys, std::int64_t t0,
+  // P and dS for each row: masked (window, block mask, padding keys) where some row does not see the whole tile.
+  KOKKOS_INLINE_FUNCTION void gradient_rows(const Member& member, int hk, std::int64_t kb, int n_keys, std::int64_t t0,
                                             int m_rows, int n_rows, std::int64_t q_len, std::int64_t kv_len,
                                             const Tiles& s) const {
     const int G = p.fwd.group_size();
     const std::int64_t i_first = t0 / G, i_last = (t0 + n_rows - 1) / G;
     const bool full = n_keys == geo.kp_keys && kb >= window.first(i_last, q_len, kv_len) &&
-                      kb + n_keys - 1 <= window.last(i_first, q_len, kv_len);
+                      kb + n_keys - 1 <= window.last(i_first, q_len, kv_len) &&
+                      (!bs.active() || bs.all_listed(bs.rows_of(hk, G, t0, n_rows), kb, kb + n_keys - 1));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, m_rows), [&](const int r) {
       int begin = 0, end = geo.kp_keys;
       if (!full) {
@@ -187,6 +192,12 @@ struct BackwardKeyPass {
         const std::int64_t l = window.last(i, q_len, kv_len) - kb + 1;
         begin = static_cast<int>(f < 0 ? 0 : (f > n_keys ? n_keys : f));
         end = static_cast<int>(l < begin ? begin : (l > n_keys ? n_keys : l));
+        if (bs.active() && r < n_rows) {
+          T* row = s.s + r * geo.kp_keys;
+          bs.for_unlisted(hk * G + static_cast<int>((t0 + r) % G), i, kb, n_keys, [&](const int a, const int z) {
+            for (int j = a; j < z; ++j) row[j] = -compat::infinity<T>();
+          });
+        }
       }
       gradient_row(s.s + r * geo.kp_keys, s.dp + r * geo.kp_keys, geo.kp_keys, begin, end, s.lse2[r], s.di[r], g);
     });

@@ -17,6 +17,7 @@
 #include "kattn/backward_params.hpp"
 #include "kattn/compat.hpp"
 #include "kattn/detail/backward_plan.hpp"
+#include "kattn/detail/block_sparse.hpp"
 #include "kattn/detail/backward_steps.hpp"
 #include "kattn/detail/backward_workspace.hpp"
 #include "kattn/detail/online_softmax.hpp"
@@ -43,6 +44,7 @@ struct BackwardQueryPass {
   int row_tiles = 1;
   int scratch_level = 0;
   BackwardWorkspace<T> ws;
+  BlockSparse bs;  // inactive: dense
 
   int league_size() const { return p.fwd.batch * p.fwd.heads_kv * row_tiles; }
   std::size_t scratch_bytes() const { return ScratchBuffer::shmem_size(geo.query_pass_elements()); }
@@ -94,10 +96,17 @@ struct BackwardQueryPass {
     const Tiles s = carve(ScratchBuffer(member.team_scratch(scratch_level), geo.query_pass_elements()));
     load_rows(member, b, hk, t0, n_rows, s);
     member.team_barrier();
+    const BlockSparse::Rows mrows = bs.active() ? bs.rows_of(hk, G, t0, n_rows) : BlockSparse::Rows{};
     for (std::int64_t kb = lo <= hi ? lo / geo.block_k * geo.block_k : hi + 1; kb <= hi; kb += geo.block_k) {
+      if (bs.active()) {  // skip to the first tile holding a key some row lists
+        const std::int64_t next = bs.next_key(mrows, kb);
+        if (next > hi) break;
+        kb += (next - kb) / geo.block_k * geo.block_k;
+      }
       const int n_keys = static_cast<int>(kv_len - kb < geo.block_k ? kv_len - kb : geo.block_k);
       const bool full = n_keys == geo.qp_keys && kb >= window.first(i_last, q_len, kv_len) &&
-                        kb + n_keys - 1 <= window.last(i_first, q_len, kv_len);
+                        kb + n_keys - 1 <= window.last(i_first, q_len, kv_len) &&
+                        (!bs.active() || bs.all_listed(mrows, kb, kb + n_keys - 1));
       key_tile(member, b, hk, t0, n_rows, kb, n_keys, !full, q_len, kv_len, s);
     }
     store_rows(member, b, hk, t0, n_rows, s);
@@ -130,7 +139,7 @@ struct BackwardQueryPass {
       member.team_barrier();
     }
     if (masked) {
-      mask_rows(member, t0, n_rows, kb, n_keys, q_len, kv_len, s.st);
+      mask_rows(member, hk, t0, n_rows, kb, n_keys, q_len, kv_len, s.st);
       member.team_barrier();
     }
     gradient_columns(member, s.st, s.dpt, geo.qp_keys, geo.qp_rows, s.lse2, s.di, g);
@@ -180,7 +189,7 @@ struct BackwardQueryPass {
   }
 
   // Keys a row does not see (and padding keys) get -inf (after the softcap's tanh, if any).
-  KOKKOS_INLINE_FUNCTION void mask_rows(const Member& member, std::int64_t t0, int n_rows, std::int64_t kb,
+  KOKKOS_INLINE_FUNCTION void mask_rows(const Member& member, int hk, std::int64_t t0, int n_rows, std::int64_t kb,
                                         int n_keys, std::int64_t q_len, std::int64_t kv_len, T* st) const {
     const int G = p.fwd.group_size();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n_rows), [&](const int r) {
@@ -190,6 +199,11 @@ struct BackwardQueryPass {
       const int begin = static_cast<int>(f < 0 ? 0 : (f > n_keys ? n_keys : f));
       const int end = static_cast<int>(l < begin ? begin : (l > n_keys ? n_keys : l));
       mask_column(st, geo.qp_keys, geo.qp_rows, r, begin, end);
+      if (bs.active()) {
+        bs.for_unlisted(hk * G + static_cast<int>((t0 + r) % G), i, kb, n_keys, [&](const int a, const int z) {
+          for (int j = a; j < z; ++j) st[j * geo.qp_rows + r] = -compat::infinity<T>();
+        });
+      }
     });
   }
 

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "kattn/compat.hpp"
+#include "kattn/detail/block_sparse.hpp"
 #include "kattn/detail/masked_values.hpp"
 #include "kattn/detail/online_softmax.hpp"
 #include "kattn/detail/tile_gemm.hpp"
@@ -60,6 +61,7 @@ struct TiledAttention {
   std::int64_t chunk = 0;  // keys per split; 0 = ceil(kv_len / splits) per sequence
   int scratch_level = 0;
   SplitWorkspace<T> ws;
+  BlockSparse bs;  // inactive: dense
 
   int league_size() const { return p.batch * p.heads_kv * row_tiles * splits; }
   std::size_t scratch_bytes() const { return ScratchBuffer::shmem_size(geo.scratch_elements()); }
@@ -98,10 +100,19 @@ struct TiledAttention {
     const Tiles s = carve(ScratchBuffer(member.team_scratch(scratch_level), geo.scratch_elements()));
     load_queries(member, w.b, w.hk, w.t0, w.n_rows, s);
     member.team_barrier();
+    const BlockSparse::Rows mrows = bs.active() ? bs.rows_of(w.hk, p.group_size(), w.t0, w.n_rows) : BlockSparse::Rows{};
     for (std::int64_t kb = w.kb_begin; kb <= w.hi; kb += geo.block_k) {
+      if (bs.active()) {
+        // Block-sparse: jump to the first tile (on the same grid) holding a key some row lists;
+        // tiles no row lists are never loaded.
+        const std::int64_t next = bs.next_key(mrows, kb);
+        if (next > w.hi) break;
+        kb += (next - kb) / geo.block_k * geo.block_k;
+      }
       const int n_keys = w.keys_at(kb, geo.block_k);
       // Only tiles that some row does not see whole need masking (padding keys included).
-      const bool full = n_keys == geo.keys_p && rows_see_whole_tile(window, w, kb, n_keys);
+      const bool full = n_keys == geo.keys_p && rows_see_whole_tile(window, w, kb, n_keys) &&
+                        (!bs.active() || bs.all_listed(mrows, kb, kb + n_keys - 1));
       fold_tile(member, w.b, w.hk, w.t0, w.n_rows, kb, n_keys, !full, w.q_len, w.kv_len, s);
     }
     write_rows(member, w.b, w.hk, w.t0, w.n_rows, w.split, s);
@@ -133,7 +144,7 @@ struct TiledAttention {
       member.team_barrier();
     }
     if (masked) {
-      mask_tile(member, t0, n_rows, kb, n_keys, q_len, kv_len, s.st);
+      mask_tile(member, hk, t0, n_rows, kb, n_keys, q_len, kv_len, s.st);
       member.team_barrier();
     }
     column_max(member, s.st, geo.keys_p, geo.rows_p, s.tile_max);
@@ -192,8 +203,8 @@ struct TiledAttention {
     });
   }
 
-  // Keys a row does not see (and padding keys) get -inf.
-  KOKKOS_INLINE_FUNCTION void mask_tile(const Member& member, std::int64_t t0, int n_rows, std::int64_t kb,
+  // Keys a row does not see (window, block mask; and padding keys) get -inf.
+  KOKKOS_INLINE_FUNCTION void mask_tile(const Member& member, int hk, std::int64_t t0, int n_rows, std::int64_t kb,
                                         int n_keys, std::int64_t q_len, std::int64_t kv_len, T* st) const {
     const int G = p.group_size();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n_rows), [&](const int r) {
@@ -203,6 +214,12 @@ struct TiledAttention {
       const int begin = static_cast<int>(f < 0 ? 0 : (f > n_keys ? n_keys : f));
       const int end = static_cast<int>(l < begin ? begin : (l > n_keys ? n_keys : l));
       mask_column(st, geo.keys_p, geo.rows_p, r, begin, end);
+      if (bs.active()) {
+        const int h = hk * G + static_cast<int>((t0 + r) % G);
+        bs.for_unlisted(h, i, kb, n_keys, [&](const int a, const int z) {
+          for (int j = a; j < z; ++j) st[j * geo.rows_p + r] = -compat::infinity<T>();
+        });
+      }
     });
   }
 

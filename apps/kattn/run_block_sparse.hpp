@@ -1,0 +1,31 @@
+// `kattn run` with a block mask (--block-mask MASK.npy --mask-block B, or --pattern P).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "args.hpp"
+#include "inputs.hpp"
+#include "kattn/block_mask.hpp"
+#include "kattn/options.hpp"
+
+namespace kattn {
+namespace cli {
+
+// Whether the arguments ask for block-sparse attention.
+inline bool wants_block_sparse(const Args& args) { return args.has("--block-mask") || args.has("--pattern"); }
+
+// The mask from --block-mask MASK.npy (bool, uint8 or integer [Nq/B, Nk/B] or [Hq, Nq/B, Nk/B])
+// with --mask-block B, or from --pattern P (--mask-block defaults to 64), for inputs `in`.
+BlockMask read_block_mask(Args& args, const DenseInputs& in);
+
+// 4 D x (query-key pairs the block mask and the options both keep) per head.
+double sparse_flops(const DenseInputs& in, const BlockMask& m, const Options& opt);
+
+// Reads the dense inputs and the mask, runs `algo` (naive, flash or splitkv), reports; returns
+// the exit status (3: --check failed).
+int run_block_sparse(Args& args, const std::string& algo, const Options& opt, bool check, bool json,
+                     const std::optional<std::string>& out_path, const std::optional<std::string>& lse_path);
+
+}  // namespace cli
+}  // namespace kattn
