@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs kattn's build dependencies from Debian 12's packages when any is missing.
+#   scripts/install-deps.sh [fuzz]     (fuzz: also clang and libFuzzer, for scripts/fuzz.sh)
 set -euo pipefail
 
 packages=(
@@ -8,6 +9,9 @@ packages=(
   libopenmpi-dev openmpi-bin                                                        # MPI layer
   libgtest-dev libgmock-dev libbenchmark-dev                                        # tests and benchmarks
 )
+if [ "${1:-}" = fuzz ]; then
+  packages+=(clang libclang-rt-14-dev)                                              # libFuzzer (scripts/fuzz.sh)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <random>
 
+#include "kattn/detail/memory_check.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/mask.hpp"
 
@@ -149,14 +150,21 @@ BatchInputs read_batch_inputs(Args& args) {
       for (int i : {0, 3, 4, 5}) KATTN_REQUIRE(r[i] >= 1, "--random: B, HQ, HKV and D must be >= 1, got ", r[i]);
       KATTN_REQUIRE(r[1] >= 0 && r[2] >= 0, "--random: NQ and NK must be >= 0");
       in.Hq = r[3], in.Hkv = r[4], in.D = r[5];
+      KATTN_REQUIRE(r[0] <= (1 << 24) && r[1] <= (std::int64_t(1) << 31) && r[2] <= (std::int64_t(1) << 31),
+                    "--random: with --page-size, expected at most 2^24 sequences of at most 2^31 queries and keys");
       q_lens.assign(r[0], r[1]);
       kv_lens.assign(r[0], r[2]);
     }
     KATTN_REQUIRE(in.Hq >= 1 && in.Hkv >= 1 && in.D >= 1, "--random-ragged: HQ, HKV and D must be >= 1");
     in.q_indptr = indptr_of(q_lens);
     in.kv_indptr = indptr_of(kv_lens);
-    const double elems = double(std::max(in.q_indptr.back() * in.Hq, in.kv_indptr.back() * in.Hkv)) * in.D;
+    // In double: the products of huge arguments must not wrap before they are refused.
+    const double elems = std::max(double(in.q_indptr.back()) * double(in.Hq), double(in.kv_indptr.back()) * double(in.Hkv)) *
+                         double(in.D);
     KATTN_REQUIRE(elems < 4e9, "--random: ", elems, " elements per array is more than this program will draw");
+    kattn::detail::require_memory<Kokkos::HostSpace>(
+        8 * std::uint64_t(in.D * (in.q_indptr.back() * in.Hq + 2 * in.kv_indptr.back() * in.Hkv)),
+        "--random: the inputs", "q, k and v as float64", "use smaller shapes");
     in.dtype = parse_dtype(dtype, io::DType::f32);
     // The same streams as the dense draw: --random with --page-size sees the same numbers.
     in.q = random_normal(in.q_indptr.back() * in.Hq * in.D, 3 * seed + 1);

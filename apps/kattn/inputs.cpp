@@ -4,6 +4,7 @@
 #include <limits>
 #include <random>
 
+#include "kattn/detail/memory_check.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/mask.hpp"
 
@@ -57,8 +58,14 @@ DenseInputs read_dense_inputs(Args& args, const std::string& extra, std::vector<
       KATTN_REQUIRE(r[i] >= (i == 1 || i == 2 ? 0 : 1), "--random: ", names[i], " must be >= ",
                     (i == 1 || i == 2 ? 0 : 1), ", got ", r[i]);
     in.B = r[0], in.Nq = r[1], in.Nk = r[2], in.Hq = r[3], in.Hkv = r[4], in.D = r[5];
-    const double elems = double(in.B) * std::max(in.Nq, in.Nk) * in.Hq * in.D;
+    // In double: the products of huge arguments must not wrap before they are refused.
+    const double elems = double(in.B) * std::max(double(in.Nq) * double(in.Hq), double(in.Nk) * double(in.Hkv)) *
+                         double(in.D);
     KATTN_REQUIRE(elems < 4e9, "--random: ", elems, " elements per array is more than this program will draw");
+    // q, k, v in double on the host, before any of them is drawn.
+    kattn::detail::require_memory<Kokkos::HostSpace>(
+        8 * std::uint64_t(in.B * in.D * (in.Nq * in.Hq + 2 * in.Nk * in.Hkv)), "--random: the inputs",
+        "q, k and v as float64", "use smaller shapes");
     in.dtype = dtype ? parse_dtype(*dtype) : io::DType::f32;
     const std::uint64_t s = static_cast<std::uint64_t>(seed.value_or(0));
     in.q = random_normal(in.B * in.Nq * in.Hq * in.D, 3 * s + 1);

@@ -10,6 +10,7 @@
 #include "kattn/detail/backward_plan.hpp"
 #include "kattn/detail/backward_query_pass.hpp"
 #include "kattn/detail/backward_rows.hpp"
+#include "kattn/detail/memory_check.hpp"
 #include "kattn/mask.hpp"
 #include "kattn/state.hpp"
 
@@ -38,6 +39,17 @@ BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, c
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Array = Kokkos::View<T*, typename ExecSpace::memory_space>;
   const std::size_t rows = std::size_t(f.heads_kv) * plan.ws_rows;
+  {
+    const std::uint64_t row_values = saturating_mul(f.heads_kv, plan.ws_rows);
+    const bool partials = plan.dq == DqStrategy::key_chunks && f.q_len > 0;
+    const std::uint64_t values = saturating_add(
+        saturating_mul(2, row_values), partials ? saturating_mul(saturating_mul(plan.chunks, row_values), plan.geo.kp_dims) : 0);
+    require_memory<typename ExecSpace::memory_space>(
+        saturating_mul(values, sizeof(T)), "kattn::backward: the workspace (D, lse and dQ partials)",
+        concat(f.q_total, " query rows x ", f.heads_q, " heads x (2", partials ? concat(" + ", plan.chunks, " chunks x ", plan.geo.kp_dims, " dims") : std::string(),
+               ") values of ", sizeof(T), " bytes"),
+        "use the query-pass or atomic dQ strategy (no dQ partials) or fewer sequences");
+  }
   Array lse2(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::backward::lse2"), rows);
   Array di(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::backward::D"), rows);
   Array dq_partials;

@@ -59,7 +59,8 @@ PagedLayout<MemorySpace> make_paged_layout(const QIndptr& q_indptr, const PageIn
                 " entries (one per sequence, B from q_indptr), got ", last.size());
   PagedLayout<MemorySpace> layout;
   for (std::size_t i = 0; i < idx.size(); ++i) {
-    KATTN_REQUIRE(idx[i] >= 0, "kv_page_indices: expected page indices >= 0, got ", idx[i], " at position ", i);
+    KATTN_REQUIRE(idx[i] >= 0 && idx[i] < INT64_MAX, "kv_page_indices: expected page indices >= 0 (and below 2^63 - 1), got ",
+                  idx[i], " at position ", i);
     if (idx[i] + 1 > layout.pages_needed) {
       layout.pages_needed = idx[i] + 1;
       layout.largest_at = static_cast<std::int64_t>(i);
@@ -75,6 +76,9 @@ PagedLayout<MemorySpace> make_paged_layout(const QIndptr& q_indptr, const PageIn
       KATTN_REQUIRE(last[b] >= 1 && last[b] <= page_size, "kv_last_page_len: expected 1 .. ", page_size,
                     " (the page size) for sequence ", b, ", got ", last[b]);
     }
+    // A sequence's keys must count in 64 bits (the kernels index keys with int64).
+    KATTN_REQUIRE(pages == 0 || pages - 1 <= (INT64_MAX - last[b]) / page_size, "kv_page_indptr: sequence ", b, " has ",
+                  pages, " pages of ", page_size, " keys, more keys than fit in 64 bits");
     layout.lengths.kv_len[b] = pages == 0 ? 0 : (pages - 1) * page_size + last[b];
   }
   layout.batch = B;

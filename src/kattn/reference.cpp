@@ -6,6 +6,8 @@
 
 #include "kattn/compat.hpp"
 #include "kattn/detail/backends.hpp"
+#include "kattn/detail/memory_check.hpp"
+#include "kattn/detail/score_matrix.hpp"
 #include "kattn/mask.hpp"
 #include "kattn/state.hpp"
 
@@ -13,9 +15,7 @@ namespace kattn {
 namespace detail {
 namespace {
 
-// S and P share one [B, Hq, Nq, Nk] array: the softmax kernel reads S and writes P in place.
-template <class ExecSpace, class T>
-using ScoreMatrix = Kokkos::View<T****, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+// S and P share one [B, Hq, Nq, Nk] array (ScoreMatrix): the softmax kernel reads S and writes P in place.
 
 template <class ExecSpace, class T>
 struct Scores {
@@ -89,10 +89,15 @@ template <class ExecSpace, class T>
 void reference_impl(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt) {
   compat::ScopedRegion region("kattn::reference");
   if (p.batch == 0 || p.q_len == 0) return;
+  require_memory<typename ExecSpace::memory_space>(
+      saturating_mul(saturating_mul(saturating_mul(p.batch, p.heads_q), saturating_mul(p.q_len, p.kv_len)), sizeof(T)),
+      "kattn::reference: the score matrix S (P in place)",
+      concat(p.batch, " sequences x ", p.heads_q, " heads x ", p.q_len, " queries x ", p.kv_len, " keys x ", sizeof(T),
+             " bytes"),
+      "use the tiled algorithm (kattn::forward, kattn run --algo flash) or fewer sequences");
   using Rank3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>, Kokkos::IndexType<std::int64_t>>;
   using Rank4 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<4>, Kokkos::IndexType<std::int64_t>>;
-  ScoreMatrix<ExecSpace, T> s(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::reference::S"),
-                              p.batch, p.heads_q, p.q_len, p.kv_len);
+  ScoreMatrix<ExecSpace, T> s(space, "kattn::reference::S", p.batch, p.heads_q, p.q_len, p.kv_len);
   const KeyWindow window = KeyWindow::from(opt);
   const T scale = static_cast<T>(opt.scale != 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(p.head_dim)));
   if (p.kv_len > 0) {

@@ -5,6 +5,8 @@
 
 #include "kattn/compat.hpp"
 #include "kattn/detail/backends.hpp"
+#include "kattn/detail/memory_check.hpp"
+#include "kattn/detail/score_matrix.hpp"
 #include "kattn/mask.hpp"
 #include "kattn/state.hpp"
 
@@ -14,7 +16,7 @@ namespace {
 
 // P, and dP then dS, as [B, Hq, Nq, Nk] arrays (Nq, Nk: the longest sequences).
 template <class ExecSpace, class T>
-using Matrix = Kokkos::View<T****, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+using Matrix = ScoreMatrix<ExecSpace, T>;
 
 template <class T>
 struct Problem {
@@ -158,15 +160,20 @@ void reference_backward_impl(const ExecSpace& space, const BackwardParams<T>& p,
   compat::ScopedRegion region("kattn::reference_backward");
   const AttentionParams<T>& f = p.fwd;
   if (f.batch == 0 || f.heads_q == 0) return;
+  require_memory<typename ExecSpace::memory_space>(
+      saturating_mul(saturating_mul(saturating_mul(f.batch, f.heads_q), saturating_mul(f.q_len, f.kv_len)),
+                     2 * sizeof(T)),
+      "kattn::reference_backward: P and dS",
+      concat("2 x ", f.batch, " sequences x ", f.heads_q, " heads x ", f.q_len, " queries x ", f.kv_len, " keys x ",
+             sizeof(T), " bytes"),
+      "use the tiled backward (kattn::backward, kattn grad --algo flash) or fewer sequences");
   using Rank3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>, Kokkos::IndexType<std::int64_t>>;
   using Rank4 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<4>, Kokkos::IndexType<std::int64_t>>;
   Problem<T> pr{p, KeyWindow::from(opt),
                 static_cast<T>(opt.scale != 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(f.head_dim))),
                 static_cast<T>(opt.softcap)};
-  Matrix<ExecSpace, T> s(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::reference_backward::P"),
-                         f.batch, f.heads_q, f.q_len, f.kv_len);
-  Matrix<ExecSpace, T> dp(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::reference_backward::dS"),
-                          f.batch, f.heads_q, f.q_len, f.kv_len);
+  Matrix<ExecSpace, T> s(space, "kattn::reference_backward::P", f.batch, f.heads_q, f.q_len, f.kv_len);
+  Matrix<ExecSpace, T> dp(space, "kattn::reference_backward::dS", f.batch, f.heads_q, f.q_len, f.kv_len);
   const Rank4 pairs(space, {0, 0, 0, 0}, {f.batch, f.heads_q, f.q_len, f.kv_len});
   const Rank3 rows(space, {0, 0, 0}, {f.batch, f.heads_q, f.q_len});
   if (f.q_len > 0 && f.kv_len > 0) {

@@ -88,6 +88,9 @@ AttentionParams<typename OView::non_const_value_type> dense_params(const QView& 
   detail::require_contiguous_dim(v, "v");
   detail::require_contiguous_dim(o, "o");
   KATTN_REQUIRE(B <= INT32_MAX && Hq <= INT32_MAX && D <= INT32_MAX, "q: batch, heads and head dim must each fit in 32 bits");
+  // Rows of the whole batch (B x Nq x Hq: workspace and league sizes) must count in 64 bits.
+  KATTN_REQUIRE(Nq <= INT64_MAX / (B * Hq > 0 ? B * Hq : 1), "q: ", B, " sequences x ", Nq, " queries x ", Hq,
+                " heads: more rows than fit in 64 bits");
 
   AttentionParams<T> p;
   p.q = q.data();

@@ -148,7 +148,8 @@ BackwardPlan plan_backward(const ExecSpace& space, int batch, int heads_kv, int 
     // Enough teams to fill a node when the batch has few heads, never more than the key tiles,
     // and at most backward_max_dq_chunks partial dQ arrays. Depends on the problem only, so the
     // result is the same for every thread count.
-    const int teams = std::max(1, batch * heads_kv);
+    const int teams = static_cast<int>(
+        std::min<std::int64_t>(INT32_MAX, std::max<std::int64_t>(1, std::int64_t(batch) * heads_kv)));
     int c = bopt.dq_chunks ? bopt.dq_chunks
                            : std::min(Tn::backward_max_dq_chunks, (Tn::backward_target_teams + teams - 1) / teams);
     plan.chunks = std::max(1, std::min(c, std::max(plan.key_tiles, 1)));

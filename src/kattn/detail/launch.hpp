@@ -9,6 +9,7 @@
 
 #include "kattn/compat.hpp"
 #include "kattn/errors.hpp"
+#include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/merge_partials.hpp"
 #include "kattn/detail/row_tiled_attention.hpp"
 #include "kattn/detail/tiled_attention.hpp"
@@ -67,6 +68,14 @@ void launch_tiles(const ExecSpace& space, const AttentionParams<T>& p, Kernel& k
   if (split.splits > 1) {
     // Rows of the workspace: every (query row, head) of the batch.
     kern.ws.rows = p.q_total * p.heads_q;
+    KATTN_REQUIRE(std::int64_t(p.batch) * p.q_len <= INT32_MAX, "splits: the merge of ", p.batch, " sequences x ",
+                  p.q_len, " query positions needs more teams than a league holds (2^31 - 1); use one split");
+    const std::uint64_t values = saturating_mul(saturating_mul(split.splits, kern.ws.rows), p.head_dim + 1);
+    require_memory<typename ExecSpace::memory_space>(
+        saturating_mul(values, sizeof(T)), name + ": the split-KV workspace",
+        concat(split.splits, " splits x ", p.q_total, " query rows x ", p.heads_q, " heads x (", p.head_dim,
+               " + 1) values of ", sizeof(T), " bytes"),
+        "use fewer splits (Options::splits, or a larger split_chunk) or a smaller batch");
     part_o = Kokkos::View<T*, typename ExecSpace::memory_space>(
         Kokkos::view_alloc(space, Kokkos::WithoutInitializing, name + "::partial_o"),
         static_cast<std::size_t>(split.splits * kern.ws.rows * p.head_dim));

@@ -21,8 +21,10 @@ KOKKOS_INLINE_FUNCTION void merge_row(const Member& member, int n_parts, int hea
   for (int s = 0; s < n_parts; ++s) {
     const T* part = part_o(s);
     const Merge<T> mg = merge(st, from_lse(part_lse(s)));
-    // alpha_a is 0 while st is empty, and out is not yet written then: never read it.
-    const bool fresh = s == 0 || mg.alpha_a == T(0);
+    // While st is empty nothing has been merged yet: out holds no value to keep (never read it).
+    // Once it is not, out is kept even when alpha_a underflows to 0, so that a NaN in it (a NaN
+    // value under a zero weight) stays NaN as in the textbook algorithm.
+    const bool fresh = s == 0 || st.is_empty();
     Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, head_dim), [&](const int d) {
       const T prev = fresh ? T(0) : out[d];
       out[d] = mg.alpha_a * prev + mg.alpha_b * part[d];

@@ -165,7 +165,20 @@ struct RowTiledAttention {
       member.team_barrier();
       exponentiate_rows(member, geo, keys, h.s, h.tile_max, h.l);
       member.team_barrier();
-      row_values(member, geo, n_keys, h.s, vrow, v_head_offset(hl), h.o, h.alpha, vnext, n_next);
+      const std::ptrdiff_t v_off = v_head_offset(hl);
+      const auto v_at = [&](int j) { return vrow[j].p + v_off; };
+      if (masked && !values_finite<Member, T>(member, n_keys, p.head_dim, v_at)) {
+        const int G = p.group_size();
+        masked_values<Member, T>(
+            member, geo.rows_p, geo.dims_p,
+            [&](int r, int& begin, int& end) {
+              if (r < w.n_rows) visible_keys(window, (w.t0 + r) / G, kb, n_keys, w.q_len, w.kv_len, begin, end);
+            },
+            [&](int r, int j) { return h.s[r * geo.keys_p + j]; }, v_at,
+            [&](int r, int d) -> T& { return h.o[r * geo.dims_p + d]; }, h.alpha);
+      } else {
+        row_values(member, geo, n_keys, h.s, vrow, v_off, h.o, h.alpha, vnext, n_next);
+      }
       member.team_barrier();
     }
   }

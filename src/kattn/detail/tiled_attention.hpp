@@ -21,6 +21,7 @@
 
 #include "kattn/compat.hpp"
 #include "kattn/detail/block_sparse.hpp"
+#include "kattn/detail/masked_values.hpp"
 #include "kattn/detail/online_softmax.hpp"
 #include "kattn/detail/tile_gemm.hpp"
 #include "kattn/detail/tile_schedule.hpp"
@@ -152,8 +153,20 @@ struct TiledAttention {
     member.team_barrier();
     exponentiate_columns(member, s.st, geo.keys_p, geo.rows_p, s.tile_max, s.l);
     member.team_barrier();
-    TeamTileGemm<R, J>::invoke(member, geo.dims_p, geo.rows_p, geo.keys_p, v, 1, v_row, s.st, geo.rows_p, s.ot,
-                               geo.rows_p, static_cast<const T*>(s.alpha));
+    const auto v_at = [&](int j) { return v + std::ptrdiff_t(j) * v_row; };
+    if (masked && !values_finite<Member, T>(member, n_keys, D, v_at)) {
+      const int G = p.group_size();
+      masked_values<Member, T>(
+          member, geo.rows_p, geo.dims_p,
+          [&](int r, int& begin, int& end) {
+            if (r < n_rows) visible_keys(window, (t0 + r) / G, kb, n_keys, q_len, kv_len, begin, end);
+          },
+          [&](int r, int j) { return s.st[j * geo.rows_p + r]; }, v_at,
+          [&](int r, int d) -> T& { return s.ot[d * geo.rows_p + r]; }, s.alpha);
+    } else {
+      TeamTileGemm<R, J>::invoke(member, geo.dims_p, geo.rows_p, geo.keys_p, v, 1, v_row, s.st, geo.rows_p, s.ot,
+                                 geo.rows_p, static_cast<const T*>(s.alpha));
+    }
     member.team_barrier();
   }
 

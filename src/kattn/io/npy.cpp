@@ -62,6 +62,18 @@ template std::vector<std::int64_t> NpyArray::values<std::int64_t>() const;
 
 namespace {
 
+// File bytes quoted in a message: control and non-ASCII bytes as '?', at most 40 characters, so
+// that every refusal stays one printable line whatever the file holds.
+std::string printable(const std::string& text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && i < 40; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    out.push_back(c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?');
+  }
+  if (text.size() > 40) out += "...";
+  return out;
+}
+
 // The header is a Python dict literal: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
 std::string dict_value(const std::string& header, const std::string& key, const std::string& what) {
   const std::string quoted = "'" + key + "'";
@@ -97,12 +109,12 @@ std::vector<std::int64_t> parse_shape(const std::string& tuple, const std::strin
   while (i < end) {
     while (i < end && (std::isspace(static_cast<unsigned char>(tuple[i])) || tuple[i] == ',')) ++i;
     if (i >= end) break;
-    KATTN_REQUIRE(std::isdigit(static_cast<unsigned char>(tuple[i])), what, ": malformed shape ", tuple,
+    KATTN_REQUIRE(std::isdigit(static_cast<unsigned char>(tuple[i])), what, ": malformed shape ", printable(tuple),
                   " in .npy header");
     std::int64_t v = 0;
     while (i < end && std::isdigit(static_cast<unsigned char>(tuple[i]))) {
       KATTN_REQUIRE(v <= (std::numeric_limits<std::int64_t>::max() - 9) / 10, what, ": dimension too large in shape ",
-                    tuple);
+                    printable(tuple));
       v = v * 10 + (tuple[i] - '0');
       ++i;
     }
@@ -110,7 +122,7 @@ std::vector<std::int64_t> parse_shape(const std::string& tuple, const std::strin
     if (i < end && tuple[i] == 'L') ++i;
     shape.push_back(v);
     while (i < end && std::isspace(static_cast<unsigned char>(tuple[i]))) ++i;
-    KATTN_REQUIRE(i >= end || tuple[i] == ',', what, ": malformed shape ", tuple, " in .npy header");
+    KATTN_REQUIRE(i >= end || tuple[i] == ',', what, ": malformed shape ", printable(tuple), " in .npy header");
   }
   return shape;
 }
@@ -121,9 +133,9 @@ DType parse_descr(const std::string& d, const std::string& what) {
   if (d == "<i4") return DType::i32;
   if (d == "<i8") return DType::i64;
   if (d == "|b1" || d == "<b1" || d == "|u1" || d == "|i1") return DType::b1;
-  KATTN_REQUIRE(d.empty() || d[0] != '>', what, ": big-endian data ('", d,
+  KATTN_REQUIRE(d.empty() || d[0] != '>', what, ": big-endian data ('", printable(d),
                 "') is not supported; save it little endian (arr.astype(arr.dtype.newbyteorder('<')))");
-  KATTN_REQUIRE(false, what, ": unsupported dtype '", d,
+  KATTN_REQUIRE(false, what, ": unsupported dtype '", printable(d),
                 "'; expected float32 (<f4), float64 (<f8), int32 (<i4), int64 (<i8) or bool (|b1)");
   return DType::f32;
 }
