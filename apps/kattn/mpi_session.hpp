@@ -40,8 +40,14 @@ class MpiSession {
   int run(F&& body) {
     try {
       return body();
-    } catch (const Error&) {
-      if (rank_ == 0) throw;  // main prints it, once
+    } catch (const Error& e) {
+      // Rank 0 prints it, once, and every rank waits for that before leaving: a rank that exits
+      // with status 2 first makes mpiexec kill the job, and rank 0's line would be lost.
+      if (rank_ == 0) {
+        std::fprintf(stderr, "%s\n", e.what());
+        std::fflush(stderr);
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
       return 2;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "kattn: rank %d: %s\n", rank_, e.what());
