@@ -161,6 +161,21 @@ KATTN_CLI_VIEW_FUNCTIONS(Tensor3<double>)
 template std::vector<double> from_view<Tensor2<float>>(const Tensor2<float>&);
 template std::vector<double> from_view<Tensor2<double>>(const Tensor2<double>&);
 
+template <class T>
+DenseViews<T> make_dense_views(const DenseInputs& in) {
+  DenseViews<T> d;
+  d.q = to_view<Tensor4<T>>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
+  d.k = to_view<Tensor4<T>>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
+  d.v = to_view<Tensor4<T>>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
+  d.o = Tensor4<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), in.B, in.Nq, in.Hq, in.D);
+  d.lse = Tensor3<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), in.B, in.Hq, in.Nq);
+  poison(d.o);
+  poison(d.lse);
+  return d;
+}
+template DenseViews<float> make_dense_views<float>(const DenseInputs&);
+template DenseViews<double> make_dense_views<double>(const DenseInputs&);
+
 ErrorStats compare(const std::vector<double>& out, const std::vector<double>& ref) {
   KATTN_ASSERT(out.size() == ref.size());
   ErrorStats e;

@@ -53,6 +53,15 @@ std::vector<double> from_view(const View& view);
 template <class View>
 void poison(const View& view);
 
+// The inputs as views and the outputs o [B, Nq, Hq, D], lse [B, Hq, Nq], filled with NaN.
+template <class T>
+struct DenseViews {
+  Tensor4<T> q, k, v, o;
+  Tensor3<T> lse;
+};
+template <class T>
+DenseViews<T> make_dense_views(const DenseInputs& in);
+
 struct ErrorStats {
   double max_abs = 0;  // max |out - ref|
   double rel = 0;      // ||out - ref|| / ||ref||

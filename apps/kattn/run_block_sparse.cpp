@@ -86,13 +86,10 @@ struct Result {
 
 template <class T>
 Result run_sparse(const std::string& algo, const DenseInputs& in, const BlockMask& m, const Options& opt) {
-  const auto q = to_view<Tensor4<T>>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
-  const auto k = to_view<Tensor4<T>>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
-  const auto v = to_view<Tensor4<T>>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
-  Tensor4<T> o(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), in.B, in.Nq, in.Hq, in.D);
-  Tensor3<T> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), in.B, in.Hq, in.Nq);
-  poison(o);
-  poison(lse);
+  const DenseViews<T> views = make_dense_views<T>(in);
+  const auto q = views.q, k = views.k, v = views.v;
+  const auto o = views.o;
+  const auto lse = views.lse;
   const Kokkos::DefaultExecutionSpace space;
   space.fence();
   Result r;
