@@ -52,31 +52,49 @@ struct StreamRate {
   double cpu_gbs = 0;   // bytes / best (CPU time / threads): what the threads reach while they run
 };
 
+// A buffer of `bytes` (filled by the space's threads, which touch its pages first) and one
+// streaming read of it: the same pass as stream_read_rate, for measurements that pair it with a
+// kernel reading as many bytes.
+template <class ExecSpace>
+class StreamBuffer {
+ public:
+  StreamBuffer(const ExecSpace& space, double bytes)
+      : space_(space),
+        blocks_(std::max<std::size_t>(1, static_cast<std::size_t>(bytes) / sizeof(float) / StreamSum::kBlock)),
+        a_(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::perf::stream"), blocks_ * StreamSum::kBlock) {
+    Kokkos::deep_copy(space, a_, 1.0f);
+    space.fence();
+  }
+  double pass() {
+    double sum = 0;
+    Kokkos::parallel_reduce("kattn::perf::stream_read", Kokkos::RangePolicy<ExecSpace>(space_, 0, blocks_),
+                            StreamSum{a_.data()}, sum);
+    space_.fence();
+    return sum;
+  }
+  double bytes() const { return double(blocks_ * StreamSum::kBlock * sizeof(float)); }
+
+ private:
+  ExecSpace space_;
+  std::size_t blocks_;
+  Kokkos::View<float*, typename ExecSpace::memory_space> a_;
+};
+
 // GB/s (10^9 bytes) reading `bytes` (far more than the last-level cache), best of `trials`.
 template <class ExecSpace>
 StreamRate stream_read_rate(const ExecSpace& space, std::size_t bytes, int trials = 4) {
-  const std::size_t blocks = std::max<std::size_t>(1, bytes / sizeof(float) / StreamSum::kBlock);
-  // Filled by a parallel kernel, so that pages are first touched by the threads that read them.
-  Kokkos::View<float*, typename ExecSpace::memory_space> a(
-      Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::perf::stream"), blocks * StreamSum::kBlock);
-  Kokkos::deep_copy(space, a, 1.0f);
-  space.fence();
+  StreamBuffer<ExecSpace> buffer(space, double(bytes));
   double best = 1e30, best_cpu = 1e30, total = 0;
   const int threads = space.concurrency();
   for (int t = 0; t < trials; ++t) {
-    double sum = 0;
     const double c0 = process_cpu_seconds();
     const auto t0 = std::chrono::steady_clock::now();
-    Kokkos::parallel_reduce("kattn::perf::stream_read", Kokkos::RangePolicy<ExecSpace>(space, 0, blocks),
-                            StreamSum{a.data()}, sum);
-    space.fence();
+    total += buffer.pass();
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     best_cpu = std::min(best_cpu, (process_cpu_seconds() - c0) / threads);
-    total += sum;
   }
   if (total < 0) best *= 2;  // keeps the sums alive
-  const double read = double(blocks * StreamSum::kBlock * sizeof(float));
-  return {read / best / 1e9, read / best_cpu / 1e9};
+  return {buffer.bytes() / best / 1e9, buffer.bytes() / best_cpu / 1e9};
 }
 
 template <class ExecSpace>

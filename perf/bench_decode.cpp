@@ -4,6 +4,9 @@
 // heads; and 1 KV head, where only splitting makes more than one unit of work) x split (none /
 // planned) x cache (dense / paged with 16 keys per page, pages shuffled or in order).
 // BM_DecodeKeyTile: keys per tile (the tuning's row_tile_kv_bytes picks 64 at 8 heads).
+// BM_DecodePageSize: keys per page, pages shuffled (what a jump between pages costs).
+// BM_DecodePair: the targets as paired ratios (decode / stream, paged / dense, split /
+// no split), robust to a machine whose bandwidth drifts.
 //
 // The machine may be shared: each case reports the best and the median time of its iterations
 // and the best of four stream trials, so that ratios compare like with like; `cpu_` counters use
@@ -16,6 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -49,70 +53,84 @@ Index index_view(const std::vector<std::int64_t>& values, const char* label) {
   return v;
 }
 
+// One decode problem: q [B, 1, Hq, D] against a dense or paged (page > 0 keys per page, pages
+// shuffled or in order) cache of N keys per sequence.
+template <class T>
+struct DecodeCase {
+  kattn::Options opt;
+  View4<T> q, o, k, v;
+  View3<T> lse;
+  kattn::PagedLayout<> layout;
+  View3<T> q_r, o_r;
+  View2<T> lse_r;
+  int page = 0;
+  double bytes = 0;  // K and V
+
+  DecodeCase(int B, std::int64_t N, int Hkv, int G, int page_size, bool shuffled, int block_k = 0) : page(page_size) {
+    const int Hq = Hkv * G, D = kHeadDim;
+    opt.block_k = block_k;
+    q = View4<T>("q", B, 1, Hq, D);
+    o = View4<T>("o", B, 1, Hq, D);
+    lse = View3<T>("lse", B, Hq, 1);
+    fill(q, 1);
+    if (page == 0) {
+      k = View4<T>("k", B, N, Hkv, D);
+      v = View4<T>("v", B, N, Hkv, D);
+    } else {
+      const std::int64_t per_seq = (N + page - 1) / page, pages = B * per_seq;
+      k = View4<T>("k", pages, page, Hkv, D);
+      v = View4<T>("v", pages, page, Hkv, D);
+      std::vector<std::int64_t> perm(pages), q_indptr(B + 1), page_indptr(B + 1), last(B, N - (per_seq - 1) * page);
+      std::iota(perm.begin(), perm.end(), 0);
+      if (shuffled) std::shuffle(perm.begin(), perm.end(), std::mt19937_64(42));
+      for (int b = 0; b <= B; ++b) q_indptr[b] = b, page_indptr[b] = b * per_seq;
+      layout = kattn::make_paged_layout(index_view(q_indptr, "q_indptr"), index_view(page_indptr, "page_indptr"),
+                                        index_view(perm, "page_indices"), index_view(last, "last_page_len"), page);
+      q_r = View3<T>(q.data(), B, Hq, D);
+      o_r = View3<T>(o.data(), B, Hq, D);
+      lse_r = View2<T>("lse", B, Hq);
+    }
+    fill(k, 2);
+    fill(v, 3);
+    bytes = 2.0 * B * N * Hkv * D * sizeof(T);
+  }
+  // splits: 1 = none, 0 = planned.
+  kattn::SplitPlan run(int splits) {
+    const Kokkos::DefaultExecutionSpace space;
+    opt.splits = splits;
+    const kattn::SplitPlan plan =
+        page == 0 ? kattn::splitkv(space, q, k, v, o, lse, opt) : kattn::splitkv(space, q_r, k, v, o_r, lse_r, layout, opt);
+    space.fence();
+    return plan;
+  }
+};
+
 template <class T>
 void BM_Decode(benchmark::State& state) {
   const int B = static_cast<int>(state.range(0));
   const std::int64_t N = state.range(1);
   const int Hkv = static_cast<int>(state.range(2)), G = static_cast<int>(state.range(3));
-  const bool split = state.range(4) != 0;
-  const int page = static_cast<int>(state.range(5));
-  const bool shuffled = state.range(6) != 0;
-  const int block_k = static_cast<int>(state.range(7));
-  const int Hq = Hkv * G, D = kHeadDim;
+  const int splits = state.range(4) != 0 ? 0 : 1;
   const Kokkos::DefaultExecutionSpace space;
-  kattn::Options opt;
-  opt.splits = split ? 0 : 1;
-  opt.block_k = block_k;
-
-  View4<T> q("q", B, 1, Hq, D), o("o", B, 1, Hq, D);
-  View3<T> lse("lse", B, Hq, 1);
-  fill(q, 1);
-  View4<T> k, v;
-  kattn::PagedLayout<> layout;
-  View3<T> q_r, o_r;
-  View2<T> lse_r;
-  if (page == 0) {
-    k = View4<T>("k", B, N, Hkv, D);
-    v = View4<T>("v", B, N, Hkv, D);
-  } else {
-    const std::int64_t per_seq = (N + page - 1) / page, pages = B * per_seq;
-    k = View4<T>("k", pages, page, Hkv, D);
-    v = View4<T>("v", pages, page, Hkv, D);
-    std::vector<std::int64_t> perm(pages), q_indptr(B + 1), page_indptr(B + 1), last(B, N - (per_seq - 1) * page);
-    std::iota(perm.begin(), perm.end(), 0);
-    if (shuffled) std::shuffle(perm.begin(), perm.end(), std::mt19937_64(42));
-    for (int b = 0; b <= B; ++b) q_indptr[b] = b, page_indptr[b] = b * per_seq;
-    layout = kattn::make_paged_layout(index_view(q_indptr, "q_indptr"), index_view(page_indptr, "page_indptr"),
-                                      index_view(perm, "page_indices"), index_view(last, "last_page_len"), page);
-    q_r = View3<T>(q.data(), B, Hq, D);
-    o_r = View3<T>(o.data(), B, Hq, D);
-    lse_r = View2<T>("lse", B, Hq);
-  }
-  fill(k, 2);
-  fill(v, 3);
-  const auto run = [&]() {
-    if (page == 0) return kattn::splitkv(space, q, k, v, o, lse, opt);
-    return kattn::splitkv(space, q_r, k, v, o_r, lse_r, layout, opt);
-  };
-  const kattn::SplitPlan plan = run();  // warm-up
-  space.fence();
+  DecodeCase<T> c(B, N, Hkv, G, static_cast<int>(state.range(5)), state.range(6) != 0, static_cast<int>(state.range(7)));
+  // The stream first, then the warm-up: on a virtual machine the first pass over K and V after
+  // other memory was touched can pay a hypervisor fault per 4 KB page (13x slower at 64K here).
   const kattn::perf::StreamRate stream = kattn::perf::stream_read_rate(space, std::size_t(256) << 20);
+  const kattn::SplitPlan plan = c.run(splits);  // warm-up
 
   std::vector<double> times, cpu_times;
   const int threads = space.concurrency();
   for (auto _ : state) {
     const double c0 = kattn::perf::process_cpu_seconds();
     const auto t0 = std::chrono::steady_clock::now();
-    run();
-    space.fence();
+    c.run(splits);
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     cpu_times.push_back((kattn::perf::process_cpu_seconds() - c0) / threads);
   }
   std::sort(times.begin(), times.end());
   std::sort(cpu_times.begin(), cpu_times.end());
-  const double bytes = 2.0 * B * N * Hkv * D * sizeof(T);
-  const double best = bytes / times.front() / 1e9, median = bytes / times[times.size() / 2] / 1e9;
-  const double best_cpu = bytes / cpu_times.front() / 1e9;
+  const double best = c.bytes / times.front() / 1e9, median = c.bytes / times[times.size() / 2] / 1e9;
+  const double best_cpu = c.bytes / cpu_times.front() / 1e9;
   state.counters["GB/s"] = best;
   state.counters["GB/s_median"] = median;
   state.counters["stream_GB/s"] = stream.wall_gbs;
@@ -122,6 +140,68 @@ void BM_Decode(benchmark::State& state) {
   state.counters["cpu_frac_stream"] = best_cpu / stream.cpu_gbs;
   state.counters["splits"] = plan.splits;
   state.counters["threads"] = space.concurrency();
+}
+
+// Paired measurements for the targets, robust to a machine whose memory bandwidth drifts by a
+// third from minute to minute: each iteration times A then B back to back, and the counters are
+// the median and best of the per-pair ratios time(B) / time(A).
+//   pair 0: A = decode (dense, no split unless the planner splits), B = one streaming read of a
+//           buffer as large as K + V: ratio = fraction of the stream bandwidth;
+//   pair 1: A = paged decode (16 keys per page, shuffled), B = dense decode: ratio = paged speed
+//           relative to dense;
+//   pair 2: A = planned split, B = no split: ratio = speed-up of splitting.
+enum Pair { kStream = 0, kPagedVsDense = 1, kSplitVsNone = 2 };
+
+template <class T>
+void BM_DecodePair(benchmark::State& state) {
+  const std::int64_t N = state.range(0);
+  const int Hkv = static_cast<int>(state.range(1)), G = static_cast<int>(state.range(2));
+  const Pair pair = static_cast<Pair>(state.range(3));
+  const Kokkos::DefaultExecutionSpace space;
+  DecodeCase<T> dense(1, N, Hkv, G, 0, false);
+  std::unique_ptr<DecodeCase<T>> paged;
+  std::unique_ptr<kattn::perf::StreamBuffer<Kokkos::DefaultExecutionSpace>> stream;
+  if (pair == kPagedVsDense) paged = std::make_unique<DecodeCase<T>>(1, N, Hkv, G, 16, true);
+  if (pair == kStream) stream = std::make_unique<kattn::perf::StreamBuffer<Kokkos::DefaultExecutionSpace>>(space, dense.bytes);
+  const auto run_a = [&]() {
+    if (pair == kPagedVsDense) return paged->run(0).splits;
+    return dense.run(0).splits;
+  };
+  const auto run_b = [&]() {
+    if (pair == kStream) return stream->pass(), 0;
+    return dense.run(pair == kSplitVsNone ? 1 : 0).splits;
+  };
+  const auto seconds = [](const auto& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const int splits = run_a();  // warm-up, both
+  run_b();
+  std::vector<double> ratio, ta, tb;
+  for (auto _ : state) {
+    ta.push_back(seconds(run_a));
+    tb.push_back(seconds(run_b));
+    ratio.push_back(tb.back() / ta.back());
+  }
+  std::sort(ratio.begin(), ratio.end());
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  state.counters["ratio_median"] = ratio[ratio.size() / 2];
+  state.counters["ratio_of_best"] = tb.front() / ta.front();
+  state.counters["A_GB/s"] = dense.bytes / ta.front() / 1e9;
+  state.counters["B_GB/s"] = dense.bytes / tb.front() / 1e9;
+  state.counters["splits"] = splits;
+  state.counters["threads"] = space.concurrency();
+}
+
+void pair_cases(benchmark::internal::Benchmark* b) {
+  for (int G : {1, 8}) {
+    b->Args({65536, 8, G, kStream});
+    b->Args({65536, 8, G, kPagedVsDense});
+    b->Args({65536, 1, G, kSplitVsNone});
+  }
+  b->ArgNames({"N", "Hkv", "G", "pair"})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 }
 
 bool fits(int B, std::int64_t N, int Hkv) { return 2.0 * B * N * Hkv * kHeadDim * sizeof(float) <= kMaxBytes; }
@@ -157,6 +237,15 @@ void key_tiles(benchmark::internal::Benchmark* b) {
       ->MinTime(0.5);
 }
 
+void page_sizes(benchmark::internal::Benchmark* b) {
+  for (int G : {8, 1})
+    for (int page : {1, 4, 16, 64, 256}) b->Args({1, 65536, 8, G, 0, page, 1, 0});
+  b->ArgNames({"B", "N", "Hkv", "G", "split", "page", "shuffled", "block_k"})
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->MinTime(0.5);
+}
+
 BENCHMARK_TEMPLATE(BM_Decode, float)->Apply(decode_cases);
 template <class T>
 void BM_DecodeKeyTile(benchmark::State& state) {
@@ -164,5 +253,12 @@ void BM_DecodeKeyTile(benchmark::State& state) {
 }
 
 BENCHMARK_TEMPLATE(BM_DecodeKeyTile, float)->Apply(key_tiles);
+BENCHMARK_TEMPLATE(BM_DecodePair, float)->Apply(pair_cases);
+template <class T>
+void BM_DecodePageSize(benchmark::State& state) {
+  BM_Decode<T>(state);
+}
+
+BENCHMARK_TEMPLATE(BM_DecodePageSize, float)->Apply(page_sizes);
 
 }  // namespace
