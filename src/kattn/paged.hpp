@@ -118,14 +118,7 @@ AttentionParams<typename OView::non_const_value_type> paged_params(const QView& 
   detail::require_extent(v, "v", 3, "head dim", p.head_dim, "q");
   detail::require_contiguous_dim(k, "k");
   detail::require_contiguous_dim(v, "v");
-  p.k = k.data();
-  p.k_stride_batch = k.stride(0);
-  p.k_stride_seq = k.stride(1);
-  p.k_stride_head = k.stride(2);
-  p.v = v.data();
-  p.v_stride_batch = v.stride(0);
-  p.v_stride_seq = v.stride(1);
-  p.v_stride_head = v.stride(2);
+  detail::set_kv_views(p, k, v);
   p.batch = static_cast<int>(layout.batch);
   p.heads_kv = static_cast<int>(k.extent(2));
   p.q_len = layout.lengths.max_q();

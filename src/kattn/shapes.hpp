@@ -44,6 +44,19 @@ void require_extent(const View& view, const char* name, int dim, const char* wha
                 " (from ", from, "), got ", view.extent(dim));
 }
 
+// K and V of rank 4 (batch or page, position, head, dim) into params: data and strides.
+template <class T, class KView, class VView>
+void set_kv_views(AttentionParams<T>& p, const KView& k, const VView& v) {
+  p.k = k.data();
+  p.k_stride_batch = k.stride(0);
+  p.k_stride_seq = k.stride(1);
+  p.k_stride_head = k.stride(2);
+  p.v = v.data();
+  p.v_stride_batch = v.stride(0);
+  p.v_stride_seq = v.stride(1);
+  p.v_stride_head = v.stride(2);
+}
+
 }  // namespace detail
 
 // Dense layout: q [B, Nq, Hq, D], k and v [B, Nk, Hkv, D], o [B, Nq, Hq, D], lse [B, Hq, Nq]
@@ -97,14 +110,7 @@ AttentionParams<typename OView::non_const_value_type> dense_params(const QView& 
   p.q_stride_batch = q.stride(0);
   p.q_stride_seq = q.stride(1);
   p.q_stride_head = q.stride(2);
-  p.k = k.data();
-  p.k_stride_batch = k.stride(0);
-  p.k_stride_seq = k.stride(1);
-  p.k_stride_head = k.stride(2);
-  p.v = v.data();
-  p.v_stride_batch = v.stride(0);
-  p.v_stride_seq = v.stride(1);
-  p.v_stride_head = v.stride(2);
+  detail::set_kv_views(p, k, v);
   p.o = o.data();
   p.o_stride_batch = o.stride(0);
   p.o_stride_seq = o.stride(1);

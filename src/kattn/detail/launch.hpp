@@ -22,13 +22,13 @@
 namespace kattn {
 namespace detail {
 
-template <class ExecSpace, class T>
-TiledAttention<ExecSpace, T> make_tiled_kernel(const ExecSpace& space, const AttentionParams<T>& p,
-                                               const Options& opt) {
-  TiledAttention<ExecSpace, T> kern;
-  kern.p = p;
+// The key window and how a kernel scales scores: q is multiplied on load by scale * log2(e)
+// (exp2 then gives exp), or by scale alone when softcapping, whose tanh is taken in natural units.
+template <class Kernel>
+void set_score_scaling(Kernel& kern, int head_dim, const Options& opt) {
+  using T = decltype(kern.q_scale);
   kern.window = KeyWindow::from(opt);
-  const double scale = opt.scale != 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(p.head_dim));
+  const double scale = opt.scale != 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
   if (opt.softcap > 0.0) {
     kern.q_scale = static_cast<T>(scale);
     kern.cap_log2 = static_cast<T>(opt.softcap * kLog2e);
@@ -36,6 +36,14 @@ TiledAttention<ExecSpace, T> make_tiled_kernel(const ExecSpace& space, const Att
   } else {
     kern.q_scale = static_cast<T>(scale * kLog2e);
   }
+}
+
+template <class ExecSpace, class T>
+TiledAttention<ExecSpace, T> make_tiled_kernel(const ExecSpace& space, const AttentionParams<T>& p,
+                                               const Options& opt) {
+  TiledAttention<ExecSpace, T> kern;
+  kern.p = p;
+  set_score_scaling(kern, p.head_dim, opt);
   const TilePlan plan = plan_tiles<ExecSpace, T>(space, p.head_dim, p.q_len * p.group_size(), opt);
   kern.geo = plan.geometry;
   kern.scratch_level = plan.scratch_level;
@@ -101,15 +109,7 @@ RowTiledAttention<ExecSpace, T> make_row_tiled_kernel(const ExecSpace& space, co
                                                       const Options& opt, int block_q) {
   RowTiledAttention<ExecSpace, T> kern;
   kern.p = p;
-  kern.window = KeyWindow::from(opt);
-  const double scale = opt.scale != 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(p.head_dim));
-  if (opt.softcap > 0.0) {
-    kern.q_scale = static_cast<T>(scale);
-    kern.cap_log2 = static_cast<T>(opt.softcap * kLog2e);
-    kern.inv_cap = static_cast<T>(1.0 / opt.softcap);
-  } else {
-    kern.q_scale = static_cast<T>(scale * kLog2e);
-  }
+  set_score_scaling(kern, p.head_dim, opt);
   const int heads = row_tile_heads<ExecSpace, T>(p.heads_kv, block_q, p.head_dim);
   const int block_k = row_tile_keys<ExecSpace, T>(heads, p.head_dim, row_lanes<T>(), opt);
   kern.geo = RowTileGeometry::make(block_q, block_k, p.head_dim, heads, row_lanes<T>());
