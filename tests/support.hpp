@@ -32,8 +32,26 @@ inline std::string describe(const Shape& s, const Options& o) {
          " Hq=" + std::to_string(s.Hq) + " Hkv=" + std::to_string(s.Hkv) + " D=" + std::to_string(s.D) +
          (o.causal ? " causal" : "") + " window=" + std::to_string(o.window_left) + "," +
          std::to_string(o.window_right) + " softcap=" + std::to_string(o.softcap) +
-         " scale=" + std::to_string(o.scale) + " block_q=" + std::to_string(o.block_q) +
+         " scale=" + std::to_string(o.scale) + " shift=" + std::to_string(o.diagonal_shift) + " block_q=" + std::to_string(o.block_q) +
          " block_k=" + std::to_string(o.block_k) + " splits=" + std::to_string(o.splits);
+}
+
+// The options every kernel is checked under: none, causal, windows (both sides, left only, right
+// only), causal with a window, softcap, a given scale, the three together, and diagonal shifts
+// (how an MPI rank sees a shard of keys to the left or right of its queries).
+inline std::vector<Options> option_variants() {
+  std::vector<Options> v(11);
+  v[1].causal = true;
+  v[2].window_left = 5, v[2].window_right = 3;
+  v[3].window_left = 0, v[3].window_right = -1;
+  v[4].window_left = -1, v[4].window_right = 2;
+  v[5].causal = true, v[5].window_left = 7;
+  v[6].softcap = 2.5;
+  v[7].scale = 0.37;
+  v[8].causal = true, v[8].softcap = 30.0, v[8].scale = -0.2;
+  v[9].causal = true, v[9].diagonal_shift = -3;  // a shard further left than its keys
+  v[10].window_left = 2, v[10].window_right = 4, v[10].diagonal_shift = 6;
+  return v;
 }
 
 // A fresh seed for every call, so every run draws new inputs; printed on failure.

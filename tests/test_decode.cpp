@@ -14,19 +14,6 @@ namespace kattn {
 namespace test {
 namespace {
 
-std::vector<Options> variants() {
-  std::vector<Options> v(9);
-  v[1].causal = true;
-  v[2].window_left = 5, v[2].window_right = 3;
-  v[3].window_left = 0, v[3].window_right = -1;
-  v[4].window_left = -1, v[4].window_right = 2;
-  v[5].causal = true, v[5].window_left = 7;
-  v[6].softcap = 2.5;
-  v[7].scale = 0.37;
-  v[8].causal = true, v[8].softcap = 30.0, v[8].scale = -0.2;
-  return v;
-}
-
 template <class T>
 void check_splitkv(const Shape& shape, Options opt, int splits) {
   opt.splits = splits;
@@ -66,7 +53,7 @@ TEST(SplitKV, DoubleMatchesReferenceForEveryVariantShapeAndSplit) {
                                      {2, 1, 257, 8, 8, 64}, {1, 4, 100, 16, 2, 24}, {2, 31, 97, 4, 2, 32},
                                      {1, 5, 300, 4, 4, 128}};
   for (const Shape& s : shapes)
-    for (const Options& o : variants())
+    for (const Options& o : option_variants())
       for (int splits : {1, 2, 3, 7, 64}) check_splitkv<double>(s, o, splits);
 }
 
@@ -127,7 +114,7 @@ TEST(SplitKV, PlannedSplitMatchesReference) {
 
 TEST(SplitKV, FloatWithinRelativeBound) {
   for (const Shape& s : {Shape{2, 1, 1000, 8, 1, 128}, Shape{1, 1, 4097, 4, 4, 64}, Shape{3, 2, 333, 16, 2, 96}})
-    for (const Options& o : variants())
+    for (const Options& o : option_variants())
       for (int splits : {1, 5, 32}) check_splitkv<float>(s, o, splits);
 }
 

@@ -21,27 +21,12 @@ void check_forward(const Shape& shape, const Options& opt) {
   expect_close(p, reference_of(p, opt), tolerance<T>(), "forward");
 }
 
-std::vector<Options> variants() {
-  std::vector<Options> v(11);
-  v[1].causal = true;
-  v[2].window_left = 5, v[2].window_right = 3;
-  v[3].window_left = 0, v[3].window_right = -1;
-  v[4].window_left = -1, v[4].window_right = 2;
-  v[5].causal = true, v[5].window_left = 7;
-  v[6].softcap = 2.5;
-  v[7].scale = 0.37;
-  v[8].causal = true, v[8].softcap = 30.0, v[8].scale = -0.2;
-  v[9].causal = true, v[9].diagonal_shift = -3;  // a shard further left than its keys
-  v[10].window_left = 2, v[10].window_right = 4, v[10].diagonal_shift = 6;
-  return v;
-}
-
 TEST(Forward, DoubleMatchesReferenceForEveryVariantAndShape) {
   const std::vector<Shape> shapes = {
       {1, 1, 1, 1, 1, 1},   {2, 1, 37, 2, 1, 16},  {1, 37, 1, 8, 1, 8},    {1, 13, 13, 2, 2, 3},
       {2, 31, 97, 4, 2, 32}, {1, 97, 31, 8, 1, 64}, {1, 64, 64, 2, 1, 128}, {1, 29, 53, 2, 1, 256}};
   for (const Shape& s : shapes)
-    for (const Options& o : variants()) check_forward<double>(s, o);
+    for (const Options& o : option_variants()) check_forward<double>(s, o);
 }
 
 TEST(Forward, DoubleMatchesReferenceForHeadDimsOneTo256) {
@@ -55,7 +40,7 @@ TEST(Forward, DoubleMatchesReferenceForHeadDimsOneTo256) {
 
 TEST(Forward, DoubleMatchesReferenceForGqaRatios) {
   for (int ratio : {1, 2, 8}) {
-    for (const Options& o : variants()) check_forward<double>({2, 21, 45, 2 * ratio, 2, 24}, o);
+    for (const Options& o : option_variants()) check_forward<double>({2, 21, 45, 2 * ratio, 2, 24}, o);
   }
 }
 
@@ -78,7 +63,7 @@ TEST(Forward, FloatWithinRelativeBound) {
   const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 1},  {2, 31, 97, 4, 2, 32}, {1, 97, 31, 8, 1, 64},
                                      {1, 130, 257, 2, 1, 128}, {1, 65, 1000, 1, 1, 256}};
   for (const Shape& s : shapes)
-    for (const Options& o : variants()) check_forward<float>(s, o);
+    for (const Options& o : option_variants()) check_forward<float>(s, o);
 }
 
 TEST(Forward, RowsThatSeeNoKeyGiveZeroAndMinusInfinity) {
@@ -100,7 +85,7 @@ TEST(Forward, RowsThatSeeNoKeyGiveZeroAndMinusInfinity) {
 }
 
 TEST(Forward, EmptyKeySequenceGivesEmptyRows) {
-  for (const Options& o : variants()) check_forward<double>({2, 5, 0, 2, 1, 8}, o);
+  for (const Options& o : option_variants()) check_forward<double>({2, 5, 0, 2, 1, 8}, o);
 }
 
 TEST(Forward, EmptyQuerySequenceWritesNothing) {
