@@ -7,8 +7,9 @@
 //
 // lse2 is the row's natural-log LSE in log2 units, or +inf for a row that saw no key (and for
 // padding rows), so that its P is exactly 0 even where the score is -inf. D = rowsum(dO * O).
-// A masked score is -inf before the exponential; with softcap its tanh slot holds -inf and its
-// derivative factor is taken as 1 (P = 0 makes dS = 0).
+// A masked score is -inf before the exponential; with softcap its tanh slot holds -inf. Either
+// way a masked entry's dP is taken as 0, as the textbook has it (dO . v_j would be NaN for a NaN
+// in a masked key's V, and 0 x NaN is NaN).
 //
 // Barrier contract: no step barriers on exit; the caller barriers between steps.
 #pragma once
@@ -42,7 +43,10 @@ KOKKOS_INLINE_FUNCTION void gradient_scalar(T& s_to_p, T& dp_to_ds, T lse2, T di
   }
   const T p = exp2(t - lse2);
   s_to_p = p;
-  dp_to_ds = g.ds_scale * p * (dp_to_ds - di) * deriv;
+  // A masked key's dP is 0, as in the textbook, which never forms dO . v_j for it: a NaN or Inf in
+  // a masked key's V must not reach the row through 0 x NaN.
+  const T dp = th == -compat::infinity<T>() ? T(0) : dp_to_ds;
+  dp_to_ds = g.ds_scale * p * (dp - di) * deriv;
 }
 
 #if KATTN_HOST_SIMD
@@ -58,7 +62,8 @@ inline void gradient_vector(T* s_to_p, T* dp_to_ds, simd::vec<T> lse2, simd::vec
   }
   const V p = exp2<T>(t - lse2);
   simd::store(s_to_p, p);
-  simd::store(dp_to_ds, g.ds_scale * p * (simd::load(dp_to_ds) - di) * deriv);
+  const V dp = th == -compat::infinity<T>() ? simd::splat<T>(T(0)) : simd::load(dp_to_ds);
+  simd::store(dp_to_ds, g.ds_scale * p * (dp - di) * deriv);
 }
 #endif
 
