@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -19,30 +18,19 @@
 #include "kattn/forward.hpp"
 #include "kattn/reference_backward.hpp"
 #include "machine.hpp"
+#include "random_view.hpp"
 
 namespace {
 
-template <class T>
-using View4 = Kokkos::View<T****, Kokkos::LayoutRight>;
-template <class T>
-using View3 = Kokkos::View<T***, Kokkos::LayoutRight>;
+using kattn::perf::random_view;
+using kattn::perf::View3;
+using kattn::perf::View4;
 
 // Measured again for every benchmark (about a second): on a shared machine a peak measured once
 // at start-up judges later rows against another machine state.
 template <class T>
 double fma_peak() {
   return std::is_same<T, float>::value ? kattn::perf::fma_peak_gflops_float() : kattn::perf::fma_peak_gflops_double();
-}
-
-template <class T>
-View4<T> random_view(const char* label, int n, int d, unsigned seed) {
-  View4<T> v(std::string(label), 1, n, 1, d);
-  auto h = Kokkos::create_mirror_view(v);
-  std::mt19937 gen(seed);
-  std::normal_distribution<T> dist(0, 1);
-  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = dist(gen);
-  Kokkos::deep_copy(v, h);
-  return v;
 }
 
 enum class Algo { tiled, reference };

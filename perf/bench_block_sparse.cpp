@@ -18,24 +18,13 @@
 #include "kattn/block_sparse.hpp"
 #include "kattn/forward.hpp"
 #include "machine.hpp"
+#include "random_view.hpp"
 
 namespace {
 
-template <class T>
-using View4 = Kokkos::View<T****, Kokkos::LayoutRight>;
-template <class T>
-using View3 = Kokkos::View<T***, Kokkos::LayoutRight>;
-
-template <class T>
-View4<T> random_view(const char* label, int n, int d, unsigned seed) {
-  View4<T> v(std::string(label), 1, n, 1, d);
-  auto h = Kokkos::create_mirror_view(v);
-  std::mt19937 gen(seed);
-  std::normal_distribution<T> dist(0, 1);
-  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = dist(gen);
-  Kokkos::deep_copy(v, h);
-  return v;
-}
+using kattn::perf::random_view;
+using kattn::perf::View3;
+using kattn::perf::View4;
 
 // Dense seconds per (N, D, sizeof T), measured by BM_Dense, which is registered first.
 std::map<std::pair<int, int>, double>& dense_seconds() {

@@ -4,36 +4,24 @@
 #include <Kokkos_Core.hpp>
 #include <benchmark/benchmark.h>
 
-#include <random>
 #include <string>
 
 #include "kattn/forward.hpp"
 #include "kattn/reference.hpp"
 #include "machine.hpp"
+#include "random_view.hpp"
 
 namespace {
 
-template <class T>
-using View4 = Kokkos::View<T****, Kokkos::LayoutRight>;
-template <class T>
-using View3 = Kokkos::View<T***, Kokkos::LayoutRight>;
+using kattn::perf::random_view;
+using kattn::perf::View3;
+using kattn::perf::View4;
 
 template <class T>
 double fma_peak() {
   static const double peak = std::is_same<T, float>::value ? kattn::perf::fma_peak_gflops_float()
                                                           : kattn::perf::fma_peak_gflops_double();
   return peak;
-}
-
-template <class T>
-View4<T> random_view(const char* label, int n, int d, unsigned seed) {
-  View4<T> v(std::string(label), 1, n, 1, d);
-  auto h = Kokkos::create_mirror_view(v);
-  std::mt19937 gen(seed);
-  std::normal_distribution<T> dist(0, 1);
-  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = dist(gen);
-  Kokkos::deep_copy(v, h);
-  return v;
 }
 
 enum class Algo { tiled, reference };

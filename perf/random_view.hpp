@@ -1,0 +1,30 @@
+// Inputs of the single-head benchmarks (forward, backward, block-sparse): [1, n, 1, d] views of
+// standard normal values from a fixed seed, and the view types they use.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <random>
+#include <string>
+
+namespace kattn {
+namespace perf {
+
+template <class T>
+using View4 = Kokkos::View<T****, Kokkos::LayoutRight>;
+template <class T>
+using View3 = Kokkos::View<T***, Kokkos::LayoutRight>;
+
+template <class T>
+View4<T> random_view(const char* label, int n, int d, unsigned seed) {
+  View4<T> v(std::string(label), 1, n, 1, d);
+  auto h = Kokkos::create_mirror_view(v);
+  std::mt19937 gen(seed);
+  std::normal_distribution<T> dist(0, 1);
+  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = dist(gen);
+  Kokkos::deep_copy(v, h);
+  return v;
+}
+
+}  // namespace perf
+}  // namespace kattn
