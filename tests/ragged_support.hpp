@@ -122,23 +122,6 @@ void ragged_reference(const RaggedProblem<T>& p, const Options& opt, std::vector
   }
 }
 
-// o and lse of a ragged output against the oracle (max abs in double, relative in float).
-template <class T>
-void expect_ragged_close(const View3<T>& o, const View2<T>& lse, const std::vector<double>& o_ref,
-                         const std::vector<double>& lse_ref, const std::string& what) {
-  const Errors eo = compare(to_host(o), o_ref);
-  const Errors el = compare(to_host(lse), lse_ref);
-  EXPECT_FALSE(eo.nan_mismatch) << what << ": o has NaN (or unwritten elements) the reference does not";
-  EXPECT_FALSE(el.nan_mismatch) << what << ": lse has NaN (or unwritten elements) the reference does not";
-  if (std::is_same<T, double>::value) {
-    EXPECT_LE(eo.max_abs, kDoubleTol) << what << ": o max abs error";
-    EXPECT_LE(el.max_abs, kDoubleTol) << what << ": lse max abs error";
-  } else {
-    EXPECT_LE(eo.rel, kFloatTol) << what << ": o relative error";
-    EXPECT_LE(el.max_abs, kFloatTol * 10) << what << ": lse max abs error";
-  }
-}
-
 // The same keys in a paged cache [num_pages, page_size, Hkv, D]: sequence b's keys fill its pages
 // in order, pages placed at shuffled positions (plus `spare` unused pages) in the cache.
 template <class T>

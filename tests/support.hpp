@@ -151,22 +151,6 @@ inline Errors compare(const std::vector<double>& a, const std::vector<double>& b
   return e;
 }
 
-// Asserts o and lse of `out` against the reference: max abs error in double, relative in float.
-template <class T>
-void expect_close(const Problem<T>& out, const Problem<double>& ref, double tol, const std::string& what) {
-  const Errors eo = compare(to_host(out.o), to_host(ref.o));
-  const Errors el = compare(to_host(out.lse), to_host(ref.lse));
-  EXPECT_FALSE(eo.nan_mismatch) << what << ": o has NaN (or unwritten elements) the reference does not";
-  EXPECT_FALSE(el.nan_mismatch) << what << ": lse has NaN (or unwritten elements) the reference does not";
-  if (std::is_same<T, double>::value) {
-    EXPECT_LE(eo.max_abs, tol) << what << ": o max abs error";
-    EXPECT_LE(el.max_abs, tol) << what << ": lse max abs error";
-  } else {
-    EXPECT_LE(eo.rel, tol) << what << ": o relative error";
-    EXPECT_LE(el.max_abs, tol * 10) << what << ": lse max abs error";
-  }
-}
-
 // Double precision: every algorithm agrees with the textbook reference to 1e-12 (DESIGN.md).
 constexpr double kDoubleTol = 1e-12;
 // Float: ||o - ref|| / ||ref|| against the float64 reference. Each score carries a rounding error
@@ -179,6 +163,32 @@ constexpr double kFloatTol = 1e-5;
 template <class T>
 constexpr double tolerance() {
   return std::is_same<T, double>::value ? kDoubleTol : kFloatTol;
+}
+
+// o and lse of any layout (views of any rank) against the reference's, flattened in the same
+// order: no NaN the reference does not have, max abs error in double, relative in float.
+template <class OView, class LseView>
+void expect_outputs_close(const OView& o, const LseView& lse, const std::vector<double>& o_ref,
+                          const std::vector<double>& lse_ref, const std::string& what,
+                          double tol = tolerance<typename OView::non_const_value_type>()) {
+  using T = typename OView::non_const_value_type;
+  const Errors eo = compare(to_host(o), o_ref);
+  const Errors el = compare(to_host(lse), lse_ref);
+  EXPECT_FALSE(eo.nan_mismatch) << what << ": o has NaN (or unwritten elements) the reference does not";
+  EXPECT_FALSE(el.nan_mismatch) << what << ": lse has NaN (or unwritten elements) the reference does not";
+  if (std::is_same<T, double>::value) {
+    EXPECT_LE(eo.max_abs, tol) << what << ": o max abs error";
+    EXPECT_LE(el.max_abs, tol) << what << ": lse max abs error";
+  } else {
+    EXPECT_LE(eo.rel, tol) << what << ": o relative error";
+    EXPECT_LE(el.max_abs, tol * 10) << what << ": lse max abs error";
+  }
+}
+
+// Asserts o and lse of `out` against the reference's.
+template <class T>
+void expect_close(const Problem<T>& out, const Problem<double>& ref, double tol, const std::string& what) {
+  expect_outputs_close(out.o, out.lse, to_host(ref.o), to_host(ref.lse), what, tol);
 }
 
 }  // namespace test

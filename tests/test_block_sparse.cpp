@@ -58,17 +58,8 @@ Oracle oracle(const Problem<T>& p, const BlockMask& m, const Options& opt) {
 
 template <class T>
 void expect_matches(const Problem<T>& out, const Oracle& ref, const std::string& what) {
-  const Errors eo = compare(to_host(out.o), std::vector<double>(ref.o.data(), ref.o.data() + ref.o.span()));
-  const Errors el = compare(to_host(out.lse), std::vector<double>(ref.lse.data(), ref.lse.data() + ref.lse.span()));
-  EXPECT_FALSE(eo.nan_mismatch) << what << ": o has NaN (or unwritten elements) the oracle does not";
-  EXPECT_FALSE(el.nan_mismatch) << what << ": lse has NaN (or unwritten elements) the oracle does not";
-  if (std::is_same<T, double>::value) {
-    EXPECT_LE(eo.max_abs, kDoubleTol) << what << ": o max abs error";
-    EXPECT_LE(el.max_abs, kDoubleTol) << what << ": lse max abs error";
-  } else {
-    EXPECT_LE(eo.rel, kFloatTol) << what << ": o relative error";
-    EXPECT_LE(el.max_abs, kFloatTol * 10) << what << ": lse max abs error";
-  }
+  expect_outputs_close(out.o, out.lse, std::vector<double>(ref.o.data(), ref.o.data() + ref.o.span()),
+                       std::vector<double>(ref.lse.data(), ref.lse.data() + ref.lse.span()), what);
   // Rows that see no key: o = 0 exactly, lse = -inf (the oracle says which).
   const auto o = to_host(out.o);
   const auto lse = to_host(out.lse);
