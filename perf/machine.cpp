@@ -1,5 +1,7 @@
 #include "machine.hpp"
 
+#include "kattn/detail/simd.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -13,9 +15,12 @@ namespace {
 
 template <class T>
 double fma_peak() {
-  typedef T V __attribute__((vector_size(64)));
-  constexpr int W = 64 / sizeof(T);
-  constexpr int kAcc = 16;  // enough independent chains to cover FMA latency x throughput
+  // One register of the widest ISA compiled for (the library's SIMD width), and as many
+  // independent chains as latency x throughput needs without spilling.
+  constexpr int kBytes = detail::simd::kBytes;
+  typedef T V __attribute__((vector_size(kBytes)));
+  constexpr int W = kBytes / sizeof(T);
+  constexpr int kAcc = detail::simd::kRegisters >= 32 ? 16 : 12;
   V acc[kAcc];
   V a, b;
   for (int i = 0; i < W; ++i) a[i] = T(1) + T(1e-7) * i, b[i] = T(1e-8);

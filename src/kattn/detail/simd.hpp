@@ -1,5 +1,6 @@
-// Host SIMD through the compiler's vector extensions (GCC/Clang): 64-byte vectors that become
-// AVX-512 registers with -march=native on x86 and plain pairs of narrower registers elsewhere.
+// Host SIMD through the compiler's vector extensions (GCC/Clang): one vector is one register of
+// the widest ISA the compiler targets (AVX-512: 64 bytes, AVX/AVX2: 32, else 16), so that the
+// micro-kernels' accumulator arrays stay in registers and no vector crosses an ABI it lacks.
 // Device code and compilers without the extension use the scalar paths next to each use.
 #pragma once
 
@@ -20,7 +21,16 @@ namespace kattn {
 namespace detail {
 namespace simd {
 
+#if defined(__AVX512F__)
 constexpr int kBytes = 64;
+constexpr int kRegisters = 32;
+#elif defined(__AVX__)
+constexpr int kBytes = 32;
+constexpr int kRegisters = 16;
+#else
+constexpr int kBytes = 16;
+constexpr int kRegisters = 16;
+#endif
 
 template <class T>
 struct Vec {

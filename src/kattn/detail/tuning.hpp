@@ -20,15 +20,18 @@ template <class ExecSpace, class T>
 struct Tuning {
 #if KATTN_HOST_SIMD
   static constexpr int simd_width = simd::width<T>();
+  static constexpr int vector_registers = simd::kRegisters;
 #else
   static constexpr int simd_width = 1;
+  static constexpr int vector_registers = 0;
 #endif
   static constexpr bool host = is_host_space<ExecSpace>();
   // Micro-tile of C = A B computed by one thread in registers: rows x cols, the columns being
   // query rows. On the host 8 rows by two vectors keep 16 accumulators, two B vectors and a
   // broadcast A value in the 32 vector registers: per step 16 FMAs against 2 vector loads and
-  // 8 broadcasts (perf/bench_tile_gemm measures the shapes).
-  static constexpr int micro_rows = host ? 8 : 4;
+  // 8 broadcasts (perf/bench_tile_gemm measures the shapes). With 16 registers (AVX2) 4 rows:
+  // 8 accumulators, 2 B vectors and a broadcast, no spill.
+  static constexpr int micro_rows = host ? (vector_registers >= 32 ? 8 : 4) : 4;
   static constexpr int micro_cols = host ? 2 * simd_width : 4;
   // On the host, full K/V tiles are read in place from the caller's arrays (their rows are
   // contiguous); devices copy every tile into scratch.
