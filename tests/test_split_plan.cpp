@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "kattn/decode.hpp"
-#include "kattn/split_plan.hpp"
+#include "kattn/core/split_planner.hpp"
 
 namespace kattn {
 namespace test {
@@ -52,9 +52,11 @@ TEST(SplitPlan, PropertiesOverManyInputs) {
           EXPECT_EQ(p.chunk % knobs.granule, 0);              // whole key tiles
           EXPECT_EQ(p.splits, (kv + p.chunk - 1) / p.chunk);  // the chunks cover the keys
           EXPECT_EQ(p.units, split_units(w, p.chunk));
-          // The smallest such chunk: one granule less would not fit.
-          if (p.chunk - knobs.granule >= knobs.min_chunk) {
-            EXPECT_GT(split_units(w, p.chunk - knobs.granule), procs);
+          EXPECT_LE(p.splits, knobs.max_splits);              // the workspace stays bounded
+          // The smallest such chunk: one granule less would not fit, or cut into too many splits.
+          const std::int64_t smaller = p.chunk - knobs.granule;
+          if (smaller >= knobs.min_chunk) {
+            EXPECT_TRUE(split_units(w, smaller) > procs || (kv + smaller - 1) / smaller > knobs.max_splits);
           }
         }
 }

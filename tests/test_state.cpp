@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kattn/detail/exp2.hpp"
-#include "kattn/state.hpp"
+#include "kattn/core/state.hpp"
 
 namespace kattn {
 namespace {

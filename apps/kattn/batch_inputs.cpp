@@ -7,7 +7,7 @@
 
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/errors.hpp"
-#include "kattn/mask.hpp"
+#include "kattn/core/key_window.hpp"
 
 namespace kattn {
 namespace cli {

@@ -18,7 +18,7 @@
 #include "kattn/block_sparse.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/io/npy.hpp"
-#include "kattn/mask.hpp"
+#include "kattn/core/key_window.hpp"
 #include "kattn/reference_masked.hpp"
 
 namespace kattn {

@@ -1,6 +1,5 @@
 #include "kattn/backward.hpp"
 
-#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -11,8 +10,9 @@
 #include "kattn/detail/backward_query_pass.hpp"
 #include "kattn/detail/backward_rows.hpp"
 #include "kattn/detail/memory_check.hpp"
-#include "kattn/mask.hpp"
-#include "kattn/state.hpp"
+#include "kattn/core/key_window.hpp"
+#include "kattn/core/score_scaling.hpp"
+#include "kattn/core/state.hpp"
 
 namespace kattn {
 namespace detail {
@@ -63,15 +63,12 @@ BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, c
   ws.rows = plan.ws_rows;
   ws.dims = plan.geo.kp_dims;
 
-  const double scale = opt.scale != 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(f.head_dim));
-  const bool softcap = opt.softcap > 0.0;
+  const ScoreScaling sc = ScoreScaling::make(f.head_dim, opt.scale, opt.softcap);
   GradientScales<T> g;
-  g.ds_scale = static_cast<T>(scale);
-  if (softcap) {
-    g.cap_log2 = static_cast<T>(opt.softcap * kLog2e);
-    g.inv_cap = static_cast<T>(1.0 / opt.softcap);
-  }
-  const T score_scale = static_cast<T>(softcap ? scale : scale * kLog2e);
+  g.ds_scale = static_cast<T>(sc.scale);
+  g.cap_log2 = static_cast<T>(sc.cap_log2);
+  g.inv_cap = static_cast<T>(sc.inv_cap);
+  const T score_scale = static_cast<T>(sc.q_scale);
   const KeyWindow window = KeyWindow::from(opt);
 
   if (f.q_len > 0) {

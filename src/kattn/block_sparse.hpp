@@ -25,7 +25,7 @@
 #include "kattn/options.hpp"
 #include "kattn/params.hpp"
 #include "kattn/shapes.hpp"
-#include "kattn/split_plan.hpp"
+#include "kattn/core/split_planner.hpp"
 
 namespace kattn {
 

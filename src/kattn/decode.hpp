@@ -18,7 +18,7 @@
 #include "kattn/params.hpp"
 #include "kattn/ragged.hpp"
 #include "kattn/shapes.hpp"
-#include "kattn/split_plan.hpp"
+#include "kattn/core/split_planner.hpp"
 #include "kattn/tiles.hpp"
 
 namespace kattn {

@@ -15,7 +15,7 @@ struct Options {
   std::int64_t window_left = -1;
   std::int64_t window_right = -1;
   // Moves the diagonal of causal/window masks right by this many keys: for a shard of a longer
-  // sequence (ring attention), see KeyWindow in mask.hpp. 0 for whole sequences.
+  // sequence (ring attention), see KeyWindow in core/key_window.hpp. 0 for whole sequences.
   std::int64_t diagonal_shift = 0;
   // Logits soft-capping: each scaled score s becomes softcap * tanh(s / softcap); 0 turns it off.
   double softcap = 0.0;

@@ -7,8 +7,8 @@
 #include "kattn/detail/backends.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/score_matrix.hpp"
-#include "kattn/mask.hpp"
-#include "kattn/state.hpp"
+#include "kattn/core/key_window.hpp"
+#include "kattn/core/state.hpp"
 
 namespace kattn {
 namespace detail {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "kattn/block_mask.hpp"
-#include "kattn/mask.hpp"
+#include "kattn/core/key_window.hpp"
 #include "kattn/options.hpp"
 
 namespace kattn {

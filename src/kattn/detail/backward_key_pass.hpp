@@ -27,7 +27,7 @@
 #include "kattn/detail/backward_workspace.hpp"
 #include "kattn/detail/tile_gemm.hpp"
 #include "kattn/detail/tuning.hpp"
-#include "kattn/mask.hpp"
+#include "kattn/core/key_window.hpp"
 
 namespace kattn {
 namespace detail {
@@ -181,17 +181,13 @@ struct BackwardKeyPass {
                                             const Tiles& s) const {
     const int G = p.fwd.group_size();
     const std::int64_t i_first = t0 / G, i_last = (t0 + n_rows - 1) / G;
-    const bool full = n_keys == geo.kp_keys && kb >= window.first(i_last, q_len, kv_len) &&
-                      kb + n_keys - 1 <= window.last(i_first, q_len, kv_len) &&
+    const bool full = n_keys == geo.kp_keys && window.rows_see_whole_tile(i_first, i_last, kb, n_keys, q_len, kv_len) &&
                       (!bs.active() || bs.all_listed(bs.rows_of(hk, G, t0, n_rows), kb, kb + n_keys - 1));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, m_rows), [&](const int r) {
       int begin = 0, end = geo.kp_keys;
       if (!full) {
         const std::int64_t i = (t0 + (r < n_rows ? r : 0)) / G;
-        const std::int64_t f = window.first(i, q_len, kv_len) - kb;
-        const std::int64_t l = window.last(i, q_len, kv_len) - kb + 1;
-        begin = static_cast<int>(f < 0 ? 0 : (f > n_keys ? n_keys : f));
-        end = static_cast<int>(l < begin ? begin : (l > n_keys ? n_keys : l));
+        window.tile_keys(i, kb, n_keys, q_len, kv_len, begin, end);
         if (bs.active() && r < n_rows) {
           T* row = s.s + r * geo.kp_keys;
           bs.for_unlisted(hk * G + static_cast<int>((t0 + r) % G), i, kb, n_keys, [&](const int a, const int z) {

@@ -23,7 +23,7 @@
 #include "kattn/detail/online_softmax.hpp"
 #include "kattn/detail/tile_gemm.hpp"
 #include "kattn/detail/tuning.hpp"
-#include "kattn/mask.hpp"
+#include "kattn/core/key_window.hpp"
 
 namespace kattn {
 namespace detail {
@@ -104,8 +104,7 @@ struct BackwardQueryPass {
         kb += (next - kb) / geo.block_k * geo.block_k;
       }
       const int n_keys = static_cast<int>(kv_len - kb < geo.block_k ? kv_len - kb : geo.block_k);
-      const bool full = n_keys == geo.qp_keys && kb >= window.first(i_last, q_len, kv_len) &&
-                        kb + n_keys - 1 <= window.last(i_first, q_len, kv_len) &&
+      const bool full = n_keys == geo.qp_keys && window.rows_see_whole_tile(i_first, i_last, kb, n_keys, q_len, kv_len) &&
                         (!bs.active() || bs.all_listed(mrows, kb, kb + n_keys - 1));
       key_tile(member, b, hk, t0, n_rows, kb, n_keys, !full, q_len, kv_len, s);
     }
@@ -194,10 +193,8 @@ struct BackwardQueryPass {
     const int G = p.fwd.group_size();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n_rows), [&](const int r) {
       const std::int64_t i = (t0 + r) / G;
-      const std::int64_t f = window.first(i, q_len, kv_len) - kb;
-      const std::int64_t l = window.last(i, q_len, kv_len) - kb + 1;
-      const int begin = static_cast<int>(f < 0 ? 0 : (f > n_keys ? n_keys : f));
-      const int end = static_cast<int>(l < begin ? begin : (l > n_keys ? n_keys : l));
+      int begin = 0, end = 0;
+      window.tile_keys(i, kb, n_keys, q_len, kv_len, begin, end);
       mask_column(st, geo.qp_keys, geo.qp_rows, r, begin, end);
       if (bs.active()) {
         bs.for_unlisted(hk * G + static_cast<int>((t0 + r) % G), i, kb, n_keys, [&](const int a, const int z) {

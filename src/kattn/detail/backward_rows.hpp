@@ -13,7 +13,7 @@
 #include "kattn/backward_params.hpp"
 #include "kattn/compat.hpp"
 #include "kattn/detail/backward_workspace.hpp"
-#include "kattn/state.hpp"
+#include "kattn/core/state.hpp"
 
 namespace kattn {
 namespace detail {

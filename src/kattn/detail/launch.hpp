@@ -13,29 +13,25 @@
 #include "kattn/detail/merge_partials.hpp"
 #include "kattn/detail/row_tiled_attention.hpp"
 #include "kattn/detail/tiled_attention.hpp"
-#include "kattn/mask.hpp"
+#include "kattn/core/key_window.hpp"
+#include "kattn/core/score_scaling.hpp"
 #include "kattn/options.hpp"
 #include "kattn/params.hpp"
-#include "kattn/state.hpp"
+#include "kattn/core/state.hpp"
 #include "kattn/tiles.hpp"
 
 namespace kattn {
 namespace detail {
 
-// The key window and how a kernel scales scores: q is multiplied on load by scale * log2(e)
-// (exp2 then gives exp), or by scale alone when softcapping, whose tanh is taken in natural units.
+// The key window and the score scaling (core/score_scaling.hpp) of a forward kernel.
 template <class Kernel>
 void set_score_scaling(Kernel& kern, int head_dim, const Options& opt) {
   using T = decltype(kern.q_scale);
   kern.window = KeyWindow::from(opt);
-  const double scale = opt.scale != 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
-  if (opt.softcap > 0.0) {
-    kern.q_scale = static_cast<T>(scale);
-    kern.cap_log2 = static_cast<T>(opt.softcap * kLog2e);
-    kern.inv_cap = static_cast<T>(1.0 / opt.softcap);
-  } else {
-    kern.q_scale = static_cast<T>(scale * kLog2e);
-  }
+  const ScoreScaling sc = ScoreScaling::make(head_dim, opt.scale, opt.softcap);
+  kern.q_scale = static_cast<T>(sc.q_scale);
+  kern.cap_log2 = static_cast<T>(sc.cap_log2);
+  kern.inv_cap = static_cast<T>(sc.inv_cap);
 }
 
 template <class ExecSpace, class T>

@@ -10,7 +10,8 @@
 
 #include <cstdint>
 
-#include "kattn/mask.hpp"
+#include "kattn/core/key_window.hpp"
+#include "kattn/core/state.hpp"
 
 namespace kattn {
 namespace detail {
@@ -30,15 +31,6 @@ KOKKOS_INLINE_FUNCTION bool values_finite(const Member& member, int n_keys, int 
   return bad == 0;
 }
 
-// Keys [begin, end) of the tile at kb (n_keys keys) that query position i sees.
-KOKKOS_INLINE_FUNCTION void visible_keys(const KeyWindow& window, std::int64_t i, std::int64_t kb, int n_keys,
-                                         std::int64_t q_len, std::int64_t kv_len, int& begin, int& end) {
-  const std::int64_t f = window.first(i, q_len, kv_len) - kb;
-  const std::int64_t l = window.last(i, q_len, kv_len) - kb + 1;
-  begin = static_cast<int>(f < 0 ? 0 : (f > n_keys ? n_keys : f));
-  end = static_cast<int>(l < begin ? begin : (l > n_keys ? n_keys : l));
-}
-
 // Team-level: o(r, d) = alpha[r] o(r, d) + sum over the keys j that row r sees of p(r, j) v_row(j)[d],
 // for rows 0 .. rows - 1 and dims 0 .. dims - 1. keys_of(r, begin, end) gives row r's keys.
 template <class Member, class T, class KeysOf, class P, class VRow, class O>
@@ -48,7 +40,7 @@ KOKKOS_INLINE_FUNCTION void masked_values(const Member& member, int rows, int di
     int begin = 0, end = 0;
     keys_of(r, begin, end);
     Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, dims), [&](const int d) {
-      T acc = alpha[r] * o(r, d);
+      T acc = rescaled_o(o(r, d), alpha[r]);
       for (int j = begin; j < end; ++j) acc += p(r, j) * v_row(j)[d];
       o(r, d) = acc;
     });

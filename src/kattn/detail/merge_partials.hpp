@@ -9,7 +9,7 @@
 #include "kattn/detail/merge_rows.hpp"
 #include "kattn/detail/tiled_attention.hpp"
 #include "kattn/params.hpp"
-#include "kattn/state.hpp"
+#include "kattn/core/state.hpp"
 
 namespace kattn {
 namespace detail {

@@ -12,7 +12,7 @@
 #include "kattn/compat.hpp"
 #include "kattn/detail/exp2.hpp"
 #include "kattn/detail/simd.hpp"
-#include "kattn/state.hpp"
+#include "kattn/core/state.hpp"
 
 namespace kattn {
 namespace detail {
@@ -66,7 +66,7 @@ KOKKOS_INLINE_FUNCTION void rescale_rows(const Member& member, int rows, T* m, T
     alpha[r] = fold_max(st, tile_max[r]);
     m[r] = st.m;
     l[r] = st.l;
-    tile_max[r] = (st.m == -compat::infinity<T>()) ? T(0) : st.m;
+    tile_max[r] = exponent_offset(st);
   });
 }
 

@@ -26,9 +26,9 @@
 #include "kattn/detail/tile_schedule.hpp"
 #include "kattn/detail/tiled_attention.hpp"
 #include "kattn/detail/tuning.hpp"
-#include "kattn/mask.hpp"
+#include "kattn/core/key_window.hpp"
 #include "kattn/params.hpp"
-#include "kattn/state.hpp"
+#include "kattn/core/state.hpp"
 
 namespace kattn {
 namespace detail {
@@ -148,7 +148,7 @@ struct RowTiledAttention {
         member, geo, keys, geo.heads, [&](int hl) { return static_cast<const T*>(head(s, hl).q); },
         [&](int hl) { return k_head_offset(hl); }, [&](int hl) { return head(s, hl).s; }, krow, knext, n_next);
     member.team_barrier();
-    const bool masked = keys != n_keys || !rows_see_whole_tile(window, w, kb, n_keys);
+    const bool masked = keys != n_keys || !window.rows_see_whole_tile(w.i_first, w.i_last, kb, n_keys, w.q_len, w.kv_len);
     for (int hl = 0; hl < geo.heads; ++hl) {
       const HeadTiles h = head(s, hl);
       if (cap_log2 != T(0)) {
@@ -172,7 +172,7 @@ struct RowTiledAttention {
         masked_values<Member, T>(
             member, geo.rows_p, geo.dims_p,
             [&](int r, int& begin, int& end) {
-              if (r < w.n_rows) visible_keys(window, (w.t0 + r) / G, kb, n_keys, w.q_len, w.kv_len, begin, end);
+              if (r < w.n_rows) window.tile_keys((w.t0 + r) / G, kb, n_keys, w.q_len, w.kv_len, begin, end);
             },
             [&](int r, int j) { return h.s[r * geo.keys_p + j]; }, v_at,
             [&](int r, int d) -> T& { return h.o[r * geo.dims_p + d]; }, h.alpha);
@@ -264,10 +264,7 @@ struct RowTiledAttention {
       int begin = 0, end = 0;  // padding rows see nothing
       if (r < w.n_rows) {
         const std::int64_t i = (w.t0 + r) / G;
-        const std::int64_t f = window.first(i, w.q_len, w.kv_len) - kb;
-        const std::int64_t l = window.last(i, w.q_len, w.kv_len) - kb + 1;
-        begin = static_cast<int>(f < 0 ? 0 : (f > n_keys ? n_keys : f));
-        end = static_cast<int>(l < begin ? begin : (l > n_keys ? n_keys : l));
+        window.tile_keys(i, kb, n_keys, w.q_len, w.kv_len, begin, end);
       }
       mask_row(st + r * geo.keys_p, keys, begin, end);
     });
@@ -292,7 +289,7 @@ struct RowTiledAttention {
       }
       const T* orow = ht.o + r * geo.dims_p;
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.head_dim),
-                           [&](const int d) { out[d] = orow[d] * fin.inv_l; });
+                           [&](const int d) { out[d] = finished_o(orow[d], fin); });
       Kokkos::single(Kokkos::PerThread(member), [&]() {
         if (lse) *lse = fin.lse;
       });

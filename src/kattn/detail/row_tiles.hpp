@@ -21,7 +21,7 @@
 #include "kattn/detail/simd.hpp"
 #include "kattn/detail/simd_reduce.hpp"
 #include "kattn/detail/tile_geometry.hpp"
-#include "kattn/state.hpp"
+#include "kattn/core/state.hpp"
 
 namespace kattn {
 namespace detail {
@@ -334,7 +334,7 @@ KOKKOS_INLINE_FUNCTION void value_block(int keys, const T* KOKKOS_RESTRICT pr, i
   constexpr int line = 64 / static_cast<int>(sizeof(T));
   V acc[R][NV];
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = simd::load(o + r * ldo + d0 + v * W) * alpha[r];
+    for (int v = 0; v < NV; ++v) acc[r][v] = rescaled_o(simd::load(o + r * ldo + d0 + v * W), alpha[r]);
   for (int k = 0; k < keys; ++k) {
     if (k < n_next)
       for (int d = 0; d < NV * W; d += line) prefetch_line(vnext[k].p + off + d0 + d);
@@ -351,7 +351,7 @@ KOKKOS_INLINE_FUNCTION void value_block(int keys, const T* KOKKOS_RESTRICT pr, i
   (void)vnext, (void)n_next;
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) {
-      T acc = o[r * ldo + d0 + v] * alpha[r];
+      T acc = rescaled_o(o[r * ldo + d0 + v], alpha[r]);
       for (int k = 0; k < keys; ++k) acc += pr[r * ldp + k] * vrow[k].p[off + d0 + v];
       o[r * ldo + d0 + v] = acc;
     }

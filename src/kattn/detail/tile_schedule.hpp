@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "kattn/mask.hpp"
+#include "kattn/core/key_window.hpp"
 #include "kattn/params.hpp"
 
 namespace kattn {
@@ -66,12 +66,6 @@ KOKKOS_INLINE_FUNCTION TileWork schedule_tile(const AttentionParams<T>& p, const
   // Tiles are aligned to the split start, so the fold order never depends on the rows.
   w.kb_begin = (lo <= w.hi) ? c0 + (lo - c0) / block_k * block_k : w.hi + 1;
   return w;
-}
-
-// Whether every row of the tile sees all n_keys keys from kb (then no mask is needed).
-KOKKOS_INLINE_FUNCTION bool rows_see_whole_tile(const KeyWindow& window, const TileWork& w, std::int64_t kb,
-                                                int n_keys) {
-  return kb >= window.first(w.i_last, w.q_len, w.kv_len) && kb + n_keys - 1 <= window.last(w.i_first, w.q_len, w.kv_len);
 }
 
 }  // namespace detail

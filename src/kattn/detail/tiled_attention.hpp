@@ -27,9 +27,9 @@
 #include "kattn/detail/tile_schedule.hpp"
 #include "kattn/detail/tile_geometry.hpp"
 #include "kattn/detail/tuning.hpp"
-#include "kattn/mask.hpp"
+#include "kattn/core/key_window.hpp"
 #include "kattn/params.hpp"
-#include "kattn/state.hpp"
+#include "kattn/core/state.hpp"
 
 namespace kattn {
 namespace detail {
@@ -111,7 +111,7 @@ struct TiledAttention {
       }
       const int n_keys = w.keys_at(kb, geo.block_k);
       // Only tiles that some row does not see whole need masking (padding keys included).
-      const bool full = n_keys == geo.keys_p && rows_see_whole_tile(window, w, kb, n_keys) &&
+      const bool full = n_keys == geo.keys_p && window.rows_see_whole_tile(w.i_first, w.i_last, kb, n_keys, w.q_len, w.kv_len) &&
                         (!bs.active() || bs.all_listed(mrows, kb, kb + n_keys - 1));
       fold_tile(member, w.b, w.hk, w.t0, w.n_rows, kb, n_keys, !full, w.q_len, w.kv_len, s);
     }
@@ -159,7 +159,7 @@ struct TiledAttention {
       masked_values<Member, T>(
           member, geo.rows_p, geo.dims_p,
           [&](int r, int& begin, int& end) {
-            if (r < n_rows) visible_keys(window, (t0 + r) / G, kb, n_keys, q_len, kv_len, begin, end);
+            if (r < n_rows) window.tile_keys((t0 + r) / G, kb, n_keys, q_len, kv_len, begin, end);
           },
           [&](int r, int j) { return s.st[j * geo.rows_p + r]; }, v_at,
           [&](int r, int d) -> T& { return s.ot[d * geo.rows_p + r]; }, s.alpha);
@@ -209,10 +209,8 @@ struct TiledAttention {
     const int G = p.group_size();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n_rows), [&](const int r) {
       const std::int64_t i = (t0 + r) / G;
-      const std::int64_t f = window.first(i, q_len, kv_len) - kb;
-      const std::int64_t l = window.last(i, q_len, kv_len) - kb + 1;
-      const int begin = static_cast<int>(f < 0 ? 0 : (f > n_keys ? n_keys : f));
-      const int end = static_cast<int>(l < begin ? begin : (l > n_keys ? n_keys : l));
+      int begin = 0, end = 0;
+      window.tile_keys(i, kb, n_keys, q_len, kv_len, begin, end);
       mask_column(st, geo.keys_p, geo.rows_p, r, begin, end);
       if (bs.active()) {
         const int h = hk * G + static_cast<int>((t0 + r) % G);
@@ -242,7 +240,7 @@ struct TiledAttention {
         lse = p.lse ? p.lse_ptr(b, i, h) : nullptr;
       }
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.head_dim),
-                           [&](const int d) { out[d] = s.ot[d * geo.rows_p + r] * fin.inv_l; });
+                           [&](const int d) { out[d] = finished_o(s.ot[d * geo.rows_p + r], fin); });
       Kokkos::single(Kokkos::PerThread(member), [&]() {
         if (lse) *lse = fin.lse;
       });

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kattn/compat.hpp"
+#include "kattn/decode.hpp"
 #include "kattn/detail/backends.hpp"
 #include "kattn/detail/launch.hpp"
 #include "kattn/dist/agreement.hpp"
@@ -41,19 +42,6 @@ struct UnpackRows {
     });
   }
 };
-
-// Key splits of the local attention: enough work units for the execution space, none emptier
-// than a few tiles.
-template <class ExecSpace, class T>
-int planned_splits(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt) {
-  if (opt.splits > 0) return opt.splits;
-  if (p.kv_len == 0) return 1;
-  const std::int64_t row_tiles = (p.q_len * p.group_size() + 63) / 64;
-  const std::int64_t units = std::int64_t(p.batch) * p.heads_kv * row_tiles;
-  const std::int64_t want = (2 * std::int64_t(space.concurrency()) + units - 1) / units;
-  const std::int64_t most = std::max<std::int64_t>(1, p.kv_len / 256);
-  return static_cast<int>(std::max<std::int64_t>(1, std::min(want, most)));
-}
 
 }  // namespace
 
@@ -104,7 +92,7 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
     pr.lse = rec.data();
     pr.lse_stride_batch = p.q_len * p.heads_q * w, pr.lse_stride_seq = p.heads_q * w, pr.lse_stride_head = w;
     const double tc0 = now();
-    kattn::detail::run_attention(space, pr, local, planned_splits(space, p, opt), "kattn::dist::decode");
+    kattn::detail::run_attention(space, pr, local, kattn::plan_splits(space, p, opt).splits, "kattn::dist::decode");
     space.fence();
     const double tc1 = now();
     // The operator runs on the host: device rows always go through a host copy.

@@ -1,5 +1,6 @@
 // Kokkos kernels that keep a running state per local query row and fold finished partials into
-// it in a given order (ring steps, or global key chunks), then finish the rows. Internal.
+// it in a given order (ring steps, or global key chunks), then finish the rows, with the one merge
+// of partial states (detail/merge_rows.hpp). Internal.
 //
 // Rows are (sequence b, local query position i, query head h). The accumulator's o lives where
 // the caller says (the user's o for ring attention, a packed record for the decode chain); m
@@ -12,8 +13,8 @@
 #include <cstdint>
 
 #include "kattn/compat.hpp"
-#include "kattn/dist/row_merge.hpp"
-#include "kattn/state.hpp"
+#include "kattn/detail/merge_rows.hpp"
+#include "kattn/core/state.hpp"
 
 namespace kattn {
 namespace dist {
@@ -81,13 +82,9 @@ struct FoldPartials {
       const std::int64_t si = acc.s_at(b, i, h);
       RowState<T> st{acc.m[si], acc.l[si]};
       const std::int64_t row = (std::int64_t(b) * part.q_len + ip) * acc.heads + h;
-      for (int s = 0; s < part.count; ++s) {
-        const Merge<T> mg = fold_finished(st, part.lse[s * rows + row]);
-        const T* po = part.o + (s * rows + row) * acc.head_dim;
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, acc.head_dim),
-                             [&](const int d) { o[d] = folded_value(mg, o[d], po[d]); });
-        st = mg.state;
-      }
+      kattn::detail::fold_parts(
+          member, st, o, part.count, acc.head_dim, [&](int s) { return part.o + (s * rows + row) * acc.head_dim; },
+          [&](int s) { return part.lse[s * rows + row]; });
       Kokkos::single(Kokkos::PerThread(member), [&]() {
         acc.m[si] = st.m;
         acc.l[si] = st.l;
@@ -113,14 +110,10 @@ struct FinishRows {
     const std::int64_t i = member.league_rank() % acc.q_len;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, acc.heads), [&](const int h) {
       const std::int64_t si = acc.s_at(b, i, h);
-      const Finish<T> fin = finish(RowState<T>{acc.m[si], acc.l[si]});
-      T* o = acc.o_at(b, i, h);
-      T* dst = out ? out + b * out_b + i * out_i + h * out_h : o;
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, acc.head_dim),
-                           [&](const int d) { dst[d] = o[d] * fin.inv_l; });
-      Kokkos::single(Kokkos::PerThread(member), [&]() {
-        if (lse) lse[b * l_b + i * l_i + h * l_h] = fin.lse;
-      });
+      const T* o = acc.o_at(b, i, h);
+      kattn::detail::finish_row(member, RowState<T>{acc.m[si], acc.l[si]}, o, acc.head_dim,
+                                out ? out + b * out_b + i * out_i + h * out_h : acc.o_at(b, i, h),
+                                lse ? lse + b * l_b + i * l_i + h * l_h : nullptr);
     });
   }
 };

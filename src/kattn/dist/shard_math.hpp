@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "kattn/mask.hpp"
+#include "kattn/core/key_window.hpp"
 #include "kattn/options.hpp"
 
 namespace kattn {
@@ -13,7 +13,7 @@ namespace detail {
 
 // Options for the query rows [q_global, q_global + q_len) of a sequence of Nq queries against
 // the keys [k_global, k_global + kv_len) of Nk keys: the user's mask moved by the shift of
-// mask.hpp, shift = (qo - ko) + (Nk - Nq) - (kv_len - q_len), on top of the user's own shift.
+// core/key_window.hpp, shift = (qo - ko) + (Nk - Nq) - (kv_len - q_len), on top of the user's own shift.
 inline Options shard_options(const Options& opt, std::int64_t q_global, std::int64_t q_len, std::int64_t Nq,
                              std::int64_t k_global, std::int64_t kv_len, std::int64_t Nk) {
   Options o = opt;

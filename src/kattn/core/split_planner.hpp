@@ -1,8 +1,11 @@
-// The split planner of split-KV attention (Flash-Decoding): how many chunks to cut each
-// sequence's keys into, so that a batch too small to fill the machine with (sequence, KV head)
-// work units still does. Host-only arithmetic on the batch's lengths; decode.hpp applies it.
+// The split planner of split-KV attention (Flash-Decoding), the one rule for every backend: how
+// many chunks to cut each sequence's keys into, so that a batch too small to fill the machine with
+// (sequence, KV head) work units still does. Host-only arithmetic on the batch's lengths, no
+// Kokkos: decode.hpp applies it to the Kokkos kernels, the MPI layer to its local attention and
+// kernels/cuda to the hand-written decode.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,6 +47,7 @@ struct SplitWork {
 struct SplitPlanKnobs {
   std::int64_t min_chunk = 256;
   std::int64_t granule = 64;
+  int max_splits = 128;  // bounds the partial-state workspace
 };
 
 // Work units of the launch when every sequence is cut into chunks of `chunk` keys (0: no cut).
@@ -58,15 +62,16 @@ inline std::int64_t split_units(const SplitWork& work, std::int64_t chunk) {
 
 // Picks the chunk size for `processors` concurrent units (SMs on a GPU, threads on a CPU): no split
 // when the unsplit units already fill the processors, on one processor, or for contexts shorter
-// than two chunks; otherwise the smallest chunk (a multiple of the granule, at least min_chunk)
-// whose units still fit in one wave of the processors, so that each processor gets one unit and
-// the longest sequences are cut the most. Batch 1 x 8 KV heads x 32K keys on 132 SMs: chunks of
-// 2048 keys, 16 splits, 128 units.
+// than two chunks; otherwise the smallest chunk (a multiple of the granule, at least min_chunk,
+// and cutting no sequence into more than max_splits chunks) whose units still fit in one wave of
+// the processors, so that each processor gets one unit and the longest sequences are cut the
+// most. Batch 1 x 8 KV heads x 32K keys on 132 SMs: chunks of 2048 keys, 16 splits, 128 units.
 inline SplitPlan plan_splits(const SplitWork& work, int processors, const SplitPlanKnobs& knobs = {}) {
   KATTN_REQUIRE(processors >= 1, "processors: expected at least 1, got ", processors);
   KATTN_REQUIRE(work.head_groups >= 1, "head_groups: expected at least 1, got ", work.head_groups);
   KATTN_REQUIRE(work.kv_len.size() == work.row_tiles.size(), "SplitWork: kv_len and row_tiles differ in length");
-  KATTN_REQUIRE(knobs.min_chunk >= 1 && knobs.granule >= 1, "SplitPlanKnobs: min_chunk and granule must be >= 1");
+  KATTN_REQUIRE(knobs.min_chunk >= 1 && knobs.granule >= 1 && knobs.max_splits >= 1,
+                "SplitPlanKnobs: min_chunk, granule and max_splits must be >= 1");
   SplitPlan plan;
   plan.processors = processors;
   plan.units_unsplit = split_units(work, 0);
@@ -84,7 +89,9 @@ inline SplitPlan plan_splits(const SplitWork& work, int processors, const SplitP
   } else {
     // units(chunk) does not grow with the chunk: the smallest chunk whose units fit.
     const std::int64_t g = knobs.granule;
-    std::int64_t lo = (knobs.min_chunk + g - 1) / g, hi = (max_kv + g - 1) / g;  // in granules
+    // At least min_chunk keys, and few enough chunks for max_splits.
+    const std::int64_t least = std::max(knobs.min_chunk, (max_kv + knobs.max_splits - 1) / knobs.max_splits);
+    std::int64_t lo = (least + g - 1) / g, hi = (max_kv + g - 1) / g;  // in granules
     while (lo < hi) {
       const std::int64_t mid = lo + (hi - lo) / 2;
       if (split_units(work, mid * g) <= processors)

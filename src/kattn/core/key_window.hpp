@@ -1,10 +1,11 @@
-// Which keys a query row sees: causal (bottom-right aligned), sliding window, or all.
+// Which keys a query row sees: causal (bottom-right aligned), sliding window, or all; and the
+// clamp of that interval to a key tile. Written once for every kernel (forward, split-KV,
+// backward, the MPI shard arithmetic, the CUDA kernels) and for the references. No Kokkos here.
 #pragma once
-
-#include <Kokkos_Core.hpp>
 
 #include <cstdint>
 
+#include "kattn/core/host_device.hpp"
 #include "kattn/options.hpp"
 
 namespace kattn {
@@ -24,15 +25,16 @@ struct KeyWindow {
     if (opt.causal) w.right = 0;  // min(right, 0) for every right, unbounded included
     return w;
   }
+  static KeyWindow causal() { return {-1, 0, 0}; }
 
   // First visible key of query i (may exceed last(i): then the row sees nothing).
-  KOKKOS_INLINE_FUNCTION std::int64_t first(std::int64_t i, std::int64_t q_len, std::int64_t kv_len) const {
+  KATTN_CORE_INLINE std::int64_t first(std::int64_t i, std::int64_t q_len, std::int64_t kv_len) const {
     if (left < 0) return 0;
     const std::int64_t f = i + (kv_len - q_len) + shift - left;
     return f < 0 ? 0 : f;
   }
   // Last visible key of query i, or -1 ... kv_len - 1.
-  KOKKOS_INLINE_FUNCTION std::int64_t last(std::int64_t i, std::int64_t q_len, std::int64_t kv_len) const {
+  KATTN_CORE_INLINE std::int64_t last(std::int64_t i, std::int64_t q_len, std::int64_t kv_len) const {
     if (right < 0) return kv_len - 1;
     const std::int64_t l = i + (kv_len - q_len) + shift + right;
     return l < kv_len - 1 ? l : kv_len - 1;
@@ -40,19 +42,32 @@ struct KeyWindow {
   // The query rows that see some key of [kb, ke] (kb <= ke < kv_len) form the interval
   // [first_query(kb), last_query(ke)] (it may be empty, or hold rows that see no key at all):
   // the inverse of first/last, for kernels that loop over queries per key tile (the backward).
-  KOKKOS_INLINE_FUNCTION std::int64_t first_query(std::int64_t kb, std::int64_t q_len, std::int64_t kv_len) const {
+  KATTN_CORE_INLINE std::int64_t first_query(std::int64_t kb, std::int64_t q_len, std::int64_t kv_len) const {
     if (right < 0) return 0;
     const std::int64_t i = kb - (kv_len - q_len) - shift - right;
     return i < 0 ? 0 : i;
   }
-  KOKKOS_INLINE_FUNCTION std::int64_t last_query(std::int64_t ke, std::int64_t q_len, std::int64_t kv_len) const {
+  KATTN_CORE_INLINE std::int64_t last_query(std::int64_t ke, std::int64_t q_len, std::int64_t kv_len) const {
     if (left < 0) return q_len - 1;
     const std::int64_t i = ke - (kv_len - q_len) - shift + left;
     return i < q_len - 1 ? i : q_len - 1;
   }
-  KOKKOS_INLINE_FUNCTION bool visible(std::int64_t i, std::int64_t j, std::int64_t q_len,
-                                      std::int64_t kv_len) const {
+  KATTN_CORE_INLINE bool visible(std::int64_t i, std::int64_t j, std::int64_t q_len, std::int64_t kv_len) const {
     return j >= first(i, q_len, kv_len) && j <= last(i, q_len, kv_len);
+  }
+
+  // The keys [begin, end) of the tile of n_keys keys at kb that query i sees (begin == end: none).
+  KATTN_CORE_INLINE void tile_keys(std::int64_t i, std::int64_t kb, int n_keys, std::int64_t q_len,
+                                   std::int64_t kv_len, int& begin, int& end) const {
+    const std::int64_t f = first(i, q_len, kv_len) - kb;
+    const std::int64_t l = last(i, q_len, kv_len) - kb + 1;
+    begin = static_cast<int>(f < 0 ? 0 : (f > n_keys ? n_keys : f));
+    end = static_cast<int>(l < begin ? begin : (l > n_keys ? n_keys : l));
+  }
+  // Whether every query of [i_first, i_last] sees all n_keys keys from kb (then no mask is needed).
+  KATTN_CORE_INLINE bool rows_see_whole_tile(std::int64_t i_first, std::int64_t i_last, std::int64_t kb, int n_keys,
+                                             std::int64_t q_len, std::int64_t kv_len) const {
+    return kb >= first(i_last, q_len, kv_len) && kb + n_keys - 1 <= last(i_first, q_len, kv_len);
   }
 };
 
