@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kattn/core/score_scaling.hpp"
+
 namespace kattn::cuda::detail {
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -36,8 +38,10 @@ inline const char* forward_common_check(const ForwardParams& p) {
   return nullptr;
 }
 
-inline float effective_scale(float scale, int head_dim) {
-  return scale > 0.f ? scale : 1.f / std::sqrt(float(head_dim));
+// What q is multiplied by, in log2 units: the library's one score scaling (core/score_scaling.hpp;
+// scale 0 means 1/sqrt(head_dim)).
+inline float score_scale_log2(float scale, int head_dim) {
+  return static_cast<float>(ScoreScaling::make(head_dim, scale, 0.0).q_scale);
 }
 
 }  // namespace kattn::cuda::detail

@@ -126,13 +126,13 @@ cudaError_t decode(const DecodeParams& p, cudaStream_t stream) {
     out.partial_lse = reinterpret_cast<float*>(static_cast<char*>(p.workspace) +
                                                align_up(rows * size_t(p.head_dim) * sizeof(float), 256));
   }
-  const float scale = p.scale != 0.f ? p.scale : 1.f / std::sqrt(float(p.head_dim));
+  const float scale_log2 = detail::score_scale_log2(p.scale, p.head_dim);
   const int groups = head_groups(p);
   cudaError_t err = with_decode_kernel(p, [&](const void* k, int smem, auto kernel) {
     cudaError_t e = detail::set_smem_once(k, smem);
     if (e != cudaSuccess) return e;
     dim3 grid(splits, p.heads_kv * groups, p.batch);
-    kernel<<<grid, 256, smem, stream>>>(p, scale * detail::kLog2e, groups, out);
+    kernel<<<grid, 256, smem, stream>>>(p, scale_log2, groups, out);
     return cudaGetLastError();
   });
   if (err != cudaSuccess || splits == 1) return err;

@@ -18,6 +18,7 @@
 #include "../common/numeric.cuh"
 #include "../common/ptx.cuh"
 #include "decode_traits.cuh"
+#include "kattn/core/state.hpp"
 
 namespace kattn::cuda::detail {
 
@@ -96,11 +97,11 @@ __global__ void __launch_bounds__(256, 1)
     }
   };
 
-  float m[GP], l[GP], acc[GP][8];
+  RowState<float> state[GP];  // core/state.hpp: m in log2 units (q is pre-scaled), l
+  float acc[GP][8];
 #pragma unroll
   for (int gp = 0; gp < GP; ++gp) {
-    m[gp] = -INFINITY;
-    l[gp] = 0.f;
+    state[gp] = RowState<float>::empty();
 #pragma unroll
     for (int d = 0; d < 8; ++d) acc[gp][d] = 0.f;
   }
@@ -144,21 +145,20 @@ __global__ void __launch_bounds__(256, 1)
     // -- fold into the states: max, rescale, exponentiate, sum
 #pragma unroll
     for (int gp = 0; gp < GP; ++gp) {
-      float mx = m[gp];
+      float mx = -INFINITY;
 #pragma unroll
-      for (int u = 0; u < kU; ++u) mx = fmaxf(mx, s[gp][u]);
-      const float m_use = mx == -INFINITY ? 0.f : mx;  // guard -inf - -inf
-      const float corr = fast_exp2(m[gp] - m_use);
-      m[gp] = mx;
+      for (int u = 0; u < kU; ++u) mx = max_nan(mx, s[gp][u]);
+      const float corr = fold_max(state[gp], mx);
+      const float offset = exponent_offset(state[gp]);
       float sum = 0.f;
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
-        s[gp][u] = fast_exp2(s[gp][u] - m_use);
+        s[gp][u] = fast_exp2(s[gp][u] - offset);
         sum += s[gp][u];
       }
-      l[gp] = l[gp] * corr + sum;
+      state[gp].l += sum;
 #pragma unroll
-      for (int d = 0; d < 8; ++d) acc[gp][d] *= corr;
+      for (int d = 0; d < 8; ++d) acc[gp][d] = rescaled_o(acc[gp][d], corr);
     }
     // -- o += p v
 #pragma unroll
@@ -180,8 +180,8 @@ __global__ void __launch_bounds__(256, 1)
   for (int gp = 0; gp < GP; ++gp) {
     float* e = sm + (kg * GP + gp) * (D + 2);
     if (c == 0) {
-      e[0] = m[gp];
-      e[1] = l[gp];
+      e[0] = state[gp].m;
+      e[1] = state[gp].l;
     }
 #pragma unroll
     for (int d = 0; d < 8; ++d) e[2 + c * 8 + d] = acc[gp][d];
@@ -193,25 +193,25 @@ __global__ void __launch_bounds__(256, 1)
     const int hg = grp * GP + gp;
     if (hg >= group_size) continue;
     const int h = hk * group_size + hg;
-    float mx = -INFINITY;
-    for (int j = 0; j < kKpp; ++j) mx = fmaxf(mx, sm[(j * GP + gp) * (D + 2)]);
-    const float m_use = mx == -INFINITY ? 0.f : mx;
-    float lsum = 0.f, o = 0.f;
+    // The kKpp key groups' states merged in order with the state algebra (its NaN rule included).
+    RowState<float> merged = RowState<float>::empty();
+    float o = 0.f;
     for (int j = 0; j < kKpp; ++j) {
       const float* e = sm + (j * GP + gp) * (D + 2);
-      const float w = fast_exp2(e[0] - m_use);
-      lsum = fmaf(e[1], w, lsum);
-      o = fmaf(e[2 + d], w, o);
+      const Merge<float> mg = merge(merged, RowState<float>{e[0], e[1]});
+      o = merged_o(mg, o, e[2 + d]);
+      merged = mg.state;
     }
-    const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
-    const float lse = lsum > 0.f ? (m_use + __log2f(lsum)) * kLn2 : -INFINITY;
+    const Finish<float> fin = finish(merged);
+    const float lse = fin.lse;
+    o = merged.is_empty() ? 0.f : finished_o(o, fin);
     if (out.partial_o == nullptr) {
       T* op = static_cast<T*>(p.o) + int64_t(b) * p.o_batch_stride + int64_t(h) * p.o_head_stride;
-      op[d] = T(o * inv);
+      op[d] = T(o);
       if (d == 0 && p.lse != nullptr) p.lse[int64_t(b) * p.heads_q + h] = lse;
     } else {
       const int64_t row = (int64_t(split) * p.batch + b) * p.heads_q + h;
-      out.partial_o[row * D + d] = o * inv;
+      out.partial_o[row * D + d] = o;
       if (d == 0) out.partial_lse[row] = lse;
     }
   }

@@ -16,9 +16,8 @@ cudaError_t launch_sm80(const ForwardParams& p, cudaStream_t stream) {
   auto kernel = detail::fwd_sm80_kernel<kBF16, D, kCausal>;
   cudaError_t err = detail::set_smem_once(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes);
   if (err != cudaSuccess) return err;
-  const float scale = detail::effective_scale(p.scale, D);
   dim3 grid((p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM, p.heads_q, p.batch);
-  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, scale, scale * detail::kLog2e);
+  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, detail::score_scale_log2(p.scale, D));
   return cudaGetLastError();
 }
 

@@ -24,6 +24,7 @@
 #include "../common/ptx.cuh"
 #include "../common/scheduler.cuh"
 #include "fwd_traits.cuh"
+#include "kattn/core/state.hpp"
 
 namespace kattn::cuda::detail {
 
@@ -48,7 +49,7 @@ __device__ __forceinline__ void sm80_load_tile(T* smem, const T* gmem, int64_t s
 
 template <bool kBF16, int D, bool kCausal>
 __global__ void __launch_bounds__(Sm80FwdTraits<D>::kThreads)
-    fwd_sm80_kernel(const ForwardParams p, const float scale, const float scale_log2) {
+    fwd_sm80_kernel(const ForwardParams p, const float scale_log2) {
   using Tr = Sm80FwdTraits<D>;
   using T = typename Elem<kBF16>::type;
   constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kThreads = Tr::kThreads;
@@ -77,8 +78,9 @@ __global__ void __launch_bounds__(Sm80FwdTraits<D>::kThreads)
   float acc_o[kDB][4];
 #pragma unroll
   for (int j = 0; j < kDB; ++j) acc_o[j][0] = acc_o[j][1] = acc_o[j][2] = acc_o[j][3] = 0.f;
-  float row_m[2] = {-INFINITY, -INFINITY};
-  float row_l[2] = {0.f, 0.f};
+  // The state of the thread's two rows (core/state.hpp): m in log2 units, l this thread's partial
+  // row sum (the quad is summed when finishing).
+  RowState<float> st[2] = {RowState<float>::empty(), RowState<float>::empty()};
 
   if (n_end > 0) {
     sm80_load_tile<kBlockM, D, kThreads>(sQ, gq, p.q_seq_stride, m0, nq, tid);
@@ -137,28 +139,27 @@ __global__ void __launch_bounds__(Sm80FwdTraits<D>::kThreads)
     // ---- online softmax: row max, rescale, exponentiate, partial row sum
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float mx = row_m[r];
+      float mx = -INFINITY;
 #pragma unroll
-      for (int j = 0; j < kNB; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;  // guard -inf - -inf
-      const float corr = fast_exp2(row_m[r] * scale_log2 - m_scaled);  // 0 when the old max is -inf
-      row_m[r] = mx;
+      for (int j = 0; j < kNB; ++j) mx = max_nan(mx, max_nan(s[j][2 * r], s[j][2 * r + 1]));
+      mx = max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float corr = fold_max(st[r], mx * scale_log2);  // scale_log2 > 0: the max of the scaled scores
+      const float offset = exponent_offset(st[r]);
       float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < kNB; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float pe = fast_exp2(fmaf(s[j][2 * r + e], scale_log2, -m_scaled));
+          const float pe = fast_exp2(fmaf(s[j][2 * r + e], scale_log2, -offset));
           s[j][2 * r + e] = pe;
           sum += pe;
         }
-      row_l[r] = row_l[r] * corr + sum;  // per-thread partial; the quad is summed at the end
+      st[r].l += sum;
 #pragma unroll
       for (int j = 0; j < kDB; ++j) {
-        acc_o[j][2 * r] *= corr;
-        acc_o[j][2 * r + 1] *= corr;
+        acc_o[j][2 * r] = rescaled_o(acc_o[j][2 * r], corr);
+        acc_o[j][2 * r + 1] = rescaled_o(acc_o[j][2 * r + 1], corr);
       }
     }
 
@@ -182,22 +183,22 @@ __global__ void __launch_bounds__(Sm80FwdTraits<D>::kThreads)
     __syncthreads();
   }
 
-  // ---- epilogue: finish (o / l, lse = scale * m + ln l), empty rows -> 0 and -inf
+  // ---- epilogue: finish (core/state.hpp: o / l, lse), empty rows -> 0 and -inf
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float l = row_l[r];
+    float l = st[r].l;
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const Finish<float> fin = finish(RowState<float>{st[r].m, l});
     const int row = m0 + warp * 16 + g + 8 * r;
     if (row < nq) {
       T* orow = go + int64_t(row) * p.o_seq_stride;
 #pragma unroll
       for (int j = 0; j < kDB; ++j)
         *reinterpret_cast<uint32_t*>(orow + 8 * j + 2 * t) =
-            pack2<kBF16>(acc_o[j][2 * r] * inv, acc_o[j][2 * r + 1] * inv);
+            pack2<kBF16>(finished_o(acc_o[j][2 * r], fin), finished_o(acc_o[j][2 * r + 1], fin));
       if (p.lse != nullptr && t == 0)
-        p.lse[(int64_t(b) * p.heads_q + h) * nq + row] = l > 0.f ? row_m[r] * scale + logf(l) : -INFINITY;
+        p.lse[(int64_t(b) * p.heads_q + h) * nq + row] = fin.lse;
     }
   }
 }

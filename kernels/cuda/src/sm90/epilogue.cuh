@@ -1,4 +1,4 @@
-// Epilogue of the sm90 forward kernel: finish the state (o / l, lse = scale*m + ln l, empty
+// Epilogue of the sm90 forward kernel: the finished state (core/state.hpp: o / l, lse; empty
 // rows -> 0 and -inf), stage the warpgroup's 64 x D bf16/f16 tile in its own half of the Q
 // buffer (no longer read once the last S = Q K^T has completed), then 16-byte coalesced
 // stores. Staging uses the same 128-B swizzle as TMA (chunk c of row r at c ^ (r % 8)): the
@@ -11,19 +11,17 @@
 
 #include "../common/numeric.cuh"
 #include "../common/ptx.cuh"
+#include "kattn/core/state.hpp"
 #include "ptx_sm90.cuh"
 
 namespace kattn::cuda::detail::sm90 {
 
 template <class Tr, bool kBF16, class T>
-__device__ __forceinline__ void store_tile(float (&o)[Tr::kHeadDim / 2], const float (&l)[2], const float (&m)[2],
-                                          uint8_t* smem_q, const ForwardParams& p, T* go, float scale, int h, int b,
-                                          int m0, int wg, int wt) {
+__device__ __forceinline__ void store_tile(float (&o)[Tr::kHeadDim / 2], const Finish<float> (&fin)[2],
+                                          uint8_t* smem_q, const ForwardParams& p, T* go, int h, int b, int m0,
+                                          int wg, int wt) {
   constexpr int D = Tr::kHeadDim;
   const int warp = wt / 32, lane = wt % 32;
-  float inv[2];
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) inv[hf] = l[hf] > 0.f ? 1.f / l[hf] : 0.f;
 
   // LSE of this thread's two rows (one lane per quad writes).
   if (p.lse != nullptr && lane % 4 == 0) {
@@ -31,7 +29,7 @@ __device__ __forceinline__ void store_tile(float (&o)[Tr::kHeadDim / 2], const f
     for (int hf = 0; hf < 2; ++hf) {
       const int row = m0 + wg * 64 + warp * 16 + lane / 4 + 8 * hf;
       if (row < p.seqlen_q)
-        p.lse[(int64_t(b) * p.heads_q + h) * p.seqlen_q + row] = l[hf] > 0.f ? m[hf] * scale + logf(l[hf]) : -INFINITY;
+        p.lse[(int64_t(b) * p.heads_q + h) * p.seqlen_q + row] = fin[hf].lse;
     }
   }
 
@@ -43,7 +41,7 @@ __device__ __forceinline__ void store_tile(float (&o)[Tr::kHeadDim / 2], const f
     const int col = 8 * (i / 4) + 2 * (lane % 4);
     const int region = col / 64, chunk = (col % 64) / 8;
     uint8_t* dst = smem_q + region * Tr::kQRegionBytes + r * 128 + ((chunk ^ (r % 8)) * 16) + (col % 8) * 2;
-    *reinterpret_cast<uint32_t*>(dst) = pack2<kBF16>(o[i] * inv[hf], o[i + 1] * inv[hf]);
+    *reinterpret_cast<uint32_t*>(dst) = pack2<kBF16>(finished_o(o[i], fin[hf]), finished_o(o[i + 1], fin[hf]));
   }
   named_bar_sync(Tr::kBarEpilogue0 + wg, 128);
 

@@ -28,7 +28,7 @@ namespace kattn::cuda::detail::sm90 {
 
 template <bool kBF16, class Tr, bool kCausal>
 __device__ __forceinline__ void consume(const SmemPlan<Tr>& sm, uint8_t* smem, const ForwardParams& p, int cw, int wt,
-                                        int h, int b, int m0, int n_end, float scale, float scale_log2) {
+                                        int h, int b, int m0, int n_end, float scale_log2) {
   using T = typename Elem<kBF16>::type;
   constexpr int kN = Tr::kBlockN, kD = Tr::kHeadDim, kS = Tr::kStages;
   const int lane = wt % 32, warp = wt / 32;
@@ -116,16 +116,16 @@ __device__ __forceinline__ void consume(const SmemPlan<Tr>& sm, uint8_t* smem, c
     fence_all(pa);
     release(sm.empty_v(sp.index), lane);
   }
-  float lt[2];
-  soft.total(lt);
-  store_tile<Tr, kBF16>(o, lt, soft.m, smem, p, go, scale, h, b, m0, cw, wt);
+  Finish<float> fin[2];
+  soft.finish_rows(fin);
+  store_tile<Tr, kBF16>(o, fin, smem, p, go, h, b, m0, cw, wt);
 }
 
 template <bool kBF16, class Tr, bool kCausal>
 __global__ void __launch_bounds__(384, 1)
     fwd_sm90_kernel(const ForwardParams p, const __grid_constant__ CUtensorMap tm_q,
                     const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
-                    const float scale, const float scale_log2) {
+                    const float scale_log2) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -163,10 +163,10 @@ __global__ void __launch_bounds__(384, 1)
     }
   } else {
     setmaxnreg_inc<Tr::kConsumerRegs>();
-    consume<kBF16, Tr, kCausal>(sm, smem, p, wg - 1, wt, h, b, m0, n_end, scale, scale_log2);
+    consume<kBF16, Tr, kCausal>(sm, smem, p, wg - 1, wt, h, b, m0, n_end, scale_log2);
   }
 #else
-  (void)p, (void)tm_q, (void)tm_k, (void)tm_v, (void)scale, (void)scale_log2;
+  (void)p, (void)tm_q, (void)tm_k, (void)tm_v, (void)scale_log2;
   __trap();  // this kernel is only built for sm_90a
 #endif
 }

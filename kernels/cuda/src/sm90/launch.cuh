@@ -13,9 +13,8 @@ cudaError_t launch_fwd(const ForwardParams& p, const TensorMaps& tm, cudaStream_
   auto kernel = fwd_sm90_kernel<kBF16, Tr, kCausal>;
   cudaError_t err = set_smem_once(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes);
   if (err != cudaSuccess) return err;
-  const float scale = effective_scale(p.scale, Tr::kHeadDim);
   dim3 grid((p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM, p.heads_q, p.batch);
-  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, tm.q, tm.k, tm.v, scale, scale * kLog2e);
+  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, tm.q, tm.k, tm.v, score_scale_log2(p.scale, Tr::kHeadDim));
   return cudaGetLastError();
 }
 
