@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "backward_support.hpp"
+#include "ragged_support.hpp"
+#include "kattn/attention.hpp"
 #include "kattn/backward.hpp"
 #include "kattn/forward.hpp"
 #include "kattn/reference.hpp"
@@ -334,32 +336,31 @@ TEST(Backward, DeterministicAcrossThreadCounts) {
 // ---- ragged batches ----------------------------------------------------------------------
 
 using Ragged3 = Kokkos::View<double***, Kokkos::LayoutRight>;
-using Indptr = Kokkos::View<std::int64_t*>;
 
-Indptr make_indptr(const std::vector<std::int64_t>& lengths, const std::string& label) {
-  Indptr v(label, lengths.size() + 1);
-  auto h = Kokkos::create_mirror_view(v);
-  h(0) = 0;
-  for (std::size_t b = 0; b < lengths.size(); ++b) h(b + 1) = h(b) + lengths[b];
-  Kokkos::deep_copy(v, h);
-  return v;
+// The layout of sequences of these lengths, from int64 or int32 indptrs.
+RaggedLayout<Kokkos::DefaultExecutionSpace::memory_space> layout_of(const std::vector<std::int64_t>& q_lens,
+                                                                    const std::vector<std::int64_t>& kv_lens,
+                                                                    bool int32) {
+  if (int32) return make_ragged_layout(host_index32(indptr_of(q_lens)), host_index32(indptr_of(kv_lens)));
+  return make_ragged_layout(host_index(indptr_of(q_lens)), host_index(indptr_of(kv_lens)));
 }
 
-// A ragged batch against (a) the textbook backward on the same ragged params and (b) each
+// A ragged batch through the front door, forward then backward, the forward's o and lse fed to the
+// backward as they come, against (a) the textbook backward on the same ragged params and (b) each
 // sequence run alone through the dense API.
 void check_ragged(const std::vector<std::int64_t>& q_lens, const std::vector<std::int64_t>& kv_lens, int Hq, int Hkv,
-                  int D, const Options& opt, const BackwardOptions& bopt) {
+                  int D, const Options& opt, const BackwardOptions& bopt, bool int32 = false) {
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE(describe(Shape{static_cast<int>(q_lens.size()), 0, 0, Hq, Hkv, D}, opt) + describe(bopt) +
-               " seed=" + std::to_string(seed));
+               (int32 ? " int32 indptr" : "") + " seed=" + std::to_string(seed));
   std::int64_t Tq = 0, Tk = 0;
   for (auto n : q_lens) Tq += n;
   for (auto n : kv_lens) Tk += n;
-  const Indptr qi = make_indptr(q_lens, "q_indptr"), ki = make_indptr(kv_lens, "kv_indptr");
+  const auto layout = layout_of(q_lens, kv_lens, int32);
   Ragged3 q("q", Tq, Hq, D), k("k", Tk, Hkv, D), v("v", Tk, Hkv, D), o("o", Tq, Hq, D), dout("do", Tq, Hq, D);
   Ragged3 dq("dq", Tq, Hq, D), dk("dk", Tk, Hkv, D), dv("dv", Tk, Hkv, D);
   Ragged3 rq("rq", Tq, Hq, D), rk("rk", Tk, Hkv, D), rv("rv", Tk, Hkv, D);
-  Kokkos::View<double**, Kokkos::LayoutRight> lse("lse", Hq, Tq);
+  Kokkos::View<double**, Kokkos::LayoutRight> lse("lse", Tq, Hq);  // as the ragged forward writes it
   fill_normal(q, seed);
   fill_normal(k, seed + 1);
   fill_normal(v, seed + 2);
@@ -367,11 +368,9 @@ void check_ragged(const std::vector<std::int64_t>& q_lens, const std::vector<std
   for (const auto& x : {dq, dk, dv, rq, rk, rv, o}) poison(x);
   poison(lse);
   const Kokkos::DefaultExecutionSpace space;
-  // The forward on the same ragged params (o and lse), then the backward.
-  BackwardParams<double> p = ragged_backward_params(q, k, v, o, lse, dout, dq, dk, dv, qi, ki);
-  detail::forward_impl(space, p.fwd, opt);
-  backward_ragged(space, q, k, v, o, lse, dout, dq, dk, dv, qi, ki, opt, bopt);
-  detail::reference_backward_impl(space, ragged_backward_params(q, k, v, o, lse, dout, rq, rk, rv, qi, ki), opt);
+  attention(space, q, kv::ragged(k, v, layout), o, lse, opt);
+  attention_backward(space, q, kv::ragged(k, v, layout), o, lse, dout, dq, dk, dv, opt, bopt);
+  detail::reference_backward_impl(space, ragged_backward_params(q, k, v, o, lse, dout, rq, rk, rv, layout), opt);
   const char* names[3] = {"dq", "dk", "dv"};
   const Ragged3 got[3] = {dq, dk, dv}, want[3] = {rq, rk, rv};
   for (int i = 0; i < 3; ++i) {
@@ -429,6 +428,16 @@ TEST(Backward, RaggedBatchesMatchTextbookAndDenseRuns) {
   for (const BackwardOptions& b : strategies()) check_ragged({33, 2, 64}, {31, 64, 2}, 8, 1, 8, small_tiles, b);
 }
 
+TEST(Backward, RaggedForwardLseFeedsTheBackwardWithEitherIndexType) {
+  // total_q == Hq, where an lse read in the wrong layout has the right extents.
+  for (bool int32 : {false, true}) {
+    check_ragged({2, 2}, {5, 3}, 4, 2, 8, Options{}, BackwardOptions{}, int32);
+    Options causal;
+    causal.causal = true;
+    check_ragged({3, 1, 4}, {7, 1, 9}, 8, 4, 16, causal, BackwardOptions{}, int32);
+  }
+}
+
 // ---- refusals ----------------------------------------------------------------------------
 
 template <class F>
@@ -470,19 +479,20 @@ TEST(Backward, BadArgumentsAreRefusedByName) {
                {"softcap:"});
 }
 
-TEST(Backward, BadRaggedIndptrIsRefusedByName) {
+TEST(Backward, BadRaggedArgumentsAreRefusedByName) {
   Ragged3 q("q", 10, 2, 8), k("k", 12, 1, 8), v("v", 12, 1, 8), o("o", 10, 2, 8), dout("do", 10, 2, 8);
   Ragged3 dq("dq", 10, 2, 8), dk("dk", 12, 1, 8), dv("dv", 12, 1, 8);
-  Kokkos::View<double**, Kokkos::LayoutRight> lse("lse", 2, 10);
+  Kokkos::View<double**, Kokkos::LayoutRight> lse("lse", 10, 2), lse_transposed("lse", 2, 10);
   const Kokkos::DefaultExecutionSpace space;
-  const auto run = [&](const Indptr& qi, const Indptr& ki) {
-    backward_ragged(space, q, k, v, o, lse, dout, dq, dk, dv, qi, ki);
+  const auto run = [&](const std::vector<std::int64_t>& ql, const std::vector<std::int64_t>& kl,
+                       const Kokkos::View<double**, Kokkos::LayoutRight>& l) {
+    attention_backward(space, q, kv::ragged(k, v, layout_of(ql, kl, false)), o, l, dout, dq, dk, dv);
   };
-  expect_error([&] { run(make_indptr({4, 5}, "q_indptr"), make_indptr({6, 6}, "kv_indptr")); },
-               {"q_indptr:", "last entry to be 10", "got 9"});
-  expect_error([&] { run(make_indptr({4, 6}, "q_indptr"), make_indptr({6, 6, 0}, "kv_indptr")); },
-               {"kv_indptr:", "expected 3 entries", "got 4"});
-  EXPECT_NO_THROW(run(make_indptr({4, 6}, "q_indptr"), make_indptr({6, 6}, "kv_indptr")));
+  expect_error([&] { run({4, 5}, {6, 6}, lse); }, {"q:", "expected 9 rows", "got 10"});
+  expect_error([&] { run({4, 6}, {6, 5}, lse); }, {"k:", "expected 11 rows", "got 12"});
+  expect_error([&] { run({4, 6}, {6, 6}, lse_transposed); }, {"lse:", "rows", "got 2"});
+  expect_error([&] { run({4, 6}, {6, 6}, Kokkos::View<double**, Kokkos::LayoutRight>()); }, {"lse:"});
+  EXPECT_NO_THROW(run({4, 6}, {6, 6}, lse));
 }
 
 }  // namespace

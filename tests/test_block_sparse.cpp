@@ -14,6 +14,7 @@
 #include "kattn/block_sparse.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/forward.hpp"
+#include "kattn/attention.hpp"
 #include "kattn/reference_masked.hpp"
 #include "support.hpp"
 
@@ -296,6 +297,22 @@ void expect_error(const F& f, const std::string& needle) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
+}
+
+TEST(BlockSparse, FrontDoorTakesTheMaskAsAnOption) {
+  // Decode-shaped (one query) and prefill-shaped problems, with and without splits.
+  for (int Nq : {1, 40})
+    for (int splits : {0, 1, 3}) {
+      const std::uint64_t seed = fresh_seed();
+      Problem<double> p({1, Nq, 200, 4, 2, 16}, seed);
+      const BlockMask m = random_mask(16, 4, Nq, 200, 0.4, seed + 7);
+      Options opt;
+      opt.splits = splits;
+      opt.block_mask = &m;
+      attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
+      expect_matches(p, oracle(p, m, opt), "attention with opt.block_mask, Nq=" + std::to_string(Nq) +
+                                               " splits=" + std::to_string(splits) + " seed=" + std::to_string(seed));
+    }
 }
 
 TEST(BlockSparse, RefusesBadMasksNamingTheArgument) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kattn/cascade.hpp"
+#include "kattn/attention.hpp"
 #include "kattn/decode.hpp"
 #include "kattn/merge.hpp"
 #include "ragged_support.hpp"
@@ -136,12 +137,14 @@ void check_cascade(const std::vector<std::int64_t>& q_lens, const std::vector<st
   }
   if (page == 0) {
     const auto layout = make_ragged_layout(host_index(suffix.q_indptr()), host_index(suffix.kv_indptr()));
-    cascade(Kokkos::DefaultExecutionSpace(), suffix.q, kp, vp, suffix.k, suffix.v, suffix.o, suffix.lse, layout, opt);
+    attention(Kokkos::DefaultExecutionSpace(), suffix.q, kv::cascade(kp, vp, kv::ragged(suffix.k, suffix.v, layout)), suffix.o,
+              suffix.lse, opt);
   } else {
     const PagedCopy<T> cache(suffix, page, seed + 3);
     const auto layout = make_paged_layout(host_index(suffix.q_indptr()), host_index(cache.page_indptr),
                                           host_index(cache.page_indices), host_index(cache.last_page_len), page);
-    cascade(Kokkos::DefaultExecutionSpace(), suffix.q, kp, vp, cache.k, cache.v, suffix.o, suffix.lse, layout, opt);
+    attention(Kokkos::DefaultExecutionSpace(), suffix.q, kv::cascade(kp, vp, kv::paged(cache.k, cache.v, layout)), suffix.o,
+              suffix.lse, opt);
   }
   Kokkos::fence();
   std::vector<double> o_ref, lse_ref;
@@ -175,7 +178,8 @@ TEST(Cascade, WithoutLse) {
   fill_normal(kp, 1);
   fill_normal(vp, 2);
   const auto layout = make_ragged_layout(host_index(p.q_indptr()), host_index(p.kv_indptr()));
-  EXPECT_NO_THROW(cascade(Kokkos::DefaultExecutionSpace(), p.q, kp, vp, p.k, p.v, p.o, View2<double>(), layout));
+  EXPECT_NO_THROW(attention(Kokkos::DefaultExecutionSpace(), p.q, kv::cascade(kp, vp, kv::ragged(p.k, p.v, layout)), p.o,
+                            View2<double>()));
   Kokkos::fence();
   for (double x : to_host(p.o)) EXPECT_TRUE(std::isfinite(x));
 }

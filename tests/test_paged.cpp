@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "kattn/attention.hpp"
 #include "kattn/decode.hpp"
 #include "kattn/paged.hpp"
 #include "ragged_support.hpp"
@@ -28,7 +29,7 @@ void check_paged(const std::vector<std::int64_t>& q_lens, const std::vector<std:
                                 host_index32(cache.page_indices), host_index32(cache.last_page_len), page)
             : make_paged_layout(index(p.q_indptr()), index(cache.page_indptr), index(cache.page_indices),
                                 index(cache.last_page_len), page);
-  splitkv(Kokkos::DefaultExecutionSpace(), p.q, cache.k, cache.v, p.o, p.lse, layout, opt);
+  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse, opt);
   Kokkos::fence();
   std::vector<double> o_ref, lse_ref;
   ragged_reference(p, opt, o_ref, lse_ref);
@@ -83,7 +84,7 @@ TEST(Paged, SharedPagesAreReadByEverySequence) {
   indices[cache.page_indptr[1] + 1] = indices[1];
   const auto layout = make_paged_layout(host_index(p.q_indptr()), host_index(cache.page_indptr), host_index(indices),
                                         host_index(cache.last_page_len), page);
-  splitkv(Kokkos::DefaultExecutionSpace(), p.q, cache.k, cache.v, p.o, p.lse, layout);
+  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse);
   Kokkos::fence();
   std::vector<double> o_ref, lse_ref;
   ragged_reference(p, Options{}, o_ref, lse_ref);

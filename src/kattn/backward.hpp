@@ -57,21 +57,21 @@ BackwardInfo backward(const ExecSpace& space, const QView& q, const KView& k, co
   return detail::backward_impl(space, backward_params(q, k, v, o, lse, dout, dq, dk, dv), opt, bopt);
 }
 
-// The same for a ragged batch (sequence b owns query rows [q_indptr[b], q_indptr[b + 1]) and key
-// rows [kv_indptr[b], kv_indptr[b + 1])): q, o, dout, dq [total_q, Hq, D]; k, v, dk, dv
-// [total_k, Hkv, D]; lse [Hq, total_q]; indptr views [B + 1] of std::int64_t.
+// The same for a ragged batch (ragged.hpp): q, o, dout, dq [total_q, Hq, D]; k, v, dk, dv
+// [total_kv, Hkv, D]; lse [total_q, Hq], as the ragged forward writes it; the layout the forward
+// ran with (int32 or int64 indptrs, validated once by make_ragged_layout).
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
-          class DqView, class DkView, class DvView, class IndptrView>
+          class DqView, class DkView, class DvView, class MemorySpace>
 BackwardInfo backward_ragged(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
                              const LseView& lse, const DoView& dout, const DqView& dq, const DkView& dk,
-                             const DvView& dv, const IndptrView& q_indptr, const IndptrView& kv_indptr,
-                             const Options& opt = {}, const BackwardOptions& bopt = {}) {
+                             const DvView& dv, const RaggedLayout<MemorySpace>& layout, const Options& opt = {},
+                             const BackwardOptions& bopt = {}) {
   static_assert(detail::backward_accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView,
-                                                 DkView, DvView, IndptrView>(),
-                "kattn::backward_ragged: the views must be accessible from the execution space");
+                                                 DkView, DvView>() &&
+                    Kokkos::SpaceAccessibility<ExecSpace, MemorySpace>::accessible,
+                "kattn::backward_ragged: the views and the layout must be accessible from the execution space");
   validate(opt);
-  return detail::backward_impl(
-      space, ragged_backward_params(q, k, v, o, lse, dout, dq, dk, dv, q_indptr, kv_indptr), opt, bopt);
+  return detail::backward_impl(space, ragged_backward_params(q, k, v, o, lse, dout, dq, dk, dv, layout), opt, bopt);
 }
 
 }  // namespace kattn

@@ -6,6 +6,8 @@
 
 namespace kattn {
 
+class BlockMask;  // block_mask.hpp
+
 struct Options {
   // Causal mask, aligned to the bottom right when the key count Nk exceeds the query count Nq:
   // query i sees key j iff j <= i + Nk - Nq.
@@ -26,12 +28,15 @@ struct Options {
   int block_q = 0;
   int block_k = 0;
   // Split-KV: number of key chunks per sequence whose partial states are merged; 0 = planned
-  // (split-KV entry points only; the tiled forward uses 1).
+  // (kattn::attention and the split-KV entry points; the tiled forward uses 1).
   int splits = 0;
   // Split-KV with fixed-size chunks: keys per split (every sequence is cut at the same key
   // positions whatever the batch and the machine, as a deterministic reduction needs); overrides
   // `splits` when > 0.
   std::int64_t split_chunk = 0;
+  // Block-sparse mask (block_mask.hpp), or none: query i of head h also needs block
+  // (i / B, j / B) listed to see key j. Not owned: it must outlive the call. Dense KV only.
+  const BlockMask* block_mask = nullptr;
 };
 
 }  // namespace kattn

@@ -29,9 +29,17 @@ struct RowState {
   KATTN_CORE_INLINE bool is_empty() const { return l == T(0) && m == -core::infinity<T>(); }
 };
 
-// max that propagates NaN from either side (fmax and std::max drop or order-depend on NaN).
+// max that propagates NaN from either side (fmax and std::max drop or order-depend on NaN). On
+// sm_80 and later one instruction (max.NaN), as cheap as fmaxf in the CUDA kernels' row maxima.
 template <class T>
 KATTN_CORE_INLINE T max_nan(T a, T b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (sizeof(T) == 4) {
+    T r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+  }
+#endif
   return (a > b || a != a) ? a : b;
 }
 

@@ -1,0 +1,142 @@
+// The front door: one call for attention over every way keys and values are stored.
+//
+//   kattn::attention(space, q, kv, o, lse, opt)
+//   kattn::attention_backward(space, q, kv, o, lse, dout, dq, dk, dv, opt, bopt)
+//
+// `kv` says how keys and values are stored (kattn::kv::dense, ragged, paged, cascade); split-KV
+// (opt.splits, opt.split_chunk; planned when both are 0) and block-sparse masks (opt.block_mask)
+// are options of the same call. Every kind writes lse in the layout its backward reads, so a
+// forward's outputs always feed attention_backward.
+//
+//   dense    q, o [B, Nq, Hq, D]        k, v [B, Nk, Hkv, D]                 lse [B, Hq, Nq]
+//   ragged   q, o [total_q, Hq, D]      k, v [total_kv, Hkv, D]              lse [total_q, Hq]
+//   paged    q, o [total_q, Hq, D]      k, v [num_pages, page_size, Hkv, D]  lse [total_q, Hq]
+//   cascade  a shared prefix k, v [Np, Hkv, D] seen by every request, then a ragged or paged
+//            suffix per request; q, o, lse as the suffix's
+//
+// lse may be an empty view where it is not wanted (forward only). Asynchronous like every kattn
+// kernel, except where a plan must read the layout on the host.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include "kattn/backward.hpp"
+#include "kattn/block_sparse.hpp"
+#include "kattn/cascade.hpp"
+#include "kattn/decode.hpp"
+#include "kattn/options.hpp"
+#include "kattn/paged.hpp"
+#include "kattn/ragged.hpp"
+
+namespace kattn {
+namespace kv {
+
+// Keys and values of each sequence side by side in a batch: k, v [B, Nk, Hkv, D].
+template <class KView, class VView>
+struct Dense {
+  KView k;
+  VView v;
+};
+// Sequences packed without padding (ragged.hpp): k, v [total_kv, Hkv, D].
+template <class KView, class VView, class MemorySpace>
+struct Ragged {
+  KView k;
+  VView v;
+  RaggedLayout<MemorySpace> layout;
+};
+// A paged cache (paged.hpp): k, v [num_pages, page_size, Hkv, D].
+template <class KView, class VView, class MemorySpace>
+struct Paged {
+  KView k;
+  VView v;
+  PagedLayout<MemorySpace> layout;
+};
+// A prefix shared by every request (k_prefix, v_prefix [Np, Hkv, D]), then each request's own keys
+// (a Ragged or Paged kind).
+template <class KPView, class VPView, class Suffix>
+struct Cascade {
+  KPView k_prefix;
+  VPView v_prefix;
+  Suffix suffix;
+};
+
+template <class KView, class VView>
+Dense<KView, VView> dense(const KView& k, const VView& v) {
+  return {k, v};
+}
+template <class KView, class VView, class MemorySpace>
+Ragged<KView, VView, MemorySpace> ragged(const KView& k, const VView& v, const RaggedLayout<MemorySpace>& layout) {
+  return {k, v, layout};
+}
+template <class KView, class VView, class MemorySpace>
+Paged<KView, VView, MemorySpace> paged(const KView& k, const VView& v, const PagedLayout<MemorySpace>& layout) {
+  return {k, v, layout};
+}
+template <class KPView, class VPView, class Suffix>
+Cascade<KPView, VPView, Suffix> cascade(const KPView& k_prefix, const VPView& v_prefix, const Suffix& suffix) {
+  return {k_prefix, v_prefix, suffix};
+}
+
+}  // namespace kv
+
+namespace detail {
+
+inline void require_dense_for_block_mask(const Options& opt, const char* kind) {
+  KATTN_REQUIRE(opt.block_mask == nullptr, "block_mask: supported with dense keys and values, not with ", kind);
+}
+
+}  // namespace detail
+
+// o (and lse) = attention of q over dense keys and values; returns the split it used.
+template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
+SplitPlan attention(const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv, const OView& o,
+                    const LseView& lse, const Options& opt = {}) {
+  if (opt.block_mask) return splitkv(space, q, kv.k, kv.v, o, lse, *opt.block_mask, opt);
+  return splitkv(space, q, kv.k, kv.v, o, lse, opt);
+}
+
+template <class ExecSpace, class QView, class KView, class VView, class MemorySpace, class OView, class LseView>
+SplitPlan attention(const ExecSpace& space, const QView& q, const kv::Ragged<KView, VView, MemorySpace>& kv,
+                    const OView& o, const LseView& lse, const Options& opt = {}) {
+  detail::require_dense_for_block_mask(opt, "a ragged batch");
+  return splitkv(space, q, kv.k, kv.v, o, lse, kv.layout, opt);
+}
+
+template <class ExecSpace, class QView, class KView, class VView, class MemorySpace, class OView, class LseView>
+SplitPlan attention(const ExecSpace& space, const QView& q, const kv::Paged<KView, VView, MemorySpace>& kv,
+                    const OView& o, const LseView& lse, const Options& opt = {}) {
+  detail::require_dense_for_block_mask(opt, "a paged cache");
+  return splitkv(space, q, kv.k, kv.v, o, lse, kv.layout, opt);
+}
+
+// Cascade: the prefix pass and the suffix pass each plan their own split.
+template <class ExecSpace, class QView, class KPView, class VPView, class Suffix, class OView, class LseView>
+void attention(const ExecSpace& space, const QView& q, const kv::Cascade<KPView, VPView, Suffix>& kv, const OView& o,
+               const LseView& lse, const Options& opt = {}) {
+  detail::require_dense_for_block_mask(opt, "a cascade");
+  cascade(space, q, kv.k_prefix, kv.v_prefix, kv.suffix.k, kv.suffix.v, o, lse, kv.suffix.layout, opt);
+}
+
+// dq, dk, dv = the gradients of sum(o * dout) for the o and lse the forward wrote with the same kv
+// and options (tile sizes may differ); shapes as q, k, v. Returns when the gradients are written.
+template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
+          class DqView, class DkView, class DvView>
+BackwardInfo attention_backward(const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
+                                const OView& o, const LseView& lse, const DoView& dout, const DqView& dq,
+                                const DkView& dk, const DvView& dv, const Options& opt = {},
+                                const BackwardOptions& bopt = {}) {
+  if (opt.block_mask) return backward(space, q, kv.k, kv.v, o, lse, dout, dq, dk, dv, *opt.block_mask, opt, bopt);
+  return backward(space, q, kv.k, kv.v, o, lse, dout, dq, dk, dv, opt, bopt);
+}
+
+template <class ExecSpace, class QView, class KView, class VView, class MemorySpace, class OView, class LseView,
+          class DoView, class DqView, class DkView, class DvView>
+BackwardInfo attention_backward(const ExecSpace& space, const QView& q,
+                                const kv::Ragged<KView, VView, MemorySpace>& kv, const OView& o, const LseView& lse,
+                                const DoView& dout, const DqView& dq, const DkView& dk, const DvView& dv,
+                                const Options& opt = {}, const BackwardOptions& bopt = {}) {
+  detail::require_dense_for_block_mask(opt, "a ragged batch");
+  return backward_ragged(space, q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout, opt, bopt);
+}
+
+}  // namespace kattn
