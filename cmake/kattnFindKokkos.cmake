@@ -21,17 +21,16 @@ if(KATTN_ENABLE_KOKKOSKERNELS)
 endif()
 
 # A Kokkos Kernels built for another Kokkos compiles, links, and breaks at run time.
-# Standalone Kokkos Kernels follows Kokkos' major version; Trilinos' (no version of its own)
-# sits beside its Kokkos.
+# Standalone Kokkos Kernels follows Kokkos' major version; Trilinos' (no version of its own,
+# a TriBITS package list instead) goes with Trilinos' Kokkos only.
 if(KATTN_ENABLE_KOKKOSKERNELS)
-  get_filename_component(_kattn_kk_cmake_dir "${KokkosKernels_DIR}" DIRECTORY)
   string(REGEX MATCH "^[0-9]+" _kattn_kokkos_major "${Kokkos_VERSION}")
   string(REGEX MATCH "^[0-9]+" _kattn_kk_major "${KokkosKernels_VERSION}")
   if(KokkosKernels_VERSION AND NOT _kattn_kk_major STREQUAL _kattn_kokkos_major)
     message(WARNING "kattn: Kokkos Kernels ${KokkosKernels_VERSION} (${KokkosKernels_DIR}) is not for "
                     "Kokkos ${Kokkos_VERSION} (${Kokkos_DIR}); set KokkosKernels_ROOT to one built with it")
-  elseif(NOT KokkosKernels_VERSION AND NOT _kattn_kk_cmake_dir STREQUAL _kattn_cmake_dir)
-    message(WARNING "kattn: Trilinos' Kokkos Kernels (${KokkosKernels_DIR}) works only with the Kokkos "
-                    "of the same Trilinos, not ${Kokkos_DIR}; set KokkosKernels_ROOT or Kokkos_ROOT")
+  elseif(DEFINED KokkosKernels_PACKAGE_LIST AND NOT DEFINED Kokkos_PACKAGE_LIST)
+    message(WARNING "kattn: Trilinos' Kokkos Kernels (${KokkosKernels_DIR}) works only with Trilinos' "
+                    "Kokkos, not ${Kokkos_DIR}; set KokkosKernels_ROOT or Kokkos_ROOT")
   endif()
 endif()

@@ -46,7 +46,7 @@ relay_config() {
   local name=$1 dir=$2 dest=$3/lib/cmake/$1 f
   mkdir -p "$dest"
   for f in "$dir/${name}Config.cmake" "$dir/${name}ConfigVersion.cmake"; do
-    [ -f "$f" ] && echo "include(\"$f\")" > "$dest/$(basename "$f")"
+    if [ -f "$f" ]; then echo "include(\"$f\")" > "$dest/$(basename "$f")"; fi
   done
 }
 
