@@ -3,12 +3,12 @@
 #   1. static (the default build): `cmake --install`, then tests/consumer configured with only
 #      the kattn prefix on the search path (no system paths: tests/consumer/CMakeLists.txt),
 #      built and run, and the installed `kattn` program;
-#   2. shared (BUILD_SHARED_LIBS=ON; library and program only), with Kokkos and Kokkos Kernels
-#      each reached through a prefix of its own, as spack installs them, while the system copy
-#      stays on the system paths: the consumer must find exactly those two; the installed
-#      program must run without LD_LIBRARY_PATH, also after its prefix has been moved.
+#   2. shared (BUILD_SHARED_LIBS=ON; library and program only), built against the Kokkos and
+#      Kokkos Kernels of step 1 reached through a prefix each (spack's layout), with the system
+#      copy still on kattn's search path: the consumer must find exactly those two prefixes;
+#      the installed program must run without LD_LIBRARY_PATH, also after its prefix moved.
 #   scripts/check-install.sh [WORK_DIR] [extra cmake arguments for kattn...]
-# e.g. scripts/check-install.sh /tmp/kattn-k4 -DKokkos_ROOT=/opt/kokkos4-omp
+# e.g. scripts/check-install.sh /tmp/kattn-k4 -DKokkos_ROOT=$HOME/opt/kokkos
 # KATTN_BUILD=DIR installs from that already configured build in step 1 (CI: its test build);
 # KATTN_CHECK_SHARED=0 skips step 2.
 set -euo pipefail
