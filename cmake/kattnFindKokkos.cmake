@@ -1,44 +1,36 @@
-# Finds Kokkos and Kokkos Kernels, both as Debian ships them (Trilinos 3.4.1) and as Kokkos 4.x
-# installs them (spack), and repairs what Debian's config gets wrong. Used by the build and by
-# the installed kattnConfig.cmake.
+# Finds Kokkos and, with KATTN_ENABLE_KOKKOSKERNELS (the default), Kokkos Kernels when there is
+# one, both as Debian ships them (Trilinos, Kokkos 3.4.1) and as Kokkos 4.x installs them
+# (spack: one prefix each). kattn uses Kokkos Kernels only to report its version. The config
+# dirs found here are recorded in the installed kattnConfig.cmake.
+include("${CMAKE_CURRENT_LIST_DIR}/kattnKokkosRepairs.cmake")
 
-if(NOT TARGET Kokkos::kokkos)
-  find_package(Kokkos REQUIRED)
-endif()
+find_package(Kokkos REQUIRED)
+kattn_repair_kokkos()
 
-# Debian's Trilinos build: Kokkos::kokkos names the include dir /usr/lib/include, which does not
-# exist, and carries -DKOKKOS_DEPENDENCE as a link item. The right dir is Kokkos_INCLUDE_DIRS.
-get_target_property(_kattn_kokkos_inc Kokkos::kokkos INTERFACE_INCLUDE_DIRECTORIES)
-set(_kattn_kokkos_inc_ok TRUE)
-foreach(_dir IN LISTS _kattn_kokkos_inc)
-  if(NOT _dir MATCHES "^\\$<" AND NOT EXISTS "${_dir}")
-    set(_kattn_kokkos_inc_ok FALSE)
-  endif()
-endforeach()
-if(NOT _kattn_kokkos_inc_ok)
-  set_property(TARGET Kokkos::kokkos PROPERTY INTERFACE_INCLUDE_DIRECTORIES "${Kokkos_INCLUDE_DIRS}")
-  get_target_property(_kattn_kokkos_libs Kokkos::kokkos INTERFACE_LINK_LIBRARIES)
-  list(REMOVE_ITEM _kattn_kokkos_libs "-DKOKKOS_DEPENDENCE")
-  set_property(TARGET Kokkos::kokkos PROPERTY INTERFACE_LINK_LIBRARIES "${_kattn_kokkos_libs}")
-endif()
-
-# Kokkos Kernels from the same installation as Kokkos: a plain find_package could pick up
-# Debian's 3.4.1 Kernels next to a Kokkos 4.x.
-if(NOT TARGET Kokkos::kokkoskernels)
-  get_filename_component(_kattn_kokkos_cmake_dir "${Kokkos_DIR}" DIRECTORY)
-  find_package(KokkosKernels REQUIRED HINTS "${_kattn_kokkos_cmake_dir}/KokkosKernels" "${_kattn_kokkos_cmake_dir}")
-  if(NOT TARGET Kokkos::kokkoskernels)
-    # Debian's Trilinos config has variables and plain targets only.
-    add_library(Kokkos::kokkoskernels INTERFACE IMPORTED)
-    set_target_properties(Kokkos::kokkoskernels PROPERTIES
-      INTERFACE_INCLUDE_DIRECTORIES "${KokkosKernels_INCLUDE_DIRS}"
-      INTERFACE_LINK_LIBRARIES "${KokkosKernels_LIBRARIES}")
+if(KATTN_ENABLE_KOKKOSKERNELS)
+  # Beside Kokkos first (one prefix for both, or Trilinos), then KokkosKernels_ROOT and the
+  # usual places.
+  get_filename_component(_kattn_cmake_dir "${Kokkos_DIR}" DIRECTORY)
+  find_package(KokkosKernels QUIET HINTS "${_kattn_cmake_dir}/KokkosKernels" "${_kattn_cmake_dir}")
+  if(KokkosKernels_FOUND)
+    kattn_repair_kokkoskernels()
+  else()
+    message(STATUS "kattn: no Kokkos Kernels found (set KokkosKernels_ROOT to use one): built without it")
+    set(KATTN_ENABLE_KOKKOSKERNELS OFF)
   endif()
 endif()
 
-get_filename_component(_kattn_kk_prefix "${KokkosKernels_DIR}" DIRECTORY)
-get_filename_component(_kattn_kokkos_prefix "${Kokkos_DIR}" DIRECTORY)
-if(NOT _kattn_kk_prefix STREQUAL _kattn_kokkos_prefix)
-  message(WARNING "kattn: Kokkos Kernels (${KokkosKernels_DIR}) is not from the installation of Kokkos "
-                  "(${Kokkos_DIR}); set KokkosKernels_ROOT to the one that matches Kokkos ${Kokkos_VERSION}")
+# A Kokkos Kernels built for another Kokkos compiles, links, and breaks at run time.
+# Standalone Kokkos Kernels follows Kokkos' major version; Trilinos' (no version of its own,
+# a TriBITS package list instead) goes with Trilinos' Kokkos only.
+if(KATTN_ENABLE_KOKKOSKERNELS)
+  string(REGEX MATCH "^[0-9]+" _kattn_kokkos_major "${Kokkos_VERSION}")
+  string(REGEX MATCH "^[0-9]+" _kattn_kk_major "${KokkosKernels_VERSION}")
+  if(KokkosKernels_VERSION AND NOT _kattn_kk_major STREQUAL _kattn_kokkos_major)
+    message(WARNING "kattn: Kokkos Kernels ${KokkosKernels_VERSION} (${KokkosKernels_DIR}) is not for "
+                    "Kokkos ${Kokkos_VERSION} (${Kokkos_DIR}); set KokkosKernels_ROOT to one built with it")
+  elseif(DEFINED KokkosKernels_PACKAGE_LIST AND NOT DEFINED Kokkos_PACKAGE_LIST)
+    message(WARNING "kattn: Trilinos' Kokkos Kernels (${KokkosKernels_DIR}) works only with Trilinos' "
+                    "Kokkos, not ${Kokkos_DIR}; set KokkosKernels_ROOT or Kokkos_ROOT")
+  endif()
 endif()

@@ -7,13 +7,24 @@ include(CMakePackageConfigHelpers)
 set(KATTN_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/kattn" CACHE STRING
     "Where kattnConfig.cmake is installed, relative to the prefix")
 
-# The installed program finds a shared libkattn beside it and the Kokkos it was linked with,
-# unless the caller (spack) sets its own RPATH.
+set(_kattn_libraries kattn)
+foreach(_lib kattn_dist kattn_cuda)
+  if(TARGET ${_lib})
+    list(APPEND _kattn_libraries ${_lib})
+  endif()
+endforeach()
+
+# Installed, the program finds the shared kattn libraries relative to itself ($ORIGIN: the
+# prefix may be moved), the libraries find each other the same way, and all of them find the
+# Kokkos, MPI and CUDA they were linked with (their directories outside the build tree),
+# unless the caller (spack) sets RPATHs of its own.
 if(NOT DEFINED CMAKE_INSTALL_RPATH)
-  set_target_properties(kattn-cli PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+  file(RELATIVE_PATH _kattn_bin_to_lib "${CMAKE_INSTALL_FULL_BINDIR}" "${CMAKE_INSTALL_FULL_LIBDIR}")
+  set_target_properties(kattn-cli PROPERTIES INSTALL_RPATH "$ORIGIN/${_kattn_bin_to_lib}")
+  set_target_properties(${_kattn_libraries} PROPERTIES INSTALL_RPATH "$ORIGIN")
 endif()
 if(NOT DEFINED CMAKE_INSTALL_RPATH_USE_LINK_PATH)
-  set_target_properties(kattn-cli kattn PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+  set_target_properties(kattn-cli ${_kattn_libraries} PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
 endif()
 
 set_target_properties(kattn-cli PROPERTIES EXPORT_NAME cli)   # kattn::cli, the kattn program
@@ -36,8 +47,30 @@ install(TARGETS ${_kattn_exported} EXPORT kattnTargets
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/src/kattn DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.hpp")
 install(FILES ${PROJECT_BINARY_DIR}/include/kattn/config.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kattn)
+install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
 install(EXPORT kattnTargets NAMESPACE kattn:: DESTINATION ${KATTN_INSTALL_CMAKEDIR})
+
+# What kattnConfig.cmake records of this build, to find the same dependencies again.
+if(BUILD_SHARED_LIBS)
+  set(KATTN_SHARED_LIBS ON)
+else()
+  set(KATTN_SHARED_LIBS OFF)
+endif()
+set(KATTN_KOKKOSKERNELS_DIR "")
+if(KATTN_ENABLE_KOKKOSKERNELS)
+  set(KATTN_KOKKOSKERNELS_DIR "${KokkosKernels_DIR}")
+endif()
+set(KATTN_MPI_HOME "")
+if(KATTN_ENABLE_MPI AND MPI_CXX_COMPILER)   # <MPI_HOME>/bin/mpicxx
+  get_filename_component(KATTN_MPI_HOME "${MPI_CXX_COMPILER}" DIRECTORY)
+  get_filename_component(KATTN_MPI_HOME "${KATTN_MPI_HOME}" DIRECTORY)
+endif()
+set(KATTN_CUDATOOLKIT_ROOT "")
+if(KATTN_ENABLE_CUDA)                       # <CUDAToolkit_ROOT>/bin/nvcc
+  get_filename_component(KATTN_CUDATOOLKIT_ROOT "${CMAKE_CUDA_COMPILER}" DIRECTORY)
+  get_filename_component(KATTN_CUDATOOLKIT_ROOT "${KATTN_CUDATOOLKIT_ROOT}" DIRECTORY)
+endif()
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/kattnConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/cmake/kattnConfig.cmake
                               INSTALL_DESTINATION ${KATTN_INSTALL_CMAKEDIR})
@@ -45,5 +78,5 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/kattnConfig.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/cmake/kattnConfigVersion.cmake
                                  COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/cmake/kattnConfig.cmake ${PROJECT_BINARY_DIR}/cmake/kattnConfigVersion.cmake
-              ${PROJECT_SOURCE_DIR}/cmake/kattnFindKokkos.cmake
+              ${PROJECT_SOURCE_DIR}/cmake/kattnKokkosRepairs.cmake
         DESTINATION ${KATTN_INSTALL_CMAKEDIR})

@@ -1,12 +1,13 @@
 #include "kattn/version.hpp"
 
-#include <KokkosKernels_config.h>
-
 #include <Kokkos_Core.hpp>
 #include <string>
 
+#if KATTN_ENABLE_KOKKOSKERNELS
+#include <KokkosKernels_config.h>
 #if !defined(KOKKOSKERNELS_VERSION) && __has_include(<Trilinos_version.h>)
 #include <Trilinos_version.h>  // Debian's Kokkos Kernels is Trilinos' and has no version of its own
+#endif
 #endif
 
 // Set by src/CMakeLists.txt for this file only.
@@ -39,7 +40,9 @@ BuildInfo build_info() {
   BuildInfo info;
   info.version = KATTN_VERSION;
   info.kokkos_version = dotted(KOKKOS_VERSION);
-#if defined(KOKKOSKERNELS_VERSION)
+#if !KATTN_ENABLE_KOKKOSKERNELS
+  info.kokkos_kernels_version = "none";  // built with KATTN_ENABLE_KOKKOSKERNELS=OFF
+#elif defined(KOKKOSKERNELS_VERSION)
   info.kokkos_kernels_version = dotted(KOKKOSKERNELS_VERSION);
 #elif defined(TRILINOS_VERSION_STRING)
   info.kokkos_kernels_version = "Trilinos " TRILINOS_VERSION_STRING;

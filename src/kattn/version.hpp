@@ -4,14 +4,14 @@
 
 #include <string>
 
-#include "kattn/config.hpp"  // KATTN_VERSION, KATTN_ENABLE_MPI, KATTN_ENABLE_CUDA
+#include "kattn/config.hpp"  // KATTN_VERSION, KATTN_ENABLE_{MPI,CUDA,KOKKOSKERNELS}
 
 namespace kattn {
 
 struct BuildInfo {
   std::string version;                 // kattn's, "0.1.0"
   std::string kokkos_version;          // "4.6.1"
-  std::string kokkos_kernels_version;  // "4.7.0", or "Trilinos 13.2" for Debian's build
+  std::string kokkos_kernels_version;  // "4.7.0", "Trilinos 13.2" (Debian's), "none" (built without)
   std::string backends;                // the Kokkos backends compiled in: "Serial OpenMP"
   std::string options;                 // kattn's build options: "MPI=off CUDA=off"
   std::string compiler;                // "GNU 12.2.0"
