@@ -113,6 +113,9 @@ void draw_panel(std::ostringstream& o, const PanelSpec& p, double col_x) {
     << ") rotate(-90)\" text-anchor=\"middle\">" << escape(p.ylabel) << "</text>\n";
   o << "<line class=\"ideal\" x1=\"" << px(x0) << "\" y1=\"" << px(p.y(p.ideal(p.x.lo))) << "\" x2=\"" << px(x1)
     << "\" y2=\"" << px(p.y(p.ideal(p.x.hi))) << "\" stroke=\"#555\" stroke-width=\"1.2\" stroke-dasharray=\"6 4\"/>\n";
+  if (p.curves.empty())
+    o << "<text x=\"" << px((x0 + x1) / 2) << "\" y=\"" << px((y_top + y_bottom) / 2) << "\" text-anchor=\"middle\""
+      << " fill=\"#555\">no 1-rank run to compare with</text>\n";
   for (const Curve& c : p.curves) {
     o << "<polyline class=\"series\" data-series=\"" << c.series << "\" fill=\"none\" stroke=\"" << c.color
       << "\" stroke-width=\"2\" points=\"";
@@ -198,7 +201,7 @@ std::string scaling_figure_svg(const std::vector<ScaleStudy>& studies) {
   double col_x = 0;
   for (const Column& c : columns) {
     const double x0 = col_x + kLeft, x1 = x0 + kPanelW;
-    o << "<text x=\"" << px((x0 + x1) / 2) << "\" y=\"24\" text-anchor=\"middle\" font-size=\"14\">"
+    o << "<text x=\"" << px((x0 + x1) / 2) << "\" y=\"" << px(24) << "\" text-anchor=\"middle\" font-size=\"14\">"
       << (c.weak ? "weak scaling (tokens per rank fixed)" : "strong scaling (total tokens fixed)") << "</text>\n";
     // Ranks from 1 to the next power of two above the largest run.
     double max_ranks = 2, min_speedup = 1, max_speedup = 2, max_eff = 0;
@@ -247,6 +250,7 @@ std::string scaling_figure_svg(const std::vector<ScaleStudy>& studies) {
     // Legend: one line per study, then the ideal line.
     const double lx = col_x + kLegendLeft;
     double y = legend_top;
+    o << "<g class=\"legend\">\n";
     const auto entry = [&](const std::string& color, const char* dash, const std::string& text) {
       o << "<line x1=\"" << px(lx) << "\" y1=\"" << px(y - 4) << "\" x2=\"" << px(lx + 20) << "\" y2=\"" << px(y - 4)
         << "\" stroke=\"" << color << "\" stroke-width=\"2\"" << dash << "/>\n";
@@ -259,15 +263,17 @@ std::string scaling_figure_svg(const std::vector<ScaleStudy>& studies) {
       o << "<circle cx=\"" << px(lx + 10) << "\" cy=\"" << px(y - 4) << "\" r=\"3.5\" fill=\"" << color << "\"/>\n";
     }
     entry("#555", " stroke-dasharray=\"6 4\"", "ideal scaling");
+    o << "</g>\n";
     col_x += c.width;
   }
   double y = notes_top;
+  o << "<g class=\"legend\">\n";
   for (const std::string& n : notes) {
-    o << "<text class=\"note\" x=\"" << px(kLegendLeft) << "\" y=\"" << px(y) << "\" font-size=\"" << kNoteFont
+    o << "<text x=\"" << px(kLegendLeft) << "\" y=\"" << px(y) << "\" font-size=\"" << kNoteFont
       << "\" fill=\"#333\">" << escape(n) << "</text>\n";
     y += kLegendLine;
   }
-  o << "</svg>\n";
+  o << "</g>\n</svg>\n";
   return o.str();
 }
 
