@@ -1,6 +1,7 @@
 #include "scale_csv.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -84,7 +85,9 @@ std::vector<ScaleRow> read_scale_csv(const std::string& path) {
                   " comma-separated cells, got ", cells.size());
     ScaleRow r;
     for (std::size_t i = 0; i < header.size(); ++i) r.field[header[i]] = cells[i];
-    r.num("ranks");
+    const double ranks = r.num("ranks");
+    KATTN_REQUIRE(ranks >= 1 && ranks == std::floor(ranks), "--report ", path, ":", n,
+                  ": expected a rank count >= 1, got '", r.str("ranks"), "'");
     r.num("seconds");
     r.num("efficiency");
     rows.push_back(std::move(r));

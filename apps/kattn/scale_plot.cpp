@@ -209,10 +209,9 @@ std::string scaling_figure_svg(const std::vector<ScaleStudy>& studies) {
       for (const ScalePoint& p : studies[i].points) {
         max_ranks = std::max(max_ranks, p.ranks);
         max_eff = std::max(max_eff, spread_of(studies[i].efficiencies(p)).max);
-        if (studies[i].has_baseline()) {
-          const Spread s = spread_of(studies[i].speedups(p));
+        const Spread s = spread_of(studies[i].speedups(p));
+        if (studies[i].has_baseline() && s.min > 0)
           min_speedup = std::min(min_speedup, s.min), max_speedup = std::max(max_speedup, s.max);
-        }
       }
     // Log axes padded by a quarter octave, so no marker sits on the frame.
     const double pad = std::pow(2.0, 0.25);
@@ -238,7 +237,8 @@ std::string scaling_figure_svg(const std::vector<ScaleStudy>& studies) {
       e.color = sp.color = kColors[k % (sizeof kColors / sizeof *kColors)];
       for (const ScalePoint& p : s.points) {
         e.points.emplace_back(p.ranks, spread_of(s.efficiencies(p)));
-        if (s.has_baseline()) sp.points.emplace_back(p.ranks, spread_of(s.speedups(p)));
+        const Spread speedup_spread = spread_of(s.speedups(p));
+        if (s.has_baseline() && speedup_spread.min > 0) sp.points.emplace_back(p.ranks, speedup_spread);  // log axis
       }
       efficiency.curves.push_back(std::move(e));
       if (s.has_baseline()) speedup.curves.push_back(std::move(sp));

@@ -52,3 +52,7 @@ if(KATTN_ENABLE_MPI)
   endif()
   set_tests_properties(cli.scale_plot_measured PROPERTIES ENVIRONMENT "${_scale_env}" TIMEOUT 120)
 endif()
+
+# A rank count below 1 would break the log axes: refused, naming the file and line.
+kattn_cli_test(scale_plot_bad_ranks ARGS scale --report ${_scale_data}/scale_bad_ranks.csv WILL_FAIL
+               FAIL "scale_bad_ranks.csv:2: expected a rank count >= 1, got '0'")
