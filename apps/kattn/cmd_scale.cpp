@@ -1,6 +1,6 @@
 // kattn scale: scaling studies. Without --report or --model it measures one row at the current
 // rank count (under mpirun; see scale_run.cpp); --report turns the CSVs of several runs into a
-// table and an SVG plot of efficiency against ranks; --model predicts time and efficiency up to
+// table and an SVG figure (scale_plot.cpp); --model predicts time and efficiency up to
 // many ranks from a per-rank throughput and a link bandwidth.
 #include <algorithm>
 #include <cmath>
@@ -18,6 +18,7 @@
 #include "kattn/dist/scaling_model.hpp"
 #include "kattn/errors.hpp"
 #include "scale_csv.hpp"
+#include "scale_plot.hpp"
 
 namespace kattn {
 namespace cli {
@@ -29,8 +30,8 @@ const char* kScaleUsage =
     "                 [--causal] [--zigzag] [--deterministic] [--chunk KEYS] [--repeat R] [--warmup W]\n"
     "                 [--nocomm-baseline] [--csv FILE] [--json]\n"
     "         weak: --tokens is per rank; strong: --tokens is the whole sequence (ring) or KV cache\n"
-    "         (decode). Appends one row to --csv (and one for the comm-removed ring with\n"
-    "         --nocomm-baseline).\n"
+    "         (decode). Appends one row per timed repetition to --csv (and as many for the\n"
+    "         comm-removed ring with --nocomm-baseline).\n"
     "       kattn scale --report A.csv[,B.csv...] [--table T.md] [--plot P.svg]\n"
     "       kattn scale --model [--dist ring|decode] [--study weak|strong] --tokens N [--heads HQ,HKV]\n"
     "                 [--dim D] [--batch B] [--queries NQ] [--dtype f32|f64] [--causal]\n"
@@ -54,68 +55,6 @@ std::string fmt(const char* f, double x) {
 
 // ---- report -------------------------------------------------------------------------------
 
-struct Series {
-  std::string label;
-  std::vector<std::pair<double, double>> points;  // (ranks, efficiency)
-};
-
-std::string svg_plot(const std::vector<Series>& series) {
-  const double W = 760, H = 460, left = 70, right = 250, top = 40, bottom = 60;
-  const double pw = W - left - right, ph = H - top - bottom;
-  double max_ranks = 2, max_eff = 1.1;
-  for (const Series& s : series)
-    for (const auto& p : s.points)
-      max_ranks = std::max(max_ranks, p.first), max_eff = std::max(max_eff, p.second * 1.05);
-  const double xmax = std::ceil(std::log2(max_ranks));
-  const auto X = [&](double ranks) { return left + pw * std::log2(ranks) / xmax; };
-  const auto Y = [&](double eff) { return top + ph * (1.0 - eff / max_eff); };
-  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
-  std::ostringstream o;
-  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W
-    << " " << H << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
-  o << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  o << "<text x=\"" << left + pw / 2
-    << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">kattn scaling: parallel "
-       "efficiency against ranks</text>\n";
-  for (double e = 0; e <= max_eff + 1e-9; e += 0.25) {
-    o << "<line x1=\"" << left << "\" y1=\"" << Y(e) << "\" x2=\"" << left + pw << "\" y2=\"" << Y(e)
-      << "\" stroke=\"#ddd\"/>\n";
-    o << "<text x=\"" << left - 8 << "\" y=\"" << Y(e) + 4 << "\" text-anchor=\"end\">" << fmt("%.2f", e)
-      << "</text>\n";
-  }
-  for (int k = 0; k <= xmax; ++k) {
-    const double r = std::pow(2.0, k);
-    o << "<line x1=\"" << X(r) << "\" y1=\"" << top << "\" x2=\"" << X(r) << "\" y2=\"" << top + ph
-      << "\" stroke=\"#eee\"/>\n";
-    o << "<text x=\"" << X(r) << "\" y=\"" << top + ph + 18 << "\" text-anchor=\"middle\">" << fmt("%.0f", r)
-      << "</text>\n";
-  }
-  o << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << pw << "\" height=\"" << ph
-    << "\" fill=\"none\" stroke=\"black\"/>\n";
-  o << "<text x=\"" << left + pw / 2 << "\" y=\"" << H - 15 << "\" text-anchor=\"middle\">ranks (log scale)</text>\n";
-  o << "<text transform=\"translate(18," << top + ph / 2
-    << ") rotate(-90)\" text-anchor=\"middle\">efficiency "
-       "(per-rank throughput / one rank's)</text>\n";
-  for (std::size_t i = 0; i < series.size(); ++i) {
-    const char* c = colors[i % 8];
-    const Series& s = series[i];
-    o << "<polyline fill=\"none\" stroke=\"" << c << "\" stroke-width=\"2\" points=\"";
-    for (const auto& p : s.points) o << X(p.first) << "," << Y(p.second) << " ";
-    o << "\"/>\n";
-    for (const auto& p : s.points)
-      o << "<circle cx=\"" << X(p.first) << "\" cy=\"" << Y(p.second) << "\" r=\"4\" fill=\"" << c << "\"/>\n";
-    const double ly = top + 14 + 18 * i;
-    o << "<line x1=\"" << left + pw + 12 << "\" y1=\"" << ly - 4 << "\" x2=\"" << left + pw + 32 << "\" y2=\"" << ly - 4
-      << "\" stroke=\"" << c << "\" stroke-width=\"2\"/>\n";
-    std::string label = s.label;
-    for (const char* bad : {"&", "<", ">"})
-      for (std::size_t at; (at = label.find(bad)) != std::string::npos;) label.replace(at, 1, " ");
-    o << "<text x=\"" << left + pw + 38 << "\" y=\"" << ly << "\" font-size=\"10\">" << label << "</text>\n";
-  }
-  o << "</svg>\n";
-  return o.str();
-}
-
 int scale_report(Args& args, const std::string& files) {
   const auto table_path = args.value("--table");
   const auto plot_path = args.value("--plot");
@@ -126,37 +65,31 @@ int scale_report(Args& args, const std::string& files) {
   for (const std::string& p : paths)
     for (ScaleRow& r : read_scale_csv(p)) rows.push_back(std::move(r));
   KATTN_REQUIRE(!rows.empty(), "--report: the CSV files hold no rows");
-  // Studies in order of first appearance, rows by rank count.
-  std::vector<std::string> keys;
-  std::map<std::string, std::vector<const ScaleRow*>> by_key;
-  for (const ScaleRow& r : rows) {
-    const std::string k = study_key(r);
-    if (!by_key.count(k)) keys.push_back(k);
-    by_key[k].push_back(&r);
-  }
+  const std::vector<ScaleStudy> studies = group_studies(rows);
+  // One line per study and rank count: the median repetition, the spread of the times, and
+  // efficiency and speedup at the median.
   std::ostringstream t;
   t << "| study | ranks | tokens | tokens/rank | seconds | compute s | exposed comm s | MB sent/rank | TFLOP/s/rank | "
-       "efficiency | baseline |\n";
-  t << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
-  std::vector<Series> series;
-  for (const std::string& k : keys) {
-    auto& group = by_key[k];
-    std::stable_sort(group.begin(), group.end(),
-                     [](const ScaleRow* a, const ScaleRow* b) { return a->num("ranks") < b->num("ranks"); });
-    Series s;
-    s.label = study_label(*group.front());
-    for (const ScaleRow* r : group) {
-      std::string baseline;
-      const double eff = efficiency_against_one_rank(*r, rows, &baseline);
-      s.points.emplace_back(r->num("ranks"), eff);
-      t << "| " << s.label << " | " << r->str("ranks") << " | " << r->str("tokens") << " | "
-        << r->str("tokens_per_rank") << " | " << fmt("%.4g", r->num("seconds")) << " | " << r->str("compute_seconds")
-        << " | " << r->str("exposed_comm_seconds") << " | "
-        << (r->str("bytes_sent_per_rank").empty() ? std::string("") : fmt("%.3f", r->num("bytes_sent_per_rank") / 1e6))
-        << " | " << fmt("%.4g", r->num("tflops_per_rank")) << " | " << fmt("%.3f", eff) << " | " << baseline << " |\n";
+       "efficiency | baseline | speedup | repetitions | seconds min | seconds max |\n";
+  t << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n";
+  std::size_t points = 0;
+  for (const ScaleStudy& s : studies)
+    for (const ScalePoint& p : s.points) {
+      ++points;
+      const ScaleRow& r = p.median_row();
+      std::vector<double> seconds;
+      for (const ScaleRow* x : p.rows) seconds.push_back(x->num("seconds"));
+      const Spread time = spread_of(seconds);
+      const std::string baseline = s.has_baseline() ? "1-rank" : r.str("baseline");
+      t << "| " << s.label << " | " << r.str("ranks") << " | " << r.str("tokens") << " | " << r.str("tokens_per_rank")
+        << " | " << fmt("%.4g", r.num("seconds")) << " | " << r.str("compute_seconds") << " | "
+        << r.str("exposed_comm_seconds") << " | "
+        << (r.str("bytes_sent_per_rank").empty() ? std::string("") : fmt("%.3f", r.num("bytes_sent_per_rank") / 1e6))
+        << " | " << fmt("%.4g", r.num("tflops_per_rank")) << " | "
+        << fmt("%.3f", spread_of(s.efficiencies(p)).median) << " | " << baseline << " | "
+        << (s.has_baseline() ? fmt("%.3f", spread_of(s.speedups(p)).median) : std::string("")) << " | "
+        << p.rows.size() << " | " << fmt("%.4g", time.min) << " | " << fmt("%.4g", time.max) << " |\n";
     }
-    series.push_back(std::move(s));
-  }
   std::cout << t.str();
   if (table_path) {
     std::ofstream f(*table_path);
@@ -166,10 +99,8 @@ int scale_report(Args& args, const std::string& files) {
   if (plot_path) {
     std::ofstream f(*plot_path);
     KATTN_REQUIRE(f.good(), "--plot ", *plot_path, ": cannot open file for writing");
-    f << svg_plot(series);
-    std::size_t points = 0;
-    for (const Series& s : series) points += s.points.size();
-    std::cout << "plot: " << *plot_path << " (" << series.size() << " studies, " << points << " points)\n";
+    f << scaling_figure_svg(studies);
+    std::cout << "plot: " << *plot_path << " (" << studies.size() << " studies, " << points << " points)\n";
   }
   return 0;
 }
@@ -283,7 +214,7 @@ int scale_model(Args& args) {
       row.field["tflops_per_rank"] = fmt("%.6g", flops / m.seconds / 1e12);
       row.field["efficiency"] = fmt("%.6f", m.efficiency);
     }
-    if (csv) append_scale_csv(*csv, row);
+    if (csv) append_scale_csv(*csv, {row});
   }
   if (mode == "ring")
     std::printf(

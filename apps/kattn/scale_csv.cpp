@@ -1,5 +1,7 @@
 #include "scale_csv.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -32,7 +34,8 @@ const std::vector<std::string>& scale_columns() {
                                                 "efficiency",
                                                 "baseline",
                                                 "compute_cpu_seconds",
-                                                "compute_cpu_seconds_min"};
+                                                "compute_cpu_seconds_min",
+                                                "repetition"};
   return cols;
 }
 
@@ -82,7 +85,9 @@ std::vector<ScaleRow> read_scale_csv(const std::string& path) {
                   " comma-separated cells, got ", cells.size());
     ScaleRow r;
     for (std::size_t i = 0; i < header.size(); ++i) r.field[header[i]] = cells[i];
-    r.num("ranks");
+    const double ranks = r.num("ranks");
+    KATTN_REQUIRE(ranks >= 1 && ranks == std::floor(ranks), "--report ", path, ":", n,
+                  ": expected a rank count >= 1, got '", r.str("ranks"), "'");
     r.num("seconds");
     r.num("efficiency");
     rows.push_back(std::move(r));
@@ -90,7 +95,7 @@ std::vector<ScaleRow> read_scale_csv(const std::string& path) {
   return rows;
 }
 
-void append_scale_csv(const std::string& path, const ScaleRow& row) {
+void append_scale_csv(const std::string& path, const std::vector<ScaleRow>& rows) {
   bool fresh = true;
   {
     std::ifstream f(path);
@@ -101,7 +106,8 @@ void append_scale_csv(const std::string& path, const ScaleRow& row) {
   const auto& cols = scale_columns();
   if (fresh)
     for (std::size_t i = 0; i < cols.size(); ++i) f << cols[i] << (i + 1 < cols.size() ? "," : "\n");
-  for (std::size_t i = 0; i < cols.size(); ++i) f << row.str(cols[i]) << (i + 1 < cols.size() ? "," : "\n");
+  for (const ScaleRow& row : rows)
+    for (std::size_t i = 0; i < cols.size(); ++i) f << row.str(cols[i]) << (i + 1 < cols.size() ? "," : "\n");
   KATTN_REQUIRE(f.good(), "--csv ", path, ": write failed");
 }
 
@@ -121,13 +127,80 @@ std::string study_label(const ScaleRow& r) {
   return s;
 }
 
-double efficiency_against_one_rank(const ScaleRow& row, const std::vector<ScaleRow>& rows, std::string* baseline) {
-  const std::string key = study_key(row);
+Spread spread_of(std::vector<double> v) {
+  Spread s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  s.min = v.front();
+  s.max = v.back();
+  return s;
+}
+
+const ScaleRow& ScalePoint::median_row() const {
+  std::vector<const ScaleRow*> by_time = rows;
+  std::stable_sort(by_time.begin(), by_time.end(),
+                   [](const ScaleRow* a, const ScaleRow* b) { return a->num("seconds") < b->num("seconds"); });
+  return *by_time[(by_time.size() - 1) / 2];
+}
+
+namespace {
+
+// Median per-rank throughput of the one-rank rows of a study; 0 when there are none.
+double one_rank_throughput(const std::string& key, const std::vector<ScaleRow>& rows) {
+  std::vector<double> tflops;
   for (const ScaleRow& r : rows)
-    if (study_key(r) == key && r.num("ranks") == 1 && r.num("tflops_per_rank") > 0) {
-      if (baseline) *baseline = "1-rank";
-      return row.num("tflops_per_rank") / r.num("tflops_per_rank");
+    if (r.num("ranks") == 1 && r.num("tflops_per_rank") > 0 && study_key(r) == key)
+      tflops.push_back(r.num("tflops_per_rank"));
+  return spread_of(tflops).median;
+}
+
+}  // namespace
+
+std::vector<double> ScaleStudy::efficiencies(const ScalePoint& p) const {
+  std::vector<double> out;
+  for (const ScaleRow* r : p.rows)
+    out.push_back(has_baseline() ? r->num("tflops_per_rank") / one_rank_throughput : r->num("efficiency"));
+  return out;
+}
+
+std::vector<double> ScaleStudy::speedups(const ScalePoint& p) const {
+  std::vector<double> out = efficiencies(p);
+  for (double& e : out) e *= p.ranks;
+  return out;
+}
+
+std::vector<ScaleStudy> group_studies(const std::vector<ScaleRow>& rows) {
+  std::vector<ScaleStudy> studies;
+  std::map<std::string, std::size_t> index;
+  for (const ScaleRow& r : rows) {
+    const std::string key = study_key(r);
+    auto it = index.find(key);
+    if (it == index.end()) {
+      it = index.emplace(key, studies.size()).first;
+      ScaleStudy s;
+      s.key = key;
+      s.label = study_label(r);
+      s.weak = r.str("study") == "weak";
+      s.one_rank_throughput = one_rank_throughput(key, rows);
+      studies.push_back(std::move(s));
     }
+    std::vector<ScalePoint>& points = studies[it->second].points;
+    const double ranks = r.num("ranks");
+    auto at = std::find_if(points.begin(), points.end(), [&](const ScalePoint& p) { return p.ranks >= ranks; });
+    if (at == points.end() || at->ranks != ranks) at = points.insert(at, ScalePoint{ranks, {}});
+    at->rows.push_back(&r);
+  }
+  return studies;
+}
+
+double efficiency_against_one_rank(const ScaleRow& row, const std::vector<ScaleRow>& rows, std::string* baseline) {
+  const double one = one_rank_throughput(study_key(row), rows);
+  if (one > 0) {
+    if (baseline) *baseline = "1-rank";
+    return row.num("tflops_per_rank") / one;
+  }
   if (baseline) *baseline = row.str("baseline");
   return row.num("efficiency");
 }

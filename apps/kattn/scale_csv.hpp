@@ -1,4 +1,5 @@
-// The CSV of scaling studies: one row per `kattn scale` run, appended; read back by the report.
+// The CSV of scaling studies: one row per timed repetition of a `kattn scale` run, appended;
+// read back by the report, which groups the rows into studies and points.
 #pragma once
 
 #include <map>
@@ -18,11 +19,12 @@ struct ScaleRow {
 };
 
 // Rows of a scaling CSV (header line first; columns found by name, so older files with fewer
-// columns still read). Throws kattn::Error naming the file and line for malformed input.
+// columns still read: a file of one row per run reads as runs of one repetition). Throws
+// kattn::Error naming the file and line for malformed input.
 std::vector<ScaleRow> read_scale_csv(const std::string& path);
 
-// Appends one row, writing the header first when the file is new or empty.
-void append_scale_csv(const std::string& path, const ScaleRow& row);
+// Appends rows, writing the header first when the file is new or empty.
+void append_scale_csv(const std::string& path, const std::vector<ScaleRow>& rows);
 
 // What makes rows the same study at different rank counts: study, algorithm, dtype, shape,
 // variant and the fixed size (tokens per rank for weak scaling, tokens for strong).
@@ -30,8 +32,40 @@ std::string study_key(const ScaleRow& row);
 // A short human label of a study, for legends and tables.
 std::string study_label(const ScaleRow& row);
 
-// Efficiency of a row against the one-rank row of its study when `rows` has one (per-rank
-// throughput ratio), else the row's own value. Sets *baseline to "1-rank" or keeps the row's.
+// The median, smallest and largest of some values (the repetitions of one point).
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+Spread spread_of(std::vector<double> values);
+
+// One study at one rank count: every repetition of every run found, in file order.
+struct ScalePoint {
+  double ranks = 0;
+  std::vector<const ScaleRow*> rows;
+  // The repetition of median time (the faster of the two middle ones for an even count).
+  const ScaleRow& median_row() const;
+};
+
+// Rows sharing a study_key, by rank count. Efficiency is per-rank throughput against the one-rank
+// point's median; speedup is ranks x efficiency (T(1)/T(P) when the total work is fixed).
+struct ScaleStudy {
+  std::string key, label;
+  bool weak = false;
+  std::vector<ScalePoint> points;  // ascending ranks
+  double one_rank_throughput = 0;  // median TFLOP/s of the one-rank point; 0 when there is none
+  bool has_baseline() const { return one_rank_throughput > 0; }
+  // One value per repetition of the point: against the one-rank point when there is one,
+  // else the rows' own efficiency column (the busy fraction, or the model's).
+  std::vector<double> efficiencies(const ScalePoint& p) const;
+  std::vector<double> speedups(const ScalePoint& p) const;
+};
+
+// Studies in order of first appearance; rows are referenced, so `rows` must outlive them.
+std::vector<ScaleStudy> group_studies(const std::vector<ScaleRow>& rows);
+
+// Efficiency of a new row against the one-rank rows of its study in `rows` when there are some
+// (per-rank throughput over their median), else the row's own value. Sets *baseline to "1-rank"
+// or keeps the row's.
 double efficiency_against_one_rank(const ScaleRow& row, const std::vector<ScaleRow>& rows, std::string* baseline);
 
 }  // namespace cli

@@ -1,6 +1,6 @@
 // kattn scale (measuring): one row of a weak or strong scaling study at the rank count of this
 // MPI job. Every rank draws random values for its own shard (values do not change the work),
-// runs warm-up and timed repetitions, and rank 0 appends the best repetition to the CSV. With
+// runs warm-up and timed repetitions, and rank 0 appends one row per repetition to the CSV. With
 // --nocomm-baseline every repetition also runs the same ring with the transfers removed, right
 // after the real one, so the communication cost is measured in one run on one machine state.
 #include <mpi.h>
@@ -111,8 +111,10 @@ void fill_random(const View& v, std::uint64_t seed) {
   Kokkos::deep_copy(v, h);
 }
 
-// Best (and median) repetition of the real run, and of the comm-removed one when asked.
+// Every timed repetition of the real run (and of the comm-removed one when asked), with the
+// best and median of each.
 struct Result {
+  std::vector<Sample> real, nocomm;
   Sample best, best_nocomm;
   double median = 0, median_nocomm = 0;
   double cpu_ring = 0, cpu_nocomm = 0;  // best whole-call CPU time of each
@@ -161,20 +163,18 @@ Result measure(const Config& c, int rank, int P, Progress& progress) {
       if (r >= c.warmup) (variant ? nocomm : real).push_back(sample);
     }
   }
-  const auto best_of = [](std::vector<Sample> v, double* median) {
-    std::sort(v.begin(), v.end(), [](const Sample& a, const Sample& b) { return a.seconds < b.seconds; });
-    *median = v[v.size() / 2].seconds;
-    return v.front();
-  };
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  const auto best_of = [](const std::vector<Sample>& v, double* median) {
+    std::vector<double> seconds;
+    for (const Sample& s : v) seconds.push_back(s.seconds);
+    *median = spread_of(seconds).median;
+    return *std::min_element(v.begin(), v.end(), [](const Sample& a, const Sample& b) { return a.seconds < b.seconds; });
   };
   const auto cpu_of = [&](const std::vector<Sample>& v, double* med) {
     std::vector<double> x;
     for (const Sample& s : v) x.push_back(s.call_cpu_max);
-    *med = median(x);
-    return *std::min_element(x.begin(), x.end());
+    const Spread sp = spread_of(x);
+    *med = sp.median;
+    return sp.min;
   };
   Result res;
   res.repetitions = static_cast<int>(real.size());
@@ -183,15 +183,19 @@ Result measure(const Config& c, int rank, int P, Progress& progress) {
   std::vector<double> balance;
   for (const Sample& s : real)
     if (s.cpu_min > 0) balance.push_back(s.cpu_max / s.cpu_min);
-  if (!balance.empty()) res.balance_cpu_median = median(balance);
+  if (!balance.empty()) res.balance_cpu_median = spread_of(balance).median;
   if (c.nocomm) {
     res.best_nocomm = best_of(nocomm, &res.median_nocomm);
     res.cpu_nocomm = cpu_of(nocomm, &res.cpu_nocomm_median);
   }
+  res.real = std::move(real);
+  res.nocomm = std::move(nocomm);
   return res;
 }
 
-ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& algorithm) {
+// The CSV row of one repetition; `existing` is the CSV before this run (for the one-rank baseline).
+ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& algorithm, int repetition,
+                  const std::vector<ScaleRow>& existing) {
   const std::int64_t N = c.study == "weak" ? c.tokens * P : c.tokens;
   const auto f = [](const char* fmt, double x) {
     char buf[64];
@@ -229,18 +233,13 @@ ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& al
                {"model_bytes_per_rank", f("%.0f", model_bytes)},
                {"tflops_per_rank", f("%.6g", s.flops / P / s.seconds / 1e12)},
                {"compute_cpu_seconds", f("%.6g", s.cpu_max)},
-               {"compute_cpu_seconds_min", f("%.6g", s.cpu_min)}};
+               {"compute_cpu_seconds_min", f("%.6g", s.cpu_min)},
+               {"repetition", std::to_string(repetition)}};
   // Without a one-rank row of the same study in the CSV: the mean fraction of the wall time the
   // ranks spend computing (1 at one rank).
   row.field["efficiency"] = f("%.6f", P == 1 ? 1.0 : std::min(1.0, s.compute_mean / s.seconds));
   row.field["baseline"] = P == 1 ? "self" : "busy";
-  if (!c.csv.empty() && P > 1) {
-    std::vector<ScaleRow> existing;
-    try {
-      existing = read_scale_csv(c.csv);
-    } catch (const Error&) {
-      // No file yet (or not a scaling CSV): keep the busy fraction.
-    }
+  if (P > 1) {
     std::string baseline;
     const double eff = efficiency_against_one_rank(row, existing, &baseline);
     row.field["efficiency"] = f("%.6f", eff);
@@ -288,26 +287,40 @@ int scale_measure(Args& args) {
     progress.done();
     if (rank != 0) return 0;
     const std::string algorithm = c.mode + (c.d.deterministic ? "-deterministic" : "");
-    ScaleRow row = make_row(c, P, r.best, algorithm);
+    std::vector<ScaleRow> existing;
+    if (!c.csv.empty() && P > 1) {
+      try {
+        existing = read_scale_csv(c.csv);
+      } catch (const Error&) {
+        // No file yet (or not a scaling CSV): efficiency stays the busy fraction.
+      }
+    }
+    // One CSV row per repetition: the report draws the spread from them.
+    std::vector<ScaleRow> rows;
+    for (std::size_t i = 0; i < r.real.size(); ++i)
+      rows.push_back(make_row(c, P, r.real[i], algorithm, int(i) + 1, existing));
+    for (std::size_t i = 0; i < r.nocomm.size(); ++i)
+      rows.push_back(make_row(c, P, r.nocomm[i], "ring-nocomm", int(i) + 1, existing));
+    const ScaleRow row = make_row(c, P, r.best, algorithm, 0, existing);
     const auto print = [&](const ScaleRow& w, double median) {
       std::printf(
-          "kattn scale: %s %s P=%d tokens=%s (%s per rank) %s: %.6f s (median %.6f s), compute %s s "
-          "(fastest rank %s s), exposed comm %s s, sent %s B/rank (model %s), %s TFLOP/s per rank, "
+          "kattn scale: %s %s P=%d tokens=%s (%s per rank) %s: %.6f s (median %.6f s of %d repetitions), compute "
+          "%s s (fastest rank %s s), exposed comm %s s, sent %s B/rank (model %s), %s TFLOP/s per rank, "
           "efficiency %s (%s)\n",
           w.str("study").c_str(), w.str("algorithm").c_str(), P, w.str("tokens").c_str(),
-          w.str("tokens_per_rank").c_str(), w.str("dtype").c_str(), w.num("seconds"), median,
+          w.str("tokens_per_rank").c_str(), w.str("dtype").c_str(), w.num("seconds"), median, r.repetitions,
           w.str("compute_seconds").c_str(), w.str("compute_seconds_min").c_str(), w.str("exposed_comm_seconds").c_str(),
           w.str("bytes_sent_per_rank").c_str(), w.str("model_bytes_per_rank").c_str(), w.str("tflops_per_rank").c_str(),
           w.str("efficiency").c_str(), w.str("baseline").c_str());
     };
     print(row, r.median);
-    if (!c.csv.empty()) append_scale_csv(c.csv, row);
+    if (!c.csv.empty()) append_scale_csv(c.csv, rows);
     Json j;
-    for (const std::string& col : scale_columns()) j.add(col, row.str(col));
+    for (const std::string& col : scale_columns())
+      if (col != "repetition") j.add(col, row.str(col));
+    j.add("seconds_median", r.median).add("repetitions", r.repetitions);
     if (c.nocomm) {
-      ScaleRow base = make_row(c, P, r.best_nocomm, "ring-nocomm");
-      print(base, r.median_nocomm);
-      if (!c.csv.empty()) append_scale_csv(c.csv, base);
+      print(make_row(c, P, r.best_nocomm, "ring-nocomm", 0, existing), r.median_nocomm);
       const double loss = r.best.seconds / r.best_nocomm.seconds - 1.0;
       const double loss_median = r.median / r.median_nocomm - 1.0;
       std::printf(
