@@ -21,6 +21,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "kattn/backward.hpp"
+#include "kattn/block_patterns.hpp"
 #include "kattn/block_sparse.hpp"
 #include "kattn/cascade.hpp"
 #include "kattn/decode.hpp"
