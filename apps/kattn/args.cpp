@@ -87,6 +87,10 @@ std::optional<std::vector<std::int64_t>> Args::integers(const std::string& name,
   return out;
 }
 
+void refuse_out_of_mode(const Args& args, std::initializer_list<std::pair<const char*, const char*>> flags) {
+  for (const auto& f : flags) KATTN_REQUIRE(!args.has(f.first), f.first, ": needs ", f.second);
+}
+
 void Args::finish() const {
   if (args_.empty()) return;
   KATTN_REQUIRE(false, "unknown or repeated argument '", args_.front(), "' for 'kattn ", command_,
