@@ -15,6 +15,14 @@ bool Args::has(const std::string& name) const {
   return false;
 }
 
+std::optional<std::string> Args::peek(const std::string& name) const {
+  for (auto it = args_.begin(); it != args_.end(); ++it) {
+    if (*it == name && it + 1 != args_.end()) return *(it + 1);
+    if (it->rfind(name + "=", 0) == 0) return it->substr(name.size() + 1);
+  }
+  return std::nullopt;
+}
+
 bool Args::flag(const std::string& name) {
   for (auto it = args_.begin(); it != args_.end(); ++it) {
     if (*it == name) {

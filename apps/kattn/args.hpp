@@ -18,6 +18,8 @@ class Args {
 
   // Whether a flag was given (with or without a value), without taking it.
   bool has(const std::string& name) const;
+  // The value of --name VALUE or --name=VALUE, without taking it.
+  std::optional<std::string> peek(const std::string& name) const;
   // A boolean flag: present or not.
   bool flag(const std::string& name);
   // A flag with a value: --name VALUE or --name=VALUE.

@@ -15,7 +15,9 @@
 #include "commands.hpp"
 #include "dist_commands.hpp"
 #include "inputs.hpp"
+#include "batch_inputs.hpp"
 #include "console.hpp"
+#include "grad_ragged.hpp"
 #include "json.hpp"
 #include "paths.hpp"
 #include "run_check.hpp"
@@ -38,6 +40,9 @@ const char* kGradUsage =
     "                  [--dq DQ.npy] [--dk DK.npy] [--dv DV.npy] [--deterministic]\n"
     "                  [--dq-strategy auto|key-chunks|query-pass|atomic] [--dq-chunks N] [--check] [--json]\n"
     "                  [--block-mask MASK.npy --mask-block B | --pattern P [--mask-block B]]  (block-sparse)\n"
+    "  ragged batch:  as for kattn run (--random-ragged HQ,HKV,D --q-lens .. --kv-lens .., or --q/--k/--v\n"
+    "                 [total, H, D] with --q-indptr and --kv-indptr, and --do [total_q, Hq, D])\n"
+    "  --layout bnhd|bhnd, --json, --quiet: as for kattn run\n"
     "       mpirun -np P kattn grad --dist ring [--zigzag] [--deterministic] [--chunk KEYS] ...\n"
     "Gradients of sum(O * dO) with respect to q, k, v. O and LSE are computed by the forward pass\n"
     "when not given. --check compares with the textbook backward in float64 and exits with status 3\n"
@@ -196,6 +201,7 @@ int cmd_grad(Args& args) {
   bopt.dq_chunks = static_cast<int>(args.integer("--dq-chunks", 1, 1 << 20).value_or(0));
   const Options opt = read_options(args);
   KATTN_REQUIRE(opt.splits == 0, "--splits: not used by grad (see --dq-strategy and --dq-chunks)");
+  if (wants_batch_inputs(args)) return grad_ragged(args, opt, bopt, check, console, {dq_path, dk_path, dv_path});
   std::vector<double> dout;
   const DenseInputs in = read_dense_inputs(args, "--do", &dout);
   KATTN_REQUIRE(dout.size() == in.q.size(),

@@ -22,6 +22,7 @@
 #include "run_check.hpp"
 #include "timing.hpp"
 #include "run_block_sparse.hpp"
+#include "run_cascade.hpp"
 #include "kattn/decode.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/forward.hpp"
@@ -58,6 +59,8 @@ const char* kRunUsage =
     "  block-sparse:  --block-mask MASK.npy --mask-block B (bool/uint8 [Nq/B,Nk/B] or [Hq,Nq/B,Nk/B]) or\n"
     "                 --pattern local:W,global:G,strided:S,dilated:W:D [--mask-block B (default 64)];\n"
     "                 dense inputs; --check uses the block mask expanded to an element mask\n"
+    "  cascade:       --cascade with a ragged batch of suffixes and a shared prefix: --k-prefix KP.npy\n"
+    "                 --v-prefix VP.npy [Np,Hkv,D] (with files), or --random-prefix NP (with --random-ragged)\n"
     "  --save-inputs DIR writes the inputs (random ones too) as DIR/q.npy, k.npy, v.npy and the index\n"
     "  arrays (q_indptr.npy, kv_indptr.npy or kv_page_indptr.npy, kv_page_indices.npy, kv_last_page_len.npy)\n"
     "       mpirun -np P kattn run --dist ring|decode [--zigzag] [--deterministic] [--chunk KEYS] ...\n"
@@ -94,6 +97,7 @@ RunFlags read_run_flags(Args& args) {
   f.timing = read_timing(args);
   KATTN_REQUIRE(f.algo == "naive" || f.algo == "flash" || f.algo == "splitkv",
                 "--algo: expected naive, flash or splitkv, got '", f.algo, "'");
+  if (f.save_dir) make_output_dir("--save-inputs", *f.save_dir);  // first: --out may name a file in it
   if (f.out) check_output_file("--out", *f.out);
   if (f.lse) check_output_file("--lse", *f.lse);
   return f;
@@ -146,19 +150,9 @@ Outputs run_algo(const std::string& algo, const DenseInputs& in, Options opt, co
   return out;
 }
 
-template <class View>
-View index_view(const std::vector<std::int64_t>& values, const char* label) {
-  View v(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), values.size());
-  auto h = Kokkos::create_mirror_view(v);
-  for (std::size_t i = 0; i < values.size(); ++i) h(i) = values[i];
-  Kokkos::deep_copy(v, h);
-  return v;
-}
-
 // The same for a ragged or paged batch: flash is split-KV with one split, naive the reference.
 template <class T>
 Outputs run_batch_algo(const std::string& algo, const BatchInputs& in, Options opt, const RunFlags& f, double flops) {
-  using Index = Kokkos::View<std::int64_t*>;
   const Kokkos::DefaultExecutionSpace space;
   const std::int64_t rows = in.total_q();
   const auto q = to_view<Tensor3<T>>(in.q, "q", rows, in.Hq, in.D);
@@ -168,7 +162,7 @@ Outputs run_batch_algo(const std::string& algo, const BatchInputs& in, Options o
   Kokkos::deep_copy(lse, std::numeric_limits<T>::quiet_NaN());
   if (algo == "flash") opt.splits = 1;
   Outputs out;
-  const auto q_indptr = index_view<Index>(in.q_indptr, "q_indptr");
+  const auto q_indptr = index_view(in.q_indptr, "q_indptr");
   const auto run = [&](const auto& k, const auto& v, const auto& layout) {
     space.fence();
     timed_with_progress(f, flops, opt, out, [&] {
@@ -183,14 +177,14 @@ Outputs run_batch_algo(const std::string& algo, const BatchInputs& in, Options o
     const auto k = to_view<Tensor4<T>>(in.k, "k", in.num_pages, in.page_size, in.Hkv, in.D);
     const auto v = to_view<Tensor4<T>>(in.v, "v", in.num_pages, in.page_size, in.Hkv, in.D);
     run(k, v,
-        make_paged_layout(q_indptr, index_view<Index>(in.page_indptr, "kv_page_indptr"),
-                          index_view<Index>(in.page_indices, "kv_page_indices"),
-                          index_view<Index>(in.last_page_len, "kv_last_page_len"), in.page_size));
+        make_paged_layout(q_indptr, index_view(in.page_indptr, "kv_page_indptr"),
+                          index_view(in.page_indices, "kv_page_indices"),
+                          index_view(in.last_page_len, "kv_last_page_len"), in.page_size));
   } else {
     const std::int64_t kv_rows = in.kv_indptr.empty() ? 0 : in.kv_indptr.back();
     const auto k = to_view<Tensor3<T>>(in.k, "k", kv_rows, in.Hkv, in.D);
     const auto v = to_view<Tensor3<T>>(in.v, "v", kv_rows, in.Hkv, in.D);
-    run(k, v, make_ragged_layout(q_indptr, index_view<Index>(in.kv_indptr, "kv_indptr")));
+    run(k, v, make_ragged_layout(q_indptr, index_view(in.kv_indptr, "kv_indptr")));
   }
   out.o = from_view(o);
   out.lse = from_view(lse);
@@ -311,16 +305,20 @@ int cmd_run(Args& args) {
   if (!args.has("--page-size")) refuse_out_of_mode(args, {{"--shuffle-pages", "--page-size"}});
   if (!args.has("--random-ragged"))
     refuse_out_of_mode(args, {{"--q-lens", "--random-ragged"}, {"--kv-lens", "--random-ragged"}});
+  KATTN_REQUIRE(!args.has("--save-inputs") || !(wants_block_sparse(args) || wants_cascade(args)),
+                "--save-inputs: not supported with --block-mask, --pattern or --cascade");
   const RunFlags f = read_run_flags(args);
   const Options opt = read_options(args);
   KATTN_REQUIRE(f.algo == "splitkv" || (opt.splits == 0 && opt.split_chunk == 0),
                 "--splits: splitting the keys needs --algo splitkv");
   if (wants_block_sparse(args)) {
-    KATTN_REQUIRE(!f.save_dir, "--save-inputs: not supported with --block-mask / --pattern");
     KATTN_REQUIRE(f.timing.repeat == 0, "--repeat: not supported with --block-mask / --pattern");
     return run_block_sparse(args, f.algo, opt, f.check, f.console, f.out, f.lse);
   }
-  if (f.save_dir) make_output_dir("--save-inputs", *f.save_dir);
+  if (wants_cascade(args)) {
+    KATTN_REQUIRE(f.timing.repeat == 0, "--repeat: not supported with --cascade");
+    return run_cascade(args, f.algo, opt, f.check, f.console, f.out, f.lse);
+  }
   if (wants_batch_inputs(args)) {
     KATTN_REQUIRE(!args.has("--layout"), "--layout: for dense inputs; ragged and paged arrays are [rows, H, D]");
     const BatchInputs in = read_batch_inputs(args);

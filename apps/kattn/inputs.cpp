@@ -1,5 +1,6 @@
 #include "inputs.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -165,6 +166,14 @@ template <class View>
 std::vector<double> from_view(const View& view) {
   auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
   return std::vector<double>(host.data(), host.data() + host.size());
+}
+
+Kokkos::View<std::int64_t*> index_view(const std::vector<std::int64_t>& values, const char* label) {
+  Kokkos::View<std::int64_t*> v(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), values.size());
+  auto h = Kokkos::create_mirror_view(v);
+  std::copy(values.begin(), values.end(), h.data());
+  Kokkos::deep_copy(v, h);
+  return v;
 }
 
 template <class View>

@@ -53,6 +53,8 @@ View to_view(const std::vector<double>& values, const std::string& label, std::i
              std::int64_t n2, std::int64_t n3 = -1);
 template <class View>
 std::vector<double> from_view(const View& view);
+// Index values (indptr, page indices) as a view of the default execution space.
+Kokkos::View<std::int64_t*> index_view(const std::vector<std::int64_t>& values, const char* label);
 // Fills a view with NaN, so an element a kernel forgets to write shows.
 template <class View>
 void poison(const View& view);

@@ -108,8 +108,15 @@ int check_outputs(const AttentionParams<double>& p, const Options& opt, const Ch
     how = "all " + std::to_string(total_rows) + " rows";
   } else {
     const std::int64_t wanted = settings.rows > 0 ? settings.rows : kDefaultSampleRows;
-    const std::int64_t edges = static_cast<std::int64_t>(rows_to_check(p, opt, 0, kSampleSeed).size());
-    const std::vector<QueryRow> rows = rows_to_check(p, opt, std::max<std::int64_t>(0, wanted - edges), kSampleSeed);
+    std::vector<QueryRow> rows;
+    if (wanted >= total_rows) {  // every row, one by one
+      for (int b = 0; b < p.batch; ++b)
+        for (std::int64_t i = 0; i < p.seq_q_len(b); ++i)
+          for (int h = 0; h < p.heads_q; ++h) rows.push_back({b, i, h});
+    } else {
+      const std::int64_t edges = static_cast<std::int64_t>(rows_to_check(p, opt, 0, kSampleSeed).size());
+      rows = rows_to_check(p, opt, std::max<std::int64_t>(0, wanted - edges), kSampleSeed);
+    }
     std::vector<double> o_row(p.head_dim);
     for (const QueryRow& r : rows) {
       const double lse = reference_row(p, opt, r, o_row.data());
@@ -125,8 +132,8 @@ int check_outputs(const AttentionParams<double>& p, const Options& opt, const Ch
       lse_at.push_back(static_cast<std::int64_t>(l - p.lse));
     }
     checked = static_cast<std::int64_t>(rows.size());
-    how = "checked " + std::to_string(checked) + " of " + std::to_string(total_rows) +
-          " rows exactly in float64 (first and last, every masked edge, the rest at random)";
+    how = "checked " + std::to_string(checked) + " of " + std::to_string(total_rows) + " rows exactly in float64" +
+          (checked < total_rows ? " (first and last, every masked edge, the rest at random)" : " (row by row)");
   }
   ErrorStats eo = compare(out_o, ref_o), el = compare(out_lse, ref_lse);
   if (sampled) {  // positions in the output arrays, not in the sample
