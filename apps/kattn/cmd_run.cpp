@@ -115,7 +115,7 @@ RunFlags reference_flags() {
 template <class Call>
 void timed_with_progress(const RunFlags& f, double flops, Options& opt, Outputs& out, Call&& call) {
   std::optional<ProgressLine> line;
-  if (progress_wanted(f.console.progress, f.console.quiet)) {
+  if (progress_wanted(f.console.progress, f.console.quiet, flops)) {
     line.emplace(flops, f.console.progress);
     opt.progress = line->callback();
   }

@@ -1,7 +1,6 @@
 #include "grad_ragged.hpp"
 
 #include <Kokkos_Core.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -112,8 +111,9 @@ int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, boo
                   "] (the shape of q)");
     dout = d.values<double>();
   } else {
-    KATTN_REQUIRE(!files, "--do: give DO.npy [total_q, Hq, D] (the gradient of the loss with respect to o) with "
-                          "--q/--k/--v");
+    KATTN_REQUIRE(!files,
+                  "--do: give DO.npy [total_q, Hq, D] (the gradient of the loss with respect to o) with "
+                  "--q/--k/--v");
     const std::uint64_t s = seed ? static_cast<std::uint64_t>(parse_integer(*seed, "--seed", 0, INT64_MAX)) : 0;
     dout = random_normal(in.q.size(), 3 * s + 4);
   }
@@ -121,9 +121,11 @@ int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, boo
   const Grads g = in.dtype == io::DType::f32 ? run<float>(in, dout, opt, bopt) : run<double>(in, dout, opt, bopt);
   std::FILE* text = console.text();
   const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
-  std::fprintf(text, "kattn grad: dtype=%s ragged batch of %lld sequences, %lld queries, %lld keys, Hq=%lld Hkv=%lld "
-               "D=%lld%s\n", dtype, (long long)in.batch(), (long long)in.total_q(), (long long)in.kv_rows(),
-               (long long)in.Hq, (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
+  std::fprintf(text,
+               "kattn grad: dtype=%s ragged batch of %lld sequences, %lld queries, %lld keys, Hq=%lld Hkv=%lld "
+               "D=%lld%s\n",
+               dtype, (long long)in.batch(), (long long)in.total_q(), (long long)in.kv_rows(), (long long)in.Hq,
+               (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
   std::fprintf(text, "time: backward %.6f s; forward %.6f s; dq strategy %s\n", g.seconds, g.forward_seconds,
                name(g.info.dq));
   Json j;

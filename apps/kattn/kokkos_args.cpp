@@ -1,7 +1,6 @@
 #include "kokkos_args.hpp"
 
 #include <Kokkos_Core.hpp>
-
 #include <deque>
 
 namespace kattn {

@@ -40,9 +40,9 @@ void ProgressLine::finish() {
   shown_ = false;
 }
 
-bool progress_wanted(bool forced, bool quiet) {
+bool progress_wanted(bool forced, bool quiet, double flops) {
   if (forced) return true;
-  return !quiet && ::isatty(STDERR_FILENO) == 1;
+  return !quiet && flops > 1e10 && ::isatty(STDERR_FILENO) == 1;
 }
 
 }  // namespace cli

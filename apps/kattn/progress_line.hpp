@@ -33,8 +33,9 @@ class ProgressLine {
 };
 
 // Whether to show progress: --progress forces it, --quiet turns it off, else when standard
-// error is a terminal.
-bool progress_wanted(bool forced, bool quiet);
+// error is a terminal and the call does more than 1e10 flops (about a second on one core; short
+// calls keep their single launch).
+bool progress_wanted(bool forced, bool quiet, double flops);
 
 }  // namespace cli
 }  // namespace kattn

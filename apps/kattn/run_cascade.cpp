@@ -1,7 +1,6 @@
 #include "run_cascade.hpp"
 
 #include <Kokkos_Core.hpp>
-
 #include <chrono>
 #include <cstdio>
 #include <vector>
@@ -81,8 +80,7 @@ double run(const BatchInputs& in, const Prefix& prefix, const Options& opt, std:
   Tensor2<T> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), tq, in.Hq);
   poison(o);
   Kokkos::deep_copy(lse, std::numeric_limits<T>::quiet_NaN());
-  const auto layout =
-      make_ragged_layout(index_view(in.q_indptr, "q_indptr"), index_view(in.kv_indptr, "kv_indptr"));
+  const auto layout = make_ragged_layout(index_view(in.q_indptr, "q_indptr"), index_view(in.kv_indptr, "kv_indptr"));
   space.fence();
   const auto t0 = std::chrono::steady_clock::now();
   cascade(space, q, kp, vp, k, v, o, lse, layout, opt);
@@ -111,16 +109,17 @@ int run_cascade(Args& args, const std::string& algo, const Options& opt, const C
   const Prefix prefix = read_prefix(args, in, random, seed);
   args.finish();
   std::vector<double> o, lse;
-  const double seconds = in.dtype == io::DType::f32 ? run<float>(in, prefix, opt, o, lse)
-                                                    : run<double>(in, prefix, opt, o, lse);
+  const double seconds =
+      in.dtype == io::DType::f32 ? run<float>(in, prefix, opt, o, lse) : run<double>(in, prefix, opt, o, lse);
   const BatchInputs whole = whole_sequences(in, prefix);
   const double flops = batch_attention_flops(whole, opt);
   std::FILE* text = console.text();
   const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
-  std::fprintf(text, "kattn run: cascade dtype=%s %lld requests, %lld queries, a shared prefix of %lld keys and %lld "
-               "suffix keys, Hq=%lld Hkv=%lld D=%lld%s\n", dtype, (long long)in.batch(), (long long)in.total_q(),
-               (long long)prefix.keys, (long long)in.kv_rows(), (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
-               opt.causal ? " causal" : "");
+  std::fprintf(text,
+               "kattn run: cascade dtype=%s %lld requests, %lld queries, a shared prefix of %lld keys and %lld "
+               "suffix keys, Hq=%lld Hkv=%lld D=%lld%s\n",
+               dtype, (long long)in.batch(), (long long)in.total_q(), (long long)prefix.keys, (long long)in.kv_rows(),
+               (long long)in.Hq, (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
   std::fprintf(text, "time: %.6f s, %.2f GFLOP/s\n", seconds, seconds > 0 ? flops / seconds / 1e9 : 0.0);
   Json j;
   j.add("algo", "cascade").add("dtype", dtype).add("causal", opt.causal).add("layout", "ragged");
@@ -134,10 +133,10 @@ int run_cascade(Args& args, const std::string& algo, const Options& opt, const C
   if (check.enabled) {
     // Row by row against attention over prefix + suffix: every row when that is cheap.
     CheckSettings rows = check;
-    if (rows.rows == 0)
-      rows.rows = flops < kCheckAllRowsWork ? std::max<std::int64_t>(1, in.total_q() * in.Hq) : 64;
-    status = check_outputs(host_params(whole, o, lse), opt, rows, in.dtype,
-                           [](std::vector<double>&, std::vector<double>&) { KATTN_ASSERT(false); }, text, j, "run");
+    if (rows.rows == 0) rows.rows = flops < kCheckAllRowsWork ? std::max<std::int64_t>(1, in.total_q() * in.Hq) : 64;
+    status = check_outputs(
+        host_params(whole, o, lse), opt, rows, in.dtype,
+        [](std::vector<double>&, std::vector<double>&) { KATTN_ASSERT(false); }, text, j, "run");
   }
   console.notice(j);
   console.finish(j);

@@ -80,8 +80,10 @@ AttentionParams<double> host_params(const BatchInputs& in, const std::vector<dou
 
 void report_nonfinite(const ErrorStats& e, const std::string& what, std::FILE* text, Json& j) {
   if (e.nonfinite > 0)
-    std::fprintf(text, "check: %lld non-finite or missing values in %s where the reference differs, the first at "
-                 "element %lld\n", (long long)e.nonfinite, what.c_str(), (long long)e.first_nonfinite);
+    std::fprintf(text,
+                 "check: %lld non-finite or missing values in %s where the reference differs, the first at "
+                 "element %lld\n",
+                 (long long)e.nonfinite, what.c_str(), (long long)e.first_nonfinite);
   if (e.nonfinite_matched > 0)
     std::fprintf(text, "check: %lld non-finite values in %s, in the same places as the reference's\n",
                  (long long)e.nonfinite_matched, what.c_str());
@@ -89,8 +91,8 @@ void report_nonfinite(const ErrorStats& e, const std::string& what, std::FILE* t
   if (e.nonfinite > 0) j.add(what + "_nonfinite_first", (long long)e.first_nonfinite);
 }
 
-int check_outputs(const AttentionParams<double>& p, const Options& opt, const CheckSettings& settings,
-                  io::DType dtype, const FullReference& full, std::FILE* text, Json& j, const char* command) {
+int check_outputs(const AttentionParams<double>& p, const Options& opt, const CheckSettings& settings, io::DType dtype,
+                  const FullReference& full, std::FILE* text, Json& j, const char* command) {
   const std::int64_t total_rows = p.q_total * p.heads_q;
   const std::int64_t o_size = total_rows * p.head_dim;
   const double full_bytes = 8.0 * p.batch * p.heads_q * double(p.q_len) * double(p.kv_len);
@@ -145,8 +147,8 @@ int check_outputs(const AttentionParams<double>& p, const Options& opt, const Ch
   return check_verdict(eo, el, dtype, how, text, j, command);
 }
 
-int check_verdict(const ErrorStats& eo, const ErrorStats& el, io::DType dtype, const std::string& how,
-                  std::FILE* text, Json& j, const char* command) {
+int check_verdict(const ErrorStats& eo, const ErrorStats& el, io::DType dtype, const std::string& how, std::FILE* text,
+                  Json& j, const char* command) {
   std::fprintf(text, "check vs float64 reference, %s: max abs err %.3e, rel err %.3e, lse max abs err %.3e\n",
                how.c_str(), eo.max_abs, eo.rel, el.max_abs);
   report_nonfinite(eo, "o", text, j);

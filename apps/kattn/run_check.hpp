@@ -29,8 +29,10 @@ CheckSettings read_check_settings(Args& args);
 
 // The tested outputs o and lse (float64 copies) with the inputs they came from, as a problem
 // whose q, k, v point at the inputs and o, lse at the outputs, in the layouts `kattn run` writes.
-AttentionParams<double> host_params(const DenseInputs& in, const std::vector<double>& o, const std::vector<double>& lse);
-AttentionParams<double> host_params(const BatchInputs& in, const std::vector<double>& o, const std::vector<double>& lse);
+AttentionParams<double> host_params(const DenseInputs& in, const std::vector<double>& o,
+                                    const std::vector<double>& lse);
+AttentionParams<double> host_params(const BatchInputs& in, const std::vector<double>& o,
+                                    const std::vector<double>& lse);
 
 // The full reference's o and lse, in the layout of the outputs.
 using FullReference = std::function<void(std::vector<double>& o, std::vector<double>& lse)>;
@@ -38,13 +40,13 @@ using FullReference = std::function<void(std::vector<double>& o, std::vector<dou
 // Runs the check, prints its lines on `text` and records it in j (check, max_abs_err, rel_err,
 // lse_max_abs_err, checked_rows, total_rows, nonfinite, ...). Returns the exit status: 0, or 3
 // (with a line on standard error) when the check fails.
-int check_outputs(const AttentionParams<double>& p, const Options& opt, const CheckSettings& settings,
-                  io::DType dtype, const FullReference& full, std::FILE* text, Json& j, const char* command);
+int check_outputs(const AttentionParams<double>& p, const Options& opt, const CheckSettings& settings, io::DType dtype,
+                  const FullReference& full, std::FILE* text, Json& j, const char* command);
 
 // The verdict on compared o and lse: prints the error line (`how` says what was checked) and the
 // non-finite counts, records them in j; returns 0, or 3 with a line on standard error.
-int check_verdict(const ErrorStats& eo, const ErrorStats& el, io::DType dtype, const std::string& how,
-                  std::FILE* text, Json& j, const char* command);
+int check_verdict(const ErrorStats& eo, const ErrorStats& el, io::DType dtype, const std::string& how, std::FILE* text,
+                  Json& j, const char* command);
 
 // Prints and records the non-finite part of a comparison (see ErrorStats); `what` names the array.
 void report_nonfinite(const ErrorStats& e, const std::string& what, std::FILE* text, Json& j);

@@ -1,7 +1,6 @@
 #include "threads_notice.hpp"
 
 #include <Kokkos_Core.hpp>
-
 #include <cstdio>
 #include <cstdlib>
 #include <string>

@@ -89,8 +89,9 @@ std::vector<QueryRow> rows_to_check(const AttentionParams<double>& p, const Opti
   }
   const auto key = [](const QueryRow& r) { return std::make_tuple(r.b, r.i, r.h); };
   std::sort(rows.begin(), rows.end(), [&](const QueryRow& x, const QueryRow& y) { return key(x) < key(y); });
-  rows.erase(std::unique(rows.begin(), rows.end(), [&](const QueryRow& x, const QueryRow& y) { return key(x) == key(y); }),
-             rows.end());
+  rows.erase(
+      std::unique(rows.begin(), rows.end(), [&](const QueryRow& x, const QueryRow& y) { return key(x) == key(y); }),
+      rows.end());
   return rows;
 }
 
