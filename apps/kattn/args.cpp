@@ -15,6 +15,14 @@ bool Args::has(const std::string& name) const {
   return false;
 }
 
+std::optional<std::string> Args::peek(const std::string& name) const {
+  for (auto it = args_.begin(); it != args_.end(); ++it) {
+    if (*it == name && it + 1 != args_.end()) return *(it + 1);
+    if (it->rfind(name + "=", 0) == 0) return it->substr(name.size() + 1);
+  }
+  return std::nullopt;
+}
+
 bool Args::flag(const std::string& name) {
   for (auto it = args_.begin(); it != args_.end(); ++it) {
     if (*it == name) {
@@ -85,6 +93,10 @@ std::optional<std::vector<std::int64_t>> Args::integers(const std::string& name,
   }
   KATTN_REQUIRE(out.size() == count, name, ": expected ", count, " comma-separated integers, got '", *v, "'");
   return out;
+}
+
+void refuse_out_of_mode(const Args& args, std::initializer_list<std::pair<const char*, const char*>> flags) {
+  for (const auto& f : flags) KATTN_REQUIRE(!args.has(f.first), f.first, ": needs ", f.second);
 }
 
 void Args::finish() const {

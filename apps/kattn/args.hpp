@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kattn {
@@ -16,6 +18,8 @@ class Args {
 
   // Whether a flag was given (with or without a value), without taking it.
   bool has(const std::string& name) const;
+  // The value of --name VALUE or --name=VALUE, without taking it.
+  std::optional<std::string> peek(const std::string& name) const;
   // A boolean flag: present or not.
   bool flag(const std::string& name);
   // A flag with a value: --name VALUE or --name=VALUE.
@@ -33,6 +37,10 @@ class Args {
   std::string command_;
   std::vector<std::string> args_;
 };
+
+// Refuses a flag given where it means nothing, saying what it needs: for each (flag, needs)
+// given, "--zigzag: needs --dist ring".
+void refuse_out_of_mode(const Args& args, std::initializer_list<std::pair<const char*, const char*>> flags);
 
 std::int64_t parse_integer(const std::string& text, const std::string& what, std::int64_t min, std::int64_t max);
 double parse_number(const std::string& text, const std::string& what);

@@ -8,6 +8,7 @@
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/core/key_window.hpp"
+#include "paths.hpp"
 
 namespace kattn {
 namespace cli {
@@ -17,14 +18,14 @@ const char* const kIndexFlags[] = {"--q-indptr", "--kv-indptr", "--kv-page-indpt
                                    "--kv-last-page-len"};
 
 std::vector<std::int64_t> read_index(const std::string& path, const char* flag) {
-  const io::NpyArray a = io::read_npy(path);
+  const io::NpyArray a = read_input(flag, path);
   KATTN_REQUIRE(a.is_integer(), flag, " ", path, ": expected int32 or int64 indices, got ", io::name(a.dtype));
   KATTN_REQUIRE(a.shape.size() == 1, flag, " ", path, ": expected a rank-1 array, got rank ", a.shape.size());
   return a.values<std::int64_t>();
 }
 
 io::NpyArray read_floating(const std::string& path, const char* flag, std::size_t rank, const char* layout) {
-  io::NpyArray a = io::read_npy(path);
+  io::NpyArray a = read_input(flag, path);
   KATTN_REQUIRE(a.is_floating(), flag, " ", path, ": expected float32 or float64 data, got ", io::name(a.dtype));
   KATTN_REQUIRE(a.shape.size() == rank, flag, " ", path, ": expected a rank-", rank, " array ", layout, ", got rank ",
                 a.shape.size());
@@ -187,7 +188,7 @@ BatchInputs read_batch_inputs(Args& args) {
                                     "--kv-last-page-len");
     else
       KATTN_REQUIRE(qi && ki, "ragged inputs: give --q-indptr and --kv-indptr");
-    const io::NpyArray q0 = io::read_npy(*qf);
+    const io::NpyArray q0 = read_input("--q", *qf);
     KATTN_REQUIRE(q0.is_floating(), "--q ", *qf, ": expected float32 or float64 data, got ", io::name(q0.dtype));
     KATTN_REQUIRE(q0.shape.size() == 3 || (in.paged && !qi && q0.shape.size() == 4), "--q ", *qf,
                   ": expected a rank-3 array [total_q, Hq, D]",
@@ -210,10 +211,15 @@ BatchInputs read_batch_inputs(Args& args) {
     const char* kv_layout = in.paged ? "[num_pages, page_size, Hkv, D]" : "[total_kv, Hkv, D]";
     const io::NpyArray k = read_floating(*kf, "--k", kv_rank, kv_layout);
     const io::NpyArray v = read_floating(*vf, "--v", kv_rank, kv_layout);
-    KATTN_REQUIRE(k.shape == v.shape, "--v ", *vf, ": expected the shape of k");
-    in.Hkv = k.shape[kv_rank - 2];
+    // k against q first, then v against k: the message blames the array that differs.
     KATTN_REQUIRE(k.shape[kv_rank - 1] == in.D, "--k ", *kf, ": expected head dim ", in.D, " (from q), got ",
                   k.shape[kv_rank - 1]);
+    KATTN_REQUIRE(v.shape[kv_rank - 1] == in.D, "--v ", *vf, ": expected head dim ", in.D, " (from q and k), got ",
+                  v.shape[kv_rank - 1]);
+    KATTN_REQUIRE(k.shape == v.shape, "--v ", *vf, ": expected the shape of k");
+    require_one_dtype("--k", *kf, k.dtype, q0.dtype, dtype.has_value());
+    require_one_dtype("--v", *vf, v.dtype, q0.dtype, dtype.has_value());
+    in.Hkv = k.shape[kv_rank - 2];
     in.k = k.values<double>();
     in.v = v.values<double>();
     if (in.paged) {

@@ -15,7 +15,12 @@
 #include "commands.hpp"
 #include "dist_commands.hpp"
 #include "inputs.hpp"
+#include "batch_inputs.hpp"
+#include "console.hpp"
+#include "grad_ragged.hpp"
 #include "json.hpp"
+#include "paths.hpp"
+#include "run_check.hpp"
 #include "kattn/block_sparse.hpp"
 #include "kattn/reference_masked.hpp"
 #include "run_block_sparse.hpp"
@@ -35,6 +40,9 @@ const char* kGradUsage =
     "                  [--dq DQ.npy] [--dk DK.npy] [--dv DV.npy] [--deterministic]\n"
     "                  [--dq-strategy auto|key-chunks|query-pass|atomic] [--dq-chunks N] [--check] [--json]\n"
     "                  [--block-mask MASK.npy --mask-block B | --pattern P [--mask-block B]]  (block-sparse)\n"
+    "  ragged batch:  as for kattn run (--random-ragged HQ,HKV,D --q-lens .. --kv-lens .., or --q/--k/--v\n"
+    "                 [total, H, D] with --q-indptr and --kv-indptr, and --do [total_q, Hq, D])\n"
+    "  --layout bnhd|bhnd, --json, --quiet: as for kattn run\n"
     "       mpirun -np P kattn grad --dist ring [--zigzag] [--deterministic] [--chunk KEYS] ...\n"
     "Gradients of sum(O * dO) with respect to q, k, v. O and LSE are computed by the forward pass\n"
     "when not given. --check compares with the textbook backward in float64 and exits with status 3\n"
@@ -63,20 +71,21 @@ GivenForward read_given_forward(Args& args, const DenseInputs& in) {
   KATTN_REQUIRE(bool(of) == bool(lf), of ? "--lse" : "--o", ": give --o and --lse together (or neither: the forward ",
                 "pass computes them)");
   if (!of) return g;
-  const io::NpyArray o = io::read_npy(*of), lse = io::read_npy(*lf);
+  const io::NpyArray o = read_input("--o", *of), lse = read_input("--lse", *lf);
   KATTN_REQUIRE(o.is_floating(), "--o ", *of, ": expected float32 or float64 data, got ", io::name(o.dtype));
   KATTN_REQUIRE(lse.is_floating(), "--lse ", *lf, ": expected float32 or float64 data, got ", io::name(lse.dtype));
-  const std::vector<std::int64_t> o_shape = {in.B, in.Nq, in.Hq, in.D}, lse_shape = {in.B, in.Hq, in.Nq};
+  const std::vector<std::int64_t> o_shape = file_shape(in.layout, in.B, in.Nq, in.Hq, in.D),
+                                  lse_shape = {in.B, in.Hq, in.Nq};
   const auto str = [](const std::vector<std::int64_t>& s) {
     std::string r = "(";
     for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
     return r + ")";
   };
-  KATTN_REQUIRE(o.shape == o_shape, "--o ", *of, ": expected shape ", str(o_shape), " [B, Nq, Hq, D] (from q), got ",
-                str(o.shape));
+  KATTN_REQUIRE(o.shape == o_shape, "--o ", *of, ": expected shape ", str(o_shape), " (from q, ", name(in.layout),
+                "), got ", str(o.shape));
   KATTN_REQUIRE(lse.shape == lse_shape, "--lse ", *lf, ": expected shape ", str(lse_shape),
                 " [B, Hq, Nq] (from q), got ", str(lse.shape));
-  g.o = o.values<double>();
+  g.o = to_bnhd(in.layout, o.shape, o.values<double>());
   g.lse = lse.values<double>();
   round_to(in.dtype, g.o);
   round_to(in.dtype, g.lse);
@@ -178,15 +187,21 @@ int cmd_grad(Args& args) {
     return 0;
   }
   if (auto mode = args.value("--dist")) return grad_distributed(args, *mode);
+  refuse_out_of_mode(args, {{"--zigzag", "--dist ring"}, {"--chunk", "--dist ring"}});
   const auto dq_path = args.value("--dq"), dk_path = args.value("--dk"), dv_path = args.value("--dv");
+  if (dq_path) check_output_file("--dq", *dq_path);
+  if (dk_path) check_output_file("--dk", *dk_path);
+  if (dv_path) check_output_file("--dv", *dv_path);
   const bool check = args.flag("--check");
-  const bool json = args.flag("--json");
+  const Console console = read_console(args);
+  std::FILE* text = console.text();
   BackwardOptions bopt;
   bopt.deterministic = args.flag("--deterministic");
   if (auto s = args.value("--dq-strategy")) bopt.dq = parse_strategy(*s);
   bopt.dq_chunks = static_cast<int>(args.integer("--dq-chunks", 1, 1 << 20).value_or(0));
   const Options opt = read_options(args);
   KATTN_REQUIRE(opt.splits == 0, "--splits: not used by grad (see --dq-strategy and --dq-chunks)");
+  if (wants_batch_inputs(args)) return grad_ragged(args, opt, bopt, check, console, {dq_path, dk_path, dv_path});
   std::vector<double> dout;
   const DenseInputs in = read_dense_inputs(args, "--do", &dout);
   KATTN_REQUIRE(dout.size() == in.q.size(),
@@ -203,21 +218,21 @@ int cmd_grad(Args& args) {
   const double flops = 2.5 * (m ? sparse_flops(in, *m, opt) : attention_flops(in, opt));
   const double gflops = g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0;
   const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
-  std::printf("kattn grad: dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n", dtype, (long long)in.B,
+  std::fprintf(text, "kattn grad: dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n", dtype, name(in.layout), (long long)in.B,
               (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
               opt.causal ? " causal" : "");
   if (m)
-    std::printf("block mask: %lld x %lld blocks of %lld, %s, %.2f%% kept\n", (long long)m->q_blocks(),
+    std::fprintf(text, "block mask: %lld x %lld blocks of %lld, %s, %.2f%% kept\n", (long long)m->q_blocks(),
                 (long long)m->k_blocks(), (long long)m->block(), m->heads() == 1 ? "shared" : "per head",
                 100.0 * m->density());
-  std::printf("dq strategy: %s (%s)", name(g.info.dq), g.info.deterministic ? "deterministic" : "not deterministic");
-  if (g.info.dq == DqStrategy::key_chunks) std::printf(", %d key chunks", g.info.chunks);
-  std::printf(", tiles %d x %d, workspace %.1f MB\n", g.info.block_q, g.info.block_k,
+  std::fprintf(text, "dq strategy: %s (%s)", name(g.info.dq), g.info.deterministic ? "deterministic" : "not deterministic");
+  if (g.info.dq == DqStrategy::key_chunks) std::fprintf(text, ", %d key chunks", g.info.chunks);
+  std::fprintf(text, ", tiles %d x %d, workspace %.1f MB\n", g.info.block_q, g.info.block_k,
               double(g.info.workspace_bytes) / 1e6);
-  std::printf("time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count)", g.seconds, gflops);
+  std::fprintf(text, "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count)", g.seconds, gflops);
   if (g.forward_seconds > 0)
-    std::printf("; forward %.6f s, backward/forward %.2f", g.forward_seconds, g.seconds / g.forward_seconds);
-  std::printf("\n");
+    std::fprintf(text, "; forward %.6f s, backward/forward %.2f", g.forward_seconds, g.seconds / g.forward_seconds);
+  std::fprintf(text, "\n");
 
   Json j;
   j.add("algo", "flash").add("dtype", dtype).add("shape", in.shape()).add("causal", opt.causal);
@@ -227,33 +242,41 @@ int cmd_grad(Args& args) {
   j.add("dq_strategy", name(g.info.dq)).add("deterministic", g.info.deterministic);
   if (g.info.dq == DqStrategy::key_chunks) j.add("chunks", g.info.chunks);
   j.add("workspace_bytes", static_cast<long long>(g.info.workspace_bytes));
+  if (dq_path) write_dense(*dq_path, in, in.Nq, in.Hq, g.dq);
+  if (dk_path) write_dense(*dk_path, in, in.Nk, in.Hkv, g.dk);
+  if (dv_path) write_dense(*dv_path, in, in.Nk, in.Hkv, g.dv);
   bool check_failed = false;
+  std::int64_t nonfinite = 0;
   if (check) {
     const Gradients ref = textbook(in, dout, opt, m);
     const ErrorStats e[3] = {compare(g.dq, ref.dq), compare(g.dk, ref.dk), compare(g.dv, ref.dv)};
     const char* names[3] = {"dq", "dk", "dv"};
     double max_abs = 0, rel = 0;
     for (int i = 0; i < 3; ++i) {
-      std::printf("check %s vs float64 textbook backward: max abs err %.3e, rel err %.3e\n", names[i], e[i].max_abs,
+      std::fprintf(text, "check %s vs float64 textbook backward: max abs err %.3e, rel err %.3e\n", names[i], e[i].max_abs,
                   e[i].rel);
       j.add(std::string(names[i]) + "_max_abs_err", e[i].max_abs).add(std::string(names[i]) + "_rel_err", e[i].rel);
-      // NaN (an unwritten or wrong element) must survive the max.
-      max_abs = (e[i].max_abs != e[i].max_abs || max_abs != max_abs) ? NAN : std::max(max_abs, e[i].max_abs);
-      rel = (e[i].rel != e[i].rel || rel != rel) ? NAN : std::max(rel, e[i].rel);
+      max_abs = std::max(max_abs, e[i].max_abs);
+      rel = std::max(rel, e[i].rel);
     }
     j.add("max_abs_err", max_abs).add("rel_err", rel);
+    for (int i = 0; i < 3; ++i) {
+      report_nonfinite(e[i], names[i], text, j);
+      nonfinite += e[i].nonfinite;
+    }
     // A verdict, as `run --check` gives, for install smoke tests: far looser than the test
-    // suite's bounds, so only a broken build fails; NaN (an unwritten gradient) fails too.
-    check_failed = !(rel <= check_tolerance(in.dtype));
-    j.add("check", check_failed ? "fail" : "pass");
+    // suite's bounds, so only a broken build fails; non-finite values where the reference has
+    // numbers (an unwritten gradient) fail too.
+    check_failed = nonfinite > 0 || !(rel <= check_tolerance(in.dtype));
+    j.add("nonfinite", (long long)nonfinite).add("check", check_failed ? "fail" : "pass");
   }
-  if (dq_path) write_array(*dq_path, in.dtype, {in.B, in.Nq, in.Hq, in.D}, g.dq);
-  if (dk_path) write_array(*dk_path, in.dtype, {in.B, in.Nk, in.Hkv, in.D}, g.dk);
-  if (dv_path) write_array(*dv_path, in.dtype, {in.B, in.Nk, in.Hkv, in.D}, g.dv);
-  if (json) std::cout << j.str() << "\n";
+  console.notice(j);
+  console.finish(j);
   if (check_failed) {
-    std::cerr << "kattn grad: --check failed: relative error above " << check_tolerance(in.dtype)
-              << " against the float64 textbook backward\n";
+    std::cerr << "kattn grad: --check failed: " << (nonfinite > 0 ? "non-finite gradients where the float64 textbook backward has numbers"
+                                                        : "relative error above " + std::to_string(check_tolerance(in.dtype)) +
+                                                              " against the float64 textbook backward")
+              << "\n";
     return 3;
   }
   return 0;

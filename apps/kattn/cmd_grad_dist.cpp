@@ -14,6 +14,8 @@
 #include "dist_io.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
+#include "paths.hpp"
+#include "run_check.hpp"
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/ring.hpp"
 #include "kattn/dist/ring_backward.hpp"
@@ -98,11 +100,18 @@ int grad_distributed(Args& args, const std::string& mode) {
     const auto dq_path = args.value("--dq"), dk_path = args.value("--dk"), dv_path = args.value("--dv");
     const bool check = args.flag("--check");
     const bool json = args.flag("--json");
+    std::FILE* text = json ? stderr : stdout;  // --json: standard output holds the JSON alone
+    dist::collective_check(comm, [&] {
+      if (rank != 0) return;  // rank 0 writes
+      if (dq_path) check_output_file("--dq", *dq_path);
+      if (dk_path) check_output_file("--dk", *dk_path);
+      if (dv_path) check_output_file("--dv", *dv_path);
+    });
     KATTN_REQUIRE(!args.value("--o") && !args.value("--lse"),
                   "--o/--lse: not used with --dist (the ring forward computes o and the LSE)");
     const Options opt = read_options(args);
     std::vector<std::string> input_args;
-    for (const char* f : {"--random", "--seed", "--dtype", "--q", "--k", "--v", "--do"})
+    for (const char* f : {"--random", "--seed", "--dtype", "--layout", "--q", "--k", "--v", "--do"})
       if (auto value = args.value(f)) input_args.insert(input_args.end(), {f, *value});
     args.finish();
 
@@ -126,12 +135,12 @@ int grad_distributed(Args& args, const std::string& mode) {
     if (rank != 0) return 0;
     const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
     const double flops = 2.5 * attention_flops(in, opt);
-    std::printf(
+    std::fprintf(text, 
         "kattn grad: dist=ring ranks=%d sharding=%s%s dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld "
         "D=%lld%s\n",
         P, dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, (long long)in.B, (long long)in.Nq,
         (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
-    std::printf(
+    std::fprintf(text, 
         "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
         "communication %.6f s; bytes sent per rank (max): %lld\n",
         g.seconds, g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0, g.forward_seconds, g.comm_seconds, g.bytes);
@@ -140,6 +149,10 @@ int grad_distributed(Args& args, const std::string& mode) {
     j.add("deterministic", d.deterministic).add("dtype", dtype).add("shape", in.shape()).add("causal", opt.causal);
     j.add("seconds", g.seconds).add("gflops", g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0);
     j.add("forward_seconds", g.forward_seconds).add("comm_seconds", g.comm_seconds).add("bytes_sent_per_rank", g.bytes);
+    if (dq_path) write_dense(*dq_path, in, in.Nq, in.Hq, g.dq);
+    if (dk_path) write_dense(*dk_path, in, in.Nk, in.Hkv, g.dk);
+    if (dv_path) write_dense(*dv_path, in, in.Nk, in.Hkv, g.dv);
+    int status = 0;
     if (check) {
       using T4 = Tensor4<double>;
       const auto q = to_view<T4>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
@@ -152,20 +165,27 @@ int grad_distributed(Args& args, const std::string& mode) {
       const std::vector<double> ref[3] = {from_view(dq), from_view(dk), from_view(dv)};
       const char* names[3] = {"dq", "dk", "dv"};
       double max_abs = 0, rel = 0;
+      std::int64_t nonfinite = 0;
       for (int i = 0; i < 3; ++i) {
         const ErrorStats e = compare(*mine[i], ref[i]);
-        std::printf("check %s vs float64 textbook backward: max abs err %.3e, rel err %.3e\n", names[i], e.max_abs,
-                    e.rel);
+        std::fprintf(text, "check %s vs float64 textbook backward: max abs err %.3e, rel err %.3e\n", names[i],
+                     e.max_abs, e.rel);
         j.add(std::string(names[i]) + "_max_abs_err", e.max_abs).add(std::string(names[i]) + "_rel_err", e.rel);
-        max_abs = (e.max_abs != e.max_abs || max_abs != max_abs) ? NAN : std::max(max_abs, e.max_abs);
-        rel = (e.rel != e.rel || rel != rel) ? NAN : std::max(rel, e.rel);
+        report_nonfinite(e, names[i], text, j);
+        max_abs = std::max(max_abs, e.max_abs);
+        rel = std::max(rel, e.rel);
+        nonfinite += e.nonfinite;
       }
-      j.add("max_abs_err", max_abs).add("rel_err", rel);
+      const bool failed = nonfinite > 0 || !(rel <= (in.dtype == io::DType::f32 ? 1e-4 : 1e-10));
+      j.add("max_abs_err", max_abs).add("rel_err", rel).add("nonfinite", (long long)nonfinite);
+      j.add("check", failed ? "fail" : "pass");
+      if (failed) {
+        std::fprintf(stderr, "kattn grad: --check failed against the float64 textbook backward\n");
+        status = 3;
+      }
     }
-    if (dq_path) write_array(*dq_path, in.dtype, {in.B, in.Nq, in.Hq, in.D}, g.dq);
-    if (dk_path) write_array(*dk_path, in.dtype, {in.B, in.Nk, in.Hkv, in.D}, g.dk);
-    if (dv_path) write_array(*dv_path, in.dtype, {in.B, in.Nk, in.Hkv, in.D}, g.dv);
     if (json) std::cout << j.str() << "\n";
+    return status;
     return 0;
   });
 }

@@ -43,11 +43,12 @@ int cmd_io(Args& args) {
   const double rate = derate * bandwidth;
   const double nn_bytes = N * N * elem_bytes;
 
-  std::printf("standard attention (Algorithm 0): %.0f elements, %.1f MB, %.1f us\n", standard,
+  std::FILE* text = json ? stderr : stdout;  // --json: standard output holds the JSON alone
+  std::fprintf(text, "standard attention (Algorithm 0): %.0f elements, %.1f MB, %.1f us\n", standard,
               standard * elem_bytes / 1e6, standard * elem_bytes / rate * 1e6);
-  std::printf("tiled attention (Algorithm 1):    %.0f elements, %.1f MB, %.1f us (Bc = %.0f keys, Tc = %.0f passes)\n",
+  std::fprintf(text, "tiled attention (Algorithm 1):    %.0f elements, %.1f MB, %.1f us (Bc = %.0f keys, Tc = %.0f passes)\n",
               tiled, tiled * elem_bytes / 1e6, tiled * elem_bytes / rate * 1e6, Bc, Tc);
-  std::printf("reduction: %.1fx; one N x N matrix: %.1f MB (never written when tiled)\n", standard / tiled,
+  std::fprintf(text, "reduction: %.1fx; one N x N matrix: %.1f MB (never written when tiled)\n", standard / tiled,
               nn_bytes / 1e6);
   if (json) {
     Json j;

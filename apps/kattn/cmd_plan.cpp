@@ -10,6 +10,7 @@
 #include "args.hpp"
 #include "commands.hpp"
 #include "inputs.hpp"
+#include "console.hpp"
 #include "json.hpp"
 #include "kattn/decode.hpp"
 #include "kattn/errors.hpp"
@@ -69,7 +70,7 @@ int cmd_plan(Args& args) {
   const auto dtype = args.value("--dtype").value_or("f32");
   const auto procs = args.integer("--processors", 1, 1 << 30);
   const auto heads_per_team = args.integer("--heads-per-team", 1, 1 << 20);
-  const bool json = args.flag("--json");
+  const Console console = read_console(args);
   const Options opt = read_options(args);
   args.finish();
   validate(opt);
@@ -112,23 +113,24 @@ int cmd_plan(Args& args) {
     plan = plan_for(pd, opt, lengths, P, static_cast<int>(heads_per_team.value_or(0)));
   }
   const std::string space = Kokkos::DefaultExecutionSpace::name();
-  std::printf("kattn plan: %d sequence%s, %s keys, %lld queries per sequence (the longest), Hq=%d Hkv=%d D=%d (%s)\n", p.batch,
+  std::FILE* text = console.text();
+  std::fprintf(text, "kattn plan: %d sequence%s, %s keys, %lld queries per sequence (the longest), Hq=%d Hkv=%d D=%d (%s)\n", p.batch,
               p.batch == 1 ? "" : "s",
               kv_lens ? ("up to " + std::to_string(p.kv_len)).c_str() : std::to_string(p.kv_len).c_str(),
               (long long)p.q_len, p.heads_q, p.heads_kv, p.head_dim, dtype.c_str());
-  std::printf("processors: %d (%s)\n", plan.processors,
+  std::fprintf(text, "processors: %d (%s)\n", plan.processors,
               procs ? "--processors" : ("this machine's Kokkos::" + space).c_str());
-  std::printf("work units without splitting: %lld\n", (long long)plan.units_unsplit);
-  std::printf("plan: %d split%s", plan.splits, plan.splits == 1 ? "" : "s");
-  if (plan.chunk > 0) std::printf(" of %lld keys", (long long)plan.chunk);
-  std::printf(", %lld work units: %s\n", (long long)plan.units, plan.reason.c_str());
-  if (json) {
-    Json j;
-    j.add("splits", plan.splits).add("chunk", (long long)plan.chunk).add("units", (long long)plan.units);
-    j.add("units_unsplit", (long long)plan.units_unsplit).add("processors", plan.processors);
-    j.add("space", space).add("reason", plan.reason);
-    std::cout << j.str() << "\n";
-  }
+  std::fprintf(text, "work units without splitting: %lld\n", (long long)plan.units_unsplit);
+  std::fprintf(text, "plan: %d split%s", plan.splits, plan.splits == 1 ? "" : "s");
+  if (plan.chunk > 0) std::fprintf(text, " of %lld keys", (long long)plan.chunk);
+  std::fprintf(text, ", %lld work units: %s\n", (long long)plan.units, plan.reason.c_str());
+  Json j;
+  j.add("splits", plan.splits).add("chunk", (long long)plan.chunk).add("units", (long long)plan.units);
+  j.add("units_unsplit", (long long)plan.units_unsplit).add("processors", plan.processors);
+  j.add("space", space).add("reason", plan.reason);
+  // The planner sees the threads Kokkos runs; say when that is fewer than the machine has.
+  if (!procs) console.notice(j);
+  console.finish(j);
   return 0;
 }
 

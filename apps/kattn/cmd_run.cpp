@@ -15,8 +15,14 @@
 #include "commands.hpp"
 #include "dist_commands.hpp"
 #include "inputs.hpp"
+#include "console.hpp"
 #include "json.hpp"
+#include "paths.hpp"
+#include "progress_line.hpp"
+#include "run_check.hpp"
+#include "timing.hpp"
 #include "run_block_sparse.hpp"
+#include "run_cascade.hpp"
 #include "kattn/decode.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/forward.hpp"
@@ -29,8 +35,21 @@ namespace {
 const char* kRunUsage =
     "usage: kattn run (--q Q.npy --k K.npy --v V.npy | --random B,NQ,NK,HQ,HKV,D [--seed N])\n"
     "                 [--algo naive|flash|splitkv] [--splits N] [--split-chunk N] [--block-q N] [--block-k N]\n"
-    "                 [--causal] [--window LEFT,RIGHT] [--softcap C] [--scale S]\n"
-    "                 [--dtype f32|f64] [--out O.npy] [--lse LSE.npy] [--save-inputs DIR] [--check] [--json]\n"
+    "                 [--causal] [--window LEFT,RIGHT] [--softcap C] [--scale S] [--layout bnhd|bhnd]\n"
+    "                 [--dtype f32|f64] [--out O.npy] [--lse LSE.npy] [--save-inputs DIR]\n"
+    "                 [--check] [--check-rows N] [--repeat N] [--json] [--quiet] [--progress]\n"
+    "  --layout        dense q, k, v, o files as bnhd [B, N, H, D] (the default) or bhnd [B, H, N, D]\n"
+    "                  (PyTorch's); lse is [B, H, N] in both\n"
+    "  --check         compare with the float64 textbook algorithm on the same rounded inputs: every row\n"
+    "                  when its score matrix fits in 1 GiB, else a sample of rows each computed exactly\n"
+    "                  (first and last, every masked edge, 64 in all); exit status 3 when it fails,\n"
+    "                  also for non-finite outputs where the reference is finite. Outputs are written first.\n"
+    "  --check-rows N  check a sample of about N rows (implies --check)\n"
+    "  --repeat N      one warm-up call, then N timed calls: the median, with min and max\n"
+    "  --json          standard output holds one JSON document; all other text goes to standard error\n"
+    "  --quiet         no progress line, no notices;  --progress: a progress line even when standard\n"
+    "                  error is not a terminal (by default it shows on a terminal past 2 s)\n"
+    "  output paths (--out, --lse, --save-inputs DIR, created if missing) are checked before any work\n"
     "  ragged batch:  --q Q.npy [total_q,Hq,D] --k K.npy --v V.npy [total_kv,Hkv,D] --q-indptr QI.npy --kv-indptr KI.npy\n"
     "  paged cache:   --k K.npy --v V.npy [pages,page_size,Hkv,D] --kv-page-indptr P.npy --kv-page-indices I.npy\n"
     "                 --kv-last-page-len L.npy, with --q [total_q,Hq,D] --q-indptr QI.npy (or --q [B,Nq,Hq,D])\n"
@@ -40,25 +59,75 @@ const char* kRunUsage =
     "  block-sparse:  --block-mask MASK.npy --mask-block B (bool/uint8 [Nq/B,Nk/B] or [Hq,Nq/B,Nk/B]) or\n"
     "                 --pattern local:W,global:G,strided:S,dilated:W:D [--mask-block B (default 64)];\n"
     "                 dense inputs; --check uses the block mask expanded to an element mask\n"
+    "  cascade:       --cascade with a ragged batch of suffixes and a shared prefix: --k-prefix KP.npy\n"
+    "                 --v-prefix VP.npy [Np,Hkv,D] (with files), or --random-prefix NP (with --random-ragged)\n"
     "  --save-inputs DIR writes the inputs (random ones too) as DIR/q.npy, k.npy, v.npy and the index\n"
     "  arrays (q_indptr.npy, kv_indptr.npy or kv_page_indptr.npy, kv_page_indices.npy, kv_last_page_len.npy)\n"
     "       mpirun -np P kattn run --dist ring|decode [--zigzag] [--deterministic] [--chunk KEYS] ...\n"
     "                 (ring: the sequence sharded over the ranks; decode: the KV cache sharded, the\n"
     "                 queries replicated; rank 0 reads, scatters, gathers and writes)\n";
 
+// Queries per sequence up to which a run is decode-like (memory-bound: reading K and V is the
+// cost), so the K+V read rate means something.
+constexpr std::int64_t kDecodeQueries = 16;
+
 struct Outputs {
   std::vector<double> o, lse;
-  double seconds = 0;
+  Timing timing;
   SplitPlan plan;
 };
 
-double elapsed(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+// The flags of `run` besides the inputs and the variant, with every output path checked.
+struct RunFlags {
+  std::string algo;
+  std::optional<std::string> out, lse, save_dir;
+  CheckSettings check;
+  Console console;
+  Timing timing;
+};
+
+RunFlags read_run_flags(Args& args) {
+  RunFlags f;
+  f.algo = args.value("--algo").value_or("flash");
+  f.out = args.value("--out");
+  f.lse = args.value("--lse");
+  f.save_dir = args.value("--save-inputs");
+  f.check = read_check_settings(args);
+  f.console = read_console(args);
+  f.timing = read_timing(args);
+  KATTN_REQUIRE(f.algo == "naive" || f.algo == "flash" || f.algo == "splitkv",
+                "--algo: expected naive, flash or splitkv, got '", f.algo, "'");
+  if (f.save_dir) make_output_dir("--save-inputs", *f.save_dir);  // first: --out may name a file in it
+  if (f.out) check_output_file("--out", *f.out);
+  if (f.lse) check_output_file("--lse", *f.lse);
+  return f;
+}
+
+// The flags of the full reference's run for --check: one call, quiet.
+RunFlags reference_flags() {
+  RunFlags f;
+  f.algo = "naive";
+  f.console.quiet = true;
+  return f;
+}
+
+// Runs `call` as the timing says, with the progress line (when wanted) in opt.progress.
+template <class Call>
+void timed_with_progress(const RunFlags& f, double flops, Options& opt, Outputs& out, Call&& call) {
+  std::optional<ProgressLine> line;
+  if (progress_wanted(f.console.progress, f.console.quiet, flops)) {
+    line.emplace(flops, f.console.progress);
+    opt.progress = line->callback();
+  }
+  out.timing = f.timing;
+  time_calls(out.timing, call, [&] {
+    if (line) line->restart();
+  });
 }
 
 // Runs `algo` on the inputs rounded to T; returns o and lse as doubles.
 template <class T>
-Outputs run_algo(const std::string& algo, const DenseInputs& in, const Options& opt) {
+Outputs run_algo(const std::string& algo, const DenseInputs& in, Options opt, const RunFlags& f, double flops) {
   const DenseViews<T> views = make_dense_views<T>(in);
   const auto q = views.q, k = views.k, v = views.v;
   const auto o = views.o;
@@ -66,34 +135,24 @@ Outputs run_algo(const std::string& algo, const DenseInputs& in, const Options& 
   const Kokkos::DefaultExecutionSpace space;
   space.fence();
   Outputs out;
-  const auto t0 = std::chrono::steady_clock::now();
-  if (algo == "naive") {
-    reference(space, q, k, v, o, lse, opt);
-  } else if (algo == "flash") {
-    forward(space, q, k, v, o, lse, opt);
-  } else {
-    out.plan = splitkv(space, q, k, v, o, lse, opt);
-  }
-  space.fence();
-  out.seconds = elapsed(t0);
+  timed_with_progress(f, flops, opt, out, [&] {
+    if (algo == "naive") {
+      reference(space, q, k, v, o, lse, opt);
+    } else if (algo == "flash") {
+      forward(space, q, k, v, o, lse, opt);
+    } else {
+      out.plan = splitkv(space, q, k, v, o, lse, opt);
+    }
+    space.fence();
+  });
   out.o = from_view(o);
   out.lse = from_view(lse);
   return out;
 }
 
-template <class View>
-View index_view(const std::vector<std::int64_t>& values, const char* label) {
-  View v(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), values.size());
-  auto h = Kokkos::create_mirror_view(v);
-  for (std::size_t i = 0; i < values.size(); ++i) h(i) = values[i];
-  Kokkos::deep_copy(v, h);
-  return v;
-}
-
 // The same for a ragged or paged batch: flash is split-KV with one split, naive the reference.
 template <class T>
-Outputs run_batch_algo(const std::string& algo, const BatchInputs& in, Options opt) {
-  using Index = Kokkos::View<std::int64_t*>;
+Outputs run_batch_algo(const std::string& algo, const BatchInputs& in, Options opt, const RunFlags& f, double flops) {
   const Kokkos::DefaultExecutionSpace space;
   const std::int64_t rows = in.total_q();
   const auto q = to_view<Tensor3<T>>(in.q, "q", rows, in.Hq, in.D);
@@ -103,34 +162,29 @@ Outputs run_batch_algo(const std::string& algo, const BatchInputs& in, Options o
   Kokkos::deep_copy(lse, std::numeric_limits<T>::quiet_NaN());
   if (algo == "flash") opt.splits = 1;
   Outputs out;
-  const auto q_indptr = index_view<Index>(in.q_indptr, "q_indptr");
+  const auto q_indptr = index_view(in.q_indptr, "q_indptr");
+  const auto run = [&](const auto& k, const auto& v, const auto& layout) {
+    space.fence();
+    timed_with_progress(f, flops, opt, out, [&] {
+      if (algo == "naive")
+        reference(space, q, k, v, o, lse, layout, opt);
+      else
+        out.plan = splitkv(space, q, k, v, o, lse, layout, opt);
+      space.fence();
+    });
+  };
   if (in.paged) {
     const auto k = to_view<Tensor4<T>>(in.k, "k", in.num_pages, in.page_size, in.Hkv, in.D);
     const auto v = to_view<Tensor4<T>>(in.v, "v", in.num_pages, in.page_size, in.Hkv, in.D);
-    const auto layout = make_paged_layout(q_indptr, index_view<Index>(in.page_indptr, "kv_page_indptr"),
-                                          index_view<Index>(in.page_indices, "kv_page_indices"),
-                                          index_view<Index>(in.last_page_len, "kv_last_page_len"), in.page_size);
-    space.fence();
-    const auto t0 = std::chrono::steady_clock::now();
-    if (algo == "naive")
-      reference(space, q, k, v, o, lse, layout, opt);
-    else
-      out.plan = splitkv(space, q, k, v, o, lse, layout, opt);
-    space.fence();
-    out.seconds = elapsed(t0);
+    run(k, v,
+        make_paged_layout(q_indptr, index_view(in.page_indptr, "kv_page_indptr"),
+                          index_view(in.page_indices, "kv_page_indices"),
+                          index_view(in.last_page_len, "kv_last_page_len"), in.page_size));
   } else {
     const std::int64_t kv_rows = in.kv_indptr.empty() ? 0 : in.kv_indptr.back();
     const auto k = to_view<Tensor3<T>>(in.k, "k", kv_rows, in.Hkv, in.D);
     const auto v = to_view<Tensor3<T>>(in.v, "v", kv_rows, in.Hkv, in.D);
-    const auto layout = make_ragged_layout(q_indptr, index_view<Index>(in.kv_indptr, "kv_indptr"));
-    space.fence();
-    const auto t0 = std::chrono::steady_clock::now();
-    if (algo == "naive")
-      reference(space, q, k, v, o, lse, layout, opt);
-    else
-      out.plan = splitkv(space, q, k, v, o, lse, layout, opt);
-    space.fence();
-    out.seconds = elapsed(t0);
+    run(k, v, make_ragged_layout(q_indptr, index_view(in.kv_indptr, "kv_indptr")));
   }
   out.o = from_view(o);
   out.lse = from_view(lse);
@@ -158,81 +212,81 @@ void save_inputs(const std::string& dir, const BatchInputs& in) {
 }
 
 void save_inputs(const std::string& dir, const DenseInputs& in) {
-  write_array(dir + "/q.npy", in.dtype, {in.B, in.Nq, in.Hq, in.D}, in.q);
-  write_array(dir + "/k.npy", in.dtype, {in.B, in.Nk, in.Hkv, in.D}, in.k);
-  write_array(dir + "/v.npy", in.dtype, {in.B, in.Nk, in.Hkv, in.D}, in.v);
+  write_dense(dir + "/q.npy", in, in.Nq, in.Hq, in.q);
+  write_dense(dir + "/k.npy", in, in.Nk, in.Hkv, in.k);
+  write_dense(dir + "/v.npy", in, in.Nk, in.Hkv, in.v);
 }
 
-void report(const std::string& algo, const char* dtype, double flops, double kv_bytes, const Outputs& out,
+// The time line and its JSON fields. `decode`: the K+V read rate is printed (decode-like runs only).
+void report(const RunFlags& f, const char* dtype, double flops, double kv_bytes, bool decode, const Outputs& out,
             const Options& opt, Json& j) {
-  const double gflops = out.seconds > 0 ? flops / out.seconds / 1e9 : 0.0;
-  const double kv_gbs = out.seconds > 0 ? kv_bytes / out.seconds / 1e9 : 0.0;
-  std::printf("time: %.6f s, %.2f GFLOP/s, K+V read at %.2f GB/s\n", out.seconds, gflops, kv_gbs);
-  if (algo == "splitkv")
-    std::printf("split: %d splits%s, %lld work units (%lld unsplit) for %d processors: %s\n", out.plan.splits,
-                out.plan.chunk > 0 ? (" of " + std::to_string(out.plan.chunk) + " keys").c_str() : "",
-                (long long)out.plan.units, (long long)out.plan.units_unsplit, out.plan.processors,
-                out.plan.reason.c_str());
-  j.add("algo", algo).add("dtype", dtype).add("causal", opt.causal);
-  j.add("seconds", out.seconds).add("gflops", gflops).add("kv_gbs", kv_gbs).add("threads", host_threads());
-  if (algo == "splitkv")
+  std::FILE* text = f.console.text();
+  const double seconds = out.timing.median();
+  const double gflops = seconds > 0 ? flops / seconds / 1e9 : 0.0;
+  const double kv_gbs = seconds > 0 ? kv_bytes / seconds / 1e9 : 0.0;
+  std::fprintf(text, "time: %.6f s, %.2f GFLOP/s", seconds, gflops);
+  if (decode) std::fprintf(text, ", K+V read at %.2f GB/s", kv_gbs);
+  if (out.timing.repeat > 0)
+    std::fprintf(text, " (median of %d calls after a warm-up; min %.6f s, max %.6f s)", out.timing.repeat,
+                 out.timing.min(), out.timing.max());
+  std::fprintf(text, "\n");
+  if (f.algo == "splitkv")
+    std::fprintf(text, "split: %d splits%s, %lld work units (%lld unsplit) for %d processors: %s\n", out.plan.splits,
+                 out.plan.chunk > 0 ? (" of " + std::to_string(out.plan.chunk) + " keys").c_str() : "",
+                 (long long)out.plan.units, (long long)out.plan.units_unsplit, out.plan.processors,
+                 out.plan.reason.c_str());
+  j.add("algo", f.algo).add("dtype", dtype).add("causal", opt.causal);
+  j.add("seconds", seconds).add("gflops", gflops).add("threads", host_threads());
+  if (decode) j.add("kv_gbs", kv_gbs);
+  if (out.timing.repeat > 0)
+    j.add("repeat", out.timing.repeat).add("seconds_min", out.timing.min()).add("seconds_max", out.timing.max());
+  if (f.algo == "splitkv")
     j.add("splits", out.plan.splits).add("chunk", (long long)out.plan.chunk).add("units", (long long)out.plan.units);
 }
 
-// Prints and records the errors against the float64 reference; returns whether they fail the
-// verdict for install smoke tests (spack's): far looser than the test suite's 1e-5 / 1e-12, so
-// only a broken build fails; NaN (an unwritten output) fails too.
-bool check_against(const Outputs& out, const Outputs& ref, io::DType dtype, Json& j) {
-  const ErrorStats eo = compare(out.o, ref.o);
-  const ErrorStats el = compare(out.lse, ref.lse);
-  std::printf("check vs float64 reference: max abs err %.3e, rel err %.3e, lse max abs err %.3e\n", eo.max_abs, eo.rel,
-              el.max_abs);
-  j.add("max_abs_err", eo.max_abs).add("rel_err", eo.rel).add("lse_max_abs_err", el.max_abs);
-  const double tol = dtype == io::DType::f32 ? 1e-4 : 1e-10;
-  const bool failed = !(eo.rel <= tol && el.max_abs <= tol);
-  j.add("check", failed ? "fail" : "pass");
-  return failed;
-}
-
-int check_status(bool failed, io::DType dtype) {
-  if (!failed) return 0;
-  std::cerr << "kattn run: --check failed: error above " << (dtype == io::DType::f32 ? "1e-4" : "1e-10")
-            << " against the float64 reference\n";
-  return 3;
-}
-
-int run_batch(const std::string& algo, const BatchInputs& in, const Options& opt, bool check, bool json,
-              const std::optional<std::string>& out_path, const std::optional<std::string>& lse_path,
-              const std::optional<std::string>& save_dir) {
-  if (save_dir) save_inputs(*save_dir, in);
-  const Outputs out =
-      in.dtype == io::DType::f32 ? run_batch_algo<float>(algo, in, opt) : run_batch_algo<double>(algo, in, opt);
+int run_batch(const RunFlags& f, const BatchInputs& in, Options opt) {
+  if (f.save_dir) save_inputs(*f.save_dir, in);
+  std::FILE* text = f.console.text();
   const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
-  const std::vector<std::int64_t> kv_lens = in.kv_lens();
-  std::int64_t total_kv = 0, max_kv = 0;
+  const std::vector<std::int64_t> kv_lens = in.kv_lens(), q_lens = in.q_lens();
+  std::int64_t total_kv = 0, max_kv = 0, max_q = 0;
   for (std::int64_t n : kv_lens) total_kv += n, max_kv = std::max(max_kv, n);
-  std::printf("kattn run: algo=%s dtype=%s %s batch of %lld sequences, %lld queries, %lld keys (longest %lld), Hq=%lld "
-              "Hkv=%lld D=%lld%s%s\n",
-              algo.c_str(), dtype, in.paged ? "paged" : "ragged", (long long)in.batch(), (long long)in.total_q(),
-              (long long)total_kv, (long long)max_kv, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
-              in.paged ? (", page size " + std::to_string(in.page_size)).c_str() : "", opt.causal ? " causal" : "");
+  for (std::int64_t n : q_lens) max_q = std::max(max_q, n);
+  std::fprintf(text, "kattn run: algo=%s dtype=%s %s batch of %lld sequences, %lld queries, %lld keys (longest %lld), "
+               "Hq=%lld Hkv=%lld D=%lld%s%s\n",
+               f.algo.c_str(), dtype, in.paged ? "paged" : "ragged", (long long)in.batch(), (long long)in.total_q(),
+               (long long)total_kv, (long long)max_kv, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
+               in.paged ? (", page size " + std::to_string(in.page_size)).c_str() : "", opt.causal ? " causal" : "");
+  std::fflush(text);
+  const double flops = batch_attention_flops(in, opt);
+  const Outputs out = in.dtype == io::DType::f32 ? run_batch_algo<float>(f.algo, in, opt, f, flops)
+                                                 : run_batch_algo<double>(f.algo, in, opt, f, flops);
   const double kv_bytes = 2.0 * total_kv * in.Hkv * in.D * (in.dtype == io::DType::f32 ? 4 : 8);
   Json j;
-  report(algo, dtype, batch_attention_flops(in, opt), kv_bytes, out, opt, j);
+  report(f, dtype, flops, kv_bytes, max_q <= kDecodeQueries, out, opt, j);
   j.add("layout", in.paged ? "paged" : "ragged").add("batch", (long long)in.batch());
   j.add("total_q", (long long)in.total_q()).add("total_kv", (long long)total_kv);
+  j.add("max_q", (long long)max_q).add("max_kv", (long long)max_kv);
+  // Ragged and paged: the totals over the batch stand where dense runs have Nq and Nk.
   j.add("shape", std::vector<long long>{in.batch(), in.total_q(), total_kv, in.Hq, in.Hkv, in.D});
+  j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D");
   if (in.paged) j.add("page_size", (long long)in.page_size);
-  bool check_failed = false;
-  if (check) {
-    BatchInputs in64 = in;
-    in64.dtype = io::DType::f64;
-    check_failed = check_against(out, run_batch_algo<double>("naive", in64, opt), in.dtype, j);
+  if (f.out) write_array(*f.out, in.dtype, {in.total_q(), in.Hq, in.D}, out.o);
+  if (f.lse) write_array(*f.lse, in.dtype, {in.total_q(), in.Hq}, out.lse);
+  int status = 0;
+  if (f.check.enabled) {
+    status = check_outputs(host_params(in, out.o, out.lse), opt, f.check, in.dtype,
+                           [&](std::vector<double>& o, std::vector<double>& lse) {
+                             BatchInputs in64 = in;
+                             in64.dtype = io::DType::f64;
+                             Outputs ref = run_batch_algo<double>("naive", in64, opt, reference_flags(), 0);
+                             o = std::move(ref.o), lse = std::move(ref.lse);
+                           },
+                           text, j, "run");
   }
-  if (out_path) write_array(*out_path, in.dtype, {in.total_q(), in.Hq, in.D}, out.o);
-  if (lse_path) write_array(*lse_path, in.dtype, {in.total_q(), in.Hq}, out.lse);
-  if (json) std::cout << j.str() << "\n";
-  return check_status(check_failed, in.dtype);
+  f.console.notice(j);
+  f.console.finish(j);
+  return status;
 }
 
 }  // namespace
@@ -243,51 +297,68 @@ int cmd_run(Args& args) {
     return 0;
   }
   if (auto mode = args.value("--dist")) return run_distributed(args, *mode);
-  const std::string algo = args.value("--algo").value_or("flash");
-  const auto out_path = args.value("--out");
-  const auto lse_path = args.value("--lse");
-  const bool check = args.flag("--check");
-  const bool json = args.flag("--json");
-  const auto save_dir = args.value("--save-inputs");
+  refuse_out_of_mode(args, {{"--zigzag", "--dist ring"},
+                            {"--deterministic", "--dist ring or --dist decode"},
+                            {"--chunk", "--dist ring or --dist decode"},
+                            {"--dq-strategy", "kattn grad"},
+                            {"--dq-chunks", "kattn grad"}});
+  if (!args.has("--page-size")) refuse_out_of_mode(args, {{"--shuffle-pages", "--page-size"}});
+  if (!args.has("--random-ragged"))
+    refuse_out_of_mode(args, {{"--q-lens", "--random-ragged"}, {"--kv-lens", "--random-ragged"}});
+  KATTN_REQUIRE(!args.has("--save-inputs") || !(wants_block_sparse(args) || wants_cascade(args)),
+                "--save-inputs: not supported with --block-mask, --pattern or --cascade");
+  const RunFlags f = read_run_flags(args);
   const Options opt = read_options(args);
-  KATTN_REQUIRE(algo == "naive" || algo == "flash" || algo == "splitkv", "--algo: expected naive, flash or splitkv, got '",
-                algo, "'");
-  KATTN_REQUIRE(algo == "splitkv" || (opt.splits == 0 && opt.split_chunk == 0),
+  KATTN_REQUIRE(f.algo == "splitkv" || (opt.splits == 0 && opt.split_chunk == 0),
                 "--splits: splitting the keys needs --algo splitkv");
   if (wants_block_sparse(args)) {
-    KATTN_REQUIRE(!save_dir, "--save-inputs: not supported with --block-mask / --pattern");
-    return run_block_sparse(args, algo, opt, check, json, out_path, lse_path);
+    KATTN_REQUIRE(f.timing.repeat == 0, "--repeat: not supported with --block-mask / --pattern");
+    return run_block_sparse(args, f.algo, opt, f.check, f.console, f.out, f.lse);
+  }
+  if (wants_cascade(args)) {
+    KATTN_REQUIRE(f.timing.repeat == 0, "--repeat: not supported with --cascade");
+    return run_cascade(args, f.algo, opt, f.check, f.console, f.out, f.lse);
   }
   if (wants_batch_inputs(args)) {
+    KATTN_REQUIRE(!args.has("--layout"), "--layout: for dense inputs; ragged and paged arrays are [rows, H, D]");
     const BatchInputs in = read_batch_inputs(args);
     args.finish();
-    return run_batch(algo, in, opt, check, json, out_path, lse_path, save_dir);
+    return run_batch(f, in, opt);
   }
   const DenseInputs in = read_dense_inputs(args);
   args.finish();
-  if (save_dir) save_inputs(*save_dir, in);
+  if (f.save_dir) save_inputs(*f.save_dir, in);
 
-  const Outputs out =
-      in.dtype == io::DType::f32 ? run_algo<float>(algo, in, opt) : run_algo<double>(algo, in, opt);
+  std::FILE* text = f.console.text();
   const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
-  std::printf("kattn run: algo=%s dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n", algo.c_str(), dtype,
-              (long long)in.B, (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv,
-              (long long)in.D, opt.causal ? " causal" : "");
+  std::fprintf(text, "kattn run: algo=%s dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n",
+               f.algo.c_str(), dtype, name(in.layout), (long long)in.B, (long long)in.Nq, (long long)in.Nk,
+               (long long)in.Hq, (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
+  std::fflush(text);
+  const double flops = attention_flops(in, opt);
+  const Outputs out = in.dtype == io::DType::f32 ? run_algo<float>(f.algo, in, opt, f, flops)
+                                                 : run_algo<double>(f.algo, in, opt, f, flops);
   const double kv_bytes = 2.0 * in.B * in.Nk * in.Hkv * in.D * (in.dtype == io::DType::f32 ? 4 : 8);
   Json j;
-  report(algo, dtype, attention_flops(in, opt), kv_bytes, out, opt, j);
-  j.add("layout", "dense").add("shape", in.shape());
-  bool check_failed = false;
-  if (check) {
-    // The textbook algorithm in float64 on the same (rounded) inputs.
-    DenseInputs in64 = in;
-    in64.dtype = io::DType::f64;
-    check_failed = check_against(out, run_algo<double>("naive", in64, opt), in.dtype, j);
+  report(f, dtype, flops, kv_bytes, in.Nq <= kDecodeQueries, out, opt, j);
+  j.add("layout", "dense").add("dims", name(in.layout)).add("shape", in.shape()).add("shape_is", "B,Nq,Nk,Hq,Hkv,D");
+  if (f.out) write_dense(*f.out, in, in.Nq, in.Hq, out.o);
+  if (f.lse) write_array(*f.lse, in.dtype, {in.B, in.Hq, in.Nq}, out.lse);
+  int status = 0;
+  if (f.check.enabled) {
+    status = check_outputs(host_params(in, out.o, out.lse), opt, f.check, in.dtype,
+                           [&](std::vector<double>& o, std::vector<double>& lse) {
+                             // The textbook algorithm in float64 on the same (rounded) inputs.
+                             DenseInputs in64 = in;
+                             in64.dtype = io::DType::f64;
+                             Outputs ref = run_algo<double>("naive", in64, opt, reference_flags(), 0);
+                             o = std::move(ref.o), lse = std::move(ref.lse);
+                           },
+                           text, j, "run");
   }
-  if (out_path) write_array(*out_path, in.dtype, {in.B, in.Nq, in.Hq, in.D}, out.o);
-  if (lse_path) write_array(*lse_path, in.dtype, {in.B, in.Hq, in.Nq}, out.lse);
-  if (json) std::cout << j.str() << "\n";
-  return check_status(check_failed, in.dtype);
+  f.console.notice(j);
+  f.console.finish(j);
+  return status;
 }
 
 }  // namespace cli

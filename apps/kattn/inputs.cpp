@@ -1,5 +1,6 @@
 #include "inputs.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -7,6 +8,7 @@
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/core/key_window.hpp"
+#include "paths.hpp"
 
 namespace kattn {
 namespace cli {
@@ -33,21 +35,36 @@ io::DType parse_dtype(const std::string& s) {
   return io::DType::f32;
 }
 
-io::NpyArray read_rank4_floating(const std::string& path, const std::string& flag, const char* layout) {
-  io::NpyArray a = io::read_npy(path);
+io::NpyArray read_rank4_floating(const std::string& path, const std::string& flag, Layout layout) {
+  io::NpyArray a = read_input(flag, path);
   KATTN_REQUIRE(a.is_floating(), flag, " ", path, ": expected float32 or float64 data, got ", io::name(a.dtype));
-  KATTN_REQUIRE(a.shape.size() == 4, flag, " ", path, ": expected a rank-4 array ", layout, ", got rank ",
+  const std::string dims = flag == "--k" || flag == "--v" ? (layout == Layout::bnhd ? "[B, Nk, Hkv, D]" : "[B, Hkv, Nk, D]")
+                                                          : (layout == Layout::bnhd ? "[B, Nq, Hq, D]" : "[B, Hq, Nq, D]");
+  KATTN_REQUIRE(a.shape.size() == 4, flag, " ", path, ": expected a rank-4 array ", dims, ", got rank ",
                 a.shape.size());
   return a;
 }
 
+std::string shape_text(const std::vector<std::int64_t>& s) {
+  std::string r = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + ")";
+}
+
 }  // namespace
+
+void require_one_dtype(const std::string& flag, const std::string& path, io::DType dtype, io::DType first,
+                       bool dtype_given) {
+  KATTN_REQUIRE(dtype_given || dtype == first, flag, " ", path, ": ", io::name(dtype), " data, but q is ",
+                io::name(first), "; give every input in one dtype, or say which to compute in with --dtype f32|f64");
+}
 
 DenseInputs read_dense_inputs(Args& args, const std::string& extra, std::vector<double>* extra_values) {
   DenseInputs in;
   const auto random = args.integers("--random", 6);
   const auto seed = args.integer("--seed", 0, std::numeric_limits<std::int64_t>::max());
   const auto dtype = args.value("--dtype");
+  in.layout = read_layout(args);
   const auto qf = args.value("--q"), kf = args.value("--k"), vf = args.value("--v");
   const auto ef = extra.empty() ? std::nullopt : args.value(extra);
   if (random) {
@@ -75,25 +92,32 @@ DenseInputs read_dense_inputs(Args& args, const std::string& extra, std::vector<
   } else {
     KATTN_REQUIRE(qf && kf && vf, "inputs: give --q Q.npy --k K.npy --v V.npy, or --random B,NQ,NK,HQ,HKV,D");
     KATTN_REQUIRE(!seed, "--seed: only meaningful with --random");
-    const io::NpyArray q = read_rank4_floating(*qf, "--q", "[B, Nq, Hq, D]");
-    const io::NpyArray k = read_rank4_floating(*kf, "--k", "[B, Nk, Hkv, D]");
-    const io::NpyArray v = read_rank4_floating(*vf, "--v", "[B, Nk, Hkv, D]");
-    in.B = q.shape[0], in.Nq = q.shape[1], in.Hq = q.shape[2], in.D = q.shape[3];
-    in.Nk = k.shape[1], in.Hkv = k.shape[2];
-    KATTN_REQUIRE(k.shape == v.shape, "--v ", *vf, ": expected the shape of k (", k.shape[0], ", ", k.shape[1], ", ",
-                  k.shape[2], ", ", k.shape[3], "), got (", v.shape[0], ", ", v.shape[1], ", ", v.shape[2], ", ",
-                  v.shape[3], ")");
+    const io::NpyArray q = read_rank4_floating(*qf, "--q", in.layout);
+    const io::NpyArray k = read_rank4_floating(*kf, "--k", in.layout);
+    const io::NpyArray v = read_rank4_floating(*vf, "--v", in.layout);
+    in.B = q.shape[0], in.D = q.shape[3];
+    positions_and_heads(in.layout, q.shape, in.Nq, in.Hq);
+    positions_and_heads(in.layout, k.shape, in.Nk, in.Hkv);
+    warn_if_transposed("--q", *qf, in.layout, q.shape);
+    // k against q first, then v against k: the message blames the array that differs.
     KATTN_REQUIRE(k.shape[0] == in.B, "--k ", *kf, ": expected batch ", in.B, " (from q), got ", k.shape[0]);
     KATTN_REQUIRE(k.shape[3] == in.D, "--k ", *kf, ": expected head dim ", in.D, " (from q), got ", k.shape[3]);
+    KATTN_REQUIRE(v.shape[3] == in.D, "--v ", *vf, ": expected head dim ", in.D, " (from q and k), got ", v.shape[3]);
+    KATTN_REQUIRE(k.shape == v.shape, "--v ", *vf, ": expected the shape of k ", shape_text(k.shape), ", got ",
+                  shape_text(v.shape));
+    require_one_dtype("--k", *kf, k.dtype, q.dtype, dtype.has_value());
+    require_one_dtype("--v", *vf, v.dtype, q.dtype, dtype.has_value());
     in.dtype = dtype ? parse_dtype(*dtype) : q.dtype;
-    in.q = q.values<double>();
-    in.k = k.values<double>();
-    in.v = v.values<double>();
+    in.q = to_bnhd(in.layout, q.shape, q.values<double>());
+    in.k = to_bnhd(in.layout, k.shape, k.values<double>());
+    in.v = to_bnhd(in.layout, v.shape, v.values<double>());
     if (ef) {
       KATTN_REQUIRE(extra_values != nullptr, "internal: no place for ", extra);
-      const io::NpyArray e = read_rank4_floating(*ef, extra, "[B, Nq, Hq, D]");
-      KATTN_REQUIRE(e.shape == q.shape, extra, " ", *ef, ": expected the shape of q");
-      *extra_values = e.values<double>();
+      const io::NpyArray e = read_rank4_floating(*ef, extra, in.layout);
+      KATTN_REQUIRE(e.shape == q.shape, extra, " ", *ef, ": expected the shape of q ", shape_text(q.shape), ", got ",
+                    shape_text(e.shape));
+      require_one_dtype(extra, *ef, e.dtype, q.dtype, dtype.has_value());
+      *extra_values = to_bnhd(in.layout, e.shape, e.values<double>());
     }
   }
   round_to(in.dtype, in.q);
@@ -144,6 +168,14 @@ std::vector<double> from_view(const View& view) {
   return std::vector<double>(host.data(), host.data() + host.size());
 }
 
+Kokkos::View<std::int64_t*> index_view(const std::vector<std::int64_t>& values, const char* label) {
+  Kokkos::View<std::int64_t*> v(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), values.size());
+  auto h = Kokkos::create_mirror_view(v);
+  std::copy(values.begin(), values.end(), h.data());
+  Kokkos::deep_copy(v, h);
+  return v;
+}
+
 template <class View>
 void poison(const View& view) {
   Kokkos::deep_copy(view, std::numeric_limits<typename View::non_const_value_type>::quiet_NaN());
@@ -181,8 +213,15 @@ ErrorStats compare(const std::vector<double>& out, const std::vector<double>& re
   ErrorStats e;
   double diff2 = 0, ref2 = 0;
   for (std::size_t i = 0; i < out.size(); ++i) {
-    if (std::isnan(out[i]) != std::isnan(ref[i])) return {NAN, NAN};
-    if (std::isnan(out[i]) || (std::isinf(ref[i]) && out[i] == ref[i])) continue;
+    if (!std::isfinite(out[i]) || !std::isfinite(ref[i])) {
+      const bool same = (std::isnan(out[i]) && std::isnan(ref[i])) || out[i] == ref[i];
+      if (same) {
+        ++e.nonfinite_matched;
+      } else if (e.nonfinite++ == 0) {
+        e.first_nonfinite = static_cast<std::int64_t>(i);
+      }
+      continue;
+    }
     const double d = std::abs(out[i] - ref[i]);
     e.max_abs = std::max(e.max_abs, d);
     diff2 += d * d;
@@ -200,6 +239,11 @@ double attention_flops(const DenseInputs& in, const Options& opt) {
     if (last >= first) pairs += static_cast<double>(last - first + 1);
   }
   return 4.0 * static_cast<double>(in.D) * pairs * static_cast<double>(in.B * in.Hq);
+}
+
+void write_dense(const std::string& path, const DenseInputs& in, std::int64_t N, std::int64_t H,
+                 const std::vector<double>& values) {
+  write_array(path, in.dtype, file_shape(in.layout, in.B, N, H, in.D), from_bnhd(in.layout, in.B, N, H, in.D, values));
 }
 
 void write_array(const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,

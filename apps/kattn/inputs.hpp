@@ -10,23 +10,27 @@
 #include <vector>
 
 #include "args.hpp"
+#include "dense_layout.hpp"
 #include "kattn/io/npy.hpp"
 #include "kattn/options.hpp"
 
 namespace kattn {
 namespace cli {
 
-// Dense inputs in [B, N, H, D] layout, values already rounded to the chosen dtype.
+// Dense inputs in [B, N, H, D] order, values already rounded to the chosen dtype; `layout` is
+// that of the files (read and written).
 struct DenseInputs {
   std::int64_t B = 0, Nq = 0, Nk = 0, Hq = 0, Hkv = 0, D = 0;
   io::DType dtype = io::DType::f32;
+  Layout layout = Layout::bnhd;
   std::vector<double> q, k, v;
   std::vector<long long> shape() const { return {B, Nq, Nk, Hq, Hkv, D}; }
 };
 
 // --q/--k/--v files or --random B,NQ,NK,HQ,HKV,D [--seed N]; --dtype f32|f64 (default: the
-// files' dtype, f32 for random inputs). `extra` names a further [B, Nq, Hq, D] file to read
-// with them (e.g. "--do"); its values land in extra_values.
+// files' dtype, which must then be the same for all; f32 for random inputs); --layout.
+// `extra` names a further [B, Nq, Hq, D] file to read with them (e.g. "--do"); its values land
+// in extra_values.
 DenseInputs read_dense_inputs(Args& args, const std::string& extra = "", std::vector<double>* extra_values = nullptr);
 
 // --causal, --window L,R, --softcap C, --scale S, --block-q N, --block-k N, --splits N, --split-chunk N.
@@ -49,6 +53,8 @@ View to_view(const std::vector<double>& values, const std::string& label, std::i
              std::int64_t n2, std::int64_t n3 = -1);
 template <class View>
 std::vector<double> from_view(const View& view);
+// Index values (indptr, page indices) as a view of the default execution space.
+Kokkos::View<std::int64_t*> index_view(const std::vector<std::int64_t>& values, const char* label);
 // Fills a view with NaN, so an element a kernel forgets to write shows.
 template <class View>
 void poison(const View& view);
@@ -63,14 +69,25 @@ template <class T>
 DenseViews<T> make_dense_views(const DenseInputs& in);
 
 struct ErrorStats {
-  double max_abs = 0;  // max |out - ref|
-  double rel = 0;      // ||out - ref|| / ||ref||
+  double max_abs = 0;  // max |out - ref| over the elements finite in both
+  double rel = 0;      // ||out - ref|| / ||ref|| over the same
+  // Elements non-finite in out or ref where the other differs (NaN against a number, inf of the
+  // other sign, ...), and the index of the first; non-finite in both, the same (NaN and NaN,
+  // -inf and -inf: a NaN input, the lse of a row that sees no key).
+  std::int64_t nonfinite = 0, first_nonfinite = -1, nonfinite_matched = 0;
 };
-// NaN anywhere in out makes both NaN; matching infinities (lse of empty rows) count as equal.
 ErrorStats compare(const std::vector<double>& out, const std::vector<double>& ref);
 
 // 4 D x (visible query-key pairs) per head: the multiply-adds of S = Q K^T and O = P V.
 double attention_flops(const DenseInputs& in, const Options& opt);
+
+// Writes a dense [B, N, H, D] array (values in bnhd order) in the inputs' dtype and layout.
+void write_dense(const std::string& path, const DenseInputs& in, std::int64_t N, std::int64_t H,
+                 const std::vector<double>& values);
+
+// Refuses inputs of mixed float32 / float64 without --dtype (they would be converted silently).
+void require_one_dtype(const std::string& flag, const std::string& path, io::DType dtype, io::DType first,
+                       bool dtype_given);
 
 // Writes values as a float32 or float64 .npy file.
 void write_array(const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,

@@ -1,6 +1,7 @@
 // kattn: the command-line program (see README.md and the contract in CLI.md).
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -9,6 +10,8 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "kokkos_args.hpp"
+#include "threads_notice.hpp"
 #include "kattn/compat.hpp"
 #include "kattn/errors.hpp"
 
@@ -23,12 +26,27 @@ const char* kUsage =
     "  io       the HBM-traffic model of standard vs tiled attention\n"
     "  version  kattn's version, Kokkos version, backends and options (also --version)\n"
     "  scale    scaling studies: measure a row under mpirun, --report (table + SVG), --model\n"
-    "Kokkos options (--kokkos-num-threads=N, ...) are accepted by every command.\n";
+    "Kokkos options (--kokkos-num-threads=N, ...) are accepted by every command; kattn --kokkos-help lists them.\n";
 
 }  // namespace
 
 int main(int argc, char* argv[]) {
-  kattn::compat::initialize(argc, argv);  // consumes the --kokkos-* arguments
+  const std::string first = argc > 1 ? argv[1] : "";
+  if (first == "--help" || first == "-h" || first.empty()) {
+    std::cout << kUsage;
+    return first.empty() ? 2 : 0;
+  }
+  kattn::cli::record_requested_threads(argc, argv);
+  const bool help = kattn::cli::wants_kattn_help(argc, argv);
+  std::vector<char*> kargv = kattn::cli::kokkos_arguments(argc, argv);
+  int kargc = static_cast<int>(kargv.size()) - 1;
+  kattn::compat::initialize(kargc, kargv.data());  // consumes the --kokkos-* arguments
+  if (kattn::cli::wants_kokkos_help(argc, argv)) {  // Kokkos printed its help
+    Kokkos::finalize();
+    return 0;
+  }
+  std::vector<std::string> rest(kargv.begin() + std::min(kargc, 2), kargv.begin() + kargc);
+  if (help) rest.push_back("--help");
   int status = 0;
   {
     const std::map<std::string, int (*)(kattn::cli::Args&)> commands = {
@@ -39,18 +57,15 @@ int main(int argc, char* argv[]) {
         {"scale", kattn::cli::cmd_scale},
         {"plan", kattn::cli::cmd_plan},
     };
-    std::string command = argc > 1 ? argv[1] : "";
+    std::string command = kargc > 1 ? kargv[1] : "";
     if (command == "--version") command = "version";
     auto it = commands.find(command);
-    if (command == "--help" || command == "-h" || command.empty()) {
-      std::cout << kUsage;
-      status = command.empty() ? 2 : 0;
-    } else if (it == commands.end()) {
+    if (it == commands.end()) {
       std::cerr << "kattn: unknown command '" << command << "' (kattn --help lists the commands)\n";
       status = 2;
     } else {
       try {
-        kattn::cli::Args args(command, std::vector<std::string>(argv + 2, argv + argc));
+        kattn::cli::Args args(command, rest);
         status = it->second(args);
       } catch (const kattn::Error& e) {
         std::cerr << e.what() << "\n";

@@ -20,6 +20,7 @@
 #include "kattn/io/npy.hpp"
 #include "kattn/core/key_window.hpp"
 #include "kattn/reference_masked.hpp"
+#include "paths.hpp"
 
 namespace kattn {
 namespace cli {
@@ -44,7 +45,7 @@ BlockMask read_block_mask(Args& args, const DenseInputs& in) {
   }
   KATTN_REQUIRE(block.has_value(), "--mask-block: required with --block-mask (positions per mask block)");
   const std::int64_t B = *block;
-  const io::NpyArray a = io::read_npy(*file);
+  const io::NpyArray a = read_input("--block-mask", *file);
   KATTN_REQUIRE(a.dtype == io::DType::b1 || a.is_integer(), "--block-mask: expected a bool, uint8 or integer array, got ",
                 io::name(a.dtype));
   const std::int64_t qb = (in.Nq + B - 1) / B, kb = (in.Nk + B - 1) / B;
@@ -118,52 +119,47 @@ Result run_sparse(const std::string& algo, const DenseInputs& in, const BlockMas
 
 }  // namespace
 
-int run_block_sparse(Args& args, const std::string& algo, const Options& opt, bool check, bool json,
-                     const std::optional<std::string>& out_path, const std::optional<std::string>& lse_path) {
+int run_block_sparse(Args& args, const std::string& algo, const Options& opt, const CheckSettings& check,
+                     const Console& console, const std::optional<std::string>& out_path,
+                     const std::optional<std::string>& lse_path) {
   KATTN_REQUIRE(!wants_batch_inputs(args), "--block-mask: block-sparse attention takes dense inputs ",
                 "(--q/--k/--v [B,N,H,D] or --random), not ragged or paged batches");
+  KATTN_REQUIRE(check.rows == 0, "--check-rows: block-sparse runs check every row (--check)");
   const DenseInputs in = read_dense_inputs(args);
   const BlockMask m = read_block_mask(args, in);
   args.finish();
+  std::FILE* text = console.text();
   const Result out = in.dtype == io::DType::f32 ? run_sparse<float>(algo, in, m, opt) : run_sparse<double>(algo, in, m, opt);
   const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
   const double flops = sparse_flops(in, m, opt);
   const double gflops = out.seconds > 0 ? flops / out.seconds / 1e9 : 0.0;
-  std::printf("kattn run: algo=%s dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n", algo.c_str(), dtype,
-              (long long)in.B, (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv,
-              (long long)in.D, opt.causal ? " causal" : "");
-  std::printf("block mask: %lld x %lld blocks of %lld, %s, %.2f%% kept\n", (long long)m.q_blocks(),
-              (long long)m.k_blocks(), (long long)m.block(), m.heads() == 1 ? "shared" : "per head",
-              100.0 * m.density());
-  std::printf("time: %.6f s, %.2f GFLOP/s (kept pairs only)\n", out.seconds, gflops);
+  std::fprintf(text, "kattn run: algo=%s dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n",
+               algo.c_str(), dtype, name(in.layout), (long long)in.B, (long long)in.Nq, (long long)in.Nk,
+               (long long)in.Hq, (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
+  std::fprintf(text, "block mask: %lld x %lld blocks of %lld, %s, %.2f%% kept\n", (long long)m.q_blocks(),
+               (long long)m.k_blocks(), (long long)m.block(), m.heads() == 1 ? "shared" : "per head",
+               100.0 * m.density());
+  std::fprintf(text, "time: %.6f s, %.2f GFLOP/s (kept pairs only)\n", out.seconds, gflops);
   Json j;
-  j.add("algo", algo).add("dtype", dtype).add("causal", opt.causal).add("layout", "dense").add("shape", in.shape());
+  j.add("algo", algo).add("dtype", dtype).add("causal", opt.causal).add("layout", "dense").add("dims", name(in.layout));
+  j.add("shape", in.shape()).add("shape_is", "B,Nq,Nk,Hq,Hkv,D");
   j.add("mask_block", (long long)m.block()).add("mask_heads", m.heads()).add("mask_density", m.density());
   j.add("seconds", out.seconds).add("gflops", gflops).add("threads", host_threads());
   if (algo == "splitkv") j.add("splits", out.plan.splits).add("chunk", (long long)out.plan.chunk);
-  bool failed = false;
-  if (check) {
+  if (out_path) write_dense(*out_path, in, in.Nq, in.Hq, out.o);
+  if (lse_path) write_array(*lse_path, in.dtype, {in.B, in.Hq, in.Nq}, out.lse);
+  int status = 0;
+  if (check.enabled) {
     DenseInputs in64 = in;
     in64.dtype = io::DType::f64;
     const Result ref = run_sparse<double>("naive", in64, m, opt);
-    const ErrorStats eo = compare(out.o, ref.o), el = compare(out.lse, ref.lse);
-    std::printf("check vs float64 reference with the block mask as element mask: max abs err %.3e, rel err %.3e, lse "
-                "max abs err %.3e\n",
-                eo.max_abs, eo.rel, el.max_abs);
-    j.add("max_abs_err", eo.max_abs).add("rel_err", eo.rel).add("lse_max_abs_err", el.max_abs);
-    const double tol = in.dtype == io::DType::f32 ? 1e-4 : 1e-10;
-    failed = !(eo.rel <= tol && el.max_abs <= tol);
-    j.add("check", failed ? "fail" : "pass");
+    status = check_verdict(compare(out.o, ref.o), compare(out.lse, ref.lse), in.dtype,
+                           "block mask as element mask, all " + std::to_string(in.B * in.Nq * in.Hq) + " rows", text,
+                           j, "run");
   }
-  if (out_path) write_array(*out_path, in.dtype, {in.B, in.Nq, in.Hq, in.D}, out.o);
-  if (lse_path) write_array(*lse_path, in.dtype, {in.B, in.Hq, in.Nq}, out.lse);
-  if (json) std::cout << j.str() << "\n";
-  if (failed) {
-    std::cerr << "kattn run: --check failed: error above " << (in.dtype == io::DType::f32 ? "1e-4" : "1e-10")
-              << " against the float64 reference\n";
-    return 3;
-  }
-  return 0;
+  console.notice(j);
+  console.finish(j);
+  return status;
 }
 
 }  // namespace cli

@@ -5,6 +5,8 @@
 #include <string>
 
 #include "args.hpp"
+#include "console.hpp"
+#include "run_check.hpp"
 #include "inputs.hpp"
 #include "kattn/block_mask.hpp"
 #include "kattn/options.hpp"
@@ -24,8 +26,9 @@ double sparse_flops(const DenseInputs& in, const BlockMask& m, const Options& op
 
 // Reads the dense inputs and the mask, runs `algo` (naive, flash or splitkv), reports; returns
 // the exit status (3: --check failed).
-int run_block_sparse(Args& args, const std::string& algo, const Options& opt, bool check, bool json,
-                     const std::optional<std::string>& out_path, const std::optional<std::string>& lse_path);
+int run_block_sparse(Args& args, const std::string& algo, const Options& opt, const CheckSettings& check,
+                     const Console& console, const std::optional<std::string>& out_path,
+                     const std::optional<std::string>& lse_path);
 
 }  // namespace cli
 }  // namespace kattn

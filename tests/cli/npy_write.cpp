@@ -1,6 +1,8 @@
 // Test helper: writes an .npy file from the command line, so that the CLI contract tests can hand
 // `kattn run` index arrays with any (also bad) values.
-//   npy_write OUT.npy i32|i64|f32|f64 SHAPE VALUES     SHAPE "2,3"; VALUES "0,1,5" or "random"
+//   npy_write OUT.npy i32|i64|f32|f64 SHAPE VALUES     SHAPE "2,3"; VALUES "0,1,5" or "random",
+//   "random:nan=K" (element K NaN) or "random:scale=X" (every value times X)
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <random>
@@ -33,10 +35,12 @@ int main(int argc, char** argv) {
   std::int64_t n = 1;
   for (std::int64_t d : shape) n *= d;
   std::vector<double> v;
-  if (values == "random") {
+  if (values.rfind("random", 0) == 0) {
     std::mt19937_64 gen(42);
     std::normal_distribution<double> dist;
-    for (std::int64_t i = 0; i < n; ++i) v.push_back(dist(gen));
+    const double scale = values.rfind("random:scale=", 0) == 0 ? std::stod(values.substr(13)) : 1.0;
+    for (std::int64_t i = 0; i < n; ++i) v.push_back(scale * dist(gen));
+    if (values.rfind("random:nan=", 0) == 0) v.at(std::stoll(values.substr(11))) = std::nan("");
   } else {
     for (std::int64_t x : ints(values)) v.push_back(static_cast<double>(x));
   }

@@ -4,6 +4,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -139,10 +140,68 @@ void run_attention(const ExecSpace& space, const AttentionParams<T>& p, const Op
   launch_tiles(space, p, kern, split, name);
 }
 
+}  // namespace detail
+}  // namespace kattn
+
+namespace kattn {
+namespace detail {
+
+// Query positions of dense problem p, [begin, end), as a problem of their own: the same keys, the
+// diagonal of the mask shifted so every row keeps its keys.
+template <class T>
+AttentionParams<T> query_piece(const AttentionParams<T>& p, Options& opt, std::int64_t begin, std::int64_t end) {
+  AttentionParams<T> piece = p;
+  piece.q += begin * p.q_stride_seq;
+  piece.o += begin * p.o_stride_seq;
+  if (piece.lse) piece.lse += begin * p.lse_stride_seq;
+  piece.q_len = end - begin;
+  piece.q_total = std::int64_t(p.batch) * piece.q_len;
+  opt.diagonal_shift += begin + piece.q_len - p.q_len;
+  return piece;
+}
+
+// run_attention with Options::progress: dense problems in pieces of query positions, the callback
+// after each with the fraction of the visible (query, key) pairs done.
+template <class ExecSpace, class T>
+void run_attention_with_progress(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
+                                 const SplitSpec& split, const std::string& name) {
+  const auto report = [&](double fraction) {
+    KATTN_REQUIRE(opt.progress(fraction), "progress: stopped by the callback at ", 100.0 * fraction, "% of the work");
+  };
+  if (p.q_indptr || p.q_len == 0 || p.batch == 0 || p.heads_q == 0) {
+    run_attention(space, p, opt, split, name);
+    space.fence();
+    report(1.0);
+    return;
+  }
+  // About 100 pieces, each of at least 256 positions (fewer launches for short sequences).
+  const std::int64_t rows = std::max<std::int64_t>(256, (p.q_len + 99) / 100);
+  const KeyWindow window = KeyWindow::from(opt);
+  const auto pairs = [&](std::int64_t i) {
+    return std::max<std::int64_t>(0, window.last(i, p.q_len, p.kv_len) - window.first(i, p.q_len, p.kv_len) + 1);
+  };
+  double total = 0;
+  for (std::int64_t i = 0; i < p.q_len; ++i) total += double(pairs(i));
+  double done = 0;
+  Options piece_opt = opt;
+  piece_opt.progress = nullptr;
+  for (std::int64_t begin = 0; begin < p.q_len; begin += rows) {
+    const std::int64_t end = std::min(p.q_len, begin + rows);
+    Options o = piece_opt;
+    run_attention(space, query_piece(p, o, begin, end), o, split, name);
+    space.fence();
+    for (std::int64_t i = begin; i < end; ++i) done += double(pairs(i));
+    report(total > 0 ? done / total : double(end) / double(p.q_len));
+  }
+}
+
 template <class ExecSpace, class T>
 void run_attention(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt, int splits,
                    const std::string& name) {
-  run_attention(space, p, opt, SplitSpec{splits, 0}, name);
+  if (opt.progress)
+    run_attention_with_progress(space, p, opt, SplitSpec{splits, 0}, name);
+  else
+    run_attention(space, p, opt, SplitSpec{splits, 0}, name);
 }
 
 }  // namespace detail

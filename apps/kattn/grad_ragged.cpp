@@ -1,0 +1,161 @@
+#include "grad_ragged.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "batch_inputs.hpp"
+#include "commands.hpp"
+#include "inputs.hpp"
+#include "json.hpp"
+#include "kattn/attention.hpp"
+#include "kattn/errors.hpp"
+#include "kattn/reference_backward.hpp"
+#include "paths.hpp"
+#include "run_check.hpp"
+
+namespace kattn {
+namespace cli {
+namespace {
+
+struct Grads {
+  std::vector<double> dq, dk, dv;
+  double seconds = 0, forward_seconds = 0;
+  BackwardInfo info;
+};
+
+template <class T>
+Grads run(const BatchInputs& in, const std::vector<double>& dout_values, const Options& opt,
+          const BackwardOptions& bopt) {
+  const Kokkos::DefaultExecutionSpace space;
+  const std::int64_t tq = in.total_q(), tk = in.kv_rows();
+  const auto q = to_view<Tensor3<T>>(in.q, "q", tq, in.Hq, in.D);
+  const auto k = to_view<Tensor3<T>>(in.k, "k", tk, in.Hkv, in.D);
+  const auto v = to_view<Tensor3<T>>(in.v, "v", tk, in.Hkv, in.D);
+  const auto dout = to_view<Tensor3<T>>(dout_values, "do", tq, in.Hq, in.D);
+  const auto q_indptr = index_view(in.q_indptr, "q_indptr"), kv_indptr = index_view(in.kv_indptr, "kv_indptr");
+  Tensor3<T> o("o", tq, in.Hq, in.D);
+  Tensor2<T> lse("lse", tq, in.Hq);
+  const auto layout = make_ragged_layout(q_indptr, kv_indptr);
+  Options fwd = opt;
+  fwd.splits = 1;
+  space.fence();
+  Grads g;
+  auto t0 = std::chrono::steady_clock::now();
+  attention(space, q, kv::ragged(k, v, layout), o, lse, fwd);
+  space.fence();
+  g.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  Tensor3<T> dq("dq", tq, in.Hq, in.D), dk("dk", tk, in.Hkv, in.D), dv("dv", tk, in.Hkv, in.D);
+  poison(dq), poison(dk), poison(dv);
+  space.fence();
+  t0 = std::chrono::steady_clock::now();
+  g.info = attention_backward(space, q, kv::ragged(k, v, layout), o, lse, dout, dq, dk, dv, opt, bopt);
+  space.fence();
+  g.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  g.dq = from_view(dq), g.dk = from_view(dk), g.dv = from_view(dv);
+  return g;
+}
+
+// The textbook backward in float64, sequence by sequence (dense [1, N, H, D] each).
+Grads textbook(const BatchInputs& in, const std::vector<double>& dout, const Options& opt) {
+  Grads g;
+  g.dq.assign(in.q.size(), 0.0);
+  g.dk.assign(in.k.size(), 0.0);
+  g.dv.assign(in.v.size(), 0.0);
+  const std::int64_t qrow = in.Hq * in.D, krow = in.Hkv * in.D;
+  for (std::int64_t b = 0; b < in.batch(); ++b) {
+    const std::int64_t q0 = in.q_indptr[b], nq = in.q_indptr[b + 1] - q0;
+    const std::int64_t k0 = in.kv_indptr[b], nk = in.kv_indptr[b + 1] - k0;
+    if (nq == 0 || nk == 0) continue;  // no query sees a key: every gradient is 0
+    const auto part = [](const std::vector<double>& v, std::int64_t first, std::int64_t count, std::int64_t row) {
+      return std::vector<double>(v.begin() + first * row, v.begin() + (first + count) * row);
+    };
+    using T4 = Tensor4<double>;
+    const T4 q = to_view<T4>(part(in.q, q0, nq, qrow), "q", 1, nq, in.Hq, in.D);
+    const T4 k = to_view<T4>(part(in.k, k0, nk, krow), "k", 1, nk, in.Hkv, in.D);
+    const T4 v = to_view<T4>(part(in.v, k0, nk, krow), "v", 1, nk, in.Hkv, in.D);
+    const T4 d = to_view<T4>(part(dout, q0, nq, qrow), "do", 1, nq, in.Hq, in.D);
+    T4 dq("dq", 1, nq, in.Hq, in.D), dk("dk", 1, nk, in.Hkv, in.D), dv("dv", 1, nk, in.Hkv, in.D);
+    reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, d, dq, dk, dv, opt);
+    const std::vector<double> hq = from_view(dq), hk = from_view(dk), hv = from_view(dv);
+    std::copy(hq.begin(), hq.end(), g.dq.begin() + q0 * qrow);
+    std::copy(hk.begin(), hk.end(), g.dk.begin() + k0 * krow);
+    std::copy(hv.begin(), hv.end(), g.dv.begin() + k0 * krow);
+  }
+  return g;
+}
+
+}  // namespace
+
+int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, bool check, const Console& console,
+                const GradPaths& paths) {
+  const auto do_file = args.value("--do");
+  const auto seed = args.peek("--seed");
+  const bool files = args.has("--q");
+  const BatchInputs in = read_batch_inputs(args);
+  args.finish();
+  KATTN_REQUIRE(!in.paged, "kattn grad: ragged batches only (--kv-indptr), not paged caches");
+  std::vector<double> dout;
+  if (do_file) {
+    const io::NpyArray d = read_input("--do", *do_file);
+    KATTN_REQUIRE(d.is_floating() && d.shape == std::vector<std::int64_t>({in.total_q(), in.Hq, in.D}), "--do ",
+                  *do_file, ": expected float32 or float64 [", in.total_q(), ", ", in.Hq, ", ", in.D,
+                  "] (the shape of q)");
+    dout = d.values<double>();
+  } else {
+    KATTN_REQUIRE(!files,
+                  "--do: give DO.npy [total_q, Hq, D] (the gradient of the loss with respect to o) with "
+                  "--q/--k/--v");
+    const std::uint64_t s = seed ? static_cast<std::uint64_t>(parse_integer(*seed, "--seed", 0, INT64_MAX)) : 0;
+    dout = random_normal(in.q.size(), 3 * s + 4);
+  }
+  round_to(in.dtype, dout);
+  const Grads g = in.dtype == io::DType::f32 ? run<float>(in, dout, opt, bopt) : run<double>(in, dout, opt, bopt);
+  std::FILE* text = console.text();
+  const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
+  std::fprintf(text,
+               "kattn grad: dtype=%s ragged batch of %lld sequences, %lld queries, %lld keys, Hq=%lld Hkv=%lld "
+               "D=%lld%s\n",
+               dtype, (long long)in.batch(), (long long)in.total_q(), (long long)in.kv_rows(), (long long)in.Hq,
+               (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
+  std::fprintf(text, "time: backward %.6f s; forward %.6f s; dq strategy %s\n", g.seconds, g.forward_seconds,
+               name(g.info.dq));
+  Json j;
+  j.add("algo", "flash").add("dtype", dtype).add("layout", "ragged").add("batch", (long long)in.batch());
+  j.add("shape", std::vector<long long>{in.batch(), in.total_q(), in.kv_rows(), in.Hq, in.Hkv, in.D});
+  j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D").add("causal", opt.causal);
+  j.add("seconds", g.seconds).add("forward_seconds", g.forward_seconds).add("dq_strategy", name(g.info.dq));
+  if (paths.dq) write_array(*paths.dq, in.dtype, {in.total_q(), in.Hq, in.D}, g.dq);
+  if (paths.dk) write_array(*paths.dk, in.dtype, {in.kv_rows(), in.Hkv, in.D}, g.dk);
+  if (paths.dv) write_array(*paths.dv, in.dtype, {in.kv_rows(), in.Hkv, in.D}, g.dv);
+  int status = 0;
+  if (check) {
+    const Grads ref = textbook(in, dout, opt);
+    const ErrorStats e[3] = {compare(g.dq, ref.dq), compare(g.dk, ref.dk), compare(g.dv, ref.dv)};
+    const char* names[3] = {"dq", "dk", "dv"};
+    double rel = 0;
+    std::int64_t nonfinite = 0;
+    for (int i = 0; i < 3; ++i) {
+      std::fprintf(text, "check %s vs float64 textbook backward: max abs err %.3e, rel err %.3e\n", names[i],
+                   e[i].max_abs, e[i].rel);
+      j.add(std::string(names[i]) + "_rel_err", e[i].rel);
+      report_nonfinite(e[i], names[i], text, j);
+      rel = std::max(rel, e[i].rel);
+      nonfinite += e[i].nonfinite;
+    }
+    const bool failed = nonfinite > 0 || !(rel <= (in.dtype == io::DType::f32 ? 1e-4 : 1e-10));
+    j.add("rel_err", rel).add("nonfinite", (long long)nonfinite).add("check", failed ? "fail" : "pass");
+    if (failed) {
+      std::fprintf(stderr, "kattn grad: --check failed against the float64 textbook backward\n");
+      status = 3;
+    }
+  }
+  console.notice(j);
+  console.finish(j);
+  return status;
+}
+
+}  // namespace cli
+}  // namespace kattn

@@ -1,0 +1,147 @@
+#include "run_cascade.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "batch_inputs.hpp"
+#include "commands.hpp"
+#include "inputs.hpp"
+#include "json.hpp"
+#include "kattn/cascade.hpp"
+#include "kattn/errors.hpp"
+#include "paths.hpp"
+
+namespace kattn {
+namespace cli {
+namespace {
+
+// Above this many multiply-adds, --check samples rows; below, it checks every row exactly.
+constexpr double kCheckAllRowsWork = 2e9;
+
+struct Prefix {
+  std::int64_t keys = 0;
+  std::vector<double> k, v;  // [keys, Hkv, D]
+};
+
+Prefix read_prefix(Args& args, const BatchInputs& in, bool random, std::uint64_t seed) {
+  Prefix p;
+  const auto np = args.integer("--random-prefix", 0, std::int64_t(1) << 31);
+  const auto kf = args.value("--k-prefix"), vf = args.value("--v-prefix");
+  if (random) {
+    KATTN_REQUIRE(np.has_value() && !kf && !vf, "--random-prefix: random requests take a random prefix of NP keys");
+    p.keys = *np;
+    p.k = random_normal(p.keys * in.Hkv * in.D, 3 * seed + 5);
+    p.v = random_normal(p.keys * in.Hkv * in.D, 3 * seed + 6);
+  } else {
+    KATTN_REQUIRE(kf && vf && !np, "--k-prefix: give --k-prefix KP.npy and --v-prefix VP.npy [Np, Hkv, D]");
+    const io::NpyArray k = read_input("--k-prefix", *kf), v = read_input("--v-prefix", *vf);
+    for (const auto& [a, flag, path] : {std::make_tuple(&k, "--k-prefix", *kf), std::make_tuple(&v, "--v-prefix", *vf)})
+      KATTN_REQUIRE(a->is_floating() && a->shape.size() == 3 && a->shape[1] == in.Hkv && a->shape[2] == in.D, flag, " ",
+                    path, ": expected float32 or float64 [Np, ", in.Hkv, ", ", in.D, "] (KV heads and head dim of k)");
+    KATTN_REQUIRE(k.shape == v.shape, "--v-prefix ", *vf, ": expected the shape of --k-prefix");
+    p.keys = k.shape[0];
+    p.k = k.values<double>();
+    p.v = v.values<double>();
+  }
+  round_to(in.dtype, p.k);
+  round_to(in.dtype, p.v);
+  return p;
+}
+
+// The same requests with the prefix in front of each one's keys: what cascade must equal.
+BatchInputs whole_sequences(const BatchInputs& in, const Prefix& prefix) {
+  BatchInputs w = in;
+  const std::int64_t row = in.Hkv * in.D;
+  w.k.clear(), w.v.clear();
+  w.kv_indptr.assign(1, 0);
+  for (std::int64_t b = 0; b < in.batch(); ++b) {
+    for (const auto& [to, suffix, pre] : {std::tie(w.k, in.k, prefix.k), std::tie(w.v, in.v, prefix.v)}) {
+      to.insert(to.end(), pre.begin(), pre.end());
+      to.insert(to.end(), suffix.begin() + in.kv_indptr[b] * row, suffix.begin() + in.kv_indptr[b + 1] * row);
+    }
+    w.kv_indptr.push_back(w.kv_indptr.back() + prefix.keys + in.kv_indptr[b + 1] - in.kv_indptr[b]);
+  }
+  return w;
+}
+
+template <class T>
+double run(const BatchInputs& in, const Prefix& prefix, const Options& opt, std::vector<double>& o_out,
+           std::vector<double>& lse_out) {
+  const Kokkos::DefaultExecutionSpace space;
+  const std::int64_t tq = in.total_q(), tk = in.kv_rows();
+  const auto q = to_view<Tensor3<T>>(in.q, "q", tq, in.Hq, in.D);
+  const auto k = to_view<Tensor3<T>>(in.k, "k", tk, in.Hkv, in.D);
+  const auto v = to_view<Tensor3<T>>(in.v, "v", tk, in.Hkv, in.D);
+  const auto kp = to_view<Tensor3<T>>(prefix.k, "k_prefix", prefix.keys, in.Hkv, in.D);
+  const auto vp = to_view<Tensor3<T>>(prefix.v, "v_prefix", prefix.keys, in.Hkv, in.D);
+  Tensor3<T> o(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), tq, in.Hq, in.D);
+  Tensor2<T> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), tq, in.Hq);
+  poison(o);
+  Kokkos::deep_copy(lse, std::numeric_limits<T>::quiet_NaN());
+  const auto layout = make_ragged_layout(index_view(in.q_indptr, "q_indptr"), index_view(in.kv_indptr, "kv_indptr"));
+  space.fence();
+  const auto t0 = std::chrono::steady_clock::now();
+  cascade(space, q, kp, vp, k, v, o, lse, layout, opt);
+  space.fence();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  o_out = from_view(o);
+  lse_out = from_view(lse);
+  return seconds;
+}
+
+}  // namespace
+
+int run_cascade(Args& args, const std::string& algo, const Options& opt, const CheckSettings& check,
+                const Console& console, const std::optional<std::string>& out_path,
+                const std::optional<std::string>& lse_path) {
+  args.flag("--cascade");
+  KATTN_REQUIRE(algo == "flash", "--cascade: runs kattn::cascade (the tiled algorithm), not --algo ", algo);
+  const auto seed_text = args.peek("--seed");
+  const std::uint64_t seed =
+      seed_text ? static_cast<std::uint64_t>(parse_integer(*seed_text, "--seed", 0, INT64_MAX)) : 0;
+  const bool random = args.has("--random-ragged");
+  KATTN_REQUIRE(random || args.has("--kv-indptr"), "--cascade: the requests' suffixes are a ragged batch ",
+                "(--random-ragged ... or --q/--k/--v with --q-indptr and --kv-indptr)");
+  const BatchInputs in = read_batch_inputs(args);
+  KATTN_REQUIRE(!in.paged, "--cascade: ragged suffixes (--kv-indptr), not a paged cache");
+  const Prefix prefix = read_prefix(args, in, random, seed);
+  args.finish();
+  std::vector<double> o, lse;
+  const double seconds =
+      in.dtype == io::DType::f32 ? run<float>(in, prefix, opt, o, lse) : run<double>(in, prefix, opt, o, lse);
+  const BatchInputs whole = whole_sequences(in, prefix);
+  const double flops = batch_attention_flops(whole, opt);
+  std::FILE* text = console.text();
+  const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
+  std::fprintf(text,
+               "kattn run: cascade dtype=%s %lld requests, %lld queries, a shared prefix of %lld keys and %lld "
+               "suffix keys, Hq=%lld Hkv=%lld D=%lld%s\n",
+               dtype, (long long)in.batch(), (long long)in.total_q(), (long long)prefix.keys, (long long)in.kv_rows(),
+               (long long)in.Hq, (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
+  std::fprintf(text, "time: %.6f s, %.2f GFLOP/s\n", seconds, seconds > 0 ? flops / seconds / 1e9 : 0.0);
+  Json j;
+  j.add("algo", "cascade").add("dtype", dtype).add("causal", opt.causal).add("layout", "ragged");
+  j.add("batch", (long long)in.batch()).add("prefix_keys", (long long)prefix.keys);
+  j.add("shape", std::vector<long long>{in.batch(), in.total_q(), in.kv_rows(), in.Hq, in.Hkv, in.D});
+  j.add("shape_is", "B,total_q,total_suffix_kv,Hq,Hkv,D");
+  j.add("seconds", seconds).add("gflops", seconds > 0 ? flops / seconds / 1e9 : 0.0).add("threads", host_threads());
+  if (out_path) write_array(*out_path, in.dtype, {in.total_q(), in.Hq, in.D}, o);
+  if (lse_path) write_array(*lse_path, in.dtype, {in.total_q(), in.Hq}, lse);
+  int status = 0;
+  if (check.enabled) {
+    // Row by row against attention over prefix + suffix: every row when that is cheap.
+    CheckSettings rows = check;
+    if (rows.rows == 0) rows.rows = flops < kCheckAllRowsWork ? std::max<std::int64_t>(1, in.total_q() * in.Hq) : 64;
+    status = check_outputs(
+        host_params(whole, o, lse), opt, rows, in.dtype,
+        [](std::vector<double>&, std::vector<double>&) { KATTN_ASSERT(false); }, text, j, "run");
+  }
+  console.notice(j);
+  console.finish(j);
+  return status;
+}
+
+}  // namespace cli
+}  // namespace kattn

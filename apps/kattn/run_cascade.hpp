@@ -1,0 +1,25 @@
+// kattn run --cascade: requests that share a prefix (--k-prefix KP.npy --v-prefix VP.npy
+// [Np, Hkv, D], or --random-prefix NP with random requests) each with their own suffix keys as a
+// ragged batch; kattn::cascade attends the prefix once for all queries, then each suffix, and
+// merges. --check compares with attention over prefix + suffix, row by row in float64.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "args.hpp"
+#include "console.hpp"
+#include "kattn/options.hpp"
+#include "run_check.hpp"
+
+namespace kattn {
+namespace cli {
+
+inline bool wants_cascade(const Args& args) { return args.has("--cascade"); }
+
+int run_cascade(Args& args, const std::string& algo, const Options& opt, const CheckSettings& check,
+                const Console& console, const std::optional<std::string>& out_path,
+                const std::optional<std::string>& lse_path);
+
+}  // namespace cli
+}  // namespace kattn

@@ -1,0 +1,172 @@
+#include "run_check.hpp"
+
+#include <algorithm>
+#include <iostream>
+
+#include "kattn/errors.hpp"
+#include "kattn/reference_rows.hpp"
+
+namespace kattn {
+namespace cli {
+namespace {
+
+// The full reference's score matrix above this many bytes: sample rows instead.
+constexpr double kFullReferenceBytes = double(1 << 30);
+// Rows checked by default when sampling.
+constexpr std::int64_t kDefaultSampleRows = 64;
+constexpr std::uint64_t kSampleSeed = 0x6b61747;
+
+double tolerance(io::DType dtype) { return dtype == io::DType::f32 ? 1e-4 : 1e-10; }
+
+}  // namespace
+
+CheckSettings read_check_settings(Args& args) {
+  CheckSettings s;
+  s.enabled = args.flag("--check");
+  s.rows = args.integer("--check-rows", 1, std::int64_t(1) << 40).value_or(0);
+  if (s.rows > 0) s.enabled = true;
+  return s;
+}
+
+AttentionParams<double> host_params(const DenseInputs& in, const std::vector<double>& o,
+                                    const std::vector<double>& lse) {
+  AttentionParams<double> p;
+  p.q = in.q.data(), p.k = in.k.data(), p.v = in.v.data();
+  p.o = const_cast<double*>(o.data());  // read only: the outputs under test
+  p.lse = const_cast<double*>(lse.data());
+  p.q_stride_batch = p.o_stride_batch = in.Nq * in.Hq * in.D;
+  p.q_stride_seq = p.o_stride_seq = in.Hq * in.D;
+  p.q_stride_head = p.o_stride_head = in.D;
+  p.k_stride_batch = p.v_stride_batch = in.Nk * in.Hkv * in.D;
+  p.k_stride_seq = p.v_stride_seq = in.Hkv * in.D;
+  p.k_stride_head = p.v_stride_head = in.D;
+  p.lse_stride_batch = in.Hq * in.Nq, p.lse_stride_head = in.Nq, p.lse_stride_seq = 1;
+  p.batch = static_cast<int>(in.B), p.heads_q = static_cast<int>(in.Hq), p.heads_kv = static_cast<int>(in.Hkv);
+  p.head_dim = static_cast<int>(in.D);
+  p.q_len = in.Nq, p.kv_len = in.Nk, p.q_total = in.B * in.Nq;
+  return p;
+}
+
+AttentionParams<double> host_params(const BatchInputs& in, const std::vector<double>& o,
+                                    const std::vector<double>& lse) {
+  AttentionParams<double> p;
+  p.q = in.q.data(), p.k = in.k.data(), p.v = in.v.data();
+  p.o = const_cast<double*>(o.data());
+  p.lse = const_cast<double*>(lse.data());
+  p.q_stride_seq = p.o_stride_seq = in.Hq * in.D;
+  p.q_stride_head = p.o_stride_head = in.D;
+  p.k_stride_seq = p.v_stride_seq = in.Hkv * in.D;
+  p.k_stride_head = p.v_stride_head = in.D;
+  p.lse_stride_seq = in.Hq, p.lse_stride_head = 1;
+  p.batch = static_cast<int>(in.batch()), p.heads_q = static_cast<int>(in.Hq), p.heads_kv = static_cast<int>(in.Hkv);
+  p.head_dim = static_cast<int>(in.D);
+  p.q_indptr = in.q_indptr.data();
+  if (in.paged) {
+    p.k_stride_batch = p.v_stride_batch = in.page_size * in.Hkv * in.D;
+    p.kv_page_indptr = in.page_indptr.data();
+    p.kv_page_indices = in.page_indices.data();
+    p.kv_last_page_len = in.last_page_len.data();
+    p.page_size = in.page_size;
+  } else {
+    p.kv_indptr = in.kv_indptr.data();
+  }
+  for (int b = 0; b < p.batch; ++b) {
+    p.q_len = std::max(p.q_len, p.seq_q_len(b));
+    p.kv_len = std::max(p.kv_len, p.seq_kv_len(b));
+  }
+  p.q_total = in.total_q();
+  return p;
+}
+
+void report_nonfinite(const ErrorStats& e, const std::string& what, std::FILE* text, Json& j) {
+  if (e.nonfinite > 0)
+    std::fprintf(text,
+                 "check: %lld non-finite or missing values in %s where the reference differs, the first at "
+                 "element %lld\n",
+                 (long long)e.nonfinite, what.c_str(), (long long)e.first_nonfinite);
+  if (e.nonfinite_matched > 0)
+    std::fprintf(text, "check: %lld non-finite values in %s, in the same places as the reference's\n",
+                 (long long)e.nonfinite_matched, what.c_str());
+  j.add(what + "_nonfinite", (long long)e.nonfinite).add(what + "_nonfinite_matched", (long long)e.nonfinite_matched);
+  if (e.nonfinite > 0) j.add(what + "_nonfinite_first", (long long)e.first_nonfinite);
+}
+
+int check_outputs(const AttentionParams<double>& p, const Options& opt, const CheckSettings& settings, io::DType dtype,
+                  const FullReference& full, std::FILE* text, Json& j, const char* command) {
+  const std::int64_t total_rows = p.q_total * p.heads_q;
+  const std::int64_t o_size = total_rows * p.head_dim;
+  const double full_bytes = 8.0 * p.batch * p.heads_q * double(p.q_len) * double(p.kv_len);
+  const bool sampled = settings.rows > 0 || full_bytes > kFullReferenceBytes;
+  // Tested values and reference values side by side, with where each tested value sits.
+  std::vector<double> out_o, ref_o, out_lse, ref_lse;
+  std::vector<std::int64_t> o_at, lse_at;
+  std::int64_t checked = 0;
+  std::string how;
+  if (!sampled) {
+    full(ref_o, ref_lse);
+    out_o.assign(p.o, p.o + o_size);
+    out_lse.assign(p.lse, p.lse + total_rows);
+    checked = total_rows;
+    how = "all " + std::to_string(total_rows) + " rows";
+  } else {
+    const std::int64_t wanted = settings.rows > 0 ? settings.rows : kDefaultSampleRows;
+    std::vector<QueryRow> rows;
+    if (wanted >= total_rows) {  // every row, one by one
+      for (int b = 0; b < p.batch; ++b)
+        for (std::int64_t i = 0; i < p.seq_q_len(b); ++i)
+          for (int h = 0; h < p.heads_q; ++h) rows.push_back({b, i, h});
+    } else {
+      const std::int64_t edges = static_cast<std::int64_t>(rows_to_check(p, opt, 0, kSampleSeed).size());
+      rows = rows_to_check(p, opt, std::max<std::int64_t>(0, wanted - edges), kSampleSeed);
+    }
+    std::vector<double> o_row(p.head_dim);
+    for (const QueryRow& r : rows) {
+      const double lse = reference_row(p, opt, r, o_row.data());
+      const double* o = p.o_ptr(r.b, r.i, r.h);
+      for (int d = 0; d < p.head_dim; ++d) {
+        out_o.push_back(o[d]);
+        ref_o.push_back(o_row[d]);
+        o_at.push_back(static_cast<std::int64_t>(o - p.o) + d);
+      }
+      const double* l = p.lse_ptr(r.b, r.i, r.h);
+      out_lse.push_back(*l);
+      ref_lse.push_back(lse);
+      lse_at.push_back(static_cast<std::int64_t>(l - p.lse));
+    }
+    checked = static_cast<std::int64_t>(rows.size());
+    how = "checked " + std::to_string(checked) + " of " + std::to_string(total_rows) + " rows exactly in float64" +
+          (checked < total_rows ? " (first and last, every masked edge, the rest at random)" : " (row by row)");
+  }
+  ErrorStats eo = compare(out_o, ref_o), el = compare(out_lse, ref_lse);
+  if (sampled) {  // positions in the output arrays, not in the sample
+    if (eo.first_nonfinite >= 0) eo.first_nonfinite = o_at[eo.first_nonfinite];
+    if (el.first_nonfinite >= 0) el.first_nonfinite = lse_at[el.first_nonfinite];
+  }
+  j.add("check_mode", sampled ? "sampled" : "full").add("checked_rows", (long long)checked);
+  j.add("total_rows", (long long)total_rows);
+  return check_verdict(eo, el, dtype, how, text, j, command);
+}
+
+int check_verdict(const ErrorStats& eo, const ErrorStats& el, io::DType dtype, const std::string& how, std::FILE* text,
+                  Json& j, const char* command) {
+  std::fprintf(text, "check vs float64 reference, %s: max abs err %.3e, rel err %.3e, lse max abs err %.3e\n",
+               how.c_str(), eo.max_abs, eo.rel, el.max_abs);
+  report_nonfinite(eo, "o", text, j);
+  report_nonfinite(el, "lse", text, j);
+  const double tol = tolerance(dtype);
+  const std::int64_t nonfinite = eo.nonfinite + el.nonfinite;
+  const bool failed = nonfinite > 0 || !(eo.rel <= tol && el.max_abs <= tol);
+  j.add("max_abs_err", eo.max_abs).add("rel_err", eo.rel).add("lse_max_abs_err", el.max_abs);
+  j.add("nonfinite", (long long)nonfinite).add("check", failed ? "fail" : "pass");
+  if (!failed) return 0;
+  if (nonfinite > 0)
+    std::fprintf(stderr, "kattn %s: --check failed: %lld non-finite values where the float64 reference differs\n",
+                 command, (long long)nonfinite);
+  else
+    std::fprintf(stderr, "kattn %s: --check failed: error above %s against the float64 reference\n", command,
+                 dtype == io::DType::f32 ? "1e-4" : "1e-10");
+  return 3;
+}
+
+}  // namespace cli
+}  // namespace kattn

@@ -1,0 +1,98 @@
+#include "kattn/reference_rows.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <tuple>
+
+#include "kattn/core/key_window.hpp"
+#include "kattn/shapes.hpp"
+
+namespace kattn {
+
+double reference_row(const AttentionParams<double>& p, const Options& opt, const QueryRow& row, double* o_row) {
+  validate(opt);
+  const std::int64_t q_len = p.seq_q_len(row.b), kv_len = p.seq_kv_len(row.b);
+  const KeyWindow window = KeyWindow::from(opt);
+  const double scale = opt.scale != 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(p.head_dim));
+  const std::int64_t first = window.first(row.i, q_len, kv_len), last = window.last(row.i, q_len, kv_len);
+  std::fill(o_row, o_row + p.head_dim, 0.0);
+  if (last < first) return -std::numeric_limits<double>::infinity();
+  const double* q = p.q_ptr(row.b, row.i, row.h);
+  const int kv_head = row.h / p.group_size();
+  // The textbook's three steps on one row: scores, max, exp and sum, weighted values.
+  std::vector<double> s(static_cast<std::size_t>(last - first + 1));
+  double m = -std::numeric_limits<double>::infinity();
+  for (std::int64_t j = first; j <= last; ++j) {
+    const double* k = p.k_ptr(row.b, j, kv_head);
+    double dot = 0;
+    for (int d = 0; d < p.head_dim; ++d) dot += q[d] * k[d];
+    double x = scale * dot;
+    if (opt.softcap > 0) x = opt.softcap * std::tanh(x / opt.softcap);
+    s[j - first] = x;
+    m = std::isnan(x) || std::isnan(m) ? std::numeric_limits<double>::quiet_NaN() : std::max(m, x);
+  }
+  if (m == -std::numeric_limits<double>::infinity()) return -std::numeric_limits<double>::infinity();
+  double l = 0;
+  for (double& x : s) l += (x = std::exp(x - m));
+  for (std::int64_t j = first; j <= last; ++j) {
+    const double* v = p.v_ptr(row.b, j, kv_head);
+    const double w = s[j - first] / l;
+    for (int d = 0; d < p.head_dim; ++d) o_row[d] += w * v[d];
+  }
+  return m + std::log(l);
+}
+
+namespace {
+
+// What changes at a masked edge: whether the row sees the first key, the last key, any key.
+std::tuple<bool, bool, bool> edge_state(const KeyWindow& w, std::int64_t i, std::int64_t q_len, std::int64_t kv_len) {
+  const std::int64_t first = w.first(i, q_len, kv_len), last = w.last(i, q_len, kv_len);
+  return {first == 0, last == kv_len - 1, last >= first};
+}
+
+}  // namespace
+
+std::vector<QueryRow> rows_to_check(const AttentionParams<double>& p, const Options& opt, std::int64_t random_rows,
+                                    std::uint64_t seed) {
+  const KeyWindow window = KeyWindow::from(opt);
+  std::vector<QueryRow> rows;
+  const auto add = [&](int b, std::int64_t i) {
+    rows.push_back({b, i, 0});
+    if (p.heads_q > 1) rows.push_back({b, i, p.heads_q - 1});
+  };
+  std::int64_t total = 0;
+  for (int b = 0; b < p.batch; ++b) {
+    const std::int64_t q_len = p.seq_q_len(b), kv_len = p.seq_kv_len(b);
+    total += q_len;
+    if (q_len == 0) continue;
+    add(b, 0);
+    add(b, q_len - 1);
+    for (std::int64_t i = 1; i < q_len; ++i)
+      if (edge_state(window, i, q_len, kv_len) != edge_state(window, i - 1, q_len, kv_len)) {
+        add(b, i - 1);
+        add(b, i);
+      }
+  }
+  if (total > 0 && random_rows > 0) {
+    // A global position drawn uniformly, then the sequence that holds it.
+    std::mt19937_64 gen(seed);
+    std::uniform_int_distribution<std::int64_t> position(0, total - 1);
+    std::uniform_int_distribution<int> head(0, p.heads_q - 1);
+    for (std::int64_t n = 0; n < random_rows; ++n) {
+      std::int64_t at = position(gen);
+      int b = 0;
+      while (at >= p.seq_q_len(b)) at -= p.seq_q_len(b++);
+      rows.push_back({b, at, head(gen)});
+    }
+  }
+  const auto key = [](const QueryRow& r) { return std::make_tuple(r.b, r.i, r.h); };
+  std::sort(rows.begin(), rows.end(), [&](const QueryRow& x, const QueryRow& y) { return key(x) < key(y); });
+  rows.erase(
+      std::unique(rows.begin(), rows.end(), [&](const QueryRow& x, const QueryRow& y) { return key(x) == key(y); }),
+      rows.end());
+  return rows;
+}
+
+}  // namespace kattn

@@ -1,0 +1,64 @@
+// Options::progress: the forward in pieces of query positions gives the rows the single launch
+// gives, reports increasing fractions ending at 1, and stops cleanly when the callback says so.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "kattn/errors.hpp"
+#include "kattn/forward.hpp"
+#include "support.hpp"
+
+namespace kattn {
+namespace test {
+namespace {
+
+TEST(Progress, PiecesGiveTheRowsOfOneLaunch) {
+  for (const Options& variant : option_variants()) {
+    const Shape s{2, 700, 900, 4, 2, 16};
+    Problem<double> one(s, fresh_seed());
+    Problem<double> pieces = one;
+    pieces.o = View4<double>("o2", s.B, s.Nq, s.Hq, s.D);
+    pieces.lse = View3<double>("lse2", s.B, s.Hq, s.Nq);
+    forward(Kokkos::DefaultExecutionSpace(), one.q, one.k, one.v, one.o, one.lse, variant);
+    std::vector<double> seen;
+    Options opt = variant;
+    opt.progress = [&](double f) {
+      seen.push_back(f);
+      return true;
+    };
+    forward(Kokkos::DefaultExecutionSpace(), pieces.q, pieces.k, pieces.v, pieces.o, pieces.lse, opt);
+    Kokkos::fence();
+    SCOPED_TRACE(describe(s, variant));
+    ASSERT_EQ(seen.size(), 3u);  // 700 positions in pieces of 256
+    EXPECT_LT(seen[0], seen[1]);
+    EXPECT_DOUBLE_EQ(seen.back(), 1.0);
+    const std::vector<double> o1 = to_host(one.o), o2 = to_host(pieces.o);
+    const std::vector<double> l1 = to_host(one.lse), l2 = to_host(pieces.lse);
+    for (std::size_t n = 0; n < o1.size(); ++n) ASSERT_NEAR(o1[n], o2[n], 1e-12) << "o element " << n;
+    for (std::size_t n = 0; n < l1.size(); ++n) {
+      if (std::isinf(l1[n]))
+        ASSERT_EQ(l1[n], l2[n]);
+      else
+        ASSERT_NEAR(l1[n], l2[n], 1e-12) << "lse element " << n;
+    }
+  }
+}
+
+TEST(Progress, FalseOrAThrowStopsTheCall) {
+  const Shape s{1, 1000, 1000, 1, 1, 8};
+  Problem<float> p(s, fresh_seed());
+  Options opt;
+  opt.causal = true;
+  int calls = 0;
+  opt.progress = [&](double) { return ++calls < 2; };
+  EXPECT_THROW(forward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, opt), Error);
+  EXPECT_EQ(calls, 2);
+  opt.progress = [](double) -> bool { throw std::runtime_error("user stop"); };
+  EXPECT_THROW(forward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, opt), std::runtime_error);
+  Kokkos::fence();
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace kattn
