@@ -35,7 +35,6 @@ BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, c
   info.workspace_bytes = plan.workspace_bytes;
   if (f.batch == 0 || f.heads_q == 0) return info;
 
-  using Tn = Tuning<ExecSpace, T>;
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Array = Kokkos::View<T*, typename ExecSpace::memory_space>;
   const std::size_t rows = std::size_t(f.heads_kv) * plan.ws_rows;
@@ -90,7 +89,7 @@ BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, c
     kern.scratch_level = plan.key_scratch_level;
     kern.ws = ws;
     kern.bs = bs;
-    Policy policy(space, kern.league_size(), Tn::team_size);
+    Policy policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
     policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
     Kokkos::parallel_for("kattn::backward::key_pass", policy, kern);
   }
@@ -105,7 +104,7 @@ BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, c
     kern.scratch_level = plan.query_scratch_level;
     kern.ws = ws;
     kern.bs = bs;
-    Policy policy(space, kern.league_size(), Tn::team_size);
+    Policy policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
     policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
     Kokkos::parallel_for("kattn::backward::query_pass", policy, kern);
   }
