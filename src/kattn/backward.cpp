@@ -56,7 +56,7 @@ BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, c
     dq_partials = Array(Kokkos::view_alloc(space, "kattn::backward::dq_partials"),
                         std::size_t(plan.chunks) * rows * plan.geo.kp_dims);
   Kokkos::View<int*, typename ExecSpace::memory_space> bad_keys(Kokkos::view_alloc(space, "kattn::backward::bad_keys"),
-                                                                std::size_t(f.batch) * f.heads_kv);
+                                                                std::size_t(f.batch) * f.heads_kv * f.head_dim);
   BackwardWorkspace<T> ws;
   ws.bad_keys = bad_keys.data();
   ws.lse2 = lse2.data();
