@@ -1,5 +1,6 @@
 // Limits of scale (README, "Hardening"): element offsets past 2^31 (every index is 64-bit), and
-// workspaces checked against the memory space before they are allocated.
+// workspaces checked against the memory space before they are allocated. The offset tests map
+// host memory (mmap), so they run on the host execution space whatever the default one is.
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
@@ -7,7 +8,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
-#include <type_traits>
 
 #include "backward_support.hpp"
 #include "kattn/decode.hpp"
@@ -20,8 +20,11 @@ namespace kattn {
 namespace test {
 namespace {
 
-constexpr bool kHostDefault =
-    std::is_same<Kokkos::DefaultExecutionSpace::memory_space, Kokkos::HostSpace>::value;
+using Host = Kokkos::DefaultHostExecutionSpace;
+template <class T>
+using HostView4 = Kokkos::View<T****, Kokkos::LayoutRight, Kokkos::HostSpace>;
+template <class T>
+using HostView3 = Kokkos::View<T***, Kokkos::LayoutRight, Kokkos::HostSpace>;
 
 // A large virtual reservation of which only the touched pages take memory (MAP_NORESERVE):
 // views with strides past 2^31 elements over a few KiB of real data.
@@ -51,7 +54,7 @@ Strided4 strided4(const SparseMapping& m, std::int64_t offset, int n0, int n1, i
 template <class From, class To>
 void copy_values(const From& from, const To& to) {
   Kokkos::parallel_for(
-      Kokkos::MDRangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Rank<4>>(
+      Kokkos::MDRangePolicy<Host, Kokkos::Rank<4>>(
           {0, 0, 0, 0}, {from.extent(0), from.extent(1), from.extent(2), from.extent(3)}),
       [=](int a, int b, int c, int d) { to(a, b, c, d) = from(a, b, c, d); });
   Kokkos::fence();
@@ -60,7 +63,6 @@ void copy_values(const From& from, const To& to) {
 // Dense forward, split-KV and backward on B = 3 sequences 2^31 + 4096 elements apart: the last
 // sequence's elements sit past 2^32. Results equal those on compact copies of the same inputs.
 TEST(Limits, BatchStridePast2To31Elements) {
-  if (!kHostDefault) GTEST_SKIP() << "host memory spaces only (mmap)";
   const Shape s{3, 19, 45, 4, 2, 8};
   SparseMapping m(std::size_t(kHuge) * s.B * sizeof(float) + (1 << 20));
   ASSERT_NE(m.base, nullptr) << "mmap of a sparse region failed";
@@ -74,51 +76,58 @@ TEST(Limits, BatchStridePast2To31Elements) {
 
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
-  GradProblem<float> c(s, seed);  // compact copies
-  copy_values(c.q, q);
-  copy_values(c.k, k);
-  copy_values(c.v, v);
-  copy_values(c.dout, dout);
+  // Compact copies of the same inputs.
+  const HostView4<float> cq("cq", s.B, s.Nq, s.Hq, s.D), ck("ck", s.B, s.Nk, s.Hkv, s.D),
+      cv("cv", s.B, s.Nk, s.Hkv, s.D), co("co", s.B, s.Nq, s.Hq, s.D), cdout("cdo", s.B, s.Nq, s.Hq, s.D),
+      cdq("cdq", s.B, s.Nq, s.Hq, s.D), cdk("cdk", s.B, s.Nk, s.Hkv, s.D), cdv("cdv", s.B, s.Nk, s.Hkv, s.D);
+  const HostView3<float> clse("clse", s.B, s.Hq, s.Nq);
+  fill_normal(cq, seed);
+  fill_normal(ck, seed + 1);
+  fill_normal(cv, seed + 2);
+  fill_normal(cdout, seed + 3);
+  copy_values(cq, q);
+  copy_values(ck, k);
+  copy_values(cv, v);
+  copy_values(cdout, dout);
   for (int splits : {0, 3}) {
     Options opt;
     opt.causal = true;
     opt.splits = splits;
     if (splits == 0) {
-      forward(Kokkos::DefaultExecutionSpace(), q, k, v, o, lse, opt);
-      forward(Kokkos::DefaultExecutionSpace(), c.q, c.k, c.v, c.o, c.lse, opt);
+      forward(Host(), q, k, v, o, lse, opt);
+      forward(Host(), cq, ck, cv, co, clse, opt);
     } else {
-      splitkv(Kokkos::DefaultExecutionSpace(), q, k, v, o, lse, opt);
-      splitkv(Kokkos::DefaultExecutionSpace(), c.q, c.k, c.v, c.o, c.lse, opt);
+      splitkv(Host(), q, k, v, o, lse, opt);
+      splitkv(Host(), cq, ck, cv, co, clse, opt);
     }
     Kokkos::fence();
-    View4<float> o_copy("o_copy", s.B, s.Nq, s.Hq, s.D);
+    HostView4<float> o_copy("o_copy", s.B, s.Nq, s.Hq, s.D);
     copy_values(o, o_copy);
-    EXPECT_EQ(to_host(o_copy), to_host(c.o)) << "splits=" << splits;
+    EXPECT_EQ(to_host(o_copy), to_host(co)) << "splits=" << splits;
     for (int b = 0; b < s.B; ++b)
       for (int h = 0; h < s.Hq; ++h)
-        for (int i = 0; i < s.Nq; ++i) ASSERT_EQ(lse(b, h, i), c.lse(b, h, i));
+        for (int i = 0; i < s.Nq; ++i) ASSERT_EQ(lse(b, h, i), clse(b, h, i));
   }
-  forward(Kokkos::DefaultExecutionSpace(), q, k, v, o, lse);
-  backward(Kokkos::DefaultExecutionSpace(), q, k, v, o, lse, dout, dq, dk, dv);
-  c.forward(Options{});
-  c.backward(Options{});
+  forward(Host(), q, k, v, o, lse);
+  backward(Host(), q, k, v, o, lse, dout, dq, dk, dv);
+  forward(Host(), cq, ck, cv, co, clse);
+  backward(Host(), cq, ck, cv, co, clse, cdout, cdq, cdk, cdv);
   Kokkos::fence();
-  View4<float> dq_copy("dq_copy", s.B, s.Nq, s.Hq, s.D), dv_copy("dv_copy", s.B, s.Nk, s.Hkv, s.D);
+  HostView4<float> dq_copy("dq_copy", s.B, s.Nq, s.Hq, s.D), dv_copy("dv_copy", s.B, s.Nk, s.Hkv, s.D);
   copy_values(dq, dq_copy);
   copy_values(dv, dv_copy);
-  EXPECT_EQ(to_host(dq_copy), to_host(c.dq));
-  EXPECT_EQ(to_host(dv_copy), to_host(c.dv));
+  EXPECT_EQ(to_host(dq_copy), to_host(cdq));
+  EXPECT_EQ(to_host(dv_copy), to_host(cdv));
 }
 
 // A paged cache whose pages are 2^31 + 4096 elements apart (page * page_size * Hkv * D past 2^32),
 // against the same pages packed densely.
 TEST(Limits, PageOffsetsPast2To31Elements) {
-  if (!kHostDefault) GTEST_SKIP() << "host memory spaces only (mmap)";
   const int pages = 3, page_size = 4, Hkv = 1, Hq = 2, D = 8;
   SparseMapping m(std::size_t(kHuge) * pages * sizeof(float) + (1 << 20));
   ASSERT_NE(m.base, nullptr);
   const Strided4 k = strided4(m, 0, pages, page_size, Hkv, D), v = strided4(m, 4096, pages, page_size, Hkv, D);
-  View4<float> kc("kc", pages, page_size, Hkv, D), vc("vc", pages, page_size, Hkv, D);
+  HostView4<float> kc("kc", pages, page_size, Hkv, D), vc("vc", pages, page_size, Hkv, D);
   fill_normal(kc, fresh_seed());
   fill_normal(vc, fresh_seed());
   copy_values(kc, k);
@@ -130,13 +139,13 @@ TEST(Limits, PageOffsetsPast2To31Elements) {
   for (int i = 0; i < 4; ++i) indices(i) = idx[i];
   for (int i = 0; i < 2; ++i) last(i) = ln[i];
   const auto layout = make_paged_layout(q_indptr, page_indptr, indices, last, page_size);
-  View3<float> q("q", 3, Hq, D), o("o", 3, Hq, D), oc("oc", 3, Hq, D);
-  Kokkos::View<float**, Kokkos::LayoutRight> lse("lse", 3, Hq), lsec("lsec", 3, Hq);
+  HostView3<float> q("q", 3, Hq, D), o("o", 3, Hq, D), oc("oc", 3, Hq, D);
+  Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace> lse("lse", 3, Hq), lsec("lsec", 3, Hq);
   fill_normal(q, fresh_seed());
   Options opt;
   opt.splits = 2;
-  splitkv(Kokkos::DefaultExecutionSpace(), q, k, v, o, lse, layout, opt);
-  splitkv(Kokkos::DefaultExecutionSpace(), q, kc, vc, oc, lsec, layout, opt);
+  splitkv(Host(), q, k, v, o, lse, layout, opt);
+  splitkv(Host(), q, kc, vc, oc, lsec, layout, opt);
   Kokkos::fence();
   EXPECT_EQ(to_host(o), to_host(oc));
   EXPECT_EQ(to_host(lse), to_host(lsec));
@@ -175,12 +184,10 @@ TEST(Limits, ReferenceScoresLargerThanMemoryAreRefused) {
 // Sizes past 2^64 (extents of 2^32 - 1 over zero strides) are refused too, not wrapped. (Kokkos
 // 3.4 keeps LayoutStride extents in 32 bits: 2^32 would read as 0.)
 TEST(Limits, WorkspaceSizesThatOverflow64BitsAreRefused) {
-  if (!kHostDefault) GTEST_SKIP() << "host memory spaces only";
   float x[4] = {1, 2, 3, 4}, out[4] = {};
   const std::int64_t n = (std::int64_t(1) << 32) - 1;
   const Strided4 q(x, Kokkos::LayoutStride(1, 0, n, 0, 1, 0, 4, 1)), o(out, Kokkos::LayoutStride(1, 0, n, 0, 1, 0, 4, 1));
-  const std::string msg = error_of([&] { reference(Kokkos::DefaultExecutionSpace(), q, q, q, o, Kokkos::View<float***, Kokkos::HostSpace>());
-  });
+  const std::string msg = error_of([&] { reference(Host(), q, q, q, o, Kokkos::View<float***, Kokkos::HostSpace>()); });
   EXPECT_NE(msg.find("kattn::reference: the score matrix S (P in place): its size (1 sequences x 1 heads x 4294967295 "
                      "queries x 4294967295 keys x 4 bytes) overflows 64 bits"),
             std::string::npos)

@@ -7,11 +7,15 @@
 //     -Inf: like a row that sees no key (o = 0, lse = -inf).
 //   - Finite inputs never give NaN: large score gaps, scores near the float maximum, merges of
 //     split partials far apart.
+//   - Backward: dQ, dK, dV are NaN exactly where the textbook backward makes them NaN, at every
+//     tile size and dQ strategy, the spread through masked pairs (0 x NaN) included
+//     (detail/backward_nonfinite.hpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backward_support.hpp"
@@ -223,27 +227,43 @@ TEST(NonFinite, MergeOfFarApartStatesIsFinite) {
   }
 }
 
+// Tile sizes (query rows x keys; 0 = planned) from one tile holding every row and key down to
+// a GPU's and odd ones: the NaN pattern must not depend on them.
+const std::vector<std::pair<int, int>> kBackwardTiles = {{0, 0}, {64, 64}, {8, 8}, {5, 7}, {16, 4}};
+
 // Runs forward and backward on a problem of shape s after `poke` has put its non-finite values in,
-// under every mask, and compares the gradients' NaN pattern and values with the textbook backward.
+// under every mask, tile size and dQ strategy, and compares the gradients' NaN pattern and values
+// with the textbook backward.
 template <class Poke>
 void check_backward_against_textbook(const Poke& poke, const std::string& what) {
   const Shape s{1, 29, 41, 4, 2, 8};
-  for (const Options& opt : masks()) {
-    const std::uint64_t seed = fresh_seed();
-    SCOPED_TRACE(what + " " + describe(s, opt) + " seed=" + std::to_string(seed));
-    GradProblem<double> p(s, seed);
-    poke(p);
-    p.forward(opt);
-    p.backward(opt);
-    Kokkos::fence();
-    const GradProblem<double> ref = textbook_gradients(p, opt);
-    expect_same_nans(to_host(p.dq), to_host(ref.dq), "dq");
-    expect_same_nans(to_host(p.dk), to_host(ref.dk), "dk");
-    expect_same_nans(to_host(p.dv), to_host(ref.dv), "dv");
-  }
+  for (const Options& mask : masks())
+    for (const auto& tile : kBackwardTiles)
+      for (DqStrategy dq : {DqStrategy::key_chunks, DqStrategy::query_pass, DqStrategy::atomic}) {
+        Options opt = mask;
+        opt.block_q = tile.first;
+        opt.block_k = tile.second;
+        BackwardOptions bopt;
+        bopt.dq = dq;
+        bopt.deterministic = dq != DqStrategy::atomic;
+        const std::uint64_t seed = fresh_seed();
+        SCOPED_TRACE(what + " " + describe(s, opt) + " tiles " + std::to_string(tile.first) + " x " +
+                     std::to_string(tile.second) + " dq " + std::to_string(static_cast<int>(dq)) +
+                     " seed=" + std::to_string(seed));
+        GradProblem<double> p(s, seed);
+        poke(p);
+        p.forward(opt);
+        p.backward(opt, bopt);
+        Kokkos::fence();
+        const GradProblem<double> ref = textbook_gradients(p, mask);
+        expect_same_nans(to_host(p.dq), to_host(ref.dq), "dq");
+        expect_same_nans(to_host(p.dk), to_host(ref.dk), "dk");
+        expect_same_nans(to_host(p.dv), to_host(ref.dv), "dv");
+      }
 }
 
-// Backward: a NaN in one query row reaches exactly the gradients the textbook backward makes NaN.
+// Backward: a NaN in one query row reaches exactly the gradients the textbook backward makes NaN:
+// that row's dQ, and dK and dV of every key of its KV head (through the masked pairs too).
 TEST(NonFinite, BackwardNaNInAQueryRowMatchesTheTextbook) {
   check_backward_against_textbook([](GradProblem<double>& p) { set(p.q, 0, 12, 1, 3, kNaN); }, "q NaN");
 }
@@ -256,6 +276,13 @@ TEST(NonFinite, BackwardNaNInAValueRowReachesOnlyWhatTheTextbookReaches) {
     // Key 30: causal rows before it, and window rows far from it, do not see it.
     check_backward_against_textbook([&](GradProblem<double>& p) { set(p.v, 0, 30, 1, 5, bad); },
                                     "v " + std::to_string(bad));
+}
+
+// Backward: a NaN in a K row (every dQ of its KV head, through 0 x NaN where a row does not see the
+// key) and in a dO row (dK and dV of every key, that row's dQ) as in the textbook.
+TEST(NonFinite, BackwardNaNInAKeyOrOutputGradientRowMatchesTheTextbook) {
+  check_backward_against_textbook([](GradProblem<double>& p) { set(p.k, 0, 30, 0, 2, kNaN); }, "k NaN");
+  check_backward_against_textbook([](GradProblem<double>& p) { set(p.dout, 0, 7, 2, 1, kNaN); }, "dO NaN");
 }
 
 }  // namespace

@@ -35,7 +35,6 @@ BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, c
   info.workspace_bytes = plan.workspace_bytes;
   if (f.batch == 0 || f.heads_q == 0) return info;
 
-  using Tn = Tuning<ExecSpace, T>;
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Array = Kokkos::View<T*, typename ExecSpace::memory_space>;
   const std::size_t rows = std::size_t(f.heads_kv) * plan.ws_rows;
@@ -56,7 +55,10 @@ BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, c
   if (plan.dq == DqStrategy::key_chunks && f.q_len > 0)  // zero-initialised: the key pass adds into it
     dq_partials = Array(Kokkos::view_alloc(space, "kattn::backward::dq_partials"),
                         std::size_t(plan.chunks) * rows * plan.geo.kp_dims);
+  Kokkos::View<int*, typename ExecSpace::memory_space> bad_keys(Kokkos::view_alloc(space, "kattn::backward::bad_keys"),
+                                                                std::size_t(f.batch) * f.heads_kv * f.head_dim);
   BackwardWorkspace<T> ws;
+  ws.bad_keys = bad_keys.data();
   ws.lse2 = lse2.data();
   ws.di = di.data();
   ws.dq = dq_partials.data();
@@ -87,7 +89,7 @@ BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, c
     kern.scratch_level = plan.key_scratch_level;
     kern.ws = ws;
     kern.bs = bs;
-    Policy policy(space, kern.league_size(), Tn::team_size);
+    Policy policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
     policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
     Kokkos::parallel_for("kattn::backward::key_pass", policy, kern);
   }
@@ -102,12 +104,12 @@ BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, c
     kern.scratch_level = plan.query_scratch_level;
     kern.ws = ws;
     kern.bs = bs;
-    Policy policy(space, kern.league_size(), Tn::team_size);
+    Policy policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
     policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
     Kokkos::parallel_for("kattn::backward::query_pass", policy, kern);
   }
-  if (f.q_len > 0 && plan.dq == DqStrategy::key_chunks) {
-    BackwardSumDq<ExecSpace, T> sum{p, ws, plan.chunks};
+  if (f.q_len > 0 && plan.dq != DqStrategy::query_pass) {
+    BackwardSumDq<ExecSpace, T> sum{p, ws, plan.dq == DqStrategy::key_chunks ? plan.chunks : 0};
     Kokkos::parallel_for("kattn::backward::sum_dq", Policy(space, sum.league_size(), Kokkos::AUTO), sum);
   }
   compat::fence(space, "kattn::backward: the workspace is freed on return");

@@ -21,16 +21,6 @@ struct TilePlan {
   std::size_t scratch_bytes = 0;
 };
 
-namespace detail {
-
-template <class ExecSpace>
-std::size_t scratch_limit(const ExecSpace& space, int level) {
-  Kokkos::TeamPolicy<ExecSpace> policy(space, 1, Kokkos::AUTO);
-  return static_cast<std::size_t>(policy.scratch_size_max(level));
-}
-
-}  // namespace detail
-
 // Tiles for head_dim, for a problem whose longest sequence has `query_rows` rows (positions
 // times the GQA group): small problems get one small tile rather than padding.
 template <class ExecSpace, class T>

@@ -69,6 +69,8 @@ BuildInfo build_info() {
 #endif
   append(info.options, KATTN_ENABLE_MPI ? "MPI=on" : "MPI=off");
   append(info.options, KATTN_ENABLE_CUDA ? "CUDA=on" : "CUDA=off");
+  if (KATTN_DEVICE_SHAPED_HOST)
+    append(info.options, ("device-shaped host (teams of " + std::to_string(KATTN_DEVICE_SHAPED_TEAM_SIZE) + ")").c_str());
   info.compiler = KATTN_COMPILER;
   info.build = KATTN_BUILD_TYPE;
   if (KATTN_NATIVE_ARCH) append(info.build, "-march=native");

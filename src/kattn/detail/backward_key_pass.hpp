@@ -23,6 +23,7 @@
 #include "kattn/compat.hpp"
 #include "kattn/detail/backward_plan.hpp"
 #include "kattn/detail/block_sparse.hpp"
+#include "kattn/detail/backward_nonfinite.hpp"
 #include "kattn/detail/backward_steps.hpp"
 #include "kattn/detail/backward_workspace.hpp"
 #include "kattn/detail/tile_gemm.hpp"
@@ -107,16 +108,18 @@ struct BackwardKeyPass {
     const std::int64_t tiles = (kv_len + geo.block_k - 1) / geo.block_k;
     if (c >= tiles) return;
     const Tiles s = carve(ScratchBuffer(member.team_scratch(scratch_level), scratch_elements()));
+    const MaskedSpreads nan = masked_spreads(member, p, ws, window, b, hk, q_len, kv_len);
     for (std::int64_t kt = c; kt < tiles; kt += chunks) {
       const std::int64_t kb = kt * geo.block_k;
       const int n_keys = static_cast<int>(kv_len - kb < geo.block_k ? kv_len - kb : geo.block_k);
-      key_tile(member, b, hk, c, kb, n_keys, q_len, kv_len, s);
+      key_tile(member, b, hk, c, kb, n_keys, q_len, kv_len, nan, s);
     }
   }
 
   // dK and dV of keys [kb, kb + n_keys): every query tile with a row that sees one of them.
   KOKKOS_INLINE_FUNCTION void key_tile(const Member& member, int b, int hk, int c, std::int64_t kb, int n_keys,
-                                       std::int64_t q_len, std::int64_t kv_len, const Tiles& s) const {
+                                       std::int64_t q_len, std::int64_t kv_len, const MaskedSpreads& nan,
+                                       const Tiles& s) const {
     load_keys(member, b, hk, kb, n_keys, s);
     member.team_barrier();
     if (q_len > 0) {
@@ -134,7 +137,7 @@ struct BackwardKeyPass {
         }
       }
     }
-    store_keys(member, b, hk, kb, n_keys, s);
+    store_keys(member, b, hk, kb, n_keys, q_len, kv_len, nan, s);
     member.team_barrier();
   }
 
@@ -199,7 +202,8 @@ struct BackwardKeyPass {
     });
   }
 
-  // K^T (scaled), V^T and K of keys [kb, kb + n_keys) into scratch, zero-padded; dK = dV = 0.
+  // K^T (scaled), V^T and K of keys [kb, kb + n_keys) into scratch, zero-padded; dK = dV = 0. A key
+  // whose k is not finite is recorded for dQ (backward_nonfinite.hpp).
   KOKKOS_INLINE_FUNCTION void load_keys(const Member& member, int b, int hk, std::int64_t kb, int n_keys,
                                         const Tiles& s) const {
     const int D = p.fwd.head_dim;
@@ -208,6 +212,7 @@ struct BackwardKeyPass {
       const T* v = j < n_keys ? p.fwd.v_ptr(b, kb + j, hk) : nullptr;
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, geo.kp_dims), [&](const int d) {
         const bool in = k && d < D;
+        if (in && !is_finite(k[d])) Kokkos::atomic_add(ws.bad_keys_of(p.fwd, b, hk) + d, 1);
         if (d < D) {
           s.kt[d * geo.kp_keys + j] = in ? k[d] * k_scale : T(0);
           s.vt[d * geo.kp_keys + j] = in ? v[d] : T(0);
@@ -243,15 +248,23 @@ struct BackwardKeyPass {
     });
   }
 
-  // dK and dV of the tile's keys to the outputs (dS carries the scale already).
+  // dK and dV of the tile's keys to the outputs (dS carries the scale already), NaN where the
+  // textbook's masked pairs make them NaN.
   KOKKOS_INLINE_FUNCTION void store_keys(const Member& member, int b, int hk, std::int64_t kb, int n_keys,
+                                         std::int64_t q_len, std::int64_t kv_len, const MaskedSpreads& nan,
                                          const Tiles& s) const {
+    const int G = p.fwd.group_size();
+    const auto q_row = [&](std::int64_t t) { return p.fwd.q_ptr(b, t / G, hk * G + static_cast<int>(t % G)); };
+    const auto do_row = [&](std::int64_t t) { return p.do_ptr(b, t / G, hk * G + static_cast<int>(t % G)); };
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n_keys), [&](const int j) {
       T* dk = p.dk_ptr(b, kb + j, hk);
       T* dv = p.dv_ptr(b, kb + j, hk);
+      const bool k_nan = nan.dk.nan_at(kb + j), v_nan = nan.dv.nan_at(kb + j);
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.fwd.head_dim), [&](const int d) {
-        dk[d] = s.dk[j * geo.kp_dims + d];
-        dv[d] = s.dv[j * geo.kp_dims + d];
+        const bool kd_nan = k_nan || element_nan<T>(nan.dk_q, window, G, q_len, kv_len, kb + j, d, q_row);
+        const bool vd_nan = v_nan || element_nan<T>(nan.dv_do, window, G, q_len, kv_len, kb + j, d, do_row);
+        dk[d] = kd_nan ? nan_value<T>() : s.dk[j * geo.kp_dims + d];
+        dv[d] = vd_nan ? nan_value<T>() : s.dv[j * geo.kp_dims + d];
       });
     });
   }

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
 
 #include "kattn/backward_options.hpp"
 #include "kattn/detail/tile_geometry.hpp"
@@ -28,7 +29,8 @@ namespace detail {
 
 struct BackwardGeometry {
   int block_q = 0, block_k = 0, head_dim = 0;
-  // Key pass: rows padded to micro rows; keys and dims to micro columns (lanes).
+  // Key pass: rows padded to micro rows; dims to micro columns (lanes); keys to both, as they are
+  // the lanes of S and dP and the rows of dK and dV.
   int kp_rows = 0, kp_keys = 0, kp_dims = 0;
   // Query pass: rows padded to micro columns (lanes); keys and dims to micro rows.
   int qp_rows = 0, qp_keys = 0, qp_dims = 0;
@@ -39,7 +41,7 @@ struct BackwardGeometry {
     g.block_k = block_k;
     g.head_dim = head_dim;
     g.kp_rows = round_up(block_q, micro_rows);
-    g.kp_keys = round_up(block_k, micro_cols);
+    g.kp_keys = round_up(block_k, std::lcm(micro_rows, micro_cols));
     g.kp_dims = round_up(head_dim, micro_cols);
     g.qp_rows = round_up(block_q, micro_cols);
     g.qp_keys = round_up(block_k, micro_rows);

@@ -18,6 +18,7 @@
 #include "kattn/compat.hpp"
 #include "kattn/detail/backward_plan.hpp"
 #include "kattn/detail/block_sparse.hpp"
+#include "kattn/detail/backward_nonfinite.hpp"
 #include "kattn/detail/backward_steps.hpp"
 #include "kattn/detail/backward_workspace.hpp"
 #include "kattn/detail/online_softmax.hpp"
@@ -204,13 +205,16 @@ struct BackwardQueryPass {
     });
   }
 
+  // dQ of the rows to the output; element d NaN for all when a key's k[d] is not finite (the key
+  // pass saw it).
   KOKKOS_INLINE_FUNCTION void store_rows(const Member& member, int b, int hk, std::int64_t t0, int n_rows,
                                          const Tiles& s) const {
     const int G = p.fwd.group_size();
+    const int* bad_k = ws.bad_keys_of(p.fwd, b, hk);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n_rows), [&](const int r) {
       T* out = p.dq_ptr(b, (t0 + r) / G, hk * G + static_cast<int>((t0 + r) % G));
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.fwd.head_dim),
-                           [&](const int d) { out[d] = s.dqt[d * geo.qp_rows + r]; });
+                           [&](const int d) { out[d] = bad_k[d] != 0 ? nan_value<T>() : s.dqt[d * geo.qp_rows + r]; });
     });
   }
 };

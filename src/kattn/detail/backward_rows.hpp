@@ -2,7 +2,9 @@
 // position), a thread per head:
 //   BackwardPrepare: D = rowsum(dO * O) and lse2 (the LSE in log2 units, +inf for a row that saw
 //     no key) into the workspace; for the atomic strategy also dQ = 0.
-//   BackwardSumDq (key_chunks): dQ = the chunks' partial dQ summed in chunk order.
+//   BackwardSumDq: dQ = the chunks' partial dQ summed in chunk order (key_chunks; with 0 chunks
+//     the atomic strategy's dQ stays in place), element d NaN for every row of a KV head that has a
+//     key whose k[d] is not finite (backward_nonfinite.hpp).
 // Every sum runs in a fixed order on one thread, so the results never depend on the schedule.
 #pragma once
 
@@ -12,6 +14,7 @@
 
 #include "kattn/backward_params.hpp"
 #include "kattn/compat.hpp"
+#include "kattn/detail/backward_nonfinite.hpp"
 #include "kattn/detail/backward_workspace.hpp"
 #include "kattn/core/state.hpp"
 
@@ -70,10 +73,14 @@ struct BackwardSumDq {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, p.fwd.heads_q), [&](const int h) {
       T* dq = p.dq_ptr(b, i, h);
       const std::int64_t t = i * G + h % G;
+      const int* bad_k = ws.bad_keys_of(p.fwd, b, h / G);
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.fwd.head_dim), [&](const int d) {
-        T sum = ws.dq_row(p.fwd, 0, b, h / G, t)[d];
-        for (int c = 1; c < chunks; ++c) sum += ws.dq_row(p.fwd, c, b, h / G, t)[d];
-        dq[d] = sum;
+        if (chunks > 0) {
+          T sum = ws.dq_row(p.fwd, 0, b, h / G, t)[d];
+          for (int c = 1; c < chunks; ++c) sum += ws.dq_row(p.fwd, c, b, h / G, t)[d];
+          dq[d] = sum;
+        }
+        if (bad_k[d] != 0) dq[d] = nan_value<T>();
       });
     });
   }

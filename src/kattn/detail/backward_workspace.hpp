@@ -17,12 +17,17 @@ struct BackwardWorkspace {
   T* lse2 = nullptr;  // [heads_kv][rows]: lse in log2 units, +inf for a row that saw no key
   T* di = nullptr;    // [heads_kv][rows]: D = rowsum(dO * O)
   T* dq = nullptr;    // key_chunks: [chunks][heads_kv][rows][dims], partial dQ per key chunk
+  int* bad_keys = nullptr;  // [batch][heads_kv][head_dim]: nonzero when a key's k[d] is not finite
+                            // (backward_nonfinite.hpp)
   std::int64_t rows = 0;  // rows per KV head: total query positions x group
   int dims = 0;           // padded head dim of the dQ partials
 
   // Row t (= position * group + head in group) of sequence b, KV head hk.
   KOKKOS_INLINE_FUNCTION std::int64_t row(const AttentionParams<T>& p, int b, int hk, std::int64_t t) const {
     return hk * rows + p.q_row(b, 0) * p.group_size() + t;
+  }
+  KOKKOS_INLINE_FUNCTION int* bad_keys_of(const AttentionParams<T>& p, int b, int hk) const {
+    return bad_keys + (std::int64_t(b) * p.heads_kv + hk) * p.head_dim;
   }
   // Start of that row in chunk c's partial dQ.
   KOKKOS_INLINE_FUNCTION T* dq_row(const AttentionParams<T>& p, int c, int b, int hk, std::int64_t t) const {

@@ -1,16 +1,21 @@
 // Host SIMD through the compiler's vector extensions (GCC/Clang): one vector is one register of
 // the widest ISA the compiler targets (AVX-512: 64 bytes, AVX/AVX2: 32, else 16), so that the
 // micro-kernels' accumulator arrays stay in registers and no vector crosses an ABI it lacks.
-// Device code and compilers without the extension use the scalar paths next to each use.
+// Device code, compilers without the extension and device-shaped host builds use the scalar
+// paths next to each use. nvcc and hipcc define __CUDACC__ / __HIPCC__ in the host pass too: the
+// test is on the device pass (KATTN_DEVICE_COMPILE), so that a GPU build's host spaces keep SIMD.
+// -DKATTN_HOST_SIMD=0 forces the scalar paths on a host whose tuning stays the host's.
 #pragma once
 
 #include "kattn/compat.hpp"
+#include "kattn/config.hpp"
 
-#if defined(__GNUC__) && !defined(__CUDACC__) && !defined(__HIPCC__) && !defined(__SYCL_DEVICE_ONLY__) && \
-    !defined(__NVCOMPILER)
+#ifndef KATTN_HOST_SIMD
+#if defined(__GNUC__) && !KATTN_DEVICE_COMPILE && !KATTN_DEVICE_SHAPED_HOST && !defined(__NVCOMPILER)
 #define KATTN_HOST_SIMD 1
 #else
 #define KATTN_HOST_SIMD 0
+#endif
 #endif
 
 #if KATTN_HOST_SIMD

@@ -13,6 +13,14 @@
 #include <cstddef>
 #include <utility>
 
+// __builtin_shufflevector: clang, and GCC 12 on its own; nvcc's host pass (cudafe) mangles its
+// pack-expanded lane lists, so GCC under nvcc takes __builtin_shuffle with a mask vector.
+#if defined(__clang__) || (__GNUC__ >= 12 && !defined(__NVCC__))
+#define KATTN_SHUFFLEVECTOR 1
+#else
+#define KATTN_SHUFFLEVECTOR 0
+#endif
+
 namespace kattn {
 namespace detail {
 namespace simd {
@@ -29,7 +37,7 @@ constexpr int pair_lane(int l) {
 template <class T, int H, bool Hi, std::size_t... L>
 inline vec<T> pair_shuffle(const vec<T>& a, const vec<T>& b, std::index_sequence<L...>) {
   constexpr int W = width<T>();
-#if defined(__clang__) || __GNUC__ >= 12
+#if KATTN_SHUFFLEVECTOR
   return __builtin_shufflevector(a, b, pair_lane<W, H, Hi>(static_cast<int>(L))...);
 #else
   return __builtin_shuffle(a, b, ivec<T>{pair_lane<W, H, Hi>(static_cast<int>(L))...});
@@ -62,7 +70,7 @@ inline vec<T> sum_lanes(const std::array<vec<T>, width<T>()>& x) {
 // v with lanes l and l ^ H swapped (a butterfly step).
 template <class T, int H, std::size_t... L>
 inline vec<T> swap_lanes(const vec<T>& v, std::index_sequence<L...>) {
-#if defined(__clang__) || __GNUC__ >= 12
+#if KATTN_SHUFFLEVECTOR
   return __builtin_shufflevector(v, v, (static_cast<int>(L) ^ H)...);
 #else
   return __builtin_shuffle(v, ivec<T>{(static_cast<int>(L) ^ H)...});

@@ -16,16 +16,22 @@ constexpr bool is_host_space() {
   return Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
 }
 
+// CUDA's default level-0 scratch per team (Kokkos::Cuda's scratch_size_max(0)): what the tiles of
+// a device-shaped host build must fit, as on the GPU.
+constexpr std::size_t kCudaLevel0Bytes = 40936;
+
 template <class ExecSpace, class T>
 struct Tuning {
+  // Host tuning: a host execution space, unless the build is device-shaped (config.hpp), where
+  // host spaces take every device choice below.
+  static constexpr bool host = is_host_space<ExecSpace>() && !KATTN_DEVICE_SHAPED_HOST;
 #if KATTN_HOST_SIMD
-  static constexpr int simd_width = simd::width<T>();
-  static constexpr int vector_registers = simd::kRegisters;
+  static constexpr int simd_width = host ? simd::width<T>() : 1;
+  static constexpr int vector_registers = host ? simd::kRegisters : 0;
 #else
   static constexpr int simd_width = 1;
   static constexpr int vector_registers = 0;
 #endif
-  static constexpr bool host = is_host_space<ExecSpace>();
   // Micro-tile of C = A B computed by one thread in registers: rows x cols, the columns being
   // query rows. On the host 8 rows by two vectors keep 16 accumulators, two B vectors and a
   // broadcast A value in the 32 vector registers: per step 16 FMAs against 2 vector loads and
@@ -36,8 +42,9 @@ struct Tuning {
   // On the host, full K/V tiles are read in place from the caller's arrays (their rows are
   // contiguous); devices copy every tile into scratch.
   static constexpr bool kv_in_place = host;
-  // Teams of one thread on the host (each core runs whole tiles); a warp multiple on GPUs.
-  static constexpr int team_size = host ? 1 : 128;
+  // Teams of one thread on the host (each core runs whole tiles); a warp multiple on GPUs; a
+  // device-shaped host build asks for KATTN_DEVICE_SHAPED_TEAM_SIZE (team_policy() caps it).
+  static constexpr int team_size = host ? 1 : (is_host_space<ExecSpace>() ? KATTN_DEVICE_SHAPED_TEAM_SIZE : 128);
   // Bytes of scratch the automatic tile sizes aim for: what stays in a core's L2 on the host;
   // on GPUs the limit comes from the policy (about 40 KB of level 0 by default on CUDA).
   static constexpr std::size_t host_scratch_budget = 256 * 1024;
@@ -75,6 +82,27 @@ struct Tuning {
   // [seq, heads, dim] cache, pages anywhere), which the hardware prefetchers follow poorly.
   static constexpr bool row_tile_prefetch = host;
 };
+
+// The team policy of a tiled kernel: the tuning's team size, capped at what the space runs for
+// this functor (one thread on Serial, the thread pool on OpenMP, the register file on GPUs).
+template <class ExecSpace, class T, class Functor>
+Kokkos::TeamPolicy<ExecSpace> team_policy(const ExecSpace& space, int league_size, const Functor& kern) {
+  const Kokkos::TeamPolicy<ExecSpace> probe(space, league_size, 1);
+  const int max = probe.team_size_max(kern, Kokkos::ParallelForTag());
+  const int want = Tuning<ExecSpace, T>::team_size;
+  return Kokkos::TeamPolicy<ExecSpace>(space, league_size, want < max ? want : max);
+}
+
+// Level-0 scratch a team of this space has, and level 1; a device-shaped host build caps level 0
+// at CUDA's default.
+template <class ExecSpace>
+std::size_t scratch_limit(const ExecSpace& space, int level) {
+  Kokkos::TeamPolicy<ExecSpace> policy(space, 1, Kokkos::AUTO);
+  const std::size_t limit = static_cast<std::size_t>(policy.scratch_size_max(level));
+  if (KATTN_DEVICE_SHAPED_HOST && level == 0 && is_host_space<ExecSpace>() && limit > kCudaLevel0Bytes)
+    return kCudaLevel0Bytes;
+  return limit;
+}
 
 }  // namespace detail
 }  // namespace kattn

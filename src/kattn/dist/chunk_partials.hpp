@@ -33,8 +33,7 @@ void chunk_partials(const ExecSpace& space, const AttentionParams<T>& p, const O
   kern.ws.rows = p.q_total * p.heads_q;
   kern.ws.o = ws_o;
   kern.ws.lse = ws_lse;
-  using Tn = kattn::detail::Tuning<ExecSpace, T>;
-  Kokkos::TeamPolicy<ExecSpace> policy(space, kern.league_size(), Tn::team_size);
+  Kokkos::TeamPolicy<ExecSpace> policy = kattn::detail::team_policy<ExecSpace, T>(space, kern.league_size(), kern);
   policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
   Kokkos::parallel_for("kattn::dist::chunk_partials", policy, kern);
 }

@@ -4,6 +4,7 @@
 #include <kattn/cuda/split_planner.hpp>
 
 #include <algorithm>
+#include <utility>
 
 #include "../common/launch.hpp"
 
@@ -57,54 +58,79 @@ int DecodeGraphLadder::num_splits(int padded) const {
   return 0;
 }
 
-DecodeParams DecodeGraphLadder::params_for(int padded) const {
+namespace {
+
+// The shapes and cache of one ladder size's decode step; the ladder's buffers are left null.
+DecodeParams shape_params(const DecodeGraphConfig& cfg, int padded, int splits) {
   DecodeParams p;
-  p.dtype = cfg_.dtype;
+  p.dtype = cfg.dtype;
   p.batch = padded;
-  p.heads_q = cfg_.heads_q;
-  p.heads_kv = cfg_.heads_kv;
-  p.head_dim = cfg_.head_dim;
-  p.page_size = cfg_.page_size;
-  p.scale = cfg_.scale;
+  p.heads_q = cfg.heads_q;
+  p.heads_kv = cfg.heads_kv;
+  p.head_dim = cfg.head_dim;
+  p.page_size = cfg.page_size;
+  p.scale = cfg.scale;
   p.set_contiguous_strides();
-  p.k_page_stride = cfg_.k_page_stride;
-  p.k_token_stride = cfg_.k_token_stride;
-  p.k_head_stride = cfg_.k_head_stride;
-  p.v_page_stride = cfg_.v_page_stride;
-  p.v_token_stride = cfg_.v_token_stride;
-  p.v_head_stride = cfg_.v_head_stride;
+  p.k_page_stride = cfg.k_page_stride;
+  p.k_token_stride = cfg.k_token_stride;
+  p.k_head_stride = cfg.k_head_stride;
+  p.v_page_stride = cfg.v_page_stride;
+  p.v_token_stride = cfg.v_token_stride;
+  p.v_head_stride = cfg.v_head_stride;
+  p.k_cache = cfg.k_cache;
+  p.v_cache = cfg.v_cache;
+  p.num_splits = splits;
+  p.num_sms = cfg.num_sms;
+  return p;
+}
+
+}  // namespace
+
+DecodeGraphPlan plan_decode_graphs(const DecodeGraphConfig& cfg) {
+  DecodeGraphPlan plan;
+  if (cfg.max_batch <= 0 || cfg.max_pages < 0 || cfg.heads_q <= 0 || cfg.heads_kv <= 0) return plan;
+  std::vector<int> sizes = cfg.ladder;
+  if (sizes.empty())
+    for (int s = 1;; s *= 2) {
+      sizes.push_back(s);
+      if (s >= cfg.max_batch) break;
+    }
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  if (sizes.front() <= 0 || sizes.back() < cfg.max_batch) return plan;
+  for (int s : sizes) {
+    DecodeParams p = shape_params(cfg, s, 0);  // 0 splits: the planner's choice for max_seqlen
+    p.max_seqlen_hint = cfg.max_seqlen;
+    const int splits = decode_num_splits(p);
+    plan.splits.push_back(splits);
+    plan.workspace_bytes = std::max(plan.workspace_bytes, decode_workspace_bytes(p, splits));
+  }
+  plan.sizes = std::move(sizes);
+  return plan;
+}
+
+DecodeParams DecodeGraphLadder::params_for(int padded) const {
+  DecodeParams p = shape_params(cfg_, padded, num_splits(padded));
   p.q = q_;
-  p.k_cache = cfg_.k_cache;
-  p.v_cache = cfg_.v_cache;
   p.kv_page_indptr = indptr_;
   p.kv_page_indices = indices_;
   p.kv_last_page_len = last_len_;
   p.o = o_;
   p.lse = lse_;
-  p.num_splits = num_splits(padded);
   p.workspace = workspace_;
   p.workspace_bytes = workspace_bytes_;
-  p.num_sms = cfg_.num_sms;
   return p;
 }
 
 cudaError_t DecodeGraphLadder::init(const DecodeGraphConfig& cfg, cudaStream_t stream) {
   release();
-  if (cfg.max_batch <= 0 || cfg.max_pages < 0 || cfg.heads_q <= 0 || cfg.heads_kv <= 0) return cudaErrorInvalidValue;
   cfg_ = cfg;
   if (cfg_.num_sms <= 0) cfg_.num_sms = detail::device_sm_count();
-  sizes_ = cfg.ladder;
-  if (sizes_.empty())
-    for (int s = 1;; s *= 2) {
-      sizes_.push_back(s);
-      if (s >= cfg.max_batch) break;
-    }
-  std::sort(sizes_.begin(), sizes_.end());
-  sizes_.erase(std::unique(sizes_.begin(), sizes_.end()), sizes_.end());
-  if (sizes_.front() <= 0 || sizes_.back() < cfg.max_batch) {
-    release();
-    return cudaErrorInvalidValue;
-  }
+  DecodeGraphPlan plan = plan_decode_graphs(cfg_);
+  if (plan.sizes.empty()) return cudaErrorInvalidValue;
+  sizes_ = std::move(plan.sizes);
+  splits_ = std::move(plan.splits);
+  workspace_bytes_ = plan.workspace_bytes;
   const int bp = sizes_.back();
   const size_t row = size_t(cfg.heads_q) * cfg.head_dim * elem_bytes(cfg.dtype);
 
@@ -113,17 +139,7 @@ cudaError_t DecodeGraphLadder::init(const DecodeGraphConfig& cfg, cudaStream_t s
     if (err == cudaSuccess) err = e;
     return err == cudaSuccess;
   };
-  // Split plan and workspace per size.
-  size_t ws = 0;
-  for (int s : sizes_) {
-    DecodeParams p = params_for(s);  // pointers still null: only shapes matter here
-    p.num_splits = 0;
-    p.max_seqlen_hint = cfg.max_seqlen;
-    const int splits = decode_num_splits(p);
-    splits_.push_back(splits);
-    ws = std::max(ws, decode_workspace_bytes(p, splits));
-  }
-  workspace_bytes_ = ws;
+  const size_t ws = workspace_bytes_;
   check(cudaMalloc(&q_, row * bp));
   check(cudaMalloc(reinterpret_cast<void**>(&indptr_), sizeof(int32_t) * (bp + 1)));
   check(cudaMalloc(reinterpret_cast<void**>(&indices_), sizeof(int32_t) * std::max(cfg.max_pages, 1)));

@@ -43,6 +43,16 @@ struct DecodeStepInputs {
   const int32_t* kv_last_page_len = nullptr;  // [B]
 };
 
+// The ladder's host-side plan for cfg: the captured batch sizes, ascending, with the split count
+// each one's graph uses (planned for cfg.max_seqlen), and the workspace the largest needs. Empty
+// sizes when cfg is invalid. No CUDA call when cfg.num_sms > 0.
+struct DecodeGraphPlan {
+  std::vector<int> sizes;
+  std::vector<int> splits;
+  size_t workspace_bytes = 0;
+};
+DecodeGraphPlan plan_decode_graphs(const DecodeGraphConfig& cfg);
+
 class DecodeGraphLadder {
  public:
   DecodeGraphLadder() = default;
