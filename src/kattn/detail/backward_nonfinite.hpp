@@ -21,7 +21,7 @@
 #include "kattn/backward_params.hpp"
 #include "kattn/compat.hpp"
 #include "kattn/detail/backward_workspace.hpp"
-#include "kattn/mask.hpp"
+#include "kattn/core/key_window.hpp"
 
 namespace kattn {
 namespace detail {
