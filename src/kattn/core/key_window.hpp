@@ -25,7 +25,7 @@ struct KeyWindow {
     if (opt.causal) w.right = 0;  // min(right, 0) for every right, unbounded included
     return w;
   }
-  static KeyWindow causal() { return {-1, 0, 0}; }
+  KATTN_CORE_INLINE static KeyWindow causal() { return {-1, 0, 0}; }
 
   // First visible key of query i (may exceed last(i): then the row sees nothing).
   KATTN_CORE_INLINE std::int64_t first(std::int64_t i, std::int64_t q_len, std::int64_t kv_len) const {

@@ -29,7 +29,6 @@ struct ScoreScaling {
     }
     return s;
   }
-  bool softcapped() const { return cap_log2 > 0.0; }
 };
 
 }  // namespace kattn

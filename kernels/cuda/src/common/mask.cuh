@@ -9,7 +9,7 @@
 
 namespace kattn::cuda::detail {
 
-__host__ __device__ __forceinline__ KeyWindow key_window(bool causal) { return causal ? KeyWindow{-1, 0, 0} : KeyWindow{}; }
+__host__ __device__ __forceinline__ KeyWindow key_window(bool causal) { return causal ? KeyWindow::causal() : KeyWindow{}; }
 
 // Number of key tiles visited by the query tile [m0, m0 + block_m): tiles [0, n_end).
 __host__ __device__ __forceinline__ int key_tile_end(int m0, int block_m, int block_n, int nq, int nk,

@@ -57,7 +57,4 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
                     pack2<kBF16>(f[6], f[7]));
 }
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
 }  // namespace kattn::cuda::detail
