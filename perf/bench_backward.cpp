@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "kattn/backward.hpp"
-#include "kattn/forward.hpp"
+#include "kattn/attention.hpp"
 #include "kattn/reference_backward.hpp"
 #include "machine.hpp"
 #include "random_view.hpp"
@@ -52,14 +52,14 @@ template <class T>
 Seconds time_forward(const View4<T>& q, const View4<T>& k, const View4<T>& v, const View4<T>& o, const View3<T>& lse,
                      const kattn::Options& opt) {
   const Kokkos::DefaultExecutionSpace space;
-  kattn::forward(space, q, k, v, o, lse, opt);  // warm-up, and the o/lse the backward reads
+  kattn::attention(space, q, kattn::kv::dense(k, v), o, lse, opt);  // warm-up, and the o/lse the backward reads
   space.fence();
   int calls = 0;
   const auto t0 = std::chrono::steady_clock::now();
   const double c0 = cpu_seconds();
   double elapsed = 0;
   while (elapsed < 0.2 || calls < 2) {
-    kattn::forward(space, q, k, v, o, lse, opt);
+    kattn::attention(space, q, kattn::kv::dense(k, v), o, lse, opt);
     space.fence();
     ++calls;
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -73,6 +73,7 @@ void BM_Backward(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0)), d = static_cast<int>(state.range(1));
   kattn::Options opt;
   opt.causal = state.range(2) != 0;
+  opt.splits = 1;  // the forward that feeds the backward: no merge
   kattn::BackwardOptions bopt;
   bopt.dq = static_cast<kattn::DqStrategy>(state.range(3));
   const double peak = fma_peak<T>();
@@ -89,7 +90,7 @@ void BM_Backward(benchmark::State& state) {
   kattn::BackwardInfo info;
   for (auto _ : state) {
     if (algo == Algo::tiled)
-      info = kattn::backward(space, q, k, v, o, lse, dout, dq, dk, dv, opt, bopt);
+      info = kattn::attention_backward(space, q, kattn::kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, bopt);
     else
       kattn::reference_backward(space, q, k, v, dout, dq, dk, dv, opt);
     space.fence();
@@ -121,6 +122,7 @@ void BM_BackwardForwardRatio(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0)), d = static_cast<int>(state.range(1));
   kattn::Options opt;
   opt.causal = state.range(2) != 0;
+  opt.splits = 1;  // the forward that feeds the backward: no merge
   kattn::Options bwd_opt = opt;  // the forward keeps its own tiles
   if (state.range(3) > 0) bwd_opt.block_q = static_cast<int>(state.range(3));
   if (state.range(4) > 0) bwd_opt.block_k = static_cast<int>(state.range(4));
@@ -131,14 +133,14 @@ void BM_BackwardForwardRatio(benchmark::State& state) {
   const Kokkos::DefaultExecutionSpace space;
   std::vector<double> fwd_wall, bwd_wall, fwd_cpu, bwd_cpu, ratio_wall, ratio_cpu;
   const auto wall = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
-  kattn::forward(space, q, k, v, o, lse, opt);
-  kattn::backward(space, q, k, v, o, lse, dout, dq, dk, dv, bwd_opt);  // warm-up
+  kattn::attention(space, q, kattn::kv::dense(k, v), o, lse, opt);
+  kattn::attention_backward(space, q, kattn::kv::dense(k, v), o, lse, dout, dq, dk, dv, bwd_opt);  // warm-up
   for (auto _ : state) {
     double w0 = wall(), c0 = cpu_seconds();
-    kattn::forward(space, q, k, v, o, lse, opt);
+    kattn::attention(space, q, kattn::kv::dense(k, v), o, lse, opt);
     space.fence();
     double w1 = wall(), c1 = cpu_seconds();
-    kattn::backward(space, q, k, v, o, lse, dout, dq, dk, dv, bwd_opt);
+    kattn::attention_backward(space, q, kattn::kv::dense(k, v), o, lse, dout, dq, dk, dv, bwd_opt);
     space.fence();
     double w2 = wall(), c2 = cpu_seconds();
     fwd_wall.push_back(w1 - w0), bwd_wall.push_back(w2 - w1), fwd_cpu.push_back(c1 - c0), bwd_cpu.push_back(c2 - c1);

@@ -15,8 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "kattn/block_sparse.hpp"
-#include "kattn/forward.hpp"
+#include "kattn/attention.hpp"
 #include "machine.hpp"
 #include "random_view.hpp"
 
@@ -59,6 +58,14 @@ struct Inputs {
         lse("lse", 1, 1, n) {}
 };
 
+// The tiled forward (one split, no merge), under the mask when one is given.
+kattn::Options tiled_forward(const kattn::BlockMask* mask = nullptr) {
+  kattn::Options o;
+  o.splits = 1;
+  o.block_mask = mask;
+  return o;
+}
+
 template <class T>
 void BM_Dense(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0)), d = static_cast<int>(state.range(1));
@@ -67,7 +74,7 @@ void BM_Dense(benchmark::State& state) {
   kattn::perf::LoopTimer timer;
   timer.start();
   for (auto _ : state) {
-    kattn::forward(space, in.q, in.k, in.v, in.o, in.lse, kattn::Options{});
+    kattn::attention(space, in.q, kattn::kv::dense(in.k, in.v), in.o, in.lse, tiled_forward());
     space.fence();
   }
   const double s = timer.seconds(state.iterations());
@@ -86,7 +93,7 @@ void BM_BlockSparse(benchmark::State& state) {
   kattn::perf::LoopTimer timer;
   timer.start();
   for (auto _ : state) {
-    kattn::forward(space, in.q, in.k, in.v, in.o, in.lse, mask, kattn::Options{});
+    kattn::attention(space, in.q, kattn::kv::dense(in.k, in.v), in.o, in.lse, tiled_forward(&mask));
     space.fence();
   }
   const double s = timer.seconds(state.iterations());
@@ -120,11 +127,11 @@ void BM_Ratio(benchmark::State& state) {
   for (auto _ : state) {
     for (int r = 0; r < kPairs; ++r) {
       double t0 = cpu_seconds();
-      kattn::forward(space, in.q, in.k, in.v, in.o, in.lse, kattn::Options{});
+      kattn::attention(space, in.q, kattn::kv::dense(in.k, in.v), in.o, in.lse, tiled_forward());
       space.fence();
       dense.push_back(cpu_seconds() - t0);
       t0 = cpu_seconds();
-      kattn::forward(space, in.q, in.k, in.v, in.o, in.lse, mask, kattn::Options{});
+      kattn::attention(space, in.q, kattn::kv::dense(in.k, in.v), in.o, in.lse, tiled_forward(&mask));
       space.fence();
       sparse.push_back(cpu_seconds() - t0);
       ratio.push_back(sparse.back() / dense.back());

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "bandwidth.hpp"
-#include "kattn/decode.hpp"
+#include "kattn/attention.hpp"
 
 namespace {
 
@@ -99,7 +99,7 @@ struct DecodeCase {
     const Kokkos::DefaultExecutionSpace space;
     opt.splits = splits;
     const kattn::SplitPlan plan =
-        page == 0 ? kattn::splitkv(space, q, k, v, o, lse, opt) : kattn::splitkv(space, q_r, k, v, o_r, lse_r, layout, opt);
+        page == 0 ? kattn::attention(space, q, kattn::kv::dense(k, v), o, lse, opt) : kattn::attention(space, q_r, kattn::kv::paged(k, v, layout), o_r, lse_r, opt);
     space.fence();
     return plan;
   }

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kattn/backward.hpp"
-#include "kattn/forward.hpp"
+#include "kattn/attention.hpp"
 #include "kattn/reference_backward.hpp"
 #include "support.hpp"
 
@@ -49,11 +49,11 @@ struct GradProblem {
   }
   // o and lse by the tiled forward.
   void forward(const Options& opt) const {
-    kattn::forward(Kokkos::DefaultExecutionSpace(), q, k, v, o, lse, opt);
+    kattn::attention(Kokkos::DefaultExecutionSpace(), q, kattn::kv::dense(k, v), o, lse, one_split(opt));
     Kokkos::fence();
   }
   BackwardInfo backward(const Options& opt, const BackwardOptions& bopt = {}) const {
-    return kattn::backward(Kokkos::DefaultExecutionSpace(), q, k, v, o, lse, dout, dq, dk, dv, opt, bopt);
+    return kattn::attention_backward(Kokkos::DefaultExecutionSpace(), q, kattn::kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, bopt);
   }
 };
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kattn/block_mask.hpp"
 #include "kattn/options.hpp"
 #include "kattn/reference.hpp"
 
@@ -52,6 +53,17 @@ inline std::vector<Options> option_variants() {
   v[9].causal = true, v[9].diagonal_shift = -3;  // a shard further left than its keys
   v[10].window_left = 2, v[10].window_right = 4, v[10].diagonal_shift = 6;
   return v;
+}
+
+// The options with one split (the tiled forward, no merge of partials).
+inline Options one_split(Options o) {
+  o.splits = 1;
+  return o;
+}
+// The options with a block mask (which must outlive the call).
+inline Options with_mask(Options o, const BlockMask& mask) {
+  o.block_mask = &mask;
+  return o;
 }
 
 // A fresh seed for every call, so every run draws new inputs; printed on failure.

@@ -13,7 +13,6 @@
 #include "ragged_support.hpp"
 #include "kattn/attention.hpp"
 #include "kattn/backward.hpp"
-#include "kattn/forward.hpp"
 #include "kattn/reference.hpp"
 #include "kattn/reference_backward.hpp"
 
@@ -189,8 +188,7 @@ TEST(Backward, StridedViewsOfPackedQkv) {
   Kokkos::deep_copy(ref.v, slice(qkv, 2));
   ref.forward(o);
   for (const BackwardOptions& b : strategies()) {
-    kattn::backward(Kokkos::DefaultExecutionSpace(), slice(qkv, 0), slice(qkv, 1), slice(qkv, 2), ref.o, ref.lse,
-                    ref.dout, slice(dqkv, 0), slice(dqkv, 1), slice(dqkv, 2), o, b);
+    kattn::attention_backward(Kokkos::DefaultExecutionSpace(), slice(qkv, 0), kattn::kv::dense(slice(qkv, 1), slice(qkv, 2)), ref.o, ref.lse, ref.dout, slice(dqkv, 0), slice(dqkv, 1), slice(dqkv, 2), o, b);
     GradProblem<double> out = ref;
     out.dq = View4<double>("dq", B, N, H, D);
     out.dk = View4<double>("dk", B, N, H, D);
@@ -322,9 +320,8 @@ TEST(Backward, DeterministicAcrossThreadCounts) {
     omp.dq = View4<double>("dq", 2, 257, 4, 32);
     omp.dk = View4<double>("dk", 2, 301, 1, 32);
     omp.dv = View4<double>("dv", 2, 301, 1, 32);
-    kattn::backward(Kokkos::Serial(), serial.q, serial.k, serial.v, serial.o, serial.lse, serial.dout, serial.dq,
-                    serial.dk, serial.dv, o, b);
-    kattn::backward(Kokkos::OpenMP(), omp.q, omp.k, omp.v, omp.o, omp.lse, omp.dout, omp.dq, omp.dk, omp.dv, o, b);
+    kattn::attention_backward(Kokkos::Serial(), serial.q, kattn::kv::dense(serial.k, serial.v), serial.o, serial.lse, serial.dout, serial.dq, serial.dk, serial.dv, o, b);
+    kattn::attention_backward(Kokkos::OpenMP(), omp.q, kattn::kv::dense(omp.k, omp.v), omp.o, omp.lse, omp.dout, omp.dq, omp.dk, omp.dv, o, b);
     EXPECT_TRUE(bitwise_equal(serial.dq, omp.dq)) << name(dq) << " with " << Kokkos::OpenMP().concurrency()
                                                   << " OpenMP threads";
     EXPECT_TRUE(bitwise_equal(serial.dk, omp.dk)) << name(dq);
@@ -456,7 +453,7 @@ TEST(Backward, BadArgumentsAreRefusedByName) {
   const Kokkos::DefaultExecutionSpace space;
   const auto run = [&](const View4<double>& dout, const View4<double>& dq, const View4<double>& dk,
                        const View4<double>& dv, const View3<double>& lse, const BackwardOptions& b = {}) {
-    kattn::backward(space, p.q, p.k, p.v, p.o, lse, dout, dq, dk, dv, Options{}, b);
+    kattn::attention_backward(space, p.q, kattn::kv::dense(p.k, p.v), p.o, lse, dout, dq, dk, dv, Options{}, b);
   };
   expect_error([&] { run(View4<double>("do", 2, 7, 4, 16), p.dq, p.dk, p.dv, p.lse); },
                {"do:", "sequence length 8", "got 7"});
@@ -475,7 +472,7 @@ TEST(Backward, BadArgumentsAreRefusedByName) {
   expect_error([&] { run(p.dout, p.dq, p.dk, p.dv, p.lse, negative_chunks); }, {"dq_chunks:", "got -1"});
   Options bad;
   bad.softcap = -2;
-  expect_error([&] { kattn::backward(space, p.q, p.k, p.v, p.o, p.lse, p.dout, p.dq, p.dk, p.dv, bad); },
+  expect_error([&] { kattn::attention_backward(space, p.q, kattn::kv::dense(p.k, p.v), p.o, p.lse, p.dout, p.dq, p.dk, p.dv, bad); },
                {"softcap:"});
 }
 

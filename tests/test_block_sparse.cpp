@@ -1,4 +1,4 @@
-// Block-sparse attention (block_sparse.hpp) against the float64 textbook oracle with the
+// Block-sparse attention (Options::block_mask, block_mask.hpp) against the float64 textbook oracle with the
 // equivalent element mask (reference_masked.hpp): forward, split-KV, backward; random masks of
 // density 0 to 1, tiles that do not divide N, per-head masks, GQA, causal/window/softcap, empty
 // rows; the patterns and every refusal.
@@ -11,10 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "kattn/block_sparse.hpp"
-#include "kattn/errors.hpp"
-#include "kattn/forward.hpp"
 #include "kattn/attention.hpp"
+#include "kattn/errors.hpp"
 #include "kattn/reference_masked.hpp"
 #include "support.hpp"
 
@@ -86,7 +84,7 @@ void check_forward(const Shape& shape, std::int64_t B, int mask_heads, double de
   Problem<T> p(shape, seed);
   const BlockMask m = random_mask(B, mask_heads, shape.Nq, shape.Nk, density, seed + 7);
   const Oracle ref = oracle(p, m, opt);
-  forward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, m, opt);
+  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(opt, m)));
   Kokkos::fence();
   expect_matches(p, ref, "forward");
   // Split-KV: the planner's split (splits = 0), given split counts, fixed chunks (rounded up to
@@ -99,7 +97,7 @@ void check_forward(const Shape& shape, std::int64_t B, int mask_heads, double de
       so.split_chunk = -splits;
     poison(p.o);
     poison(p.lse);
-    const SplitPlan plan = splitkv(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, m, so);
+    const SplitPlan plan = attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, with_mask(so, m));
     Kokkos::fence();
     expect_matches(p, ref, "splitkv splits=" + std::to_string(splits));
     if (plan.splits > 1) {
@@ -169,14 +167,14 @@ TEST(BlockSparse, FullMaskIsBitwiseTheDenseForwardWithTheSameTiles) {
   o.block_k = 32;
   o.causal = true;
   Problem<double> p(s, fresh_seed());
-  forward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, o);
+  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(o));
   Kokkos::fence();
   const auto dense_o = to_host(p.o);
   const auto dense_lse = to_host(p.lse);
   poison(p.o);
   poison(p.lse);
   const BlockMask full = random_mask(32, 1, s.Nq, s.Nk, 1.0, 1);
-  forward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, full, o);
+  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(o, full)));
   Kokkos::fence();
   EXPECT_EQ(to_host(p.o), dense_o);
   EXPECT_EQ(to_host(p.lse), dense_lse);
@@ -186,7 +184,7 @@ TEST(BlockSparse, EmptyMaskGivesZeroOutputAndMinusInfinityLse) {
   const Shape s{2, 50, 60, 2, 1, 8};
   Problem<double> p(s, fresh_seed());
   const BlockMask none = random_mask(16, 1, s.Nq, s.Nk, 0.0, 1);
-  forward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, none, Options{});
+  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(Options{}, none)));
   Kokkos::fence();
   for (double x : to_host(p.o)) EXPECT_EQ(x, 0.0);
   for (double x : to_host(p.lse)) EXPECT_EQ(x, -std::numeric_limits<double>::infinity());
@@ -229,7 +227,7 @@ TEST(BlockSparse, PatternsMatchTheirDefinitionAndTheOracle) {
       o.causal = causal;
       const Oracle ref = oracle(p, m, o);
       poison(p.o);
-      forward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, m, o);
+      attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(o, m)));
       Kokkos::fence();
       expect_matches(p, ref, pattern);
     }
@@ -248,7 +246,7 @@ void check_backward(const Shape& s, std::int64_t B, int mask_heads, double densi
   View4<T> dk("dk", s.B, s.Nk, s.Hkv, s.D), dv("dv", s.B, s.Nk, s.Hkv, s.D);
   fill_normal(dout, seed + 3);
   const BlockMask m = random_mask(B, mask_heads, s.Nq, s.Nk, density, seed + 9);
-  forward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, m, opt);
+  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(opt, m)));
   Kokkos::fence();
   Host4 rq("rq", s.B, s.Nq, s.Hq, s.D), rk("rk", s.B, s.Nk, s.Hkv, s.D), rv("rv", s.B, s.Nk, s.Hkv, s.D);
   reference_backward_masked(host_double4(p.q), host_double4(p.k), host_double4(p.v), host_double4(dout), rq, rk, rv,
@@ -263,7 +261,7 @@ void check_backward(const Shape& s, std::int64_t B, int mask_heads, double densi
     poison(dq);
     poison(dk);
     poison(dv);
-    backward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, dout, dq, dk, dv, m, opt, b);
+    attention_backward(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq, dk, dv, with_mask(opt, m), b);
     Kokkos::fence();
     const double tol = std::is_same<T, double>::value ? 1e-11 : 1e-4;
     for (const auto& pair : {std::make_pair(&dq, &rq), std::make_pair(&dk, &rk), std::make_pair(&dv, &rv)}) {
@@ -329,7 +327,7 @@ TEST(BlockSparse, RefusesBadMasksNamingTheArgument) {
   const Shape s{1, 20, 30, 4, 2, 8};
   Problem<double> p(s, fresh_seed());
   const auto run = [&](const BlockMask& m) {
-    return [&p, m] { forward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, m, Options{}); };
+    return [&p, m] { attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(Options{}, m))); };
   };
   expect_error(run(BlockMask{}), "block_mask: the mask is empty");
   expect_error(run(random_mask(8, 2, 20, 30, 0.5, 1)), "block_mask: expected 1 head (shared) or 4");

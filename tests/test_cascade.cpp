@@ -6,9 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "kattn/cascade.hpp"
 #include "kattn/attention.hpp"
-#include "kattn/decode.hpp"
 #include "kattn/merge.hpp"
 #include "ragged_support.hpp"
 
@@ -38,7 +36,7 @@ void attend_keys(const RaggedProblem<T>& p, std::int64_t k0, std::int64_t k1, co
   Kokkos::deep_copy(k, hk);
   Kokkos::deep_copy(v, hv);
   const auto layout = make_ragged_layout(host_index(p.q_indptr()), host_index(indptr_of(part_lens)));
-  splitkv(Kokkos::DefaultExecutionSpace(), p.q, k, v, o, lse, layout);
+  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::ragged(k, v, layout), o, lse);
 }
 
 TEST(Merge, TwoHalvesOfTheKeysGiveTheWhole) {

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "kattn/errors.hpp"
-#include "kattn/forward.hpp"
+#include "kattn/attention.hpp"
 #include "kattn/reference.hpp"
 #include "support.hpp"
 
@@ -30,7 +30,7 @@ struct Views {
 };
 
 void run(const Views& x, const Options& opt = {}) {
-  forward(Kokkos::DefaultExecutionSpace(), x.q, x.k, x.v, x.o, x.lse, opt);
+  attention(Kokkos::DefaultExecutionSpace(), x.q, kv::dense(x.k, x.v), x.o, x.lse, one_split(opt));
 }
 
 TEST(Errors, ShapeMismatchesNameTheArgument) {
@@ -92,7 +92,7 @@ TEST(Errors, NonContiguousHeadDimIsRefused) {
   Views x;
   Kokkos::View<double*****, Kokkos::LayoutRight> big("big", 2, 8, 4, 16, 2);
   auto q = Kokkos::subview(big, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, 0);
-  expect_error([&] { forward(Kokkos::DefaultExecutionSpace(), q, x.k, x.v, x.o, x.lse); },
+  expect_error([&] { attention(Kokkos::DefaultExecutionSpace(), q, kv::dense(x.k, x.v), x.o, x.lse, one_split(Options{})); },
                {"q:", "contiguous", "stride 2"});
 }
 

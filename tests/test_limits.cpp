@@ -10,8 +10,7 @@
 #include <string>
 
 #include "backward_support.hpp"
-#include "kattn/decode.hpp"
-#include "kattn/forward.hpp"
+#include "kattn/attention.hpp"
 #include "kattn/paged.hpp"
 #include "kattn/reference.hpp"
 #include "support.hpp"
@@ -94,11 +93,11 @@ TEST(Limits, BatchStridePast2To31Elements) {
     opt.causal = true;
     opt.splits = splits;
     if (splits == 0) {
-      forward(Host(), q, k, v, o, lse, opt);
-      forward(Host(), cq, ck, cv, co, clse, opt);
+      attention(Host(), q, kv::dense(k, v), o, lse, one_split(opt));
+      attention(Host(), cq, kv::dense(ck, cv), co, clse, one_split(opt));
     } else {
-      splitkv(Host(), q, k, v, o, lse, opt);
-      splitkv(Host(), cq, ck, cv, co, clse, opt);
+      attention(Host(), q, kv::dense(k, v), o, lse, opt);
+      attention(Host(), cq, kv::dense(ck, cv), co, clse, opt);
     }
     Kokkos::fence();
     HostView4<float> o_copy("o_copy", s.B, s.Nq, s.Hq, s.D);
@@ -108,10 +107,10 @@ TEST(Limits, BatchStridePast2To31Elements) {
       for (int h = 0; h < s.Hq; ++h)
         for (int i = 0; i < s.Nq; ++i) ASSERT_EQ(lse(b, h, i), clse(b, h, i));
   }
-  forward(Host(), q, k, v, o, lse);
-  backward(Host(), q, k, v, o, lse, dout, dq, dk, dv);
-  forward(Host(), cq, ck, cv, co, clse);
-  backward(Host(), cq, ck, cv, co, clse, cdout, cdq, cdk, cdv);
+  attention(Host(), q, kv::dense(k, v), o, lse, one_split(Options{}));
+  attention_backward(Host(), q, kv::dense(k, v), o, lse, dout, dq, dk, dv);
+  attention(Host(), cq, kv::dense(ck, cv), co, clse, one_split(Options{}));
+  attention_backward(Host(), cq, kv::dense(ck, cv), co, clse, cdout, cdq, cdk, cdv);
   Kokkos::fence();
   HostView4<float> dq_copy("dq_copy", s.B, s.Nq, s.Hq, s.D), dv_copy("dv_copy", s.B, s.Nk, s.Hkv, s.D);
   copy_values(dq, dq_copy);
@@ -144,8 +143,8 @@ TEST(Limits, PageOffsetsPast2To31Elements) {
   fill_normal(q, fresh_seed());
   Options opt;
   opt.splits = 2;
-  splitkv(Host(), q, k, v, o, lse, layout, opt);
-  splitkv(Host(), q, kc, vc, oc, lsec, layout, opt);
+  attention(Host(), q, kv::paged(k, v, layout), o, lse, opt);
+  attention(Host(), q, kv::paged(kc, vc, layout), oc, lsec, opt);
   Kokkos::fence();
   EXPECT_EQ(to_host(o), to_host(oc));
   EXPECT_EQ(to_host(lse), to_host(lsec));
@@ -178,7 +177,7 @@ TEST(Limits, ReferenceScoresLargerThanMemoryAreRefused) {
                      "queries x 1048576 keys x 4 bytes), more than the"),
             std::string::npos)
       << msg;
-  EXPECT_NE(msg.find("use the tiled algorithm (kattn::forward"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("use the tiled algorithm (kattn::attention"), std::string::npos) << msg;
 }
 
 // Sizes past 2^64 (extents of 2^32 - 1 over zero strides) are refused too, not wrapped. (Kokkos
@@ -202,14 +201,14 @@ TEST(Limits, SplitWorkspaceOverTheLimitNamesItsSizeAndTheWayOut) {
   {
     MemoryLimit limit("1000000");
     const std::string msg =
-        error_of([&] { splitkv(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, opt); });
-    EXPECT_NE(msg.find("kattn::splitkv: the split-KV workspace needs 3.2 MiB (50 splits x 128 query rows x 4 heads x (32 "
+        error_of([&] { attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt); });
+    EXPECT_NE(msg.find("kattn::attention: the split-KV workspace needs 3.2 MiB (50 splits x 128 query rows x 4 heads x (32 "
                        "+ 1) values of 4 bytes), more than the 976.6 KiB allowed (KATTN_MEMORY_LIMIT) in"),
               std::string::npos)
         << msg;
     EXPECT_NE(msg.find("use fewer splits"), std::string::npos) << msg;
     opt.splits = 10;  // 0.7 MB fits
-    EXPECT_NO_THROW(splitkv(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, opt));
+    EXPECT_NO_THROW(attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt));
   }
   Kokkos::fence();
 }

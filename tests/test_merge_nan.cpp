@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "kattn/core/state.hpp"
-#include "kattn/decode.hpp"
+#include "kattn/attention.hpp"
 #include "kattn/merge.hpp"
 #include "nan_merge_problem.hpp"
 #include "support.hpp"
@@ -60,7 +60,7 @@ void check_split_merge(int Nq, int splits) {
   Options opt = test::underflowing_nan_options();
   opt.splits = splits;
   opt.block_k = 64;
-  splitkv(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, opt);
+  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
   test::expect_underflowing_nan_result(p.o, p.lse, 128, "splitkv Nq=" + std::to_string(Nq) + " splits=" +
                                                             std::to_string(splits));
 }

@@ -19,8 +19,7 @@
 #include <vector>
 
 #include "backward_support.hpp"
-#include "kattn/decode.hpp"
-#include "kattn/forward.hpp"
+#include "kattn/attention.hpp"
 #include "kattn/merge.hpp"
 #include "support.hpp"
 
@@ -65,10 +64,10 @@ const char* name(Algo a) { return a == Algo::forward ? "forward" : a == Algo::sp
 
 void run(Algo a, const Problem<double>& p, Options opt) {
   if (a == Algo::forward) {
-    forward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, opt);
+    attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(opt));
   } else {
     opt.splits = a == Algo::splitkv2 ? 2 : 7;
-    splitkv(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, opt);
+    attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
   }
   Kokkos::fence();
 }
@@ -180,9 +179,9 @@ TEST(NonFinite, FiniteInputsWithHugeScoresAndGapsNeverGiveNaN) {
       Options o = opt;
       o.splits = a == Algo::forward ? 0 : (a == Algo::splitkv2 ? 2 : 7);
       if (a == Algo::forward)
-        forward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, o);
+        attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(o));
       else
-        splitkv(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, o);
+        attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, o);
       Kokkos::fence();
       const std::vector<double> out = to_host(p.o), lse = to_host(p.lse), v = to_host(p.v);
       double vmax = 0;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "kattn/errors.hpp"
-#include "kattn/forward.hpp"
+#include "kattn/attention.hpp"
 #include "support.hpp"
 
 namespace kattn {
@@ -20,14 +20,14 @@ TEST(Progress, PiecesGiveTheRowsOfOneLaunch) {
     Problem<double> pieces = one;
     pieces.o = View4<double>("o2", s.B, s.Nq, s.Hq, s.D);
     pieces.lse = View3<double>("lse2", s.B, s.Hq, s.Nq);
-    forward(Kokkos::DefaultExecutionSpace(), one.q, one.k, one.v, one.o, one.lse, variant);
+    attention(Kokkos::DefaultExecutionSpace(), one.q, kv::dense(one.k, one.v), one.o, one.lse, one_split(variant));
     std::vector<double> seen;
     Options opt = variant;
     opt.progress = [&](double f) {
       seen.push_back(f);
       return true;
     };
-    forward(Kokkos::DefaultExecutionSpace(), pieces.q, pieces.k, pieces.v, pieces.o, pieces.lse, opt);
+    attention(Kokkos::DefaultExecutionSpace(), pieces.q, kv::dense(pieces.k, pieces.v), pieces.o, pieces.lse, one_split(opt));
     Kokkos::fence();
     SCOPED_TRACE(describe(s, variant));
     ASSERT_EQ(seen.size(), 3u);  // 700 positions in pieces of 256
@@ -52,10 +52,10 @@ TEST(Progress, FalseOrAThrowStopsTheCall) {
   opt.causal = true;
   int calls = 0;
   opt.progress = [&](double) { return ++calls < 2; };
-  EXPECT_THROW(forward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, opt), Error);
+  EXPECT_THROW(attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(opt)), Error);
   EXPECT_EQ(calls, 2);
   opt.progress = [](double) -> bool { throw std::runtime_error("user stop"); };
-  EXPECT_THROW(forward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, opt), std::runtime_error);
+  EXPECT_THROW(attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(opt)), std::runtime_error);
   Kokkos::fence();
 }
 

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "kattn/attention.hpp"
-#include "kattn/decode.hpp"
 #include "kattn/ragged.hpp"
 #include "ragged_support.hpp"
 

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "kattn/decode.hpp"
+#include "kattn/attention.hpp"
 #include "kattn/core/split_planner.hpp"
 
 namespace kattn {

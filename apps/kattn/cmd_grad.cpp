@@ -21,12 +21,10 @@
 #include "json.hpp"
 #include "paths.hpp"
 #include "run_check.hpp"
-#include "kattn/block_sparse.hpp"
+#include "kattn/attention.hpp"
 #include "kattn/reference_masked.hpp"
 #include "run_block_sparse.hpp"
-#include "kattn/backward.hpp"
 #include "kattn/errors.hpp"
-#include "kattn/forward.hpp"
 #include "kattn/reference_backward.hpp"
 
 namespace kattn {
@@ -103,6 +101,8 @@ Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_va
   Tensor4<T> o;
   Tensor3<T> lse;
   const Kokkos::DefaultExecutionSpace space;
+  Options masked = opt;
+  masked.block_mask = mask;
   Gradients out;
   if (given.given) {
     o = to_view<Tensor4<T>>(given.o, "o", in.B, in.Nq, in.Hq, in.D);
@@ -112,10 +112,7 @@ Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_va
     lse = Tensor3<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), in.B, in.Hq, in.Nq);
     space.fence();
     const auto t0 = std::chrono::steady_clock::now();
-    if (mask)
-      forward(space, q, k, v, o, lse, *mask, opt);
-    else
-      forward(space, q, k, v, o, lse, opt);
+    attention(space, q, kv::dense(k, v), o, lse, masked);
     space.fence();
     out.forward_seconds = since(t0);
   }
@@ -127,8 +124,7 @@ Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_va
   poison(dv);
   space.fence();
   const auto t0 = std::chrono::steady_clock::now();
-  out.info = mask ? backward(space, q, k, v, o, lse, dout, dq, dk, dv, *mask, opt, bopt)
-                 : backward(space, q, k, v, o, lse, dout, dq, dk, dv, opt, bopt);
+  out.info = attention_backward(space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, masked, bopt);
   space.fence();
   out.seconds = since(t0);
   out.dq = from_view(dq);

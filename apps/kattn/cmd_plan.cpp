@@ -12,7 +12,7 @@
 #include "inputs.hpp"
 #include "console.hpp"
 #include "json.hpp"
-#include "kattn/decode.hpp"
+#include "kattn/plan_splits.hpp"
 #include "kattn/errors.hpp"
 
 namespace kattn {

@@ -23,9 +23,8 @@
 #include "timing.hpp"
 #include "run_block_sparse.hpp"
 #include "run_cascade.hpp"
-#include "kattn/decode.hpp"
+#include "kattn/attention.hpp"
 #include "kattn/errors.hpp"
-#include "kattn/forward.hpp"
 #include "kattn/reference.hpp"
 
 namespace kattn {
@@ -138,10 +137,9 @@ Outputs run_algo(const std::string& algo, const DenseInputs& in, Options opt, co
   timed_with_progress(f, flops, opt, out, [&] {
     if (algo == "naive") {
       reference(space, q, k, v, o, lse, opt);
-    } else if (algo == "flash") {
-      forward(space, q, k, v, o, lse, opt);
     } else {
-      out.plan = splitkv(space, q, k, v, o, lse, opt);
+      if (algo == "flash") opt.splits = 1;
+      out.plan = attention(space, q, kv::dense(k, v), o, lse, opt);
     }
     space.fence();
   });
@@ -163,28 +161,28 @@ Outputs run_batch_algo(const std::string& algo, const BatchInputs& in, Options o
   if (algo == "flash") opt.splits = 1;
   Outputs out;
   const auto q_indptr = index_view(in.q_indptr, "q_indptr");
-  const auto run = [&](const auto& k, const auto& v, const auto& layout) {
+  const auto run = [&](const auto& keys) {
     space.fence();
     timed_with_progress(f, flops, opt, out, [&] {
       if (algo == "naive")
-        reference(space, q, k, v, o, lse, layout, opt);
+        reference(space, q, keys.k, keys.v, o, lse, keys.layout, opt);
       else
-        out.plan = splitkv(space, q, k, v, o, lse, layout, opt);
+        out.plan = attention(space, q, keys, o, lse, opt);
       space.fence();
     });
   };
   if (in.paged) {
     const auto k = to_view<Tensor4<T>>(in.k, "k", in.num_pages, in.page_size, in.Hkv, in.D);
     const auto v = to_view<Tensor4<T>>(in.v, "v", in.num_pages, in.page_size, in.Hkv, in.D);
-    run(k, v,
-        make_paged_layout(q_indptr, index_view(in.page_indptr, "kv_page_indptr"),
-                          index_view(in.page_indices, "kv_page_indices"),
-                          index_view(in.last_page_len, "kv_last_page_len"), in.page_size));
+    run(kv::paged(k, v,
+                  make_paged_layout(q_indptr, index_view(in.page_indptr, "kv_page_indptr"),
+                                    index_view(in.page_indices, "kv_page_indices"),
+                                    index_view(in.last_page_len, "kv_last_page_len"), in.page_size)));
   } else {
     const std::int64_t kv_rows = in.kv_indptr.empty() ? 0 : in.kv_indptr.back();
     const auto k = to_view<Tensor3<T>>(in.k, "k", kv_rows, in.Hkv, in.D);
     const auto v = to_view<Tensor3<T>>(in.v, "v", kv_rows, in.Hkv, in.D);
-    run(k, v, make_ragged_layout(q_indptr, index_view(in.kv_indptr, "kv_indptr")));
+    run(kv::ragged(k, v, make_ragged_layout(q_indptr, index_view(in.kv_indptr, "kv_indptr"))));
   }
   out.o = from_view(o);
   out.lse = from_view(lse);

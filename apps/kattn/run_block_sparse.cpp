@@ -15,7 +15,7 @@
 #include "batch_inputs.hpp"
 #include "commands.hpp"
 #include "json.hpp"
-#include "kattn/block_sparse.hpp"
+#include "kattn/attention.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/io/npy.hpp"
 #include "kattn/core/key_window.hpp"
@@ -105,10 +105,11 @@ Result run_sparse(const std::string& algo, const DenseInputs& in, const BlockMas
                      expand_block_mask(m, in.Nq, in.Nk), opt);
     Kokkos::deep_copy(o, ho);
     Kokkos::deep_copy(lse, hl);
-  } else if (algo == "flash") {
-    forward(space, q, k, v, o, lse, m, opt);
   } else {
-    r.plan = splitkv(space, q, k, v, o, lse, m, opt);
+    Options masked = opt;
+    masked.block_mask = &m;
+    if (algo == "flash") masked.splits = 1;
+    r.plan = attention(space, q, kv::dense(k, v), o, lse, masked);
   }
   space.fence();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -9,7 +9,7 @@
 #include "commands.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
-#include "kattn/cascade.hpp"
+#include "kattn/attention.hpp"
 #include "kattn/errors.hpp"
 #include "paths.hpp"
 
@@ -83,7 +83,7 @@ double run(const BatchInputs& in, const Prefix& prefix, const Options& opt, std:
   const auto layout = make_ragged_layout(index_view(in.q_indptr, "q_indptr"), index_view(in.kv_indptr, "kv_indptr"));
   space.fence();
   const auto t0 = std::chrono::steady_clock::now();
-  cascade(space, q, kp, vp, k, v, o, lse, layout, opt);
+  attention(space, q, kv::cascade(kp, vp, kv::ragged(k, v, layout)), o, lse, opt);
   space.fence();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   o_out = from_view(o);
@@ -97,7 +97,7 @@ int run_cascade(Args& args, const std::string& algo, const Options& opt, const C
                 const Console& console, const std::optional<std::string>& out_path,
                 const std::optional<std::string>& lse_path) {
   args.flag("--cascade");
-  KATTN_REQUIRE(algo == "flash", "--cascade: runs kattn::cascade (the tiled algorithm), not --algo ", algo);
+  KATTN_REQUIRE(algo == "flash", "--cascade: runs kattn::attention over kv::cascade (the tiled algorithm), not --algo ", algo);
   const auto seed_text = args.peek("--seed");
   const std::uint64_t seed =
       seed_text ? static_cast<std::uint64_t>(parse_integer(*seed_text, "--seed", 0, INT64_MAX)) : 0;

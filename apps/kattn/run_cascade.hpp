@@ -1,6 +1,6 @@
 // kattn run --cascade: requests that share a prefix (--k-prefix KP.npy --v-prefix VP.npy
 // [Np, Hkv, D], or --random-prefix NP with random requests) each with their own suffix keys as a
-// ragged batch; kattn::cascade attends the prefix once for all queries, then each suffix, and
+// ragged batch; kattn::attention over kv::cascade attends the prefix once for all queries, then each suffix, and
 // merges. --check compares with attention over prefix + suffix, row by row in float64.
 #pragma once
 

@@ -2,8 +2,8 @@
 // one), without Google Benchmark, for perf/gpu/check_kokkos_cuda.sh:
 //   copy   device-to-device copy bandwidth (Kokkos::deep_copy, bytes read + written): the ceiling
 //          the decode is measured against
-//   fwd    kattn::forward, float32 and float64, B=1 H=16 N=16384 D=128, non-causal
-//   decode kattn::splitkv, float32 and float64, batch 1, 32 query heads, 8 KV heads, 128K keys
+//   fwd    kattn::attention (one split), float32 and float64, B=1 H=16 N=16384 D=128, non-causal
+//   decode kattn::attention (planned split), float32 and float64, batch 1, 32 query heads, 8 KV heads, 128K keys
 // Each case: one warm-up call, then the median of timed calls (fence before and after each), as
 // many as fit the per-case time budget (at least 1, at most --reps); random inputs, outputs
 // poisoned with NaN first, and a spot check of some rows against a float64 host reference
@@ -24,9 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "kattn/decode.hpp"
+#include "kattn/attention.hpp"
 #include "kattn/errors.hpp"
-#include "kattn/forward.hpp"
 #include "kattn/tiles.hpp"
 
 namespace {
@@ -139,10 +138,11 @@ void bench_forward(const Config& cfg, std::int64_t N, int block_q = 0, int block
   fill_random(v, 3);
   poison(o);
   kattn::Options opt;
+  opt.splits = 1;  // the tiled forward, no merge
   opt.block_q = block_q;
   opt.block_k = block_k;
   const kattn::TilePlan plan = kattn::plan_tiles<Space, T>(space, D, N, opt);
-  const double s = time_calls(cfg, [&] { kattn::forward(space, q, k, v, o, lse, opt); });
+  const double s = time_calls(cfg, [&] { kattn::attention(space, q, kattn::kv::dense(k, v), o, lse, opt); });
   const double flops = 4.0 * B * H * double(N) * double(N) * D;
   const double err = spot_check(q, k, v, o, {0, N / 3, N - 1});
   std::printf(
@@ -167,7 +167,7 @@ void bench_decode(const Config& cfg) {
   poison(o);
   kattn::Options opt;
   kattn::SplitPlan plan;
-  const double s = time_calls(cfg, [&] { plan = kattn::splitkv(space, q, k, v, o, lse, opt); }, 20);
+  const double s = time_calls(cfg, [&] { plan = kattn::attention(space, q, kattn::kv::dense(k, v), o, lse, opt); }, 20);
   const double bytes = 2.0 * double(ctx) * Hkv * D * sizeof(T) + 2.0 * Hq * D * sizeof(T);
   const double err = spot_check(q, k, v, o, {0});
   std::printf(

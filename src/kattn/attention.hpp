@@ -21,13 +21,15 @@
 #include <Kokkos_Core.hpp>
 
 #include "kattn/backward.hpp"
+#include "kattn/block_mask.hpp"
 #include "kattn/block_patterns.hpp"
-#include "kattn/block_sparse.hpp"
 #include "kattn/cascade.hpp"
-#include "kattn/decode.hpp"
+#include "kattn/detail/attention_impl.hpp"
 #include "kattn/options.hpp"
 #include "kattn/paged.hpp"
+#include "kattn/plan_splits.hpp"
 #include "kattn/ragged.hpp"
+#include "kattn/shapes.hpp"
 
 namespace kattn {
 namespace kv {
@@ -86,48 +88,76 @@ inline void require_dense_for_block_mask(const Options& opt, const char* kind) {
   KATTN_REQUIRE(opt.block_mask == nullptr, "block_mask: supported with dense keys and values, not with ", kind);
 }
 
+template <class ExecSpace, class MemorySpace>
+constexpr bool layout_accessible_from() {
+  return Kokkos::SpaceAccessibility<ExecSpace, MemorySpace>::accessible;
+}
+
 }  // namespace detail
 
 // o (and lse) = attention of q over dense keys and values; returns the split it used.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
 SplitPlan attention(const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv, const OView& o,
                     const LseView& lse, const Options& opt = {}) {
-  if (opt.block_mask) return splitkv(space, q, kv.k, kv.v, o, lse, *opt.block_mask, opt);
-  return splitkv(space, q, kv.k, kv.v, o, lse, opt);
+  static_assert(detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>(),
+                "kattn::attention: the views must be accessible from the execution space");
+  validate(opt);
+  return detail::attention_impl(space, dense_params(q, kv.k, kv.v, o, lse), opt, BatchLengths{});
 }
 
 template <class ExecSpace, class QView, class KView, class VView, class MemorySpace, class OView, class LseView>
 SplitPlan attention(const ExecSpace& space, const QView& q, const kv::Ragged<KView, VView, MemorySpace>& kv,
                     const OView& o, const LseView& lse, const Options& opt = {}) {
+  static_assert(detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>() &&
+                    detail::layout_accessible_from<ExecSpace, MemorySpace>(),
+                "kattn::attention: the views and the layout must be accessible from the execution space");
+  validate(opt);
   detail::require_dense_for_block_mask(opt, "a ragged batch");
-  return splitkv(space, q, kv.k, kv.v, o, lse, kv.layout, opt);
+  return detail::attention_impl(space, ragged_params(q, kv.k, kv.v, o, lse, kv.layout), opt, kv.layout.lengths);
 }
 
 template <class ExecSpace, class QView, class KView, class VView, class MemorySpace, class OView, class LseView>
 SplitPlan attention(const ExecSpace& space, const QView& q, const kv::Paged<KView, VView, MemorySpace>& kv,
                     const OView& o, const LseView& lse, const Options& opt = {}) {
+  static_assert(detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>() &&
+                    detail::layout_accessible_from<ExecSpace, MemorySpace>(),
+                "kattn::attention: the views and the layout must be accessible from the execution space");
+  validate(opt);
   detail::require_dense_for_block_mask(opt, "a paged cache");
-  return splitkv(space, q, kv.k, kv.v, o, lse, kv.layout, opt);
+  return detail::attention_impl(space, paged_params(q, kv.k, kv.v, o, lse, kv.layout), opt, kv.layout.lengths);
 }
 
 // Cascade: the prefix pass and the suffix pass each plan their own split.
 template <class ExecSpace, class QView, class KPView, class VPView, class Suffix, class OView, class LseView>
 void attention(const ExecSpace& space, const QView& q, const kv::Cascade<KPView, VPView, Suffix>& kv, const OView& o,
                const LseView& lse, const Options& opt = {}) {
+  using SK = decltype(kv.suffix.k);
+  using SV = decltype(kv.suffix.v);
+  using Layout = decltype(kv.suffix.layout);
+  static_assert(detail::accessible_from<ExecSpace, QView, KPView, VPView, SK, SV, OView, LseView>() &&
+                    detail::layout_accessible_from<ExecSpace, typename Layout::memory_space>(),
+                "kattn::attention: the views and the layout must be accessible from the execution space");
   detail::require_dense_for_block_mask(opt, "a cascade");
-  cascade(space, q, kv.k_prefix, kv.v_prefix, kv.suffix.k, kv.suffix.v, o, lse, kv.suffix.layout, opt);
+  detail::cascade_impl(space, q, kv.k_prefix, kv.v_prefix, o, lse, opt, kv.suffix.layout.lengths,
+                       detail::CascadeSuffix<ExecSpace, QView, SK, SV, OView, Layout>{
+                           space, q, kv.suffix.k, kv.suffix.v, o, kv.suffix.layout, opt});
 }
 
 // dq, dk, dv = the gradients of sum(o * dout) for the o and lse the forward wrote with the same kv
-// and options (tile sizes may differ); shapes as q, k, v. Returns when the gradients are written.
+// and options (tile sizes may differ; block_mask the forward's); shapes as q, k, v (dk and dv sum
+// over the query heads of each KV head's group; keys no query sees get 0). Returns when the
+// gradients are written.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
           class DqView, class DkView, class DvView>
 BackwardInfo attention_backward(const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
                                 const OView& o, const LseView& lse, const DoView& dout, const DqView& dq,
                                 const DkView& dk, const DvView& dv, const Options& opt = {},
                                 const BackwardOptions& bopt = {}) {
-  if (opt.block_mask) return backward(space, q, kv.k, kv.v, o, lse, dout, dq, dk, dv, *opt.block_mask, opt, bopt);
-  return backward(space, q, kv.k, kv.v, o, lse, dout, dq, dk, dv, opt, bopt);
+  static_assert(
+      detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView, DkView, DvView>(),
+      "kattn::attention_backward: the views must be accessible from the execution space");
+  validate(opt);
+  return detail::backward_impl(space, backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv), opt, bopt);
 }
 
 template <class ExecSpace, class QView, class KView, class VView, class MemorySpace, class OView, class LseView,
@@ -136,8 +166,14 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q,
                                 const kv::Ragged<KView, VView, MemorySpace>& kv, const OView& o, const LseView& lse,
                                 const DoView& dout, const DqView& dq, const DkView& dk, const DvView& dv,
                                 const Options& opt = {}, const BackwardOptions& bopt = {}) {
+  static_assert(
+      detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView, DkView, DvView>() &&
+          detail::layout_accessible_from<ExecSpace, MemorySpace>(),
+      "kattn::attention_backward: the views and the layout must be accessible from the execution space");
+  validate(opt);
   detail::require_dense_for_block_mask(opt, "a ragged batch");
-  return backward_ragged(space, q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout, opt, bopt);
+  return detail::backward_impl(space, ragged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout), opt,
+                               bopt);
 }
 
 }  // namespace kattn

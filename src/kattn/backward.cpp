@@ -3,12 +3,14 @@
 #include <cstdint>
 #include <string>
 
+#include "kattn/block_mask.hpp"
 #include "kattn/compat.hpp"
 #include "kattn/detail/backends.hpp"
 #include "kattn/detail/backward_key_pass.hpp"
 #include "kattn/detail/backward_plan.hpp"
 #include "kattn/detail/backward_query_pass.hpp"
 #include "kattn/detail/backward_rows.hpp"
+#include "kattn/detail/block_sparse_launch.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/core/key_window.hpp"
 #include "kattn/core/score_scaling.hpp"
@@ -17,11 +19,13 @@
 namespace kattn {
 namespace detail {
 
+namespace {
+
 // prepare (D, lse2) -> key pass (dK, dV [, dQ partials or atomics]) -> query pass (dQ) or the
 // sum of the dQ partials, each labelled "kattn::backward::<step>".
 template <class ExecSpace, class T>
-BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
-                           const BackwardOptions& bopt, const BlockSparse& bs) {
+BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
+                              const BackwardOptions& bopt, const BlockSparse& bs) {
   compat::ScopedRegion region("kattn::backward");
   const AttentionParams<T>& f = p.fwd;
   const BackwardPlan plan = plan_backward<ExecSpace, T>(space, f.batch, f.heads_kv, f.group_size(), f.head_dim,
@@ -116,9 +120,27 @@ BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, c
   return info;
 }
 
+}  // namespace
+
+template <class ExecSpace, class T>
+BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
+                           const BackwardOptions& bopt) {
+  if (!opt.block_mask) return backward_kernels(space, p, opt, bopt, BlockSparse{});
+  // Under a block mask: tiles aligned to its blocks, as the forward's.
+  const BlockMask& mask = *opt.block_mask;
+  const AttentionParams<T>& f = p.fwd;
+  check_block_mask(mask, f.heads_q, f.q_len, f.kv_len);
+  const BackwardPlan dense = plan_backward<ExecSpace, T>(space, f.batch, f.heads_kv, f.group_size(), f.head_dim,
+                                                         f.q_len, f.kv_len, f.q_total, opt, bopt);
+  const Options topt = aligned_options(opt, mask.block(), f.group_size(), f.q_len, f.kv_len, dense.geo.block_q,
+                                       dense.geo.block_k);
+  const DeviceMask<ExecSpace> dm(mask);
+  return backward_kernels(space, p, topt, bopt, dm.bs);  // fenced: the mask copy outlives the kernels
+}
+
 #define KATTN_INSTANTIATE_BACKWARD(Space, T)                                                            \
   template BackwardInfo backward_impl<Space, T>(const Space&, const BackwardParams<T>&, const Options&, \
-                                                const BackwardOptions&, const BlockSparse&);
+                                                const BackwardOptions&);
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_BACKWARD)
 
 }  // namespace detail

@@ -121,4 +121,17 @@ class BlockMask {
   std::vector<std::int64_t> indptr_, indices_;
 };
 
+// Refuses a mask that does not fit a problem of `heads_q` query heads, Nq queries, Nk keys.
+inline void check_block_mask(const BlockMask& mask, int heads_q, std::int64_t q_len, std::int64_t kv_len) {
+  KATTN_REQUIRE(!mask.empty(), "block_mask: the mask is empty (default-constructed); build it with BlockMask::from_bsr, ",
+                "from_dense or make_block_mask");
+  const std::int64_t B = mask.block();
+  KATTN_REQUIRE(mask.heads() == 1 || mask.heads() == heads_q, "block_mask: expected 1 head (shared) or ", heads_q,
+                " (one per query head), got ", mask.heads());
+  KATTN_REQUIRE(mask.q_blocks() == (q_len + B - 1) / B, "block_mask: expected ", (q_len + B - 1) / B,
+                " query blocks (", q_len, " queries / block ", B, ", rounded up), got ", mask.q_blocks());
+  KATTN_REQUIRE(mask.k_blocks() == (kv_len + B - 1) / B, "block_mask: expected ", (kv_len + B - 1) / B,
+                " key blocks (", kv_len, " keys / block ", B, ", rounded up), got ", mask.k_blocks());
+}
+
 }  // namespace kattn

@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kattn/decode.hpp"
+#include "kattn/detail/attention_impl.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/merge.hpp"
 #include "kattn/options.hpp"
@@ -34,7 +34,7 @@ namespace detail {
 inline void check_cascade(const Options& opt, const BatchLengths& lengths) {
   KATTN_REQUIRE(opt.window_left == -1 && opt.window_right == -1,
                 "window: cascade attention takes no sliding window (got ", opt.window_left, ",", opt.window_right,
-                "); run splitkv over whole sequences instead");
+                "); run kattn::attention over whole sequences (kv::ragged or kv::paged) instead");
   KATTN_REQUIRE(opt.diagonal_shift == 0, "diagonal_shift: cascade attention takes none, got ", opt.diagonal_shift);
   if (opt.causal)
     for (std::size_t b = 0; b < lengths.q_len.size(); ++b)
@@ -104,14 +104,15 @@ void cascade_impl(const ExecSpace& space, const QView& q, const KPView& k_prefix
   if (!wanted(lse))
     lse_suffix = Kokkos::View<T**, Kokkos::LayoutRight, Mem>(
         Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::cascade::lse_suffix"), N, Hq);
-  // Every check before any kernel: the suffix's params above (its splitkv runs after the prefix
+  // Every check before any kernel: the suffix's params above (its pass runs after the prefix
   // pass), the prefix's here.
   const AttentionParams<T> pre = prefix_params(q, k_prefix, v_prefix, o_prefix.data(), lse_prefix.data());
   Options prefix_opt = opt;
   prefix_opt.causal = false;  // every query sees the whole prefix
   prefix_opt.splits = 0;
   prefix_opt.split_chunk = 0;
-  splitkv_impl(space, pre, prefix_opt, BatchLengths{});
+  prefix_opt.progress = nullptr;  // reported once, by the suffix pass
+  attention_impl(space, pre, prefix_opt, BatchLengths{});
   if (wanted(lse)) {
     run_suffix(o, lse);
     merge(space, o, lse, o_prefix, lse_prefix, o, lse);
@@ -151,38 +152,10 @@ struct CascadeSuffix {
   }
   template <class O, class L>
   void operator()(const O& out, const L& out_lse) const {
-    splitkv(space, q, k, v, out, out_lse, layout, opt);
+    attention_impl(space, layout_params(q, k, v, out, out_lse, layout), opt, layout.lengths);
   }
 };
 
 }  // namespace detail
-
-// Cascade attention with ragged suffixes: k, v [total_kv, Hkv, D] as the layout says.
-template <class ExecSpace, class QView, class KPView, class VPView, class KView, class VView, class OView,
-          class LseView, class MemorySpace>
-void cascade(const ExecSpace& space, const QView& q, const KPView& k_prefix, const VPView& v_prefix, const KView& k,
-             const VView& v, const OView& o, const LseView& lse, const RaggedLayout<MemorySpace>& layout,
-             const Options& opt = {}) {
-  static_assert(detail::accessible_from<ExecSpace, QView, KPView, VPView, KView, VView, OView, LseView>() &&
-                    Kokkos::SpaceAccessibility<ExecSpace, MemorySpace>::accessible,
-                "kattn::cascade: the views and the layout must be accessible from the execution space");
-  detail::cascade_impl(space, q, k_prefix, v_prefix, o, lse, opt, layout.lengths,
-                       detail::CascadeSuffix<ExecSpace, QView, KView, VView, OView, std::decay_t<decltype(layout)>>{
-                           space, q, k, v, o, layout, opt});
-}
-
-// Cascade attention with paged suffixes: k, v [num_pages, page_size, Hkv, D] as the layout says.
-template <class ExecSpace, class QView, class KPView, class VPView, class KView, class VView, class OView,
-          class LseView, class MemorySpace>
-void cascade(const ExecSpace& space, const QView& q, const KPView& k_prefix, const VPView& v_prefix, const KView& k,
-             const VView& v, const OView& o, const LseView& lse, const PagedLayout<MemorySpace>& layout,
-             const Options& opt = {}) {
-  static_assert(detail::accessible_from<ExecSpace, QView, KPView, VPView, KView, VView, OView, LseView>() &&
-                    Kokkos::SpaceAccessibility<ExecSpace, MemorySpace>::accessible,
-                "kattn::cascade: the views and the layout must be accessible from the execution space");
-  detail::cascade_impl(space, q, k_prefix, v_prefix, o, lse, opt, layout.lengths,
-                       detail::CascadeSuffix<ExecSpace, QView, KView, VView, OView, std::decay_t<decltype(layout)>>{
-                           space, q, k, v, o, layout, opt});
-}
 
 }  // namespace kattn

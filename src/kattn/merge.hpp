@@ -17,7 +17,7 @@
 #include "kattn/compat.hpp"
 #include "kattn/detail/merge_states.hpp"
 #include "kattn/errors.hpp"
-#include "kattn/forward.hpp"
+#include "kattn/detail/attention_impl.hpp"
 #include "kattn/shapes.hpp"
 
 namespace kattn {

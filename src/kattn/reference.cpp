@@ -94,7 +94,7 @@ void reference_impl(const ExecSpace& space, const AttentionParams<T>& p, const O
       "kattn::reference: the score matrix S (P in place)",
       concat(p.batch, " sequences x ", p.heads_q, " heads x ", p.q_len, " queries x ", p.kv_len, " keys x ", sizeof(T),
              " bytes"),
-      "use the tiled algorithm (kattn::forward, kattn run --algo flash) or fewer sequences");
+      "use the tiled algorithm (kattn::attention, kattn run --algo flash) or fewer sequences");
   using Rank3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>, Kokkos::IndexType<std::int64_t>>;
   using Rank4 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<4>, Kokkos::IndexType<std::int64_t>>;
   ScoreMatrix<ExecSpace, T> s(space, "kattn::reference::S", p.batch, p.heads_q, p.q_len, p.kv_len);

@@ -19,7 +19,7 @@ void reference_impl(const ExecSpace& space, const AttentionParams<T>& p, const O
 
 }  // namespace detail
 
-// Same arguments and results as kattn::forward. Masked keys take no part in a row (their P is 0
+// Same arguments and results as kattn::attention over kv::dense. Masked keys take no part in a row (their P is 0
 // and their V row is not read); a row that sees no key gets o = 0, lse = -inf.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
 void reference(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
@@ -29,7 +29,7 @@ void reference(const ExecSpace& space, const QView& q, const KView& k, const VVi
 }
 
 // The same on a ragged batch (ragged.hpp) or a paged KV cache (paged.hpp): arguments as for
-// kattn::splitkv with that layout.
+// kattn::attention with that kv kind.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class MemorySpace>
 void reference(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
                const LseView& lse, const RaggedLayout<MemorySpace>& layout, const Options& opt = {}) {

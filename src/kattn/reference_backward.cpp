@@ -166,7 +166,7 @@ void reference_backward_impl(const ExecSpace& space, const BackwardParams<T>& p,
       "kattn::reference_backward: P and dS",
       concat("2 x ", f.batch, " sequences x ", f.heads_q, " heads x ", f.q_len, " queries x ", f.kv_len, " keys x ",
              sizeof(T), " bytes"),
-      "use the tiled backward (kattn::backward, kattn grad --algo flash) or fewer sequences");
+      "use the tiled backward (kattn::attention_backward, kattn grad --algo flash) or fewer sequences");
   using Rank3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>, Kokkos::IndexType<std::int64_t>>;
   using Rank4 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<4>, Kokkos::IndexType<std::int64_t>>;
   Problem<T> pr{p, KeyWindow::from(opt),

@@ -22,7 +22,7 @@ void reference_backward_impl(const ExecSpace& space, const BackwardParams<T>& p,
 
 }  // namespace detail
 
-// Same shapes as kattn::backward, without o and lse. Returns when the gradients are written.
+// Same shapes as kattn::attention_backward over kv::dense, without o and lse. Returns when the gradients are written.
 template <class ExecSpace, class QView, class KView, class VView, class DoView, class DqView, class DkView,
           class DvView>
 void reference_backward(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const DoView& dout,

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <kattn/errors.hpp>
-#include <kattn/forward.hpp>
+#include <kattn/attention.hpp>
 #include <kattn/reference.hpp>
 #include <kattn/version.hpp>
 #include <limits>
@@ -51,7 +51,7 @@ int run() {
   kattn::Options opt;
   opt.causal = true;
   const Kokkos::DefaultExecutionSpace space;
-  kattn::forward(space, q, k, v, o, lse, opt);
+  kattn::attention(space, q, kattn::kv::dense(k, v), o, lse, opt);
   kattn::reference(space, q, k, v, o_ref, lse_ref, opt);
   space.fence();
   const double err_o = max_abs_diff(o, o_ref), err_lse = max_abs_diff(lse, lse_ref);
@@ -66,7 +66,7 @@ int run() {
 
   View4 k_bad("k_bad", B, Nk, Hkv, D + 1);
   try {
-    kattn::forward(space, q, k_bad, v, o, lse, opt);
+    kattn::attention(space, q, kattn::kv::dense(k_bad, v), o, lse, opt);
     std::fprintf(stderr, "consumer: FAIL: a head-dim mismatch was not refused\n");
     return 1;
   } catch (const kattn::Error& e) {

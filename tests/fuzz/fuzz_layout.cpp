@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "kattn/decode.hpp"
+#include "kattn/attention.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/paged.hpp"
 #include "kattn/ragged.hpp"
@@ -65,15 +65,16 @@ Kokkos::View<float***, Mem> rows(const char* label, std::int64_t n, int heads) {
 }
 
 // Split-KV against the reference on the same (accepted) problem: both finite, and close.
-template <class Layout, class K>
-void run_and_compare(const Layout& layout, const K& k, const K& v, const kattn::Options& opt) {
+template <class Keys>
+void run_and_compare(const Keys& keys, const kattn::Options& opt) {
+  const auto& layout = keys.layout;
   const auto q = rows("fuzz::q", layout.total_q, kHq);
   Kokkos::View<float***, Mem> o("fuzz::o", layout.total_q, kHq, kD), o_ref("fuzz::o_ref", layout.total_q, kHq, kD);
   Kokkos::View<float**, Mem> lse("fuzz::lse", layout.total_q, kHq), lse_ref("fuzz::lse_ref", layout.total_q, kHq);
-  kattn::splitkv(Space(), q, k, v, o, lse, layout, opt);
+  kattn::attention(Space(), q, keys, o, lse, opt);
   kattn::Options ref_opt = opt;
   ref_opt.splits = 0;
-  kattn::reference(Space(), q, k, v, o_ref, lse_ref, layout, ref_opt);
+  kattn::reference(Space(), q, keys.k, keys.v, o_ref, lse_ref, layout, ref_opt);
   Space().fence();
   for (std::size_t i = 0; i < o.span(); ++i) {
     const float a = o.data()[i], b = o_ref.data()[i];
@@ -92,7 +93,7 @@ void ragged(Reader& in, const kattn::Options& opt) {
   const auto layout = kattn::make_ragged_layout<Mem>(index_view<I>(qi), index_view<I>(ki));
   if (layout.total_q > 64 || layout.total_kv > 4096) return;  // accepted; too large to run here
   const auto k = rows("fuzz::k", layout.total_kv, kHkv);
-  run_and_compare(layout, k, k, opt);
+  run_and_compare(kattn::kv::ragged(k, k, layout), opt);
 }
 
 template <class I>
@@ -106,7 +107,7 @@ void paged(Reader& in, const kattn::Options& opt) {
   if (layout.total_q > 64 || layout.page_size > 64) return;  // accepted; too large to run here
   Kokkos::View<float****, Mem> k("fuzz::k", pages, layout.page_size, kHkv, kD);
   for (std::size_t i = 0; i < k.span(); ++i) k.data()[i] = static_cast<float>((i * 104729) % 11) / 11.0f - 0.5f;
-  run_and_compare(layout, k, k, opt);
+  run_and_compare(kattn::kv::paged(k, k, layout), opt);
 }
 
 }  // namespace

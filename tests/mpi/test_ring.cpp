@@ -10,7 +10,7 @@
 #include "dist_support.hpp"
 #include "kattn/dist/ring.hpp"
 #include "kattn/dist/scaling_model.hpp"
-#include "kattn/forward.hpp"
+#include "kattn/attention.hpp"
 
 namespace kattn {
 namespace test {
@@ -134,7 +134,7 @@ TEST(RingForward, LongShardsCutIntoPiecesMatchOneRankForward) {
     opt.window_left = causal ? 3000 : -1;
     Problem<double> one(s, 0);
     one.q = g.q, one.k = g.k, one.v = g.v;
-    forward(Kokkos::DefaultExecutionSpace(), one.q, one.k, one.v, one.o, one.lse, opt);
+    attention(Kokkos::DefaultExecutionSpace(), one.q, kv::dense(one.k, one.v), one.o, one.lse, one_split(opt));
     Kokkos::fence();
     for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {
       DistOptions d;

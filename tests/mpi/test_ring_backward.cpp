@@ -1,4 +1,4 @@
-// Ring attention's backward against the one-rank backward (kattn::backward on the whole sequence,
+// Ring attention's backward against the one-rank backward (kattn::attention_backward on the whole sequence,
 // itself tested against the textbook backward): dq on the query shards, dk and dv on the key
 // shards, at 1e-12 in double, for both shardings, the variants, GQA and lengths that do not divide
 // by the rank count; the deterministic mode bitwise the same for every rank count; bytes sent.
@@ -11,7 +11,7 @@
 #include "kattn/backward.hpp"
 #include "kattn/dist/ring.hpp"
 #include "kattn/dist/ring_backward.hpp"
-#include "kattn/forward.hpp"
+#include "kattn/attention.hpp"
 
 namespace kattn {
 namespace test {
@@ -32,12 +32,12 @@ struct Grads {
     dk = View4<T>("dk", s.B, s.Nk, s.Hkv, s.D);
     dv = View4<T>("dv", s.B, s.Nk, s.Hkv, s.D);
     fill_normal(dout, seed + 7);
-    forward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, opt);
+    attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(opt));
     Kokkos::fence();
   }
   // The one-rank backward of the whole sequence.
   void backward_one_rank(const Options& opt, const BackwardOptions& b = {}) {
-    backward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, dout, dq, dk, dv, opt, b);
+    attention_backward(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq, dk, dv, opt, b);
     Kokkos::fence();
   }
 };

@@ -1,8 +1,8 @@
 // A Kokkos Tools connector that checks kattn's profiling labels while a program runs:
 //   - every kernel is named: "Kokkos::..." (Kokkos' own: view fills, copies) or
 //     "kattn::<area>::<step>", never the type name Kokkos makes up for an unnamed kernel;
-//   - a kattn kernel runs inside the region of its area ("kattn::forward::tile" inside
-//     "kattn::forward"), so space-time-stack and the other tools group it there;
+//   - a kattn kernel runs inside the region of its area ("kattn::attention::tile" inside
+//     "kattn::attention"), so space-time-stack and the other tools group it there;
 //   - memory allocated inside kattn's regions is labelled "kattn::..." (or is Kokkos' own).
 // At exit it prints one line to stderr, "kattn-label-check: ... ok" or "... FAIL", preceded by
 // one "kattn-label-check: violation: ..." line per problem. Load it with KOKKOS_TOOLS_LIBS

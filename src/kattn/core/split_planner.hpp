@@ -1,7 +1,7 @@
 // The split planner of split-KV attention (Flash-Decoding), the one rule for every backend: how
 // many chunks to cut each sequence's keys into, so that a batch too small to fill the machine with
 // (sequence, KV head) work units still does. Host-only arithmetic on the batch's lengths, no
-// Kokkos: decode.hpp applies it to the Kokkos kernels, the MPI layer to its local attention and
+// Kokkos: plan_splits.hpp applies it to the Kokkos kernels, the MPI layer to its local attention and
 // kernels/cuda to the hand-written decode.
 #pragma once
 

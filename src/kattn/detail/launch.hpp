@@ -1,5 +1,5 @@
 // Launch of the tiled attention kernel (and, for splits > 1, the merge) for one validated
-// problem. Included by the .cpp files that instantiate it, not by users.
+// problem. Included by forward_kernels.cpp, which compiles it once, not by users.
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -121,7 +121,7 @@ RowTiledAttention<ExecSpace, T> make_row_tiled_kernel(const ExecSpace& space, co
 }
 
 // Attention over the keys of each sequence cut as `split` says (one split: the plain tiled
-// forward). `name` labels the kernels for Kokkos Tools ("kattn::forward").
+// forward). `name` labels the kernels for Kokkos Tools ("kattn::attention").
 template <class ExecSpace, class T>
 void run_attention(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt, const SplitSpec& split,
                    const std::string& name) {
@@ -192,15 +192,6 @@ void run_attention_with_progress(const ExecSpace& space, const AttentionParams<T
     for (std::int64_t i = begin; i < end; ++i) done += double(pairs(i));
     report(total > 0 ? done / total : double(end) / double(p.q_len));
   }
-}
-
-template <class ExecSpace, class T>
-void run_attention(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt, int splits,
-                   const std::string& name) {
-  if (opt.progress)
-    run_attention_with_progress(space, p, opt, SplitSpec{splits, 0}, name);
-  else
-    run_attention(space, p, opt, SplitSpec{splits, 0}, name);
 }
 
 }  // namespace detail

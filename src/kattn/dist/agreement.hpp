@@ -27,6 +27,7 @@ inline std::vector<Agreed> option_fields(const Options& opt, const DistOptions& 
           Agreed::real("options", "softcap", opt.softcap),
           Agreed::real("options", "scale", opt.scale),
           Agreed::integer("options", "block_k", opt.block_k),
+          Agreed::boolean("options", "block_mask", opt.block_mask != nullptr),
           Agreed::boolean("options", "deterministic", d.deterministic),
           Agreed::integer("options", "chunk", chunk_of(d)),
           Agreed::integer("options", "sharding (0 contiguous, 1 zigzag)", static_cast<int>(d.sharding)),
@@ -40,6 +41,11 @@ std::vector<Agreed> problem_fields(const AttentionParams<T>& p, const Options& o
                            Agreed::integer("q", "head dim", p.head_dim)};
   for (const Agreed& a : option_fields(opt, d)) f.push_back(a);
   return f;
+}
+
+// After collective_agree, so that every rank throws alike: a block mask is not sharded.
+inline void require_no_block_mask(const Options& opt) {
+  KATTN_REQUIRE(opt.block_mask == nullptr, "block_mask: the distributed calls take none");
 }
 
 // Local lengths of every rank, their sums, and the layout they must follow.

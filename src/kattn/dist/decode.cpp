@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "kattn/compat.hpp"
-#include "kattn/decode.hpp"
 #include "kattn/detail/backends.hpp"
-#include "kattn/detail/launch.hpp"
+#include "kattn/detail/attention_impl.hpp"
+#include "kattn/plan_splits.hpp"
 #include "kattn/dist/agreement.hpp"
 #include "kattn/dist/chunk_partials.hpp"
 #include "kattn/dist/fold_kernels.hpp"
@@ -59,6 +59,7 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
   std::vector<Agreed> fields = problem_fields(p, opt, d);
   fields.push_back(Agreed::integer("q", "query positions", p.q_len));
   collective_agree(comm, fields);
+  require_no_block_mask(opt);
   KATTN_REQUIRE(d.root < P, "root: expected a rank of the communicator (0 .. ", P - 1, ") or -1, got ", d.root);
 
   // This rank's keys in the global cache.
@@ -74,7 +75,7 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
       KATTN_REQUIRE(kv_lens[r] == 0 || start % C == 0, "k: deterministic decode needs every rank's KV shard to start ",
                     "at a multiple of the chunk (", C, " keys); rank ", r, " starts at key ", start);
   }
-  const Options local = shard_options(opt, 0, p.q_len, p.q_len, offset, p.kv_len, Nk);
+  Options local = shard_options(opt, 0, p.q_len, p.q_len, offset, p.kv_len, Nk);
   DistStats stats;
   stats.flops = 4.0 * p.head_dim * double(visible_pairs(local, p.q_len, p.kv_len)) * p.batch * p.heads_q;
   const std::int64_t rows = std::int64_t(p.batch) * p.q_len * p.heads_q;
@@ -92,7 +93,9 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
     pr.lse = rec.data();
     pr.lse_stride_batch = p.q_len * p.heads_q * w, pr.lse_stride_seq = p.heads_q * w, pr.lse_stride_head = w;
     const double tc0 = now();
-    kattn::detail::run_attention(space, pr, local, kattn::plan_splits(space, p, opt).splits, "kattn::dist::decode");
+    Options split = local;
+    split.splits = kattn::plan_splits(space, p, opt).splits;
+    kattn::detail::attention_impl(space, pr, split, BatchLengths{});
     space.fence();
     const double tc1 = now();
     // The operator runs on the host: device rows always go through a host copy.

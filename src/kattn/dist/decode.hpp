@@ -12,7 +12,7 @@
 
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/dist_options.hpp"
-#include "kattn/forward.hpp"
+#include "kattn/detail/attention_impl.hpp"
 #include "kattn/options.hpp"
 #include "kattn/params.hpp"
 #include "kattn/shapes.hpp"

@@ -125,7 +125,7 @@ class RingRunner {
     q.o_stride_batch = nq * H * D, q.o_stride_seq = std::int64_t(H) * D, q.o_stride_head = D;
     q.lse = ws_lse_.data();
     q.lse_stride_batch = nq * H, q.lse_stride_head = 1, q.lse_stride_seq = H;
-    kattn::detail::forward_impl(space_, q, o);
+    kattn::detail::attention_impl(space_, q, o, BatchLengths{});
     launch_rows(space_, "kattn::dist::ring::fold",
                 FoldPartials<ExecSpace, T>{acc_, PartialRows<T>{ws_o_.data(), ws_lse_.data(), nq, qi, 1}});
     poke(reqs);
@@ -327,6 +327,7 @@ DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const Attenti
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::ring");
   collective_agree(comm, problem_fields(p, opt, d));
+  require_no_block_mask(opt);
   const GlobalSplit split = sharded_split(comm, p.q_len, p.kv_len, d);
   RingRunner<ExecSpace, T> runner(comm, space, p, opt, d, split);
   return runner.run();

@@ -13,7 +13,7 @@
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/layout.hpp"
-#include "kattn/forward.hpp"
+#include "kattn/detail/attention_impl.hpp"
 #include "kattn/options.hpp"
 #include "kattn/params.hpp"
 #include "kattn/shapes.hpp"
@@ -34,7 +34,7 @@ DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const Attenti
 // sharded over `comm` as SequenceLayout(N, P, d.sharding, d.deterministic ? chunk : 1) says:
 //   q [B, nq_r, Hq, D], k and v [B, nk_r, Hkv, D] (this rank's positions, in global order),
 //   o [B, nq_r, Hq, D], lse [B, Hq, nq_r] (natural log; -inf for a row that sees no key).
-// Options as for kattn::forward (causal is bottom-right aligned on the global sequence; window,
+// Options as for kattn::attention (causal is bottom-right aligned on the global sequence; window,
 // softcap, scale, GQA, any lengths). Collective: every rank calls it with the same options;
 // bad input on any rank throws the same kattn::Error on every rank. Blocks until done (the
 // outputs are ready on return). Returns this rank's measurements.

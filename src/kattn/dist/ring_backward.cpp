@@ -499,6 +499,7 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
   fields.push_back(Agreed::integer("backward options", "dq_chunks", bopt.dq_chunks));
   fields.push_back(Agreed::integer("options", "block_q", opt.block_q));
   collective_agree(comm, fields);
+  require_no_block_mask(opt);
   const GlobalSplit split = sharded_split(comm, p.fwd.q_len, p.fwd.kv_len, d);
   BackwardRunner<ExecSpace, T> runner(comm, space, p, opt, d, bopt, split);
   return runner.run();

@@ -2,11 +2,11 @@
 // ranks as ring_forward shards it. dQ stays on the rank of its queries; dK and dV accumulators
 // travel with their K/V shards round the ring (the K/V shards ahead, the accumulators one step
 // behind, overlapping the local work) and come back to their owners. Every (query shard, key
-// shard) pair is kattn::backward with the global LSE and the mask placed by diagonal_shift.
+// shard) pair is kattn::attention_backward with the global LSE and the mask placed by diagonal_shift.
 //
 // Deterministic mode (DistOptions::deterministic): gradients bitwise the same for every rank
 // count and sharding. Every pair of fixed-size global chunks (query chunk, key chunk) is its own
-// kattn::backward call with a deterministic dQ strategy; dQ folds the key chunks in ascending
+// kattn::attention_backward call with a deterministic dQ strategy; dQ folds the key chunks in ascending
 // global order, and each key segment's dK/dV accumulator tours the query segments (owner ->
 // owner of the last query segment -> ... -> of the first -> owner) adding the query chunks in
 // descending global order: one fixed order, whoever holds what.
@@ -17,6 +17,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "kattn/backward.hpp"
+#include "kattn/detail/attention_impl.hpp"
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/options.hpp"
@@ -36,7 +37,7 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
 // Shards as for ring_forward (the same DistOptions):
 //   q, o, dout, dq [B, nq_r, Hq, D]; k, v, dk, dv [B, nk_r, Hkv, D]; lse [B, Hq, nq_r], the
 //   natural-log LSE that ring_forward returned (the global one).
-// dq, dk, dv are overwritten with this rank's gradients. bopt as for kattn::backward; in
+// dq, dk, dv are overwritten with this rank's gradients. bopt as for kattn::attention_backward; in
 // deterministic mode the atomic dQ strategy is refused. Collective, with collective errors.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
           class DqView, class DkView, class DvView>
@@ -44,7 +45,7 @@ DistStats ring_backward(MPI_Comm comm, const ExecSpace& space, const QView& q, c
                         const OView& o, const LseView& lse, const DoView& dout, const DqView& dq, const DkView& dk,
                         const DvView& dv, const Options& opt = {}, const DistOptions& d = {},
                         const BackwardOptions& bopt = {}) {
-  static_assert(kattn::detail::backward_accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView,
+  static_assert(kattn::detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView,
                                                         DkView, DvView>(),
                 "kattn::dist::ring_backward: the views must be accessible from the execution space");
   using T = typename DqView::non_const_value_type;

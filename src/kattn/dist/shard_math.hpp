@@ -14,10 +14,14 @@ namespace detail {
 // Options for the query rows [q_global, q_global + q_len) of a sequence of Nq queries against
 // the keys [k_global, k_global + kv_len) of Nk keys: the user's mask moved by the shift of
 // core/key_window.hpp, shift = (qo - ko) + (Nk - Nq) - (kv_len - q_len), on top of the user's own shift.
+// One split and no progress callback: the MPI layer cuts the keys and reports progress itself.
 inline Options shard_options(const Options& opt, std::int64_t q_global, std::int64_t q_len, std::int64_t Nq,
                              std::int64_t k_global, std::int64_t kv_len, std::int64_t Nk) {
   Options o = opt;
   o.diagonal_shift = opt.diagonal_shift + (q_global - k_global) + (Nk - Nq) - (kv_len - q_len);
+  o.splits = 1;
+  o.split_chunk = 0;
+  o.progress = nullptr;
   return o;
 }
 

@@ -1,10 +1,8 @@
-// Split-KV attention (Flash-Decoding): the keys of each (sequence, KV head) are cut into chunks,
-// each chunk is an independent unit of work that leaves a partial state (o / l, lse) in a
-// workspace, and a merge folds the partials in chunk order with the one merge of the state algebra
-// (state.hpp). Exact, and deterministic: the result never depends on the schedule. It accepts
-// everything the tiled forward does (any number of queries, every mask, softcap, GQA), in dense,
-// ragged (ragged.hpp) and paged (paged.hpp) layouts; the number of chunks comes from the options
-// or from the planner (split_plan.hpp) and the execution space's concurrency.
+// The split of a problem on an execution space (Flash-Decoding's key chunks): the work it hands
+// the planner (core/split_planner.hpp) and the plan kattn::attention runs with, from
+// Options::splits / split_chunk or planned for the space's processors. Split-KV is exact and
+// deterministic: the partial states of the chunks are merged in chunk order with the one merge
+// of the state algebra, so the result never depends on the schedule.
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -12,7 +10,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kattn/forward.hpp"
 #include "kattn/options.hpp"
 #include "kattn/paged.hpp"
 #include "kattn/params.hpp"
@@ -44,16 +41,6 @@ int processors(const ExecSpace& space) {
   const int n = space.concurrency();
   return n > 0 ? n : 1;
 }
-
-namespace detail {
-
-// Plans (or takes from the options) the split of one validated problem and runs it. `lengths`
-// holds each sequence's queries and keys for ragged and paged batches; empty when dense.
-template <class ExecSpace, class T>
-SplitPlan splitkv_impl(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
-                       const BatchLengths& lengths);
-
-}  // namespace detail
 
 // The work a problem hands the planner: its sequences' keys and query-row tiles with the tile
 // sizes the kernels will use on `space`.
@@ -104,7 +91,7 @@ SplitPlan plan_splits(const ExecSpace& space, const AttentionParams<T>& p, const
 }
 
 // The split of a dense problem of the given shape, in scalar type T (float by default): what
-// splitkv would do on `space` with these options (procs > 0: planned for that many processors).
+// kattn::attention would do on `space` with these options (procs > 0: planned for that many processors).
 template <class T = float, class ExecSpace>
 SplitPlan plan_splits(const ExecSpace& space, std::int64_t batch, std::int64_t q_len, std::int64_t kv_len, int heads_q,
                       int heads_kv, int head_dim, const Options& opt = {}, int procs = 0) {
@@ -121,42 +108,6 @@ SplitPlan plan_splits(const ExecSpace& space, std::int64_t batch, std::int64_t q
   p.heads_kv = heads_kv;
   p.head_dim = head_dim;
   return plan_splits(space, p, opt, BatchLengths{}, procs);
-}
-
-// Split-KV attention on dense inputs: q [B, Nq, Hq, D], k and v [B, Nk, Hkv, D], o [B, Nq, Hq, D],
-// lse [B, Hq, Nq] (an empty view: not wanted). Results equal kattn::forward's (and the reference's
-// to 1e-12 in double) for every split count. Returns the split it used. Asynchronous like forward.
-template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
-SplitPlan splitkv(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
-                  const LseView& lse, const Options& opt = {}) {
-  static_assert(detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>(),
-                "kattn::splitkv: the views must be accessible from the execution space");
-  validate(opt);
-  return detail::splitkv_impl(space, dense_params(q, k, v, o, lse), opt, BatchLengths{});
-}
-
-// Split-KV attention on a ragged batch: q, o [total_q, Hq, D], k, v [total_kv, Hkv, D],
-// lse [total_q, Hq], sequences as the layout says (ragged.hpp).
-template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class MemorySpace>
-SplitPlan splitkv(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
-                  const LseView& lse, const RaggedLayout<MemorySpace>& layout, const Options& opt = {}) {
-  static_assert(detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>() &&
-                    Kokkos::SpaceAccessibility<ExecSpace, MemorySpace>::accessible,
-                "kattn::splitkv: the views and the layout must be accessible from the execution space");
-  validate(opt);
-  return detail::splitkv_impl(space, ragged_params(q, k, v, o, lse, layout), opt, layout.lengths);
-}
-
-// Split-KV attention on a paged KV cache: q, o [total_q, Hq, D], lse [total_q, Hq], k and v
-// [num_pages, page_size, Hkv, D], pages as the layout says (paged.hpp).
-template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class MemorySpace>
-SplitPlan splitkv(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
-                  const LseView& lse, const PagedLayout<MemorySpace>& layout, const Options& opt = {}) {
-  static_assert(detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>() &&
-                    Kokkos::SpaceAccessibility<ExecSpace, MemorySpace>::accessible,
-                "kattn::splitkv: the views and the layout must be accessible from the execution space");
-  validate(opt);
-  return detail::splitkv_impl(space, paged_params(q, k, v, o, lse, layout), opt, layout.lengths);
 }
 
 }  // namespace kattn

@@ -1,0 +1,93 @@
+// The forward kernels (the tiled and row-tiled attention kernels, the merge of split partials),
+// compiled here once per backend and scalar type: every entry point that runs them is defined
+// in this file, declared in detail/attention_impl.hpp.
+#include "kattn/detail/attention_impl.hpp"
+
+#include <numeric>
+#include <string>
+
+#include "kattn/block_mask.hpp"
+#include "kattn/compat.hpp"
+#include "kattn/detail/backends.hpp"
+#include "kattn/detail/block_sparse_launch.hpp"
+#include "kattn/detail/launch.hpp"
+#include "kattn/plan_splits.hpp"
+#include "kattn/tiles.hpp"
+
+namespace kattn {
+namespace detail {
+namespace {
+
+// Under a block mask (dense keys): tiles aligned to the mask's blocks, key chunks of whole blocks.
+template <class ExecSpace, class T>
+SplitPlan block_sparse_attention(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
+                                 const BlockMask& mask) {
+  const std::string name = "kattn::attention::block_sparse";
+  compat::ScopedRegion region(name);
+  check_block_mask(mask, p.heads_q, p.q_len, p.kv_len);
+  if (p.batch == 0 || p.q_len == 0 || p.heads_q == 0) return SplitPlan{};
+  const int G = p.group_size();
+  // The transposed tiles only (the row tiles of decode shapes do not read the mask).
+  const TilePlan dense = plan_tiles<ExecSpace, T>(space, p.head_dim, p.q_len * G, opt);
+  const Options topt = aligned_options(opt, mask.block(), G, p.q_len, p.kv_len, dense.geometry.block_q,
+                                       dense.geometry.block_k);
+  const DeviceMask<ExecSpace> dm(mask);
+  TiledAttention<ExecSpace, T> kern = make_tiled_kernel(space, p, topt);
+  kern.bs = dm.bs;
+  SplitPlan plan = plan_splits(space, p, topt);
+  if (plan.splits > 1 && p.kv_len > 0) {
+    // Chunks of whole mask blocks and whole key tiles, so that a split never cuts a tile.
+    const std::int64_t per = plan.chunk > 0 ? plan.chunk : (p.kv_len + plan.splits - 1) / plan.splits;
+    const std::int64_t B = mask.block(), bk = kern.geo.block_k;
+    const std::int64_t align = B / std::gcd(B, bk) * bk;
+    plan.chunk = (per + align - 1) / align * align;
+    plan.splits = static_cast<int>((p.kv_len + plan.chunk - 1) / plan.chunk);
+    plan.reason += "; chunks rounded to " + std::to_string(plan.chunk) + " keys (whole mask blocks)";
+  }
+  launch_tiles(space, p, kern, SplitSpec{plan.splits, plan.splits > 1 ? plan.chunk : 0}, name);
+  compat::fence(space, "kattn::attention::block_sparse: the mask copy is freed on return");
+  return plan;
+}
+
+}  // namespace
+
+template <class ExecSpace, class T>
+SplitPlan attention_impl(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
+                         const BatchLengths& lengths) {
+  if (opt.block_mask) return block_sparse_attention(space, p, opt, *opt.block_mask);
+  if (p.batch == 0 || p.q_len == 0 || p.heads_q == 0) return SplitPlan{};
+  const SplitPlan plan = plan_splits(space, p, opt, lengths);
+  const SplitSpec split{plan.splits, plan.chunk};
+  if (opt.progress)
+    run_attention_with_progress(space, p, opt, split, "kattn::attention");
+  else
+    run_attention(space, p, opt, split, "kattn::attention");
+  return plan;
+}
+
+template <class ExecSpace, class T>
+void chunk_partials(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt, int chunks,
+                    std::int64_t chunk, T* ws_o, T* ws_lse) {
+  if (p.batch == 0 || p.q_len == 0 || chunks == 0) return;
+  // Always the transposed tiles, whatever run_attention would pick for the shape: their per-row
+  // arithmetic is the same at every rank count.
+  TiledAttention<ExecSpace, T> kern = make_tiled_kernel(space, p, opt);
+  kern.splits = chunks;
+  kern.chunk = chunk;
+  kern.ws.rows = p.q_total * p.heads_q;
+  kern.ws.o = ws_o;
+  kern.ws.lse = ws_lse;
+  Kokkos::TeamPolicy<ExecSpace> policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
+  policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
+  Kokkos::parallel_for("kattn::dist::chunk_partials", policy, kern);
+}
+
+#define KATTN_INSTANTIATE_FORWARD_KERNELS(Space, T)                                                         \
+  template SplitPlan attention_impl<Space, T>(const Space&, const AttentionParams<T>&, const Options&,     \
+                                              const BatchLengths&);                                        \
+  template void chunk_partials<Space, T>(const Space&, const AttentionParams<T>&, const Options&, int,      \
+                                         std::int64_t, T*, T*);
+KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_FORWARD_KERNELS)
+
+}  // namespace detail
+}  // namespace kattn
