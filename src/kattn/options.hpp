@@ -29,7 +29,7 @@ struct Options {
   int block_q = 0;
   int block_k = 0;
   // Split-KV: number of key chunks per sequence whose partial states are merged; 0 = planned
-  // (kattn::attention and the split-KV entry points; the tiled forward uses 1).
+  // for the execution space; 1 runs the tiled forward without a merge.
   int splits = 0;
   // Split-KV with fixed-size chunks: keys per split (every sequence is cut at the same key
   // positions whatever the batch and the machine, as a deterministic reduction needs); overrides

@@ -8,64 +8,14 @@
 #include "kattn/detail/backends.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/score_matrix.hpp"
+#include "kattn/detail/textbook_softmax.hpp"
+#include "kattn/core/score_scaling.hpp"
 #include "kattn/core/key_window.hpp"
 #include "kattn/core/state.hpp"
 
 namespace kattn {
 namespace detail {
 namespace {
-
-// S and P share one [B, Hq, Nq, Nk] array (ScoreMatrix): the softmax kernel reads S and writes P in place.
-
-template <class ExecSpace, class T>
-struct Scores {
-  AttentionParams<T> p;
-  ScoreMatrix<ExecSpace, T> s;
-  KeyWindow window;
-  T scale, softcap;
-
-  KOKKOS_INLINE_FUNCTION void operator()(const int b, const int h, const std::int64_t i, const std::int64_t j) const {
-    const std::int64_t q_len = p.seq_q_len(b), kv_len = p.seq_kv_len(b);
-    if (i >= q_len || j >= kv_len) return;
-    if (!window.visible(i, j, q_len, kv_len)) {
-      s(b, h, i, j) = -compat::infinity<T>();
-      return;
-    }
-    const T* q = p.q_ptr(b, i, h);
-    const T* k = p.k_ptr(b, j, h / p.group_size());
-    T dot = 0;
-    for (int d = 0; d < p.head_dim; ++d) dot += q[d] * k[d];
-    T x = scale * dot;
-    if (softcap > T(0)) x = softcap * compat::tanh(x / softcap);
-    s(b, h, i, j) = x;
-  }
-};
-
-template <class ExecSpace, class T>
-struct Softmax {
-  AttentionParams<T> p;
-  ScoreMatrix<ExecSpace, T> s;
-  KeyWindow window;
-
-  KOKKOS_INLINE_FUNCTION void operator()(const int b, const int h, const std::int64_t i) const {
-    const std::int64_t q_len = p.seq_q_len(b), kv_len = p.seq_kv_len(b);
-    if (i >= q_len) return;
-    T m = -compat::infinity<T>();
-    for (std::int64_t j = 0; j < kv_len; ++j) m = max_nan(m, s(b, h, i, j));
-    T l = 0;
-    if (m != -compat::infinity<T>()) {
-      for (std::int64_t j = 0; j < kv_len; ++j) {
-        const T e = compat::exp(s(b, h, i, j) - m);
-        s(b, h, i, j) = e;
-        l += e;
-      }
-      for (std::int64_t j = 0; j < kv_len; ++j) s(b, h, i, j) /= l;
-    } else {
-      for (std::int64_t j = 0; j < kv_len; ++j) s(b, h, i, j) = T(0);
-    }
-    if (p.lse) *p.lse_ptr(b, i, h) = (l == T(0)) ? -compat::infinity<T>() : m + compat::log(l);
-  }
-};
 
 template <class ExecSpace, class T>
 struct WeightedValues {
@@ -99,13 +49,13 @@ void reference_impl(const ExecSpace& space, const AttentionParams<T>& p, const O
   using Rank4 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<4>, Kokkos::IndexType<std::int64_t>>;
   ScoreMatrix<ExecSpace, T> s(space, "kattn::reference::S", p.batch, p.heads_q, p.q_len, p.kv_len);
   const KeyWindow window = KeyWindow::from(opt);
-  const T scale = static_cast<T>(opt.scale != 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(p.head_dim)));
+  const T scale = static_cast<T>(ScoreScaling::make(p.head_dim, opt.scale, opt.softcap).scale);
   if (p.kv_len > 0) {
     Kokkos::parallel_for("kattn::reference::scores", Rank4(space, {0, 0, 0, 0}, {p.batch, p.heads_q, p.q_len, p.kv_len}),
-                         Scores<ExecSpace, T>{p, s, window, scale, static_cast<T>(opt.softcap)});
+                         TextbookScores<ExecSpace, T>{p, s, window, scale, static_cast<T>(opt.softcap)});
   }
   Kokkos::parallel_for("kattn::reference::softmax", Rank3(space, {0, 0, 0}, {p.batch, p.heads_q, p.q_len}),
-                       Softmax<ExecSpace, T>{p, s, window});
+                       TextbookSoftmax<ExecSpace, T>{p, s, window});
   Kokkos::parallel_for("kattn::reference::pv", Rank4(space, {0, 0, 0, 0}, {p.batch, p.heads_q, p.q_len, p.head_dim}),
                        WeightedValues<ExecSpace, T>{p, s, window});
   compat::fence(space, "kattn::reference: S is freed on return");

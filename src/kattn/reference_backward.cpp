@@ -7,6 +7,8 @@
 #include "kattn/detail/backends.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/score_matrix.hpp"
+#include "kattn/detail/textbook_softmax.hpp"
+#include "kattn/core/score_scaling.hpp"
 #include "kattn/core/key_window.hpp"
 #include "kattn/core/state.hpp"
 
@@ -30,49 +32,6 @@ struct Problem {
     T dot = 0;
     for (int d = 0; d < p.fwd.head_dim; ++d) dot += q[d] * k[d];
     return scale * dot;
-  }
-};
-
-template <class ExecSpace, class T>
-struct Scores {
-  Problem<T> pr;
-  Matrix<ExecSpace, T> s;
-
-  KOKKOS_INLINE_FUNCTION void operator()(const int b, const int h, const std::int64_t i, const std::int64_t j) const {
-    const std::int64_t q_len = pr.p.fwd.seq_q_len(b), kv_len = pr.p.fwd.seq_kv_len(b);
-    if (i >= q_len || j >= kv_len) return;
-    if (!pr.window.visible(i, j, q_len, kv_len)) {
-      s(b, h, i, j) = -compat::infinity<T>();
-      return;
-    }
-    T x = pr.raw_score(b, h, i, j);
-    if (pr.softcap > T(0)) x = pr.softcap * compat::tanh(x / pr.softcap);
-    s(b, h, i, j) = x;
-  }
-};
-
-// Row softmax in place: S -> P (a row that sees no key: P = 0).
-template <class ExecSpace, class T>
-struct Softmax {
-  Problem<T> pr;
-  Matrix<ExecSpace, T> s;
-
-  KOKKOS_INLINE_FUNCTION void operator()(const int b, const int h, const std::int64_t i) const {
-    const std::int64_t q_len = pr.p.fwd.seq_q_len(b), kv_len = pr.p.fwd.seq_kv_len(b);
-    if (i >= q_len) return;
-    T m = -compat::infinity<T>();
-    for (std::int64_t j = 0; j < kv_len; ++j) m = max_nan(m, s(b, h, i, j));
-    if (m == -compat::infinity<T>()) {
-      for (std::int64_t j = 0; j < kv_len; ++j) s(b, h, i, j) = T(0);
-      return;
-    }
-    T l = 0;
-    for (std::int64_t j = 0; j < kv_len; ++j) {
-      const T e = compat::exp(s(b, h, i, j) - m);
-      s(b, h, i, j) = e;
-      l += e;
-    }
-    for (std::int64_t j = 0; j < kv_len; ++j) s(b, h, i, j) /= l;
   }
 };
 
@@ -169,16 +128,17 @@ void reference_backward_impl(const ExecSpace& space, const BackwardParams<T>& p,
       "use the tiled backward (kattn::attention_backward, kattn grad --algo flash) or fewer sequences");
   using Rank3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>, Kokkos::IndexType<std::int64_t>>;
   using Rank4 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<4>, Kokkos::IndexType<std::int64_t>>;
-  Problem<T> pr{p, KeyWindow::from(opt),
-                static_cast<T>(opt.scale != 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(f.head_dim))),
+  Problem<T> pr{p, KeyWindow::from(opt), static_cast<T>(ScoreScaling::make(f.head_dim, opt.scale, opt.softcap).scale),
                 static_cast<T>(opt.softcap)};
+  AttentionParams<T> no_lse = f;  // P only: the backward reads the forward's lse
+  no_lse.lse = nullptr;
   Matrix<ExecSpace, T> s(space, "kattn::reference_backward::P", f.batch, f.heads_q, f.q_len, f.kv_len);
   Matrix<ExecSpace, T> dp(space, "kattn::reference_backward::dS", f.batch, f.heads_q, f.q_len, f.kv_len);
   const Rank4 pairs(space, {0, 0, 0, 0}, {f.batch, f.heads_q, f.q_len, f.kv_len});
   const Rank3 rows(space, {0, 0, 0}, {f.batch, f.heads_q, f.q_len});
   if (f.q_len > 0 && f.kv_len > 0) {
-    Kokkos::parallel_for("kattn::reference_backward::scores", pairs, Scores<ExecSpace, T>{pr, s});
-    Kokkos::parallel_for("kattn::reference_backward::softmax", rows, Softmax<ExecSpace, T>{pr, s});
+    Kokkos::parallel_for("kattn::reference_backward::scores", pairs, TextbookScores<ExecSpace, T>{no_lse, s, pr.window, pr.scale, pr.softcap});
+    Kokkos::parallel_for("kattn::reference_backward::softmax", rows, TextbookSoftmax<ExecSpace, T>{no_lse, s, pr.window});
     Kokkos::parallel_for("kattn::reference_backward::dp", pairs, ProbabilityGradient<ExecSpace, T>{pr, dp});
     Kokkos::parallel_for("kattn::reference_backward::ds", rows, ScoreGradient<ExecSpace, T>{pr, s, dp});
   }

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "kattn/core/key_window.hpp"
+#include "kattn/core/score_scaling.hpp"
 #include "kattn/shapes.hpp"
 
 namespace kattn {
@@ -15,7 +16,7 @@ double reference_row(const AttentionParams<double>& p, const Options& opt, const
   validate(opt);
   const std::int64_t q_len = p.seq_q_len(row.b), kv_len = p.seq_kv_len(row.b);
   const KeyWindow window = KeyWindow::from(opt);
-  const double scale = opt.scale != 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(p.head_dim));
+  const double scale = ScoreScaling::make(p.head_dim, opt.scale, opt.softcap).scale;
   const std::int64_t first = window.first(row.i, q_len, kv_len), last = window.last(row.i, q_len, kv_len);
   std::fill(o_row, o_row + p.head_dim, 0.0);
   if (last < first) return -std::numeric_limits<double>::infinity();

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kattn/compat.hpp"
+#include "kattn/dist/clock.hpp"
 #include "kattn/detail/backends.hpp"
 #include "kattn/detail/attention_impl.hpp"
 #include "kattn/plan_splits.hpp"
@@ -19,8 +20,6 @@ namespace kattn {
 namespace dist {
 namespace detail {
 namespace {
-
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Finished rows [lse, o] (row (b, i, h) at ((b * Nq + i) * H + h) * (D + 1)) to the caller's o, lse.
 template <class ExecSpace, class T>

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kattn/compat.hpp"
+#include "kattn/dist/clock.hpp"
 #include "kattn/detail/backends.hpp"
 #include "kattn/dist/agreement.hpp"
 #include "kattn/dist/chunk_partials.hpp"
@@ -27,13 +28,6 @@ void validate(const DistOptions& d) {
 }
 
 namespace {
-
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-double cpu_now() {
-  timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
 
 // Query rows per kernel launch: a segment is cut into a few pieces so that MPI can progress the
 // transfers between launches; small segments stay whole.

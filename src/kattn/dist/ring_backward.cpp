@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kattn/compat.hpp"
+#include "kattn/dist/clock.hpp"
 #include "kattn/detail/backends.hpp"
 #include "kattn/dist/agreement.hpp"
 #include "kattn/dist/pack.hpp"
@@ -19,13 +20,6 @@ namespace kattn {
 namespace dist {
 namespace detail {
 namespace {
-
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-double cpu_now() {
-  timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
 
 // Message tags: the ring's K, V, dK, dV; the deterministic tour's hops.
 enum : int { kTagK = 0, kTagV = 1, kTagDk = 2, kTagDv = 3, kTagStart = 4, kTagHome = 5, kTagHop = 6 };
