@@ -3,25 +3,13 @@
 #include <Kokkos_Core.hpp>
 #include <string>
 
+#include "kattn_build_details.h"
+
 #if KATTN_ENABLE_KOKKOSKERNELS
 #include <KokkosKernels_config.h>
 #if !defined(KOKKOSKERNELS_VERSION) && __has_include(<Trilinos_version.h>)
 #include <Trilinos_version.h>  // Debian's Kokkos Kernels is Trilinos' and has no version of its own
 #endif
-#endif
-
-// Set by src/CMakeLists.txt for this file only.
-#ifndef KATTN_COMPILER
-#define KATTN_COMPILER "unknown"
-#endif
-#ifndef KATTN_BUILD_TYPE
-#define KATTN_BUILD_TYPE ""
-#endif
-#ifndef KATTN_NATIVE_ARCH
-#define KATTN_NATIVE_ARCH 0
-#endif
-#ifndef KATTN_SANITIZE
-#define KATTN_SANITIZE ""
 #endif
 
 namespace kattn {
