@@ -7,6 +7,7 @@
 
 #include "kattn/errors.hpp"
 #include "kattn/attention.hpp"
+#include "ragged_support.hpp"
 #include "support.hpp"
 
 namespace kattn {
@@ -43,6 +44,41 @@ TEST(Progress, PiecesGiveTheRowsOfOneLaunch) {
         ASSERT_NEAR(l1[n], l2[n], 1e-12) << "lse element " << n;
     }
   }
+}
+
+TEST(Progress, SplitKeysReportInPiecesAndRaggedBatchesOnceAtTheEnd) {
+  // Split-KV through the front door: the same pieces, each with its merge, close to the reference.
+  const Shape s{1, 600, 1100, 4, 2, 16};
+  Problem<double> p(s, fresh_seed());
+  Options opt;
+  opt.causal = true;
+  opt.splits = 3;
+  std::vector<double> seen;
+  opt.progress = [&](double f) {
+    seen.push_back(f);
+    return true;
+  };
+  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
+  Kokkos::fence();
+  ASSERT_EQ(seen.size(), 3u);  // 600 positions in pieces of 256
+  EXPECT_LT(seen[0], seen[1]);
+  EXPECT_LT(seen[1], seen[2]);
+  EXPECT_DOUBLE_EQ(seen.back(), 1.0);
+  Options plain = opt;
+  plain.progress = nullptr;
+  expect_close(p, reference_of(p, plain), kDoubleTol, "split-KV with progress");
+
+  // A ragged batch runs in one launch and reports 1 once, after it.
+  RaggedProblem<double> r({3, 1, 40}, {9, 300, 40}, 4, 2, 16, fresh_seed());
+  const auto layout = make_ragged_layout(host_index(r.q_indptr()), host_index(r.kv_indptr()));
+  seen.clear();
+  attention(Kokkos::DefaultExecutionSpace(), r.q, kv::ragged(r.k, r.v, layout), r.o, r.lse, opt);
+  Kokkos::fence();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_DOUBLE_EQ(seen[0], 1.0);
+  std::vector<double> o_ref, lse_ref;
+  ragged_reference(r, plain, o_ref, lse_ref);
+  expect_outputs_close(r.o, r.lse, o_ref, lse_ref, "ragged with progress");
 }
 
 TEST(Progress, FalseOrAThrowStopsTheCall) {

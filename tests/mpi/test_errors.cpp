@@ -9,6 +9,8 @@
 #include "dist_support.hpp"
 #include "kattn/dist/decode.hpp"
 #include "kattn/dist/ring.hpp"
+#include "kattn/dist/ring_backward.hpp"
+#include "kattn/block_mask.hpp"
 
 namespace kattn {
 namespace test {
@@ -204,6 +206,37 @@ TEST(DistErrors, DecodeQueriesMustBeReplicated) {
   View4<double> q2("q", 1, 2, 2, 8), o2("o", 1, 2, 2, 8);
   expect_same_error([&] { dist::decode(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q2, k, v, o2, Options{}, d); },
                     "root: expected a rank of the communicator");
+}
+
+TEST(DistErrors, BlockMaskRefusedOnEveryRankAlike) {
+  // A mask is of the whole sequence, not of a shard: every distributed call refuses it, on every
+  // rank with the same message, and a mask on one rank only is an options mismatch.
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  Local d(1, my_share(16), 2, 1, 8);
+  const BlockMask mask = BlockMask::from_bsr(16, 1, 1, 1, {0, 1}, {0});
+  Options masked;
+  masked.block_mask = &mask;
+  expect_same_error(
+      [&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, masked); },
+      "block_mask: the distributed calls take none");
+  View4<double> dout("dout", 1, d.q.extent(1), 2, 8), dq("dq", 1, d.q.extent(1), 2, 8), dk("dk", 1, d.k.extent(1), 1, 8),
+      dv("dv", 1, d.k.extent(1), 1, 8);
+  fill_normal(dout, 4);
+  expect_same_error(
+      [&] {
+        dist::ring_backward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, dout, dq, dk,
+                            dv, masked);
+      },
+      "block_mask: the distributed calls take none");
+  View4<double> q("q", 1, 2, 2, 8), o("o", 1, 2, 2, 8);
+  fill_normal(q, 5);
+  expect_same_error([&] { dist::decode(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, d.k, d.v, o, masked); },
+                    "block_mask: the distributed calls take none");
+  if (P < 2) return;
+  Options one_rank = rank == 1 ? masked : Options{};
+  expect_same_error(
+      [&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, one_rank); },
+      "options: expected block_mask false (from rank 0), got true on rank 1");
 }
 
 TEST(DistErrors, AfterAnErrorTheNextCallWorks) {
