@@ -74,7 +74,7 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
       KATTN_REQUIRE(kv_lens[r] == 0 || start % C == 0, "k: deterministic decode needs every rank's KV shard to start ",
                     "at a multiple of the chunk (", C, " keys); rank ", r, " starts at key ", start);
   }
-  Options local = shard_options(opt, 0, p.q_len, p.q_len, offset, p.kv_len, Nk);
+  const Options local = shard_options(opt, 0, p.q_len, p.q_len, offset, p.kv_len, Nk);
   DistStats stats;
   stats.flops = 4.0 * p.head_dim * double(visible_pairs(local, p.q_len, p.kv_len)) * p.batch * p.heads_q;
   const std::int64_t rows = std::int64_t(p.batch) * p.q_len * p.heads_q;
