@@ -17,6 +17,7 @@
 #include "dist_commands.hpp"
 #include "kattn/dist/scaling_model.hpp"
 #include "kattn/errors.hpp"
+#include "paths.hpp"
 #include "scale_csv.hpp"
 #include "scale_plot.hpp"
 
@@ -59,6 +60,8 @@ int scale_report(Args& args, const std::string& files) {
   const auto table_path = args.value("--table");
   const auto plot_path = args.value("--plot");
   args.finish();
+  if (table_path) check_output_file("--table", *table_path);
+  if (plot_path) check_output_file("--plot", *plot_path);
   std::vector<ScaleRow> rows;
   const std::vector<std::string> paths = split_list(files);
   KATTN_REQUIRE(!paths.empty(), "--report: expected one or more CSV files, comma-separated");
@@ -141,6 +144,7 @@ int scale_model(Args& args) {
   const int max_ranks = static_cast<int>(args.integer("--max-ranks", 1, 1 << 20).value_or(1024));
   const auto csv = args.value("--csv");
   args.finish();
+  if (csv) check_output_file("--csv", *csv);
   KATTN_REQUIRE(heads[0] >= 1 && heads[1] >= 1 && heads[0] % heads[1] == 0,
                 "--heads: expected HQ,HKV with HQ a multiple of HKV, got ", heads[0], ",", heads[1]);
   KATTN_REQUIRE(tflops.has_value() != from_csv.has_value(),

@@ -18,11 +18,13 @@
 #include "dist_commands.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
+#include "kattn/dist/collective.hpp"
 #include "kattn/dist/decode.hpp"
 #include "kattn/dist/ring.hpp"
 #include "kattn/dist/scaling_model.hpp"
 #include "kattn/errors.hpp"
 #include "mpi_session.hpp"
+#include "paths.hpp"
 #include "scale_csv.hpp"
 
 namespace kattn {
@@ -281,6 +283,10 @@ int scale_measure(Args& args) {
     KATTN_REQUIRE(!c.nocomm || (c.mode == "ring" && !c.d.deterministic),
                   "--nocomm-baseline: only for the ring (not --deterministic, not decode)");
     KATTN_REQUIRE(c.mode == "ring" || c.d.sharding == dist::Sharding::contiguous, "--zigzag: only for --dist ring");
+    // Rank 0 appends to the CSV at the end: a path it cannot write fails on every rank, before the runs.
+    dist::collective_check(MPI_COMM_WORLD, [&] {
+      if (rank == 0 && !c.csv.empty()) check_output_file("--csv", c.csv);
+    });
 
     Progress progress(rank);
     const Result r = c.dtype == "f32" ? measure<float>(c, rank, P, progress) : measure<double>(c, rank, P, progress);

@@ -85,6 +85,20 @@ kattn_cli_expect(lse_is_dir ARGS run --random 1,8,8,1,1,4 --lse ${CMAKE_CURRENT_
                  STDERR "--lse .*: is a directory, expected a file name")
 kattn_cli_expect(grad_dq_missing_dir ARGS grad --random 1,8,8,1,1,4 --dv /nonexistent-kattn/dv.npy STATUS 2 ONE_LINE
                  STDOUT_NOT "." STDERR "--dv /nonexistent-kattn/dv.npy: no directory")
+kattn_cli_expect(scale_model_csv_missing_dir ARGS scale --model --tokens 4096 --tflops-per-rank 1
+                 --csv /nonexistent-kattn/s.csv STATUS 2 ONE_LINE STDOUT_NOT "."
+                 STDERR "^kattn: --csv /nonexistent-kattn/s.csv: no directory /nonexistent-kattn to write it in\n$")
+kattn_cli_expect(scale_report_plot_missing_dir ARGS scale --report ${CMAKE_CURRENT_SOURCE_DIR}/data/scale_synthetic.csv
+                 --plot /nonexistent-kattn/p.svg STATUS 2 ONE_LINE STDOUT_NOT "." STDERR "--plot /nonexistent-kattn/p.svg: no directory")
+if(KATTN_ENABLE_MPI)  # a one-rank MPI job started without mpiexec: refused before the first repetition
+  kattn_cli_expect(scale_run_csv_missing_dir ARGS scale --tokens 256 --dim 16 --csv /nonexistent-kattn/s.csv STATUS 2
+                   ONE_LINE STDOUT_NOT "." STDERR "--csv /nonexistent-kattn/s.csv: no directory /nonexistent-kattn")
+  set(_fh_mpi_env "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_PROC_BIND=false")
+  if(KATTN_SANITIZE)
+    list(APPEND _fh_mpi_env "ASAN_OPTIONS=detect_leaks=0")  # Open MPI's components leak at exit
+  endif()
+  set_tests_properties(cli.scale_run_csv_missing_dir PROPERTIES ENVIRONMENT "${_fh_mpi_env}")
+endif()
 kattn_cli_expect(save_inputs_creates ARGS run --random 1,8,8,1,1,4 --save-inputs ${FH}/new/inputs STATUS 0
                  REMOVE ${FH}/new FILES ${FH}/new/inputs/q.npy REQUIRES fh_dir)
 
