@@ -14,6 +14,7 @@
 #include "kattn/errors.hpp"
 #include "kattn/reference_backward.hpp"
 #include "paths.hpp"
+#include "grad_check.hpp"
 #include "run_check.hpp"
 
 namespace kattn {
@@ -22,13 +23,14 @@ namespace {
 
 struct Grads {
   std::vector<double> dq, dk, dv;
-  double seconds = 0, forward_seconds = 0;
+  double seconds = 0, forward_seconds = 0;  // seconds: the backward's median
   BackwardInfo info;
+  Timing timing;
 };
 
 template <class T>
 Grads run(const BatchInputs& in, const std::vector<double>& dout_values, const Options& opt,
-          const BackwardOptions& bopt) {
+          const BackwardOptions& bopt, const Timing& timing) {
   const Kokkos::DefaultExecutionSpace space;
   const std::int64_t tq = in.total_q(), tk = in.kv_rows();
   const auto q = to_view<Tensor3<T>>(in.q, "q", tq, in.Hq, in.D);
@@ -50,10 +52,15 @@ Grads run(const BatchInputs& in, const std::vector<double>& dout_values, const O
   Tensor3<T> dq("dq", tq, in.Hq, in.D), dk("dk", tk, in.Hkv, in.D), dv("dv", tk, in.Hkv, in.D);
   poison(dq), poison(dk), poison(dv);
   space.fence();
-  t0 = std::chrono::steady_clock::now();
-  g.info = attention_backward(space, q, kv::ragged(k, v, layout), o, lse, dout, dq, dk, dv, opt, bopt);
-  space.fence();
-  g.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  g.timing = timing;
+  time_calls(
+      g.timing,
+      [&] {
+        g.info = attention_backward(space, q, kv::ragged(k, v, layout), o, lse, dout, dq, dk, dv, opt, bopt);
+        space.fence();
+      },
+      [] {});
+  g.seconds = g.timing.median();
   g.dq = from_view(dq), g.dk = from_view(dk), g.dv = from_view(dv);
   return g;
 }
@@ -89,8 +96,8 @@ Grads textbook(const BatchInputs& in, const std::vector<double>& dout, const Opt
 
 }  // namespace
 
-int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, bool check, const Console& console,
-                const GradPaths& paths) {
+int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, const CheckSettings& check,
+                const Timing& timing, const Console& console, const GradPaths& paths) {
   const auto do_file = args.value("--do");
   const auto seed = args.peek("--seed");
   const bool files = args.has("--q");
@@ -112,7 +119,11 @@ int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, boo
     dout = random_normal(in.q.size(), 3 * s + 4);
   }
   round_to(in.dtype, dout);
-  const Grads g = in.dtype == io::DType::f32 ? run<float>(in, dout, opt, bopt) : run<double>(in, dout, opt, bopt);
+  const std::vector<double> unread;  // the check reads no o or lse
+  const AttentionParams<double> inputs = host_params(in, unread, unread);
+  if (check.enabled) gradient_check_samples(inputs, check, false);
+  const Grads g = in.dtype == io::DType::f32 ? run<float>(in, dout, opt, bopt, timing)
+                                             : run<double>(in, dout, opt, bopt, timing);
   std::FILE* text = console.text();
   const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
   std::fprintf(text,
@@ -120,8 +131,11 @@ int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, boo
                "D=%lld%s\n",
                dtype, (long long)in.batch(), (long long)in.total_q(), (long long)in.kv_rows(), (long long)in.Hq,
                (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
-  std::fprintf(text, "time: backward %.6f s; forward %.6f s; dq strategy %s\n", g.seconds, g.forward_seconds,
-               name(g.info.dq));
+  std::fprintf(text, "time: backward %.6f s", g.seconds);
+  if (g.timing.repeat > 0)
+    std::fprintf(text, " (median of %d calls after a warm-up; min %.6f s, max %.6f s)", g.timing.repeat,
+                 g.timing.min(), g.timing.max());
+  std::fprintf(text, "; forward %.6f s; dq strategy %s\n", g.forward_seconds, name(g.info.dq));
   Json j;
   j.add("algo", "flash").add("dtype", dtype).add("layout", "ragged").add("batch", (long long)in.batch());
   j.add("shape", std::vector<long long>{in.batch(), in.total_q(), in.kv_rows(), in.Hq, in.Hkv, in.D});
@@ -130,27 +144,17 @@ int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, boo
   if (paths.dq) write_array(*paths.dq, in.dtype, {in.total_q(), in.Hq, in.D}, g.dq);
   if (paths.dk) write_array(*paths.dk, in.dtype, {in.kv_rows(), in.Hkv, in.D}, g.dk);
   if (paths.dv) write_array(*paths.dv, in.dtype, {in.kv_rows(), in.Hkv, in.D}, g.dv);
+  if (g.timing.repeat > 0)
+    j.add("repeat", g.timing.repeat).add("seconds_min", g.timing.min()).add("seconds_max", g.timing.max());
   int status = 0;
-  if (check) {
-    const Grads ref = textbook(in, dout, opt);
-    const ErrorStats e[3] = {compare(g.dq, ref.dq), compare(g.dk, ref.dk), compare(g.dv, ref.dv)};
-    const char* names[3] = {"dq", "dk", "dv"};
-    double rel = 0;
-    std::int64_t nonfinite = 0;
-    for (int i = 0; i < 3; ++i) {
-      std::fprintf(text, "check %s vs float64 textbook backward: max abs err %.3e, rel err %.3e\n", names[i],
-                   e[i].max_abs, e[i].rel);
-      j.add(std::string(names[i]) + "_rel_err", e[i].rel);
-      report_nonfinite(e[i], names[i], text, j);
-      rel = std::max(rel, e[i].rel);
-      nonfinite += e[i].nonfinite;
-    }
-    const bool failed = nonfinite > 0 || !(rel <= (in.dtype == io::DType::f32 ? 1e-4 : 1e-10));
-    j.add("rel_err", rel).add("nonfinite", (long long)nonfinite).add("check", failed ? "fail" : "pass");
-    if (failed) {
-      std::fprintf(stderr, "kattn grad: --check failed against the float64 textbook backward\n");
-      status = 3;
-    }
+  if (check.enabled) {
+    std::vector<double> dq = g.dq, dk = g.dk, dv = g.dv;
+    status = check_gradients(host_gradients(inputs, dout, dq, dk, dv), opt, check, in.dtype, false,
+                             [&](std::vector<double>& rq, std::vector<double>& rk, std::vector<double>& rv) {
+                               const Grads ref = textbook(in, dout, opt);
+                               rq = ref.dq, rk = ref.dk, rv = ref.dv;
+                             },
+                             text, j);
   }
   console.notice(j);
   console.finish(j);

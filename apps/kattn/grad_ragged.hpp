@@ -1,6 +1,7 @@
 // kattn grad on a ragged batch (--random-ragged ... or --q/--k/--v with --q-indptr and
 // --kv-indptr, as `kattn run` takes them; --do [total_q, Hq, D] or drawn): the split-KV forward,
-// then kattn::attention_backward; --check against the float64 textbook backward run per sequence.
+// then kattn::attention_backward; --check against the float64 textbook backward run per sequence,
+// or sampled rows (grad_check.hpp).
 #pragma once
 
 #include <optional>
@@ -10,6 +11,8 @@
 #include "console.hpp"
 #include "kattn/backward_options.hpp"
 #include "kattn/options.hpp"
+#include "run_check.hpp"
+#include "timing.hpp"
 
 namespace kattn {
 namespace cli {
@@ -18,8 +21,8 @@ struct GradPaths {
   std::optional<std::string> dq, dk, dv;
 };
 
-int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, bool check, const Console& console,
-                const GradPaths& paths);
+int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, const CheckSettings& check,
+                const Timing& timing, const Console& console, const GradPaths& paths);
 
 }  // namespace cli
 }  // namespace kattn

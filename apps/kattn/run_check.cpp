@@ -14,11 +14,35 @@ namespace {
 constexpr double kFullReferenceBytes = double(1 << 30);
 // Rows checked by default when sampling.
 constexpr std::int64_t kDefaultSampleRows = 64;
-constexpr std::uint64_t kSampleSeed = 0x6b61747;
-
-double tolerance(io::DType dtype) { return dtype == io::DType::f32 ? 1e-4 : 1e-10; }
 
 }  // namespace
+
+double check_tolerance(io::DType dtype) { return dtype == io::DType::f32 ? 1e-4 : 1e-10; }
+
+bool check_samples(const CheckSettings& settings, double full_bytes) {
+  return settings.rows > 0 || full_bytes > kFullReferenceBytes;
+}
+
+std::int64_t sample_size(const CheckSettings& settings) {
+  return settings.rows > 0 ? settings.rows : kDefaultSampleRows;
+}
+
+std::vector<QueryRow> sample_query_rows(const AttentionParams<double>& p, const Options& opt, std::int64_t wanted) {
+  std::vector<QueryRow> rows;
+  if (wanted >= p.q_total * p.heads_q) {  // every row, one by one
+    for (int b = 0; b < p.batch; ++b)
+      for (std::int64_t i = 0; i < p.seq_q_len(b); ++i)
+        for (int h = 0; h < p.heads_q; ++h) rows.push_back({b, i, h});
+    return rows;
+  }
+  const std::int64_t edges = static_cast<std::int64_t>(rows_to_check(p, opt, 0, kCheckSampleSeed).size());
+  return rows_to_check(p, opt, std::max<std::int64_t>(0, wanted - edges), kCheckSampleSeed);
+}
+
+std::string sample_description(std::int64_t checked, std::int64_t total, const char* rows) {
+  return "checked " + std::to_string(checked) + " of " + std::to_string(total) + " " + rows + " exactly in float64" +
+         (checked < total ? " (first and last, every masked edge, the rest at random)" : " (row by row)");
+}
 
 CheckSettings read_check_settings(Args& args) {
   CheckSettings s;
@@ -96,7 +120,7 @@ int check_outputs(const AttentionParams<double>& p, const Options& opt, const Ch
   const std::int64_t total_rows = p.q_total * p.heads_q;
   const std::int64_t o_size = total_rows * p.head_dim;
   const double full_bytes = 8.0 * p.batch * p.heads_q * double(p.q_len) * double(p.kv_len);
-  const bool sampled = settings.rows > 0 || full_bytes > kFullReferenceBytes;
+  const bool sampled = check_samples(settings, full_bytes);
   // Tested values and reference values side by side, with where each tested value sits.
   std::vector<double> out_o, ref_o, out_lse, ref_lse;
   std::vector<std::int64_t> o_at, lse_at;
@@ -109,16 +133,7 @@ int check_outputs(const AttentionParams<double>& p, const Options& opt, const Ch
     checked = total_rows;
     how = "all " + std::to_string(total_rows) + " rows";
   } else {
-    const std::int64_t wanted = settings.rows > 0 ? settings.rows : kDefaultSampleRows;
-    std::vector<QueryRow> rows;
-    if (wanted >= total_rows) {  // every row, one by one
-      for (int b = 0; b < p.batch; ++b)
-        for (std::int64_t i = 0; i < p.seq_q_len(b); ++i)
-          for (int h = 0; h < p.heads_q; ++h) rows.push_back({b, i, h});
-    } else {
-      const std::int64_t edges = static_cast<std::int64_t>(rows_to_check(p, opt, 0, kSampleSeed).size());
-      rows = rows_to_check(p, opt, std::max<std::int64_t>(0, wanted - edges), kSampleSeed);
-    }
+    const std::vector<QueryRow> rows = sample_query_rows(p, opt, sample_size(settings));
     std::vector<double> o_row(p.head_dim);
     for (const QueryRow& r : rows) {
       const double lse = reference_row(p, opt, r, o_row.data());
@@ -134,8 +149,7 @@ int check_outputs(const AttentionParams<double>& p, const Options& opt, const Ch
       lse_at.push_back(static_cast<std::int64_t>(l - p.lse));
     }
     checked = static_cast<std::int64_t>(rows.size());
-    how = "checked " + std::to_string(checked) + " of " + std::to_string(total_rows) + " rows exactly in float64" +
-          (checked < total_rows ? " (first and last, every masked edge, the rest at random)" : " (row by row)");
+    how = sample_description(checked, total_rows, "rows");
   }
   ErrorStats eo = compare(out_o, ref_o), el = compare(out_lse, ref_lse);
   if (sampled) {  // positions in the output arrays, not in the sample
@@ -153,7 +167,7 @@ int check_verdict(const ErrorStats& eo, const ErrorStats& el, io::DType dtype, c
                how.c_str(), eo.max_abs, eo.rel, el.max_abs);
   report_nonfinite(eo, "o", text, j);
   report_nonfinite(el, "lse", text, j);
-  const double tol = tolerance(dtype);
+  const double tol = check_tolerance(dtype);
   const std::int64_t nonfinite = eo.nonfinite + el.nonfinite;
   const bool failed = nonfinite > 0 || !(eo.rel <= tol && el.max_abs <= tol);
   j.add("max_abs_err", eo.max_abs).add("rel_err", eo.rel).add("lse_max_abs_err", el.max_abs);

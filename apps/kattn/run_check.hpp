@@ -16,6 +16,7 @@
 #include "inputs.hpp"
 #include "json.hpp"
 #include "kattn/params.hpp"
+#include "kattn/reference_rows.hpp"
 
 namespace kattn {
 namespace cli {
@@ -26,6 +27,21 @@ struct CheckSettings {
 };
 // --check and --check-rows N (which implies --check).
 CheckSettings read_check_settings(Args& args);
+
+// The verdict's bound: the relative error of the outputs and lse's absolute error, 1e-4 (f32) or
+// 1e-10 (f64); far looser than the test suite's, so only a broken build fails.
+double check_tolerance(io::DType dtype);
+// The seed of the random rows of a sample: the same rows on every run.
+constexpr std::uint64_t kCheckSampleSeed = 0x6b61747;
+// Whether to check a sample of rows: asked for, or the full reference's arrays (full_bytes) past 1 GiB.
+bool check_samples(const CheckSettings& settings, double full_bytes);
+// The rows a sample holds: --check-rows N, else 64.
+std::int64_t sample_size(const CheckSettings& settings);
+// About `wanted` query rows of p: every masked edge, then random ones (kattn::rows_to_check); every
+// row when wanted covers them all.
+std::vector<QueryRow> sample_query_rows(const AttentionParams<double>& p, const Options& opt, std::int64_t wanted);
+// "checked 64 of 65536 <rows> exactly in float64 (first and last, every masked edge, the rest at random)".
+std::string sample_description(std::int64_t checked, std::int64_t total, const char* rows);
 
 // The tested outputs o and lse (float64 copies) with the inputs they came from, as a problem
 // whose q, k, v point at the inputs and o, lse at the outputs, in the layouts `kattn run` writes.

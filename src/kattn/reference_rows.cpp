@@ -12,18 +12,22 @@
 
 namespace kattn {
 
-double reference_row(const AttentionParams<double>& p, const Options& opt, const QueryRow& row, double* o_row) {
-  validate(opt);
+namespace detail {
+
+RowSoftmax row_softmax(const AttentionParams<double>& p, const Options& opt, const QueryRow& row) {
   const std::int64_t q_len = p.seq_q_len(row.b), kv_len = p.seq_kv_len(row.b);
   const KeyWindow window = KeyWindow::from(opt);
   const double scale = ScoreScaling::make(p.head_dim, opt.scale, opt.softcap).scale;
   const std::int64_t first = window.first(row.i, q_len, kv_len), last = window.last(row.i, q_len, kv_len);
-  std::fill(o_row, o_row + p.head_dim, 0.0);
-  if (last < first) return -std::numeric_limits<double>::infinity();
+  RowSoftmax r;
+  r.first = first;
+  r.lse = -std::numeric_limits<double>::infinity();
+  if (last < first) return r;
   const double* q = p.q_ptr(row.b, row.i, row.h);
   const int kv_head = row.h / p.group_size();
-  // The textbook's three steps on one row: scores, max, exp and sum, weighted values.
-  std::vector<double> s(static_cast<std::size_t>(last - first + 1));
+  // The textbook's steps on one row: scores, max, exp and sum, normalised.
+  r.scores.resize(static_cast<std::size_t>(last - first + 1));
+  r.p.assign(r.scores.size(), 0.0);
   double m = -std::numeric_limits<double>::infinity();
   for (std::int64_t j = first; j <= last; ++j) {
     const double* k = p.k_ptr(row.b, j, kv_head);
@@ -31,18 +35,29 @@ double reference_row(const AttentionParams<double>& p, const Options& opt, const
     for (int d = 0; d < p.head_dim; ++d) dot += q[d] * k[d];
     double x = scale * dot;
     if (opt.softcap > 0) x = opt.softcap * std::tanh(x / opt.softcap);
-    s[j - first] = x;
+    r.scores[j - first] = x;
     m = std::isnan(x) || std::isnan(m) ? std::numeric_limits<double>::quiet_NaN() : std::max(m, x);
   }
-  if (m == -std::numeric_limits<double>::infinity()) return -std::numeric_limits<double>::infinity();
+  if (m == -std::numeric_limits<double>::infinity()) return r;
   double l = 0;
-  for (double& x : s) l += (x = std::exp(x - m));
-  for (std::int64_t j = first; j <= last; ++j) {
-    const double* v = p.v_ptr(row.b, j, kv_head);
-    const double w = s[j - first] / l;
-    for (int d = 0; d < p.head_dim; ++d) o_row[d] += w * v[d];
+  for (std::size_t n = 0; n < r.p.size(); ++n) l += (r.p[n] = std::exp(r.scores[n] - m));
+  for (double& x : r.p) x /= l;
+  r.lse = m + std::log(l);
+  return r;
+}
+
+}  // namespace detail
+
+double reference_row(const AttentionParams<double>& p, const Options& opt, const QueryRow& row, double* o_row) {
+  validate(opt);
+  const detail::RowSoftmax r = detail::row_softmax(p, opt, row);
+  std::fill(o_row, o_row + p.head_dim, 0.0);
+  const int kv_head = row.h / p.group_size();
+  for (std::size_t n = 0; n < r.p.size(); ++n) {
+    const double* v = p.v_ptr(row.b, r.first + std::int64_t(n), kv_head);
+    for (int d = 0; d < p.head_dim; ++d) o_row[d] += r.p[n] * v[d];
   }
-  return m + std::log(l);
+  return r.lse;
 }
 
 namespace {

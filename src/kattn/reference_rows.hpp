@@ -23,6 +23,20 @@ struct QueryRow {
 // lse = -inf, as kattn::reference.
 double reference_row(const AttentionParams<double>& p, const Options& opt, const QueryRow& row, double* o_row);
 
+namespace detail {
+
+// The textbook softmax of one row over the keys it sees, [first, first + scores.size()): its
+// (scaled, softcapped) scores, their softmax and lse. No key seen, or every score -inf: p is all 0
+// and lse = -inf, as kattn::reference.
+struct RowSoftmax {
+  std::int64_t first = 0;
+  std::vector<double> scores, p;
+  double lse = 0;
+};
+RowSoftmax row_softmax(const AttentionParams<double>& p, const Options& opt, const QueryRow& row);
+
+}  // namespace detail
+
 // The rows worth checking, each once: for every sequence its first and last row and the rows on
 // either side of every masked edge (where a row starts or stops seeing the first or the last key,
 // or sees no key at all), on the first and the last query head; then `random_rows` rows drawn

@@ -29,6 +29,20 @@ kattn_cli_expect(check_rows_ragged ARGS run --random-ragged 4,2,16 --q-lens 40,1
                  STDOUT "\"check_mode\":\"sampled\".*\"total_rows\":444.*\"check\":\"pass\"")
 kattn_cli_expect(check_rows_paged ARGS run --random 2,5,300,4,2,16 --page-size 7 --shuffle-pages --window 30,2
                  --algo splitkv --check-rows 5 --json STATUS 0 STDOUT "\"check_mode\":\"sampled\".*\"check\":\"pass\"")
+# grad --check at any length: the textbook backward's two 9000 x 9000 arrays (1.3 GB) do not fit
+# its 1 GiB, so dq rows and dk, dv key rows are checked exactly; the same sample when asked on a
+# ragged batch; a sample cannot take a block mask (refused before the work).
+kattn_cli_expect(grad_check_long ARGS grad --random 1,9000,9000,1,1,64 --causal --check --dk ${FH}/dk_long.npy
+                 STATUS 0 REMOVE ${FH}/dk_long.npy FILES ${FH}/dk_long.npy REQUIRES fh_dir
+                 STDOUT "check dq vs float64 textbook backward, checked 64 of 9000 query rows exactly in float64.*check dk vs float64 textbook backward, checked 64 of 9000 key rows.*check dv")
+kattn_cli_expect(grad_check_rows ARGS grad --random 2,40,50,4,2,16 --window 6,2 --softcap 5 --dtype f64 --check-rows 12
+                 --json STATUS 0 JSON_ONLY
+                 STDOUT "\"dk_rel_err\":[0-9.]+e-1[3-9].*\"check_mode\":\"sampled\",\"checked_rows\":[0-9]+,\"checked_key_rows\":[0-9]+.*\"check\":\"pass\"")
+kattn_cli_expect(grad_check_rows_ragged ARGS grad --random-ragged 4,2,16 --q-lens 40,1,0,70 --kv-lens 50,9,3,60
+                 --causal --check-rows 10 --json STATUS 0 JSON_ONLY
+                 STDOUT "\"check_mode\":\"sampled\".*\"check\":\"pass\"")
+kattn_cli_expect(grad_check_rows_mask ARGS grad --random 1,64,64,1,1,8 --pattern local:1 --mask-block 16 --check-rows 8
+                 STATUS 2 ONE_LINE STDOUT_NOT "." STDERR "--check-rows: a sampled check does not take a block mask")
 
 # 2. Non-finite outputs: NaN in q gives NaN rows, as in the reference: reported, the check passes;
 # scores past float32's range (1e20 x 1e20) give NaN where the float64 reference has numbers: exit 3,
@@ -122,7 +136,12 @@ kattn_cli_expect(json_paged ARGS run --random 2,3,300,4,2,16 --page-size 16 --al
 kattn_cli_expect(json_grad ARGS grad --random 1,20,30,2,1,8 --check --json STATUS 0 JSON_ONLY STDOUT "\"check\":\"pass\"")
 kattn_cli_expect(json_version ARGS version --json STATUS 0 JSON_ONLY STDOUT "\"cuda_kernels_used\":false")
 
-# 9. --repeat N: a warm-up, then the median of N calls with min and max; no K+V rate for prefill.
+# 9. --repeat N: a warm-up, then the median of N calls with min and max; no K+V rate for prefill;
+# for grad, of the backward.
+kattn_cli_expect(repeat_grad ARGS grad --random 1,64,64,2,1,16 --repeat 3 --json STATUS 0 JSON_ONLY
+                 STDOUT "\"seconds\":[0-9.e-]+.*\"repeat\":3,\"seconds_min\":[0-9.e-]+,\"seconds_max\":")
+kattn_cli_expect(repeat_grad_ragged ARGS grad --random-ragged 2,1,8 --q-lens 5,9 --kv-lens 7,9 --repeat 2 STATUS 0
+                 STDOUT "time: backward [0-9.]+ s \\(median of 2 calls after a warm-up; min")
 kattn_cli_expect(repeat ARGS run --random 1,64,64,2,1,16 --repeat 3 --json STATUS 0 JSON_ONLY
                  STDOUT "\"seconds\":[0-9.e-]+.*\"repeat\":3,\"seconds_min\":[0-9.e-]+,\"seconds_max\":")
 kattn_cli_expect(repeat_text ARGS run --random 1,64,64,2,1,16 --repeat 3 STATUS 0
