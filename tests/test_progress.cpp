@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kattn/errors.hpp"
@@ -93,6 +94,89 @@ TEST(Progress, FalseOrAThrowStopsTheCall) {
   opt.progress = [](double) -> bool { throw std::runtime_error("user stop"); };
   EXPECT_THROW(attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(opt)), std::runtime_error);
   Kokkos::fence();
+}
+
+// The backward of p's forward (o, lse computed here), with or without progress reports.
+struct Grads {
+  std::vector<double> dq, dk, dv;
+};
+Grads backward_of(Problem<double>& p, View4<double> dout, const Options& opt, const BackwardOptions& bopt) {
+  const Shape& s = p.shape;
+  Options forward = one_split(opt);
+  forward.progress = nullptr;
+  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, forward);
+  View4<double> dq("dq", s.B, s.Nq, s.Hq, s.D), dk("dk", s.B, s.Nk, s.Hkv, s.D), dv("dv", s.B, s.Nk, s.Hkv, s.D);
+  attention_backward(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq, dk, dv, opt, bopt);
+  Kokkos::fence();
+  return {to_host(dq), to_host(dk), to_host(dv)};
+}
+
+TEST(Progress, BackwardPiecesGiveTheBitsOfOneLaunch) {
+  const Shape s{1, 1500, 2000, 2, 1, 8};  // 16 key tiles of 128 (4 rounds of the key chunks), 24 query tiles
+  for (const DqStrategy dq : {DqStrategy::key_chunks, DqStrategy::query_pass})
+    for (int variant = 0; variant < 3; ++variant) {
+      Options opt;
+      opt.causal = variant == 1;
+      if (variant == 2) opt.window_left = 100, opt.window_right = 30;
+      BackwardOptions bopt;
+      bopt.dq = dq;
+      bopt.deterministic = true;
+      bopt.dq_chunks = dq == DqStrategy::key_chunks ? 4 : 0;
+      Problem<double> p(s, fresh_seed());
+      View4<double> dout("do", s.B, s.Nq, s.Hq, s.D);
+      fill_normal(dout, fresh_seed());
+      const Grads one = backward_of(p, dout, opt, bopt);
+      std::vector<double> seen;
+      Options with = opt;
+      with.progress = [&](double f) {
+        seen.push_back(f);
+        return true;
+      };
+      const Grads pieces = backward_of(p, dout, with, bopt);
+      SCOPED_TRACE(std::string(name(dq)) + " variant " + std::to_string(variant));
+      ASSERT_GE(seen.size(), 3u);
+      for (std::size_t n = 1; n < seen.size(); ++n) EXPECT_LT(seen[n - 1], seen[n]) << "report " << n;
+      EXPECT_GT(seen.front(), 0.0);
+      EXPECT_DOUBLE_EQ(seen.back(), 1.0);
+      EXPECT_EQ(one.dq, pieces.dq);
+      EXPECT_EQ(one.dk, pieces.dk);
+      EXPECT_EQ(one.dv, pieces.dv);
+    }
+}
+
+TEST(Progress, BackwardStopsWhenTheCallbackSaysSoAndRaggedReportsOnce) {
+  const Shape s{1, 1000, 1000, 1, 1, 8};
+  Problem<double> p(s, fresh_seed());
+  View4<double> dout("do", s.B, s.Nq, s.Hq, s.D);
+  fill_normal(dout, fresh_seed());
+  Options opt;
+  opt.causal = true;
+  int calls = 0;
+  opt.progress = [&](double) { return ++calls < 2; };
+  BackwardOptions bopt;
+  bopt.dq = DqStrategy::query_pass;
+  EXPECT_THROW(backward_of(p, dout, opt, bopt), Error);
+  EXPECT_EQ(calls, 2);
+
+  RaggedProblem<double> r({3, 1, 40}, {9, 300, 40}, 4, 2, 16, fresh_seed());
+  const auto layout = make_ragged_layout(host_index(r.q_indptr()), host_index(r.kv_indptr()));
+  attention(Kokkos::DefaultExecutionSpace(), r.q, kv::ragged(r.k, r.v, layout), r.o, r.lse, Options{});
+  const auto like = [](const View3<double>& v, const char* label) {
+    return View3<double>(std::string(label), v.extent(0), v.extent(1), v.extent(2));
+  };
+  View3<double> rdo = like(r.q, "do"), rdq = like(r.q, "dq"), rdk = like(r.k, "dk"), rdv = like(r.v, "dv");
+  fill_normal(rdo, fresh_seed());
+  std::vector<double> seen;
+  Options ropt;
+  ropt.progress = [&](double f) {
+    seen.push_back(f);
+    return true;
+  };
+  attention_backward(Kokkos::DefaultExecutionSpace(), r.q, kv::ragged(r.k, r.v, layout), r.o, r.lse, rdo, rdq, rdk, rdv,
+                     ropt);
+  Kokkos::fence();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_DOUBLE_EQ(seen[0], 1.0);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "grad_ragged.hpp"
 #include "json.hpp"
 #include "paths.hpp"
+#include "progress_line.hpp"
 #include "grad_check.hpp"
 #include "run_check.hpp"
 #include "timing.hpp"
@@ -43,7 +44,8 @@ const char* kGradUsage =
     "                  [--block-mask MASK.npy --mask-block B | --pattern P [--mask-block B]]  (block-sparse)\n"
     "  ragged batch:  as for kattn run (--random-ragged HQ,HKV,D --q-lens .. --kv-lens .., or --q/--k/--v\n"
     "                 [total, H, D] with --q-indptr and --kv-indptr, and --do [total_q, Hq, D])\n"
-    "  --layout bnhd|bhnd, --json, --quiet: as for kattn run\n"
+    "  --layout bnhd|bhnd, --json, --quiet, --progress: as for kattn run (the forward's progress line, then\n"
+    "                 the backward's)\n"
     "       mpirun -np P kattn grad --dist ring [--zigzag] [--deterministic] [--chunk KEYS] ...\n"
     "Gradients of sum(O * dO) with respect to q, k, v. O and LSE are computed by the forward pass\n"
     "when not given. --check compares with the textbook backward in float64 and exits with status 3\n"
@@ -101,7 +103,8 @@ GivenForward read_given_forward(Args& args, const DenseInputs& in) {
 
 template <class T>
 Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_values, const GivenForward& given,
-                       const Options& opt, const BackwardOptions& bopt, const BlockMask* mask, const Timing& timing) {
+                       const Options& opt, const BackwardOptions& bopt, const BlockMask* mask, const Timing& timing,
+                       const Console& console, double forward_flops) {
   const auto q = to_view<Tensor4<T>>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
   const auto k = to_view<Tensor4<T>>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
   const auto v = to_view<Tensor4<T>>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
@@ -119,11 +122,24 @@ Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_va
   } else {
     o = Tensor4<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), in.B, in.Nq, in.Hq, in.D);
     lse = Tensor3<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), in.B, in.Hq, in.Nq);
+    std::optional<ProgressLine> line;
+    Options fwd = masked;
+    if (progress_wanted(console.progress, console.quiet, forward_flops)) {
+      line.emplace(forward_flops, console.progress);
+      fwd.progress = line->callback();
+    }
     space.fence();
     const auto t0 = std::chrono::steady_clock::now();
-    attention(space, q, kv::dense(k, v), o, lse, masked);
+    attention(space, q, kv::dense(k, v), o, lse, fwd);
     space.fence();
     out.forward_seconds = since(t0);
+  }
+  // The backward's progress line: its passes in pieces (Options::progress).
+  std::optional<ProgressLine> line;
+  const double backward_flops = 2.5 * forward_flops;
+  if (progress_wanted(console.progress, console.quiet, backward_flops)) {
+    line.emplace(backward_flops, console.progress);
+    masked.progress = line->callback();
   }
   Tensor4<T> dq(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dq"), in.B, in.Nq, in.Hq, in.D);
   Tensor4<T> dk(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dk"), in.B, in.Nk, in.Hkv, in.D);
@@ -138,7 +154,10 @@ Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_va
         out.info = attention_backward(space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, masked, bopt);
         space.fence();
       },
-      [] {});
+      [&] {
+        if (line) line->restart();
+      });
+  if (line) line->finish();
   out.seconds = out.timing.median();
   out.dq = from_view(dq);
   out.dk = from_view(dk);
@@ -220,10 +239,12 @@ int cmd_grad(Args& args) {
   const std::vector<double> unread;  // the check reads no o or lse
   const AttentionParams<double> inputs = host_params(in, unread, unread);
   if (check.enabled) gradient_check_samples(inputs, check, m != nullptr);  // refused before the work
-  const Gradients g = in.dtype == io::DType::f32 ? run_backward<float>(in, dout, given, opt, bopt, m, timing)
-                                                 : run_backward<double>(in, dout, given, opt, bopt, m, timing);
+  const double forward_flops = m ? sparse_flops(in, *m, opt) : attention_flops(in, opt);
+  const Gradients g = in.dtype == io::DType::f32
+                          ? run_backward<float>(in, dout, given, opt, bopt, m, timing, console, forward_flops)
+                          : run_backward<double>(in, dout, given, opt, bopt, m, timing, console, forward_flops);
   // FlashAttention-2's backward count (of the kept pairs under a block mask)
-  const double flops = 2.5 * (m ? sparse_flops(in, *m, opt) : attention_flops(in, opt));
+  const double flops = 2.5 * forward_flops;
   const double gflops = g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0;
   const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
   std::fprintf(text, "kattn grad: dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n", dtype, name(in.layout), (long long)in.B,

@@ -1,6 +1,8 @@
 #include "kattn/backward.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "kattn/block_mask.hpp"
@@ -12,6 +14,7 @@
 #include "kattn/detail/backward_rows.hpp"
 #include "kattn/detail/block_sparse_launch.hpp"
 #include "kattn/detail/memory_check.hpp"
+#include "kattn/detail/progress.hpp"
 #include "kattn/core/key_window.hpp"
 #include "kattn/core/score_scaling.hpp"
 #include "kattn/core/state.hpp"
@@ -37,7 +40,10 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
   info.block_q = plan.geo.block_q;
   info.block_k = plan.geo.block_k;
   info.workspace_bytes = plan.workspace_bytes;
-  if (f.batch == 0 || f.heads_q == 0) return info;
+  if (f.batch == 0 || f.heads_q == 0) {
+    if (opt.progress) report_progress(opt, 1.0);
+    return info;
+  }
 
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Array = Kokkos::View<T*, typename ExecSpace::memory_space>;
@@ -81,6 +87,18 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
     BackwardPrepare<ExecSpace, T> prep{p, ws, plan.dq == DqStrategy::atomic};
     Kokkos::parallel_for("kattn::backward::prepare", Policy(space, prep.league_size(), Kokkos::AUTO), prep);
   }
+  // Options::progress on a dense problem: each pass in pieces of tiles, reported after each;
+  // otherwise (or ragged batches) one launch per pass and one report at the end.
+  std::optional<BackwardPieces> pieces;
+  double reported = 0;
+  const auto report_piece = [&](double fraction) {  // increasing fractions; 1 once, at the end
+    if (!(fraction > reported && fraction < 1.0)) return;
+    report_progress(opt, fraction);
+    reported = fraction;
+  };
+  if (opt.progress && !f.q_indptr)
+    pieces.emplace(window, f.q_len, f.kv_len, f.group_size(), plan.geo.block_q, plan.geo.block_k, plan.chunks, plan.dq,
+                   std::int64_t(f.batch) * f.heads_kv, space.concurrency());
   if (f.kv_len > 0) {
     BackwardKeyPass<ExecSpace, T> kern;
     kern.p = p;
@@ -95,7 +113,17 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
     kern.bs = bs;
     Policy policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
     policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
-    Kokkos::parallel_for("kattn::backward::key_pass", policy, kern);
+    if (!pieces) {
+      Kokkos::parallel_for("kattn::backward::key_pass", policy, kern);
+    } else {
+      for (std::int64_t begin = 0; begin < pieces->key_tiles(); begin += pieces->key_step()) {
+        kern.tile_begin = begin;
+        kern.tile_end = std::min(pieces->key_tiles(), begin + pieces->key_step());
+        Kokkos::parallel_for("kattn::backward::key_pass", policy, kern);
+        space.fence();
+        report_piece(pieces->after_key_tiles(kern.tile_end));
+      }
+    }
   }
   if (f.q_len > 0 && plan.dq == DqStrategy::query_pass) {
     BackwardQueryPass<ExecSpace, T> kern;
@@ -110,13 +138,24 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
     kern.bs = bs;
     Policy policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
     policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
-    Kokkos::parallel_for("kattn::backward::query_pass", policy, kern);
+    if (!pieces) {
+      Kokkos::parallel_for("kattn::backward::query_pass", policy, kern);
+    } else {
+      for (std::int64_t begin = 0; begin < pieces->row_tiles(); begin += pieces->row_step()) {
+        kern.tile_begin = static_cast<int>(begin);
+        kern.tile_end = static_cast<int>(std::min(pieces->row_tiles(), begin + pieces->row_step()));
+        Kokkos::parallel_for("kattn::backward::query_pass", policy, kern);
+        space.fence();
+        report_piece(pieces->after_row_tiles(kern.tile_end));
+      }
+    }
   }
   if (f.q_len > 0 && plan.dq != DqStrategy::query_pass) {
     BackwardSumDq<ExecSpace, T> sum{p, ws, plan.dq == DqStrategy::key_chunks ? plan.chunks : 0};
     Kokkos::parallel_for("kattn::backward::sum_dq", Policy(space, sum.league_size(), Kokkos::AUTO), sum);
   }
   compat::fence(space, "kattn::backward: the workspace is freed on return");
+  if (opt.progress) report_progress(opt, 1.0);  // the sum of dQ partials, or the one launch of each pass
   return info;
 }
 

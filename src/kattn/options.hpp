@@ -39,10 +39,12 @@ struct Options {
   // (i / B, j / B) listed to see key j. Not owned: it must outlive the call. Dense KV only.
   const BlockMask* block_mask = nullptr;
   // Progress of a long call: when set, the forward runs the query positions in a few pieces in
-  // order and calls this on the host after each with the fraction of the work done (0 < f <= 1).
-  // Returning false stops the call with a kattn::Error once the piece in flight is done (the rows
-  // not reached are left as they were); an exception it throws propagates likewise. Unset: one
-  // launch. Dense inputs; ragged and paged batches report 1 once, at the end.
+  // order (the backward: its key pass in pieces of key tiles, its query pass in pieces of query
+  // tiles, with the same results bit for bit) and calls this on the host after each with the
+  // fraction of the work done (0 < f <= 1, increasing, 1 once at the end). Returning false stops
+  // the call with a kattn::Error once the piece in flight is done (the outputs not reached are
+  // left as they were); an exception it throws propagates likewise. Unset: one launch. Dense
+  // inputs; ragged and paged batches report 1 once, at the end.
   std::function<bool(double fraction)> progress;
 };
 

@@ -116,9 +116,13 @@ endif()
 kattn_cli_expect(save_inputs_creates ARGS run --random 1,8,8,1,1,4 --save-inputs ${FH}/new/inputs STATUS 0
                  REMOVE ${FH}/new FILES ${FH}/new/inputs/q.npy REQUIRES fh_dir)
 
-# 6. Progress on standard error (forced here: ctest's stderr is no terminal), off with --quiet.
+# 6. Progress on standard error (forced here: ctest's stderr is no terminal), off with --quiet; grad
+# shows the forward's line, then the backward's, reported from its passes in pieces.
 kattn_cli_expect(progress ARGS run --random 1,3000,3000,1,1,32 --causal --progress STATUS 0
                  STDERR "progress: 100.0%, [0-9.]+ GFLOP/s, [0-9]+ s elapsed, 0 s left")
+kattn_cli_expect(progress_grad ARGS grad --random 1,3000,3000,1,1,32 --causal --progress STATUS 0
+                 STDERR "progress: 100.0%, [0-9.]+ GFLOP/s.*progress: [ 0-9.]+%.*progress: 100.0%, [0-9.]+ GFLOP/s, [0-9]+ s elapsed, 0 s left")
+kattn_cli_expect(progress_grad_quiet ARGS grad --random 1,3000,3000,1,1,32 --causal --quiet STATUS 0 STDERR_NOT "progress")
 kattn_cli_expect(progress_quiet ARGS run --random 1,3000,3000,1,1,32 --causal --quiet STATUS 0 STDERR_NOT "progress")
 
 # 7. kattn's own help first and only; Kokkos' under --kokkos-help.

@@ -16,6 +16,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <climits>
 #include <cstdint>
 
 #include "kattn/backward_options.hpp"
@@ -52,6 +53,9 @@ struct BackwardKeyPass {
   int scratch_level = 0;
   BackwardWorkspace<T> ws;
   BlockSparse bs;  // inactive: dense
+  // Only key tiles [tile_begin, tile_end) of each sequence (a piece of a call with progress
+  // reports); each chunk still takes its tiles in order, so pieces give the same bits as one launch.
+  std::int64_t tile_begin = 0, tile_end = INT64_MAX;
 
   KOKKOS_INLINE_FUNCTION bool raw_k() const { return dq != DqStrategy::query_pass; }
   KOKKOS_INLINE_FUNCTION bool dq_tile() const { return dq != DqStrategy::query_pass; }
@@ -105,11 +109,14 @@ struct BackwardKeyPass {
     const int b = rank / p.fwd.heads_kv;
     const std::int64_t q_len = p.fwd.seq_q_len(b);
     const std::int64_t kv_len = p.fwd.seq_kv_len(b);
-    const std::int64_t tiles = (kv_len + geo.block_k - 1) / geo.block_k;
-    if (c >= tiles) return;
+    const std::int64_t all_tiles = (kv_len + geo.block_k - 1) / geo.block_k;
+    const std::int64_t tiles = all_tiles < tile_end ? all_tiles : tile_end;
+    // This chunk's first tile at or after tile_begin.
+    const std::int64_t first = c >= tile_begin ? c : c + (tile_begin - c + chunks - 1) / chunks * chunks;
+    if (first >= tiles) return;
     const Tiles s = carve(ScratchBuffer(member.team_scratch(scratch_level), scratch_elements()));
     const MaskedSpreads nan = masked_spreads(member, p, ws, window, b, hk, q_len, kv_len);
-    for (std::int64_t kt = c; kt < tiles; kt += chunks) {
+    for (std::int64_t kt = first; kt < tiles; kt += chunks) {
       const std::int64_t kb = kt * geo.block_k;
       const int n_keys = static_cast<int>(kv_len - kb < geo.block_k ? kv_len - kb : geo.block_k);
       key_tile(member, b, hk, c, kb, n_keys, q_len, kv_len, nan, s);

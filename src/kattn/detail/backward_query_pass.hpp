@@ -12,6 +12,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <climits>
 #include <cstdint>
 
 #include "kattn/backward_params.hpp"
@@ -43,6 +44,7 @@ struct BackwardQueryPass {
   GradientScales<T> g;
   BackwardGeometry geo;
   int row_tiles = 1;
+  int tile_begin = 0, tile_end = INT_MAX;  // only query tiles [tile_begin, tile_end) (a progress piece)
   int scratch_level = 0;
   BackwardWorkspace<T> ws;
   BlockSparse bs;  // inactive: dense
@@ -81,6 +83,7 @@ struct BackwardQueryPass {
   KOKKOS_INLINE_FUNCTION void operator()(const Member& member) const {
     int rank = member.league_rank();
     const int tile = rank % row_tiles;
+    if (tile < tile_begin || tile >= tile_end) return;
     rank /= row_tiles;
     const int hk = rank % p.fwd.heads_kv;
     const int b = rank / p.fwd.heads_kv;

@@ -12,6 +12,7 @@
 #include "kattn/errors.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/merge_partials.hpp"
+#include "kattn/detail/progress.hpp"
 #include "kattn/detail/row_tiled_attention.hpp"
 #include "kattn/detail/tiled_attention.hpp"
 #include "kattn/core/key_window.hpp"
@@ -164,9 +165,7 @@ AttentionParams<T> query_piece(const AttentionParams<T>& p, Options& opt, std::i
 template <class ExecSpace, class T>
 void run_attention_with_progress(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
                                  const SplitSpec& split, const std::string& name) {
-  const auto report = [&](double fraction) {
-    KATTN_REQUIRE(opt.progress(fraction), "progress: stopped by the callback at ", 100.0 * fraction, "% of the work");
-  };
+  const auto report = [&](double fraction) { report_progress(opt, fraction); };
   if (p.q_indptr || p.q_len == 0 || p.batch == 0 || p.heads_q == 0) {
     run_attention(space, p, opt, split, name);
     space.fence();
