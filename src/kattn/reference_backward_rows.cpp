@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <random>
 #include <tuple>
 #include <utility>
 
@@ -118,6 +117,7 @@ namespace {
 // last one does, whether any does.
 std::tuple<bool, bool, bool> key_edge_state(const KeyWindow& w, std::int64_t j, std::int64_t q_len,
                                             std::int64_t kv_len) {
+  if (q_len == 0) return {false, false, false};
   return {w.visible(0, j, q_len, kv_len), w.visible(q_len - 1, j, q_len, kv_len),
           w.first_query(j, q_len, kv_len) <= w.last_query(j, q_len, kv_len)};
 }
@@ -128,41 +128,10 @@ std::vector<KeyRow> key_rows_to_check(const BackwardParams<double>& p, const Opt
                                       std::uint64_t seed) {
   const AttentionParams<double>& f = p.fwd;
   const KeyWindow window = KeyWindow::from(opt);
-  std::vector<KeyRow> rows;
-  const auto add = [&](int b, std::int64_t j) {
-    rows.push_back({b, j, 0});
-    if (f.heads_kv > 1) rows.push_back({b, j, f.heads_kv - 1});
-  };
-  std::int64_t total = 0;
-  for (int b = 0; b < f.batch; ++b) {
-    const std::int64_t q_len = f.seq_q_len(b), kv_len = f.seq_kv_len(b);
-    total += kv_len;
-    if (kv_len == 0) continue;
-    add(b, 0);
-    add(b, kv_len - 1);
-    if (q_len == 0) continue;
-    for (std::int64_t j = 1; j < kv_len; ++j)
-      if (key_edge_state(window, j, q_len, kv_len) != key_edge_state(window, j - 1, q_len, kv_len)) {
-        add(b, j - 1);
-        add(b, j);
-      }
-  }
-  if (total > 0 && random_rows > 0) {
-    std::mt19937_64 gen(seed);
-    std::uniform_int_distribution<std::int64_t> position(0, total - 1);
-    std::uniform_int_distribution<int> head(0, f.heads_kv - 1);
-    for (std::int64_t n = 0; n < random_rows; ++n) {
-      std::int64_t at = position(gen);
-      int b = 0;
-      while (at >= f.seq_kv_len(b)) at -= f.seq_kv_len(b++);
-      rows.push_back({b, at, head(gen)});
-    }
-  }
-  const auto key = [](const KeyRow& r) { return std::make_tuple(r.b, r.j, r.h); };
-  std::sort(rows.begin(), rows.end(), [&](const KeyRow& x, const KeyRow& y) { return key(x) < key(y); });
-  rows.erase(std::unique(rows.begin(), rows.end(), [&](const KeyRow& x, const KeyRow& y) { return key(x) == key(y); }),
-             rows.end());
-  return rows;
+  return detail::sample_rows<KeyRow>(
+      f.batch, f.heads_kv, [&](int b) { return f.seq_kv_len(b); },
+      [&](int b, std::int64_t j) { return key_edge_state(window, j, f.seq_q_len(b), f.seq_kv_len(b)); }, random_rows,
+      seed);
 }
 
 }  // namespace kattn

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <random>
 #include <tuple>
 
 #include "kattn/core/key_window.hpp"
@@ -73,42 +72,9 @@ std::tuple<bool, bool, bool> edge_state(const KeyWindow& w, std::int64_t i, std:
 std::vector<QueryRow> rows_to_check(const AttentionParams<double>& p, const Options& opt, std::int64_t random_rows,
                                     std::uint64_t seed) {
   const KeyWindow window = KeyWindow::from(opt);
-  std::vector<QueryRow> rows;
-  const auto add = [&](int b, std::int64_t i) {
-    rows.push_back({b, i, 0});
-    if (p.heads_q > 1) rows.push_back({b, i, p.heads_q - 1});
-  };
-  std::int64_t total = 0;
-  for (int b = 0; b < p.batch; ++b) {
-    const std::int64_t q_len = p.seq_q_len(b), kv_len = p.seq_kv_len(b);
-    total += q_len;
-    if (q_len == 0) continue;
-    add(b, 0);
-    add(b, q_len - 1);
-    for (std::int64_t i = 1; i < q_len; ++i)
-      if (edge_state(window, i, q_len, kv_len) != edge_state(window, i - 1, q_len, kv_len)) {
-        add(b, i - 1);
-        add(b, i);
-      }
-  }
-  if (total > 0 && random_rows > 0) {
-    // A global position drawn uniformly, then the sequence that holds it.
-    std::mt19937_64 gen(seed);
-    std::uniform_int_distribution<std::int64_t> position(0, total - 1);
-    std::uniform_int_distribution<int> head(0, p.heads_q - 1);
-    for (std::int64_t n = 0; n < random_rows; ++n) {
-      std::int64_t at = position(gen);
-      int b = 0;
-      while (at >= p.seq_q_len(b)) at -= p.seq_q_len(b++);
-      rows.push_back({b, at, head(gen)});
-    }
-  }
-  const auto key = [](const QueryRow& r) { return std::make_tuple(r.b, r.i, r.h); };
-  std::sort(rows.begin(), rows.end(), [&](const QueryRow& x, const QueryRow& y) { return key(x) < key(y); });
-  rows.erase(
-      std::unique(rows.begin(), rows.end(), [&](const QueryRow& x, const QueryRow& y) { return key(x) == key(y); }),
-      rows.end());
-  return rows;
+  return detail::sample_rows<QueryRow>(
+      p.batch, p.heads_q, [&](int b) { return p.seq_q_len(b); },
+      [&](int b, std::int64_t i) { return edge_state(window, i, p.seq_q_len(b), p.seq_kv_len(b)); }, random_rows, seed);
 }
 
 }  // namespace kattn

@@ -3,7 +3,10 @@
 // length, where the full reference's [Nq, Nk] score matrix would not fit. Host memory only.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <random>
+#include <tuple>
 #include <vector>
 
 #include "kattn/options.hpp"
@@ -34,6 +37,50 @@ struct RowSoftmax {
   double lse = 0;
 };
 RowSoftmax row_softmax(const AttentionParams<double>& p, const Options& opt, const QueryRow& row);
+
+// The rule of a sample of rows (query rows here, key rows for the backward): for every sequence b
+// of length(b) positions, its first and last position and both sides of every change of
+// state(b, position), on head 0 and head heads - 1; then `random_rows` (b, position, head) drawn
+// uniformly over every position and head with `seed`. Sorted, each once, as Row{b, position, head}.
+template <class Row, class Length, class State>
+std::vector<Row> sample_rows(int batch, int heads, const Length& length, const State& state,
+                             std::int64_t random_rows, std::uint64_t seed) {
+  std::vector<std::tuple<int, std::int64_t, int>> picked;
+  const auto add = [&](int b, std::int64_t at) {
+    picked.emplace_back(b, at, 0);
+    if (heads > 1) picked.emplace_back(b, at, heads - 1);
+  };
+  std::int64_t total = 0;
+  for (int b = 0; b < batch; ++b) {
+    const std::int64_t n = length(b);
+    total += n;
+    if (n == 0) continue;
+    add(b, 0);
+    add(b, n - 1);
+    for (std::int64_t at = 1; at < n; ++at)
+      if (state(b, at) != state(b, at - 1)) {
+        add(b, at - 1);
+        add(b, at);
+      }
+  }
+  if (total > 0 && random_rows > 0) {
+    // A global position drawn uniformly, then the sequence that holds it.
+    std::mt19937_64 gen(seed);
+    std::uniform_int_distribution<std::int64_t> position(0, total - 1);
+    std::uniform_int_distribution<int> head(0, heads - 1);
+    for (std::int64_t n = 0; n < random_rows; ++n) {
+      std::int64_t at = position(gen);
+      int b = 0;
+      while (at >= length(b)) at -= length(b++);
+      picked.emplace_back(b, at, head(gen));
+    }
+  }
+  std::sort(picked.begin(), picked.end());
+  picked.erase(std::unique(picked.begin(), picked.end()), picked.end());
+  std::vector<Row> rows;
+  for (const auto& [b, at, h] : picked) rows.push_back(Row{b, at, h});
+  return rows;
+}
 
 }  // namespace detail
 
