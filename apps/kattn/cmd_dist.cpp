@@ -57,7 +57,7 @@ DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, co
   const std::vector<double> k = scatter_positions(comm, in.k, in.B, in.Hkv * in.D, kl);
   const std::vector<double> v = scatter_positions(comm, in.v, in.B, in.Hkv * in.D, kl);
   const auto qv = to_view<Tensor4<T>>(q, "q", in.B, nq, in.Hq, in.D);
-  const auto kv = to_view<Tensor4<T>>(k, "k", in.B, nk, in.Hkv, in.D);
+  const auto kview = to_view<Tensor4<T>>(k, "k", in.B, nk, in.Hkv, in.D);
   const auto vv = to_view<Tensor4<T>>(v, "v", in.B, nk, in.Hkv, in.D);
   Tensor4<T> o(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), in.B, nq, in.Hq, in.D);
   Tensor3<T> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), in.B, in.Hq, nq);
@@ -68,11 +68,11 @@ DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, co
   MPI_Barrier(comm);
   DistRun run;
   if (ring) {
-    run.stats = dist::ring_forward(comm, space, qv, kv, vv, o, lse, opt, d);
+    run.stats = dist::ring_attention(comm, space, qv, kv::dense(kview, vv), o, lse, opt, d);
   } else {
     dist::DistOptions dd = d;
     dd.root = 0;
-    run.stats = dist::decode(comm, space, qv, kv, vv, o, lse, opt, dd);
+    run.stats = dist::decode_attention(comm, space, qv, kv::dense(kview, vv), o, lse, opt, dd);
   }
   run.compute_min = max_over(comm, run.stats.compute_seconds, MPI_MIN);
   run.stats.seconds = max_over(comm, run.stats.seconds);

@@ -63,9 +63,9 @@ DistGrads run_as(MPI_Comm comm, const DenseInputs& in, const std::vector<double>
   space.fence();
   MPI_Barrier(comm);
   DistGrads g;
-  g.forward_seconds = reduce_max(comm, dist::ring_forward(comm, space, q, k, v, o, lse, opt, d).seconds);
+  g.forward_seconds = reduce_max(comm, dist::ring_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d).seconds);
   MPI_Barrier(comm);
-  const dist::DistStats s = dist::ring_backward(comm, space, q, k, v, o, lse, dout, dq, dk, dv, opt, d, bopt);
+  const dist::DistStats s = dist::ring_attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, bopt, d);
   g.seconds = reduce_max(comm, s.seconds);
   g.comm_seconds = reduce_max(comm, s.comm_seconds);
   g.bytes = static_cast<long long>(reduce_max(comm, double(s.bytes_sent)));

@@ -158,8 +158,8 @@ Result measure(const Config& c, int rank, int P, Progress& progress) {
       space.fence();
       MPI_Barrier(MPI_COMM_WORLD);
       const double cpu0 = cpu_now();
-      const dist::DistStats s = ring ? dist::ring_forward(MPI_COMM_WORLD, space, q, k, v, o, lse, opt, d)
-                                     : dist::decode(MPI_COMM_WORLD, space, q, k, v, o, lse, opt, d);
+      const dist::DistStats s = ring ? dist::ring_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d)
+                                     : dist::decode_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d);
       const Sample sample = reduce_sample(s, cpu_now() - cpu0, P);
       progress.update(what + " done");
       if (r >= c.warmup) (variant ? nocomm : real).push_back(sample);

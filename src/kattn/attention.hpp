@@ -25,6 +25,7 @@
 #include "kattn/block_patterns.hpp"
 #include "kattn/cascade.hpp"
 #include "kattn/detail/attention_impl.hpp"
+#include "kattn/kv.hpp"
 #include "kattn/options.hpp"
 #include "kattn/paged.hpp"
 #include "kattn/plan_splits.hpp"
@@ -32,56 +33,6 @@
 #include "kattn/shapes.hpp"
 
 namespace kattn {
-namespace kv {
-
-// Keys and values of each sequence side by side in a batch: k, v [B, Nk, Hkv, D].
-template <class KView, class VView>
-struct Dense {
-  KView k;
-  VView v;
-};
-// Sequences packed without padding (ragged.hpp): k, v [total_kv, Hkv, D].
-template <class KView, class VView, class MemorySpace>
-struct Ragged {
-  KView k;
-  VView v;
-  RaggedLayout<MemorySpace> layout;
-};
-// A paged cache (paged.hpp): k, v [num_pages, page_size, Hkv, D].
-template <class KView, class VView, class MemorySpace>
-struct Paged {
-  KView k;
-  VView v;
-  PagedLayout<MemorySpace> layout;
-};
-// A prefix shared by every request (k_prefix, v_prefix [Np, Hkv, D]), then each request's own keys
-// (a Ragged or Paged kind).
-template <class KPView, class VPView, class Suffix>
-struct Cascade {
-  KPView k_prefix;
-  VPView v_prefix;
-  Suffix suffix;
-};
-
-template <class KView, class VView>
-Dense<KView, VView> dense(const KView& k, const VView& v) {
-  return {k, v};
-}
-template <class KView, class VView, class MemorySpace>
-Ragged<KView, VView, MemorySpace> ragged(const KView& k, const VView& v, const RaggedLayout<MemorySpace>& layout) {
-  return {k, v, layout};
-}
-template <class KView, class VView, class MemorySpace>
-Paged<KView, VView, MemorySpace> paged(const KView& k, const VView& v, const PagedLayout<MemorySpace>& layout) {
-  return {k, v, layout};
-}
-template <class KPView, class VPView, class Suffix>
-Cascade<KPView, VPView, Suffix> cascade(const KPView& k_prefix, const VPView& v_prefix, const Suffix& suffix) {
-  return {k_prefix, v_prefix, suffix};
-}
-
-}  // namespace kv
-
 namespace detail {
 
 inline void require_dense_for_block_mask(const Options& opt, const char* kind) {

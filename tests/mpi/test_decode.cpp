@@ -49,7 +49,7 @@ void decode_on(const Problem<T>& g, const std::vector<std::int64_t>& lens, const
   lse = View3<T>("lse", g.shape.B, g.shape.Hq, g.shape.Nq);
   poison(o);
   poison(lse);
-  dist::decode(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), g.q, k, v, o, lse, opt, d);
+  dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), g.q, kv::dense(k, v), o, lse, opt, d);
 }
 
 template <class T>

@@ -30,7 +30,7 @@ void run_sharded(MPI_Comm comm, const Problem<T>& g, const Options& opt, const D
   lse = View3<T>("lse", g.shape.B, g.shape.Hq, n);
   poison(o);
   poison(lse);
-  dist::ring_forward(comm, Kokkos::DefaultExecutionSpace(), q, k, v, o, lse, opt, d);
+  dist::ring_attention(comm, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, opt, d);
   layout = ql;
 }
 
@@ -119,7 +119,7 @@ void run_decode(MPI_Comm comm, const Problem<T>& g, const std::vector<std::int64
   lse = View3<T>("lse", g.shape.B, g.shape.Hq, g.shape.Nq);
   poison(o);
   poison(lse);
-  dist::decode(comm, Kokkos::DefaultExecutionSpace(), g.q, k, v, o, lse, opt, d);
+  dist::decode_attention(comm, Kokkos::DefaultExecutionSpace(), g.q, kv::dense(k, v), o, lse, opt, d);
 }
 
 // Shard lengths of Nk keys over P ranks in whole chunks: balanced, and skewed (some empty).

@@ -68,16 +68,16 @@ TEST(DistErrors, EveryRankBadInItsOwnWayAllThrowTheLowestRanksError) {
       [&] {
         switch (rank % 4) {
           case 0:
-            dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, bad_k, ok.v, ok.o, ok.lse);
+            dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, kv::dense(bad_k, ok.v), ok.o, ok.lse);
             break;
           case 1:
-            dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, ok.k, bad_v, ok.o, ok.lse);
+            dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, kv::dense(ok.k, bad_v), ok.o, ok.lse);
             break;
           case 2:
-            dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, ok.k, ok.v, bad_o, ok.lse);
+            dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, kv::dense(ok.k, ok.v), bad_o, ok.lse);
             break;
           default:
-            dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, ok.k, ok.v, ok.o, bad_lse);
+            dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, kv::dense(ok.k, ok.v), ok.o, bad_lse);
             break;
         }
       },
@@ -96,7 +96,7 @@ TEST(DistErrors, OnlyTheLastRankBad) {
   bad.window_left = -7;
   const std::string msg = expect_same_error(
       [&] {
-        dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, ok.k, ok.v, ok.o, ok.lse,
+        dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, kv::dense(ok.k, ok.v), ok.o, ok.lse,
                            rank == P - 1 ? bad : opt);
       },
       "window: expected a left bound >= 0 or -1");
@@ -112,7 +112,7 @@ TEST(DistErrors, HeadDimDiffersAcrossRanks) {
   Local mine(1, n, 2, 1, rank == 1 ? 12 : 8);  // locally consistent, globally not
   expect_same_error(
       [&] {
-        dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), mine.q, mine.k, mine.v, mine.o, mine.lse);
+        dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), mine.q, kv::dense(mine.k, mine.v), mine.o, mine.lse);
       },
       "q: expected head dim 8 (from rank 0), got 12 on rank 1");
 }
@@ -126,10 +126,10 @@ TEST(DistErrors, DtypeDiffersAcrossRanks) {
         if (rank == P - 1) {
           const std::size_t un = static_cast<std::size_t>(n);
           View4<float> q("q", 1, un, 2, 8), k("k", 1, un, 2, 8), v("v", 1, un, 2, 8), o("o", 1, un, 2, 8);
-          dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, k, v, o);
+          dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o);
         } else {
           Local d(1, n, 2, 2, 8);
-          dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o);
+          dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o);
         }
       },
       "q: expected dtype f64 (from rank 0), got f32 on rank " + std::to_string(P - 1));
@@ -142,13 +142,13 @@ TEST(DistErrors, OptionsDifferAcrossRanks) {
   Options opt;
   opt.causal = rank == 1;
   expect_same_error(
-      [&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, opt); },
+      [&] { dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse, opt); },
       "options: expected causal false (from rank 0), got true on rank 1");
   DistOptions dd;
   dd.sharding = rank == P - 1 ? dist::Sharding::zigzag : dist::Sharding::contiguous;
   expect_same_error(
       [&] {
-        dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, Options{}, dd);
+        dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse, Options{}, dd);
       },
       "options: expected sharding");
 }
@@ -160,7 +160,7 @@ TEST(DistErrors, ShardLengthsInconsistentWithTheSplit) {
   const std::int64_t n = my_share(8 * P) + (rank == P - 1 ? 2 : 0);
   Local d(1, n, 2, 1, 8);
   expect_same_error(
-      [&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse); },
+      [&] { dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse); },
       "(a contiguous split of " + std::to_string(8 * P + 2) + " positions over " + std::to_string(P) + " ranks)");
   // Zigzag expects another split of the same total than contiguous (11 P + 1 positions: the
   // contiguous split gives rank 0 the extra one, the zigzag split the last rank).
@@ -170,7 +170,7 @@ TEST(DistErrors, ShardLengthsInconsistentWithTheSplit) {
     zz.sharding = dist::Sharding::zigzag;
     expect_same_error(
         [&] {
-          dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), c.q, c.k, c.v, c.o, c.lse, Options{}, zz);
+          dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), c.q, kv::dense(c.k, c.v), c.o, c.lse, Options{}, zz);
         },
         "zigzag split of");
   }
@@ -189,7 +189,7 @@ TEST(DistErrors, DeterministicDecodeNeedsChunkAlignedShards) {
   d.chunk = 16;
   (void)rank;
   expect_same_error(
-      [&] { dist::decode(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, k, v, o, Options{}, d); },
+      [&] { dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, Options{}, d); },
       "k: deterministic decode needs every rank's KV shard to start at a multiple of the chunk (16 keys); "
       "rank 1 starts at key 10");
 }
@@ -199,12 +199,12 @@ TEST(DistErrors, DecodeQueriesMustBeReplicated) {
   if (P < 2) GTEST_SKIP() << "needs two ranks";
   const int nq = rank == 1 ? 3 : 2;
   View4<double> q("q", 1, nq, 2, 8), o("o", 1, nq, 2, 8), k("k", 1, 5, 2, 8), v("v", 1, 5, 2, 8);
-  expect_same_error([&] { dist::decode(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, k, v, o); },
+  expect_same_error([&] { dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o); },
                     "q: expected query positions 2 (from rank 0), got 3 on rank 1");
   DistOptions d;
   d.root = P;
   View4<double> q2("q", 1, 2, 2, 8), o2("o", 1, 2, 2, 8);
-  expect_same_error([&] { dist::decode(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q2, k, v, o2, Options{}, d); },
+  expect_same_error([&] { dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q2, kv::dense(k, v), o2, Options{}, d); },
                     "root: expected a rank of the communicator");
 }
 
@@ -217,25 +217,25 @@ TEST(DistErrors, BlockMaskRefusedOnEveryRankAlike) {
   Options masked;
   masked.block_mask = &mask;
   expect_same_error(
-      [&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, masked); },
+      [&] { dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse, masked); },
       "block_mask: the distributed calls take none");
   View4<double> dout("dout", 1, d.q.extent(1), 2, 8), dq("dq", 1, d.q.extent(1), 2, 8), dk("dk", 1, d.k.extent(1), 1, 8),
       dv("dv", 1, d.k.extent(1), 1, 8);
   fill_normal(dout, 4);
   expect_same_error(
       [&] {
-        dist::ring_backward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, dout, dq, dk,
+        dist::ring_attention_backward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse, dout, dq, dk,
                             dv, masked);
       },
       "block_mask: the distributed calls take none");
   View4<double> q("q", 1, 2, 2, 8), o("o", 1, 2, 2, 8);
   fill_normal(q, 5);
-  expect_same_error([&] { dist::decode(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, d.k, d.v, o, masked); },
+  expect_same_error([&] { dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(d.k, d.v), o, masked); },
                     "block_mask: the distributed calls take none");
   if (P < 2) return;
   Options one_rank = rank == 1 ? masked : Options{};
   expect_same_error(
-      [&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, one_rank); },
+      [&] { dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse, one_rank); },
       "options: expected block_mask false (from rank 0), got true on rank 1");
 }
 
@@ -245,9 +245,9 @@ TEST(DistErrors, AfterAnErrorTheNextCallWorks) {
   Options bad;
   bad.softcap = -1;
   expect_same_error(
-      [&] { dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, bad); },
+      [&] { dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse, bad); },
       "softcap");
-  EXPECT_NO_THROW(dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse));
+  EXPECT_NO_THROW(dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse));
 }
 
 }  // namespace

@@ -46,8 +46,8 @@ TEST(DistMergeNaN, RingForward) {
   View3<float> lse("lse", 1, 2, n);
   poison(o);
   poison(lse);
-  dist::ring_forward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, k, v, o, lse, underflowing_nan_options());
-  expect_underflowing_nan_result(o, lse, Nk, "ring_forward");
+  dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, underflowing_nan_options());
+  expect_underflowing_nan_result(o, lse, Nk, "ring_attention");
 }
 
 TEST(DistMergeNaN, Decode) {
@@ -64,7 +64,7 @@ TEST(DistMergeNaN, Decode) {
     View3<float> lse("lse", 1, 2, 1);
     poison(o);
     poison(lse);
-    dist::decode(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), g.q, k, v, o, lse, underflowing_nan_options(), d);
+    dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), g.q, kv::dense(k, v), o, lse, underflowing_nan_options(), d);
     expect_underflowing_nan_result(o, lse, Nk, det ? "decode, deterministic" : "decode");
   }
 }

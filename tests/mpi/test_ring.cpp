@@ -42,7 +42,7 @@ RingRun<T> run_ring(MPI_Comm comm, const Problem<T>& g, const Options& opt, cons
   r.lse = View3<T>("lse", g.shape.B, g.shape.Hq, n);
   poison(r.o);
   poison(r.lse);
-  r.stats = dist::ring_forward(comm, Kokkos::DefaultExecutionSpace(), q, k, v, r.o, r.lse, opt, d);
+  r.stats = dist::ring_attention(comm, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), r.o, r.lse, opt, d);
   return r;
 }
 
@@ -53,7 +53,7 @@ void check_ring(const Shape& s, const Options& opt, const DistOptions& d) {
   Problem<T> g(s, seed);
   const Problem<double> ref = reference_of(g, opt);
   const RingRun<T> r = run_ring(MPI_COMM_WORLD, g, opt, d);
-  expect_shard_close(r.o, r.lse, ref, r.q_layout, rank_of(MPI_COMM_WORLD), tolerance<T>(), "ring_forward");
+  expect_shard_close(r.o, r.lse, ref, r.q_layout, rank_of(MPI_COMM_WORLD), tolerance<T>(), "ring_attention");
 }
 
 std::vector<Options> variants() {

@@ -70,7 +70,7 @@ LocalGrads<T> run_ring_backward(MPI_Comm comm, const Grads<T>& g, const Options&
   poison(r.dk);
   poison(r.dv);
   r.stats =
-      dist::ring_backward(comm, Kokkos::DefaultExecutionSpace(), q, k, v, o, lse, dout, r.dq, r.dk, r.dv, opt, d, b);
+      dist::ring_attention_backward(comm, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, dout, r.dq, r.dk, r.dv, opt, b, d);
   return r;
 }
 
@@ -125,7 +125,7 @@ void check_backward(const Shape& s, const Options& opt, const DistOptions& d) {
   Grads<T> g(s, seed, opt);
   g.backward_one_rank(opt);
   const LocalGrads<T> r = run_ring_backward(MPI_COMM_WORLD, g, opt, d);
-  expect_grads(r, g, rank_of(MPI_COMM_WORLD), std::is_same<T, double>::value ? kDoubleTol : 1e-5, "ring_backward");
+  expect_grads(r, g, rank_of(MPI_COMM_WORLD), std::is_same<T, double>::value ? kDoubleTol : 1e-5, "ring_attention_backward");
 }
 
 std::vector<Options> variants() {
@@ -194,7 +194,7 @@ void check_backward_invariance(const Shape& s, const Options& opt, std::int64_t 
   Grads<T> g(s, seed, opt);
   {
     const SequenceLayout one(s.Nq, 1, Sharding::contiguous, chunk);
-    dist::ring_forward(MPI_COMM_SELF, Kokkos::DefaultExecutionSpace(), g.p.q, g.p.k, g.p.v, g.p.o, g.p.lse, opt, d);
+    dist::ring_attention(MPI_COMM_SELF, Kokkos::DefaultExecutionSpace(), g.p.q, kv::dense(g.p.k, g.p.v), g.p.o, g.p.lse, opt, d);
   }
   // One rank, deterministic: the bits every run must reproduce; close to the one-rank backward.
   const LocalGrads<T> one = run_ring_backward(MPI_COMM_SELF, g, opt, d, b);

@@ -13,6 +13,7 @@
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/detail/attention_impl.hpp"
+#include "kattn/kv.hpp"
 #include "kattn/options.hpp"
 #include "kattn/params.hpp"
 #include "kattn/shapes.hpp"
@@ -29,36 +30,39 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
 
 }  // namespace detail
 
-// Attention of replicated queries over a KV cache sharded in rank order:
-//   q [B, Nq, Hq, D] (the same on every rank), k and v [B, nk_r, Hkv, D] (this rank's keys: global
-//   positions [sum of nk over lower ranks, + nk_r)), o [B, Nq, Hq, D], lse [B, Hq, Nq].
-// Options as for kattn::forward on the whole cache (causal: query i sees keys <= i + Nk - Nq).
-// d.root = -1: every rank gets o and lse; else only rank d.root does (the others' o and lse are
-// left as they were). Options::splits: key splits of the local attention (0 = planned).
+// Attention of replicated queries over a KV cache sharded in rank order: the arguments of
+// kattn::attention with kv::dense shards, plus the communicator and DistOptions:
+//   q [B, Nq, Hq, D] (the same on every rank), kv::dense(k, v) with k, v [B, nk_r, Hkv, D] (this
+//   rank's keys: global positions [sum of nk over lower ranks, + nk_r)), o [B, Nq, Hq, D],
+//   lse [B, Hq, Nq] (an empty view when not wanted).
+// Options as for kattn::attention on the whole cache (causal: query i sees keys <= i + Nk - Nq; no
+// block mask). d.root = -1: every rank gets o and lse; else only rank d.root does (the others' o
+// and lse are left as they were). Options::splits: key splits of the local attention (0 = planned).
 // Deterministic mode: every rank's shard but the last must hold a multiple of the chunk, so that
 // chunks are global; the result is then bitwise the same for every rank count and split count.
 // Collective, with collective errors; blocks until done.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
-DistStats decode(MPI_Comm comm, const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
-                 const LseView& lse, const Options& opt = {}, const DistOptions& d = {}) {
+DistStats decode_attention(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
+                           const OView& o, const LseView& lse, const Options& opt = {}, const DistOptions& d = {}) {
   static_assert(kattn::detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>(),
-                "kattn::dist::decode: the views must be accessible from the execution space");
+                "kattn::dist::decode_attention: the views must be accessible from the execution space");
   using T = typename OView::non_const_value_type;
   AttentionParams<T> p;
   comm = library_comm(comm);  // kattn's traffic apart from the caller's
   collective_check(comm, [&] {
     validate(opt);
     detail::validate(d);
-    p = dense_params(q, k, v, o, lse);
+    p = dense_params(q, kv.k, kv.v, o, lse);
   });
   return detail::decode_impl(comm, space, p, opt, d);
 }
 
+// The same without the LSE.
 template <class ExecSpace, class QView, class KView, class VView, class OView>
-DistStats decode(MPI_Comm comm, const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
-                 const Options& opt = {}, const DistOptions& d = {}) {
+DistStats decode_attention(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
+                           const OView& o, const Options& opt = {}, const DistOptions& d = {}) {
   using T = typename OView::non_const_value_type;
-  return decode(comm, space, q, k, v, o, Kokkos::View<T***, typename OView::memory_space>(), opt, d);
+  return decode_attention(comm, space, q, kv, o, Kokkos::View<T***, typename OView::memory_space>(), opt, d);
 }
 
 }  // namespace dist

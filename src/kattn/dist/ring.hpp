@@ -14,6 +14,7 @@
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/layout.hpp"
 #include "kattn/detail/attention_impl.hpp"
+#include "kattn/kv.hpp"
 #include "kattn/options.hpp"
 #include "kattn/params.hpp"
 #include "kattn/shapes.hpp"
@@ -31,35 +32,37 @@ DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const Attenti
 }  // namespace detail
 
 // Forward attention of a sequence of Nq queries and Nk keys (the sums of the local lengths),
-// sharded over `comm` as SequenceLayout(N, P, d.sharding, d.deterministic ? chunk : 1) says:
-//   q [B, nq_r, Hq, D], k and v [B, nk_r, Hkv, D] (this rank's positions, in global order),
-//   o [B, nq_r, Hq, D], lse [B, Hq, nq_r] (natural log; -inf for a row that sees no key).
+// sharded over `comm` as SequenceLayout(N, P, d.sharding, d.deterministic ? chunk : 1) says: the
+// arguments of kattn::attention with kv::dense shards, plus the communicator and DistOptions:
+//   q [B, nq_r, Hq, D], kv::dense(k, v) with k, v [B, nk_r, Hkv, D] (this rank's positions, in
+//   global order), o [B, nq_r, Hq, D], lse [B, Hq, nq_r] (natural log; -inf for a row that sees no
+//   key; an empty view when not wanted).
 // Options as for kattn::attention (causal is bottom-right aligned on the global sequence; window,
-// softcap, scale, GQA, any lengths). Collective: every rank calls it with the same options;
-// bad input on any rank throws the same kattn::Error on every rank. Blocks until done (the
-// outputs are ready on return). Returns this rank's measurements.
+// softcap, scale, GQA, any lengths; no block mask). Collective: every rank calls it with the same
+// options; bad input on any rank throws the same kattn::Error on every rank. Blocks until done
+// (the outputs are ready on return). Returns this rank's measurements.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
-DistStats ring_forward(MPI_Comm comm, const ExecSpace& space, const QView& q, const KView& k, const VView& v,
-                       const OView& o, const LseView& lse, const Options& opt = {}, const DistOptions& d = {}) {
+DistStats ring_attention(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
+                         const OView& o, const LseView& lse, const Options& opt = {}, const DistOptions& d = {}) {
   static_assert(kattn::detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>(),
-                "kattn::dist::ring_forward: the views must be accessible from the execution space");
+                "kattn::dist::ring_attention: the views must be accessible from the execution space");
   using T = typename OView::non_const_value_type;
   AttentionParams<T> p;
   comm = library_comm(comm);  // kattn's traffic apart from the caller's
   collective_check(comm, [&] {
     validate(opt);
     detail::validate(d);
-    p = dense_params(q, k, v, o, lse);
+    p = dense_params(q, kv.k, kv.v, o, lse);
   });
   return detail::ring_forward_impl(comm, space, p, opt, d);
 }
 
 // The same without the LSE.
 template <class ExecSpace, class QView, class KView, class VView, class OView>
-DistStats ring_forward(MPI_Comm comm, const ExecSpace& space, const QView& q, const KView& k, const VView& v,
-                       const OView& o, const Options& opt = {}, const DistOptions& d = {}) {
+DistStats ring_attention(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
+                         const OView& o, const Options& opt = {}, const DistOptions& d = {}) {
   using T = typename OView::non_const_value_type;
-  return ring_forward(comm, space, q, k, v, o, Kokkos::View<T***, typename OView::memory_space>(), opt, d);
+  return ring_attention(comm, space, q, kv, o, Kokkos::View<T***, typename OView::memory_space>(), opt, d);
 }
 
 }  // namespace dist

@@ -1,5 +1,5 @@
 // Ring attention's backward pass: the gradients of sum(o * dout) for a sequence sharded over the
-// ranks as ring_forward shards it. dQ stays on the rank of its queries; dK and dV accumulators
+// ranks as ring_attention shards it. dQ stays on the rank of its queries; dK and dV accumulators
 // travel with their K/V shards round the ring (the K/V shards ahead, the accumulators one step
 // behind, overlapping the local work) and come back to their owners. Every (query shard, key
 // shard) pair is kattn::attention_backward with the global LSE and the mask placed by diagonal_shift.
@@ -18,6 +18,7 @@
 
 #include "kattn/backward.hpp"
 #include "kattn/detail/attention_impl.hpp"
+#include "kattn/kv.hpp"
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/options.hpp"
@@ -34,20 +35,22 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
 
 }  // namespace detail
 
-// Shards as for ring_forward (the same DistOptions):
-//   q, o, dout, dq [B, nq_r, Hq, D]; k, v, dk, dv [B, nk_r, Hkv, D]; lse [B, Hq, nq_r], the
-//   natural-log LSE that ring_forward returned (the global one).
+// The gradients of ring_attention: the arguments of kattn::attention_backward with kv::dense
+// shards, plus the communicator and DistOptions (the forward's). Shards as for ring_attention:
+//   q, o, dout, dq [B, nq_r, Hq, D]; kv::dense(k, v) and dk, dv [B, nk_r, Hkv, D];
+//   lse [B, Hq, nq_r], the natural-log LSE that ring_attention returned (the global one).
 // dq, dk, dv are overwritten with this rank's gradients. bopt as for kattn::attention_backward; in
 // deterministic mode the atomic dQ strategy is refused. Collective, with collective errors.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
           class DqView, class DkView, class DvView>
-DistStats ring_backward(MPI_Comm comm, const ExecSpace& space, const QView& q, const KView& k, const VView& v,
-                        const OView& o, const LseView& lse, const DoView& dout, const DqView& dq, const DkView& dk,
-                        const DvView& dv, const Options& opt = {}, const DistOptions& d = {},
-                        const BackwardOptions& bopt = {}) {
+DistStats ring_attention_backward(MPI_Comm comm, const ExecSpace& space, const QView& q,
+                                  const kv::Dense<KView, VView>& kv, const OView& o, const LseView& lse,
+                                  const DoView& dout, const DqView& dq, const DkView& dk, const DvView& dv,
+                                  const Options& opt = {}, const BackwardOptions& bopt = {},
+                                  const DistOptions& d = {}) {
   static_assert(kattn::detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView,
                                                         DkView, DvView>(),
-                "kattn::dist::ring_backward: the views must be accessible from the execution space");
+                "kattn::dist::ring_attention_backward: the views must be accessible from the execution space");
   using T = typename DqView::non_const_value_type;
   BackwardParams<T> p;
   comm = library_comm(comm);  // kattn's traffic apart from the caller's
@@ -57,7 +60,7 @@ DistStats ring_backward(MPI_Comm comm, const ExecSpace& space, const QView& q, c
     KATTN_REQUIRE(!(d.deterministic && bopt.dq == DqStrategy::atomic),
                   "dq: the atomic strategy is not deterministic; choose key_chunks or query_pass, or drop "
                   "deterministic");
-    p = backward_params(q, k, v, o, lse, dout, dq, dk, dv);
+    p = backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv);
   });
   return detail::ring_backward_impl(comm, space, p, opt, d, bopt);
 }
