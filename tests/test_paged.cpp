@@ -3,9 +3,11 @@
 // pages shared between sequences, every split choice.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "kattn/attention.hpp"
+#include "kattn/errors.hpp"
 #include "kattn/paged.hpp"
 #include "ragged_support.hpp"
 
@@ -88,6 +90,88 @@ TEST(Paged, SharedPagesAreReadByEverySequence) {
   std::vector<double> o_ref, lse_ref;
   ragged_reference(p, Options{}, o_ref, lse_ref);
   expect_outputs_close(p.o, p.lse, o_ref, lse_ref, "shared pages");
+}
+
+// The backward over a paged cache against the ragged backward on the same keys: dq equal, each
+// key's dk and dv in its page slot, slots that hold no key 0; pages in shuffled order, GQA, masks,
+// empty sequences, pages of 3 and 16 keys, both deterministic dQ strategies.
+TEST(Paged, BackwardEqualsTheRaggedBackwardOnTheSameKeys) {
+  using H3 = Kokkos::View<double***, Kokkos::LayoutRight, Kokkos::HostSpace>;
+  using H4 = Kokkos::View<double****, Kokkos::LayoutRight, Kokkos::HostSpace>;
+  std::vector<Options> variants(3);
+  variants[1].causal = true;
+  variants[2].window_left = 5, variants[2].window_right = 2, variants[2].softcap = 3.0;
+  for (const int page : {3, 16})
+    for (const DqStrategy strategy : {DqStrategy::key_chunks, DqStrategy::query_pass})
+    for (const Options& opt : variants) {
+      BackwardOptions bopt;
+      bopt.dq = strategy;
+      RaggedProblem<double> p({4, 0, 33, 1}, {7, 5, 40, 0}, 8, 2, 16, fresh_seed());
+      PagedCopy<double> cache(p, page, fresh_seed());
+      const auto layout = make_paged_layout(host_index(p.q_indptr()), host_index(cache.page_indptr),
+                                            host_index(cache.page_indices), host_index(cache.last_page_len), page);
+      const auto space = Kokkos::DefaultExecutionSpace();
+      attention(space, p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse, opt);
+      View3<double> dout("do", p.q.extent(0), p.Hq, p.D), dq("dq", p.q.extent(0), p.Hq, p.D);
+      View3<double> dq_r("dq_r", p.q.extent(0), p.Hq, p.D), dk_r("dk_r", p.k.extent(0), p.Hkv, p.D),
+          dv_r("dv_r", p.k.extent(0), p.Hkv, p.D);
+      View4<double> dk("dk", cache.k.extent(0), page, p.Hkv, p.D), dv("dv", cache.k.extent(0), page, p.Hkv, p.D);
+      fill_normal(dout, fresh_seed());
+      Kokkos::deep_copy(dk, 7.0);  // stale values: the slots that hold no key must come back 0
+      Kokkos::deep_copy(dv, 7.0);
+      attention_backward(space, p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse, dout, dq, dk, dv, opt, bopt);
+      const auto ragged = make_ragged_layout(host_index(p.q_indptr()), host_index(p.kv_indptr()));
+      attention_backward(space, p.q, kv::ragged(p.k, p.v, ragged), p.o, p.lse, dout, dq_r, dk_r, dv_r, opt, bopt);
+      Kokkos::fence();
+      SCOPED_TRACE("page " + std::to_string(page) + " " + name(strategy) + " " + describe(Shape{}, opt));
+      const std::vector<double> a = to_host(dq), b = to_host(dq_r);
+      for (std::size_t n = 0; n < a.size(); ++n) ASSERT_NEAR(a[n], b[n], 1e-12) << "dq element " << n;
+      const H4 hk = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dk);
+      const H4 hv = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dv);
+      const H3 rk = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dk_r);
+      const H3 rv = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dv_r);
+      std::vector<bool> holds_key(hk.extent(0) * page, false);
+      std::int64_t row = 0;
+      for (std::size_t s = 0; s < p.kv_lens.size(); ++s)
+        for (std::int64_t j = 0; j < p.kv_lens[s]; ++j, ++row) {
+          const std::int64_t pg = cache.page_indices[cache.page_indptr[s] + j / page], slot = j % page;
+          holds_key[pg * page + slot] = true;
+          for (int h = 0; h < p.Hkv; ++h)
+            for (int d = 0; d < p.D; ++d) {
+              ASSERT_NEAR(hk(pg, slot, h, d), rk(row, h, d), 1e-12) << "dk of key " << j << " of sequence " << s;
+              ASSERT_NEAR(hv(pg, slot, h, d), rv(row, h, d), 1e-12) << "dv of key " << j << " of sequence " << s;
+            }
+        }
+      for (std::size_t pg = 0; pg < hk.extent(0); ++pg)
+        for (int slot = 0; slot < page; ++slot)
+          if (!holds_key[pg * page + slot])
+            for (int h = 0; h < p.Hkv; ++h)
+              for (int d = 0; d < p.D; ++d) {
+                ASSERT_EQ(hk(pg, slot, h, d), 0.0) << "dk of empty slot " << slot << " of page " << pg;
+                ASSERT_EQ(hv(pg, slot, h, d), 0.0) << "dv of empty slot " << slot << " of page " << pg;
+              }
+    }
+}
+
+TEST(Paged, BackwardRefusesAPageSharedBySequences) {
+  RaggedProblem<double> p({1, 2}, {10, 9}, 4, 2, 8, fresh_seed());
+  PagedCopy<double> cache(p, 4, fresh_seed(), 0);
+  std::vector<std::int64_t> indices = cache.page_indices;
+  indices[cache.page_indptr[1]] = indices[0];  // sequence 1 starts on sequence 0's first page
+  const auto layout = make_paged_layout(host_index(p.q_indptr()), host_index(cache.page_indptr), host_index(indices),
+                                        host_index(cache.last_page_len), 4);
+  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse);
+  View3<double> dout("do", p.q.extent(0), p.Hq, p.D), dq("dq", p.q.extent(0), p.Hq, p.D);
+  View4<double> dk("dk", cache.k.extent(0), 4, p.Hkv, p.D), dv("dv", cache.k.extent(0), 4, p.Hkv, p.D);
+  try {
+    attention_backward(Kokkos::DefaultExecutionSpace(), p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse, dout, dq,
+                       dk, dv);
+    FAIL() << "expected a kattn::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kv_page_indices: the page at position 3 is listed earlier too"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

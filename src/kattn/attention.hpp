@@ -1,7 +1,7 @@
 // The front door: one call for attention over every way keys and values are stored.
 //
 //   kattn::attention(space, q, kv, o, lse, opt)
-//   kattn::attention_backward(space, q, kv, o, lse, dout, dq, dk, dv, opt, bopt)
+//   kattn::attention_backward(space, q, kv, o, lse, dout, dq, dk, dv, opt, bopt)   (dense, ragged, paged)
 //
 // `kv` says how keys and values are stored (kattn::kv::dense, ragged, paged, cascade); split-KV
 // (opt.splits, opt.split_chunk; planned when both are 0) and block-sparse masks (opt.block_mask)
@@ -125,6 +125,27 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q,
   detail::require_dense_for_block_mask(opt, "a ragged batch");
   return detail::backward_impl(space, ragged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout), opt,
                                bopt);
+}
+
+// A paged cache: dk, dv [num_pages, page_size, Hkv, D] like k and v; slots no sequence uses get 0.
+// Every page in one place of the page table (a page shared by sequences is refused).
+template <class ExecSpace, class QView, class KView, class VView, class MemorySpace, class OView, class LseView,
+          class DoView, class DqView, class DkView, class DvView>
+BackwardInfo attention_backward(const ExecSpace& space, const QView& q,
+                                const kv::Paged<KView, VView, MemorySpace>& kv, const OView& o, const LseView& lse,
+                                const DoView& dout, const DqView& dq, const DkView& dk, const DvView& dv,
+                                const Options& opt = {}, const BackwardOptions& bopt = {}) {
+  static_assert(
+      detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView, DkView, DvView>() &&
+          detail::layout_accessible_from<ExecSpace, MemorySpace>(),
+      "kattn::attention_backward: the views and the layout must be accessible from the execution space");
+  validate(opt);
+  detail::require_dense_for_block_mask(opt, "a paged cache");
+  const auto p = paged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout);
+  using T = typename DkView::non_const_value_type;
+  Kokkos::deep_copy(space, dk, T(0));  // the kernels write the slots that hold keys
+  Kokkos::deep_copy(space, dv, T(0));
+  return detail::backward_impl(space, p, opt, bopt);
 }
 
 }  // namespace kattn

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kattn/backward_params.hpp"
+#include "kattn/paged.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/ragged.hpp"
 #include "kattn/shapes.hpp"
@@ -49,7 +50,9 @@ void require_distinct(const Out& out, const char* out_name, const In& in, const 
 
 template <class T, class DoView, class DqView, class DkView, class DvView>
 void fill_gradients(BackwardParams<T>& p, const DoView& dout, const DqView& dq, const DkView& dk, const DvView& dv) {
-  constexpr int s = DoView::rank == 4 ? 1 : 0;  // dense: stride 0 is the batch; ragged: no batch dim
+  // Rank 4: stride 0 is the batch (dense) or the page (paged dk, dv); rank 3 (ragged): no batch dim.
+  constexpr int s = DoView::rank == 4 ? 1 : 0;
+  constexpr int t = DkView::rank == 4 ? 1 : 0;
   p.dout = dout.data();
   p.dq = dq.data();
   p.dk = dk.data();
@@ -57,6 +60,8 @@ void fill_gradients(BackwardParams<T>& p, const DoView& dout, const DqView& dq, 
   if (s) {
     p.do_stride_batch = dout.stride(0);
     p.dq_stride_batch = dq.stride(0);
+  }
+  if (t) {
     p.dk_stride_batch = dk.stride(0);
     p.dv_stride_batch = dv.stride(0);
   }
@@ -64,24 +69,26 @@ void fill_gradients(BackwardParams<T>& p, const DoView& dout, const DqView& dq, 
   p.do_stride_head = dout.stride(s + 1);
   p.dq_stride_seq = dq.stride(s);
   p.dq_stride_head = dq.stride(s + 1);
-  p.dk_stride_seq = dk.stride(s);
-  p.dk_stride_head = dk.stride(s + 1);
-  p.dv_stride_seq = dv.stride(s);
-  p.dv_stride_head = dv.stride(s + 1);
+  p.dk_stride_seq = dk.stride(t);
+  p.dk_stride_head = dk.stride(t + 1);
+  p.dv_stride_seq = dv.stride(t);
+  p.dv_stride_head = dv.stride(t + 1);
 }
 
 template <class QView, class KView, class VView, class OView, class DoView, class DqView, class DkView,
           class DvView>
 void check_gradient_views(const QView& q, const KView& k, const VView& v, const OView& o, const DoView& dout,
                           const DqView& dq, const DkView& dk, const DvView& dv) {
-  constexpr bool dense = QView::rank == 4;
-  static const char* const q_dims4[] = {"batch", "sequence length", "heads", "head dim"};
-  static const char* const q_dims3[] = {"total length", "heads", "head dim"};
-  const char* const* dims = dense ? q_dims4 : q_dims3;
-  require_same_extents(dout, "do", q, "q", dims);
-  require_same_extents(dq, "dq", q, "q", dims);
-  require_same_extents(dk, "dk", k, "k", dims);
-  require_same_extents(dv, "dv", v, "v", dims);
+  static const char* const dims4[] = {"batch", "sequence length", "heads", "head dim"};
+  static const char* const dims3[] = {"total length", "heads", "head dim"};
+  static const char* const page_dims[] = {"pages", "page size", "heads", "head dim"};
+  const char* const* q_dims = QView::rank == 4 ? dims4 : dims3;
+  // Rank-4 keys under rank-3 queries: a paged cache.
+  const char* const* k_dims = KView::rank == 3 ? dims3 : (QView::rank == 3 ? page_dims : dims4);
+  require_same_extents(dout, "do", q, "q", q_dims);
+  require_same_extents(dq, "dq", q, "q", q_dims);
+  require_same_extents(dk, "dk", k, "k", k_dims);
+  require_same_extents(dv, "dv", v, "v", k_dims);
   require_contiguous_dim(dout, "do");
   require_contiguous_dim(dq, "dq");
   require_contiguous_dim(dk, "dk");
@@ -152,6 +159,31 @@ BackwardParams<typename DqView::non_const_value_type> ragged_backward_params(
                 "kattn: q, k, v, o, lse, do, dq, dk and dv must have the same scalar type");
   BackwardParams<T> p;
   p.fwd = ragged_params(q, k, v, detail::writable_alias(o), detail::writable_alias(lse), layout);
+  KATTN_REQUIRE(p.fwd.lse != nullptr, "lse: required, the forward's lse [total_q, Hq]");
+  detail::check_gradient_views(q, k, v, o, dout, dq, dk, dv);
+  detail::fill_gradients(p, dout, dq, dk, dv);
+  return p;
+}
+
+// A paged cache (paged.hpp): q, o, dout, dq [total_q, Hq, D]; k, v, dk, dv [num_pages, page_size,
+// Hkv, D]; lse [total_q, Hq]. Every page in at most one place of the page table: a page shared by
+// sequences would need the sum of their dK and dV, which the backward does not form.
+template <class QView, class KView, class VView, class OView, class LseView, class DoView, class DqView,
+          class DkView, class DvView, class MemorySpace>
+BackwardParams<typename DqView::non_const_value_type> paged_backward_params(
+    const QView& q, const KView& k, const VView& v, const OView& o, const LseView& lse, const DoView& dout,
+    const DqView& dq, const DkView& dk, const DvView& dv, const PagedLayout<MemorySpace>& layout) {
+  using T = typename DqView::non_const_value_type;
+  static_assert(DoView::rank == 3 && DqView::rank == 3 && DkView::rank == 4 && DvView::rank == 4,
+                "kattn: paged do and dq must be rank-3 views [total_q, heads, dim], dk and dv rank-4 "
+                "[num_pages, page_size, heads, dim]");
+  static_assert(detail::all_of_type<T, QView, KView, VView, OView, LseView, DoView, DkView, DvView>(),
+                "kattn: q, k, v, o, lse, do, dq, dk and dv must have the same scalar type");
+  KATTN_REQUIRE(layout.repeated_at < 0, "kv_page_indices: the page at position ", layout.repeated_at,
+                " is listed earlier too (shared by sequences); the backward needs each page in one place "
+                "(its dK and dV would be the sum over the sequences that share it)");
+  BackwardParams<T> p;
+  p.fwd = paged_params(q, k, v, detail::writable_alias(o), detail::writable_alias(lse), layout);
   KATTN_REQUIRE(p.fwd.lse != nullptr, "lse: required, the forward's lse [total_q, Hq]");
   detail::check_gradient_views(q, k, v, o, dout, dq, dk, dv);
   detail::fill_gradients(p, dout, dq, dk, dv);

@@ -32,6 +32,7 @@ struct PagedLayout {
   std::int64_t page_size = 0;
   std::int64_t pages_needed = 0;   // 1 + the largest page index (0 when no page is used)
   std::int64_t largest_at = -1;    // position of that index in page_indices
+  std::int64_t repeated_at = -1;   // the first position in page_indices of a page listed before (shared)
   BatchLengths lengths;
 };
 
@@ -64,6 +65,13 @@ PagedLayout<MemorySpace> make_paged_layout(const QIndptr& q_indptr, const PageIn
     if (idx[i] + 1 > layout.pages_needed) {
       layout.pages_needed = idx[i] + 1;
       layout.largest_at = static_cast<std::int64_t>(i);
+    }
+  }
+  {  // pages listed twice (shared by sequences): read by the forward, refused by the backward
+    std::vector<bool> seen(static_cast<std::size_t>(layout.pages_needed), false);
+    for (std::size_t i = 0; i < idx.size() && layout.repeated_at < 0; ++i) {
+      if (seen[static_cast<std::size_t>(idx[i])]) layout.repeated_at = static_cast<std::int64_t>(i);
+      seen[static_cast<std::size_t>(idx[i])] = true;
     }
   }
   layout.lengths.q_len = detail::lengths_of(qi);

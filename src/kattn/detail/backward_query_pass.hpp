@@ -119,7 +119,7 @@ struct BackwardQueryPass {
                                        std::int64_t kb, int n_keys, bool masked, std::int64_t q_len,
                                        std::int64_t kv_len, const Tiles& s) const {
     const int D = p.fwd.head_dim;
-    const bool in_place = Tn::kv_in_place && n_keys == geo.qp_keys && geo.qp_dims == D;
+    const bool in_place = Tn::kv_in_place && !p.fwd.kv_page_indptr && n_keys == geo.qp_keys && geo.qp_dims == D;
     const T* k = s.k;
     const T* v = s.v;
     std::ptrdiff_t k_row = geo.qp_dims, v_row = geo.qp_dims;
