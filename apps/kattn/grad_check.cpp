@@ -21,8 +21,8 @@ double full_gradient_bytes(const AttentionParams<double>& p) {
 struct Compared {
   std::vector<double> out, ref;
   std::vector<std::int64_t> at;
-  void add(const double* tested, const double* base, const double* reference, int n) {
-    for (int d = 0; d < n; ++d) {
+  void add(const double* tested, const double* base, const double* reference, std::int64_t n) {
+    for (std::int64_t d = 0; d < n; ++d) {
       out.push_back(tested[d]);
       ref.push_back(reference[d]);
       at.push_back(static_cast<std::int64_t>(tested - base) + d);
@@ -83,9 +83,9 @@ int check_gradients(const GradientsUnderTest& g, const Options& opt, const Check
   if (!sampled) {
     std::vector<double> ref[3];
     full(ref[0], ref[1], ref[2]);
-    c[0].add(p.dq, p.dq, ref[0].data(), static_cast<int>(g.dq_size));
-    c[1].add(p.dk, p.dk, ref[1].data(), static_cast<int>(g.dkv_size));
-    c[2].add(p.dv, p.dv, ref[2].data(), static_cast<int>(g.dkv_size));
+    c[0].add(p.dq, p.dq, ref[0].data(), g.dq_size);
+    c[1].add(p.dk, p.dk, ref[1].data(), g.dkv_size);
+    c[2].add(p.dv, p.dv, ref[2].data(), g.dkv_size);
     checked_q = f.q_total * f.heads_q, checked_k = total_k;
   } else {
     const std::int64_t wanted = sample_size(settings);
