@@ -153,6 +153,16 @@ TEST(Paged, BackwardEqualsTheRaggedBackwardOnTheSameKeys) {
     }
 }
 
+TEST(Paged, LayoutFindsRepeatedPagesWithoutMemoryForTheLargestIndex) {
+  // Page indices up to 2^62 are valid in a table (checked against the cache when used).
+  const auto huge = make_paged_layout(host_index({0, 1, 2}), host_index({0, 1, 2}),
+                                      host_index({std::int64_t(1) << 62, 5}), host_index({4, 4}), 4);
+  EXPECT_EQ(huge.repeated_at, -1);
+  const auto shared = make_paged_layout(host_index({0, 1, 1, 2}), host_index({0, 2, 3, 5}),
+                                        host_index({7, 2, 9, 2, 7}), host_index({1, 4, 4}), 4);
+  EXPECT_EQ(shared.repeated_at, 3);  // page 2, first at position 1
+}
+
 TEST(Paged, BackwardRefusesAPageSharedBySequences) {
   RaggedProblem<double> p({1, 2}, {10, 9}, 4, 2, 8, fresh_seed());
   PagedCopy<double> cache(p, 4, fresh_seed(), 0);

@@ -13,7 +13,9 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "kattn/errors.hpp"
@@ -67,12 +69,14 @@ PagedLayout<MemorySpace> make_paged_layout(const QIndptr& q_indptr, const PageIn
       layout.largest_at = static_cast<std::int64_t>(i);
     }
   }
-  {  // pages listed twice (shared by sequences): read by the forward, refused by the backward
-    std::vector<bool> seen(static_cast<std::size_t>(layout.pages_needed), false);
-    for (std::size_t i = 0; i < idx.size() && layout.repeated_at < 0; ++i) {
-      if (seen[static_cast<std::size_t>(idx[i])]) layout.repeated_at = static_cast<std::int64_t>(i);
-      seen[static_cast<std::size_t>(idx[i])] = true;
-    }
+  {  // pages listed twice (shared by sequences): read by the forward, refused by the backward.
+    // Sorted (index, position) pairs: memory follows the table, not the largest page index.
+    std::vector<std::pair<std::int64_t, std::int64_t>> at(idx.size());
+    for (std::size_t i = 0; i < idx.size(); ++i) at[i] = {idx[i], static_cast<std::int64_t>(i)};
+    std::sort(at.begin(), at.end());
+    for (std::size_t i = 1; i < at.size(); ++i)
+      if (at[i].first == at[i - 1].first && (layout.repeated_at < 0 || at[i].second < layout.repeated_at))
+        layout.repeated_at = at[i].second;
   }
   layout.lengths.q_len = detail::lengths_of(qi);
   layout.lengths.kv_len.resize(B);
