@@ -281,8 +281,7 @@ int cmd_grad(Args& args) {
   if (dv_path) write_dense(*dv_path, in, in.Nk, in.Hkv, g.dv);
   int status = 0;
   if (check.enabled) {
-    std::vector<double> dq = g.dq, dk = g.dk, dv = g.dv;
-    status = check_gradients(host_gradients(inputs, dout, dq, dk, dv), opt, check, in.dtype, m != nullptr,
+    status = check_gradients(host_gradients(inputs, dout, g.dq, g.dk, g.dv), opt, check, in.dtype, m != nullptr,
                              [&](std::vector<double>& rq, std::vector<double>& rk, std::vector<double>& rv) {
                                const Gradients ref = textbook(in, dout, opt, m);
                                rq = ref.dq, rk = ref.dk, rv = ref.dv;

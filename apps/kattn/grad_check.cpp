@@ -38,7 +38,8 @@ struct Compared {
 }  // namespace
 
 GradientsUnderTest host_gradients(const AttentionParams<double>& inputs, const std::vector<double>& dout,
-                                  std::vector<double>& dq, std::vector<double>& dk, std::vector<double>& dv) {
+                                  const std::vector<double>& dq, const std::vector<double>& dk,
+                                  const std::vector<double>& dv) {
   GradientsUnderTest g;
   BackwardParams<double>& p = g.p;
   p.fwd = inputs;
@@ -46,9 +47,9 @@ GradientsUnderTest host_gradients(const AttentionParams<double>& inputs, const s
   p.do_stride_batch = p.dq_stride_batch = inputs.q_stride_batch;
   p.do_stride_seq = p.dq_stride_seq = inputs.q_stride_seq;
   p.do_stride_head = p.dq_stride_head = inputs.q_stride_head;
-  p.dq = dq.data();
-  p.dk = dk.data();
-  p.dv = dv.data();
+  p.dq = const_cast<double*>(dq.data());  // read only: the gradients under test
+  p.dk = const_cast<double*>(dk.data());
+  p.dv = const_cast<double*>(dv.data());
   p.dk_stride_batch = p.dv_stride_batch = inputs.k_stride_batch;
   p.dk_stride_seq = p.dv_stride_seq = inputs.k_stride_seq;
   p.dk_stride_head = p.dv_stride_head = inputs.k_stride_head;

@@ -20,13 +20,15 @@ namespace kattn {
 namespace cli {
 
 // The gradients under test and the inputs they came from (host, float64), in the layouts
-// `kattn grad` writes: q, k, v and dO through p.fwd / p.dout, the tested gradients at p.dq, p.dk, p.dv.
+// `kattn grad` writes: q, k, v and dO through p.fwd / p.dout, the tested gradients at p.dq, p.dk, p.dv
+// (read only, though BackwardParams holds them as T*).
 struct GradientsUnderTest {
   BackwardParams<double> p;
   std::int64_t dq_size = 0, dkv_size = 0;  // elements of dq, and of each of dk and dv
 };
 GradientsUnderTest host_gradients(const AttentionParams<double>& inputs, const std::vector<double>& dout,
-                                  std::vector<double>& dq, std::vector<double>& dk, std::vector<double>& dv);
+                                  const std::vector<double>& dq, const std::vector<double>& dk,
+                                  const std::vector<double>& dv);
 
 // The full textbook backward's dq, dk, dv in the layouts of the tested ones.
 using FullGradients = std::function<void(std::vector<double>& dq, std::vector<double>& dk, std::vector<double>& dv)>;

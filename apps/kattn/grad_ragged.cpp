@@ -148,8 +148,7 @@ int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, con
     j.add("repeat", g.timing.repeat).add("seconds_min", g.timing.min()).add("seconds_max", g.timing.max());
   int status = 0;
   if (check.enabled) {
-    std::vector<double> dq = g.dq, dk = g.dk, dv = g.dv;
-    status = check_gradients(host_gradients(inputs, dout, dq, dk, dv), opt, check, in.dtype, false,
+    status = check_gradients(host_gradients(inputs, dout, g.dq, g.dk, g.dv), opt, check, in.dtype, false,
                              [&](std::vector<double>& rq, std::vector<double>& rk, std::vector<double>& rv) {
                                const Grads ref = textbook(in, dout, opt);
                                rq = ref.dq, rk = ref.dk, rv = ref.dv;
