@@ -151,6 +151,46 @@ TEST(BlockSparse, TilesStraddlingBlocksAndSmallBlocks) {
       }
 }
 
+// Both tile layouts of the forward loop read the mask: row tiles (block_q <= 16 on the host:
+// decode and short appends, several KV heads per team) and column tiles (prefill).
+TEST(BlockSparse, RowAndColumnTilesBothReadTheMask) {
+  const std::vector<Shape> shapes = {{2, 1, 300, 8, 4, 16}, {1, 2, 257, 16, 2, 32}, {3, 5, 90, 6, 3, 8}};
+  for (const Shape& s : shapes)
+    for (int bq : {0, 4, 16, 32})
+      for (const Options& v : variants()) {
+        Options o = v;
+        o.block_q = bq;
+        check_forward<double>(s, 16, s.Hq, 0.5, o);
+        check_forward<double>(s, 7, 1, 0.3, o);
+      }
+}
+
+// A NaN or an Inf in V of a key that a row's mask does not list never reaches that row (the
+// textbook never reads it), in tiles that hold listed and unlisted keys alike (tiles straddling
+// the mask blocks, per-head masks in one GQA group), in both layouts.
+TEST(BlockSparse, NonFiniteValuesOfUnlistedKeysStayOut) {
+  const Shape s{1, 37, 90, 4, 2, 16};
+  for (int bq : {8, 24})
+    for (int bk : {6, 16}) {
+      const std::uint64_t seed = fresh_seed();
+      SCOPED_TRACE("block_q=" + std::to_string(bq) + " block_k=" + std::to_string(bk) + " seed=" + std::to_string(seed));
+      Problem<double> p(s, seed);
+      auto v = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.v);
+      for (int j : {3, 17, 42, 77})
+        for (int hk = 0; hk < s.Hkv; ++hk) v(0, j, hk, j % s.D) = j % 2 ? std::numeric_limits<double>::quiet_NaN()
+                                                                         : std::numeric_limits<double>::infinity();
+      Kokkos::deep_copy(p.v, v);
+      const BlockMask m = random_mask(4, s.Hq, s.Nq, s.Nk, 0.5, seed + 1);
+      Options o;
+      o.block_q = bq;
+      o.block_k = bk;
+      const Oracle ref = oracle(p, m, o);
+      attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(o, m)));
+      Kokkos::fence();
+      expect_matches(p, ref, "forward");
+    }
+}
+
 TEST(BlockSparse, FloatMatchesMaskedTextbook) {
   for (double density : {0.05, 0.3, 1.0}) {
     check_forward<float>({1, 300, 300, 2, 1, 64}, 64, 1, density, Options{});

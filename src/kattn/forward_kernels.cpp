@@ -27,24 +27,26 @@ SplitPlan block_sparse_attention(const ExecSpace& space, const AttentionParams<T
   check_block_mask(mask, p.heads_q, p.q_len, p.kv_len);
   if (p.batch == 0 || p.q_len == 0 || p.heads_q == 0) return SplitPlan{};
   const int G = p.group_size();
-  // The transposed tiles only (the row tiles of decode shapes do not read the mask).
-  const TilePlan dense = plan_tiles<ExecSpace, T>(space, p.head_dim, p.q_len * G, opt);
-  const Options topt = aligned_options(opt, mask.block(), G, p.q_len, p.kv_len, dense.geometry.block_q,
-                                       dense.geometry.block_k);
+  // Tiles aligned to the mask blocks where the options leave them free, at most the planner's.
+  const TileGeometry dense = plan_tiles<ExecSpace, T>(space, p.head_dim, p.q_len * G, opt).geometry;
+  const bool row_tiles = row_tile_rows<ExecSpace, T>(p.q_len * G, opt) > 0;  // decode shapes keep them
+  const int cap_q = row_tiles ? static_cast<int>(p.q_len * G) : dense.block_q;
+  const Options topt = aligned_options(opt, mask.block(), G, p.q_len, p.kv_len, cap_q, dense.block_k);
   const DeviceMask<ExecSpace> dm(mask);
-  TiledAttention<ExecSpace, T> kern = make_tiled_kernel(space, p, topt);
-  kern.bs = dm.bs;
   SplitPlan plan = plan_splits(space, p, topt);
-  if (plan.splits > 1 && p.kv_len > 0) {
-    // Chunks of whole mask blocks and whole key tiles, so that a split never cuts a tile.
-    const std::int64_t per = plan.chunk > 0 ? plan.chunk : (p.kv_len + plan.splits - 1) / plan.splits;
-    const std::int64_t B = mask.block(), bk = kern.geo.block_k;
-    const std::int64_t align = B / std::gcd(B, bk) * bk;
-    plan.chunk = (per + align - 1) / align * align;
-    plan.splits = static_cast<int>((p.kv_len + plan.chunk - 1) / plan.chunk);
-    plan.reason += "; chunks rounded to " + std::to_string(plan.chunk) + " keys (whole mask blocks)";
-  }
-  launch_tiles(space, p, kern, SplitSpec{plan.splits, plan.splits > 1 ? plan.chunk : 0}, name);
+  with_tiled_kernel(space, p, topt, [&](auto& kern) {
+    kern.bs = dm.bs;
+    if (plan.splits > 1 && p.kv_len > 0) {
+      // Chunks of whole mask blocks and whole key tiles, so that a split never cuts a tile.
+      const std::int64_t per = plan.chunk > 0 ? plan.chunk : (p.kv_len + plan.splits - 1) / plan.splits;
+      const std::int64_t B = mask.block(), bk = kern.geo.block_k;
+      const std::int64_t align = B / std::gcd(B, bk) * bk;
+      plan.chunk = (per + align - 1) / align * align;
+      plan.splits = static_cast<int>((p.kv_len + plan.chunk - 1) / plan.chunk);
+      plan.reason += "; chunks rounded to " + std::to_string(plan.chunk) + " keys (whole mask blocks)";
+    }
+    launch_tiles(space, p, kern, SplitSpec{plan.splits, plan.splits > 1 ? plan.chunk : 0}, name);
+  });
   compat::fence(space, "kattn::attention::block_sparse: the mask copy is freed on return");
   return plan;
 }

@@ -60,6 +60,14 @@ struct BlockSparse {
     return m;
   }
 
+  // The rows of KV heads hk .. hk + heads - 1 (one team of the row tiles): a superset of each
+  // head's rows, which is all the tile tests need (a tile is skipped only if none of them lists it).
+  KOKKOS_INLINE_FUNCTION Rows rows_of_heads(int hk, int heads, int G, std::int64_t t0, int n_rows) const {
+    Rows m = rows_of(hk, G, t0, n_rows);
+    if (heads > 1) m.h1 = rows_of(hk + heads - 1, G, t0, n_rows).h1;
+    return m;
+  }
+
   // The first key >= j in a block that some of the rows list (j itself when its block is listed),
   // or a value past every key.
   KOKKOS_INLINE_FUNCTION std::int64_t next_key(const Rows& m, std::int64_t j) const {

@@ -121,6 +121,21 @@ RowTiledAttention<ExecSpace, T> make_row_tiled_kernel(const ExecSpace& space, co
   return kern;
 }
 
+// Calls f(kernel) with the kernel the shape takes: row tiles for few query rows per KV head
+// (decode, short appends) where the execution space has them, else the column tiles.
+template <class ExecSpace, class T, class F>
+void with_tiled_kernel(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt, const F& f) {
+  if constexpr (Tuning<ExecSpace, T>::row_tile_max_rows > 0) {
+    if (const int block_q = row_tile_rows<ExecSpace, T>(p.q_len * p.group_size(), opt)) {
+      RowTiledAttention<ExecSpace, T> kern = make_row_tiled_kernel(space, p, opt, block_q);
+      f(kern);
+      return;
+    }
+  }
+  TiledAttention<ExecSpace, T> kern = make_tiled_kernel(space, p, opt);
+  f(kern);
+}
+
 // Attention over the keys of each sequence cut as `split` says (one split: the plain tiled
 // forward). `name` labels the kernels for Kokkos Tools ("kattn::attention").
 template <class ExecSpace, class T>
@@ -129,15 +144,7 @@ void run_attention(const ExecSpace& space, const AttentionParams<T>& p, const Op
   compat::ScopedRegion region(name);
   if (p.batch == 0 || p.q_len == 0 || p.heads_q == 0) return;
   KATTN_ASSERT(split.splits >= 1);
-  if constexpr (Tuning<ExecSpace, T>::row_tile_max_rows > 0) {
-    if (const int block_q = row_tile_rows<ExecSpace, T>(p.q_len * p.group_size(), opt)) {
-      RowTiledAttention<ExecSpace, T> kern = make_row_tiled_kernel(space, p, opt, block_q);
-      launch_tiles(space, p, kern, split, name);
-      return;
-    }
-  }
-  TiledAttention<ExecSpace, T> kern = make_tiled_kernel(space, p, opt);
-  launch_tiles(space, p, kern, split, name);
+  with_tiled_kernel(space, p, opt, [&](auto& kern) { launch_tiles(space, p, kern, split, name); });
 }
 
 }  // namespace detail

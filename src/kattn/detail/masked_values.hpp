@@ -32,16 +32,19 @@ KOKKOS_INLINE_FUNCTION bool values_finite(const Member& member, int n_keys, int 
 }
 
 // Team-level: o(r, d) = alpha[r] o(r, d) + sum over the keys j that row r sees of p(r, j) v_row(j)[d],
-// for rows 0 .. rows - 1 and dims 0 .. dims - 1. keys_of(r, begin, end) gives row r's keys.
-template <class Member, class T, class KeysOf, class P, class VRow, class O>
-KOKKOS_INLINE_FUNCTION void masked_values(const Member& member, int rows, int dims, const KeysOf& keys_of, const P& p,
-                                          const VRow& v_row, const O& o, const T* alpha) {
+// for rows 0 .. rows - 1 and dims 0 .. dims - 1. keys_of(r, begin, end) gives row r's window of
+// keys, and listed(r, j) whether the block mask (if any) lets it see key j of that window.
+template <class Member, class T, class KeysOf, class Listed, class P, class VRow, class O>
+KOKKOS_INLINE_FUNCTION void masked_values(const Member& member, int rows, int dims, const KeysOf& keys_of,
+                                          const Listed& listed, const P& p, const VRow& v_row, const O& o,
+                                          const T* alpha) {
   Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows), [&](const int r) {
     int begin = 0, end = 0;
     keys_of(r, begin, end);
     Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, dims), [&](const int d) {
       T acc = rescaled_o(o(r, d), alpha[r]);
-      for (int j = begin; j < end; ++j) acc += p(r, j) * v_row(j)[d];
+      for (int j = begin; j < end; ++j)
+        if (listed(r, j)) acc += p(r, j) * v_row(j)[d];
       o(r, d) = acc;
     });
   });

@@ -1,0 +1,216 @@
+// The forward tile loop (FlashAttention's Algorithm 1 with FlashAttention-2's loop order), written
+// once for every tile layout: a league over (sequence, KV head group, query-row tile, key split);
+// each team keeps its query rows' online-softmax states and output accumulators in scratch and
+// folds key tiles into them:
+//
+//   S = Q K^T (scaled) -> softcap -> mask (window, diagonal shift, block mask, padding)
+//     -> tile max -> rescale (m, l, alpha) -> P = exp2(S - m) -> O = diag(alpha) O + P V
+//
+// then finishes each row (o / l, lse). The layout (the policy `Layout`) says only how the tiles
+// lie in scratch and how the products and row reductions run over them:
+//  - ColumnTiles (tiled_attention.hpp): transposed tiles, query rows last, for prefill;
+//  - RowTiles (row_tiled_attention.hpp): row-major tiles of few rows, lanes over the head dim,
+//    several KV heads per team, for decode.
+// So every mask, softcap, window and the NaN rule hold alike in both. Rows are the (position,
+// head) pairs of one GQA group, position-major: row t of KV head hk is query position t / G of
+// query head hk * G + t % G, so a K/V tile serves the whole group.
+//
+// With splits > 1, split s of a sequence covers keys [s * chunk, (s + 1) * chunk) and writes its
+// finished partial (o / l, lse) to a workspace that MergePartials combines; with one split it
+// writes the outputs directly.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+
+#include "kattn/compat.hpp"
+#include "kattn/core/key_window.hpp"
+#include "kattn/core/state.hpp"
+#include "kattn/detail/block_sparse.hpp"
+#include "kattn/detail/masked_values.hpp"
+#include "kattn/detail/online_softmax.hpp"
+#include "kattn/detail/tile_schedule.hpp"
+#include "kattn/params.hpp"
+
+namespace kattn {
+namespace detail {
+
+template <class T>
+struct SplitWorkspace {
+  T* o = nullptr;    // [splits][rows][head_dim], rows = total query positions x heads_q
+  T* lse = nullptr;  // [splits][rows]
+  std::int64_t rows = 0;
+};
+
+// What every layout's kernel holds: the problem, its scaling and mask, and how it is cut.
+template <class T>
+struct TileArgs {
+  AttentionParams<T> p;
+  KeyWindow window;
+  T q_scale = 1;   // multiplies q on load: scale * log2(e), or scale alone when softcapping
+  T cap_log2 = 0;  // softcap * log2(e); 0 = no softcap
+  T inv_cap = 0;
+  int row_tiles = 1;  // per (sequence, KV head), from the longest sequence
+  int splits = 1;
+  std::int64_t chunk = 0;  // keys per split; 0 = ceil(kv_len / splits) per sequence
+  int scratch_level = 0;
+  SplitWorkspace<T> ws;
+  BlockSparse bs;  // inactive: dense
+};
+
+// The loop. Layout derives from TileArgs<T> and provides, per team: carve (its scratch arrays),
+// load_queries, first_tile / stage / end_tile (K/V rows ready for a tile), scores, and per KV head
+// of the team: softcap, tile_max, exponentiate, values, plus element access score(h, r, j),
+// out(h, r, d), v_row(c, hl, j) and the state vectors of head(s, hl).
+template <class ExecSpace, class T, class Layout>
+struct TileLoop : Layout {
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Member = typename Policy::member_type;
+  using Tiles = typename Layout::Tiles;
+  using Head = typename Layout::Head;
+  using Cursor = typename Layout::Cursor;
+
+  int league_size() const {
+    return this->p.batch * (this->p.heads_kv / this->heads()) * this->row_tiles * this->splits;
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& member) const {
+    const auto& g = this->geo;
+    const TileWork w = schedule_tile(this->p, this->window, member.league_rank(), this->row_tiles, this->splits,
+                                     this->chunk, g.block_q, g.block_k, this->heads());
+    if (w.n_rows == 0) return;
+    const Tiles s = this->carve(member);
+    this->load_queries(member, w, s);
+    member.team_barrier();
+    const BlockSparse::Rows mrows =
+        this->bs.active() ? this->bs.rows_of_heads(w.hk, this->heads(), this->p.group_size(), w.t0, w.n_rows)
+                          : BlockSparse::Rows{};
+    Cursor c;
+    std::int64_t kb = next_tile(w, mrows, w.kb_begin);
+    if (kb <= w.hi) this->first_tile(member, w, kb, s, c);
+    while (kb <= w.hi) {
+      const std::int64_t next = next_tile(w, mrows, kb + g.block_k);
+      const int n_keys = w.keys_at(kb, g.block_k);
+      const int n_next = next <= w.hi ? w.keys_at(next, g.block_k) : 0;
+      this->stage(member, w, kb, n_keys, next, n_next, s, c);
+      const int keys = this->score_keys(n_keys);  // scored keys: n_keys and the padding
+      // Only tiles that some row does not see whole need masking (padding keys included).
+      const bool masked = keys != n_keys ||
+                          !this->window.rows_see_whole_tile(w.i_first, w.i_last, kb, n_keys, w.q_len, w.kv_len) ||
+                          (this->bs.active() && !this->bs.all_listed(mrows, kb, kb + n_keys - 1));
+      this->scores(member, s, c, keys);
+      member.team_barrier();
+      for (int hl = 0; hl < this->heads(); ++hl) fold_head(member, w, kb, n_keys, keys, masked, s, c, hl);
+      this->end_tile(c);
+      kb = next;
+    }
+    for (int hl = 0; hl < this->heads(); ++hl) write_rows(member, w, this->head(s, hl), w.hk + hl);
+  }
+
+  // The first key tile at or after j (on the grid from kb_begin) that the tile's rows may see: j
+  // itself, or under a block mask the tile holding the next key some row lists; tiles no row
+  // lists are never loaded. Past w.hi: none.
+  KOKKOS_INLINE_FUNCTION std::int64_t next_tile(const TileWork& w, const BlockSparse::Rows& mrows,
+                                                std::int64_t j) const {
+    if (!this->bs.active() || j > w.hi) return j;
+    const std::int64_t key = this->bs.next_key(mrows, j);
+    if (key > w.hi) return w.hi + 1;
+    return j + (key - j) / this->geo.block_k * this->geo.block_k;
+  }
+
+  // The scores of KV head hl of the team folded into its rows' states and output.
+  KOKKOS_INLINE_FUNCTION void fold_head(const Member& member, const TileWork& w, std::int64_t kb, int n_keys, int keys,
+                                        bool masked, const Tiles& s, const Cursor& c, int hl) const {
+    const Head h = this->head(s, hl);
+    if (this->cap_log2 != T(0)) {
+      this->softcap(member, h, keys);
+      member.team_barrier();
+    }
+    if (masked) {
+      mask(member, w, kb, n_keys, keys, h, w.hk + hl);
+      member.team_barrier();
+    }
+    this->tile_max(member, h, keys);
+    member.team_barrier();
+    rescale_rows(member, this->geo.rows_p, h.m, h.l, h.alpha, h.tile_max);
+    member.team_barrier();
+    this->exponentiate(member, h, keys);
+    member.team_barrier();
+    const auto v_at = [&](int j) { return this->v_row(c, hl, j); };
+    if (masked && !values_finite<Member, T>(member, n_keys, this->p.head_dim, v_at))
+      values_over_seen_keys(member, w, kb, n_keys, h, w.hk + hl, v_at);
+    else
+      this->values(member, h, c, hl, n_keys);
+    member.team_barrier();
+  }
+
+  // Scores of keys a row does not see (window, diagonal shift, block mask; padding keys, and
+  // every key of a padding row where the layout folds them) get -inf.
+  KOKKOS_INLINE_FUNCTION void mask(const Member& member, const TileWork& w, std::int64_t kb, int n_keys, int keys,
+                                   const Head& h, int hk) const {
+    const int G = this->p.group_size();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, this->masked_rows(w.n_rows)), [&](const int r) {
+      int begin = 0, end = 0;  // padding rows see nothing
+      const std::int64_t i = (w.t0 + r) / G;
+      if (r < w.n_rows) this->window.tile_keys(i, kb, n_keys, w.q_len, w.kv_len, begin, end);
+      this->mask_span(h, r, keys, begin, end);
+      if (this->bs.active() && r < w.n_rows) {
+        const int hq = hk * G + static_cast<int>((w.t0 + r) % G);
+        this->bs.for_unlisted(hq, i, kb, n_keys, [&](const int a, const int z) {
+          for (int j = a; j < z; ++j) this->score(h, r, j) = -compat::infinity<T>();
+        });
+      }
+    });
+  }
+
+  // O += P V summed over exactly the keys each row sees: for masked tiles whose V holds a NaN or
+  // an Inf, which the tile product would carry into rows that do not see them (0 * NaN).
+  template <class VAt>
+  KOKKOS_INLINE_FUNCTION void values_over_seen_keys(const Member& member, const TileWork& w, std::int64_t kb,
+                                                    int n_keys, const Head& h, int hk, const VAt& v_at) const {
+    const int G = this->p.group_size();
+    masked_values<Member, T>(
+        member, this->geo.rows_p, this->geo.dims_p,
+        [&](int r, int& begin, int& end) {
+          if (r < w.n_rows) this->window.tile_keys((w.t0 + r) / G, kb, n_keys, w.q_len, w.kv_len, begin, end);
+        },
+        [&](int r, int j) {
+          const bool listed = !this->bs.active() ||
+                              this->bs.listed(hk * G + static_cast<int>((w.t0 + r) % G), (w.t0 + r) / G / this->bs.block,
+                                              (kb + j) / this->bs.block);
+          return listed;
+        },
+        [&](int r, int j) { return this->score(h, r, j); }, v_at, [&](int r, int d) -> T& { return this->out(h, r, d); },
+        h.alpha);
+  }
+
+  // Finish each row of KV head hk (o / l, lse) into the outputs, or into the split workspace.
+  KOKKOS_INLINE_FUNCTION void write_rows(const Member& member, const TileWork& w, const Head& h, int hk) const {
+    const auto& p = this->p;
+    const int G = p.group_size();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, w.n_rows), [&](const int r) {
+      const std::int64_t i = (w.t0 + r) / G;
+      const int hq = hk * G + static_cast<int>((w.t0 + r) % G);
+      const Finish<T> fin = finish(RowState<T>{h.m[r], h.l[r]});
+      T* out;
+      T* lse;
+      if (this->ws.o) {
+        const std::int64_t row = p.q_row(w.b, i) * p.heads_q + hq;
+        out = this->ws.o + (w.split * this->ws.rows + row) * p.head_dim;
+        lse = this->ws.lse + w.split * this->ws.rows + row;
+      } else {
+        out = p.o_ptr(w.b, i, hq);
+        lse = p.lse ? p.lse_ptr(w.b, i, hq) : nullptr;
+      }
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.head_dim),
+                           [&](const int d) { out[d] = finished_o(this->out(h, r, d), fin); });
+      Kokkos::single(Kokkos::PerThread(member), [&]() {
+        if (lse) *lse = fin.lse;
+      });
+    });
+  }
+};
+
+}  // namespace detail
+}  // namespace kattn
