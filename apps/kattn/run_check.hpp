@@ -15,7 +15,7 @@
 #include "batch_inputs.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
-#include "kattn/params.hpp"
+#include "kattn/core/attention_params.hpp"
 #include "kattn/reference_rows.hpp"
 
 namespace kattn {

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "kattn/params.hpp"
+#include "kattn/core/attention_params.hpp"
 
 namespace kattn {
 

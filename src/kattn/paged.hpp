@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "kattn/errors.hpp"
-#include "kattn/params.hpp"
+#include "kattn/core/attention_params.hpp"
 #include "kattn/ragged.hpp"
 #include "kattn/shapes.hpp"
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "kattn/errors.hpp"
-#include "kattn/params.hpp"
+#include "kattn/core/attention_params.hpp"
 #include "kattn/shapes.hpp"
 
 namespace kattn {

@@ -7,7 +7,7 @@
 
 #include "kattn/options.hpp"
 #include "kattn/paged.hpp"
-#include "kattn/params.hpp"
+#include "kattn/core/attention_params.hpp"
 #include "kattn/ragged.hpp"
 #include "kattn/shapes.hpp"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kattn/options.hpp"
-#include "kattn/params.hpp"
+#include "kattn/core/attention_params.hpp"
 
 namespace kattn {
 

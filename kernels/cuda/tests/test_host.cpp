@@ -2,8 +2,10 @@
 // parameter validation (refused before any CUDA call, with a reason).
 #include <kattn/cuda/decode.hpp>
 #include <kattn/cuda/forward.hpp>
+#include <kattn/cuda/library_params.hpp>
 #include <kattn/cuda/split_planner.hpp>
 
+#include <cstdint>
 #include <string>
 
 #include "common.hpp"
@@ -68,5 +70,60 @@ int main() {
   d.num_splits = 4;
   t.check(decode_workspace_bytes(d, 4) >= size_t(4) * 2 * 8 * 129 * 4, "decode workspace covers splits x B x Hq x (D + 1) floats");
   t.check(decode_workspace_bytes(d, 1) == 0, "one split needs no workspace");
+  // forward params from the library's (the front door's way in): a dense causal GQA problem as
+  // kattn::attention describes it, and what stays on the portable kernel
+  {
+    using S = std::uint16_t;  // any 16-bit storage type
+    alignas(16) static S buf[64];
+    alignas(16) static float lse[64];
+    kattn::AttentionParams<S, float> a;
+    a.batch = 2, a.q_len = 100, a.kv_len = 300, a.heads_q = 8, a.heads_kv = 2, a.head_dim = 128;
+    a.q = a.k = a.v = buf;
+    a.o = buf;
+    a.lse = lse;
+    a.q_stride_head = a.o_stride_head = 128, a.q_stride_seq = a.o_stride_seq = 8 * 128;
+    a.q_stride_batch = a.o_stride_batch = 100 * 8 * 128;
+    a.k_stride_head = a.v_stride_head = 128, a.k_stride_seq = a.v_stride_seq = 2 * 128;
+    a.k_stride_batch = a.v_stride_batch = 300 * 2 * 128;
+    a.lse_stride_seq = 1, a.lse_stride_head = 100, a.lse_stride_batch = 800;
+    kattn::Options opt;
+    opt.causal = true;
+    opt.scale = 0.25;
+    ForwardParams f;
+    const char* r = forward_params(a, opt, DType::kFP16, f);
+    t.check(r == nullptr, std::string("forward_params: dense causal GQA taken: ") + (r ? r : "null"));
+    t.check(f.dtype == DType::kFP16 && f.batch == 2 && f.seqlen_q == 100 && f.seqlen_k == 300 && f.heads_q == 8 &&
+                f.heads_kv == 2 && f.head_dim == 128 && f.causal && f.scale == 0.25f && f.lse == lse,
+            "forward_params: shape, dtype, mask, scale and lse carried over");
+    t.check(f.q_seq_stride == 1024 && f.k_seq_stride == 256 && f.v_batch_stride == 300 * 256 &&
+                f.o_batch_stride == 100 * 1024,
+            "forward_params: strides carried over");
+    t.check(forward_check(f) == nullptr, "forward_params: the result passes forward_check");
+    const auto refused = [&](kattn::AttentionParams<S, float> b, kattn::Options o, const char* word) {
+      ForwardParams g;
+      const char* why = forward_params(b, o, DType::kBF16, g);
+      t.check(why && std::string(why).find(word) != std::string::npos,
+              std::string("forward_params refuses (") + word + "): " + (why ? why : "null"));
+    };
+    kattn::Options w = opt;
+    w.window_left = 16;
+    refused(a, w, "window");
+    kattn::Options c = opt;
+    c.softcap = 30.0;
+    refused(a, c, "softcap");
+    kattn::Options d = opt;
+    d.diagonal_shift = 5;
+    refused(a, d, "diagonal_shift");
+    kattn::AttentionParams<S, float> rag = a;
+    static const std::int64_t indptr[3] = {0, 50, 100};
+    rag.q_indptr = rag.kv_indptr = indptr;
+    refused(rag, opt, "ragged");
+    kattn::AttentionParams<S, float> strided = a;
+    strided.lse_stride_seq = 8, strided.lse_stride_head = 1;  // [B, Nq, Hq]
+    refused(strided, opt, "lse");
+    kattn::Options full;
+    t.check(forward_params(a, full, DType::kBF16, f) == nullptr && !f.causal, "forward_params: the full mask taken");
+  }
+
   return t.finish();
 }

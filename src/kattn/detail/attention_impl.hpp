@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "kattn/options.hpp"
-#include "kattn/params.hpp"
+#include "kattn/core/attention_params.hpp"
 #include "kattn/ragged.hpp"
 #include "kattn/core/split_planner.hpp"
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kattn/params.hpp"
+#include "kattn/core/attention_params.hpp"
 
 namespace kattn {
 namespace detail {

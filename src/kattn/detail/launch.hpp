@@ -18,7 +18,7 @@
 #include "kattn/core/key_window.hpp"
 #include "kattn/core/score_scaling.hpp"
 #include "kattn/options.hpp"
-#include "kattn/params.hpp"
+#include "kattn/core/attention_params.hpp"
 #include "kattn/core/state.hpp"
 #include "kattn/tiles.hpp"
 

@@ -8,7 +8,7 @@
 
 #include "kattn/detail/merge_rows.hpp"
 #include "kattn/detail/tiled_attention.hpp"
-#include "kattn/params.hpp"
+#include "kattn/core/attention_params.hpp"
 #include "kattn/core/state.hpp"
 
 namespace kattn {

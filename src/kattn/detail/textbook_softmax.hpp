@@ -9,7 +9,7 @@
 
 #include "kattn/compat.hpp"
 #include "kattn/detail/score_matrix.hpp"
-#include "kattn/params.hpp"
+#include "kattn/core/attention_params.hpp"
 #include "kattn/core/key_window.hpp"
 #include "kattn/core/state.hpp"
 

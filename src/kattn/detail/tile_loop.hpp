@@ -31,7 +31,7 @@
 #include "kattn/detail/masked_values.hpp"
 #include "kattn/detail/online_softmax.hpp"
 #include "kattn/detail/tile_schedule.hpp"
-#include "kattn/params.hpp"
+#include "kattn/core/attention_params.hpp"
 
 namespace kattn {
 namespace detail {

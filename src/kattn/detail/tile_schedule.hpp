@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "kattn/core/key_window.hpp"
-#include "kattn/params.hpp"
+#include "kattn/core/attention_params.hpp"
 
 namespace kattn {
 namespace detail {

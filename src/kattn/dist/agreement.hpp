@@ -13,7 +13,7 @@
 #include "kattn/dist/layout.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/options.hpp"
-#include "kattn/params.hpp"
+#include "kattn/core/attention_params.hpp"
 
 namespace kattn {
 namespace dist {

@@ -15,7 +15,7 @@
 #include "kattn/detail/attention_impl.hpp"
 #include "kattn/kv.hpp"
 #include "kattn/options.hpp"
-#include "kattn/params.hpp"
+#include "kattn/core/attention_params.hpp"
 #include "kattn/shapes.hpp"
 
 namespace kattn {

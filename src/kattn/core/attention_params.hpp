@@ -1,16 +1,18 @@
 // The plain description of one attention problem that every kernel takes: raw pointers and
 // 64-bit element strides (FlashInfer-style params), so dense, ragged and paged layouts and any
 // view layout with a contiguous head dim share one kernel. The public entry points fill it
-// from Kokkos views and validate it; kernels trust it.
+// from Kokkos views and validate it; kernels trust it. No Kokkos here: the hand-written CUDA
+// kernels' params are built from it (kernels/cuda, kattn/cuda/library_params.hpp).
 #pragma once
 
-#include <Kokkos_Core.hpp>
+#include "kattn/core/host_device.hpp"
 
 #include <cstdint>
 
 namespace kattn {
 
-template <class T>
+// T: the storage type of q, k, v and o; Acc: the type of lse (the accumulation type).
+template <class T, class Acc = T>
 struct AttentionParams {
   // q (b, i, h, d) = q[b * q_stride_batch + i * q_stride_seq + h * q_stride_head + d]; in a
   // ragged batch, row i of sequence b is global row q_indptr[b] + i and the batch stride is 0.
@@ -26,7 +28,7 @@ struct AttentionParams {
   // (row q_indptr[b] + i when ragged); lse may be null.
   T* o = nullptr;
   std::int64_t o_stride_batch = 0, o_stride_seq = 0, o_stride_head = 0;
-  T* lse = nullptr;
+  Acc* lse = nullptr;
   std::int64_t lse_stride_batch = 0, lse_stride_head = 0, lse_stride_seq = 0;
 
   int batch = 0;
@@ -50,12 +52,12 @@ struct AttentionParams {
   const std::int64_t* kv_last_page_len = nullptr;
   std::int64_t page_size = 0;
 
-  KOKKOS_INLINE_FUNCTION int group_size() const { return heads_q / heads_kv; }
+  KATTN_CORE_INLINE int group_size() const { return heads_q / heads_kv; }
 
-  KOKKOS_INLINE_FUNCTION std::int64_t seq_q_len(int b) const {
+  KATTN_CORE_INLINE std::int64_t seq_q_len(int b) const {
     return q_indptr ? q_indptr[b + 1] - q_indptr[b] : q_len;
   }
-  KOKKOS_INLINE_FUNCTION std::int64_t seq_kv_len(int b) const {
+  KATTN_CORE_INLINE std::int64_t seq_kv_len(int b) const {
     if (kv_page_indptr) {
       const std::int64_t pages = kv_page_indptr[b + 1] - kv_page_indptr[b];
       return pages == 0 ? 0 : (pages - 1) * page_size + kv_last_page_len[b];
@@ -63,23 +65,23 @@ struct AttentionParams {
     return kv_indptr ? kv_indptr[b + 1] - kv_indptr[b] : kv_len;
   }
   // Global query row of (b, i): indexes o/lse in ragged layouts and the split workspace.
-  KOKKOS_INLINE_FUNCTION std::int64_t q_row(int b, std::int64_t i) const {
+  KATTN_CORE_INLINE std::int64_t q_row(int b, std::int64_t i) const {
     return q_indptr ? q_indptr[b] + i : std::int64_t(b) * q_len + i;
   }
-  KOKKOS_INLINE_FUNCTION const T* q_ptr(int b, std::int64_t i, int h) const {
+  KATTN_CORE_INLINE const T* q_ptr(int b, std::int64_t i, int h) const {
     return q + (q_indptr ? 0 : b * q_stride_batch) + (q_indptr ? q_indptr[b] + i : i) * q_stride_seq +
            h * q_stride_head;
   }
-  KOKKOS_INLINE_FUNCTION T* o_ptr(int b, std::int64_t i, int h) const {
+  KATTN_CORE_INLINE T* o_ptr(int b, std::int64_t i, int h) const {
     return o + (q_indptr ? 0 : b * o_stride_batch) + (q_indptr ? q_indptr[b] + i : i) * o_stride_seq +
            h * o_stride_head;
   }
-  KOKKOS_INLINE_FUNCTION T* lse_ptr(int b, std::int64_t i, int h) const {
+  KATTN_CORE_INLINE Acc* lse_ptr(int b, std::int64_t i, int h) const {
     return lse + (q_indptr ? 0 : b * lse_stride_batch) + (q_indptr ? q_indptr[b] + i : i) * lse_stride_seq +
            h * lse_stride_head;
   }
   // Offset of key j of sequence b (before the head offset) in k (stride set s) or v.
-  KOKKOS_INLINE_FUNCTION std::int64_t kv_offset(int b, std::int64_t j, std::int64_t stride_batch,
+  KATTN_CORE_INLINE std::int64_t kv_offset(int b, std::int64_t j, std::int64_t stride_batch,
                                                 std::int64_t stride_seq) const {
     if (kv_page_indptr) {
       const std::int64_t page = kv_page_indices[kv_page_indptr[b] + j / page_size];
@@ -88,10 +90,10 @@ struct AttentionParams {
     if (kv_indptr) return (kv_indptr[b] + j) * stride_seq;
     return b * stride_batch + j * stride_seq;
   }
-  KOKKOS_INLINE_FUNCTION const T* k_ptr(int b, std::int64_t j, int h) const {
+  KATTN_CORE_INLINE const T* k_ptr(int b, std::int64_t j, int h) const {
     return k + kv_offset(b, j, k_stride_batch, k_stride_seq) + h * k_stride_head;
   }
-  KOKKOS_INLINE_FUNCTION const T* v_ptr(int b, std::int64_t j, int h) const {
+  KATTN_CORE_INLINE const T* v_ptr(int b, std::int64_t j, int h) const {
     return v + kv_offset(b, j, v_stride_batch, v_stride_seq) + h * v_stride_head;
   }
 };
