@@ -118,6 +118,22 @@ auto writable_alias(const View& view) {
   return Alias(const_cast<T*>(view.data()), view.layout());
 }
 
+// The backward problem of a filled forward part: the gradient views checked against the inputs
+// (extents, distinct memory, the scalar type of all nine) and their pointers and strides taken.
+template <class T, class QView, class KView, class VView, class OView, class LseView, class DoView, class DqView,
+          class DkView, class DvView>
+BackwardParams<T> with_gradients(const AttentionParams<T>& fwd, const QView& q, const KView& k, const VView& v,
+                                 const OView& o, const DoView& dout, const DqView& dq, const DkView& dk,
+                                 const DvView& dv) {
+  static_assert(all_of_type<T, QView, KView, VView, OView, LseView, DoView, DqView, DkView, DvView>(),
+                "kattn: q, k, v, o, lse, do, dq, dk and dv must have the same scalar type");
+  BackwardParams<T> p;
+  p.fwd = fwd;
+  check_gradient_views(q, k, v, o, dout, dq, dk, dv);
+  fill_gradients(p, dout, dq, dk, dv);
+  return p;
+}
+
 }  // namespace detail
 
 // Dense layout: q, o, do, dq [B, Nq, Hq, D]; k, v, dk, dv [B, Nk, Hkv, D]; lse [B, Hq, Nq]
@@ -132,17 +148,12 @@ BackwardParams<typename DqView::non_const_value_type> backward_params(const QVie
   using T = typename DqView::non_const_value_type;
   static_assert(DoView::rank == 4 && DqView::rank == 4 && DkView::rank == 4 && DvView::rank == 4,
                 "kattn: do, dq, dk and dv must be rank-4 views [batch, seq, heads, dim]");
-  static_assert(detail::all_of_type<T, QView, KView, VView, OView, LseView, DoView, DkView, DvView>(),
-                "kattn: q, k, v, o, lse, do, dq, dk and dv must have the same scalar type");
   KATTN_REQUIRE(lse.data() != nullptr || q.extent(0) * q.extent(1) * q.extent(2) == 0,
                 "lse: required by the backward pass (the forward's natural-log LSE, [B, Hq, Nq])");
-  BackwardParams<T> p;
   // o and lse are read, never written: AttentionParams holds them as T*, so const views pass
   // through non-const unmanaged aliases.
-  p.fwd = dense_params(q, k, v, detail::writable_alias(o), detail::writable_alias(lse));
-  detail::check_gradient_views(q, k, v, o, dout, dq, dk, dv);
-  detail::fill_gradients(p, dout, dq, dk, dv);
-  return p;
+  return detail::with_gradients<T, QView, KView, VView, OView, LseView>(
+      dense_params(q, k, v, detail::writable_alias(o), detail::writable_alias(lse)), q, k, v, o, dout, dq, dk, dv);
 }
 
 // A ragged batch (ragged.hpp): q, o, dout, dq [total_q, Hq, D]; k, v, dk, dv [total_kv, Hkv, D];
@@ -155,14 +166,9 @@ BackwardParams<typename DqView::non_const_value_type> ragged_backward_params(
   using T = typename DqView::non_const_value_type;
   static_assert(DoView::rank == 3 && DqView::rank == 3 && DkView::rank == 3 && DvView::rank == 3,
                 "kattn: ragged do, dq, dk and dv must be rank-3 views [total, heads, dim]");
-  static_assert(detail::all_of_type<T, QView, KView, VView, OView, LseView, DoView, DkView, DvView>(),
-                "kattn: q, k, v, o, lse, do, dq, dk and dv must have the same scalar type");
-  BackwardParams<T> p;
-  p.fwd = ragged_params(q, k, v, detail::writable_alias(o), detail::writable_alias(lse), layout);
-  KATTN_REQUIRE(p.fwd.lse != nullptr, "lse: required, the forward's lse [total_q, Hq]");
-  detail::check_gradient_views(q, k, v, o, dout, dq, dk, dv);
-  detail::fill_gradients(p, dout, dq, dk, dv);
-  return p;
+  const AttentionParams<T> fwd = ragged_params(q, k, v, detail::writable_alias(o), detail::writable_alias(lse), layout);
+  KATTN_REQUIRE(fwd.lse != nullptr, "lse: required, the forward's lse [total_q, Hq]");
+  return detail::with_gradients<T, QView, KView, VView, OView, LseView>(fwd, q, k, v, o, dout, dq, dk, dv);
 }
 
 // A paged cache (paged.hpp): q, o, dout, dq [total_q, Hq, D]; k, v, dk, dv [num_pages, page_size,
@@ -177,17 +183,12 @@ BackwardParams<typename DqView::non_const_value_type> paged_backward_params(
   static_assert(DoView::rank == 3 && DqView::rank == 3 && DkView::rank == 4 && DvView::rank == 4,
                 "kattn: paged do and dq must be rank-3 views [total_q, heads, dim], dk and dv rank-4 "
                 "[num_pages, page_size, heads, dim]");
-  static_assert(detail::all_of_type<T, QView, KView, VView, OView, LseView, DoView, DkView, DvView>(),
-                "kattn: q, k, v, o, lse, do, dq, dk and dv must have the same scalar type");
   KATTN_REQUIRE(layout.repeated_at < 0, "kv_page_indices: the page at position ", layout.repeated_at,
                 " is listed earlier too (shared by sequences); the backward needs each page in one place "
                 "(its dK and dV would be the sum over the sequences that share it)");
-  BackwardParams<T> p;
-  p.fwd = paged_params(q, k, v, detail::writable_alias(o), detail::writable_alias(lse), layout);
-  KATTN_REQUIRE(p.fwd.lse != nullptr, "lse: required, the forward's lse [total_q, Hq]");
-  detail::check_gradient_views(q, k, v, o, dout, dq, dk, dv);
-  detail::fill_gradients(p, dout, dq, dk, dv);
-  return p;
+  const AttentionParams<T> fwd = paged_params(q, k, v, detail::writable_alias(o), detail::writable_alias(lse), layout);
+  KATTN_REQUIRE(fwd.lse != nullptr, "lse: required, the forward's lse [total_q, Hq]");
+  return detail::with_gradients<T, QView, KView, VView, OView, LseView>(fwd, q, k, v, o, dout, dq, dk, dv);
 }
 
 }  // namespace kattn
