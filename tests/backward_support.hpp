@@ -49,11 +49,11 @@ struct GradProblem {
   }
   // o and lse by the tiled forward.
   void forward(const Options& opt) const {
-    kattn::attention(Kokkos::DefaultExecutionSpace(), q, kattn::kv::dense(k, v), o, lse, one_split(opt));
+    kattn::attention(TestSpace(), q, kattn::kv::dense(k, v), o, lse, one_split(opt));
     Kokkos::fence();
   }
   BackwardInfo backward(const Options& opt, const BackwardOptions& bopt = {}) const {
-    return kattn::attention_backward(Kokkos::DefaultExecutionSpace(), q, kattn::kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, bopt);
+    return kattn::attention_backward(TestSpace(), q, kattn::kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, bopt);
   }
 };
 
@@ -74,7 +74,7 @@ GradProblem<double> textbook_gradients(const GradProblem<T>& p, const Options& o
   copy_converted(p.k, d.k);
   copy_converted(p.v, d.v);
   copy_converted(p.dout, d.dout);
-  reference_backward(Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.dout, d.dq, d.dk, d.dv, opt);
+  reference_backward(TestSpace(), d.q, d.k, d.v, d.dout, d.dq, d.dk, d.dv, opt);
   return d;
 }
 

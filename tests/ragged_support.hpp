@@ -107,7 +107,7 @@ void ragged_reference(const RaggedProblem<T>& p, const Options& opt, std::vector
       Kokkos::deep_copy(q, mq);
       Kokkos::deep_copy(k, mk);
       Kokkos::deep_copy(v, mv);
-      reference(Kokkos::DefaultExecutionSpace(), q, k, v, o, lse, opt);
+      reference(TestSpace(), q, k, v, o, lse, opt);
       Kokkos::fence();
       const auto ho = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), o);
       const auto hl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lse);

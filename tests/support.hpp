@@ -16,13 +16,23 @@
 #include "kattn/options.hpp"
 #include "kattn/reference.hpp"
 
+// The execution space the tests run on. tests/CMakeLists.txt builds these tests once per enabled
+// Kokkos backend: the default space's build, and one per other host backend with
+// KATTN_TEST_SPACE naming it (its tests prefixed with the backend's name).
+#ifndef KATTN_TEST_SPACE
+#define KATTN_TEST_SPACE Kokkos::DefaultExecutionSpace
+#endif
+
 namespace kattn {
 namespace test {
 
+using TestSpace = KATTN_TEST_SPACE;
+using TestMemory = TestSpace::memory_space;
+
 template <class T>
-using View4 = Kokkos::View<T****, Kokkos::LayoutRight>;
+using View4 = Kokkos::View<T****, Kokkos::LayoutRight, TestMemory>;
 template <class T>
-using View3 = Kokkos::View<T***, Kokkos::LayoutRight>;
+using View3 = Kokkos::View<T***, Kokkos::LayoutRight, TestMemory>;
 
 struct Shape {
   int B = 1, Nq = 1, Nk = 1, Hq = 1, Hkv = 1, D = 1;
@@ -133,7 +143,7 @@ Problem<double> as_double(const Problem<T>& p) {
 template <class T>
 Problem<double> reference_of(const Problem<T>& p, const Options& opt) {
   Problem<double> d = as_double(p);
-  reference(Kokkos::DefaultExecutionSpace(), d.q, d.k, d.v, d.o, d.lse, opt);
+  reference(TestSpace(), d.q, d.k, d.v, d.o, d.lse, opt);
   Kokkos::fence();
   return d;
 }

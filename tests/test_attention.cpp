@@ -22,7 +22,7 @@ TEST(Attention, DenseMatchesTextbookForEveryVariantAndSplit) {
         Options opt = base;
         opt.splits = splits;
         Problem<double> p(s, fresh_seed());
-        attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
+        attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
         expect_close(p, reference_of(p, opt), kDoubleTol, "attention dense " + describe(s, opt));
       }
 }
@@ -30,8 +30,8 @@ TEST(Attention, DenseMatchesTextbookForEveryVariantAndSplit) {
 TEST(Attention, DenseBackwardMatchesTextbook) {
   for (const Options& opt : option_variants()) {
     GradProblem<double> p({2, 19, 23, 4, 2, 16}, fresh_seed());
-    attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
-    attention_backward(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, p.dout, p.dq, p.dk,
+    attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
+    attention_backward(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, p.dout, p.dq, p.dk,
                        p.dv, opt);
     expect_gradients_close(p, textbook_gradients(p, opt), kGradDoubleTol,
                            "attention_backward dense " + describe(p.shape, opt));
@@ -45,7 +45,7 @@ TEST(Attention, BlockMaskOnlyWithDenseKeys) {
   Options opt;
   opt.block_mask = &m;
   try {
-    attention(Kokkos::DefaultExecutionSpace(), p.q, kv::ragged(p.k, p.v, layout), p.o, p.lse, opt);
+    attention(TestSpace(), p.q, kv::ragged(p.k, p.v, layout), p.o, p.lse, opt);
     ADD_FAILURE() << "a block mask with a ragged batch was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("block_mask:"), std::string::npos) << e.what();

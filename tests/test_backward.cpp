@@ -166,7 +166,7 @@ TEST(Backward, UsesTheGivenOAndLse) {
   Options o;
   o.causal = true;
   GradProblem<double> p({2, 40, 50, 4, 2, 32}, fresh_seed());
-  reference(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, o);
+  reference(TestSpace(), p.q, p.k, p.v, p.o, p.lse, o);
   Kokkos::fence();
   p.backward(o);
   expect_gradients_close(p, textbook_gradients(p, o), kGradDoubleTol, "textbook o/lse");
@@ -188,7 +188,7 @@ TEST(Backward, StridedViewsOfPackedQkv) {
   Kokkos::deep_copy(ref.v, slice(qkv, 2));
   ref.forward(o);
   for (const BackwardOptions& b : strategies()) {
-    kattn::attention_backward(Kokkos::DefaultExecutionSpace(), slice(qkv, 0), kattn::kv::dense(slice(qkv, 1), slice(qkv, 2)), ref.o, ref.lse, ref.dout, slice(dqkv, 0), slice(dqkv, 1), slice(dqkv, 2), o, b);
+    kattn::attention_backward(TestSpace(), slice(qkv, 0), kattn::kv::dense(slice(qkv, 1), slice(qkv, 2)), ref.o, ref.lse, ref.dout, slice(dqkv, 0), slice(dqkv, 1), slice(dqkv, 2), o, b);
     GradProblem<double> out = ref;
     out.dq = View4<double>("dq", B, N, H, D);
     out.dk = View4<double>("dk", B, N, H, D);
@@ -204,7 +204,7 @@ TEST(Backward, StridedViewsOfPackedQkv) {
 
 // L = sum(O * dO), O by the float64 textbook forward.
 double loss(const GradProblem<double>& p, const Options& opt) {
-  reference(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.o, p.lse, opt);
+  reference(TestSpace(), p.q, p.k, p.v, p.o, p.lse, opt);
   Kokkos::fence();
   const std::vector<double> o = to_host(p.o), g = to_host(p.dout);
   double l = 0;
@@ -260,7 +260,7 @@ TEST(ReferenceBackward, MatchesCentralFiniteDifferencesOfTheForward) {
     const std::uint64_t seed = fresh_seed();
     SCOPED_TRACE(describe(Shape{1, 9, 12, 4, 1, 5}, o) + " seed=" + std::to_string(seed));
     GradProblem<double> p({1, 9, 12, 4, 1, 5}, seed);
-    reference_backward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.dout, p.dq, p.dk, p.dv, o);
+    reference_backward(TestSpace(), p.q, p.k, p.v, p.dout, p.dq, p.dk, p.dv, o);
     std::mt19937_64 gen(seed);
     expect_matches_differences(p, p.q, p.dq, o, "dq", gen);
     expect_matches_differences(p, p.k, p.dk, o, "dk", gen);
@@ -335,7 +335,7 @@ TEST(Backward, DeterministicAcrossThreadCounts) {
 using Ragged3 = Kokkos::View<double***, Kokkos::LayoutRight>;
 
 // The layout of sequences of these lengths, from int64 or int32 indptrs.
-RaggedLayout<Kokkos::DefaultExecutionSpace::memory_space> layout_of(const std::vector<std::int64_t>& q_lens,
+RaggedLayout<TestSpace::memory_space> layout_of(const std::vector<std::int64_t>& q_lens,
                                                                     const std::vector<std::int64_t>& kv_lens,
                                                                     bool int32) {
   if (int32) return make_ragged_layout(host_index32(indptr_of(q_lens)), host_index32(indptr_of(kv_lens)));
@@ -364,7 +364,7 @@ void check_ragged(const std::vector<std::int64_t>& q_lens, const std::vector<std
   fill_normal(dout, seed + 3);
   for (const auto& x : {dq, dk, dv, rq, rk, rv, o}) poison(x);
   poison(lse);
-  const Kokkos::DefaultExecutionSpace space;
+  const TestSpace space;
   attention(space, q, kv::ragged(k, v, layout), o, lse, opt);
   attention_backward(space, q, kv::ragged(k, v, layout), o, lse, dout, dq, dk, dv, opt, bopt);
   detail::reference_backward_impl(space, ragged_backward_params(q, k, v, o, lse, dout, rq, rk, rv, layout), opt);
@@ -450,7 +450,7 @@ void expect_error(F&& f, std::initializer_list<const char*> fragments) {
 
 TEST(Backward, BadArgumentsAreRefusedByName) {
   const GradProblem<double> p({2, 8, 9, 4, 2, 16}, fresh_seed());
-  const Kokkos::DefaultExecutionSpace space;
+  const TestSpace space;
   const auto run = [&](const View4<double>& dout, const View4<double>& dq, const View4<double>& dk,
                        const View4<double>& dv, const View3<double>& lse, const BackwardOptions& b = {}) {
     kattn::attention_backward(space, p.q, kattn::kv::dense(p.k, p.v), p.o, lse, dout, dq, dk, dv, Options{}, b);
@@ -480,7 +480,7 @@ TEST(Backward, BadRaggedArgumentsAreRefusedByName) {
   Ragged3 q("q", 10, 2, 8), k("k", 12, 1, 8), v("v", 12, 1, 8), o("o", 10, 2, 8), dout("do", 10, 2, 8);
   Ragged3 dq("dq", 10, 2, 8), dk("dk", 12, 1, 8), dv("dv", 12, 1, 8);
   Kokkos::View<double**, Kokkos::LayoutRight> lse("lse", 10, 2), lse_transposed("lse", 2, 10);
-  const Kokkos::DefaultExecutionSpace space;
+  const TestSpace space;
   const auto run = [&](const std::vector<std::int64_t>& ql, const std::vector<std::int64_t>& kl,
                        const Kokkos::View<double**, Kokkos::LayoutRight>& l) {
     attention_backward(space, q, kv::ragged(k, v, layout_of(ql, kl, false)), o, l, dout, dq, dk, dv);

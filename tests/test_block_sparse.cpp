@@ -84,7 +84,7 @@ void check_forward(const Shape& shape, std::int64_t B, int mask_heads, double de
   Problem<T> p(shape, seed);
   const BlockMask m = random_mask(B, mask_heads, shape.Nq, shape.Nk, density, seed + 7);
   const Oracle ref = oracle(p, m, opt);
-  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(opt, m)));
+  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(opt, m)));
   Kokkos::fence();
   expect_matches(p, ref, "forward");
   // Split-KV: the planner's split (splits = 0), given split counts, fixed chunks (rounded up to
@@ -97,7 +97,7 @@ void check_forward(const Shape& shape, std::int64_t B, int mask_heads, double de
       so.split_chunk = -splits;
     poison(p.o);
     poison(p.lse);
-    const SplitPlan plan = attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, with_mask(so, m));
+    const SplitPlan plan = attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, with_mask(so, m));
     Kokkos::fence();
     expect_matches(p, ref, "splitkv splits=" + std::to_string(splits));
     if (plan.splits > 1) {
@@ -185,7 +185,7 @@ TEST(BlockSparse, NonFiniteValuesOfUnlistedKeysStayOut) {
       o.block_q = bq;
       o.block_k = bk;
       const Oracle ref = oracle(p, m, o);
-      attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(o, m)));
+      attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(o, m)));
       Kokkos::fence();
       expect_matches(p, ref, "forward");
     }
@@ -207,14 +207,14 @@ TEST(BlockSparse, FullMaskIsBitwiseTheDenseForwardWithTheSameTiles) {
   o.block_k = 32;
   o.causal = true;
   Problem<double> p(s, fresh_seed());
-  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(o));
+  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(o));
   Kokkos::fence();
   const auto dense_o = to_host(p.o);
   const auto dense_lse = to_host(p.lse);
   poison(p.o);
   poison(p.lse);
   const BlockMask full = random_mask(32, 1, s.Nq, s.Nk, 1.0, 1);
-  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(o, full)));
+  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(o, full)));
   Kokkos::fence();
   EXPECT_EQ(to_host(p.o), dense_o);
   EXPECT_EQ(to_host(p.lse), dense_lse);
@@ -224,7 +224,7 @@ TEST(BlockSparse, EmptyMaskGivesZeroOutputAndMinusInfinityLse) {
   const Shape s{2, 50, 60, 2, 1, 8};
   Problem<double> p(s, fresh_seed());
   const BlockMask none = random_mask(16, 1, s.Nq, s.Nk, 0.0, 1);
-  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(Options{}, none)));
+  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(Options{}, none)));
   Kokkos::fence();
   for (double x : to_host(p.o)) EXPECT_EQ(x, 0.0);
   for (double x : to_host(p.lse)) EXPECT_EQ(x, -std::numeric_limits<double>::infinity());
@@ -267,7 +267,7 @@ TEST(BlockSparse, PatternsMatchTheirDefinitionAndTheOracle) {
       o.causal = causal;
       const Oracle ref = oracle(p, m, o);
       poison(p.o);
-      attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(o, m)));
+      attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(o, m)));
       Kokkos::fence();
       expect_matches(p, ref, pattern);
     }
@@ -286,7 +286,7 @@ void check_backward(const Shape& s, std::int64_t B, int mask_heads, double densi
   View4<T> dk("dk", s.B, s.Nk, s.Hkv, s.D), dv("dv", s.B, s.Nk, s.Hkv, s.D);
   fill_normal(dout, seed + 3);
   const BlockMask m = random_mask(B, mask_heads, s.Nq, s.Nk, density, seed + 9);
-  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(opt, m)));
+  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(opt, m)));
   Kokkos::fence();
   Host4 rq("rq", s.B, s.Nq, s.Hq, s.D), rk("rk", s.B, s.Nk, s.Hkv, s.D), rv("rv", s.B, s.Nk, s.Hkv, s.D);
   reference_backward_masked(host_double4(p.q), host_double4(p.k), host_double4(p.v), host_double4(dout), rq, rk, rv,
@@ -301,7 +301,7 @@ void check_backward(const Shape& s, std::int64_t B, int mask_heads, double densi
     poison(dq);
     poison(dk);
     poison(dv);
-    attention_backward(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq, dk, dv, with_mask(opt, m), b);
+    attention_backward(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq, dk, dv, with_mask(opt, m), b);
     Kokkos::fence();
     const double tol = std::is_same<T, double>::value ? 1e-11 : 1e-4;
     for (const auto& pair : {std::make_pair(&dq, &rq), std::make_pair(&dk, &rk), std::make_pair(&dv, &rv)}) {
@@ -347,7 +347,7 @@ TEST(BlockSparse, FrontDoorTakesTheMaskAsAnOption) {
       Options opt;
       opt.splits = splits;
       opt.block_mask = &m;
-      attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
+      attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
       expect_matches(p, oracle(p, m, opt), "attention with opt.block_mask, Nq=" + std::to_string(Nq) +
                                                " splits=" + std::to_string(splits) + " seed=" + std::to_string(seed));
     }
@@ -367,7 +367,7 @@ TEST(BlockSparse, RefusesBadMasksNamingTheArgument) {
   const Shape s{1, 20, 30, 4, 2, 8};
   Problem<double> p(s, fresh_seed());
   const auto run = [&](const BlockMask& m) {
-    return [&p, m] { attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(Options{}, m))); };
+    return [&p, m] { attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(with_mask(Options{}, m))); };
   };
   expect_error(run(BlockMask{}), "block_mask: the mask is empty");
   expect_error(run(random_mask(8, 2, 20, 30, 0.5, 1)), "block_mask: expected 1 head (shared) or 4");

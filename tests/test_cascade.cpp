@@ -36,7 +36,7 @@ void attend_keys(const RaggedProblem<T>& p, std::int64_t k0, std::int64_t k1, co
   Kokkos::deep_copy(k, hk);
   Kokkos::deep_copy(v, hv);
   const auto layout = make_ragged_layout(host_index(p.q_indptr()), host_index(indptr_of(part_lens)));
-  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::ragged(k, v, layout), o, lse);
+  attention(TestSpace(), p.q, kv::ragged(k, v, layout), o, lse);
 }
 
 TEST(Merge, TwoHalvesOfTheKeysGiveTheWhole) {
@@ -46,13 +46,13 @@ TEST(Merge, TwoHalvesOfTheKeysGiveTheWhole) {
   View2<double> la("la", tq, 8), lb("lb", tq, 8);
   attend_keys(p, 0, 30, oa, la);     // the last two sequences' first part holds all or none of their keys
   attend_keys(p, 30, 1000, ob, lb);  // ... and their second part none: lse = -inf, no weight
-  merge(Kokkos::DefaultExecutionSpace(), oa, la, ob, lb, p.o, p.lse);
+  merge(TestSpace(), oa, la, ob, lb, p.o, p.lse);
   Kokkos::fence();
   std::vector<double> o_ref, lse_ref;
   ragged_reference(p, Options{}, o_ref, lse_ref);
   expect_outputs_close(p.o, p.lse, o_ref, lse_ref, "merge of two halves");
   // In place into the first part.
-  merge(Kokkos::DefaultExecutionSpace(), oa, la, ob, lb, oa, la);
+  merge(TestSpace(), oa, la, ob, lb, oa, la);
   Kokkos::fence();
   expect_outputs_close(oa, la, o_ref, lse_ref, "merge in place");
 }
@@ -68,7 +68,7 @@ TEST(Merge, ManyPartsInOrderAndEmptyParts) {
     attend_keys(p, cuts[s], cuts[s + 1],
                 View3<double>(Kokkos::subview(o_parts, s, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL)),
                 View2<double>(Kokkos::subview(lse_parts, s, Kokkos::ALL, Kokkos::ALL)));
-  merge(Kokkos::DefaultExecutionSpace(), o_parts, lse_parts, p.o, p.lse);
+  merge(TestSpace(), o_parts, lse_parts, p.o, p.lse);
   Kokkos::fence();
   std::vector<double> o_ref, lse_ref;
   ragged_reference(p, Options{}, o_ref, lse_ref);
@@ -84,14 +84,14 @@ TEST(Merge, NoPartsOrOnlyEmptyPartsGiveZeroAndMinusInfinity) {
   View2<double> lse("lse", 3, 2);
   poison(o);
   poison(lse);
-  merge(Kokkos::DefaultExecutionSpace(), o_parts, lse_parts, o, lse);
+  merge(TestSpace(), o_parts, lse_parts, o, lse);
   Kokkos::fence();
   for (double x : to_host(o)) EXPECT_EQ(x, 0.0);
   for (double x : to_host(lse)) EXPECT_EQ(x, -std::numeric_limits<double>::infinity());
   View4<double> none("none", 0, 3, 2, 4);
   View3<double> none_lse("none_lse", 0, 3, 2);
   poison(o);
-  merge(Kokkos::DefaultExecutionSpace(), none, none_lse, o, lse);
+  merge(TestSpace(), none, none_lse, o, lse);
   Kokkos::fence();
   for (double x : to_host(o)) EXPECT_EQ(x, 0.0);
 }
@@ -135,13 +135,13 @@ void check_cascade(const std::vector<std::int64_t>& q_lens, const std::vector<st
   }
   if (page == 0) {
     const auto layout = make_ragged_layout(host_index(suffix.q_indptr()), host_index(suffix.kv_indptr()));
-    attention(Kokkos::DefaultExecutionSpace(), suffix.q, kv::cascade(kp, vp, kv::ragged(suffix.k, suffix.v, layout)), suffix.o,
+    attention(TestSpace(), suffix.q, kv::cascade(kp, vp, kv::ragged(suffix.k, suffix.v, layout)), suffix.o,
               suffix.lse, opt);
   } else {
     const PagedCopy<T> cache(suffix, page, seed + 3);
     const auto layout = make_paged_layout(host_index(suffix.q_indptr()), host_index(cache.page_indptr),
                                           host_index(cache.page_indices), host_index(cache.last_page_len), page);
-    attention(Kokkos::DefaultExecutionSpace(), suffix.q, kv::cascade(kp, vp, kv::paged(cache.k, cache.v, layout)), suffix.o,
+    attention(TestSpace(), suffix.q, kv::cascade(kp, vp, kv::paged(cache.k, cache.v, layout)), suffix.o,
               suffix.lse, opt);
   }
   Kokkos::fence();
@@ -176,7 +176,7 @@ TEST(Cascade, WithoutLse) {
   fill_normal(kp, 1);
   fill_normal(vp, 2);
   const auto layout = make_ragged_layout(host_index(p.q_indptr()), host_index(p.kv_indptr()));
-  EXPECT_NO_THROW(attention(Kokkos::DefaultExecutionSpace(), p.q, kv::cascade(kp, vp, kv::ragged(p.k, p.v, layout)), p.o,
+  EXPECT_NO_THROW(attention(TestSpace(), p.q, kv::cascade(kp, vp, kv::ragged(p.k, p.v, layout)), p.o,
                             View2<double>()));
   Kokkos::fence();
   for (double x : to_host(p.o)) EXPECT_TRUE(std::isfinite(x));

@@ -19,7 +19,7 @@ void check_splitkv(const Shape& shape, Options opt, int splits) {
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE(describe(shape, opt) + " seed=" + std::to_string(seed));
   Problem<T> p(shape, seed);
-  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
+  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
   Kokkos::fence();
   expect_close(p, reference_of(p, opt), tolerance<T>(), "splitkv");
 }
@@ -38,7 +38,7 @@ TEST(SplitKV, EverySplitCountFromOneTo1500Over1000KeysInDouble) {
       opt.splits = splits;
       poison(p.o);
       poison(p.lse);
-      const SplitPlan plan = attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
+      const SplitPlan plan = attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
       Kokkos::fence();
       ASSERT_EQ(plan.splits, splits);
       expect_close(p, ref, kDoubleTol, "splitkv");
@@ -76,7 +76,7 @@ TEST(SplitKV, FixedChunksFromOneKeyToMoreThanTheSequence) {
       const std::uint64_t seed = fresh_seed();
       SCOPED_TRACE(describe(s, o) + " chunk=" + std::to_string(chunk) + " seed=" + std::to_string(seed));
       Problem<double> p(s, seed);
-      const SplitPlan plan = attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, o);
+      const SplitPlan plan = attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, o);
       Kokkos::fence();
       EXPECT_EQ(plan.chunk, chunk);
       EXPECT_EQ(plan.splits, (203 + chunk - 1) / chunk);
@@ -104,7 +104,7 @@ TEST(SplitKV, PlannedSplitMatchesReference) {
     const std::uint64_t seed = fresh_seed();
     SCOPED_TRACE(describe(s, o) + " seed=" + std::to_string(seed));
     Problem<double> p(s, seed);
-    const SplitPlan plan = attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, o);
+    const SplitPlan plan = attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, o);
     Kokkos::fence();
     EXPECT_GE(plan.splits, 1);
     expect_close(p, reference_of(p, o), kDoubleTol, "planned splitkv");
@@ -132,11 +132,11 @@ TEST(SplitKV, ResultDoesNotDependOnTheRunBitwise) {
   Problem<float> p({2, 1, 3000, 8, 2, 64}, fresh_seed());
   Options o;
   o.splits = 11;
-  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, o);
+  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, o);
   Kokkos::fence();
   const std::vector<double> o1 = to_host(p.o), l1 = to_host(p.lse);
   poison(p.o);
-  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, o);
+  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, o);
   Kokkos::fence();
   const std::vector<double> o2 = to_host(p.o), l2 = to_host(p.lse);
   EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * sizeof(double)));
@@ -150,8 +150,8 @@ TEST(SplitKV, OneSplitEqualsForward) {
   b.lse = View3<float>("lse", 2, 8, 1);
   Options o;
   o.splits = 1;
-  attention(Kokkos::DefaultExecutionSpace(), a.q, kv::dense(a.k, a.v), a.o, a.lse, o);
-  attention(Kokkos::DefaultExecutionSpace(), b.q, kv::dense(b.k, b.v), b.o, b.lse, one_split(Options{}));
+  attention(TestSpace(), a.q, kv::dense(a.k, a.v), a.o, a.lse, o);
+  attention(TestSpace(), b.q, kv::dense(b.k, b.v), b.o, b.lse, one_split(Options{}));
   Kokkos::fence();
   const std::vector<double> oa = to_host(a.o), ob = to_host(b.o);
   EXPECT_EQ(0, std::memcmp(oa.data(), ob.data(), oa.size() * sizeof(double)));

@@ -30,7 +30,7 @@ struct Views {
 };
 
 void run(const Views& x, const Options& opt = {}) {
-  attention(Kokkos::DefaultExecutionSpace(), x.q, kv::dense(x.k, x.v), x.o, x.lse, one_split(opt));
+  attention(TestSpace(), x.q, kv::dense(x.k, x.v), x.o, x.lse, one_split(opt));
 }
 
 TEST(Errors, ShapeMismatchesNameTheArgument) {
@@ -92,7 +92,7 @@ TEST(Errors, NonContiguousHeadDimIsRefused) {
   Views x;
   Kokkos::View<double*****, Kokkos::LayoutRight> big("big", 2, 8, 4, 16, 2);
   auto q = Kokkos::subview(big, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, 0);
-  expect_error([&] { attention(Kokkos::DefaultExecutionSpace(), q, kv::dense(x.k, x.v), x.o, x.lse, one_split(Options{})); },
+  expect_error([&] { attention(TestSpace(), q, kv::dense(x.k, x.v), x.o, x.lse, one_split(Options{})); },
                {"q:", "contiguous", "stride 2"});
 }
 
@@ -128,7 +128,7 @@ TEST(Errors, BadOptionsNameTheOption) {
 TEST(Errors, ReferenceValidatesToo) {
   Views y;
   y.k = View4<double>("k", 3, 9, 2, 16);
-  expect_error([&] { reference(Kokkos::DefaultExecutionSpace(), y.q, y.k, y.v, y.o, y.lse); }, {"k:", "batch"});
+  expect_error([&] { reference(TestSpace(), y.q, y.k, y.v, y.o, y.lse); }, {"k:", "batch"});
 }
 
 }  // namespace

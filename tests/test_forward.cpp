@@ -16,7 +16,7 @@ void check_forward(const Shape& shape, const Options& opt) {
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE(describe(shape, opt) + " seed=" + std::to_string(seed));
   Problem<T> p(shape, seed);
-  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(opt));
+  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(opt));
   Kokkos::fence();
   expect_close(p, reference_of(p, opt), tolerance<T>(), "forward");
 }
@@ -71,7 +71,7 @@ TEST(Forward, RowsThatSeeNoKeyGiveZeroAndMinusInfinity) {
   Options o;
   o.causal = true;
   Problem<double> p({1, 10, 4, 2, 1, 8}, fresh_seed());
-  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(o));
+  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(o));
   Kokkos::fence();
   auto ho = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.o);
   auto hl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.lse);
@@ -90,7 +90,7 @@ TEST(Forward, EmptyKeySequenceGivesEmptyRows) {
 
 TEST(Forward, EmptyQuerySequenceWritesNothing) {
   Problem<double> p({2, 0, 7, 2, 1, 8}, fresh_seed());
-  EXPECT_NO_THROW(attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(Options{})));
+  EXPECT_NO_THROW(attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(Options{})));
 }
 
 TEST(Forward, WindowThatExcludesEveryKeyGivesEmptyRows) {
@@ -119,15 +119,15 @@ TEST(Forward, StridedViewsOfPackedQkv) {
   out.lse = View3<double>("lse", B, H, N);
   poison(out.o);
   poison(out.lse);
-  attention(Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), out.o, out.lse, one_split(o));
-  reference(Kokkos::DefaultExecutionSpace(), ref.q, ref.k, ref.v, ref.o, ref.lse, o);
+  attention(TestSpace(), q, kv::dense(k, v), out.o, out.lse, one_split(o));
+  reference(TestSpace(), ref.q, ref.k, ref.v, ref.o, ref.lse, o);
   Kokkos::fence();
   expect_close(out, ref, kDoubleTol, "strided q/k/v");
 }
 
 TEST(Forward, WithoutLse) {
   Problem<double> p({1, 17, 33, 2, 1, 8}, fresh_seed());
-  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, Kokkos::View<double***>());
+  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, Kokkos::View<double***>());
   Kokkos::fence();
   const Problem<double> ref = reference_of(p, Options{});
   const Errors e = compare(to_host(p.o), to_host(ref.o));

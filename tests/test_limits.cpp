@@ -172,7 +172,7 @@ TEST(Limits, ReferenceScoresLargerThanMemoryAreRefused) {
   const int n = 1 << 20;
   View4<float> q("q", 1, n, 1, 1), k("k", 1, n, 1, 1), v("v", 1, n, 1, 1), o("o", 1, n, 1, 1);
   View3<float> lse("lse", 1, 1, n);
-  const std::string msg = error_of([&] { reference(Kokkos::DefaultExecutionSpace(), q, k, v, o, lse); });
+  const std::string msg = error_of([&] { reference(TestSpace(), q, k, v, o, lse); });
   EXPECT_NE(msg.find("kattn::reference: the score matrix S (P in place) needs 4.0 TiB (1 sequences x 1 heads x 1048576 "
                      "queries x 1048576 keys x 4 bytes), more than the"),
             std::string::npos)
@@ -201,14 +201,14 @@ TEST(Limits, SplitWorkspaceOverTheLimitNamesItsSizeAndTheWayOut) {
   {
     MemoryLimit limit("1000000");
     const std::string msg =
-        error_of([&] { attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt); });
+        error_of([&] { attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt); });
     EXPECT_NE(msg.find("kattn::attention: the split-KV workspace needs 3.2 MiB (50 splits x 128 query rows x 4 heads x (32 "
                        "+ 1) values of 4 bytes), more than the 976.6 KiB allowed (KATTN_MEMORY_LIMIT) in"),
               std::string::npos)
         << msg;
     EXPECT_NE(msg.find("use fewer splits"), std::string::npos) << msg;
     opt.splits = 10;  // 0.7 MB fits
-    EXPECT_NO_THROW(attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt));
+    EXPECT_NO_THROW(attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt));
   }
   Kokkos::fence();
 }
@@ -225,7 +225,7 @@ TEST(Limits, BackwardAndReferenceWorkspacesOverTheLimitAreRefused) {
   EXPECT_NE(bw.find("kattn::backward: the workspace (D, lse and dQ partials) needs"), std::string::npos) << bw;
   EXPECT_NE(bw.find("use the query-pass or atomic dQ strategy"), std::string::npos) << bw;
   const std::string ref = error_of([&] {
-    reference_backward(Kokkos::DefaultExecutionSpace(), p.q, p.k, p.v, p.dout, p.dq, p.dk, p.dv);
+    reference_backward(TestSpace(), p.q, p.k, p.v, p.dout, p.dq, p.dk, p.dv);
   });
   EXPECT_NE(ref.find("kattn::reference_backward: P and dS needs 1.4 MiB (2 x 1 sequences x 2 heads x 300 queries x 300 "
                      "keys x 4 bytes), more than the 97.7 KiB allowed (KATTN_MEMORY_LIMIT)"),

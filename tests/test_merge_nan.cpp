@@ -43,7 +43,7 @@ TEST(MergeNaN, PublicMerge) {
   ha(1, 1, 2) = kNaN;
   Kokkos::deep_copy(oa, ha);
   test::poison(o);
-  merge(Kokkos::DefaultExecutionSpace(), oa, la, ob, lb, o, lse);
+  merge(test::TestSpace(), oa, la, ob, lb, o, lse);
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), o);
   for (int n = 0; n < N; ++n)
     for (int hh = 0; hh < H; ++hh)
@@ -60,7 +60,7 @@ void check_split_merge(int Nq, int splits) {
   Options opt = test::underflowing_nan_options();
   opt.splits = splits;
   opt.block_k = 64;
-  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
+  attention(test::TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
   test::expect_underflowing_nan_result(p.o, p.lse, 128, "splitkv Nq=" + std::to_string(Nq) + " splits=" +
                                                             std::to_string(splits));
 }

@@ -64,10 +64,10 @@ const char* name(Algo a) { return a == Algo::forward ? "forward" : a == Algo::sp
 
 void run(Algo a, const Problem<double>& p, Options opt) {
   if (a == Algo::forward) {
-    attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(opt));
+    attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(opt));
   } else {
     opt.splits = a == Algo::splitkv2 ? 2 : 7;
-    attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
+    attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
   }
   Kokkos::fence();
 }
@@ -179,9 +179,9 @@ TEST(NonFinite, FiniteInputsWithHugeScoresAndGapsNeverGiveNaN) {
       Options o = opt;
       o.splits = a == Algo::forward ? 0 : (a == Algo::splitkv2 ? 2 : 7);
       if (a == Algo::forward)
-        attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(o));
+        attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(o));
       else
-        attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, o);
+        attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, o);
       Kokkos::fence();
       const std::vector<double> out = to_host(p.o), lse = to_host(p.lse), v = to_host(p.v);
       double vmax = 0;
@@ -208,7 +208,7 @@ TEST(NonFinite, MergeOfFarApartStatesIsFinite) {
     Kokkos::deep_copy(ob, 2.0f);
     Kokkos::deep_copy(la, c.first);
     Kokkos::deep_copy(lb, c.second);
-    merge(Kokkos::DefaultExecutionSpace(), oa, la, ob, lb, o, lse);
+    merge(TestSpace(), oa, la, ob, lb, o, lse);
     Kokkos::fence();
     auto ho = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), o);
     auto hl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lse);

@@ -30,7 +30,7 @@ void check_paged(const std::vector<std::int64_t>& q_lens, const std::vector<std:
                                 host_index32(cache.page_indices), host_index32(cache.last_page_len), page)
             : make_paged_layout(index(p.q_indptr()), index(cache.page_indptr), index(cache.page_indices),
                                 index(cache.last_page_len), page);
-  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse, opt);
+  attention(TestSpace(), p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse, opt);
   Kokkos::fence();
   std::vector<double> o_ref, lse_ref;
   ragged_reference(p, opt, o_ref, lse_ref);
@@ -85,7 +85,7 @@ TEST(Paged, SharedPagesAreReadByEverySequence) {
   indices[cache.page_indptr[1] + 1] = indices[1];
   const auto layout = make_paged_layout(host_index(p.q_indptr()), host_index(cache.page_indptr), host_index(indices),
                                         host_index(cache.last_page_len), page);
-  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse);
+  attention(TestSpace(), p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse);
   Kokkos::fence();
   std::vector<double> o_ref, lse_ref;
   ragged_reference(p, Options{}, o_ref, lse_ref);
@@ -110,7 +110,7 @@ TEST(Paged, BackwardEqualsTheRaggedBackwardOnTheSameKeys) {
       PagedCopy<double> cache(p, page, fresh_seed());
       const auto layout = make_paged_layout(host_index(p.q_indptr()), host_index(cache.page_indptr),
                                             host_index(cache.page_indices), host_index(cache.last_page_len), page);
-      const auto space = Kokkos::DefaultExecutionSpace();
+      const auto space = TestSpace();
       attention(space, p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse, opt);
       View3<double> dout("do", p.q.extent(0), p.Hq, p.D), dq("dq", p.q.extent(0), p.Hq, p.D);
       View3<double> dq_r("dq_r", p.q.extent(0), p.Hq, p.D), dk_r("dk_r", p.k.extent(0), p.Hkv, p.D),
@@ -170,11 +170,11 @@ TEST(Paged, BackwardRefusesAPageSharedBySequences) {
   indices[cache.page_indptr[1]] = indices[0];  // sequence 1 starts on sequence 0's first page
   const auto layout = make_paged_layout(host_index(p.q_indptr()), host_index(cache.page_indptr), host_index(indices),
                                         host_index(cache.last_page_len), 4);
-  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse);
+  attention(TestSpace(), p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse);
   View3<double> dout("do", p.q.extent(0), p.Hq, p.D), dq("dq", p.q.extent(0), p.Hq, p.D);
   View4<double> dk("dk", cache.k.extent(0), 4, p.Hkv, p.D), dv("dv", cache.k.extent(0), 4, p.Hkv, p.D);
   try {
-    attention_backward(Kokkos::DefaultExecutionSpace(), p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse, dout, dq,
+    attention_backward(TestSpace(), p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse, dout, dq,
                        dk, dv);
     FAIL() << "expected a kattn::Error";
   } catch (const Error& e) {

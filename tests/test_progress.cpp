@@ -22,14 +22,14 @@ TEST(Progress, PiecesGiveTheRowsOfOneLaunch) {
     Problem<double> pieces = one;
     pieces.o = View4<double>("o2", s.B, s.Nq, s.Hq, s.D);
     pieces.lse = View3<double>("lse2", s.B, s.Hq, s.Nq);
-    attention(Kokkos::DefaultExecutionSpace(), one.q, kv::dense(one.k, one.v), one.o, one.lse, one_split(variant));
+    attention(TestSpace(), one.q, kv::dense(one.k, one.v), one.o, one.lse, one_split(variant));
     std::vector<double> seen;
     Options opt = variant;
     opt.progress = [&](double f) {
       seen.push_back(f);
       return true;
     };
-    attention(Kokkos::DefaultExecutionSpace(), pieces.q, kv::dense(pieces.k, pieces.v), pieces.o, pieces.lse, one_split(opt));
+    attention(TestSpace(), pieces.q, kv::dense(pieces.k, pieces.v), pieces.o, pieces.lse, one_split(opt));
     Kokkos::fence();
     SCOPED_TRACE(describe(s, variant));
     ASSERT_EQ(seen.size(), 3u);  // 700 positions in pieces of 256
@@ -59,7 +59,7 @@ TEST(Progress, SplitKeysReportInPiecesAndRaggedBatchesOnceAtTheEnd) {
     seen.push_back(f);
     return true;
   };
-  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
+  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
   Kokkos::fence();
   ASSERT_EQ(seen.size(), 3u);  // 600 positions in pieces of 256
   EXPECT_LT(seen[0], seen[1]);
@@ -73,7 +73,7 @@ TEST(Progress, SplitKeysReportInPiecesAndRaggedBatchesOnceAtTheEnd) {
   RaggedProblem<double> r({3, 1, 40}, {9, 300, 40}, 4, 2, 16, fresh_seed());
   const auto layout = make_ragged_layout(host_index(r.q_indptr()), host_index(r.kv_indptr()));
   seen.clear();
-  attention(Kokkos::DefaultExecutionSpace(), r.q, kv::ragged(r.k, r.v, layout), r.o, r.lse, opt);
+  attention(TestSpace(), r.q, kv::ragged(r.k, r.v, layout), r.o, r.lse, opt);
   Kokkos::fence();
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_DOUBLE_EQ(seen[0], 1.0);
@@ -89,10 +89,10 @@ TEST(Progress, FalseOrAThrowStopsTheCall) {
   opt.causal = true;
   int calls = 0;
   opt.progress = [&](double) { return ++calls < 2; };
-  EXPECT_THROW(attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(opt)), Error);
+  EXPECT_THROW(attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(opt)), Error);
   EXPECT_EQ(calls, 2);
   opt.progress = [](double) -> bool { throw std::runtime_error("user stop"); };
-  EXPECT_THROW(attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(opt)), std::runtime_error);
+  EXPECT_THROW(attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(opt)), std::runtime_error);
   Kokkos::fence();
 }
 
@@ -104,9 +104,9 @@ Grads backward_of(Problem<double>& p, View4<double> dout, const Options& opt, co
   const Shape& s = p.shape;
   Options forward = one_split(opt);
   forward.progress = nullptr;
-  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, forward);
+  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, forward);
   View4<double> dq("dq", s.B, s.Nq, s.Hq, s.D), dk("dk", s.B, s.Nk, s.Hkv, s.D), dv("dv", s.B, s.Nk, s.Hkv, s.D);
-  attention_backward(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq, dk, dv, opt, bopt);
+  attention_backward(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq, dk, dv, opt, bopt);
   Kokkos::fence();
   return {to_host(dq), to_host(dk), to_host(dv)};
 }
@@ -160,7 +160,7 @@ TEST(Progress, BackwardStopsWhenTheCallbackSaysSoAndRaggedReportsOnce) {
 
   RaggedProblem<double> r({3, 1, 40}, {9, 300, 40}, 4, 2, 16, fresh_seed());
   const auto layout = make_ragged_layout(host_index(r.q_indptr()), host_index(r.kv_indptr()));
-  attention(Kokkos::DefaultExecutionSpace(), r.q, kv::ragged(r.k, r.v, layout), r.o, r.lse, Options{});
+  attention(TestSpace(), r.q, kv::ragged(r.k, r.v, layout), r.o, r.lse, Options{});
   const auto like = [](const View3<double>& v, const char* label) {
     return View3<double>(std::string(label), v.extent(0), v.extent(1), v.extent(2));
   };
@@ -172,7 +172,7 @@ TEST(Progress, BackwardStopsWhenTheCallbackSaysSoAndRaggedReportsOnce) {
     seen.push_back(f);
     return true;
   };
-  attention_backward(Kokkos::DefaultExecutionSpace(), r.q, kv::ragged(r.k, r.v, layout), r.o, r.lse, rdo, rdq, rdk, rdv,
+  attention_backward(TestSpace(), r.q, kv::ragged(r.k, r.v, layout), r.o, r.lse, rdo, rdq, rdk, rdv,
                      ropt);
   Kokkos::fence();
   ASSERT_EQ(seen.size(), 1u);

@@ -33,7 +33,7 @@ void check_ragged(const std::vector<std::int64_t>& q_lens, const std::vector<std
                " seed=" + std::to_string(seed));
   const auto layout = int32 ? make_ragged_layout(host_index32(p.q_indptr()), host_index32(p.kv_indptr()))
                             : make_ragged_layout(host_index(p.q_indptr()), host_index(p.kv_indptr()));
-  attention(Kokkos::DefaultExecutionSpace(), p.q, kv::ragged(p.k, p.v, layout), p.o, p.lse, opt);
+  attention(TestSpace(), p.q, kv::ragged(p.k, p.v, layout), p.o, p.lse, opt);
   Kokkos::fence();
   std::vector<double> o_ref, lse_ref;
   ragged_reference(p, opt, o_ref, lse_ref);
@@ -88,7 +88,7 @@ TEST(Ragged, LayoutIsReusable) {
   RaggedProblem<double> b({1, 2, 1}, {40, 3, 900}, 4, 2, 32, fresh_seed());
   const auto layout = make_ragged_layout(host_index(a.q_indptr()), host_index(a.kv_indptr()));
   for (RaggedProblem<double>* p : {&a, &b}) {
-    attention(Kokkos::DefaultExecutionSpace(), p->q, kv::ragged(p->k, p->v, layout), p->o, p->lse);
+    attention(TestSpace(), p->q, kv::ragged(p->k, p->v, layout), p->o, p->lse);
     Kokkos::fence();
     std::vector<double> o_ref, lse_ref;
     ragged_reference(*p, Options{}, o_ref, lse_ref);

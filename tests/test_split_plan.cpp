@@ -6,6 +6,7 @@
 
 #include "kattn/attention.hpp"
 #include "kattn/core/split_planner.hpp"
+#include "support.hpp"
 
 namespace kattn {
 namespace test {
@@ -81,11 +82,11 @@ TEST(SplitPlan, BadInputIsRefused) {
 }
 
 TEST(SplitPlan, ProcessorsOfTheExecutionSpace) {
-  EXPECT_GE(processors(Kokkos::DefaultExecutionSpace()), 1);
+  EXPECT_GE(processors(TestSpace()), 1);
 }
 
 TEST(SplitPlan, ForADenseShapeOnTheExecutionSpace) {
-  const Kokkos::DefaultExecutionSpace space;
+  const TestSpace space;
   const SplitPlan p = plan_splits(space, 1, 1, 32768, 64, 8, 128, Options{}, 132);
   EXPECT_EQ(p.processors, 132);
   EXPECT_GT(p.splits, 1);
