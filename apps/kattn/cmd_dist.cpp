@@ -1,6 +1,7 @@
 // kattn run --dist ring|decode: the `run` command over the ranks of MPI_COMM_WORLD. Rank 0 reads
 // (or draws) the inputs and scatters them as the sharding says, every rank runs its part, rank 0
-// gathers the outputs, checks them against the float64 reference and writes them.
+// gathers the outputs, checks them against the float64 reference and writes them (on_rank0: a
+// failure there ends every rank).
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -103,12 +104,6 @@ Reference reference_of(const DenseInputs& in, const Options& opt) {
   return {from_view(o), from_view(lse)};
 }
 
-// Rank 0's check status, on every rank (all exit with it: 3 when the check failed).
-int check_status_of_rank0(MPI_Comm comm, int status) {
-  MPI_Bcast(&status, 1, MPI_INT, 0, comm);
-  return status;
-}
-
 }  // namespace
 
 int run_distributed(Args& args, const std::string& mode) {
@@ -156,42 +151,42 @@ int run_distributed(Args& args, const std::string& mode) {
 
     const DistRun run =
         in.dtype == io::DType::f32 ? run_as<float>(comm, mode, in, opt, d) : run_as<double>(comm, mode, in, opt, d);
-    if (rank != 0) return check ? check_status_of_rank0(comm, 0) : 0;
-
-    std::FILE* text = console.text();
-    const double flops = attention_flops(in, opt);
-    const double secs = run.stats.seconds;
-    const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
-    std::fprintf(text,
-        "kattn run: dist=%s ranks=%d sharding=%s%s algo=flash dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld "
-        "Hkv=%lld D=%lld%s\n",
-        mode.c_str(), P, dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, name(in.layout),
-        (long long)in.B, (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
-        opt.causal ? " causal" : "");
-    std::fprintf(text,
-        "time: %.6f s, %.2f GFLOP/s (%.2f per rank); slowest rank: compute %.6f s (fastest %.6f s), "
-        "exposed communication %.6f s; bytes sent per rank (max): %lld\n",
-        secs, secs > 0 ? flops / secs / 1e9 : 0.0, secs > 0 ? flops / secs / 1e9 / P : 0.0, run.stats.compute_seconds,
-        run.compute_min, run.stats.comm_seconds, (long long)run.stats.bytes_sent);
-    Json j;
-    j.add("algo", "flash").add("dist", mode).add("ranks", P).add("sharding", dist::name(d.sharding));
-    j.add("deterministic", d.deterministic).add("dtype", dtype).add("dims", name(in.layout)).add("shape", in.shape());
-    j.add("shape_is", "B,Nq,Nk,Hq,Hkv,D").add("causal", opt.causal);
-    j.add("seconds", secs).add("gflops", secs > 0 ? flops / secs / 1e9 : 0.0);
-    j.add("compute_seconds", run.stats.compute_seconds).add("compute_seconds_min", run.compute_min);
-    j.add("comm_seconds", run.stats.comm_seconds).add("bytes_sent_per_rank", (long long)run.stats.bytes_sent);
-    if (out_path) write_dense(*out_path, in, in.Nq, in.Hq, run.o);
-    if (lse_path) write_array(*lse_path, in.dtype, {in.B, in.Hq, in.Nq}, run.lse);
-    int status = 0;
-    if (check) {
-      DenseInputs in64 = in;
-      in64.dtype = io::DType::f64;
-      const Reference ref = reference_of(in64, opt);
-      status = check_verdict(compare(run.o, ref.o), compare(run.lse, ref.lse), in.dtype,
-                             "all " + std::to_string(in.B * in.Nq * in.Hq) + " rows", text, j, "run");
-    }
-    console.finish(j);
-    return check ? check_status_of_rank0(comm, status) : 0;
+    return on_rank0(comm, [&]() -> int {
+      std::FILE* text = console.text();
+      const double flops = attention_flops(in, opt);
+      const double secs = run.stats.seconds;
+      const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
+      std::fprintf(text,
+          "kattn run: dist=%s ranks=%d sharding=%s%s algo=flash dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld "
+          "Hkv=%lld D=%lld%s\n",
+          mode.c_str(), P, dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, name(in.layout),
+          (long long)in.B, (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
+          opt.causal ? " causal" : "");
+      std::fprintf(text,
+          "time: %.6f s, %.2f GFLOP/s (%.2f per rank); slowest rank: compute %.6f s (fastest %.6f s), "
+          "exposed communication %.6f s; bytes sent per rank (max): %lld\n",
+          secs, secs > 0 ? flops / secs / 1e9 : 0.0, secs > 0 ? flops / secs / 1e9 / P : 0.0, run.stats.compute_seconds,
+          run.compute_min, run.stats.comm_seconds, (long long)run.stats.bytes_sent);
+      Json j;
+      j.add("algo", "flash").add("dist", mode).add("ranks", P).add("sharding", dist::name(d.sharding));
+      j.add("deterministic", d.deterministic).add("dtype", dtype).add("dims", name(in.layout)).add("shape", in.shape());
+      j.add("shape_is", "B,Nq,Nk,Hq,Hkv,D").add("causal", opt.causal);
+      j.add("seconds", secs).add("gflops", secs > 0 ? flops / secs / 1e9 : 0.0);
+      j.add("compute_seconds", run.stats.compute_seconds).add("compute_seconds_min", run.compute_min);
+      j.add("comm_seconds", run.stats.comm_seconds).add("bytes_sent_per_rank", (long long)run.stats.bytes_sent);
+      if (out_path) write_dense(*out_path, in, in.Nq, in.Hq, run.o);
+      if (lse_path) write_array(*lse_path, in.dtype, {in.B, in.Hq, in.Nq}, run.lse);
+      int status = 0;
+      if (check) {
+        DenseInputs in64 = in;
+        in64.dtype = io::DType::f64;
+        const Reference ref = reference_of(in64, opt);
+        status = check_verdict(compare(run.o, ref.o), compare(run.lse, ref.lse), in.dtype,
+                               "all " + std::to_string(in.B * in.Nq * in.Hq) + " rows", text, j, "run");
+      }
+      console.finish(j);
+      return status;
+    });
   });
 }
 

@@ -132,61 +132,61 @@ int grad_distributed(Args& args, const std::string& mode) {
 
     const DistGrads g = in.dtype == io::DType::f32 ? run_as<float>(comm, in, dout, opt, d, bopt)
                                                    : run_as<double>(comm, in, dout, opt, d, bopt);
-    if (rank != 0) return 0;
-    const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
-    const double flops = 2.5 * attention_flops(in, opt);
-    std::fprintf(text, 
-        "kattn grad: dist=ring ranks=%d sharding=%s%s dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld "
-        "D=%lld%s\n",
-        P, dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, (long long)in.B, (long long)in.Nq,
-        (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
-    std::fprintf(text, 
-        "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
-        "communication %.6f s; bytes sent per rank (max): %lld\n",
-        g.seconds, g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0, g.forward_seconds, g.comm_seconds, g.bytes);
-    Json j;
-    j.add("algo", "flash").add("dist", "ring").add("ranks", P).add("sharding", dist::name(d.sharding));
-    j.add("deterministic", d.deterministic).add("dtype", dtype).add("shape", in.shape()).add("causal", opt.causal);
-    j.add("seconds", g.seconds).add("gflops", g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0);
-    j.add("forward_seconds", g.forward_seconds).add("comm_seconds", g.comm_seconds).add("bytes_sent_per_rank", g.bytes);
-    if (dq_path) write_dense(*dq_path, in, in.Nq, in.Hq, g.dq);
-    if (dk_path) write_dense(*dk_path, in, in.Nk, in.Hkv, g.dk);
-    if (dv_path) write_dense(*dv_path, in, in.Nk, in.Hkv, g.dv);
-    int status = 0;
-    if (check) {
-      using T4 = Tensor4<double>;
-      const auto q = to_view<T4>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
-      const auto k = to_view<T4>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
-      const auto v = to_view<T4>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
-      const auto dov = to_view<T4>(dout, "do", in.B, in.Nq, in.Hq, in.D);
-      T4 dq("dq", in.B, in.Nq, in.Hq, in.D), dk("dk", in.B, in.Nk, in.Hkv, in.D), dv("dv", in.B, in.Nk, in.Hkv, in.D);
-      reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, dov, dq, dk, dv, opt);
-      const std::vector<double>* mine[3] = {&g.dq, &g.dk, &g.dv};
-      const std::vector<double> ref[3] = {from_view(dq), from_view(dk), from_view(dv)};
-      const char* names[3] = {"dq", "dk", "dv"};
-      double max_abs = 0, rel = 0;
-      std::int64_t nonfinite = 0;
-      for (int i = 0; i < 3; ++i) {
-        const ErrorStats e = compare(*mine[i], ref[i]);
-        std::fprintf(text, "check %s vs float64 textbook backward: max abs err %.3e, rel err %.3e\n", names[i],
-                     e.max_abs, e.rel);
-        j.add(std::string(names[i]) + "_max_abs_err", e.max_abs).add(std::string(names[i]) + "_rel_err", e.rel);
-        report_nonfinite(e, names[i], text, j);
-        max_abs = std::max(max_abs, e.max_abs);
-        rel = std::max(rel, e.rel);
-        nonfinite += e.nonfinite;
+    return on_rank0(comm, [&]() -> int {
+      const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
+      const double flops = 2.5 * attention_flops(in, opt);
+      std::fprintf(text, 
+          "kattn grad: dist=ring ranks=%d sharding=%s%s dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld "
+          "D=%lld%s\n",
+          P, dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, (long long)in.B, (long long)in.Nq,
+          (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
+      std::fprintf(text, 
+          "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
+          "communication %.6f s; bytes sent per rank (max): %lld\n",
+          g.seconds, g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0, g.forward_seconds, g.comm_seconds, g.bytes);
+      Json j;
+      j.add("algo", "flash").add("dist", "ring").add("ranks", P).add("sharding", dist::name(d.sharding));
+      j.add("deterministic", d.deterministic).add("dtype", dtype).add("shape", in.shape()).add("causal", opt.causal);
+      j.add("seconds", g.seconds).add("gflops", g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0);
+      j.add("forward_seconds", g.forward_seconds).add("comm_seconds", g.comm_seconds).add("bytes_sent_per_rank", g.bytes);
+      if (dq_path) write_dense(*dq_path, in, in.Nq, in.Hq, g.dq);
+      if (dk_path) write_dense(*dk_path, in, in.Nk, in.Hkv, g.dk);
+      if (dv_path) write_dense(*dv_path, in, in.Nk, in.Hkv, g.dv);
+      int status = 0;
+      if (check) {
+        using T4 = Tensor4<double>;
+        const auto q = to_view<T4>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
+        const auto k = to_view<T4>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
+        const auto v = to_view<T4>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
+        const auto dov = to_view<T4>(dout, "do", in.B, in.Nq, in.Hq, in.D);
+        T4 dq("dq", in.B, in.Nq, in.Hq, in.D), dk("dk", in.B, in.Nk, in.Hkv, in.D), dv("dv", in.B, in.Nk, in.Hkv, in.D);
+        reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, dov, dq, dk, dv, opt);
+        const std::vector<double>* mine[3] = {&g.dq, &g.dk, &g.dv};
+        const std::vector<double> ref[3] = {from_view(dq), from_view(dk), from_view(dv)};
+        const char* names[3] = {"dq", "dk", "dv"};
+        double max_abs = 0, rel = 0;
+        std::int64_t nonfinite = 0;
+        for (int i = 0; i < 3; ++i) {
+          const ErrorStats e = compare(*mine[i], ref[i]);
+          std::fprintf(text, "check %s vs float64 textbook backward: max abs err %.3e, rel err %.3e\n", names[i],
+                       e.max_abs, e.rel);
+          j.add(std::string(names[i]) + "_max_abs_err", e.max_abs).add(std::string(names[i]) + "_rel_err", e.rel);
+          report_nonfinite(e, names[i], text, j);
+          max_abs = std::max(max_abs, e.max_abs);
+          rel = std::max(rel, e.rel);
+          nonfinite += e.nonfinite;
+        }
+        const bool failed = nonfinite > 0 || !(rel <= (in.dtype == io::DType::f32 ? 1e-4 : 1e-10));
+        j.add("max_abs_err", max_abs).add("rel_err", rel).add("nonfinite", (long long)nonfinite);
+        j.add("check", failed ? "fail" : "pass");
+        if (failed) {
+          std::fprintf(stderr, "kattn grad: --check failed against the float64 textbook backward\n");
+          status = 3;
+        }
       }
-      const bool failed = nonfinite > 0 || !(rel <= (in.dtype == io::DType::f32 ? 1e-4 : 1e-10));
-      j.add("max_abs_err", max_abs).add("rel_err", rel).add("nonfinite", (long long)nonfinite);
-      j.add("check", failed ? "fail" : "pass");
-      if (failed) {
-        std::fprintf(stderr, "kattn grad: --check failed against the float64 textbook backward\n");
-        status = 3;
-      }
-    }
-    if (json) std::cout << j.str() << "\n";
-    return status;
-    return 0;
+      if (json) std::cout << j.str() << "\n";
+      return status;
+    });
   });
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kattn/dist/collective.hpp"
 #include "kattn/dist/transport.hpp"
 
 namespace kattn {
@@ -76,6 +77,15 @@ std::vector<double> gather_positions(MPI_Comm comm, const std::vector<double>& l
     });
   }
   return global;
+}
+
+int on_rank0(MPI_Comm comm, const std::function<int()>& body) {
+  int status = 0;
+  dist::collective_check(comm, [&] {
+    if (rank_of(comm) == 0) status = body();
+  });
+  MPI_Bcast(&status, 1, MPI_INT, 0, comm);
+  return status;
 }
 
 }  // namespace cli

@@ -1,11 +1,12 @@
-// Rank 0's global arrays to every rank's shard and back, for the distributed commands. Arrays are
-// [outer, N, inner] in C order with the sequence in the middle: [B, N, H, D] is outer = B,
-// inner = H * D; lse [B, H, N] is outer = B * H, inner = 1.
+// Rank 0's global arrays to every rank's shard and back, for the distributed commands, and the
+// rank-0 phase that follows. Arrays are [outer, N, inner] in C order with the sequence in the
+// middle: [B, N, H, D] is outer = B, inner = H * D; lse [B, H, N] is outer = B * H, inner = 1.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kattn/dist/layout.hpp"
@@ -20,6 +21,12 @@ std::vector<double> scatter_positions(MPI_Comm comm, const std::vector<double>& 
 // Rank 0 gets the global array assembled from every rank's `local` (others get an empty vector).
 std::vector<double> gather_positions(MPI_Comm comm, const std::vector<double>& local, std::int64_t outer,
                                      std::int64_t inner, const dist::SequenceLayout& layout);
+
+// The part of a command that rank 0 runs alone after the collective work (report, outputs, the
+// check against the reference): every rank calls it and waits for it, so that a failure there (a
+// file that cannot be written, a reference that does not fit) ends every rank with rank 0's
+// message instead of leaving them waiting; returns rank 0's exit status on every rank.
+int on_rank0(MPI_Comm comm, const std::function<int()>& body);
 
 }  // namespace cli
 }  // namespace kattn

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dist_commands.hpp"
+#include "dist_io.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
 #include "kattn/dist/collective.hpp"
@@ -291,75 +292,76 @@ int scale_measure(Args& args) {
     Progress progress(rank);
     const Result r = c.dtype == "f32" ? measure<float>(c, rank, P, progress) : measure<double>(c, rank, P, progress);
     progress.done();
-    if (rank != 0) return 0;
-    const std::string algorithm = c.mode + (c.d.deterministic ? "-deterministic" : "");
-    std::vector<ScaleRow> existing;
-    if (!c.csv.empty() && P > 1) {
-      try {
-        existing = read_scale_csv(c.csv);
-      } catch (const Error&) {
-        // No file yet (or not a scaling CSV): efficiency stays the busy fraction.
+    return on_rank0(MPI_COMM_WORLD, [&]() -> int {
+      const std::string algorithm = c.mode + (c.d.deterministic ? "-deterministic" : "");
+      std::vector<ScaleRow> existing;
+      if (!c.csv.empty() && P > 1) {
+        try {
+          existing = read_scale_csv(c.csv);
+        } catch (const Error&) {
+          // No file yet (or not a scaling CSV): efficiency stays the busy fraction.
+        }
       }
-    }
-    // One CSV row per repetition: the report draws the spread from them.
-    std::vector<ScaleRow> rows;
-    for (std::size_t i = 0; i < r.real.size(); ++i)
-      rows.push_back(make_row(c, P, r.real[i], algorithm, int(i) + 1, existing));
-    for (std::size_t i = 0; i < r.nocomm.size(); ++i)
-      rows.push_back(make_row(c, P, r.nocomm[i], "ring-nocomm", int(i) + 1, existing));
-    const ScaleRow row = make_row(c, P, r.best, algorithm, 0, existing);
-    const auto print = [&](const ScaleRow& w, double median) {
-      std::printf(
-          "kattn scale: %s %s P=%d tokens=%s (%s per rank) %s: %.6f s (median %.6f s of %d repetitions), compute "
-          "%s s (fastest rank %s s), exposed comm %s s, sent %s B/rank (model %s), %s TFLOP/s per rank, "
-          "efficiency %s (%s)\n",
-          w.str("study").c_str(), w.str("algorithm").c_str(), P, w.str("tokens").c_str(),
-          w.str("tokens_per_rank").c_str(), w.str("dtype").c_str(), w.num("seconds"), median, r.repetitions,
-          w.str("compute_seconds").c_str(), w.str("compute_seconds_min").c_str(), w.str("exposed_comm_seconds").c_str(),
-          w.str("bytes_sent_per_rank").c_str(), w.str("model_bytes_per_rank").c_str(), w.str("tflops_per_rank").c_str(),
-          w.str("efficiency").c_str(), w.str("baseline").c_str());
-    };
-    print(row, r.median);
-    if (!c.csv.empty()) append_scale_csv(c.csv, rows);
-    Json j;
-    for (const std::string& col : scale_columns())
-      if (col != "repetition") j.add(col, row.str(col));
-    j.add("seconds_median", r.median).add("repetitions", r.repetitions);
-    if (c.nocomm) {
-      print(make_row(c, P, r.best_nocomm, "ring-nocomm", 0, existing), r.median_nocomm);
-      const double loss = r.best.seconds / r.best_nocomm.seconds - 1.0;
-      const double loss_median = r.median / r.median_nocomm - 1.0;
-      std::printf(
-          "communication cost: ring %.6f s against %.6f s with the transfers removed: %+.2f%% (medians: "
-          "%+.2f%%)\n",
-          r.best.seconds, r.best_nocomm.seconds, 100 * loss, 100 * loss_median);
-      j.add("nocomm_seconds", r.best_nocomm.seconds).add("comm_loss", loss).add("comm_loss_median", loss_median);
-      // On a shared machine the wall clock mostly measures who else ran; CPU time measures the work.
-      const double cpu_loss = r.cpu_ring / r.cpu_nocomm - 1.0;
-      const double cpu_loss_median = r.cpu_ring_median / r.cpu_nocomm_median - 1.0;
-      std::printf(
-          "communication cost in CPU time (whole call, slowest rank, %d repetitions): best ring %.6f s against "
-          "%.6f s: %+.2f%%; medians %.6f s against %.6f s: %+.2f%%; exposed waiting %.6f s of %.6f s wall "
-          "(%.4f%%)\n",
-          r.repetitions, r.cpu_ring, r.cpu_nocomm, 100 * cpu_loss, r.cpu_ring_median, r.cpu_nocomm_median,
-          100 * cpu_loss_median, r.best.comm_max, r.best.seconds, 100 * r.best.comm_max / r.best.seconds);
-      j.add("comm_loss_cpu", cpu_loss).add("comm_loss_cpu_median", cpu_loss_median);
-      j.add("exposed_comm_fraction", r.best.comm_max / r.best.seconds);
-    }
-    if (P > 1 && r.best.compute_min > 0) {
-      std::printf("compute balance: slowest rank %.6f s, fastest %.6f s: %.3fx wall clock", r.best.compute_max,
-                  r.best.compute_min, r.best.compute_max / r.best.compute_min);
-      j.add("compute_balance", r.best.compute_max / r.best.compute_min);
-      if (r.best.cpu_min > 0) {
-        std::printf("; CPU time %.6f s against %.6f s: %.3fx (median over repetitions %.3fx)", r.best.cpu_max,
-                    r.best.cpu_min, r.best.cpu_max / r.best.cpu_min, r.balance_cpu_median);
-        j.add("compute_balance_cpu", r.best.cpu_max / r.best.cpu_min)
-            .add("compute_balance_cpu_median", r.balance_cpu_median);
+      // One CSV row per repetition: the report draws the spread from them.
+      std::vector<ScaleRow> rows;
+      for (std::size_t i = 0; i < r.real.size(); ++i)
+        rows.push_back(make_row(c, P, r.real[i], algorithm, int(i) + 1, existing));
+      for (std::size_t i = 0; i < r.nocomm.size(); ++i)
+        rows.push_back(make_row(c, P, r.nocomm[i], "ring-nocomm", int(i) + 1, existing));
+      const ScaleRow row = make_row(c, P, r.best, algorithm, 0, existing);
+      const auto print = [&](const ScaleRow& w, double median) {
+        std::printf(
+            "kattn scale: %s %s P=%d tokens=%s (%s per rank) %s: %.6f s (median %.6f s of %d repetitions), compute "
+            "%s s (fastest rank %s s), exposed comm %s s, sent %s B/rank (model %s), %s TFLOP/s per rank, "
+            "efficiency %s (%s)\n",
+            w.str("study").c_str(), w.str("algorithm").c_str(), P, w.str("tokens").c_str(),
+            w.str("tokens_per_rank").c_str(), w.str("dtype").c_str(), w.num("seconds"), median, r.repetitions,
+            w.str("compute_seconds").c_str(), w.str("compute_seconds_min").c_str(), w.str("exposed_comm_seconds").c_str(),
+            w.str("bytes_sent_per_rank").c_str(), w.str("model_bytes_per_rank").c_str(), w.str("tflops_per_rank").c_str(),
+            w.str("efficiency").c_str(), w.str("baseline").c_str());
+      };
+      print(row, r.median);
+      if (!c.csv.empty()) append_scale_csv(c.csv, rows);
+      Json j;
+      for (const std::string& col : scale_columns())
+        if (col != "repetition") j.add(col, row.str(col));
+      j.add("seconds_median", r.median).add("repetitions", r.repetitions);
+      if (c.nocomm) {
+        print(make_row(c, P, r.best_nocomm, "ring-nocomm", 0, existing), r.median_nocomm);
+        const double loss = r.best.seconds / r.best_nocomm.seconds - 1.0;
+        const double loss_median = r.median / r.median_nocomm - 1.0;
+        std::printf(
+            "communication cost: ring %.6f s against %.6f s with the transfers removed: %+.2f%% (medians: "
+            "%+.2f%%)\n",
+            r.best.seconds, r.best_nocomm.seconds, 100 * loss, 100 * loss_median);
+        j.add("nocomm_seconds", r.best_nocomm.seconds).add("comm_loss", loss).add("comm_loss_median", loss_median);
+        // On a shared machine the wall clock mostly measures who else ran; CPU time measures the work.
+        const double cpu_loss = r.cpu_ring / r.cpu_nocomm - 1.0;
+        const double cpu_loss_median = r.cpu_ring_median / r.cpu_nocomm_median - 1.0;
+        std::printf(
+            "communication cost in CPU time (whole call, slowest rank, %d repetitions): best ring %.6f s against "
+            "%.6f s: %+.2f%%; medians %.6f s against %.6f s: %+.2f%%; exposed waiting %.6f s of %.6f s wall "
+            "(%.4f%%)\n",
+            r.repetitions, r.cpu_ring, r.cpu_nocomm, 100 * cpu_loss, r.cpu_ring_median, r.cpu_nocomm_median,
+            100 * cpu_loss_median, r.best.comm_max, r.best.seconds, 100 * r.best.comm_max / r.best.seconds);
+        j.add("comm_loss_cpu", cpu_loss).add("comm_loss_cpu_median", cpu_loss_median);
+        j.add("exposed_comm_fraction", r.best.comm_max / r.best.seconds);
       }
-      std::printf("\n");
-    }
-    if (c.json) std::cout << j.str() << "\n";
-    return 0;
+      if (P > 1 && r.best.compute_min > 0) {
+        std::printf("compute balance: slowest rank %.6f s, fastest %.6f s: %.3fx wall clock", r.best.compute_max,
+                    r.best.compute_min, r.best.compute_max / r.best.compute_min);
+        j.add("compute_balance", r.best.compute_max / r.best.compute_min);
+        if (r.best.cpu_min > 0) {
+          std::printf("; CPU time %.6f s against %.6f s: %.3fx (median over repetitions %.3fx)", r.best.cpu_max,
+                      r.best.cpu_min, r.best.cpu_max / r.best.cpu_min, r.balance_cpu_median);
+          j.add("compute_balance_cpu", r.best.cpu_max / r.best.cpu_min)
+              .add("compute_balance_cpu_median", r.balance_cpu_median);
+        }
+        std::printf("\n");
+      }
+      if (c.json) std::cout << j.str() << "\n";
+      return 0;
+    });
   });
 }
 
