@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -111,31 +112,39 @@ int run_distributed(Args& args, const std::string& mode) {
   return mpi.run([&]() -> int {
     const MPI_Comm comm = MPI_COMM_WORLD;
     const int rank = mpi.rank(), P = mpi.size();
-    KATTN_REQUIRE(mode == "ring" || mode == "decode", "--dist: expected ring or decode, got '", mode, "'");
+    // Every flag is read on every rank, then compared, before any other collective step: a flag
+    // given on one rank only (an MPMD launch) fails on every rank alike instead of hanging.
     dist::DistOptions d;
-    if (args.flag("--zigzag")) d.sharding = dist::Sharding::zigzag;
-    d.deterministic = args.flag("--deterministic");
-    d.chunk = args.integer("--chunk", 1, INT64_MAX / 4).value_or(0);
-    KATTN_REQUIRE(mode == "ring" || d.sharding == dist::Sharding::contiguous,
-                  "--zigzag: only for --dist ring (decode shards the KV cache in rank order)");
-    const std::string algo = args.value("--algo").value_or("flash");
-    KATTN_REQUIRE(algo == "flash", "--algo: --dist runs the tiled algorithm on every rank (flash), got '", algo, "'");
-    const auto out_path = args.value("--out");
-    const auto lse_path = args.value("--lse");
-    const bool check = args.flag("--check");
-    KATTN_REQUIRE(!args.has("--check-rows"), "--check-rows: --dist checks every row (--check)");
-    const Console console = read_console(args);
+    Options opt;
+    std::optional<std::string> out_path, lse_path;
+    bool check = false;
+    Console console;
+    std::vector<std::string> input_args;  // the input flags travel to rank 0's reader
+    dist::collective_check(comm, [&] {
+      KATTN_REQUIRE(mode == "ring" || mode == "decode", "--dist: expected ring or decode, got '", mode, "'");
+      if (args.flag("--zigzag")) d.sharding = dist::Sharding::zigzag;
+      d.deterministic = args.flag("--deterministic");
+      d.chunk = args.integer("--chunk", 1, INT64_MAX / 4).value_or(0);
+      KATTN_REQUIRE(mode == "ring" || d.sharding == dist::Sharding::contiguous,
+                    "--zigzag: only for --dist ring (decode shards the KV cache in rank order)");
+      const std::string algo = args.value("--algo").value_or("flash");
+      KATTN_REQUIRE(algo == "flash", "--algo: --dist runs the tiled algorithm on every rank (flash), got '", algo, "'");
+      out_path = args.value("--out");
+      lse_path = args.value("--lse");
+      check = args.flag("--check");
+      KATTN_REQUIRE(!args.has("--check-rows"), "--check-rows: --dist checks every row (--check)");
+      console = read_console(args);
+      opt = read_options(args);
+      for (const char* f : {"--random", "--seed", "--dtype", "--layout", "--q", "--k", "--v"})
+        if (auto value = args.value(f)) input_args.insert(input_args.end(), {f, *value});
+      args.finish();
+    });
+    agree_on_command(comm, mode, opt, d, check);
     dist::collective_check(comm, [&] {
       if (rank != 0) return;  // rank 0 writes
       if (out_path) check_output_file("--out", *out_path);
       if (lse_path) check_output_file("--lse", *lse_path);
     });
-    const Options opt = read_options(args);
-    // The input flags travel to rank 0's reader; the other ranks only take them off the list.
-    std::vector<std::string> input_args;
-    for (const char* f : {"--random", "--seed", "--dtype", "--layout", "--q", "--k", "--v"})
-      if (auto value = args.value(f)) input_args.insert(input_args.end(), {f, *value});
-    args.finish();
 
     DenseInputs in;
     dist::collective_check(comm, [&] {

@@ -7,6 +7,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -82,24 +83,40 @@ int grad_distributed(Args& args, const std::string& mode) {
   return mpi.run([&]() -> int {
     const MPI_Comm comm = MPI_COMM_WORLD;
     const int rank = mpi.rank(), P = mpi.size();
-    KATTN_REQUIRE(mode == "ring", "--dist: grad distributes the sequence (ring), got '", mode, "'");
+    // Every flag is read on every rank, then compared, before any other collective step: a flag
+    // given on one rank only (an MPMD launch) fails on every rank alike instead of hanging.
     dist::DistOptions d;
-    if (args.flag("--zigzag")) d.sharding = dist::Sharding::zigzag;
-    d.deterministic = args.flag("--deterministic");
-    d.chunk = args.integer("--chunk", 1, std::int64_t(1) << 40).value_or(0);
     BackwardOptions bopt;
-    bopt.deterministic = d.deterministic;
-    if (auto s = args.value("--dq-strategy")) {
-      KATTN_REQUIRE(*s == "auto" || *s == "key-chunks" || *s == "query-pass" || *s == "atomic",
-                    "--dq-strategy: expected auto, key-chunks, query-pass or atomic, got '", *s, "'");
-      bopt.dq = *s == "key-chunks"   ? DqStrategy::key_chunks
-                : *s == "query-pass" ? DqStrategy::query_pass
-                : *s == "atomic"     ? DqStrategy::atomic
-                                     : DqStrategy::automatic;
-    }
-    const auto dq_path = args.value("--dq"), dk_path = args.value("--dk"), dv_path = args.value("--dv");
-    const bool check = args.flag("--check");
-    const bool json = args.flag("--json");
+    Options opt;
+    std::optional<std::string> dq_path, dk_path, dv_path;
+    bool check = false, json = false;
+    std::vector<std::string> input_args;  // the input flags travel to rank 0's reader
+    dist::collective_check(comm, [&] {
+      KATTN_REQUIRE(mode == "ring", "--dist: grad distributes the sequence (ring), got '", mode, "'");
+      if (args.flag("--zigzag")) d.sharding = dist::Sharding::zigzag;
+      d.deterministic = args.flag("--deterministic");
+      d.chunk = args.integer("--chunk", 1, std::int64_t(1) << 40).value_or(0);
+      bopt.deterministic = d.deterministic;
+      if (auto s = args.value("--dq-strategy")) {
+        KATTN_REQUIRE(*s == "auto" || *s == "key-chunks" || *s == "query-pass" || *s == "atomic",
+                      "--dq-strategy: expected auto, key-chunks, query-pass or atomic, got '", *s, "'");
+        bopt.dq = *s == "key-chunks"   ? DqStrategy::key_chunks
+                  : *s == "query-pass" ? DqStrategy::query_pass
+                  : *s == "atomic"     ? DqStrategy::atomic
+                                       : DqStrategy::automatic;
+      }
+      dq_path = args.value("--dq"), dk_path = args.value("--dk"), dv_path = args.value("--dv");
+      check = args.flag("--check");
+      json = args.flag("--json");
+      KATTN_REQUIRE(!args.value("--o") && !args.value("--lse"),
+                    "--o/--lse: not used with --dist (the ring forward computes o and the LSE)");
+      opt = read_options(args);
+      for (const char* f : {"--random", "--seed", "--dtype", "--layout", "--q", "--k", "--v", "--do"})
+        if (auto value = args.value(f)) input_args.insert(input_args.end(), {f, *value});
+      args.finish();
+    });
+    agree_on_command(comm, mode, opt, d, check,
+                     {dist::Agreed::integer("--dq-strategy", "dq strategy", static_cast<int>(bopt.dq))});
     std::FILE* text = json ? stderr : stdout;  // --json: standard output holds the JSON alone
     dist::collective_check(comm, [&] {
       if (rank != 0) return;  // rank 0 writes
@@ -107,13 +124,6 @@ int grad_distributed(Args& args, const std::string& mode) {
       if (dk_path) check_output_file("--dk", *dk_path);
       if (dv_path) check_output_file("--dv", *dv_path);
     });
-    KATTN_REQUIRE(!args.value("--o") && !args.value("--lse"),
-                  "--o/--lse: not used with --dist (the ring forward computes o and the LSE)");
-    const Options opt = read_options(args);
-    std::vector<std::string> input_args;
-    for (const char* f : {"--random", "--seed", "--dtype", "--layout", "--q", "--k", "--v", "--do"})
-      if (auto value = args.value(f)) input_args.insert(input_args.end(), {f, *value});
-    args.finish();
 
     DenseInputs in;
     std::vector<double> dout;

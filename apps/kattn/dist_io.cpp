@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kattn/dist/agreement.hpp"
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/transport.hpp"
 
@@ -77,6 +78,16 @@ std::vector<double> gather_positions(MPI_Comm comm, const std::vector<double>& l
     });
   }
   return global;
+}
+
+void agree_on_command(MPI_Comm comm, const std::string& mode, const Options& opt, const dist::DistOptions& d,
+                      bool check, const std::vector<dist::Agreed>& extra) {
+  std::vector<dist::Agreed> fields = {
+      dist::Agreed::integer("--dist", "mode (0 ring, 1 decode)", mode == "ring" ? 0 : mode == "decode" ? 1 : 2),
+      dist::Agreed::boolean("--check", "check", check)};
+  for (const dist::Agreed& f : dist::detail::option_fields(opt, d)) fields.push_back(f);
+  fields.insert(fields.end(), extra.begin(), extra.end());
+  dist::collective_agree(comm, fields);
 }
 
 int on_rank0(MPI_Comm comm, const std::function<int()>& body) {

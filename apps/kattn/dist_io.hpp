@@ -7,9 +7,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
+#include "kattn/dist/collective.hpp"
+#include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/layout.hpp"
+#include "kattn/options.hpp"
 
 namespace kattn {
 namespace cli {
@@ -21,6 +25,12 @@ std::vector<double> scatter_positions(MPI_Comm comm, const std::vector<double>& 
 // Rank 0 gets the global array assembled from every rank's `local` (others get an empty vector).
 std::vector<double> gather_positions(MPI_Comm comm, const std::vector<double>& local, std::int64_t outer,
                                      std::int64_t inner, const dist::SequenceLayout& layout);
+
+// A distributed command's flags compared across the ranks before its first other collective step:
+// the mode (--dist), --check, the distributed and the attention options, and `extra`; the first
+// difference is the same kattn::Error on every rank.
+void agree_on_command(MPI_Comm comm, const std::string& mode, const Options& opt, const dist::DistOptions& d,
+                      bool check, const std::vector<dist::Agreed>& extra = {});
 
 // The part of a command that rank 0 runs alone after the collective work (report, outputs, the
 // check against the reference): every rank calls it and waits for it, so that a failure there (a

@@ -258,32 +258,49 @@ int scale_measure(Args& args) {
   return mpi.run([&]() -> int {
     const int rank = mpi.rank(), P = mpi.size();
     Config c;
-    c.study = args.value("--study").value_or(c.study);
-    c.mode = args.value("--dist").value_or(c.mode);
-    c.tokens = args.integer("--tokens", 1, std::int64_t(1) << 40).value_or(c.tokens);
-    c.batch = static_cast<int>(args.integer("--batch", 1, 1 << 20).value_or(c.batch));
-    if (auto h = args.integers("--heads", 2)) c.heads_q = int((*h)[0]), c.heads_kv = int((*h)[1]);
-    c.dim = static_cast<int>(args.integer("--dim", 1, 1 << 16).value_or(c.dim));
-    c.queries = static_cast<int>(args.integer("--queries", 1, 1 << 20).value_or(c.queries));
-    c.dtype = args.value("--dtype").value_or(c.dtype);
-    c.causal = args.flag("--causal");
-    if (args.flag("--zigzag")) c.d.sharding = dist::Sharding::zigzag;
-    c.d.deterministic = args.flag("--deterministic");
-    c.d.chunk = args.integer("--chunk", 1, std::int64_t(1) << 40).value_or(0);
-    c.repeat = static_cast<int>(args.integer("--repeat", 1, 1000).value_or(c.repeat));
-    c.warmup = static_cast<int>(args.integer("--warmup", 0, 1000).value_or(c.warmup));
-    c.nocomm = args.flag("--nocomm-baseline");
-    c.csv = args.value("--csv").value_or("");
-    c.json = args.flag("--json");
-    args.finish();
-    KATTN_REQUIRE(c.study == "weak" || c.study == "strong", "--study: expected weak or strong, got '", c.study, "'");
-    KATTN_REQUIRE(c.mode == "ring" || c.mode == "decode", "--dist: expected ring or decode, got '", c.mode, "'");
-    KATTN_REQUIRE(c.dtype == "f32" || c.dtype == "f64", "--dtype: expected f32 or f64, got '", c.dtype, "'");
-    KATTN_REQUIRE(c.heads_q >= 1 && c.heads_kv >= 1 && c.heads_q % c.heads_kv == 0,
-                  "--heads: expected HQ,HKV with HQ a multiple of HKV, got ", c.heads_q, ",", c.heads_kv);
-    KATTN_REQUIRE(!c.nocomm || (c.mode == "ring" && !c.d.deterministic),
-                  "--nocomm-baseline: only for the ring (not --deterministic, not decode)");
-    KATTN_REQUIRE(c.mode == "ring" || c.d.sharding == dist::Sharding::contiguous, "--zigzag: only for --dist ring");
+    // Every flag is read on every rank, then compared, before any other collective step: a flag
+    // given on one rank only (an MPMD launch) fails on every rank alike instead of hanging.
+    dist::collective_check(MPI_COMM_WORLD, [&] {
+      c.study = args.value("--study").value_or(c.study);
+      c.mode = args.value("--dist").value_or(c.mode);
+      c.tokens = args.integer("--tokens", 1, std::int64_t(1) << 40).value_or(c.tokens);
+      c.batch = static_cast<int>(args.integer("--batch", 1, 1 << 20).value_or(c.batch));
+      if (auto h = args.integers("--heads", 2)) c.heads_q = int((*h)[0]), c.heads_kv = int((*h)[1]);
+      c.dim = static_cast<int>(args.integer("--dim", 1, 1 << 16).value_or(c.dim));
+      c.queries = static_cast<int>(args.integer("--queries", 1, 1 << 20).value_or(c.queries));
+      c.dtype = args.value("--dtype").value_or(c.dtype);
+      c.causal = args.flag("--causal");
+      if (args.flag("--zigzag")) c.d.sharding = dist::Sharding::zigzag;
+      c.d.deterministic = args.flag("--deterministic");
+      c.d.chunk = args.integer("--chunk", 1, std::int64_t(1) << 40).value_or(0);
+      c.repeat = static_cast<int>(args.integer("--repeat", 1, 1000).value_or(c.repeat));
+      c.warmup = static_cast<int>(args.integer("--warmup", 0, 1000).value_or(c.warmup));
+      c.nocomm = args.flag("--nocomm-baseline");
+      c.csv = args.value("--csv").value_or("");
+      c.json = args.flag("--json");
+      args.finish();
+      KATTN_REQUIRE(c.study == "weak" || c.study == "strong", "--study: expected weak or strong, got '", c.study, "'");
+      KATTN_REQUIRE(c.mode == "ring" || c.mode == "decode", "--dist: expected ring or decode, got '", c.mode, "'");
+      KATTN_REQUIRE(c.dtype == "f32" || c.dtype == "f64", "--dtype: expected f32 or f64, got '", c.dtype, "'");
+      KATTN_REQUIRE(c.heads_q >= 1 && c.heads_kv >= 1 && c.heads_q % c.heads_kv == 0,
+                    "--heads: expected HQ,HKV with HQ a multiple of HKV, got ", c.heads_q, ",", c.heads_kv);
+      KATTN_REQUIRE(!c.nocomm || (c.mode == "ring" && !c.d.deterministic),
+                    "--nocomm-baseline: only for the ring (not --deterministic, not decode)");
+      KATTN_REQUIRE(c.mode == "ring" || c.d.sharding == dist::Sharding::contiguous, "--zigzag: only for --dist ring");
+    });
+    Options shape;
+    shape.causal = c.causal;
+    agree_on_command(MPI_COMM_WORLD, c.mode, shape, c.d, false,
+                     {dist::Agreed::integer("--tokens", "tokens", c.tokens), dist::Agreed::integer("--dim", "dim", c.dim),
+                      dist::Agreed::integer("--batch", "batch", c.batch),
+                      dist::Agreed::integer("--heads", "query heads", c.heads_q),
+                      dist::Agreed::integer("--heads", "KV heads", c.heads_kv),
+                      dist::Agreed::integer("--queries", "queries", c.queries),
+                      dist::Agreed::integer("--repeat", "repetitions", c.repeat),
+                      dist::Agreed::integer("--warmup", "warm-up runs", c.warmup),
+                      dist::Agreed::boolean("--nocomm-baseline", "baseline", c.nocomm),
+                      dist::Agreed::boolean("--study", "strong scaling", c.study == "strong"),
+                      dist::Agreed::boolean("--dtype", "f64", c.dtype == "f64")});
     // Rank 0 appends to the CSV at the end: a path it cannot write fails on every rank, before the runs.
     dist::collective_check(MPI_COMM_WORLD, [&] {
       if (rank == 0 && !c.csv.empty()) check_output_file("--csv", c.csv);

@@ -1,12 +1,20 @@
-# Runs `mpiexec -n NP ... kattn ARGS` and checks its exit status and output: PASS must match stdout;
+# Runs `mpiexec -n NP ... kattn ARGS` (or, with ARGS2, rank 0 with ARGS and rank 1 with ARGS2) and checks its exit status and output: PASS must match stdout;
 # with EXPECT_FAIL, stderr must carry the kattn message (FAIL) exactly once, however many ranks
 # (rank 0 prints; mpiexec may add its own lines about the non-zero exit).
 string(REPLACE ";" " " args_str "${ARGS}")
 separate_arguments(args NATIVE_COMMAND "${args_str}")
 string(REPLACE ";" " " flags_str "${MPIFLAGS}")
 separate_arguments(flags NATIVE_COMMAND "${flags_str}")
-execute_process(COMMAND ${MPIEXEC} ${NPFLAG} ${NP} ${flags} ${BIN} ${args}
-                RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+if(ARGS2)
+  # MPMD: rank 0 runs ARGS, rank 1 ARGS2 (a flag given to one rank only).
+  string(REPLACE ";" " " args2_str "${ARGS2}")
+  separate_arguments(args2 NATIVE_COMMAND "${args2_str}")
+  execute_process(COMMAND ${MPIEXEC} ${flags} ${NPFLAG} 1 ${BIN} ${args} : ${NPFLAG} 1 ${BIN} ${args2}
+                  RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+else()
+  execute_process(COMMAND ${MPIEXEC} ${NPFLAG} ${NP} ${flags} ${BIN} ${args}
+                  RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+endif()
 if(EXPECT_FAIL)
   if(status EQUAL 0)
     message(FATAL_ERROR "expected a non-zero exit status, got 0\nstdout: ${out}\nstderr: ${err}")

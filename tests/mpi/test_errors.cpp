@@ -153,6 +153,38 @@ TEST(DistErrors, OptionsDifferAcrossRanks) {
       "options: expected sharding");
 }
 
+// A rank in another distributed call, or with DistOptions::communicate off, is refused on every
+// rank (before, the ranks exchanged lists of different lengths, or one rank waited for transfers
+// the others never sent).
+TEST(DistErrors, RanksInDifferentCallsAllThrow) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  if (P < 2) GTEST_SKIP() << "needs two ranks";
+  Local d(1, my_share(30), 2, 1, 8);
+  expect_same_error(
+      [&] {
+        if (rank == 0)
+          dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse);
+        else
+          dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse);
+      },
+      "call: expected distributed call (0 ring_attention, 1 ring_attention_backward, 2 decode_attention) 0 (from rank "
+      "0), got 2 on rank 1");
+}
+
+TEST(DistErrors, CommunicateDiffersAcrossRanks) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  if (P < 2) GTEST_SKIP() << "needs two ranks";
+  Local d(1, my_share(30), 2, 1, 8);
+  DistOptions dd;
+  dd.communicate = rank != P - 1;
+  expect_same_error(
+      [&] {
+        dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse,
+                             Options{}, dd);
+      },
+      "options: expected communicate true (from rank 0), got false on rank " + std::to_string(P - 1));
+}
+
 TEST(DistErrors, ShardLengthsInconsistentWithTheSplit) {
   const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
   if (P < 2) GTEST_SKIP() << "any length is a valid split of itself over one rank";

@@ -31,12 +31,21 @@ inline std::vector<Agreed> option_fields(const Options& opt, const DistOptions& 
           Agreed::boolean("options", "deterministic", d.deterministic),
           Agreed::integer("options", "chunk", chunk_of(d)),
           Agreed::integer("options", "sharding (0 contiguous, 1 zigzag)", static_cast<int>(d.sharding)),
-          Agreed::integer("options", "root", d.root)};
+          Agreed::integer("options", "root", d.root),
+          Agreed::boolean("options", "communicate", d.communicate)};
 }
 
+// Which distributed call a rank is in: every rank must be in the same one.
+enum class DistCall : int { ring_attention = 0, ring_attention_backward = 1, decode_attention = 2 };
+
+// The fields every distributed call agrees on first: the call itself, then the problem and options.
 template <class T>
-std::vector<Agreed> problem_fields(const AttentionParams<T>& p, const Options& opt, const DistOptions& d) {
-  std::vector<Agreed> f = {Agreed::dtype("q", sizeof(T)), Agreed::integer("q", "batch", p.batch),
+std::vector<Agreed> problem_fields(DistCall call, const AttentionParams<T>& p, const Options& opt,
+                                   const DistOptions& d) {
+  std::vector<Agreed> f = {
+      Agreed::integer("call", "distributed call (0 ring_attention, 1 ring_attention_backward, 2 decode_attention)",
+                      static_cast<int>(call)),
+      Agreed::dtype("q", sizeof(T)), Agreed::integer("q", "batch", p.batch),
                            Agreed::integer("q", "heads", p.heads_q), Agreed::integer("k", "KV heads", p.heads_kv),
                            Agreed::integer("q", "head dim", p.head_dim)};
   for (const Agreed& a : option_fields(opt, d)) f.push_back(a);

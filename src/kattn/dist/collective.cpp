@@ -125,6 +125,21 @@ std::vector<std::int64_t> allgather(MPI_Comm comm, std::int64_t local) {
 void collective_agree(MPI_Comm comm, const std::vector<Agreed>& fields) {
   const int size = size_of(comm);
   const int n = static_cast<int>(fields.size());
+  // First how many fields, and the first one (the call, for the library's entry points): ranks in
+  // different calls agree on different lists, which one exchange of the lists could not compare.
+  long long head[2] = {n, n > 0 ? fields[0].value : 0};
+  std::vector<long long> heads(2 * static_cast<std::size_t>(size));
+  MPI_Allgather(head, 2, MPI_LONG_LONG, heads.data(), 2, MPI_LONG_LONG, comm);
+  for (int r = 1; r < size; ++r) {
+    if (n > 0 && heads[2 * r] > 0 && heads[2 * r + 1] != heads[1]) {
+      const Agreed& f = fields[0];
+      throw Error(detail::concat(f.argument, ": expected ", f.what, " ", format(f, heads[1]), " (from rank 0), got ",
+                                 format(f, heads[2 * r + 1]), " on rank ", r));
+    }
+    if (heads[2 * r] != heads[0])
+      throw Error(detail::concat("call: the ranks are in different collective calls (rank 0 compares ", heads[0],
+                                 " values, rank ", r, " ", heads[2 * r], ")"));
+  }
   std::vector<long long> mine(fields.size()), all(fields.size() * size);
   for (int i = 0; i < n; ++i) mine[i] = fields[i].value;
   MPI_Allgather(mine.data(), n, MPI_LONG_LONG, all.data(), n, MPI_LONG_LONG, comm);

@@ -55,7 +55,7 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
   int rank = 0, P = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &P);
-  std::vector<Agreed> fields = problem_fields(p, opt, d);
+  std::vector<Agreed> fields = problem_fields(DistCall::decode_attention, p, opt, d);
   fields.push_back(Agreed::integer("q", "query positions", p.q_len));
   collective_agree(comm, fields);
   require_no_block_mask(opt);

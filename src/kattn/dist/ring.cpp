@@ -320,7 +320,7 @@ DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const Attenti
   // Regions of the area ("kattn::dist", shared helpers) and of this entry point (its own kernels).
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::ring");
-  collective_agree(comm, problem_fields(p, opt, d));
+  collective_agree(comm, problem_fields(DistCall::ring_attention, p, opt, d));
   require_no_block_mask(opt);
   const GlobalSplit split = sharded_split(comm, p.q_len, p.kv_len, d);
   RingRunner<ExecSpace, T> runner(comm, space, p, opt, d, split);

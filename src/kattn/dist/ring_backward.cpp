@@ -487,7 +487,7 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
   // Regions of the area ("kattn::dist", shared helpers) and of this entry point.
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::ring_backward");
-  std::vector<Agreed> fields = problem_fields(p.fwd, opt, d);
+  std::vector<Agreed> fields = problem_fields(DistCall::ring_attention_backward, p.fwd, opt, d);
   fields.push_back(Agreed::boolean("backward options", "deterministic", bopt.deterministic));
   fields.push_back(Agreed::integer("backward options", "dq strategy", static_cast<int>(bopt.dq)));
   fields.push_back(Agreed::integer("backward options", "dq_chunks", bopt.dq_chunks));
