@@ -1,5 +1,6 @@
 #include "machine.hpp"
 
+#include "bandwidth.hpp"
 #include "kattn/detail/simd.hpp"
 
 #include <algorithm>
@@ -55,17 +56,21 @@ double fma_peak_gflops_float() { return fma_peak<float>(); }
 double fma_peak_gflops_double() { return fma_peak<double>(); }
 
 double stream_read_gbs(std::size_t bytes) {
-  std::vector<double> a(bytes / sizeof(double), 1.0);
+  // The same pass as the multi-threaded ceiling (bandwidth.hpp's StreamSum: wide loads, eight
+  // independent accumulators), on this thread alone.
+  const std::size_t blocks = std::max<std::size_t>(1, bytes / sizeof(float) / StreamSum::kBlock);
+  std::vector<float> a(blocks * StreamSum::kBlock, 1.0f);
+  const StreamSum pass{a.data()};
   double best = 1e30, sink = 0;
   for (int trial = 0; trial < 5; ++trial) {
     const auto t0 = std::chrono::steady_clock::now();
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (std::size_t i = 0; i + 4 <= a.size(); i += 4) s0 += a[i], s1 += a[i + 1], s2 += a[i + 2], s3 += a[i + 3];
+    double sum = 0;
+    for (std::size_t b = 0; b < blocks; ++b) pass(b, sum);
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    sink += s0 + s1 + s2 + s3;
+    sink += sum;
   }
   asm volatile("" : : "x"(sink));
-  return bytes / best / 1e9;
+  return double(a.size() * sizeof(float)) / best / 1e9;
 }
 
 double stream_copy_gbs(std::size_t bytes) {

@@ -10,7 +10,8 @@ namespace perf {
 // FMA-bound loop on one core: independent accumulators, full-width vectors. GFLOP/s.
 double fma_peak_gflops_float();
 double fma_peak_gflops_double();
-// Streaming read (sum of a large array) and copy, GB/s counting bytes read (+ written for copy).
+// Streaming read (sum of a large array: wide loads, independent accumulators, one thread) and copy,
+// GB/s counting bytes read (+ written for copy).
 double stream_read_gbs(std::size_t bytes);
 double stream_copy_gbs(std::size_t bytes);
 
