@@ -38,6 +38,15 @@ install_and_consume() {
   echo "-- the installed kattn program"
   env -u LD_LIBRARY_PATH "$prefix/bin/kattn" --version
   env -u LD_LIBRARY_PATH "$prefix/bin/kattn" run --random 1,256,256,4,4,64 --check --json
+  local site py
+  site=$(cache_value "$build" KATTN_PYTHON_INSTALL_DIR)
+  py=$(cache_value "$build" Python_EXECUTABLE)
+  [ -n "$py" ] || py=$(cache_value "$build" _Python_EXECUTABLE)
+  if [ "$(cache_value "$build" KATTN_ENABLE_PYTHON)" = ON ] && [ -n "$site" ]; then
+    echo "-- the installed Python package"
+    (cd / && env -u LD_LIBRARY_PATH PYTHONPATH="$prefix/$site" "$py" -c \
+      'import numpy as np, kattn; q = np.ones((1, 4, 2, 8)); print("kattn", kattn.version(), kattn.attention(q, q, q).shape)')
+  fi
 }
 
 # relay_config NAME CONFIG_DIR PREFIX: a package config in PREFIX/lib/cmake/NAME that loads the

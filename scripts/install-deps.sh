@@ -8,6 +8,7 @@ packages=(
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev liblapack-dev libblas-dev  # Kokkos 3.4.1 (Serial)
   libopenmpi-dev openmpi-bin                                                        # MPI layer
   libgtest-dev libgmock-dev libbenchmark-dev                                        # tests and benchmarks
+  python3-dev python3-pybind11 python3-numpy python3-pytest                         # the Python package
 )
 if [ "${1:-}" = fuzz ]; then
   packages+=(clang libclang-rt-14-dev)                                              # libFuzzer (scripts/fuzz.sh)

@@ -1,0 +1,206 @@
+"""kattn.attention and kattn.attention_backward against the float64 textbook in NumPy."""
+import re
+
+import numpy as np
+import pytest
+
+import kattn
+
+
+def textbook(q, k, v, causal=False, window=None, softcap=0.0, scale=None):
+    """o [B, Nq, Hq, D], lse [B, Hq, Nq] (natural log) and what the backward needs, in float64."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    B, Nq, Hq, D = q.shape
+    Nk, Hkv = k.shape[1], k.shape[2]
+    G = Hq // Hkv
+    scale = 1.0 / np.sqrt(D) if scale is None else scale
+    kk = np.repeat(k, G, axis=2)  # query head h reads KV head h // G
+    vv = np.repeat(v, G, axis=2)
+    s = scale * np.einsum("bihd,bjhd->bhij", q, kk)
+    t = np.tanh(s / softcap) if softcap else None
+    if softcap:
+        s = softcap * t
+    i = np.arange(Nq)[:, None] + (Nk - Nq)  # the diagonal key of each query (bottom-right aligned)
+    j = np.arange(Nk)[None, :]
+    left, right = window if window is not None else (-1, -1)
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    seen = np.ones((Nq, Nk), dtype=bool)
+    if left >= 0:
+        seen &= j >= i - left
+    if right >= 0:
+        seen &= j <= i + right
+    s = np.where(seen, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    p = np.exp(s - m)
+    l = p.sum(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lse = np.where(l[..., 0] > 0, np.log(l[..., 0]) + m[..., 0], -np.inf)
+        p = np.where(l > 0, p / np.where(l > 0, l, 1), 0.0)
+    o = np.einsum("bhij,bjhd->bihd", p, vv)
+    return o, lse, dict(p=p, t=t, kk=kk, vv=vv, scale=scale, G=G, softcap=softcap)
+
+
+def textbook_backward(q, k, v, dout, **opt):
+    o, _, c = textbook(q, k, v, **opt)
+    q, dout = np.asarray(q, np.float64), np.asarray(dout, np.float64)
+    p, kk, vv = c["p"], c["kk"], c["vv"]
+    dv = np.einsum("bhij,bihd->bjhd", p, dout)
+    dp = np.einsum("bihd,bjhd->bhij", dout, vv)
+    delta = np.einsum("bihd,bihd->bhi", dout, o)[..., None]
+    ds = p * (dp - delta)
+    if c["softcap"]:
+        ds = ds * (1.0 - c["t"] ** 2)
+    ds *= c["scale"]
+    dq = np.einsum("bhij,bjhd->bihd", ds, kk)
+    dk = np.einsum("bhij,bihd->bjhd", ds, q)
+    B, Nk, Hkv, D = k.shape
+    G = c["G"]
+    dk = dk.reshape(B, Nk, Hkv, G, D).sum(axis=3)
+    dv = dv.reshape(B, Nk, Hkv, G, D).sum(axis=3)
+    return dq, dk, dv
+
+
+def rel_err(a, b):
+    """max |a - b| over max(|b|, 1): relative for outputs of order one and more, absolute below (a
+    gradient that is 0 in exact arithmetic comes out as a rounding error)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    finite = np.isfinite(b)
+    assert np.array_equal(np.isfinite(a), finite), "non-finite values where the textbook has none (or the reverse)"
+    if not finite.any():
+        return 0.0
+    return np.abs(a[finite] - b[finite]).max() / max(np.abs(b[finite]).max(), 1.0)
+
+
+SHAPES = [(1, 1, 1, 1, 1, 8), (2, 33, 40, 4, 2, 16), (1, 1, 300, 8, 1, 32), (1, 70, 70, 2, 2, 64), (2, 5, 3, 6, 3, 8)]
+VARIANTS = [
+    {},
+    {"causal": True},
+    {"window": (9, 4)},
+    {"causal": True, "window": (20, -1)},
+    {"softcap": 2.5, "scale": 0.4},
+    {"causal": True, "softcap": 30.0},
+]
+
+
+def problem(shape, dtype, seed):
+    B, Nq, Nk, Hq, Hkv, D = shape
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((B, Nq, Hq, D)).astype(dtype)
+    k = rng.standard_normal((B, Nk, Hkv, D)).astype(dtype)
+    v = rng.standard_normal((B, Nk, Hkv, D)).astype(dtype)
+    return q, k, v
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("variant", range(len(VARIANTS)))
+def test_forward_float64_matches_the_textbook(shape, variant):
+    opt = VARIANTS[variant]
+    q, k, v = problem(shape, np.float64, seed=variant + 10 * shape[1])
+    o, lse = kattn.attention(q, k, v, return_lse=True, **opt)
+    ref_o, ref_lse, _ = textbook(q, k, v, **opt)
+    assert o.shape == q.shape[:3] + (v.shape[3],) and o.dtype == np.float64
+    assert lse.shape == (q.shape[0], q.shape[2], q.shape[1])
+    assert rel_err(o, ref_o) <= 1e-12
+    assert rel_err(lse, ref_lse) <= 1e-12
+
+
+@pytest.mark.parametrize("variant", range(len(VARIANTS)))
+def test_forward_float32(variant):
+    opt = VARIANTS[variant]
+    q, k, v = problem((2, 65, 130, 4, 2, 64), np.float32, seed=variant)
+    o = kattn.attention(q, k, v, **opt)
+    assert o.dtype == np.float32
+    assert rel_err(o, textbook(q, k, v, **opt)[0]) <= 2e-5
+
+
+def test_rows_that_see_no_key_get_zero_and_minus_infinity():
+    # Causal with more queries than keys: the first Nq - Nk rows see nothing.
+    q, k, v = problem((1, 10, 4, 2, 1, 8), np.float64, seed=3)
+    o, lse = kattn.attention(q, k, v, causal=True, return_lse=True)
+    assert np.all(o[:, :6] == 0.0)
+    assert np.all(lse[:, :, :6] == -np.inf)
+    assert rel_err(o, textbook(q, k, v, causal=True)[0]) <= 1e-12
+
+
+def test_bhnd_layout_and_strided_views_are_read_in_place():
+    q, k, v = problem((2, 37, 50, 4, 2, 16), np.float64, seed=5)
+    ref = kattn.attention(q, k, v, causal=True)
+    # [B, H, N, D] arrays (here: transposed views of the same memory, so not C-contiguous).
+    qt, kt, vt = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
+    ot = kattn.attention(qt, kt, vt, causal=True, layout="bhnd")
+    assert ot.shape == qt.shape
+    assert np.array_equal(ot.transpose(0, 2, 1, 3), ref)
+    # Every other position of a longer array: a strided view, read in place.
+    big_q = np.full((q.shape[0], 2 * q.shape[1]) + q.shape[2:], np.nan)
+    big_q[:, ::2] = q
+    assert not big_q[:, ::2].flags.c_contiguous
+    assert np.array_equal(kattn.attention(big_q[:, ::2], k, v, causal=True), ref)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1, 1, 4), (2, 33, 40, 4, 2, 16), (1, 20, 20, 6, 3, 8)])
+@pytest.mark.parametrize("variant", range(len(VARIANTS)))
+def test_backward_float64_matches_the_textbook(shape, variant):
+    opt = VARIANTS[variant]
+    q, k, v = problem(shape, np.float64, seed=100 + variant)
+    dout = np.random.default_rng(variant).standard_normal(q.shape)
+    o, lse = kattn.attention(q, k, v, return_lse=True, **opt)
+    dq, dk, dv = kattn.attention_backward(q, k, v, o, lse, dout, **opt)
+    ref = textbook_backward(q, k, v, dout, **opt)
+    for got, want in zip((dq, dk, dv), ref):
+        assert got.shape == want.shape
+        assert rel_err(got, want) <= 1e-10
+
+
+def test_backward_deterministic_is_bitwise_repeatable():
+    q, k, v = problem((1, 64, 64, 4, 1, 16), np.float64, seed=9)
+    dout = np.ones_like(q)
+    o, lse = kattn.attention(q, k, v, causal=True, return_lse=True)
+    a = kattn.attention_backward(q, k, v, o, lse, dout, causal=True, deterministic=True)
+    b = kattn.attention_backward(q, k, v, o, lse, dout, causal=True, deterministic=True)
+    for x, y in zip(a, b):
+        assert np.array_equal(x, y)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda q, k, v: kattn.attention(q, k[..., :8], v), "k: expected head dim 16 (from q), got 8"),
+        (lambda q, k, v: kattn.attention(q.astype(np.int64), k, v), "q: expected float32 or float64"),
+        (lambda q, k, v: kattn.attention(q, k.astype(np.float32), v), "k, v: expected the dtype of q"),
+        (lambda q, k, v: kattn.attention(q[0], k, v), "q: expected a rank-4 array"),
+        (lambda q, k, v: kattn.attention(q, k, v, layout="nhbd"), "layout: expected"),
+        (lambda q, k, v: kattn.attention(q, k, v, window=(-5, 0)), "window:"),
+        (lambda q, k, v: kattn.attention(q, k, v, window=(1, 2, 3)), "window: expected (left, right)"),
+        (lambda q, k, v: kattn.attention(q, k, v, softcap=-1.0), "softcap"),
+        (lambda q, k, v: kattn.attention(q, k, v, scale=0.0), "scale: expected a non-zero value"),
+        (lambda q, k, v: kattn.attention(q[..., ::2], k[..., ::2], v[..., ::2]), "head dim"),
+        (lambda q, k, v: kattn.attention(q[:, :, :3], k, v), "q:"),
+    ],
+)
+def test_bad_input_raises_kattn_error_naming_the_argument(call, message):
+    q, k, v = problem((1, 8, 8, 4, 2, 16), np.float64, seed=1)
+    with pytest.raises(kattn.Error, match=re.escape(message)) as e:
+        call(q, k, v)
+    assert isinstance(e.value, ValueError)
+
+
+def test_backward_refuses_an_lse_of_the_wrong_shape():
+    q, k, v = problem((1, 8, 8, 2, 1, 8), np.float64, seed=2)
+    o, lse = kattn.attention(q, k, v, return_lse=True)
+    with pytest.raises(kattn.Error, match="lse"):
+        kattn.attention_backward(q, k, v, o, lse.transpose(0, 2, 1).copy(), np.ones_like(o))
+
+
+@pytest.mark.parametrize("batch, nq, nk", [(0, 4, 4), (1, 0, 4), (1, 3, 0)])
+def test_empty_problems(batch, nq, nk):
+    q, k, v = problem((batch, nq, nk, 2, 1, 8), np.float64, seed=4)
+    o, lse = kattn.attention(q, k, v, return_lse=True)
+    assert o.shape == q.shape and lse.shape == (batch, 2, nq)
+    assert np.all(o == 0.0) and np.all(lse == -np.inf)  # no key: o = 0, lse = -inf
+
+
+def test_version():
+    assert kattn.version().count(".") == 2
+    assert "kokkos" in kattn.build_info()
