@@ -13,6 +13,7 @@
 
 #include "kattn/attention.hpp"
 #include "kattn/errors.hpp"
+#include "kattn/merge.hpp"
 #include "kattn/version.hpp"
 
 namespace py = pybind11;
@@ -22,6 +23,10 @@ namespace {
 using Space = Kokkos::DefaultHostExecutionSpace;
 template <class T, int R>
 struct Rank;
+template <class T>
+struct Rank<T, 2> {
+  using type = T**;
+};
 template <class T>
 struct Rank<T, 3> {
   using type = T***;
@@ -66,20 +71,22 @@ Strided<T, 4> view4(const py::array& a, const char* name, const Layout& L) {
   return Strided<T, 4>(const_cast<T*>(data_of<T>(a)), ls);
 }
 
-template <class T>
-Strided<T, 3> view3(const py::array& a, const char* name) {
-  if (a.ndim() != 3)
-    throw kattn::Error(std::string(name) + ": expected a rank-3 array [B, H, N], got rank " + std::to_string(a.ndim()));
+// A rank-R NumPy array as a strided view ([B, H, N] for lse, [N, H, D] for a merged o).
+template <class T, int R>
+Strided<T, R> view_n(const py::array& a, const char* name) {
+  if (a.ndim() != R)
+    throw kattn::Error(std::string(name) + ": expected a rank-" + std::to_string(R) + " array, got rank " +
+                       std::to_string(a.ndim()));
   Kokkos::LayoutStride ls;
   std::size_t packed = 1;
-  for (int i = 2; i >= 0; --i) {
+  for (int i = R - 1; i >= 0; --i) {
     if (a.strides(i) % py::ssize_t(sizeof(T)) != 0 || a.strides(i) < 0)
       throw kattn::Error(std::string(name) + ": strides must be non-negative multiples of the element size");
     ls.dimension[i] = static_cast<std::size_t>(a.shape(i));
     ls.stride[i] = a.size() == 0 ? packed : static_cast<std::size_t>(a.strides(i) / py::ssize_t(sizeof(T)));
     packed *= ls.dimension[i] > 0 ? ls.dimension[i] : 1;
   }
-  return Strided<T, 3>(const_cast<T*>(data_of<T>(a)), ls);
+  return Strided<T, R>(const_cast<T*>(data_of<T>(a)), ls);
 }
 
 // A new C-ordered array shaped like the library's [B, N, H, D] extents in layout L.
@@ -136,7 +143,7 @@ py::object attention_as(const py::array& q, const py::array& k, const py::array&
   py::array_t<T> o = new4<T>(qv.extent(0), qv.extent(1), qv.extent(2), vv.extent(3), L);
   py::array_t<T> lse({py::ssize_t(qv.extent(0)), py::ssize_t(qv.extent(2)), py::ssize_t(qv.extent(1))});
   const auto ov = view4<T>(o, "o", L);
-  const auto lv = view3<T>(lse, "lse");
+  const auto lv = view_n<T, 3>(lse, "lse");
   {
     py::gil_scoped_release release;
     kattn::attention(Space(), qv, kattn::kv::dense(kv, vv), ov, lv, opt);
@@ -152,7 +159,7 @@ py::tuple backward_as(const py::array& q, const py::array& k, const py::array& v
                       bool deterministic) {
   const auto qv = view4<T>(q, "q", L), kv = view4<T>(k, "k", L), vv = view4<T>(v, "v", L);
   const auto ov = view4<T>(o, "o", L), dov = view4<T>(dout, "dout", L);
-  const auto lv = view3<T>(lse, "lse");
+  const auto lv = view_n<T, 3>(lse, "lse");
   py::array_t<T> dq = new4<T>(qv.extent(0), qv.extent(1), qv.extent(2), qv.extent(3), L);
   py::array_t<T> dk = new4<T>(kv.extent(0), kv.extent(1), kv.extent(2), kv.extent(3), L);
   py::array_t<T> dv = new4<T>(vv.extent(0), vv.extent(1), vv.extent(2), vv.extent(3), L);
@@ -167,10 +174,26 @@ py::tuple backward_as(const py::array& q, const py::array& k, const py::array& v
   return py::make_tuple(dq, dk, dv);
 }
 
-void require_same_dtype(const py::array& a, const py::array& q, const char* name) {
-  if (!a.dtype().is(q.dtype()))
-    throw kattn::Error(std::string(name) + ": expected the dtype of q (" + std::string(py::str(q.dtype())) +
-                       "), got " + std::string(py::str(a.dtype())));
+template <class T>
+py::tuple merge_as(const py::array& o_parts, const py::array& lse_parts) {
+  const auto ov = view_n<T, 4>(o_parts, "o_parts");
+  const auto lv = view_n<T, 3>(lse_parts, "lse_parts");
+  py::array_t<T> o({py::ssize_t(ov.extent(1)), py::ssize_t(ov.extent(2)), py::ssize_t(ov.extent(3))});
+  py::array_t<T> lse({py::ssize_t(ov.extent(1)), py::ssize_t(ov.extent(2))});
+  const auto o_out = view_n<T, 3>(o, "o");
+  const auto lse_out = view_n<T, 2>(lse, "lse");
+  {
+    py::gil_scoped_release release;
+    kattn::merge(Space(), ov, lv, o_out, lse_out);
+    Space().fence();
+  }
+  return py::make_tuple(o, lse);
+}
+
+void require_same_dtype(const py::array& a, const char* name, const py::array& like, const char* like_name) {
+  if (!a.dtype().is(like.dtype()))
+    throw kattn::Error(std::string(name) + ": expected the dtype of " + like_name + " (" +
+                       std::string(py::str(like.dtype())) + "), got " + std::string(py::str(a.dtype())));
 }
 
 }  // namespace
@@ -210,6 +233,17 @@ PYBIND11_MODULE(_kattn, m) {
       py::arg("layout") = "bnhd", py::arg("return_lse") = false);
 
   m.def(
+      "merge_states",
+      [](const py::array& o_parts, const py::array& lse_parts) -> py::tuple {
+        const bool f = o_parts.dtype().is(py::dtype::of<float>());
+        if (!f && !o_parts.dtype().is(py::dtype::of<double>()))
+          throw kattn::Error("o_parts: expected float32 or float64, got " + std::string(py::str(o_parts.dtype())));
+        require_same_dtype(lse_parts, "lse_parts", o_parts, "o_parts");
+        return f ? merge_as<float>(o_parts, lse_parts) : merge_as<double>(o_parts, lse_parts);
+      },
+      py::arg("o_parts"), py::arg("lse_parts"));
+
+  m.def(
       "attention_backward",
       [](const py::array& q, const py::array& k, const py::array& v, const py::array& o, const py::array& lse,
          const py::array& dout, bool causal, const py::object& window, double softcap, const py::object& scale,
@@ -217,9 +251,9 @@ PYBIND11_MODULE(_kattn, m) {
         const kattn::Options opt = options_of(causal, window, softcap, scale);
         const Layout L = Layout::parse(layout);
         const char t = dtype_of(q, k, v);
-        require_same_dtype(o, q, "o");
-        require_same_dtype(lse, q, "lse");
-        require_same_dtype(dout, q, "dout");
+        require_same_dtype(o, "o", q, "q");
+        require_same_dtype(lse, "lse", q, "q");
+        require_same_dtype(dout, "dout", q, "q");
         return t == 'f' ? backward_as<float>(q, k, v, o, lse, dout, opt, L, deterministic)
                         : backward_as<double>(q, k, v, o, lse, dout, opt, L, deterministic);
       },

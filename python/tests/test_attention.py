@@ -204,3 +204,35 @@ def test_empty_problems(batch, nq, nk):
 def test_version():
     assert kattn.version().count(".") == 2
     assert "kokkos" in kattn.build_info()
+
+
+def test_merge_states_of_key_splits_is_attention_over_all_keys():
+    # Attention over three disjoint key ranges (the split-KV or cascade parts), merged: [S, N, H, D].
+    q, k, v = problem((1, 9, 90, 4, 2, 16), np.float64, seed=6)
+    cuts = [0, 20, 21, 90]  # one part of a single key
+    parts = [kattn.attention(q, k[:, a:b], v[:, a:b], return_lse=True) for a, b in zip(cuts, cuts[1:])]
+    o_parts = np.stack([o[0] for o, _ in parts])  # [S, Nq, Hq, D] for batch 0
+    lse_parts = np.stack([lse[0].T for _, lse in parts])  # [S, Nq, Hq]
+    o, lse = kattn.merge_states(o_parts, lse_parts)
+    ref_o, ref_lse, _ = textbook(q, k, v)
+    assert o.shape == (9, 4, 16) and lse.shape == (9, 4)
+    assert rel_err(o, ref_o[0]) <= 1e-12
+    assert rel_err(lse, ref_lse[0].T) <= 1e-12
+
+
+def test_merge_states_propagates_nan_and_takes_empty_parts():
+    o_parts = np.zeros((2, 1, 1, 4))
+    lse_parts = np.array([[[0.0]], [[-np.inf]]])  # part 1 saw no key: it adds nothing
+    o_parts[0] = 1.0
+    o, lse = kattn.merge_states(o_parts, lse_parts)
+    assert np.all(o == 1.0) and lse[0, 0] == 0.0
+    o_parts[0, 0, 0, 2] = np.nan
+    o, _ = kattn.merge_states(o_parts, lse_parts)
+    assert np.isnan(o[0, 0, 2]) and np.all(o[0, 0, [0, 1, 3]] == 1.0)
+
+
+def test_merge_states_refuses_mismatched_parts():
+    with pytest.raises(kattn.Error, match="lse_parts"):
+        kattn.merge_states(np.zeros((2, 3, 4, 8)), np.zeros((3, 3, 4)))
+    with pytest.raises(kattn.Error, match=re.escape("lse_parts: expected the dtype of o_parts")):
+        kattn.merge_states(np.zeros((2, 3, 4, 8)), np.zeros((2, 3, 4), np.float32))
