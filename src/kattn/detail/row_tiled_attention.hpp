@@ -16,7 +16,6 @@
 #include <cstdint>
 
 #include "kattn/compat.hpp"
-#include "kattn/core/state.hpp"
 #include "kattn/detail/row_tiles.hpp"
 #include "kattn/detail/tile_loop.hpp"
 #include "kattn/detail/tuning.hpp"
@@ -94,6 +93,8 @@ struct RowTiles : TileArgs<T> {
     return geo.in_place ? hl * this->p.v_stride_head : std::ptrdiff_t(hl) * geo.copy_elements();
   }
 
+  KOKKOS_INLINE_FUNCTION int q_dims() const { return geo.dims_p; }  // zero-padded to the lanes
+  KOKKOS_INLINE_FUNCTION T& q_at(const Head& h, int r, int d) const { return h.q[r * geo.dims_p + d]; }
   KOKKOS_INLINE_FUNCTION T& score(const Head& h, int r, int j) const { return h.s[r * geo.keys_p + j]; }
   KOKKOS_INLINE_FUNCTION T& out(const Head& h, int r, int d) const { return h.o[r * geo.dims_p + d]; }
   KOKKOS_INLINE_FUNCTION const T* v_row(const Cursor& c, int hl, int j) const { return c.vrow[j].p + v_head_offset(hl); }
@@ -105,31 +106,6 @@ struct RowTiles : TileArgs<T> {
   KOKKOS_INLINE_FUNCTION int masked_rows(int) const { return geo.rows_p; }
   KOKKOS_INLINE_FUNCTION void mask_span(const Head& h, int r, int keys, int begin, int end) const {
     mask_row(h.s + r * geo.keys_p, keys, begin, end);
-  }
-
-  // Q of every KV head of the team scaled into scratch (padding rows and dims zero), O = 0,
-  // states empty.
-  KOKKOS_INLINE_FUNCTION void load_queries(const Member& member, const TileWork& w, const Tiles& s) const {
-    const auto& p = this->p;
-    const int G = p.group_size();
-    for (int hl = 0; hl < geo.heads; ++hl) {
-      const Head h = head(s, hl);
-      const int hk = w.hk + hl;
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(member, geo.rows_p), [&](const int r) {
-        const T* q = r < w.n_rows ? p.q_ptr(w.b, (w.t0 + r) / G, hk * G + static_cast<int>((w.t0 + r) % G)) : nullptr;
-        T* qr = h.q + r * geo.dims_p;
-        T* orow = h.o + r * geo.dims_p;
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, geo.dims_p), [&](const int d) {
-          qr[d] = (q && d < p.head_dim) ? q[d] * this->q_scale : T(0);
-          orow[d] = T(0);
-        });
-        Kokkos::single(Kokkos::PerThread(member), [&]() {
-          const RowState<T> e = RowState<T>::empty();
-          h.m[r] = e.m;
-          h.l[r] = e.l;
-        });
-      });
-    }
   }
 
   // In place, the rows of the next tile are found (and prefetched) while this one is folded, in

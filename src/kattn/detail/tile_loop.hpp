@@ -60,9 +60,9 @@ struct TileArgs {
 };
 
 // The loop. Layout derives from TileArgs<T> and provides, per team: carve (its scratch arrays),
-// load_queries, first_tile / stage / end_tile (K/V rows ready for a tile), scores, and per KV head
-// of the team: softcap, tile_max, exponentiate, values, plus element access score(h, r, j),
-// out(h, r, d), v_row(c, hl, j) and the state vectors of head(s, hl).
+// first_tile / stage / end_tile (K/V rows ready for a tile), scores, and per KV head of the team:
+// softcap, tile_max, exponentiate, values, plus element access q_at(h, r, d) (d < q_dims()),
+// score(h, r, j), out(h, r, d), v_row(c, hl, j) and the state vectors of head(s, hl).
 template <class ExecSpace, class T, class Layout>
 struct TileLoop : Layout {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
@@ -81,7 +81,7 @@ struct TileLoop : Layout {
                                      this->chunk, g.block_q, g.block_k, this->heads());
     if (w.n_rows == 0) return;
     const Tiles s = this->carve(member);
-    this->load_queries(member, w, s);
+    for (int hl = 0; hl < this->heads(); ++hl) load_queries(member, w, this->head(s, hl), w.hk + hl);
     member.team_barrier();
     const BlockSparse::Rows mrows =
         this->bs.active() ? this->bs.rows_of_heads(w.hk, this->heads(), this->p.group_size(), w.t0, w.n_rows)
@@ -145,6 +145,26 @@ struct TileLoop : Layout {
     member.team_barrier();
   }
 
+  // Q of KV head hk scaled into scratch (padding rows, and dims past head_dim, zero), O = 0, the
+  // rows' states empty.
+  KOKKOS_INLINE_FUNCTION void load_queries(const Member& member, const TileWork& w, const Head& h, int hk) const {
+    const auto& p = this->p;
+    const int G = p.group_size();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, this->geo.rows_p), [&](const int r) {
+      const T* q = r < w.n_rows ? p.q_ptr(w.b, (w.t0 + r) / G, hk * G + static_cast<int>((w.t0 + r) % G)) : nullptr;
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, this->q_dims()), [&](const int d) {
+        this->q_at(h, r, d) = (q && d < p.head_dim) ? q[d] * this->q_scale : T(0);
+      });
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, this->geo.dims_p),
+                           [&](const int d) { this->out(h, r, d) = T(0); });
+      Kokkos::single(Kokkos::PerThread(member), [&]() {
+        const RowState<T> e = RowState<T>::empty();
+        h.m[r] = e.m;
+        h.l[r] = e.l;
+      });
+    });
+  }
+
   // Scores of keys a row does not see (window, diagonal shift, block mask; padding keys, and
   // every key of a padding row where the layout folds them) get -inf.
   KOKKOS_INLINE_FUNCTION void mask(const Member& member, const TileWork& w, std::int64_t kb, int n_keys, int keys,
@@ -176,10 +196,8 @@ struct TileLoop : Layout {
           if (r < w.n_rows) this->window.tile_keys((w.t0 + r) / G, kb, n_keys, w.q_len, w.kv_len, begin, end);
         },
         [&](int r, int j) {
-          const bool listed = !this->bs.active() ||
-                              this->bs.listed(hk * G + static_cast<int>((w.t0 + r) % G), (w.t0 + r) / G / this->bs.block,
-                                              (kb + j) / this->bs.block);
-          return listed;
+          return !this->bs.active() || this->bs.listed(hk * G + static_cast<int>((w.t0 + r) % G),
+                                                       (w.t0 + r) / G / this->bs.block, (kb + j) / this->bs.block);
         },
         [&](int r, int j) { return this->score(h, r, j); }, v_at, [&](int r, int d) -> T& { return this->out(h, r, d); },
         h.alpha);

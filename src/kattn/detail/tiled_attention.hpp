@@ -9,7 +9,6 @@
 #include <cstdint>
 
 #include "kattn/compat.hpp"
-#include "kattn/core/state.hpp"
 #include "kattn/detail/online_softmax.hpp"
 #include "kattn/detail/tile_gemm.hpp"
 #include "kattn/detail/tile_geometry.hpp"
@@ -68,6 +67,8 @@ struct ColumnTiles : TileArgs<T> {
   }
   KOKKOS_INLINE_FUNCTION const Head& head(const Tiles& s, int) const { return s; }
 
+  KOKKOS_INLINE_FUNCTION int q_dims() const { return geo.head_dim; }  // Q^T holds no padding dims
+  KOKKOS_INLINE_FUNCTION T& q_at(const Head& h, int r, int d) const { return h.qt[d * geo.rows_p + r]; }
   KOKKOS_INLINE_FUNCTION T& score(const Head& h, int r, int j) const { return h.st[j * geo.rows_p + r]; }
   KOKKOS_INLINE_FUNCTION T& out(const Head& h, int r, int d) const { return h.ot[d * geo.rows_p + r]; }
   KOKKOS_INLINE_FUNCTION const T* v_row(const Cursor& c, int, int j) const { return c.v + std::ptrdiff_t(j) * c.v_row; }
@@ -75,24 +76,6 @@ struct ColumnTiles : TileArgs<T> {
   KOKKOS_INLINE_FUNCTION int masked_rows(int n_rows) const { return n_rows; }
   KOKKOS_INLINE_FUNCTION void mask_span(const Head& h, int r, int, int begin, int end) const {
     mask_column(h.st, geo.keys_p, geo.rows_p, r, begin, end);
-  }
-
-  // Q^T scaled into scratch (padding rows zero), O^T = 0, states empty.
-  KOKKOS_INLINE_FUNCTION void load_queries(const Member& member, const TileWork& w, const Tiles& s) const {
-    const auto& p = this->p;
-    const int G = p.group_size();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, geo.rows_p), [&](const int r) {
-      const T* q = r < w.n_rows ? p.q_ptr(w.b, (w.t0 + r) / G, w.hk * G + static_cast<int>((w.t0 + r) % G)) : nullptr;
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.head_dim),
-                           [&](const int d) { s.qt[d * geo.rows_p + r] = q ? q[d] * this->q_scale : T(0); });
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, geo.dims_p),
-                           [&](const int d) { s.ot[d * geo.rows_p + r] = T(0); });
-      Kokkos::single(Kokkos::PerThread(member), [&]() {
-        const RowState<T> e = RowState<T>::empty();
-        s.m[r] = e.m;
-        s.l[r] = e.l;
-      });
-    });
   }
 
   KOKKOS_INLINE_FUNCTION void first_tile(const Member&, const TileWork&, std::int64_t, const Tiles&, Cursor&) const {}
