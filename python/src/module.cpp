@@ -53,40 +53,37 @@ const T* data_of(const py::array& a) {
   return static_cast<const T*>(a.data());
 }
 
-// A rank-4 NumPy array as a strided view in the library's [B, N, H, D] order.
-template <class T>
-Strided<T, 4> view4(const py::array& a, const char* name, const Layout& L) {
-  if (a.ndim() != 4)
-    throw kattn::Error(std::string(name) + ": expected a rank-4 array, got rank " + std::to_string(a.ndim()));
+// A rank-R NumPy array as a strided view whose dim i is the array's axis axes[i].
+template <class T, int R>
+Strided<T, R> strided(const py::array& a, const char* name, const std::array<int, R>& axes) {
+  if (a.ndim() != R)
+    throw kattn::Error(std::string(name) + ": expected a rank-" + std::to_string(R) + " array, got rank " +
+                       std::to_string(a.ndim()));
   Kokkos::LayoutStride ls;
   std::size_t packed = 1;  // an empty array's strides may read 0: then packed ones (nothing is read)
-  for (int i = 3; i >= 0; --i) {
-    const int ax = L.bnhd[i];
+  for (int i = R - 1; i >= 0; --i) {
+    const int ax = axes[i];
     if (a.strides(ax) % py::ssize_t(sizeof(T)) != 0 || a.strides(ax) < 0)
       throw kattn::Error(std::string(name) + ": strides must be non-negative multiples of the element size");
     ls.dimension[i] = static_cast<std::size_t>(a.shape(ax));
     ls.stride[i] = a.size() == 0 ? packed : static_cast<std::size_t>(a.strides(ax) / py::ssize_t(sizeof(T)));
     packed *= ls.dimension[i] > 0 ? ls.dimension[i] : 1;
   }
-  return Strided<T, 4>(const_cast<T*>(data_of<T>(a)), ls);
+  return Strided<T, R>(const_cast<T*>(data_of<T>(a)), ls);
 }
 
-// A rank-R NumPy array as a strided view ([B, H, N] for lse, [N, H, D] for a merged o).
+// q, k, v, o and their gradients in the library's [B, N, H, D] order.
+template <class T>
+Strided<T, 4> view4(const py::array& a, const char* name, const Layout& L) {
+  return strided<T, 4>(a, name, L.bnhd);
+}
+
+// An array in its own order ([B, H, N] for lse, [S, N, H, D] for merge parts).
 template <class T, int R>
 Strided<T, R> view_n(const py::array& a, const char* name) {
-  if (a.ndim() != R)
-    throw kattn::Error(std::string(name) + ": expected a rank-" + std::to_string(R) + " array, got rank " +
-                       std::to_string(a.ndim()));
-  Kokkos::LayoutStride ls;
-  std::size_t packed = 1;
-  for (int i = R - 1; i >= 0; --i) {
-    if (a.strides(i) % py::ssize_t(sizeof(T)) != 0 || a.strides(i) < 0)
-      throw kattn::Error(std::string(name) + ": strides must be non-negative multiples of the element size");
-    ls.dimension[i] = static_cast<std::size_t>(a.shape(i));
-    ls.stride[i] = a.size() == 0 ? packed : static_cast<std::size_t>(a.strides(i) / py::ssize_t(sizeof(T)));
-    packed *= ls.dimension[i] > 0 ? ls.dimension[i] : 1;
-  }
-  return Strided<T, R>(const_cast<T*>(data_of<T>(a)), ls);
+  std::array<int, R> axes;
+  for (int i = 0; i < R; ++i) axes[i] = i;
+  return strided<T, R>(a, name, axes);
 }
 
 // A new C-ordered array shaped like the library's [B, N, H, D] extents in layout L.
@@ -121,16 +118,16 @@ kattn::Options options_of(bool causal, const py::object& window, double softcap,
   return o;
 }
 
+// 'f' (float32) or 'd' (float64), else a kattn::Error naming the argument.
+char float_kind(const py::array& a, const char* name) {
+  if (a.dtype().is(py::dtype::of<float>())) return 'f';
+  if (a.dtype().is(py::dtype::of<double>())) return 'd';
+  throw kattn::Error(std::string(name) + ": expected float32 or float64, got " + std::string(py::str(a.dtype())));
+}
+
 char dtype_of(const py::array& q, const py::array& k, const py::array& v) {
-  const auto kind = [](const py::array& a) {
-    if (a.dtype().is(py::dtype::of<float>())) return 'f';
-    if (a.dtype().is(py::dtype::of<double>())) return 'd';
-    return '?';
-  };
-  const char t = kind(q);
-  if (t == '?')
-    throw kattn::Error("q: expected float32 or float64, got " + std::string(py::str(q.dtype())));
-  if (kind(k) != t || kind(v) != t)
+  const char t = float_kind(q, "q");
+  if (!k.dtype().is(q.dtype()) || !v.dtype().is(q.dtype()))
     throw kattn::Error("k, v: expected the dtype of q (" + std::string(py::str(q.dtype())) + "), got " +
                        std::string(py::str(k.dtype())) + " and " + std::string(py::str(v.dtype())));
   return t;
@@ -235,11 +232,9 @@ PYBIND11_MODULE(_kattn, m) {
   m.def(
       "merge_states",
       [](const py::array& o_parts, const py::array& lse_parts) -> py::tuple {
-        const bool f = o_parts.dtype().is(py::dtype::of<float>());
-        if (!f && !o_parts.dtype().is(py::dtype::of<double>()))
-          throw kattn::Error("o_parts: expected float32 or float64, got " + std::string(py::str(o_parts.dtype())));
+        const char t = float_kind(o_parts, "o_parts");
         require_same_dtype(lse_parts, "lse_parts", o_parts, "o_parts");
-        return f ? merge_as<float>(o_parts, lse_parts) : merge_as<double>(o_parts, lse_parts);
+        return t == 'f' ? merge_as<float>(o_parts, lse_parts) : merge_as<double>(o_parts, lse_parts);
       },
       py::arg("o_parts"), py::arg("lse_parts"));
 
