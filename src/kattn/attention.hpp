@@ -25,6 +25,7 @@
 #include "kattn/block_patterns.hpp"
 #include "kattn/cascade.hpp"
 #include "kattn/detail/attention_impl.hpp"
+#include "kattn/detail/zero_fill.hpp"
 #include "kattn/kv.hpp"
 #include "kattn/options.hpp"
 #include "kattn/paged.hpp"
@@ -142,9 +143,8 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q,
   validate(opt);
   detail::require_dense_for_block_mask(opt, "a paged cache");
   const auto p = paged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout);
-  using T = typename DkView::non_const_value_type;
-  Kokkos::deep_copy(space, dk, T(0));  // the kernels write the slots that hold keys
-  Kokkos::deep_copy(space, dv, T(0));
+  detail::zero_fill(space, dk);  // the kernels write the slots that hold keys
+  detail::zero_fill(space, dv);
   return detail::backward_impl(space, p, opt, bopt);
 }
 
