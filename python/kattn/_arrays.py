@@ -1,0 +1,49 @@
+"""NumPy arrays and DLPack tensors (PyTorch CPU tensors) in, results in the caller's kind out.
+
+Inputs are read in place: a tensor is viewed as a NumPy array through DLPack (no copy), and
+results go back as tensors sharing the NumPy result's memory.
+"""
+
+import numpy as np
+
+from ._kattn import Error
+
+
+def as_array(x, name):
+    """x as a NumPy array without a copy; a DLPack tensor must be a CPU tensor not needing grad."""
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "__dlpack__"):
+        if getattr(x, "requires_grad", False):
+            raise Error(f"{name}: requires grad; use kattn.torch.attention for autograd, or pass {name}.detach()")
+        device = getattr(x, "device", None)
+        if device is not None and getattr(device, "type", "cpu") != "cpu":
+            raise Error(f"{name}: expected a CPU tensor, got one on {device}")
+        dtype = str(getattr(x, "dtype", ""))
+        if "bfloat16" in dtype or "float16" in dtype:
+            raise Error(f"{name}: expected float32 or float64, got {dtype} (16-bit storage is not in kattn yet)")
+        try:
+            return np.from_dlpack(x)
+        except (RuntimeError, TypeError, BufferError) as e:
+            raise Error(f"{name}: cannot be read through DLPack: {e}") from None
+    raise Error(f"{name}: expected a NumPy array or a CPU tensor (DLPack), got {type(x).__name__}")
+
+
+def index_array(x, name):
+    """An index array (indptr, page table) as NumPy; lists and tensors are accepted."""
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "__dlpack__"):
+        return as_array(x, name)
+    return np.asarray(x)
+
+
+def returner(like):
+    """A function that gives NumPy results back in the kind of `like` (a tensor for a tensor)."""
+    if isinstance(like, np.ndarray) or not hasattr(like, "__dlpack__"):
+        return lambda a: a
+    import torch  # only tensors from PyTorch come here
+
+    if isinstance(like, torch.Tensor):
+        return torch.from_numpy
+    return lambda a: a
