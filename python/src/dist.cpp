@@ -1,0 +1,106 @@
+// kattn.dist's bindings (built when kattn has its MPI layer): ring attention over the ranks of an
+// mpi4py communicator, and which global positions a rank's shard holds. The communicator comes as
+// its Fortran handle (mpi4py's Comm.py2f), so the module needs no mpi4py headers; MPI itself is
+// started and stopped by mpi4py.
+#include <mpi.h>
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+
+#include "arrays.hpp"
+#include "kattn/dist/collective.hpp"
+#include "kattn/dist/layout.hpp"
+#include "kattn/dist/ring.hpp"
+
+namespace {
+
+using namespace kattn_python;
+
+kattn::dist::Sharding sharding_of(const std::string& name) {
+  if (name == "contiguous") return kattn::dist::Sharding::contiguous;
+  if (name == "zigzag") return kattn::dist::Sharding::zigzag;
+  throw kattn::Error("sharding: expected \"contiguous\" or \"zigzag\", got \"" + name + "\"");
+}
+
+MPI_Comm comm_of(std::int64_t handle) {
+  int started = 0;
+  MPI_Initialized(&started);
+  if (!started) throw kattn::Error("comm: MPI is not initialized (import mpi4py.MPI first)");
+  const MPI_Comm comm = MPI_Comm_f2c(static_cast<MPI_Fint>(handle));
+  if (comm == MPI_COMM_NULL) throw kattn::Error("comm: expected a communicator, got MPI.COMM_NULL");
+  return comm;
+}
+
+py::dict stats_dict(const kattn::dist::DistStats& s) {
+  py::dict d;
+  d["seconds"] = s.seconds, d["compute_seconds"] = s.compute_seconds, d["comm_seconds"] = s.comm_seconds;
+  d["bytes_sent"] = s.bytes_sent, d["messages_sent"] = s.messages_sent, d["flops"] = s.flops, d["steps"] = s.steps;
+  return d;
+}
+
+// Array checks run on every rank through collective_check: a bad array on one rank is the same
+// kattn::Error on all of them, never a rank left waiting in the ring.
+template <class T>
+py::tuple ring_as(MPI_Comm comm, const py::array& q, const py::array& k, const py::array& v, const Layout& L,
+                  const kattn::Options& opt, const kattn::dist::DistOptions& d) {
+  Strided<T, 4> qv, kv, vv, ov;
+  Strided<T, 3> lv;
+  py::array_t<T> o, lse;
+  kattn::dist::collective_check(kattn::dist::library_comm(comm), [&] {
+    qv = view4<T>(q, "q", L), kv = view4<T>(k, "k", L), vv = view4<T>(v, "v", L);
+    o = new4<T>(qv.extent(0), qv.extent(1), qv.extent(2), vv.extent(3), L);
+    lse = new_array<T>({qv.extent(0), qv.extent(2), qv.extent(1)});
+    ov = view4<T>(o, "o", L);
+    lv = view_n<T, 3>(lse, "lse");
+  });
+  kattn::dist::DistStats stats;
+  run_released([&] { stats = kattn::dist::ring_attention(comm, Space(), qv, kattn::kv::dense(kv, vv), ov, lv, opt, d); });
+  return py::make_tuple(o, lse, stats_dict(stats));
+}
+
+}  // namespace
+
+void bind_dist(py::module_& m) {
+  // refused: what the Python layer refused on this rank ("" for nothing); q, k, v are then None.
+  m.def("ring_attention", [](std::int64_t comm_handle, const py::object& q_obj, const py::object& k_obj,
+                             const py::object& v_obj, const std::string& layout, const py::dict& kw,
+                             const std::string& sharding, bool deterministic, std::int64_t chunk,
+                             const std::string& refused) {
+    const MPI_Comm comm = comm_of(comm_handle);
+    const MPI_Comm checks = kattn::dist::library_comm(comm);  // kattn's checks apart from the caller's traffic
+    // Whatever one rank refuses, every rank refuses with the same message (no rank left waiting).
+    kattn::Options opt;
+    Layout L{};
+    kattn::dist::DistOptions d;
+    char dtype = 'f';
+    py::array q, k, v;
+    kattn::dist::collective_check(checks, [&] {
+      if (!refused.empty()) throw kattn::Error(refused);
+      q = py::array::ensure(q_obj), k = py::array::ensure(k_obj), v = py::array::ensure(v_obj);
+      opt = options_of(kw);
+      L = Layout::parse(layout);
+      d.sharding = sharding_of(sharding);
+      d.deterministic = deterministic;
+      d.chunk = chunk;
+      dtype = dtype_of(q, k, v);
+    });
+    kattn::dist::collective_agree(checks, {kattn::dist::Agreed::dtype("q", dtype == 'f' ? 4 : 8)});
+    return dtype == 'f' ? ring_as<float>(comm, q, k, v, L, opt, d) : ring_as<double>(comm, q, k, v, L, opt, d);
+  });
+  m.def("shard_positions", [](std::int64_t length, int ranks, int rank, const std::string& sharding,
+                              std::int64_t align) {
+    if (length < 0) throw kattn::Error("length: expected >= 0 positions, got " + std::to_string(length));
+    if (ranks < 1 || rank < 0 || rank >= ranks)
+      throw kattn::Error("rank: expected 0 .. " + std::to_string(ranks - 1) + ", got " + std::to_string(rank));
+    if (align < 1) throw kattn::Error("chunk: expected >= 0 keys, got " + std::to_string(align));
+    const kattn::dist::SequenceLayout layout(length, ranks, sharding_of(sharding), align);
+    py::array_t<std::int64_t> pos(layout.local_length(rank));
+    auto* out = pos.mutable_data();
+    for (const auto& s : layout.segments_of(rank))
+      for (std::int64_t i = 0; i < s.length; ++i) out[s.local + i] = s.global + i;
+    return pos;
+  });
+}
