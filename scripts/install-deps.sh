@@ -9,6 +9,7 @@ packages=(
   libopenmpi-dev openmpi-bin                                                        # MPI layer
   libgtest-dev libgmock-dev libbenchmark-dev                                        # tests and benchmarks
   python3-dev python3-pybind11 python3-numpy python3-pytest                         # the Python package
+  python3-torch python3-mpi4py                                                      # its PyTorch and mpi4py parts
 )
 if [ "${1:-}" = fuzz ]; then
   packages+=(clang libclang-rt-14-dev)                                              # libFuzzer (scripts/fuzz.sh)

@@ -25,8 +25,11 @@ class _Attention(torch.autograd.Function):
         return o
 
     @staticmethod
-    @torch.autograd.function.once_differentiable  # kattn's backward is not itself differentiated
     def backward(ctx, dout):
+        # Grad mode is on here only under create_graph=True: kattn's backward has no graph of its
+        # own, so a second derivative (e.g. a gradient penalty) would silently lose this term.
+        if torch.is_grad_enabled():
+            raise RuntimeError("kattn.torch.attention: second derivatives (create_graph=True) are not supported")
         q, k, v, o, lse = (t.detach() for t in ctx.saved_tensors)  # o comes back as an output needing grad
         dout = dout.detach()
         if dout.dtype != q.dtype:
