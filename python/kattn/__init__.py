@@ -24,7 +24,7 @@ from ._arrays import as_array, index_array, returner
 from ._kattn import Error, build_info, version
 
 __all__ = [
-    "Error", "attention", "attention_backward", "build_info", "decode", "merge_states", "paged_attention",
+    "Error", "attention", "attention_backward", "build_info", "cascade_attention", "decode", "merge_states", "paged_attention",
     "paged_attention_backward", "plan", "ragged_attention", "ragged_attention_backward", "version",
 ]
 
@@ -148,6 +148,37 @@ def decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, wi
     return paged_attention(q, kv_cache, np.arange(qa.shape[0] + 1 if qa.ndim == 3 else 1, dtype=np.int64),
                            kv_page_indptr, kv_page_indices, kv_last_page_len, window=window, softcap=softcap,
                            scale=scale, return_lse=return_lse, splits=splits, split_chunk=split_chunk)
+
+
+def cascade_attention(q, k_prefix, v_prefix, q_indptr, *, kv=None, kv_indptr=None, kv_cache=None,
+                      kv_page_indptr=None, kv_page_indices=None, kv_last_page_len=None, causal=False, window=None,
+                      softcap=0.0, scale=None, return_lse=False, splits=0, split_chunk=0, block_q=0, block_k=0):
+    """Attention over a prefix shared by every sequence (k_prefix, v_prefix [Np, Hkv, D], read once
+    for the whole batch), then each sequence's own keys: ragged (kv=(k, v) [total_kv, Hkv, D] with
+    kv_indptr) or paged (kv_cache with kv_page_indptr, kv_page_indices, kv_last_page_len). q
+    [total_q, Hq, D] with q_indptr. The masks see the prefix and the sequence's keys as one
+    sequence. Returns o like q, and with return_lse lse [total_q, Hq]."""
+    out = returner(q)
+    opts = _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k)
+    q_, kp, vp = _as_arrays(q=q, k_prefix=k_prefix, v_prefix=v_prefix)
+    if (kv is None) == (kv_cache is None):
+        raise Error("kv, kv_cache: expected the suffix as ragged keys (kv=(k, v), kv_indptr) or as a paged cache "
+                    "(kv_cache and its page table), one of them")
+    if kv is not None:
+        if kv_indptr is None:
+            raise Error("kv_indptr: expected the offsets of the ragged suffix keys")
+        if not (isinstance(kv, (tuple, list)) and len(kv) == 2):
+            raise Error("kv: expected (k, v), the ragged suffix keys and values")
+        k, v = as_array(kv[0], "k"), as_array(kv[1], "v")
+        o, lse = _kattn.cascade_ragged_attention(q_, kp, vp, k, v, index_array(q_indptr, "q_indptr"),
+                                                 index_array(kv_indptr, "kv_indptr"), opts)
+    else:
+        k_pages, v_pages = _pages(kv_cache)
+        o, lse = _kattn.cascade_paged_attention(
+            q_, kp, vp, k_pages, v_pages, index_array(q_indptr, "q_indptr"),
+            index_array(kv_page_indptr, "kv_page_indptr"), index_array(kv_page_indices, "kv_page_indices"),
+            index_array(kv_last_page_len, "kv_last_page_len"), opts)
+    return (out(o), out(lse)) if return_lse else out(o)
 
 
 def merge_states(o_parts, lse_parts):

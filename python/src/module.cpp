@@ -145,6 +145,25 @@ py::tuple packed_backward(const py::array& q, const py::array& k, const py::arra
   return py::make_tuple(dq, dk, dv, backward_dict(info));
 }
 
+// Cascade: a prefix k_prefix, v_prefix [Np, Hkv, D] every sequence sees, then each sequence's own
+// keys (ragged or paged, KR the rank of their arrays).
+template <class T, int KR, class Index>
+py::tuple cascade_forward(const py::array& q, const py::array& k_prefix, const py::array& v_prefix,
+                          const py::array& k, const py::array& v, const Index& index, const kattn::Options& opt) {
+  require_same_dtype(k_prefix, "k_prefix", q, "q");
+  require_same_dtype(v_prefix, "v_prefix", q, "q");
+  const auto qv = view_n<T, 3>(q, "q");
+  const auto kp = view_n<T, 3>(k_prefix, "k_prefix"), vp = view_n<T, 3>(v_prefix, "v_prefix");
+  const auto kv = view_n<T, KR>(k, "k"), vv = view_n<T, KR>(v, "v");
+  py::array_t<T> o = new_array<T>({qv.extent(0), qv.extent(1), vv.extent(KR - 1)});
+  py::array_t<T> lse = new_array<T>({qv.extent(0), qv.extent(1)});
+  const auto ov = view_n<T, 3>(o, "o");
+  const auto lv = view_n<T, 2>(lse, "lse");
+  const auto keys = kattn::kv::cascade(kp, vp, index.kv(kv, vv));
+  run_released([&] { kattn::attention(Space(), qv, keys, ov, lv, opt); });
+  return py::make_tuple(o, lse);
+}
+
 // Calls f.template operator()<float or double>() for q's dtype, which k and v share.
 template <class F>
 py::tuple by_dtype(const py::array& q, const py::array& k, const py::array& v, F&& f) {
@@ -246,6 +265,26 @@ PYBIND11_MODULE(_kattn, m) {
             return packed_backward<decltype(t), 4>(q, k_pages, v_pages, o, lse, dout, index, opt, deterministic);
           });
         });
+
+  m.def("cascade_ragged_attention", [](const py::array& q, const py::array& k_prefix, const py::array& v_prefix,
+                                       const py::array& k, const py::array& v, const py::object& q_indptr,
+                                       const py::object& kv_indptr, const py::dict& kw) {
+    const kattn::Options opt = options_of(kw);
+    const RaggedIndex index(q_indptr, kv_indptr);
+    return by_dtype(q, k, v, [&](auto t) {
+      return cascade_forward<decltype(t), 3>(q, k_prefix, v_prefix, k, v, index, opt);
+    });
+  });
+  m.def("cascade_paged_attention", [](const py::array& q, const py::array& k_prefix, const py::array& v_prefix,
+                                      const py::array& k_pages, const py::array& v_pages, const py::object& q_indptr,
+                                      const py::object& page_indptr, const py::object& page_indices,
+                                      const py::object& last_page_len, const py::dict& kw) {
+    const kattn::Options opt = options_of(kw);
+    const PagedIndex index(q_indptr, page_indptr, page_indices, last_page_len);
+    return by_dtype(q, k_pages, v_pages, [&](auto t) {
+      return cascade_forward<decltype(t), 4>(q, k_prefix, v_prefix, k_pages, v_pages, index, opt);
+    });
+  });
 
   m.def("merge_states", [](const py::array& o_parts, const py::array& lse_parts) -> py::tuple {
     const char t = float_kind(o_parts, "o_parts");

@@ -191,3 +191,35 @@ def test_plan_says_what_attention_would_do():
         kattn.plan(1, 1, 10, 1, 1, 8, dtype="int8")
     with pytest.raises(kattn.Error, match="heads"):
         kattn.plan(1, 1, 10, 3, 2, 8)
+
+
+@pytest.mark.parametrize("mask", range(len(MASKS)))
+@pytest.mark.parametrize("suffix", ["ragged", "paged"])
+def test_cascade_is_attention_over_the_prefix_and_each_sequence(mask, suffix):
+    opt = MASKS[mask]
+    q, k, v, qi, ki = ragged_batch(Q_LENS, KV_LENS, 4, 2, 16, seed=30 + mask)
+    rng = np.random.default_rng(mask)
+    kp, vp = rng.standard_normal((2, 23, 2, 16))  # a prefix of 23 keys every sequence sees
+    if "window" in opt:  # refused by the library, with a message that says what to do instead
+        with pytest.raises(kattn.Error, match="window: cascade attention takes no sliding window"):
+            kattn.cascade_attention(q, kp, vp, qi, kv=(k, v), kv_indptr=ki, **opt)
+        return
+    if suffix == "ragged":
+        o, lse = kattn.cascade_attention(q, kp, vp, qi, kv=(k, v), kv_indptr=ki, return_lse=True, **opt)
+    else:
+        cache, pi, idx, last = pages_of(k, v, ki, 8, seed=mask)
+        o, lse = kattn.cascade_attention(q, kp, vp, qi, kv_cache=cache, kv_page_indptr=pi, kv_page_indices=idx,
+                                         kv_last_page_len=last, return_lse=True, **opt)
+    for b in range(len(Q_LENS)):
+        rows, keys = slice(qi[b], qi[b + 1]), slice(ki[b], ki[b + 1])
+        ref_o, ref_lse = textbook_rows(q[rows], np.concatenate([kp, k[keys]]), np.concatenate([vp, v[keys]]), **opt)
+        assert rel_err(o[rows], ref_o) <= 1e-12
+        assert rel_err(lse[rows], ref_lse) <= 1e-12
+
+
+def test_cascade_needs_one_suffix():
+    q, k, v, qi, ki = ragged_batch([1], [4], 2, 1, 8, seed=0)
+    with pytest.raises(kattn.Error, match=re.escape("kv, kv_cache: expected the suffix")):
+        kattn.cascade_attention(q, k, v, qi)
+    with pytest.raises(kattn.Error, match="kv_indptr"):
+        kattn.cascade_attention(q, k, v, qi, kv=(k, v))
