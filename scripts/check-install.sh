@@ -45,7 +45,13 @@ install_and_consume() {
   if [ "$(cache_value "$build" KATTN_ENABLE_PYTHON)" = ON ] && [ -n "$site" ]; then
     echo "-- the installed Python package"
     (cd / && env -u LD_LIBRARY_PATH PYTHONPATH="$prefix/$site" "$py" -c \
-      'import numpy as np, kattn; q = np.ones((1, 4, 2, 8)); print("kattn", kattn.version(), kattn.attention(q, q, q).shape)')
+      'import numpy as np, kattn; q = np.ones((1, 4, 2, 8)); print("kattn", kattn.version(), kattn.attention(q, q, q).shape)
+import importlib.util
+if importlib.util.find_spec("torch"):
+    import torch, kattn.torch
+    t = torch.ones(1, 2, 4, 8, dtype=torch.float64, requires_grad=True)
+    kattn.torch.attention(t, t, t).sum().backward()
+    print("kattn.torch", tuple(t.grad.shape))')
   fi
 }
 

@@ -154,7 +154,8 @@ class ROCmPackage(PackageBase):
 
 def install_stand_in():
     api = types.ModuleType("spack.package")
-    for name in "version variant depends_on conflicts requires license maintainers".split():
+    directive_names = "version variant depends_on extends conflicts requires license maintainers"
+    for name in directive_names.split():
         setattr(api, name, _directive(name))
     api.run_after = _decorator("run_after")
     api.on_package_attributes = _decorator("on_package_attributes")
@@ -258,6 +259,7 @@ def cmake_args(Kattn, run_tests=False, **variants_set):
         "kokkos_kernels": False,
         "cuda": False,
         "rocm": False,
+        "python": False,
     }
     values.update(variants_set)
     nvcc_wrapper = "/kokkos-nvcc-wrapper/bin/nvcc_wrapper"
@@ -266,6 +268,10 @@ def cmake_args(Kattn, run_tests=False, **variants_set):
         "kokkos-kernels": types.SimpleNamespace(prefix=Prefix("/kokkos-kernels")),
         "cuda": types.SimpleNamespace(prefix=Prefix("/cuda")),
         "hip": types.SimpleNamespace(prefix=Prefix("/hip"), hipcc="/hip/bin/hipcc"),
+        "python": types.SimpleNamespace(
+            command=types.SimpleNamespace(path="/python/bin/python3"),
+            platlib="lib/python3.11/site-packages",
+        ),
     }
     pkg = Kattn(FakeSpec(values, deps))
     pkg.run_tests = run_tests
@@ -301,6 +307,18 @@ def check_cmake_args(Kattn, root):
         "-DCMAKE_CUDA_COMPILER:STRING=/cuda/bin/nvcc",
     ):
         check(want in args, f"+cuda cuda_arch=90a: {want}")
+    check("-DKATTN_ENABLE_PYTHON:BOOL=OFF" in cmake_args(Kattn), "default spec: no Python package")
+    args = cmake_args(Kattn, python=True)
+    for want in (
+        "-DKATTN_ENABLE_PYTHON:BOOL=ON",
+        "-DPython_EXECUTABLE:STRING=/python/bin/python3",
+        "-DKATTN_PYTHON_INSTALL_DIR:STRING=lib/python3.11/site-packages",
+    ):
+        check(want in args, f"+python: {want}")
+    check(
+        ("python",) in [a for a, k in of("extends") if k.get("when") == "+python"],
+        "+python extends python",
+    )
     args = cmake_args(Kattn, rocm=True, amdgpu_target="gfx90a")
     check("-DCMAKE_CXX_COMPILER:STRING=/hip/bin/hipcc" in args, "+rocm: hipcc")
 

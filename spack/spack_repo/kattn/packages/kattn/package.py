@@ -28,6 +28,11 @@ class Kattn(CMakePackage, CudaPackage, ROCmPackage):
     variant("openmp", default=True, description="Use the Kokkos OpenMP host backend")
     variant("shared", default=True, description="Build shared libraries")
     variant(
+        "python",
+        default=False,
+        description="Build the Python package kattn (NumPy arrays, PyTorch tensors, mpi4py)",
+    )
+    variant(
         "kokkos_kernels",
         default=False,
         description="Link Kokkos Kernels (kattn only reports its version)",
@@ -64,12 +69,23 @@ class Kattn(CMakePackage, CudaPackage, ROCmPackage):
     depends_on("kokkos+openmp", when="+openmp")
     depends_on("kokkos-kernels@3.4:", when="+kokkos_kernels")
     depends_on("mpi", when="+mpi")
+    extends("python", when="+python")
+    depends_on("python@3.8:", type=("build", "link", "run"), when="+python")
+    depends_on("py-pybind11@2.6:", type="build", when="+python")
+    depends_on("py-numpy", type=("build", "run"), when="+python")
+    depends_on("py-mpi4py", type="run", when="+python+mpi")  # kattn.dist
+    depends_on("py-pytest", type="test", when="+python")
     depends_on("googletest", type="test")
 
     conflicts(
         "+shared",
         when="^kokkos~shared~pic",
         msg="a shared kattn needs a shared or position-independent Kokkos (kokkos+shared or +pic)",
+    )
+    conflicts(
+        "+python",
+        when="^kokkos~shared~pic",
+        msg="the Python extension module needs a shared or position-independent Kokkos",
     )
 
     # ---- CUDA ------------------------------------------------------------------------
@@ -147,6 +163,7 @@ class Kattn(CMakePackage, CudaPackage, ROCmPackage):
             self.define_from_variant("KATTN_ENABLE_CUDA", "cuda"),
             self.define_from_variant("KATTN_ENABLE_KOKKOSKERNELS", "kokkos_kernels"),
             self.define_from_variant("BUILD_SHARED_LIBS", "shared"),
+            self.define_from_variant("KATTN_ENABLE_PYTHON", "python"),
             # The unit tests are built when spack runs them (--test=root, CMakePackage's
             # check); the benchmarks in perf/ are never installed.
             self.define("KATTN_ENABLE_TESTS", self.run_tests),
@@ -158,6 +175,11 @@ class Kattn(CMakePackage, CudaPackage, ROCmPackage):
         ]
         if spec.satisfies("+kokkos_kernels"):
             args.append(self.define("KokkosKernels_ROOT", self["kokkos-kernels"].prefix))
+        if spec.satisfies("+python"):
+            # The spec's interpreter, and its site-packages (relative to the prefix) for the
+            # package, where spack's extension activation looks.
+            args.append(self.define("Python_EXECUTABLE", self["python"].command.path))
+            args.append(self.define("KATTN_PYTHON_INSTALL_DIR", self["python"].platlib))
         if spec.satisfies("+cuda"):
             # The arch asked for, "90a" included (Kokkos itself gets "90"): CMake's CUDA
             # compiler check uses it. kattn's kernels/cuda chooses its own -gencode per file
