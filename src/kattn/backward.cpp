@@ -111,7 +111,7 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
     kern.scratch_level = plan.key_scratch_level;
     kern.ws = ws;
     kern.bs = bs;
-    Policy policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
+    auto policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
     policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
     if (!pieces) {
       Kokkos::parallel_for("kattn::backward::key_pass", policy, kern);
@@ -136,7 +136,7 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
     kern.scratch_level = plan.query_scratch_level;
     kern.ws = ws;
     kern.bs = bs;
-    Policy policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
+    auto policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
     policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
     if (!pieces) {
       Kokkos::parallel_for("kattn::backward::query_pass", policy, kern);

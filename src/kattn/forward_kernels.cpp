@@ -79,7 +79,7 @@ void chunk_partials(const ExecSpace& space, const AttentionParams<T>& p, const O
   kern.ws.rows = p.q_total * p.heads_q;
   kern.ws.o = ws_o;
   kern.ws.lse = ws_lse;
-  Kokkos::TeamPolicy<ExecSpace> policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
+  auto policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
   policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
   Kokkos::parallel_for("kattn::dist::chunk_partials", policy, kern);
 }

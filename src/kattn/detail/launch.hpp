@@ -91,7 +91,7 @@ void launch_tiles(const ExecSpace& space, const AttentionParams<T>& p, Kernel& k
     kern.ws.o = part_o.data();
     kern.ws.lse = part_lse.data();
   }
-  Kokkos::TeamPolicy<ExecSpace> policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
+  auto policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
   policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
   Kokkos::parallel_for(name + "::tile", policy, kern);
   if (split.splits > 1) {

@@ -83,14 +83,22 @@ struct Tuning {
   static constexpr bool row_tile_prefetch = host;
 };
 
-// The team policy of a tiled kernel: the tuning's team size, capped at what the space runs for
-// this functor (one thread on Serial, the thread pool on OpenMP, the register file on GPUs).
+// The team policy of the tiled kernels. Scheduled dynamically: under a causal mask or a window
+// the teams' work differs (the last query tiles see the most keys, the first key tiles the most
+// queries), and a static schedule hands each host thread one contiguous range of the league, so
+// one thread gets most of the work. With work stealing the threads finish together. (GPUs schedule
+// blocks as they free up either way.) The member type is that of the plain policy.
+template <class ExecSpace>
+using TilePolicy = Kokkos::TeamPolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>>;
+
+// A tiled kernel's policy: the tuning's team size, capped at what the space runs for this functor
+// (one thread on Serial, the thread pool on OpenMP, the register file on GPUs).
 template <class ExecSpace, class T, class Functor>
-Kokkos::TeamPolicy<ExecSpace> team_policy(const ExecSpace& space, int league_size, const Functor& kern) {
-  const Kokkos::TeamPolicy<ExecSpace> probe(space, league_size, 1);
+TilePolicy<ExecSpace> team_policy(const ExecSpace& space, int league_size, const Functor& kern) {
+  const TilePolicy<ExecSpace> probe(space, league_size, 1);
   const int max = probe.team_size_max(kern, Kokkos::ParallelForTag());
   const int want = Tuning<ExecSpace, T>::team_size;
-  return Kokkos::TeamPolicy<ExecSpace>(space, league_size, want < max ? want : max);
+  return TilePolicy<ExecSpace>(space, league_size, want < max ? want : max);
 }
 
 // Level-0 scratch a team of this space has, and level 1; a device-shaped host build caps level 0
