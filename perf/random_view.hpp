@@ -10,14 +10,15 @@
 namespace kattn {
 namespace perf {
 
-template <class T>
-using View4 = Kokkos::View<T****, Kokkos::LayoutRight>;
+template <class T, class Memory = Kokkos::DefaultExecutionSpace::memory_space>
+using View4 = Kokkos::View<T****, Kokkos::LayoutRight, Memory>;
 template <class T>
 using View3 = Kokkos::View<T***, Kokkos::LayoutRight>;
 
-template <class T>
-View4<T> random_view(const char* label, int n, int d, unsigned seed) {
-  View4<T> v(std::string(label), 1, n, 1, d);
+// Memory: where the view lives (the default space's memory, or the host's for a host library).
+template <class T, class Memory = Kokkos::DefaultExecutionSpace::memory_space>
+View4<T, Memory> random_view(const char* label, int n, int d, unsigned seed) {
+  View4<T, Memory> v(std::string(label), 1, n, 1, d);
   auto h = Kokkos::create_mirror_view(v);
   std::mt19937 gen(seed);
   std::normal_distribution<T> dist(0, 1);
