@@ -37,9 +37,9 @@ namespace {
 
 using Host = Kokkos::DefaultHostExecutionSpace;
 template <class T>
-using HostView4 = Kokkos::View<T****, Kokkos::LayoutRight, Kokkos::HostSpace>;
+using HostView4 = kattn::perf::View4<T, Kokkos::HostSpace>;  // where BLAS reads them
 template <class T>
-using HostView3 = Kokkos::View<T***, Kokkos::LayoutRight, Kokkos::HostSpace>;
+using HostView3 = kattn::perf::View3<T, Kokkos::HostSpace>;
 
 constexpr double kLog2e = 1.4426950408889634074;
 constexpr double kLn2 = 0.69314718055994530942;

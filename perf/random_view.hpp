@@ -12,8 +12,8 @@ namespace perf {
 
 template <class T, class Memory = Kokkos::DefaultExecutionSpace::memory_space>
 using View4 = Kokkos::View<T****, Kokkos::LayoutRight, Memory>;
-template <class T>
-using View3 = Kokkos::View<T***, Kokkos::LayoutRight>;
+template <class T, class Memory = Kokkos::DefaultExecutionSpace::memory_space>
+using View3 = Kokkos::View<T***, Kokkos::LayoutRight, Memory>;
 
 // Memory: where the view lives (the default space's memory, or the host's for a host library).
 template <class T, class Memory = Kokkos::DefaultExecutionSpace::memory_space>
