@@ -19,6 +19,8 @@ softcap, scale (None: 1/sqrt(head_dim)), splits / split_chunk (split-KV; 0: plan
 block_k (tile sizes; 0: tuned).
 """
 
+import numpy as np
+
 from . import _kattn
 from ._arrays import as_array, index_array, returner
 from ._kattn import Error, build_info, version
@@ -142,10 +144,10 @@ def decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, wi
            return_lse=False, splits=0, split_chunk=0):
     """One decoding step: q [B, Hq, D] (one query per sequence) over a paged KV cache, as
     paged_attention with q_indptr = 0, 1, ..., B. Split-KV is planned for the machine unless given."""
-    import numpy as np
-
     qa = as_array(q, "q")
-    return paged_attention(q, kv_cache, np.arange(qa.shape[0] + 1 if qa.ndim == 3 else 1, dtype=np.int64),
+    if qa.ndim != 3:
+        raise Error(f"q: expected a rank-3 array [B, Hq, D] (one query per sequence), got rank {qa.ndim}")
+    return paged_attention(q, kv_cache, np.arange(qa.shape[0] + 1, dtype=np.int64),
                            kv_page_indptr, kv_page_indices, kv_last_page_len, window=window, softcap=softcap,
                            scale=scale, return_lse=return_lse, splits=splits, split_chunk=split_chunk)
 

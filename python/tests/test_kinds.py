@@ -172,6 +172,7 @@ def test_float32_ragged_and_index_arrays_of_any_integer_kind():
                                                        [1, 0, 0, 0, 0], ), "kv_page_indices"),
         (lambda q, k, v, qi, ki: kattn.paged_attention(q, (k[None],), qi, [0], [], []), "kv_cache: expected (k_pages, v_pages)"),
         (lambda q, k, v, qi, ki: kattn.paged_attention(q, k, qi, [0], [], []), "kv_cache: expected"),
+        (lambda q, k, v, qi, ki: kattn.decode(q[None], (k[None], v[None]), [0, 1], [0], [1]), "q: expected a rank-3 array"),
     ],
 )
 def test_bad_ragged_and_paged_input_raises_naming_the_argument(call, message):
