@@ -7,6 +7,8 @@
 // BM_DecodePageSize: keys per page, pages shuffled (what a jump between pages costs).
 // BM_DecodePair: the targets as paired ratios (decode / stream, paged / dense, split /
 // no split), robust to a machine whose bandwidth drifts.
+// BM_DecodeStorage: a cache stored in bf16 or fp16 (under float or 16-bit queries) against the
+// float cache and against a streaming read of the bytes it holds, paired in one run.
 //
 // The machine may be shared: each case reports the best and the median time of its iterations
 // and the best of four stream trials, so that ratios compare like with like; `cpu_` counters use
@@ -43,8 +45,17 @@ using Index = Kokkos::View<std::int64_t*, Kokkos::HostSpace>;
 
 template <class View>
 void fill(const View& v, std::uint64_t seed) {
-  Kokkos::Random_XorShift64_Pool<typename View::execution_space> pool(seed);
-  Kokkos::fill_random(v, pool, -1.0, 1.0);
+  using S = typename View::non_const_value_type;
+  if constexpr (kattn::is_16bit_v<S>) {  // fill_random knows only arithmetic types: drawn on the host
+    auto h = Kokkos::create_mirror_view(v);
+    std::mt19937_64 gen(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = kattn::narrow<S>(u(gen));
+    Kokkos::deep_copy(v, h);
+  } else {
+    Kokkos::Random_XorShift64_Pool<typename View::execution_space> pool(seed);
+    Kokkos::fill_random(v, pool, -1.0, 1.0);
+  }
 }
 
 Index index_view(const std::vector<std::int64_t>& values, const char* label) {
@@ -53,16 +64,18 @@ Index index_view(const std::vector<std::int64_t>& values, const char* label) {
   return v;
 }
 
-// One decode problem: q [B, 1, Hq, D] against a dense or paged (page > 0 keys per page, pages
-// shuffled or in order) cache of N keys per sequence.
-template <class T>
+// One decode problem: q [B, 1, Hq, D] (storage T) against a dense or paged (page > 0 keys per
+// page, pages shuffled or in order) cache of N keys per sequence (storage KV).
+template <class T, class KV = T>
 struct DecodeCase {
+  using Acc = kattn::accumulate_t<T>;
   kattn::Options opt;
-  View4<T> q, o, k, v;
-  View3<T> lse;
+  View4<T> q, o;
+  View4<KV> k, v;
+  View3<Acc> lse;
   kattn::PagedLayout<> layout;
   View3<T> q_r, o_r;
-  View2<T> lse_r;
+  View2<Acc> lse_r;
   int page = 0;
   double bytes = 0;  // K and V
 
@@ -71,15 +84,15 @@ struct DecodeCase {
     opt.block_k = block_k;
     q = View4<T>("q", B, 1, Hq, D);
     o = View4<T>("o", B, 1, Hq, D);
-    lse = View3<T>("lse", B, Hq, 1);
+    lse = View3<Acc>("lse", B, Hq, 1);
     fill(q, 1);
     if (page == 0) {
-      k = View4<T>("k", B, N, Hkv, D);
-      v = View4<T>("v", B, N, Hkv, D);
+      k = View4<KV>("k", B, N, Hkv, D);
+      v = View4<KV>("v", B, N, Hkv, D);
     } else {
       const std::int64_t per_seq = (N + page - 1) / page, pages = B * per_seq;
-      k = View4<T>("k", pages, page, Hkv, D);
-      v = View4<T>("v", pages, page, Hkv, D);
+      k = View4<KV>("k", pages, page, Hkv, D);
+      v = View4<KV>("v", pages, page, Hkv, D);
       std::vector<std::int64_t> perm(pages), q_indptr(B + 1), page_indptr(B + 1), last(B, N - (per_seq - 1) * page);
       std::iota(perm.begin(), perm.end(), 0);
       if (shuffled) std::shuffle(perm.begin(), perm.end(), std::mt19937_64(42));
@@ -88,11 +101,11 @@ struct DecodeCase {
                                         index_view(perm, "page_indices"), index_view(last, "last_page_len"), page);
       q_r = View3<T>(q.data(), B, Hq, D);
       o_r = View3<T>(o.data(), B, Hq, D);
-      lse_r = View2<T>("lse", B, Hq);
+      lse_r = View2<Acc>("lse", B, Hq);
     }
     fill(k, 2);
     fill(v, 3);
-    bytes = 2.0 * B * N * Hkv * D * sizeof(T);
+    bytes = 2.0 * B * N * Hkv * D * sizeof(KV);
   }
   // splits: 1 = none, 0 = planned.
   kattn::SplitPlan run(int splits) {
@@ -262,5 +275,52 @@ void BM_DecodePageSize(benchmark::State& state) {
 }
 
 BENCHMARK_TEMPLATE(BM_DecodePageSize, float)->Apply(page_sizes);
+
+// 16-bit storage, paired in one run: each iteration times the float cache (A), the cache stored in
+// KV under queries in Q (B), and a streaming read of B's bytes (C). ratio_median: the median of
+// time(B) / time(A) (the target: at most 0.55 for a bf16 cache); frac_stream_median: the median
+// of time(C) / time(B), B's bandwidth on the bytes it reads as a fraction of the stream's (the
+// target: at least 0.85). Dense cache, one sequence, no split unless the planner splits.
+template <class Q, class KV>
+void BM_DecodeStorage(benchmark::State& state) {
+  const std::int64_t N = state.range(0);
+  const int Hkv = static_cast<int>(state.range(1)), G = static_cast<int>(state.range(2));
+  const Kokkos::DefaultExecutionSpace space;
+  DecodeCase<float> a(1, N, Hkv, G, 0, false);
+  DecodeCase<Q, KV> b(1, N, Hkv, G, 0, false);
+  kattn::perf::StreamBuffer<Kokkos::DefaultExecutionSpace> stream(space, b.bytes);
+  const auto seconds = [](const auto& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  a.run(0), b.run(0), stream.pass();  // warm-up
+  std::vector<double> ratio, frac, ta, tb;
+  for (auto _ : state) {
+    ta.push_back(seconds([&] { a.run(0); }));
+    tb.push_back(seconds([&] { b.run(0); }));
+    const double tc = seconds([&] { stream.pass(); });
+    ratio.push_back(tb.back() / ta.back());
+    frac.push_back(tc / tb.back());
+  }
+  const auto median = [](std::vector<double> x) {
+    std::sort(x.begin(), x.end());
+    return x[x.size() / 2];
+  };
+  state.counters["ratio_median"] = median(ratio);
+  state.counters["frac_stream_median"] = median(frac);
+  state.counters["A_GB/s"] = a.bytes / median(ta) / 1e9;
+  state.counters["B_GB/s"] = b.bytes / median(tb) / 1e9;
+  state.counters["threads"] = space.concurrency();
+}
+
+void storage_cases(benchmark::internal::Benchmark* b) {
+  for (int G : {1, 8}) b->Args({65536, 8, G});
+  b->ArgNames({"N", "Hkv", "G"})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+}
+BENCHMARK_TEMPLATE(BM_DecodeStorage, float, kattn::bf16)->Apply(storage_cases);
+BENCHMARK_TEMPLATE(BM_DecodeStorage, kattn::bf16, kattn::bf16)->Apply(storage_cases);
+BENCHMARK_TEMPLATE(BM_DecodeStorage, float, kattn::fp16)->Apply(storage_cases);
+BENCHMARK_TEMPLATE(BM_DecodeStorage, kattn::fp16, kattn::fp16)->Apply(storage_cases);
 
 }  // namespace

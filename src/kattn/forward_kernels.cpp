@@ -1,6 +1,7 @@
 // The forward kernels (the tiled and row-tiled attention kernels, the merge of split partials),
-// compiled here once per backend and scalar type: every entry point that runs them is defined
-// in this file, declared in detail/attention_impl.hpp.
+// compiled here once per backend and storage (float, double, bf16, fp16, and float queries over
+// a bf16 or fp16 cache): every entry point that runs them is defined in this file, declared in
+// detail/attention_impl.hpp.
 #include "kattn/detail/attention_impl.hpp"
 
 #include <numeric>
@@ -19,8 +20,8 @@ namespace detail {
 namespace {
 
 // Under a block mask (dense keys): tiles aligned to the mask's blocks, key chunks of whole blocks.
-template <class ExecSpace, class T>
-SplitPlan block_sparse_attention(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
+template <class ExecSpace, class Q, class T, class KV>
+SplitPlan block_sparse_attention(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, const Options& opt,
                                  const BlockMask& mask) {
   const std::string name = "kattn::attention::block_sparse";
   compat::ScopedRegion region(name);
@@ -53,8 +54,8 @@ SplitPlan block_sparse_attention(const ExecSpace& space, const AttentionParams<T
 
 }  // namespace
 
-template <class ExecSpace, class T>
-SplitPlan attention_impl(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
+template <class ExecSpace, class Q, class T, class KV>
+SplitPlan attention_impl(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, const Options& opt,
                          const BatchLengths& lengths) {
   if (opt.block_mask) return block_sparse_attention(space, p, opt, *opt.block_mask);
   if (p.batch == 0 || p.q_len == 0 || p.heads_q == 0) return SplitPlan{};
@@ -84,12 +85,20 @@ void chunk_partials(const ExecSpace& space, const AttentionParams<T>& p, const O
   Kokkos::parallel_for("kattn::dist::chunk_partials", policy, kern);
 }
 
-#define KATTN_INSTANTIATE_FORWARD_KERNELS(Space, T)                                                         \
-  template SplitPlan attention_impl<Space, T>(const Space&, const AttentionParams<T>&, const Options&,     \
-                                              const BatchLengths&);                                        \
-  template void chunk_partials<Space, T>(const Space&, const AttentionParams<T>&, const Options&, int,      \
+#define KATTN_INSTANTIATE_ATTENTION(Space, Q, KV)                                                         \
+  template SplitPlan attention_impl<Space, Q, accumulate_t<Q>, KV>(                                       \
+      const Space&, const AttentionParams<Q, accumulate_t<Q>, KV>&, const Options&, const BatchLengths&);
+#define KATTN_INSTANTIATE_FORWARD_KERNELS(Space, T)                                                    \
+  KATTN_INSTANTIATE_ATTENTION(Space, T, T)                                                             \
+  template void chunk_partials<Space, T>(const Space&, const AttentionParams<T>&, const Options&, int, \
                                          std::int64_t, T*, T*);
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_FORWARD_KERNELS)
+// 16-bit storage, and float queries over a 16-bit cache (decode with a bf16 / fp16 KV cache).
+#define KATTN_INSTANTIATE_16BIT_ATTENTION(Space, S) \
+  KATTN_INSTANTIATE_ATTENTION(Space, S, S)          \
+  KATTN_INSTANTIATE_ATTENTION(Space, float, S)
+KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_ATTENTION, bf16)
+KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_ATTENTION, fp16)
 
 }  // namespace detail
 }  // namespace kattn

@@ -106,16 +106,12 @@ PagedLayout<MemorySpace> make_paged_layout(const QIndptr& q_indptr, const PageIn
 // A paged problem's params: q, o [total_q, Hq, D], lse [total_q, Hq] (or empty), k and v
 // [num_pages, page_size, Hkv, D], checked against the layout.
 template <class QView, class KView, class VView, class OView, class LseView, class MemorySpace>
-AttentionParams<typename OView::non_const_value_type> paged_params(const QView& q, const KView& k, const VView& v,
-                                                                   const OView& o, const LseView& lse,
-                                                                   const PagedLayout<MemorySpace>& layout) {
-  using T = typename OView::non_const_value_type;
+detail::params_of<QView, KView, VView, OView, LseView> paged_params(const QView& q, const KView& k, const VView& v,
+                                                                    const OView& o, const LseView& lse,
+                                                                    const PagedLayout<MemorySpace>& layout) {
   static_assert(KView::rank == 4 && VView::rank == 4,
                 "kattn: paged k and v must be rank-4 views [num_pages, page_size, heads, dim]");
-  static_assert(std::is_same<typename KView::non_const_value_type, T>::value &&
-                    std::is_same<typename VView::non_const_value_type, T>::value,
-                "kattn: q, k, v, o and lse must have the same scalar type");
-  AttentionParams<T> p;
+  detail::params_of<QView, KView, VView, OView, LseView> p;
   detail::ragged_query_params(q, o, lse, layout.total_q, "q_indptr", p);
   KATTN_REQUIRE(static_cast<std::int64_t>(k.extent(1)) == layout.page_size, "k: expected pages of ", layout.page_size,
                 " keys (the layout's page size), got ", k.extent(1));

@@ -44,8 +44,9 @@ int processors(const ExecSpace& space) {
 
 // The work a problem hands the planner: its sequences' keys and query-row tiles with the tile
 // sizes the kernels will use on `space`.
-template <class ExecSpace, class T>
-SplitWork split_work(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
+// (T: the accumulation type the kernels tile in; Q, KV the storage.)
+template <class ExecSpace, class Q, class T, class KV>
+SplitWork split_work(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, const Options& opt,
                      const BatchLengths& lengths = {}) {
   const int G = p.group_size();
   const int block_q = query_tile_rows<ExecSpace, T>(space, p.head_dim, p.q_len * G, opt);
@@ -63,8 +64,8 @@ SplitWork split_work(const ExecSpace& space, const AttentionParams<T>& p, const 
 
 // The split of a problem: from opt.split_chunk (fixed keys per split) or opt.splits when set,
 // else planned for `procs` processors (0: those of `space`).
-template <class ExecSpace, class T>
-SplitPlan plan_splits(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
+template <class ExecSpace, class Q, class T, class KV>
+SplitPlan plan_splits(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, const Options& opt,
                       const BatchLengths& lengths = {}, int procs = 0) {
   const SplitWork work = split_work(space, p, opt, lengths);
   const int P = procs > 0 ? procs : processors(space);

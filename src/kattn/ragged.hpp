@@ -94,14 +94,11 @@ inline std::vector<std::int64_t> lengths_of(const std::vector<std::int64_t>& ind
 
 // q [total_q, Hq, D], o likewise, lse [total_q, Hq] (or empty): into p's query side. Returns
 // (Hq, D) through p; total_q is checked against the layout's.
-template <class QView, class OView, class LseView, class T>
+template <class QView, class OView, class LseView, class P>
 void ragged_query_params(const QView& q, const OView& o, const LseView& lse, std::int64_t total_q,
-                         const char* total_from, AttentionParams<T>& p) {
+                         const char* total_from, P& p) {
   static_assert(QView::rank == 3 && OView::rank == 3, "kattn: ragged q and o must be rank-3 views [total_q, heads, dim]");
   static_assert(LseView::rank == 2, "kattn: ragged lse must be a rank-2 view [total_q, heads]");
-  static_assert(std::is_same<typename QView::non_const_value_type, T>::value &&
-                    std::is_same<typename LseView::non_const_value_type, T>::value,
-                "kattn: q, k, v, o and lse must have the same scalar type");
   const std::int64_t Hq = q.extent(1), D = q.extent(2);
   KATTN_REQUIRE(static_cast<std::int64_t>(q.extent(0)) == total_q, "q: expected ", total_q, " rows (the last offset of ",
                 total_from, "), got ", q.extent(0));
@@ -177,15 +174,11 @@ RaggedLayout<MemorySpace> make_ragged_layout(const QIndptr& q_indptr, const KvIn
 // A ragged problem's params: q, o [total_q, Hq, D], k, v [total_kv, Hkv, D], lse [total_q, Hq]
 // (an empty view: not wanted), checked against the layout.
 template <class QView, class KView, class VView, class OView, class LseView, class MemorySpace>
-AttentionParams<typename OView::non_const_value_type> ragged_params(const QView& q, const KView& k, const VView& v,
-                                                                    const OView& o, const LseView& lse,
-                                                                    const RaggedLayout<MemorySpace>& layout) {
-  using T = typename OView::non_const_value_type;
+detail::params_of<QView, KView, VView, OView, LseView> ragged_params(const QView& q, const KView& k, const VView& v,
+                                                                     const OView& o, const LseView& lse,
+                                                                     const RaggedLayout<MemorySpace>& layout) {
   static_assert(KView::rank == 3 && VView::rank == 3, "kattn: ragged k and v must be rank-3 views [total_kv, heads, dim]");
-  static_assert(std::is_same<typename KView::non_const_value_type, T>::value &&
-                    std::is_same<typename VView::non_const_value_type, T>::value,
-                "kattn: q, k, v, o and lse must have the same scalar type");
-  AttentionParams<T> p;
+  detail::params_of<QView, KView, VView, OView, LseView> p;
   detail::ragged_query_params(q, o, lse, layout.total_q, "q_indptr", p);
   KATTN_REQUIRE(static_cast<std::int64_t>(k.extent(0)) == layout.total_kv, "k: expected ", layout.total_kv,
                 " rows (the last offset of kv_indptr), got ", k.extent(0));

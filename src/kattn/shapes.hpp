@@ -11,6 +11,7 @@
 #include "kattn/errors.hpp"
 #include "kattn/options.hpp"
 #include "kattn/core/attention_params.hpp"
+#include "kattn/core/storage.hpp"
 
 namespace kattn {
 
@@ -31,6 +32,29 @@ inline void validate(const Options& opt) {
 
 namespace detail {
 
+// The params type of a problem over these views, with the storage rule checked at compile time:
+// q and o of one type Q (float, double, bf16 or fp16), k and v of one type KV (Q, or a 16-bit cache
+// under float queries), lse of Q's accumulation type (float for 16-bit storage).
+template <class QView, class KView, class VView, class OView, class LseView>
+struct ParamsOf {
+  using Q = typename OView::non_const_value_type;
+  using KV = typename KView::non_const_value_type;
+  using Acc = accumulate_t<Q>;
+  using type = AttentionParams<Q, Acc, KV>;
+  static_assert(std::is_same<Q, float>::value || std::is_same<Q, double>::value || is_16bit_v<Q>,
+                "kattn: q and o must hold float, double, kattn::bf16 or kattn::fp16");
+  static_assert(std::is_same<typename QView::non_const_value_type, Q>::value,
+                "kattn: q and o must have the same scalar type");
+  static_assert(std::is_same<typename VView::non_const_value_type, KV>::value,
+                "kattn: k and v must have the same scalar type");
+  static_assert(std::is_same<KV, Q>::value || (std::is_same<Q, float>::value && is_16bit_v<KV>),
+                "kattn: k and v must have q's scalar type, or be a 16-bit cache (bf16, fp16) under float q");
+  static_assert(std::is_same<typename LseView::non_const_value_type, Acc>::value,
+                "kattn: lse must have the accumulation type (q's type; float for 16-bit q)");
+};
+template <class QView, class KView, class VView, class OView, class LseView>
+using params_of = typename ParamsOf<QView, KView, VView, OView, LseView>::type;
+
 template <class View>
 void require_contiguous_dim(const View& view, const char* name) {
   KATTN_REQUIRE(view.extent(View::rank - 1) <= 1 || view.stride(View::rank - 1) == 1, name,
@@ -45,8 +69,8 @@ void require_extent(const View& view, const char* name, int dim, const char* wha
 }
 
 // K and V of rank 4 (batch or page, position, head, dim) into params: data and strides.
-template <class T, class KView, class VView>
-void set_kv_views(AttentionParams<T>& p, const KView& k, const VView& v) {
+template <class P, class KView, class VView>
+void set_kv_views(P& p, const KView& k, const VView& v) {
   p.k = k.data();
   p.k_stride_batch = k.stride(0);
   p.k_stride_seq = k.stride(1);
@@ -62,17 +86,11 @@ void set_kv_views(AttentionParams<T>& p, const KView& k, const VView& v) {
 // Dense layout: q [B, Nq, Hq, D], k and v [B, Nk, Hkv, D], o [B, Nq, Hq, D], lse [B, Hq, Nq]
 // (an empty lse view: not wanted). Hq must be a multiple of Hkv.
 template <class QView, class KView, class VView, class OView, class LseView>
-AttentionParams<typename OView::non_const_value_type> dense_params(const QView& q, const KView& k, const VView& v,
+detail::params_of<QView, KView, VView, OView, LseView> dense_params(const QView& q, const KView& k, const VView& v,
                                                                    const OView& o, const LseView& lse) {
-  using T = typename OView::non_const_value_type;
   static_assert(QView::rank == 4 && KView::rank == 4 && VView::rank == 4 && OView::rank == 4,
                 "kattn: q, k, v and o must be rank-4 views [batch, seq, heads, dim]");
   static_assert(LseView::rank == 3, "kattn: lse must be a rank-3 view [batch, heads, seq]");
-  static_assert(std::is_same<typename QView::non_const_value_type, T>::value &&
-                    std::is_same<typename KView::non_const_value_type, T>::value &&
-                    std::is_same<typename VView::non_const_value_type, T>::value &&
-                    std::is_same<typename LseView::non_const_value_type, T>::value,
-                "kattn: q, k, v, o and lse must have the same scalar type");
   const std::int64_t B = q.extent(0), Nq = q.extent(1), Hq = q.extent(2), D = q.extent(3);
   const std::int64_t Nk = k.extent(1), Hkv = k.extent(2);
   KATTN_REQUIRE(D >= 1, "q: expected a head dim of at least 1, got ", D);
@@ -105,7 +123,7 @@ AttentionParams<typename OView::non_const_value_type> dense_params(const QView& 
   KATTN_REQUIRE(Nq <= INT64_MAX / (B * Hq > 0 ? B * Hq : 1), "q: ", B, " sequences x ", Nq, " queries x ", Hq,
                 " heads: more rows than fit in 64 bits");
 
-  AttentionParams<T> p;
+  detail::params_of<QView, KView, VView, OView, LseView> p;
   p.q = q.data();
   p.q_stride_batch = q.stride(0);
   p.q_stride_seq = q.stride(1);

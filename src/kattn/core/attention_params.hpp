@@ -6,23 +6,29 @@
 #pragma once
 
 #include "kattn/core/host_device.hpp"
+#include "kattn/core/storage.hpp"
 
 #include <cstdint>
 
 namespace kattn {
 
-// T: the storage type of q, k, v and o; Acc: the type of lse (the accumulation type).
-template <class T, class Acc = T>
+// T: the storage type of q and o; KV: that of k and v (a 16-bit cache under float queries, or T);
+// Acc: the type kernels compute in and of lse (float for 16-bit storage: core/storage.hpp).
+template <class T, class Acc = accumulate_t<T>, class KV = T>
 struct AttentionParams {
+  using q_type = T;
+  using kv_type = KV;
+  using acc_type = Acc;
+
   // q (b, i, h, d) = q[b * q_stride_batch + i * q_stride_seq + h * q_stride_head + d]; in a
   // ragged batch, row i of sequence b is global row q_indptr[b] + i and the batch stride is 0.
   const T* q = nullptr;
   std::int64_t q_stride_batch = 0, q_stride_seq = 0, q_stride_head = 0;
   // k, v (b, j, h, d) likewise (kv_indptr for ragged); paged: page p, slot s at
   // p * stride_batch + s * stride_seq.
-  const T* k = nullptr;
+  const KV* k = nullptr;
   std::int64_t k_stride_batch = 0, k_stride_seq = 0, k_stride_head = 0;
-  const T* v = nullptr;
+  const KV* v = nullptr;
   std::int64_t v_stride_batch = 0, v_stride_seq = 0, v_stride_head = 0;
   // o like q; lse (b, h, i) = lse[b * lse_stride_batch + h * lse_stride_head + i * lse_stride_seq]
   // (row q_indptr[b] + i when ragged); lse may be null.
@@ -90,10 +96,10 @@ struct AttentionParams {
     if (kv_indptr) return (kv_indptr[b] + j) * stride_seq;
     return b * stride_batch + j * stride_seq;
   }
-  KATTN_CORE_INLINE const T* k_ptr(int b, std::int64_t j, int h) const {
+  KATTN_CORE_INLINE const KV* k_ptr(int b, std::int64_t j, int h) const {
     return k + kv_offset(b, j, k_stride_batch, k_stride_seq) + h * k_stride_head;
   }
-  KATTN_CORE_INLINE const T* v_ptr(int b, std::int64_t j, int h) const {
+  KATTN_CORE_INLINE const KV* v_ptr(int b, std::int64_t j, int h) const {
     return v + kv_offset(b, j, v_stride_batch, v_stride_seq) + h * v_stride_head;
   }
 };

@@ -24,8 +24,10 @@ constexpr bool accessible_from() {
 // opt.split_chunk or planned (opt.splits == 0), opt.block_mask (dense problems), opt.progress.
 // `lengths` holds each sequence's queries and keys for ragged and paged batches; empty when
 // dense. Returns the split it used.
-template <class ExecSpace, class T>
-SplitPlan attention_impl(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
+// Instantiated for storage (Q, KV) = (float, float), (double, double), (bf16, bf16), (fp16, fp16),
+// (float, bf16) and (float, fp16), T = accumulate_t<Q>.
+template <class ExecSpace, class Q, class T, class KV>
+SplitPlan attention_impl(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, const Options& opt,
                          const BatchLengths& lengths);
 
 // Finished partial states of the query rows over `chunks` consecutive chunks of `chunk` keys (the

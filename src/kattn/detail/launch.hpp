@@ -36,10 +36,11 @@ void set_score_scaling(Kernel& kern, int head_dim, const Options& opt) {
   kern.inv_cap = static_cast<T>(sc.inv_cap);
 }
 
-template <class ExecSpace, class T>
-TiledAttention<ExecSpace, T> make_tiled_kernel(const ExecSpace& space, const AttentionParams<T>& p,
-                                               const Options& opt) {
-  TiledAttention<ExecSpace, T> kern;
+// The kernels of problem p (storage Q for q/o, KV for k/v) compute in T, its accumulation type.
+template <class ExecSpace, class Q, class T, class KV>
+TiledAttention<ExecSpace, T, Q, KV> make_tiled_kernel(const ExecSpace& space, const AttentionParams<Q, T, KV>& p,
+                                                      const Options& opt) {
+  TiledAttention<ExecSpace, T, Q, KV> kern;
   kern.p = p;
   set_score_scaling(kern, p.head_dim, opt);
   const TilePlan plan = plan_tiles<ExecSpace, T>(space, p.head_dim, p.q_len * p.group_size(), opt);
@@ -61,9 +62,9 @@ struct SplitSpec {
 
 // Launches a tiled kernel (TiledAttention or RowTiledAttention) and, for more than one split,
 // the merge of its partial states from a workspace.
-template <class ExecSpace, class T, class Kernel>
-void launch_tiles(const ExecSpace& space, const AttentionParams<T>& p, Kernel& kern, const SplitSpec& split,
-                  const std::string& name) {
+template <class ExecSpace, class P, class Kernel>
+void launch_tiles(const ExecSpace& space, const P& p, Kernel& kern, const SplitSpec& split, const std::string& name) {
+  using T = typename P::acc_type;
   const std::int64_t units = std::int64_t(p.batch) * p.heads_kv * kern.row_tiles * split.splits;
   KATTN_REQUIRE(units <= INT32_MAX, "splits: ", p.batch, " sequences x ", p.heads_kv, " KV heads x ", kern.row_tiles,
                 " row tiles x ", split.splits, " splits = ", units, " work units, more than a league holds (2^31 - 1)");
@@ -95,16 +96,17 @@ void launch_tiles(const ExecSpace& space, const AttentionParams<T>& p, Kernel& k
   policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
   Kokkos::parallel_for(name + "::tile", policy, kern);
   if (split.splits > 1) {
-    MergePartials<ExecSpace, T> merge_kern{p, kern.ws, split.splits};
+    MergePartials<ExecSpace, P> merge_kern{p, kern.ws, split.splits};
     Kokkos::parallel_for(name + "::merge", Kokkos::TeamPolicy<ExecSpace>(space, merge_kern.league_size(), Kokkos::AUTO),
                          merge_kern);
   }
 }
 
-template <class ExecSpace, class T>
-RowTiledAttention<ExecSpace, T> make_row_tiled_kernel(const ExecSpace& space, const AttentionParams<T>& p,
-                                                      const Options& opt, int block_q) {
-  RowTiledAttention<ExecSpace, T> kern;
+template <class ExecSpace, class Q, class T, class KV>
+RowTiledAttention<ExecSpace, T, Q, KV> make_row_tiled_kernel(const ExecSpace& space,
+                                                             const AttentionParams<Q, T, KV>& p, const Options& opt,
+                                                             int block_q) {
+  RowTiledAttention<ExecSpace, T, Q, KV> kern;
   kern.p = p;
   set_score_scaling(kern, p.head_dim, opt);
   const int heads = row_tile_heads<ExecSpace, T>(p.heads_kv, block_q, p.head_dim);
@@ -123,23 +125,24 @@ RowTiledAttention<ExecSpace, T> make_row_tiled_kernel(const ExecSpace& space, co
 
 // Calls f(kernel) with the kernel the shape takes: row tiles for few query rows per KV head
 // (decode, short appends) where the execution space has them, else the column tiles.
-template <class ExecSpace, class T, class F>
-void with_tiled_kernel(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt, const F& f) {
+template <class ExecSpace, class P, class F>
+void with_tiled_kernel(const ExecSpace& space, const P& p, const Options& opt, const F& f) {
+  using T = typename P::acc_type;
   if constexpr (Tuning<ExecSpace, T>::row_tile_max_rows > 0) {
     if (const int block_q = row_tile_rows<ExecSpace, T>(p.q_len * p.group_size(), opt)) {
-      RowTiledAttention<ExecSpace, T> kern = make_row_tiled_kernel(space, p, opt, block_q);
+      auto kern = make_row_tiled_kernel(space, p, opt, block_q);
       f(kern);
       return;
     }
   }
-  TiledAttention<ExecSpace, T> kern = make_tiled_kernel(space, p, opt);
+  auto kern = make_tiled_kernel(space, p, opt);
   f(kern);
 }
 
 // Attention over the keys of each sequence cut as `split` says (one split: the plain tiled
 // forward). `name` labels the kernels for Kokkos Tools ("kattn::attention").
-template <class ExecSpace, class T>
-void run_attention(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt, const SplitSpec& split,
+template <class ExecSpace, class P>
+void run_attention(const ExecSpace& space, const P& p, const Options& opt, const SplitSpec& split,
                    const std::string& name) {
   compat::ScopedRegion region(name);
   if (p.batch == 0 || p.q_len == 0 || p.heads_q == 0) return;
@@ -155,9 +158,9 @@ namespace detail {
 
 // Query positions of dense problem p, [begin, end), as a problem of their own: the same keys, the
 // diagonal of the mask shifted so every row keeps its keys.
-template <class T>
-AttentionParams<T> query_piece(const AttentionParams<T>& p, Options& opt, std::int64_t begin, std::int64_t end) {
-  AttentionParams<T> piece = p;
+template <class P>
+P query_piece(const P& p, Options& opt, std::int64_t begin, std::int64_t end) {
+  P piece = p;
   piece.q += begin * p.q_stride_seq;
   piece.o += begin * p.o_stride_seq;
   if (piece.lse) piece.lse += begin * p.lse_stride_seq;
@@ -169,9 +172,9 @@ AttentionParams<T> query_piece(const AttentionParams<T>& p, Options& opt, std::i
 
 // run_attention with Options::progress: dense problems in pieces of query positions, the callback
 // after each with the fraction of the visible (query, key) pairs done.
-template <class ExecSpace, class T>
-void run_attention_with_progress(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
-                                 const SplitSpec& split, const std::string& name) {
+template <class ExecSpace, class P>
+void run_attention_with_progress(const ExecSpace& space, const P& p, const Options& opt, const SplitSpec& split,
+                                 const std::string& name) {
   const auto report = [&](double fraction) { report_progress(opt, fraction); };
   if (p.q_indptr || p.q_len == 0 || p.batch == 0 || p.heads_q == 0) {
     run_attention(space, p, opt, split, name);

@@ -12,6 +12,7 @@
 
 #include "kattn/core/key_window.hpp"
 #include "kattn/core/state.hpp"
+#include "kattn/core/storage.hpp"
 
 namespace kattn {
 namespace detail {
@@ -24,8 +25,11 @@ KOKKOS_INLINE_FUNCTION bool values_finite(const Member& member, int n_keys, int 
   Kokkos::parallel_reduce(
       Kokkos::TeamThreadRange(member, n_keys),
       [&](const int j, int& count) {
-        const T* v = v_row(j);
-        for (int d = 0; d < dims; ++d) count += (v[d] - v[d] != T(0));  // NaN and +-Inf: x - x is NaN
+        const auto* v = v_row(j);
+        for (int d = 0; d < dims; ++d) {
+          const T x = widen(v[d]);
+          count += (x - x != T(0));  // NaN and +-Inf: x - x is NaN
+        }
       },
       bad);
   return bad == 0;
@@ -44,7 +48,7 @@ KOKKOS_INLINE_FUNCTION void masked_values(const Member& member, int rows, int di
     Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, dims), [&](const int d) {
       T acc = rescaled_o(o(r, d), alpha[r]);
       for (int j = begin; j < end; ++j)
-        if (listed(r, j)) acc += p(r, j) * v_row(j)[d];
+        if (listed(r, j)) acc += p(r, j) * T(widen(v_row(j)[d]));
       o(r, d) = acc;
     });
   });

@@ -9,6 +9,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "kattn/core/state.hpp"
+#include "kattn/core/storage.hpp"
 
 namespace kattn {
 namespace detail {
@@ -30,15 +31,15 @@ KOKKOS_INLINE_FUNCTION void fold_parts(const Member& member, RowState<T>& st, T*
   }
 }
 
-// Thread-level: finishes the state into out (o / l, from o in place when out == o) and lse_out
-// (may be null).
-template <class Member, class T>
-KOKKOS_INLINE_FUNCTION void finish_row(const Member& member, const RowState<T>& st, const T* o, int head_dim, T* out,
+// Thread-level: finishes the state into out (o / l, from o in place when out == o; narrowed when
+// out is stored in 16 bits) and lse_out (may be null).
+template <class Member, class T, class S>
+KOKKOS_INLINE_FUNCTION void finish_row(const Member& member, const RowState<T>& st, const T* o, int head_dim, S* out,
                                        T* lse_out) {
   const Finish<T> fin = finish(st);
   const bool seen = !st.is_empty();
   Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, head_dim),
-                       [&](const int d) { out[d] = seen ? finished_o(o[d], fin) : T(0); });
+                       [&](const int d) { out[d] = narrow<S>(seen ? finished_o(o[d], fin) : T(0)); });
   Kokkos::single(Kokkos::PerThread(member), [&]() {
     if (lse_out) *lse_out = fin.lse;
   });

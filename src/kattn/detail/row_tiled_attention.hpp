@@ -8,7 +8,8 @@
 // host when the scratch allows) and folds each key tile for each of them in turn: together they
 // read the tile's keys whole and in order. K and V rows are read in place through per-key pointers
 // (dense, ragged and paged alike; copied and zero-padded only when the head dim is not a multiple
-// of the lanes), and the next tile's rows are prefetched while the current one is folded.
+// of the lanes), and the next tile's rows are prefetched while the current one is folded. A cache
+// stored in 16 bits is widened in registers as its rows are loaded, so it streams half the bytes.
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -23,13 +24,13 @@
 namespace kattn {
 namespace detail {
 
-template <class ExecSpace, class T>
-struct RowTiles : TileArgs<T> {
+template <class ExecSpace, class T, class Q = T, class KV = Q>
+struct RowTiles : TileArgs<T, Q, KV> {
   using Tn = Tuning<ExecSpace, T>;
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using Scratch = typename ExecSpace::scratch_memory_space;
   using ScratchBuffer = Kokkos::View<T*, Scratch, Kokkos::MemoryUnmanaged>;
-  using PointerBuffer = Kokkos::View<RowPtr<T>*, Scratch, Kokkos::MemoryUnmanaged>;
+  using PointerBuffer = Kokkos::View<RowPtr<KV>*, Scratch, Kokkos::MemoryUnmanaged>;
 
   RowTileGeometry geo;  // geo.heads: KV heads per team, a divisor of heads_kv
 
@@ -49,19 +50,19 @@ struct RowTiles : TileArgs<T> {
     T* tile_max;  // this tile's max per row, then the value subtracted before exp2
   };
   struct Tiles {
-    T* heads;         // geo.heads blocks of head_elements()
-    T* k_copy;        // [heads][keys_p][dims_p] (when not read in place)
-    T* v_copy;
-    RowPtr<T>* rows;  // [2][2][keys_p]: K then V row pointers (of the first head) of two tiles
+    T* heads;          // geo.heads blocks of head_elements()
+    KV* k_copy;        // [heads][keys_p][dims_p] (when not read in place), in the cache's type
+    KV* v_copy;
+    RowPtr<KV>* rows;  // [2][2][keys_p]: K then V row pointers (of the first head) of two tiles
   };
   // Which pointer buffer holds the tile being folded, and the next tile's rows to prefetch.
   struct Cursor {
     int cur = 0;
     int n_next = 0;
-    const RowPtr<T>* krow = nullptr;
-    const RowPtr<T>* vrow = nullptr;
-    const RowPtr<T>* knext = nullptr;
-    const RowPtr<T>* vnext = nullptr;
+    const RowPtr<KV>* krow = nullptr;
+    const RowPtr<KV>* vrow = nullptr;
+    const RowPtr<KV>* knext = nullptr;
+    const RowPtr<KV>* vnext = nullptr;
   };
 
   KOKKOS_INLINE_FUNCTION Tiles carve(const Member& member) const {
@@ -69,7 +70,9 @@ struct RowTiles : TileArgs<T> {
     const PointerBuffer ptrs(member.team_scratch(this->scratch_level), geo.pointer_elements());
     Tiles t;
     t.heads = buf.data();
-    t.k_copy = t.heads + geo.heads * geo.head_elements();
+    // The copies hold KV values in room counted in T (no larger than T: enough).
+    static_assert(sizeof(KV) <= sizeof(T), "kattn: a cache type wider than the accumulation type");
+    t.k_copy = reinterpret_cast<KV*>(t.heads + geo.heads * geo.head_elements());
     t.v_copy = t.k_copy + geo.heads * geo.copy_elements();
     t.rows = ptrs.data();
     return t;
@@ -97,7 +100,9 @@ struct RowTiles : TileArgs<T> {
   KOKKOS_INLINE_FUNCTION T& q_at(const Head& h, int r, int d) const { return h.q[r * geo.dims_p + d]; }
   KOKKOS_INLINE_FUNCTION T& score(const Head& h, int r, int j) const { return h.s[r * geo.keys_p + j]; }
   KOKKOS_INLINE_FUNCTION T& out(const Head& h, int r, int d) const { return h.o[r * geo.dims_p + d]; }
-  KOKKOS_INLINE_FUNCTION const T* v_row(const Cursor& c, int hl, int j) const { return c.vrow[j].p + v_head_offset(hl); }
+  KOKKOS_INLINE_FUNCTION const KV* v_row(const Cursor& c, int hl, int j) const {
+    return c.vrow[j].p + v_head_offset(hl);
+  }
   // Keys scored: n_keys rounded up to the lanes (padding keys repeat the last key and are masked).
   KOKKOS_INLINE_FUNCTION int score_keys(int n_keys) const {
     constexpr int W = row_lanes<T>();
@@ -159,8 +164,8 @@ struct RowTiles : TileArgs<T> {
                                         int buf) const {
     const auto& p = this->p;
     const int n_keys = w.keys_at(kb, geo.block_k);
-    RowPtr<T>* krow = s.rows + (2 * buf) * geo.keys_p;
-    RowPtr<T>* vrow = krow + geo.keys_p;
+    RowPtr<KV>* krow = s.rows + (2 * buf) * geo.keys_p;
+    RowPtr<KV>* vrow = krow + geo.keys_p;
     Kokkos::single(Kokkos::PerTeam(member), [&]() {
       if (p.kv_page_indptr) {
         const std::int64_t k_head = std::int64_t(w.hk) * p.k_stride_head;
@@ -174,8 +179,8 @@ struct RowTiles : TileArgs<T> {
           if (++slot == p.page_size) slot = 0, ++idx;
         }
       } else {
-        const T* k0 = p.k_ptr(w.b, kb, w.hk);
-        const T* v0 = p.v_ptr(w.b, kb, w.hk);
+        const KV* k0 = p.k_ptr(w.b, kb, w.hk);
+        const KV* v0 = p.v_ptr(w.b, kb, w.hk);
         for (int j = 0; j < n_keys; ++j) {
           krow[j].p = k0 + j * p.k_stride_seq;
           vrow[j].p = v0 + j * p.v_stride_seq;
@@ -188,13 +193,13 @@ struct RowTiles : TileArgs<T> {
       // Copies: head hl's rows at hl * copy_elements().
       Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n_keys * geo.heads), [&](const int jh) {
         const int j = jh / geo.heads, hl = jh % geo.heads;
-        T* kc = s.k_copy + hl * geo.copy_elements() + std::size_t(j) * geo.dims_p;
-        T* vc = s.v_copy + hl * geo.copy_elements() + std::size_t(j) * geo.dims_p;
-        const T* k = krow[j].p + hl * p.k_stride_head;
-        const T* v = vrow[j].p + hl * p.v_stride_head;
+        KV* kc = s.k_copy + hl * geo.copy_elements() + std::size_t(j) * geo.dims_p;
+        KV* vc = s.v_copy + hl * geo.copy_elements() + std::size_t(j) * geo.dims_p;
+        const KV* k = krow[j].p + hl * p.k_stride_head;
+        const KV* v = vrow[j].p + hl * p.v_stride_head;
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, geo.dims_p), [&](const int d) {
-          kc[d] = d < p.head_dim ? k[d] : T(0);
-          vc[d] = d < p.head_dim ? v[d] : T(0);
+          kc[d] = d < p.head_dim ? k[d] : KV{};  // KV{}: +0 in every storage type
+          vc[d] = d < p.head_dim ? v[d] : KV{};
         });
       });
       member.team_barrier();
@@ -207,8 +212,8 @@ struct RowTiles : TileArgs<T> {
   }
 };
 
-template <class ExecSpace, class T>
-using RowTiledAttention = TileLoop<ExecSpace, T, RowTiles<ExecSpace, T>>;
+template <class ExecSpace, class T, class Q = T, class KV = Q>
+using RowTiledAttention = TileLoop<ExecSpace, T, RowTiles<ExecSpace, T, Q, KV>>;
 
 }  // namespace detail
 }  // namespace kattn

@@ -22,6 +22,7 @@
 #include "kattn/detail/simd_reduce.hpp"
 #include "kattn/detail/tile_geometry.hpp"
 #include "kattn/core/state.hpp"
+#include "kattn/core/storage.hpp"
 
 namespace kattn {
 namespace detail {
@@ -104,22 +105,22 @@ inline void fma_block(std::array<simd::vec<T>, RB * KB>& acc, const std::array<s
                       const std::array<simd::vec<T>, KB>& k, std::index_sequence<I...>) {
   ((acc[I] += q[I / KB] * k[I % KB]), ...);
 }
-template <class T, std::size_t N, std::size_t... I>
-inline void load_rows(std::array<simd::vec<T>, N>& v, const T* const* p, std::ptrdiff_t d, std::index_sequence<I...>) {
-  ((v[I] = simd::load(p[I] + d), simd::pin<T>(v[I])), ...);
+template <class T, std::size_t N, class KV, std::size_t... I>
+inline void load_rows(std::array<simd::vec<T>, N>& v, const KV* const* p, std::ptrdiff_t d, std::index_sequence<I...>) {
+  ((v[I] = simd::load_as<T>(p[I] + d), simd::pin<T>(v[I])), ...);
 }
 template <class T, std::size_t N, std::size_t... I>
 inline void load_strided(std::array<simd::vec<T>, N>& v, const T* p, int ld, std::ptrdiff_t d,
                          std::index_sequence<I...>) {
   ((v[I] = simd::load(p + I * ld + d), simd::pin<T>(v[I])), ...);
 }
-template <class T, std::size_t N, std::size_t... I>
-inline simd::vec<T> dot_row(const std::array<simd::vec<T>, N>& q, const T* k, std::index_sequence<I...>) {
+template <class T, std::size_t N, class KV, std::size_t... I>
+inline simd::vec<T> dot_row(const std::array<simd::vec<T>, N>& q, const KV* k, std::index_sequence<I...>) {
   constexpr int W = simd::width<T>();
-  return ((q[I] * simd::load(k + I * W)) + ...);
+  return ((q[I] * simd::load_as<T>(k + I * W)) + ...);
 }
-template <class T, std::size_t N, std::size_t... I>
-inline std::array<simd::vec<T>, sizeof...(I)> dot_rows(const std::array<simd::vec<T>, N>& q, const RowPtr<T>* krow,
+template <class T, std::size_t N, class KV, std::size_t... I>
+inline std::array<simd::vec<T>, sizeof...(I)> dot_rows(const std::array<simd::vec<T>, N>& q, const RowPtr<KV>* krow,
                                                        std::ptrdiff_t off, std::index_sequence<I...>) {
   return {{dot_row<T, N>(q, krow[I].p + off, std::make_index_sequence<N>())...}};
 }
@@ -131,17 +132,18 @@ inline std::array<simd::vec<T>, sizeof...(I)> dot_rows(const std::array<simd::ve
 // off): W dot products whose lane sums come out of one shuffle tree. Each loaded vector is used
 // RB or KB times from a register.
 // knext (or null): rows of the next tile, whose lines are prefetched next to those read here.
-template <class T, int RB>
-KOKKOS_INLINE_FUNCTION void score_block(int dims_p, const T* KOKKOS_RESTRICT q, int ldq, const RowPtr<T>* krow,
+// K rows of another storage type than T (16-bit) are widened as they are loaded.
+template <class T, int RB, class KV>
+KOKKOS_INLINE_FUNCTION void score_block(int dims_p, const T* KOKKOS_RESTRICT q, int ldq, const RowPtr<KV>* krow,
                                         std::ptrdiff_t off, T* KOKKOS_RESTRICT s, int lds,
-                                        const RowPtr<T>* knext = nullptr) {
+                                        const RowPtr<KV>* knext = nullptr) {
 #if KATTN_HOST_SIMD
   using V = simd::vec<T>;
   constexpr int W = simd::width<T>();
   constexpr int KB = W / RB;
   std::array<V, W> acc;
   acc.fill(simd::splat<T>(T(0)));
-  const T* kp[KB];
+  const KV* kp[KB];
   for (int j = 0; j < KB; ++j) kp[j] = krow[j].p + off;
   for (int d = 0; d < dims_p; d += W) {
     if (knext)
@@ -165,7 +167,7 @@ KOKKOS_INLINE_FUNCTION void score_block(int dims_p, const T* KOKKOS_RESTRICT q, 
   (void)knext;
   for (int r = 0; r < RB; ++r) {
     T acc = 0;
-    for (int d = 0; d < dims_p; ++d) acc += q[r * ldq + d] * krow[0].p[off + d];
+    for (int d = 0; d < dims_p; ++d) acc += q[r * ldq + d] * T(widen(krow[0].p[off + d]));
     s[r * lds] = acc;
   }
 #endif
@@ -175,14 +177,14 @@ KOKKOS_INLINE_FUNCTION void score_block(int dims_p, const T* KOKKOS_RESTRICT q, 
 // One row against W keys with the row's NQ = dims_p / W vectors held in registers: each K row is
 // read once, start to end (rows of one KV head lie 4 KB apart or more, and sixteen of them read
 // side by side, a vector at a time, fight over the same L1 sets).
-template <class T, int NQ>
-inline void score_row(const T* KOKKOS_RESTRICT q, const RowPtr<T>* krow, std::ptrdiff_t off, T* KOKKOS_RESTRICT s,
-                      const RowPtr<T>* knext) {
+template <class T, int NQ, class KV>
+inline void score_row(const T* KOKKOS_RESTRICT q, const RowPtr<KV>* krow, std::ptrdiff_t off, T* KOKKOS_RESTRICT s,
+                      const RowPtr<KV>* knext) {
   using V = simd::vec<T>;
   constexpr int W = simd::width<T>();
   if (knext)
     for (int j = 0; j < W; ++j)
-      for (int d = 0; d < NQ * W; d += 64 / static_cast<int>(sizeof(T))) prefetch_line(knext[j].p + off + d);
+      for (int d = 0; d < NQ * W; d += 64 / static_cast<int>(sizeof(KV))) prefetch_line(knext[j].p + off + d);
   std::array<V, NQ> qv;
   row_simd::load_strided<T, NQ>(qv, q, W, 0, std::make_index_sequence<NQ>());
   simd::store(s, simd::sum_lanes<T>(row_simd::dot_rows<T, NQ>(qv, krow, off, std::make_index_sequence<W>())));
@@ -190,9 +192,9 @@ inline void score_row(const T* KOKKOS_RESTRICT q, const RowPtr<T>* krow, std::pt
 #endif
 
 // One row against the lanes' worth of keys, the best way for the head dim.
-template <class T>
-KOKKOS_INLINE_FUNCTION void score_one_row(int dims_p, const T* q, const RowPtr<T>* krow, std::ptrdiff_t off, T* s,
-                                          const RowPtr<T>* knext) {
+template <class T, class KV>
+KOKKOS_INLINE_FUNCTION void score_one_row(int dims_p, const T* q, const RowPtr<KV>* krow, std::ptrdiff_t off, T* s,
+                                          const RowPtr<KV>* knext) {
 #if KATTN_HOST_SIMD
   switch (dims_p / simd::width<T>()) {
     case 1: return score_row<T, 1>(q, krow, off, s, knext);
@@ -212,10 +214,10 @@ KOKKOS_INLINE_FUNCTION void score_one_row(int dims_p, const T* q, const RowPtr<T
 // they lie in memory (a key's heads side by side), which the hardware prefetchers follow, and a
 // block's K rows stay in L1 across the row blocks. knext (or null): the next tile's K rows,
 // prefetched block by block (n_next of them).
-template <class Member, class T, class HeadQ, class HeadOff, class HeadS>
+template <class Member, class T, class HeadQ, class HeadOff, class HeadS, class KV>
 KOKKOS_INLINE_FUNCTION void row_scores(const Member& member, const RowTileGeometry& g, int keys, int heads,
                                        const HeadQ& head_q, const HeadOff& head_off, const HeadS& head_s,
-                                       const RowPtr<T>* krow, const RowPtr<T>* knext, int n_next) {
+                                       const RowPtr<KV>* krow, const RowPtr<KV>* knext, int n_next) {
   constexpr int W = row_lanes<T>();
   const int rb = g.row_block < 4 ? g.row_block : (W >= 4 ? 4 : 1);
   const int kb = W / rb > 0 ? W / rb : 1;
@@ -237,7 +239,7 @@ KOKKOS_INLINE_FUNCTION void row_scores(const Member& member, const RowTileGeomet
       r0 = (blk % row_blocks) * rb;
     }
     const std::ptrdiff_t off = head_off(hl);
-    const RowPtr<T>* pf = knext && r0 == 0 && j0 < n_next ? knext + j0 : nullptr;
+    const RowPtr<KV>* pf = knext && r0 == 0 && j0 < n_next ? knext + j0 : nullptr;
     const T* qr = head_q(hl) + r0 * g.dims_p;
     T* sr = head_s(hl) + r0 * g.keys_p + j0;
     if (rb == 1)
@@ -324,14 +326,14 @@ KOKKOS_INLINE_FUNCTION void exponentiate_rows(const Member& member, const RowTil
 
 // R rows by NV vectors of dims from d0 (V rows at vrow[k].p + off): the accumulators stay in
 // registers over the keys.
-template <class T, int R, int NV>
-KOKKOS_INLINE_FUNCTION void value_block(int keys, const T* KOKKOS_RESTRICT pr, int ldp, const RowPtr<T>* vrow,
+template <class T, int R, int NV, class KV>
+KOKKOS_INLINE_FUNCTION void value_block(int keys, const T* KOKKOS_RESTRICT pr, int ldp, const RowPtr<KV>* vrow,
                                         std::ptrdiff_t off, int d0, T* KOKKOS_RESTRICT o, int ldo,
-                                        const T* KOKKOS_RESTRICT alpha, const RowPtr<T>* vnext, int n_next) {
+                                        const T* KOKKOS_RESTRICT alpha, const RowPtr<KV>* vnext, int n_next) {
 #if KATTN_HOST_SIMD
   using V = simd::vec<T>;
   constexpr int W = simd::width<T>();
-  constexpr int line = 64 / static_cast<int>(sizeof(T));
+  constexpr int line = 64 / static_cast<int>(sizeof(KV));
   V acc[R][NV];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = rescaled_o(simd::load(o + r * ldo + d0 + v * W), alpha[r]);
@@ -339,7 +341,7 @@ KOKKOS_INLINE_FUNCTION void value_block(int keys, const T* KOKKOS_RESTRICT pr, i
     if (k < n_next)
       for (int d = 0; d < NV * W; d += line) prefetch_line(vnext[k].p + off + d0 + d);
     V b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = simd::load(vrow[k].p + off + d0 + v * W);
+    for (int v = 0; v < NV; ++v) b[v] = simd::load_as<T>(vrow[k].p + off + d0 + v * W);
     for (int r = 0; r < R; ++r) {
       const T a = pr[r * ldp + k];
       for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
@@ -352,16 +354,16 @@ KOKKOS_INLINE_FUNCTION void value_block(int keys, const T* KOKKOS_RESTRICT pr, i
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) {
       T acc = rescaled_o(o[r * ldo + d0 + v], alpha[r]);
-      for (int k = 0; k < keys; ++k) acc += pr[r * ldp + k] * vrow[k].p[off + d0 + v];
+      for (int k = 0; k < keys; ++k) acc += pr[r * ldp + k] * T(widen(vrow[k].p[off + d0 + v]));
       o[r * ldo + d0 + v] = acc;
     }
 #endif
 }
 
 // The dims of one row block, in panels of NV vectors, the rest one vector at a time.
-template <class T, int R, int NV>
-KOKKOS_INLINE_FUNCTION void value_rows(int keys, int dims_p, const T* pr, int ldp, const RowPtr<T>* vrow,
-                                       std::ptrdiff_t off, T* o, int ldo, const T* alpha, const RowPtr<T>* vnext,
+template <class T, int R, int NV, class KV>
+KOKKOS_INLINE_FUNCTION void value_rows(int keys, int dims_p, const T* pr, int ldp, const RowPtr<KV>* vrow,
+                                       std::ptrdiff_t off, T* o, int ldo, const T* alpha, const RowPtr<KV>* vnext,
                                        int n_next) {
   constexpr int W = row_lanes<T>();
   int d0 = 0;
@@ -372,10 +374,10 @@ KOKKOS_INLINE_FUNCTION void value_rows(int keys, int dims_p, const T* pr, int ld
 
 // O (rows_p x dims_p) = diag(alpha) O + P (rows_p x keys, ld keys_p) V (rows at vrow[k].p + off).
 // vnext (or null): the next tile's V rows, prefetched with the first row block.
-template <class Member, class T>
+template <class Member, class T, class KV>
 KOKKOS_INLINE_FUNCTION void row_values(const Member& member, const RowTileGeometry& g, int keys, const T* pm,
-                                       const RowPtr<T>* vrow, std::ptrdiff_t off, T* o, const T* alpha,
-                                       const RowPtr<T>* vnext, int n_next) {
+                                       const RowPtr<KV>* vrow, std::ptrdiff_t off, T* o, const T* alpha,
+                                       const RowPtr<KV>* vnext, int n_next) {
   const int R = g.row_block;
   Kokkos::parallel_for(Kokkos::TeamThreadRange(member, g.rows_p / R), [&](const int blk) {
     const int r0 = blk * R;

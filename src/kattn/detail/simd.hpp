@@ -21,6 +21,12 @@
 #if KATTN_HOST_SIMD
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+
+#include "kattn/core/storage.hpp"
+#if defined(__F16C__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace kattn {
 namespace detail {
@@ -68,6 +74,39 @@ inline vec<T> load(const T* p) {
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
+// A vector of T from width<T>() values of storage type S: S == T a plain load; bf16 a 16-bit
+// shift of each lane; fp16 the hardware conversion (vcvtph2ps) where the CPU has it.
+template <class T, class S>
+inline vec<T> load_as(const S* p) {
+  if constexpr (std::is_same_v<S, T>) {
+    return load(p);
+  } else if constexpr (std::is_same_v<S, bf16>) {
+    static_assert(std::is_same_v<T, float>, "kattn: bf16 widens to float");
+    typedef std::uint16_t half_vec __attribute__((vector_size(kBytes / 2)));
+    typedef std::uint32_t word_vec __attribute__((vector_size(kBytes)));
+    half_vec h;
+    std::memcpy(&h, p, sizeof(h));
+    const word_vec w = __builtin_convertvector(h, word_vec) << 16;
+    vec<T> v;
+    std::memcpy(&v, &w, sizeof(v));
+    return v;
+  } else {
+    static_assert(std::is_same_v<S, fp16> && std::is_same_v<T, float>, "kattn: fp16 widens to float");
+    vec<T> v;
+#if defined(__AVX512F__)
+    // The zero-masked form: GCC 12's plain _mm512_cvtph_ps trips its own -Wmaybe-uninitialized.
+    const __m512 x = _mm512_maskz_cvtph_ps(__mmask16(0xffff), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    std::memcpy(&v, &x, sizeof(v));
+#elif defined(__F16C__) && defined(__AVX__)
+    const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    std::memcpy(&v, &x, sizeof(v));
+#else
+    for (int i = 0; i < width<T>(); ++i) v[i] = widen(p[i]);
+#endif
+    return v;
+  }
+}
+
 template <class T>
 inline void store(T* p, const vec<T>& v) {
   std::memcpy(p, &v, sizeof(v));

@@ -23,10 +23,12 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kattn/compat.hpp"
 #include "kattn/core/key_window.hpp"
 #include "kattn/core/state.hpp"
+#include "kattn/core/storage.hpp"
 #include "kattn/detail/block_sparse.hpp"
 #include "kattn/detail/masked_values.hpp"
 #include "kattn/detail/online_softmax.hpp"
@@ -43,10 +45,14 @@ struct SplitWorkspace {
   std::int64_t rows = 0;
 };
 
-// What every layout's kernel holds: the problem, its scaling and mask, and how it is cut.
-template <class T>
+// What every layout's kernel holds: the problem, its scaling and mask, and how it is cut. T: the
+// accumulation type of scratch, states and workspace; Q, KV: the storage of q/o and of k/v
+// (core/storage.hpp), widened on load and o narrowed on the final write.
+template <class T, class Q = T, class KV = Q>
 struct TileArgs {
-  AttentionParams<T> p;
+  using q_type = Q;
+  using kv_type = KV;
+  AttentionParams<Q, T, KV> p;
   KeyWindow window;
   T q_scale = 1;   // multiplies q on load: scale * log2(e), or scale alone when softcapping
   T cap_log2 = 0;  // softcap * log2(e); 0 = no softcap
@@ -151,9 +157,9 @@ struct TileLoop : Layout {
     const auto& p = this->p;
     const int G = p.group_size();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, this->geo.rows_p), [&](const int r) {
-      const T* q = r < w.n_rows ? p.q_ptr(w.b, (w.t0 + r) / G, hk * G + static_cast<int>((w.t0 + r) % G)) : nullptr;
+      const auto* q = r < w.n_rows ? p.q_ptr(w.b, (w.t0 + r) / G, hk * G + static_cast<int>((w.t0 + r) % G)) : nullptr;
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, this->q_dims()), [&](const int d) {
-        this->q_at(h, r, d) = (q && d < p.head_dim) ? q[d] * this->q_scale : T(0);
+        this->q_at(h, r, d) = (q && d < p.head_dim) ? T(widen(q[d])) * this->q_scale : T(0);
       });
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, this->geo.dims_p),
                            [&](const int d) { this->out(h, r, d) = T(0); });
@@ -211,21 +217,20 @@ struct TileLoop : Layout {
       const std::int64_t i = (w.t0 + r) / G;
       const int hq = hk * G + static_cast<int>((w.t0 + r) % G);
       const Finish<T> fin = finish(RowState<T>{h.m[r], h.l[r]});
-      T* out;
-      T* lse;
-      if (this->ws.o) {
+      const auto write = [&](auto* out, T* lse) {
+        using S = std::remove_pointer_t<decltype(out)>;
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.head_dim),
+                             [&](const int d) { out[d] = narrow<S>(finished_o(this->out(h, r, d), fin)); });
+        Kokkos::single(Kokkos::PerThread(member), [&]() {
+          if (lse) *lse = fin.lse;
+        });
+      };
+      if (this->ws.o) {  // a split's partial: in the accumulation type
         const std::int64_t row = p.q_row(w.b, i) * p.heads_q + hq;
-        out = this->ws.o + (w.split * this->ws.rows + row) * p.head_dim;
-        lse = this->ws.lse + w.split * this->ws.rows + row;
+        write(this->ws.o + (w.split * this->ws.rows + row) * p.head_dim, this->ws.lse + w.split * this->ws.rows + row);
       } else {
-        out = p.o_ptr(w.b, i, hq);
-        lse = p.lse ? p.lse_ptr(w.b, i, hq) : nullptr;
+        write(p.o_ptr(w.b, i, hq), p.lse ? p.lse_ptr(w.b, i, hq) : nullptr);
       }
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.head_dim),
-                           [&](const int d) { out[d] = finished_o(this->out(h, r, d), fin); });
-      Kokkos::single(Kokkos::PerThread(member), [&]() {
-        if (lse) *lse = fin.lse;
-      });
     });
   }
 };

@@ -33,8 +33,8 @@ struct TileWork {
 // rank = ((b * head_groups + g) * row_tiles + tile) * splits + split, where a team takes the
 // heads_per_team KV heads hk = g * heads_per_team, ... (w.hk is the first). chunk > 0: keys per
 // split; 0: the split count cuts each sequence into equal chunks.
-template <class T>
-KOKKOS_INLINE_FUNCTION TileWork schedule_tile(const AttentionParams<T>& p, const KeyWindow& window, int rank,
+template <class P>
+KOKKOS_INLINE_FUNCTION TileWork schedule_tile(const P& p, const KeyWindow& window, int rank,
                                               int row_tiles, int splits, std::int64_t chunk, int block_q, int block_k,
                                               int heads_per_team = 1) {
   TileWork w;

@@ -1,12 +1,14 @@
 // The column layout of the forward tile loop (tile_loop.hpp), for prefill: one KV head per team,
 // tiles transposed with the query rows last (see tile_geometry.hpp): S^T = K Q^T, the online
 // softmax per column, O^T = O^T diag(alpha) + V^T P^T. K and V are the broadcast operands of both
-// products, so on the host full tiles are read in place, never copied.
+// products, so on the host full tiles are read in place, never copied; K and V stored in another
+// type than the accumulation type (16-bit) are widened once per tile into the scratch copies.
 #pragma once
 
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kattn/compat.hpp"
 #include "kattn/detail/online_softmax.hpp"
@@ -18,8 +20,8 @@
 namespace kattn {
 namespace detail {
 
-template <class ExecSpace, class T>
-struct ColumnTiles : TileArgs<T> {
+template <class ExecSpace, class T, class Q = T, class KV = Q>
+struct ColumnTiles : TileArgs<T, Q, KV> {
   using Tn = Tuning<ExecSpace, T>;
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using ScratchBuffer = Kokkos::View<T*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
@@ -88,20 +90,22 @@ struct ColumnTiles : TileArgs<T> {
                                     int, const Tiles& s, Cursor& c) const {
     const auto& p = this->p;
     const int D = p.head_dim;
-    if (Tn::kv_in_place && !p.kv_page_indptr && n_keys == geo.keys_p && geo.dims_p == D) {
-      c.k = p.k_ptr(w.b, kb, w.hk);
-      c.v = p.v_ptr(w.b, kb, w.hk);
-      c.k_row = p.k_stride_seq;
-      c.v_row = p.v_stride_seq;
-      return;
+    if constexpr (std::is_same_v<KV, T>) {
+      if (Tn::kv_in_place && !p.kv_page_indptr && n_keys == geo.keys_p && geo.dims_p == D) {
+        c.k = p.k_ptr(w.b, kb, w.hk);
+        c.v = p.v_ptr(w.b, kb, w.hk);
+        c.k_row = p.k_stride_seq;
+        c.v_row = p.v_stride_seq;
+        return;
+      }
     }
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, geo.keys_p), [&](const int j) {
-      const T* k = j < n_keys ? p.k_ptr(w.b, kb + j, w.hk) : nullptr;
-      const T* v = j < n_keys ? p.v_ptr(w.b, kb + j, w.hk) : nullptr;
+      const KV* k = j < n_keys ? p.k_ptr(w.b, kb + j, w.hk) : nullptr;
+      const KV* v = j < n_keys ? p.v_ptr(w.b, kb + j, w.hk) : nullptr;
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, geo.dims_p), [&](const int d) {
         const bool in = k && d < D;
-        if (d < D) s.k[j * D + d] = in ? k[d] : T(0);
-        s.v[j * geo.dims_p + d] = in ? v[d] : T(0);
+        if (d < D) s.k[j * D + d] = in ? T(widen(k[d])) : T(0);
+        s.v[j * geo.dims_p + d] = in ? T(widen(v[d])) : T(0);
       });
     });
     c.k = s.k;
@@ -132,8 +136,8 @@ struct ColumnTiles : TileArgs<T> {
   }
 };
 
-template <class ExecSpace, class T>
-using TiledAttention = TileLoop<ExecSpace, T, ColumnTiles<ExecSpace, T>>;
+template <class ExecSpace, class T, class Q = T, class KV = Q>
+using TiledAttention = TileLoop<ExecSpace, T, ColumnTiles<ExecSpace, T, Q, KV>>;
 
 }  // namespace detail
 }  // namespace kattn

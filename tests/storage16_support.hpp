@@ -1,0 +1,137 @@
+// Test support for 16-bit storage: inputs rounded to bf16 / fp16 with their exact float64 copies,
+// and FlashAttention's accuracy rule. The rule: against the float64 reference on the same 16-bit
+// inputs, kattn's max error of o is at most twice that of the textbook algorithm run in the 16-bit
+// type (S and P rounded to it, fp32 accumulation), and lse is within 1e-5 relative.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kattn/core/key_window.hpp"
+#include "kattn/core/score_scaling.hpp"
+#include "kattn/core/storage.hpp"
+#include "kattn/reference_rows.hpp"
+#include "support.hpp"
+
+namespace kattn {
+namespace test {
+
+// Fills v (storage S) with unit-normal values rounded to S, and exact (a view of doubles of the
+// same shape) with the stored values.
+template <class View, class DoubleView>
+void fill_rounded(const View& v, const DoubleView& exact, std::uint64_t seed) {
+  using S = typename View::non_const_value_type;
+  auto h = Kokkos::create_mirror_view(v);
+  auto he = Kokkos::create_mirror_view(exact);
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> dist(0.0, 1.0);
+  for (std::size_t i = 0; i < h.span(); ++i) {
+    h.data()[i] = narrow<S>(dist(gen));
+    he.data()[i] = static_cast<double>(widen(h.data()[i]));
+  }
+  Kokkos::deep_copy(v, h);
+  Kokkos::deep_copy(exact, he);
+}
+
+// Every element of a view (any storage) as doubles, in memory order.
+template <class View>
+std::vector<double> widened(const View& v) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  std::vector<double> out(h.span());
+  for (std::size_t i = 0; i < h.span(); ++i) out[i] = static_cast<double>(widen(h.data()[i]));
+  return out;
+}
+
+template <class View>
+void poison_any(const View& v) {
+  using S = typename View::non_const_value_type;
+  Kokkos::deep_copy(v, narrow<S>(std::numeric_limits<float>::quiet_NaN()));
+}
+
+// Row `row` of the textbook algorithm in storage type S: scores accumulated in float and rounded
+// to S, the softmax in float rounded to S, P V accumulated in float and rounded to S. p holds the
+// (exact) stored inputs in double. Returns lse (from the float softmax).
+template <class S>
+double textbook_row_in(const AttentionParams<double>& p, const Options& opt, const QueryRow& row, double* o_row) {
+  const std::int64_t q_len = p.seq_q_len(row.b), kv_len = p.seq_kv_len(row.b);
+  const KeyWindow window = KeyWindow::from(opt);
+  const float scale = static_cast<float>(ScoreScaling::make(p.head_dim, opt.scale, opt.softcap).scale);
+  const std::int64_t first = window.first(row.i, q_len, kv_len), last = window.last(row.i, q_len, kv_len);
+  std::fill(o_row, o_row + p.head_dim, 0.0);
+  if (last < first) return -std::numeric_limits<double>::infinity();
+  const double* q = p.q_ptr(row.b, row.i, row.h);
+  const int hk = row.h / p.group_size();
+  const auto round = [](float x) { return widen(narrow<S>(x)); };
+  std::vector<float> s(static_cast<std::size_t>(last - first + 1));
+  float m = -std::numeric_limits<float>::infinity();
+  for (std::int64_t j = first; j <= last; ++j) {
+    const double* k = p.k_ptr(row.b, j, hk);
+    float dot = 0;
+    for (int d = 0; d < p.head_dim; ++d) dot += static_cast<float>(q[d]) * static_cast<float>(k[d]);
+    float x = dot * scale;
+    if (opt.softcap > 0) x = static_cast<float>(opt.softcap) * std::tanh(x / static_cast<float>(opt.softcap));
+    s[j - first] = round(x);
+    m = std::isnan(s[j - first]) || std::isnan(m) ? s[j - first] + m : std::max(m, s[j - first]);
+  }
+  if (m == -std::numeric_limits<float>::infinity()) return -std::numeric_limits<double>::infinity();
+  float l = 0;
+  for (float& x : s) l += (x = std::exp(x - m));
+  std::vector<float> acc(p.head_dim, 0.0f);
+  for (std::size_t n = 0; n < s.size(); ++n) {
+    const float pn = round(s[n] / l);
+    const double* v = p.v_ptr(row.b, first + std::int64_t(n), hk);
+    for (int d = 0; d < p.head_dim; ++d) acc[d] += pn * static_cast<float>(v[d]);
+  }
+  for (int d = 0; d < p.head_dim; ++d) o_row[d] = round(acc[d]);
+  return static_cast<double>(m) + std::log(static_cast<double>(l));
+}
+
+// The accuracy rule over every query row of p (the exact inputs, host memory), for kattn's o and
+// lse (flattened in the layout of p's o and lse). S: the storage of o; the baseline is the
+// textbook in S. Where the textbook in S is exact (one key per row, or none) kattn must be within
+// 1e-6, the floor of float accumulation.
+template <class S>
+void expect_16bit_rule(const AttentionParams<double>& p, const Options& opt, const std::vector<double>& o,
+                       const std::vector<double>& lse, const std::string& what) {
+  std::vector<double> ref(p.head_dim), tb(p.head_dim);
+  double err = 0, err_tb = 0, lse_rel = 0;
+  bool nan_mismatch = false;
+  for (int b = 0; b < p.batch; ++b)
+    for (std::int64_t i = 0; i < p.seq_q_len(b); ++i)
+      for (int h = 0; h < p.heads_q; ++h) {
+        const QueryRow row{b, i, h};
+        const double lse_ref = reference_row(p, opt, row, ref.data());
+        textbook_row_in<S>(p, opt, row, tb.data());
+        const std::ptrdiff_t at = p.o_ptr(b, i, h) - p.o;
+        for (int d = 0; d < p.head_dim; ++d) {
+          const double x = o[at + d];
+          if (std::isnan(x) != std::isnan(ref[d])) nan_mismatch = true;
+          if (std::isnan(ref[d])) continue;
+          err = std::max(err, std::abs(x - ref[d]));
+          err_tb = std::max(err_tb, std::abs(tb[d] - ref[d]));
+        }
+        if (!lse.empty()) {
+          const double x = lse[p.lse_ptr(b, i, h) - p.lse];
+          if (std::isnan(x) != std::isnan(lse_ref)) nan_mismatch = true;
+          else if (std::isinf(lse_ref))
+            EXPECT_EQ(x, lse_ref) << what << ": lse of a row that sees no key";
+          else if (!std::isnan(lse_ref))
+            lse_rel = std::max(lse_rel, std::abs(x - lse_ref) / std::max(1.0, std::abs(lse_ref)));
+        }
+      }
+  EXPECT_FALSE(nan_mismatch) << what << ": NaN (or unwritten elements) where the reference has none, or none where it has";
+  EXPECT_LE(err, std::max(2 * err_tb, 1e-6)) << what << ": o max error (the textbook in " << storage_name<S>()
+                                             << ": " << err_tb << ")";
+  EXPECT_LE(lse_rel, 1e-5) << what << ": lse relative error";
+}
+
+}  // namespace test
+}  // namespace kattn
