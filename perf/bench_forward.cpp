@@ -4,7 +4,10 @@
 #include <Kokkos_Core.hpp>
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <string>
+#include <vector>
 
 #include "kattn/attention.hpp"
 #include "kattn/reference.hpp"
@@ -67,5 +70,52 @@ BENCHMARK_TEMPLATE(BM_Attention, float, Algo::tiled)->Apply([](auto* b) { shapes
 BENCHMARK_TEMPLATE(BM_Attention, float, Algo::reference)->Apply([](auto* b) { shapes(b, 16384); });
 BENCHMARK_TEMPLATE(BM_Attention, double, Algo::tiled)->Apply([](auto* b) { shapes(b, 16384); });
 BENCHMARK_TEMPLATE(BM_Attention, double, Algo::reference)->Apply([](auto* b) { shapes(b, 16384); });
+
+// 16-bit storage against float, paired in one run (B = 1, one head, no split): each iteration times
+// the float forward (A) and the forward in S (B); ratio_median is the median of time(B) / time(A)
+// (the target: at most 1, 16-bit prefill at least as fast as float's).
+template <class S>
+void BM_PrefillStorage(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0)), d = static_cast<int>(state.range(1));
+  kattn::Options opt;
+  opt.causal = state.range(2) != 0;
+  opt.splits = 1;
+  const auto qa = random_view<float>("q", n, d, 1), ka = random_view<float>("k", n, d, 2),
+             va = random_view<float>("v", n, d, 3);
+  const auto qb = random_view<S>("q", n, d, 1), kb = random_view<S>("k", n, d, 2), vb = random_view<S>("v", n, d, 3);
+  View4<float> oa("o", 1, n, 1, d);
+  View4<S> ob("o", 1, n, 1, d);
+  View3<float> lse("lse", 1, 1, n);
+  const Kokkos::DefaultExecutionSpace space;
+  const auto seconds = [&](const auto& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    space.fence();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const auto run_a = [&] { kattn::attention(space, qa, kattn::kv::dense(ka, va), oa, lse, opt); };
+  const auto run_b = [&] { kattn::attention(space, qb, kattn::kv::dense(kb, vb), ob, lse, opt); };
+  seconds(run_a), seconds(run_b);  // warm-up
+  std::vector<double> ratio, tb;
+  for (auto _ : state) {
+    const double ta = seconds(run_a);
+    tb.push_back(seconds(run_b));
+    ratio.push_back(tb.back() / ta);
+  }
+  std::sort(ratio.begin(), ratio.end());
+  std::sort(tb.begin(), tb.end());
+  const double flops = 4.0 * n * double(n) * d * (opt.causal ? 0.5 : 1.0);
+  state.counters["ratio_median"] = ratio[ratio.size() / 2];
+  state.counters["B_GFLOP/s"] = flops / tb[tb.size() / 2] / 1e9;
+  state.counters["frac_peak"] = flops / tb[tb.size() / 2] / 1e9 / fma_peak<float>();
+}
+
+void storage_shapes(benchmark::internal::Benchmark* b) {
+  for (int d : {64, 128})
+    for (int causal : {0, 1}) b->Args({4096, d, causal});
+  b->ArgNames({"N", "D", "causal"})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+}
+BENCHMARK_TEMPLATE(BM_PrefillStorage, kattn::bf16)->Apply(storage_shapes);
+BENCHMARK_TEMPLATE(BM_PrefillStorage, kattn::fp16)->Apply(storage_shapes);
 
 }  // namespace

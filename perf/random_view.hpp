@@ -7,6 +7,8 @@
 #include <random>
 #include <string>
 
+#include "kattn/core/storage.hpp"
+
 namespace kattn {
 namespace perf {
 
@@ -16,13 +18,14 @@ template <class T, class Memory = Kokkos::DefaultExecutionSpace::memory_space>
 using View3 = Kokkos::View<T***, Kokkos::LayoutRight, Memory>;
 
 // Memory: where the view lives (the default space's memory, or the host's for a host library).
+// T: float, double, or a 16-bit storage type (values drawn in float and rounded to it).
 template <class T, class Memory = Kokkos::DefaultExecutionSpace::memory_space>
 View4<T, Memory> random_view(const char* label, int n, int d, unsigned seed) {
   View4<T, Memory> v(std::string(label), 1, n, 1, d);
   auto h = Kokkos::create_mirror_view(v);
   std::mt19937 gen(seed);
-  std::normal_distribution<T> dist(0, 1);
-  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = dist(gen);
+  std::normal_distribution<accumulate_t<T>> dist(0, 1);
+  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = narrow<T>(dist(gen));
   Kokkos::deep_copy(v, h);
   return v;
 }

@@ -11,6 +11,7 @@
 #include "kattn/compat.hpp"
 #include "kattn/detail/backends.hpp"
 #include "kattn/detail/block_sparse_launch.hpp"
+#include "kattn/detail/cuda_dispatch.hpp"
 #include "kattn/detail/launch.hpp"
 #include "kattn/plan_splits.hpp"
 #include "kattn/tiles.hpp"
@@ -59,6 +60,7 @@ SplitPlan attention_impl(const ExecSpace& space, const AttentionParams<Q, T, KV>
                          const BatchLengths& lengths) {
   if (opt.block_mask) return block_sparse_attention(space, p, opt, *opt.block_mask);
   if (p.batch == 0 || p.q_len == 0 || p.heads_q == 0) return SplitPlan{};
+  if (SplitPlan cuda_plan; ran_on_cuda_kernels(space, p, opt, cuda_plan)) return cuda_plan;
   const SplitPlan plan = plan_splits(space, p, opt, lengths);
   const SplitSpec split{plan.splits, plan.chunk};
   if (opt.progress)

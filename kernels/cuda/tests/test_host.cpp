@@ -2,6 +2,7 @@
 // parameter validation (refused before any CUDA call, with a reason).
 #include <kattn/cuda/decode.hpp>
 #include <kattn/cuda/forward.hpp>
+#include <kattn/cuda/library_dispatch.hpp>
 #include <kattn/cuda/library_params.hpp>
 #include <kattn/cuda/split_planner.hpp>
 
@@ -123,6 +124,47 @@ int main() {
     refused(strided, opt, "lse");
     kattn::Options full;
     t.check(forward_params(a, full, DType::kBF16, f) == nullptr && !f.causal, "forward_params: the full mask taken");
+  }
+  // the front door's rule (library_dispatch.hpp): kattn's own 16-bit types, dtype from the type,
+  // asked-for splits and progress stay portable, and the kernels' own checks apply
+  {
+    alignas(16) static kattn::fp16 buf[64];
+    alignas(16) static float lse[64];
+    kattn::AttentionParams<kattn::fp16> a;  // lse and accumulation in float
+    a.batch = 1, a.q_len = 64, a.kv_len = 64, a.heads_q = 4, a.heads_kv = 4, a.head_dim = 64;
+    a.q = a.k = a.v = buf;
+    a.o = buf;
+    a.lse = lse;
+    a.q_stride_head = a.o_stride_head = a.k_stride_head = a.v_stride_head = 64;
+    a.q_stride_seq = a.o_stride_seq = a.k_stride_seq = a.v_stride_seq = 256;
+    a.q_stride_batch = a.o_stride_batch = a.k_stride_batch = a.v_stride_batch = 64 * 256;
+    a.lse_stride_seq = 1, a.lse_stride_head = 64, a.lse_stride_batch = 256;
+    kattn::Options opt;
+    ForwardParams f;
+    const char* why = dispatch_params(a, opt, f);
+    t.check(why == nullptr && f.dtype == DType::kFP16, std::string("dispatch: fp16 dense taken as kFP16: ") + (why ? why : "null"));
+    t.check(dtype_of<kattn::bf16>() == DType::kBF16, "dispatch: kattn::bf16 is kBF16");
+    const auto refused = [&](kattn::AttentionParams<kattn::fp16> b, kattn::Options o, const char* word) {
+      ForwardParams g;
+      const char* r = dispatch_params(b, o, g);
+      t.check(r && std::string(r).find(word) != std::string::npos,
+              std::string("dispatch refuses (") + word + "): " + (r ? r : "null"));
+    };
+    kattn::Options split = opt;
+    split.splits = 4;
+    refused(a, split, "split");
+    kattn::Options chunk = opt;
+    chunk.split_chunk = 256;
+    refused(a, chunk, "split");
+    kattn::Options progress = opt;
+    progress.progress = [](double) { return true; };
+    refused(a, progress, "progress");
+    kattn::Options negative = opt;
+    negative.scale = -0.5;
+    refused(a, negative, "scale");
+    kattn::AttentionParams<kattn::fp16> d96 = a;
+    d96.head_dim = 96;
+    refused(d96, opt, "head_dim");
   }
 
   return t.finish();
