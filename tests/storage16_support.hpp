@@ -56,6 +56,45 @@ void poison_any(const View& v) {
   Kokkos::deep_copy(v, narrow<S>(std::numeric_limits<float>::quiet_NaN()));
 }
 
+// A dense problem in storage S (q, k, v, o; lse in float) and its exact inputs in double.
+template <class S>
+struct Problem16 {
+  Shape shape;
+  View4<S> q, k, v, o;
+  View3<float> lse;
+  View4<double> qd, kd, vd, od;
+  View3<double> lsed;
+
+  Problem16(const Shape& s, std::uint64_t seed)
+      : shape(s),
+        q("q", s.B, s.Nq, s.Hq, s.D),
+        k("k", s.B, s.Nk, s.Hkv, s.D),
+        v("v", s.B, s.Nk, s.Hkv, s.D),
+        o("o", s.B, s.Nq, s.Hq, s.D),
+        lse("lse", s.B, s.Hq, s.Nq),
+        qd("qd", s.B, s.Nq, s.Hq, s.D),
+        kd("kd", s.B, s.Nk, s.Hkv, s.D),
+        vd("vd", s.B, s.Nk, s.Hkv, s.D),
+        od("od", s.B, s.Nq, s.Hq, s.D),
+        lsed("lsed", s.B, s.Hq, s.Nq) {
+    fill_rounded(q, qd, seed);
+    fill_rounded(k, kd, seed + 1);
+    fill_rounded(v, vd, seed + 2);
+    poison_any(o);
+    poison_any(lse);
+  }
+  // The exact inputs' params on the host.
+  struct Host {
+    decltype(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), View4<double>())) q, k, v, o;
+    decltype(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), View3<double>())) lse;
+    AttentionParams<double> params() const { return dense_params(q, k, v, o, lse); }
+  };
+  Host host() const {
+    const auto m = [](const auto& x) { return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), x); };
+    return Host{m(qd), m(kd), m(vd), m(od), m(lsed)};
+  }
+};
+
 // Row `row` of the textbook algorithm in storage type S: scores accumulated in float and rounded
 // to S, the softmax in float rounded to S, P V accumulated in float and rounded to S. p holds the
 // (exact) stored inputs in double. Returns lse (from the float softmax).
@@ -131,6 +170,82 @@ void expect_16bit_rule(const AttentionParams<double>& p, const Options& opt, con
   EXPECT_LE(err, std::max(2 * err_tb, 1e-6)) << what << ": o max error (the textbook in " << storage_name<S>()
                                              << ": " << err_tb << ")";
   EXPECT_LE(lse_rel, 1e-5) << what << ": lse relative error";
+}
+
+// The textbook backward of a dense problem run in storage type S, as autograd would run the
+// textbook forward in S: S and P rounded to S, dP = dO V^T rounded, dS = P (dP - rowsum(P dP))
+// rounded (times 1 - tanh^2 under softcap), and dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO
+// accumulated in float and rounded once. p holds the exact inputs in double (q, k, v; dense,
+// LayoutRight) and dout is dO [B, Nq, Hq, D] in the same layout as q. Outputs: dq, dk, dv in the
+// layouts of q and k.
+template <class S>
+void textbook_backward_in(const AttentionParams<double>& p, const std::vector<double>& dout, const Options& opt,
+                          std::vector<double>& dq, std::vector<double>& dk, std::vector<double>& dv) {
+  const int B = p.batch, Hq = p.heads_q, Hkv = p.heads_kv, D = p.head_dim, G = p.group_size();
+  const std::int64_t Nq = p.q_len, Nk = p.kv_len;
+  const KeyWindow window = KeyWindow::from(opt);
+  const float scale = static_cast<float>(ScoreScaling::make(D, opt.scale, opt.softcap).scale);
+  const float cap = static_cast<float>(opt.softcap);
+  const auto round = [](float x) { return widen(narrow<S>(x)); };
+  std::vector<float> aq(B * Nq * Hq * D, 0.0f), ak(B * Nk * Hkv * D, 0.0f), av(B * Nk * Hkv * D, 0.0f);
+  const auto qi = [&](int b, std::int64_t i, int h) { return ((b * Nq + i) * Hq + h) * D; };
+  const auto kj = [&](int b, std::int64_t j, int h) { return ((b * Nk + j) * Hkv + h) * D; };
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < Hq; ++h)
+      for (std::int64_t i = 0; i < Nq; ++i) {
+        const int hk = h / G;
+        const std::int64_t first = window.first(i, Nq, Nk), last = window.last(i, Nq, Nk);
+        if (last < first) continue;
+        const std::size_t n = static_cast<std::size_t>(last - first + 1);
+        std::vector<float> sc(n), th(n, 0.0f), pr(n), dp(n);
+        float m = -std::numeric_limits<float>::infinity();
+        for (std::size_t c = 0; c < n; ++c) {
+          const std::int64_t j = first + std::int64_t(c);
+          float dot = 0;
+          for (int d = 0; d < D; ++d) dot += float(p.q_ptr(b, i, h)[d]) * float(p.k_ptr(b, j, hk)[d]);
+          float x = round(dot * scale);
+          if (cap > 0) x = round(cap * (th[c] = std::tanh(x / cap)));
+          m = std::max(m, sc[c] = x);
+        }
+        float l = 0;
+        for (std::size_t c = 0; c < n; ++c) l += (pr[c] = std::exp(sc[c] - m));
+        float di = 0;
+        for (std::size_t c = 0; c < n; ++c) {
+          pr[c] = round(pr[c] / l);
+          float dot = 0;
+          for (int d = 0; d < D; ++d) dot += float(dout[qi(b, i, h) + d]) * float(p.v_ptr(b, first + std::int64_t(c), hk)[d]);
+          dp[c] = round(dot);
+          di += pr[c] * dp[c];
+        }
+        for (std::size_t c = 0; c < n; ++c) {
+          const std::int64_t j = first + std::int64_t(c);
+          float ds = round(pr[c] * (dp[c] - di));
+          if (cap > 0) ds = round(ds * (1 - th[c] * th[c]));
+          for (int d = 0; d < D; ++d) {
+            aq[qi(b, i, h) + d] += ds * float(p.k_ptr(b, j, hk)[d]);
+            ak[kj(b, j, hk) + d] += ds * float(p.q_ptr(b, i, h)[d]);
+            av[kj(b, j, hk) + d] += pr[c] * float(dout[qi(b, i, h) + d]);
+          }
+        }
+      }
+  dq.resize(aq.size()), dk.resize(ak.size()), dv.resize(av.size());
+  for (std::size_t x = 0; x < aq.size(); ++x) dq[x] = round(scale * aq[x]);
+  for (std::size_t x = 0; x < ak.size(); ++x) dk[x] = round(scale * ak[x]), dv[x] = round(av[x]);
+}
+
+// max |a - ref| <= max(2 max |tb - ref|, 1e-6), NaN where ref has NaN only.
+inline void expect_within_twice_textbook(const std::vector<double>& a, const std::vector<double>& tb,
+                                         const std::vector<double>& ref, const std::string& what) {
+  double err = 0, err_tb = 0;
+  bool nan_mismatch = false;
+  for (std::size_t n = 0; n < ref.size(); ++n) {
+    if (std::isnan(a[n]) != std::isnan(ref[n])) nan_mismatch = true;
+    if (std::isnan(ref[n])) continue;
+    err = std::max(err, std::abs(a[n] - ref[n]));
+    err_tb = std::max(err_tb, std::abs(tb[n] - ref[n]));
+  }
+  EXPECT_FALSE(nan_mismatch) << what << ": NaN where the reference has none, or none where it has";
+  EXPECT_LE(err, std::max(2 * err_tb, 1e-6)) << what << ": max error (the textbook in 16 bits: " << err_tb << ")";
 }
 
 }  // namespace test

@@ -101,45 +101,6 @@ TEST(Storage16, VectorLoadsWidenLikeTheScalarRule) {
 }
 #endif
 
-// A dense problem in storage S (q, k, v, o; lse in float) and its exact inputs in double.
-template <class S>
-struct Problem16 {
-  Shape shape;
-  View4<S> q, k, v, o;
-  View3<float> lse;
-  View4<double> qd, kd, vd, od;
-  View3<double> lsed;
-
-  Problem16(const Shape& s, std::uint64_t seed)
-      : shape(s),
-        q("q", s.B, s.Nq, s.Hq, s.D),
-        k("k", s.B, s.Nk, s.Hkv, s.D),
-        v("v", s.B, s.Nk, s.Hkv, s.D),
-        o("o", s.B, s.Nq, s.Hq, s.D),
-        lse("lse", s.B, s.Hq, s.Nq),
-        qd("qd", s.B, s.Nq, s.Hq, s.D),
-        kd("kd", s.B, s.Nk, s.Hkv, s.D),
-        vd("vd", s.B, s.Nk, s.Hkv, s.D),
-        od("od", s.B, s.Nq, s.Hq, s.D),
-        lsed("lsed", s.B, s.Hq, s.Nq) {
-    fill_rounded(q, qd, seed);
-    fill_rounded(k, kd, seed + 1);
-    fill_rounded(v, vd, seed + 2);
-    poison_any(o);
-    poison_any(lse);
-  }
-  // The exact inputs' params on the host.
-  struct Host {
-    decltype(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), View4<double>())) q, k, v, o;
-    decltype(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), View3<double>())) lse;
-    AttentionParams<double> params() const { return dense_params(q, k, v, o, lse); }
-  };
-  Host host() const {
-    const auto m = [](const auto& x) { return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), x); };
-    return Host{m(qd), m(kd), m(vd), m(od), m(lsed)};
-  }
-};
-
 template <class S>
 void check_dense(const Shape& shape, const Options& opt) {
   const std::uint64_t seed = fresh_seed();

@@ -25,6 +25,7 @@
 #include "kattn/block_patterns.hpp"
 #include "kattn/cascade.hpp"
 #include "kattn/detail/attention_impl.hpp"
+#include "kattn/detail/widening.hpp"
 #include "kattn/detail/zero_fill.hpp"
 #include "kattn/kv.hpp"
 #include "kattn/options.hpp"
@@ -98,7 +99,8 @@ void attention(const ExecSpace& space, const QView& q, const kv::Cascade<KPView,
 // dq, dk, dv = the gradients of sum(o * dout) for the o and lse the forward wrote with the same kv
 // and options (tile sizes may differ; block_mask the forward's); shapes as q, k, v (dk and dv sum
 // over the query heads of each KV head's group; keys no query sees get 0). Returns when the
-// gradients are written.
+// gradients are written. In 16-bit storage (every array of q's bf16 or fp16 type, lse float), the
+// float backward runs on widened copies and the gradients are rounded once (detail/widening.hpp).
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
           class DqView, class DkView, class DvView>
 BackwardInfo attention_backward(const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
@@ -109,7 +111,19 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q, const kv
       detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView, DkView, DvView>(),
       "kattn::attention_backward: the views must be accessible from the execution space");
   validate(opt);
-  return detail::backward_impl(space, backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv), opt, bopt);
+  if constexpr (detail::is_16bit_view<QView>) {
+    static_assert(detail::same_storage<QView, KView, VView, OView, DoView, DqView, DkView, DvView>,
+                  "kattn::attention_backward: q, k, v, o, dout, dq, dk and dv must have one 16-bit type");
+    const detail::Widening<ExecSpace> w(space);
+    w.require_fits(q, kv.k, kv.v, o, dout, dq, dk, dv);
+    const auto dqf = w.out(dq, "dq"), dkf = w.out(dk, "dk"), dvf = w.out(dv, "dv");
+    const BackwardInfo info = attention_backward(space, w.in(q, "q"), kv::dense(w.in(kv.k, "k"), w.in(kv.v, "v")),
+                                                 w.in(o, "o"), lse, w.in(dout, "dout"), dqf, dkf, dvf, opt, bopt);
+    w.copy(dqf, dq), w.copy(dkf, dk), w.copy(dvf, dv);
+    return info;
+  } else {
+    return detail::backward_impl(space, backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv), opt, bopt);
+  }
 }
 
 template <class ExecSpace, class QView, class KView, class VView, class MemorySpace, class OView, class LseView,
@@ -124,8 +138,21 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q,
       "kattn::attention_backward: the views and the layout must be accessible from the execution space");
   validate(opt);
   detail::require_dense_for_block_mask(opt, "a ragged batch");
-  return detail::backward_impl(space, ragged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout), opt,
-                               bopt);
+  if constexpr (detail::is_16bit_view<QView>) {
+    static_assert(detail::same_storage<QView, KView, VView, OView, DoView, DqView, DkView, DvView>,
+                  "kattn::attention_backward: q, k, v, o, dout, dq, dk and dv must have one 16-bit type");
+    const detail::Widening<ExecSpace> w(space);
+    w.require_fits(q, kv.k, kv.v, o, dout, dq, dk, dv);
+    const auto dqf = w.out(dq, "dq"), dkf = w.out(dk, "dk"), dvf = w.out(dv, "dv");
+    const BackwardInfo info =
+        attention_backward(space, w.in(q, "q"), kv::ragged(w.in(kv.k, "k"), w.in(kv.v, "v"), kv.layout), w.in(o, "o"),
+                           lse, w.in(dout, "dout"), dqf, dkf, dvf, opt, bopt);
+    w.copy(dqf, dq), w.copy(dkf, dk), w.copy(dvf, dv);
+    return info;
+  } else {
+    return detail::backward_impl(space, ragged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout),
+                                 opt, bopt);
+  }
 }
 
 // A paged cache: dk, dv [num_pages, page_size, Hkv, D] like k and v; slots no sequence uses get 0.
@@ -142,10 +169,23 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q,
       "kattn::attention_backward: the views and the layout must be accessible from the execution space");
   validate(opt);
   detail::require_dense_for_block_mask(opt, "a paged cache");
-  const auto p = paged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout);
-  detail::zero_fill(space, dk);  // the kernels write the slots that hold keys
-  detail::zero_fill(space, dv);
-  return detail::backward_impl(space, p, opt, bopt);
+  if constexpr (detail::is_16bit_view<QView>) {
+    static_assert(detail::same_storage<QView, KView, VView, OView, DoView, DqView, DkView, DvView>,
+                  "kattn::attention_backward: q, k, v, o, dout, dq, dk and dv must have one 16-bit type");
+    const detail::Widening<ExecSpace> w(space);
+    w.require_fits(q, kv.k, kv.v, o, dout, dq, dk, dv);
+    const auto dqf = w.out(dq, "dq"), dkf = w.out(dk, "dk"), dvf = w.out(dv, "dv");
+    const BackwardInfo info =
+        attention_backward(space, w.in(q, "q"), kv::paged(w.in(kv.k, "k"), w.in(kv.v, "v"), kv.layout), w.in(o, "o"),
+                           lse, w.in(dout, "dout"), dqf, dkf, dvf, opt, bopt);
+    w.copy(dqf, dq), w.copy(dkf, dk), w.copy(dvf, dv);  // unused slots: the zeros the float call wrote
+    return info;
+  } else {
+    const auto p = paged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout);
+    detail::zero_fill(space, dk);  // the kernels write the slots that hold keys
+    detail::zero_fill(space, dv);
+    return detail::backward_impl(space, p, opt, bopt);
+  }
 }
 
 }  // namespace kattn

@@ -1,0 +1,98 @@
+// The backward for 16-bit storage: q, k, v, o and dO widened into float copies, the float
+// backward (fp32 accumulation throughout, FlashAttention's convention), and dq, dk, dv rounded
+// once into the caller's 16-bit views. The copies cost O((Nq Hq + Nk Hkv) D) floats, checked
+// against the memory space before they are made; the O(N^2 D) work runs in float either way.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "kattn/core/storage.hpp"
+#include "kattn/detail/memory_check.hpp"
+
+namespace kattn {
+namespace detail {
+
+template <class View>
+constexpr bool is_16bit_view = is_16bit_v<typename View::non_const_value_type>;
+template <class View, class... Views>
+constexpr bool same_storage =
+    (std::is_same_v<typename View::non_const_value_type, typename Views::non_const_value_type> && ...);
+
+template <class ExecSpace, std::size_t Rank>
+struct FloatCopy;
+template <class ExecSpace>
+struct FloatCopy<ExecSpace, 3> {
+  using type = Kokkos::View<float***, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+};
+template <class ExecSpace>
+struct FloatCopy<ExecSpace, 4> {
+  using type = Kokkos::View<float****, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+};
+
+template <class ExecSpace>
+class Widening {
+ public:
+  explicit Widening(const ExecSpace& space) : space_(space) {}
+
+  // Refuses, naming the copies, when they do not fit: call with every view to be copied.
+  template <class... Views>
+  void require_fits(const Views&... views) const {
+    std::uint64_t values = 0;
+    ((values = saturating_add(values, views.size())), ...);
+    require_memory<typename ExecSpace::memory_space>(
+        saturating_mul(values, sizeof(float)), "kattn::attention_backward: float copies of the 16-bit arrays",
+        concat(values, " values of 4 bytes (q, k, v, o, dout and the three gradients)"),
+        "run the backward on float arrays, or on fewer sequences at a time");
+  }
+
+  // A float copy of v (rank 3 or 4, any layout, any storage type).
+  template <class View>
+  auto in(const View& v, const char* label) const {
+    auto f = out(v, label);
+    copy(v, f);
+    return f;
+  }
+  // An uninitialised float view with v's extents.
+  template <class View>
+  auto out(const View& v, const char* label) const {
+    using F = typename FloatCopy<ExecSpace, View::rank>::type;
+    const std::string name = std::string("kattn::backward::widened_") + label;
+    if constexpr (View::rank == 3)
+      return F(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, name), v.extent(0), v.extent(1), v.extent(2));
+    else
+      return F(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, name), v.extent(0), v.extent(1), v.extent(2),
+               v.extent(3));
+  }
+  // to = from, element by element, widened or narrowed (round to nearest even) to to's type.
+  template <class From, class To>
+  void copy(const From& from, const To& to) const {
+    using S = typename To::non_const_value_type;
+    static_assert(int(From::rank) == int(To::rank) && (From::rank == 3 || From::rank == 4), "kattn: rank-3 or rank-4 views");
+    if (from.size() == 0) return;
+    if constexpr (From::rank == 3) {
+      using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>, Kokkos::IndexType<std::int64_t>>;
+      const std::int64_t e0 = from.extent(0), e1 = from.extent(1), e2 = from.extent(2);
+      Kokkos::parallel_for(
+          "kattn::backward::convert", Policy(space_, {0, 0, 0}, {e0, e1, e2}),
+          KOKKOS_LAMBDA(std::int64_t a, std::int64_t b, std::int64_t c) { to(a, b, c) = narrow<S>(widen(from(a, b, c))); });
+    } else {
+      using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<4>, Kokkos::IndexType<std::int64_t>>;
+      const std::int64_t e0 = from.extent(0), e1 = from.extent(1), e2 = from.extent(2), e3 = from.extent(3);
+      Kokkos::parallel_for(
+          "kattn::backward::convert", Policy(space_, {0, 0, 0, 0}, {e0, e1, e2, e3}),
+          KOKKOS_LAMBDA(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
+            to(a, b, c, d) = narrow<S>(widen(from(a, b, c, d)));
+          });
+    }
+  }
+
+ private:
+  ExecSpace space_;
+};
+
+}  // namespace detail
+}  // namespace kattn

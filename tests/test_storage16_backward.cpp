@@ -1,0 +1,140 @@
+// The backward in 16-bit storage: dq, dk, dv against the float64 textbook backward on the same
+// 16-bit inputs under FlashAttention's rule (at most twice the error of the textbook backward run
+// in the 16-bit type), every mask and GQA ratio; ragged and paged batches equal to the rounding of
+// the float backward on the same values (the 16-bit backward is that, by construction).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kattn/attention.hpp"
+#include "kattn/reference_backward.hpp"
+#include "ragged_support.hpp"
+#include "storage16_support.hpp"
+
+namespace kattn {
+namespace test {
+namespace {
+
+template <class S>
+void check_backward(const Shape& s, const Options& opt) {
+  const std::uint64_t seed = fresh_seed();
+  const std::string what = std::string(storage_name<S>()) + " " + describe(s, opt) + " seed=" + std::to_string(seed);
+  SCOPED_TRACE(what);
+  Problem16<S> p(s, seed);
+  View4<S> dout("dout", s.B, s.Nq, s.Hq, s.D), dq("dq", s.B, s.Nq, s.Hq, s.D), dk("dk", s.B, s.Nk, s.Hkv, s.D),
+      dv("dv", s.B, s.Nk, s.Hkv, s.D);
+  View4<double> dout_d("dout_d", s.B, s.Nq, s.Hq, s.D), dq_r("dq_r", s.B, s.Nq, s.Hq, s.D),
+      dk_r("dk_r", s.B, s.Nk, s.Hkv, s.D), dv_r("dv_r", s.B, s.Nk, s.Hkv, s.D);
+  fill_rounded(dout, dout_d, seed + 3);
+  poison_any(dq), poison_any(dk), poison_any(dv);
+  const auto space = TestSpace();
+  attention(space, p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
+  attention_backward(space, p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq, dk, dv, opt);
+  reference_backward(space, p.qd, p.kd, p.vd, dout_d, dq_r, dk_r, dv_r, opt);
+  Kokkos::fence();
+  std::vector<double> tq, tk, tv;
+  textbook_backward_in<S>(p.host().params(), to_host(dout_d), opt, tq, tk, tv);
+  expect_within_twice_textbook(widened(dq), tq, to_host(dq_r), "dq " + what);
+  expect_within_twice_textbook(widened(dk), tk, to_host(dk_r), "dk " + what);
+  expect_within_twice_textbook(widened(dv), tv, to_host(dv_r), "dv " + what);
+}
+
+TEST(Storage16Backward, DenseMeetsTheRuleForEveryVariantShapeAndGqaRatio) {
+  const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 1},   {2, 13, 13, 2, 2, 3},  {1, 37, 21, 8, 1, 8},
+                                     {2, 31, 47, 4, 2, 32}, {1, 64, 64, 2, 1, 64}, {1, 29, 53, 2, 1, 128}};
+  for (const Shape& s : shapes)
+    for (const Options& o : option_variants()) {
+      check_backward<bf16>(s, o);
+      check_backward<fp16>(s, o);
+    }
+  for (int ratio : {1, 2, 8}) {
+    Options tiles;
+    tiles.block_q = 7, tiles.block_k = 5;
+    check_backward<bf16>({1, 21, 45, 2 * ratio, 2, 24}, tiles);
+  }
+}
+
+// Ragged and paged: the 16-bit backward equals the rounding of the float backward on the same
+// (widened) values, bit for bit; unused page slots come back 0.
+template <class S>
+void check_kinds(const std::vector<std::int64_t>& q_lens, const std::vector<std::int64_t>& kv_lens, int page,
+                 const Options& opt) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE(std::string(storage_name<S>()) + " page=" + std::to_string(page) + " " + describe(Shape{}, opt) +
+               " seed=" + std::to_string(seed));
+  BackwardOptions bopt;
+  bopt.deterministic = true;
+  RaggedProblem<float> f(q_lens, kv_lens, 8, 2, 16, seed);
+  const auto space = TestSpace();
+  // The float inputs rounded to S in place (so both runs see the same values), and their S copies.
+  const auto to_s3 = [&](const View3<float>& x) {
+    View3<S> y("s", x.extent(0), x.extent(1), x.extent(2));
+    auto hx = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), x);
+    auto hy = Kokkos::create_mirror_view(y);
+    for (std::size_t n = 0; n < hx.span(); ++n) hy.data()[n] = narrow<S>(hx.data()[n]), hx.data()[n] = widen(hy.data()[n]);
+    Kokkos::deep_copy(x, hx);
+    Kokkos::deep_copy(y, hy);
+    return y;
+  };
+  const View3<S> q = to_s3(f.q), k = to_s3(f.k), v = to_s3(f.v);
+  View3<float> dout_f("dout", f.q.extent(0), 8, 16);
+  fill_normal(dout_f, seed + 5);
+  const View3<S> dout = to_s3(dout_f);
+  const auto ragged = make_ragged_layout<TestMemory>(host_index(f.q_indptr()), host_index(f.kv_indptr()));
+  // The forward in float gives the o and lse both backward runs read (o rounded for the 16-bit one).
+  attention(space, f.q, kv::ragged(f.k, f.v, ragged), f.o, f.lse, opt);
+  Kokkos::fence();
+  const View3<S> o = to_s3(f.o);
+  View3<float> dq_f("dq", f.q.extent(0), 8, 16), dk_f("dk", f.k.extent(0), 2, 16), dv_f("dv", f.k.extent(0), 2, 16);
+  View3<S> dq("dq", f.q.extent(0), 8, 16), dk("dk", f.k.extent(0), 2, 16), dv("dv", f.k.extent(0), 2, 16);
+  attention_backward(space, f.q, kv::ragged(f.k, f.v, ragged), f.o, f.lse, dout_f, dq_f, dk_f, dv_f, opt, bopt);
+  attention_backward(space, q, kv::ragged(k, v, ragged), o, f.lse, dout, dq, dk, dv, opt, bopt);
+  Kokkos::fence();
+  const auto expect_rounding_of = [](const auto& got, const auto& wide, const std::string& what) {
+    const std::vector<double> a = widened(got), b = to_host(wide);
+    for (std::size_t n = 0; n < a.size(); ++n)
+      ASSERT_EQ(a[n], static_cast<double>(widen(narrow<S>(static_cast<float>(b[n]))))) << what << " element " << n;
+  };
+  expect_rounding_of(dq, dq_f, "ragged dq");
+  expect_rounding_of(dk, dk_f, "ragged dk");
+  expect_rounding_of(dv, dv_f, "ragged dv");
+
+  // Paged: the same keys in pages of float (already rounded values) and of S.
+  PagedCopy<float> cache(f, page, seed + 11);
+  View4<S> kp("kp", cache.k.extent(0), page, 2, 16), vp("vp", cache.v.extent(0), page, 2, 16);
+  const auto narrow4 = [](const View4<float>& x, const View4<S>& y) {
+    auto hx = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), x);
+    auto hy = Kokkos::create_mirror_view(y);
+    for (std::size_t n = 0; n < hx.span(); ++n) hy.data()[n] = narrow<S>(hx.data()[n]);
+    Kokkos::deep_copy(y, hy);
+  };
+  narrow4(cache.k, kp);
+  narrow4(cache.v, vp);
+  const auto paged = make_paged_layout<TestMemory>(host_index(f.q_indptr()), host_index(cache.page_indptr),
+                                                   host_index(cache.page_indices), host_index(cache.last_page_len), page);
+  View4<float> dkp_f("dkp", cache.k.extent(0), page, 2, 16), dvp_f("dvp", cache.k.extent(0), page, 2, 16);
+  View4<S> dkp("dkp", cache.k.extent(0), page, 2, 16), dvp("dvp", cache.k.extent(0), page, 2, 16);
+  poison_any(dkp), poison_any(dvp);  // slots that hold no key must come back 0
+  attention_backward(space, f.q, kv::paged(cache.k, cache.v, paged), f.o, f.lse, dout_f, dq_f, dkp_f, dvp_f, opt, bopt);
+  attention_backward(space, q, kv::paged(kp, vp, paged), o, f.lse, dout, dq, dkp, dvp, opt, bopt);
+  Kokkos::fence();
+  expect_rounding_of(dq, dq_f, "paged dq");
+  expect_rounding_of(dkp, dkp_f, "paged dk");
+  expect_rounding_of(dvp, dvp_f, "paged dv");
+}
+
+TEST(Storage16Backward, RaggedAndPagedAreTheRoundedFloatBackward) {
+  std::vector<Options> variants(3);
+  variants[1].causal = true;
+  variants[2].window_left = 5, variants[2].window_right = 2, variants[2].softcap = 3.0;
+  for (const Options& o : variants)
+    for (int page : {3, 16}) {
+      check_kinds<bf16>({4, 0, 33, 1}, {7, 5, 40, 0}, page, o);
+      check_kinds<fp16>({4, 0, 33, 1}, {7, 5, 40, 0}, page, o);
+    }
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace kattn
