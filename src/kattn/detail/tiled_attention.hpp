@@ -99,6 +99,27 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
         return;
       }
     }
+#if KATTN_HOST_SIMD
+    if constexpr (!std::is_same_v<KV, T> && Tn::host) {
+      // Full tiles of a 16-bit cache, rows widened a vector at a time.
+      constexpr int W = simd::width<T>();
+      if (n_keys == geo.keys_p && geo.dims_p == D && D % W == 0) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n_keys), [&](const int j) {
+          const KV* k = p.k_ptr(w.b, kb + j, w.hk);
+          const KV* v = p.v_ptr(w.b, kb + j, w.hk);
+          for (int d = 0; d < D; d += W) {
+            simd::store(s.k + j * D + d, simd::load_as<T>(k + d));
+            simd::store(s.v + j * D + d, simd::load_as<T>(v + d));
+          }
+        });
+        c.k = s.k;
+        c.v = s.v;
+        c.k_row = c.v_row = D;
+        member.team_barrier();
+        return;
+      }
+    }
+#endif
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, geo.keys_p), [&](const int j) {
       const KV* k = j < n_keys ? p.k_ptr(w.b, kb + j, w.hk) : nullptr;
       const KV* v = j < n_keys ? p.v_ptr(w.b, kb + j, w.hk) : nullptr;
