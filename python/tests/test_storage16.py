@@ -15,7 +15,7 @@ from test_kinds import KV_LENS, MASKS, Q_LENS, pages_of, ragged_batch, textbook_
 def problem16(shape, seed):
     B, Nq, Nk, Hq, Hkv, D = shape
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal(s).astype(np.float16) for s in ((B, Nq, Hq, D), (B, Nk, Hkv, D), (B, Nk, Hkv, D)))
+    return tuple(rng.standard_normal(s).astype(np.float16) for s in ((B, Nq, Hq, D), (B, Nk, Hkv, D), (B, Nk, Hkv, D)))
 
 
 def expect_dense_rule(o, lse, q, k, v, **opt):
@@ -151,19 +151,20 @@ def test_plan_takes_the_16bit_dtypes():
             kattn.plan(1, 1, 65536, 8, 8, 128, dtype="float32", processors=64)
 
 
-def dense16():
-    q, k, v = problem16((1, 8, 8, 4, 2, 16), seed=1)
-    return q, k, v
+SMALL = (1, 8, 8, 4, 2, 16)
+MIXED_K = "k: expected the dtype of q (float32), or float16 or bfloat16 (a 16-bit cache under float32 queries), got "
 
 
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda q, k, v: kattn.attention(q.astype(np.int8), k, v), "q: expected float32, float64, float16 or bfloat16, got int8"),
-        (lambda q, k, v: kattn.attention(q.astype(np.float32), k.astype(np.float64), v),
-         "k: expected the dtype of q (float32), or float16 or bfloat16 (a 16-bit cache under float32 queries), got float64"),
-        (lambda q, k, v: kattn.attention(q.astype(np.float64), k, v), "k: expected the dtype of q (float64), got float16"),
-        (lambda q, k, v: kattn.attention(q, k.astype(np.float32), v), "k: expected the dtype of q (float16), got float32"),
+        (lambda q, k, v: kattn.attention(q.astype(np.int8), k, v),
+         "q: expected float32, float64, float16 or bfloat16, got int8"),
+        (lambda q, k, v: kattn.attention(q.astype(np.float32), k.astype(np.float64), v), MIXED_K + "float64"),
+        (lambda q, k, v: kattn.attention(q.astype(np.float64), k, v),
+         "k: expected the dtype of q (float64), got float16"),
+        (lambda q, k, v: kattn.attention(q, k.astype(np.float32), v),
+         "k: expected the dtype of q (float16), got float32"),
         (lambda q, k, v: kattn.attention(q.astype(np.float32), k, v.astype(np.float32)),
          "v: expected the dtype of k (float16), got float32"),
         (lambda q, k, v: kattn.attention(q[..., ::2], k[..., ::2], v[..., ::2]), "head dim"),
@@ -171,36 +172,37 @@ def dense16():
 )
 def test_bad_16bit_input_raises_naming_the_argument(call, message):
     with pytest.raises(kattn.Error, match=re.escape(message)):
-        call(*dense16())
+        call(*problem16(SMALL, seed=1))
 
 
 FORWARD_ONLY = "expected float32 or float64, got float16 (16-bit storage is in kattn's forward calls only, for now)"
+F32 = np.float32
 
 
 @pytest.mark.parametrize(
     "call, message",
     [
         (lambda q, k, v, o, lse: kattn.attention_backward(q, k, v, o, lse, o), "q: " + FORWARD_ONLY),
-        (lambda q, k, v, o, lse: kattn.attention_backward(*(x.astype(np.float32) for x in (q, k, v)), o, lse, o),
+        (lambda q, k, v, o, lse: kattn.attention_backward(q.astype(F32), k.astype(F32), v.astype(F32), o, lse, o),
          "o: " + FORWARD_ONLY),
-        (lambda q, k, v, o, lse: kattn.ragged_attention_backward(q[0], k[0], v[0], o[0], lse[0].T, o[0], [0, 8], [0, 8]),
-         "q: " + FORWARD_ONLY),
+        (lambda q, k, v, o, lse: kattn.ragged_attention_backward(q[0], k[0], v[0], o[0], lse[0].T, o[0], [0, 8],
+                                                                 [0, 8]), "q: " + FORWARD_ONLY),
         (lambda q, k, v, o, lse: kattn.paged_attention_backward(q[0], (k, v), o[0], lse[0].T, o[0], [0, 8], [0, 1],
                                                                 [0], [8]), "q: " + FORWARD_ONLY),
         (lambda q, k, v, o, lse: kattn.merge_states(o, lse.astype(np.float16)), "o_parts: " + FORWARD_ONLY),
-        (lambda q, k, v, o, lse: kattn.merge_states(o.astype(np.float32), lse.astype(np.float16)),
+        (lambda q, k, v, o, lse: kattn.merge_states(o.astype(F32), lse.astype(np.float16)),
          "lse_parts: " + FORWARD_ONLY),
-        (lambda q, k, v, o, lse: kattn.cascade_attention(q[0], k[0], v[0], [0, 8], kv=(k[0], v[0]), kv_indptr=[0, 8]),
-         "q: " + FORWARD_ONLY),
-        (lambda q, k, v, o, lse: kattn.cascade_attention(q[0].astype(np.float32), k[0], v[0], [0, 8],
-                                                         kv=(k[0], v[0]), kv_indptr=[0, 8]), "k: " + FORWARD_ONLY),
-        (lambda q, k, v, o, lse: kattn.cascade_attention(q[0].astype(np.float32), k[0], v[0], [0, 8],
-                                                         kv=(k[0].astype(np.float32), v[0].astype(np.float32)),
-                                                         kv_indptr=[0, 8]), "k_prefix: " + FORWARD_ONLY),
+        (lambda q, k, v, o, lse: kattn.cascade_attention(q[0], k[0], v[0], [0, 8], kv=(k[0], v[0]),
+                                                         kv_indptr=[0, 8]), "q: " + FORWARD_ONLY),
+        (lambda q, k, v, o, lse: kattn.cascade_attention(q[0].astype(F32), k[0], v[0], [0, 8], kv=(k[0], v[0]),
+                                                         kv_indptr=[0, 8]), "k: " + FORWARD_ONLY),
+        (lambda q, k, v, o, lse: kattn.cascade_attention(q[0].astype(F32), k[0], v[0], [0, 8],
+                                                         kv=(k[0].astype(F32), v[0].astype(F32)), kv_indptr=[0, 8]),
+         "k_prefix: " + FORWARD_ONLY),
     ],
 )
 def test_calls_without_16bit_storage_refuse_it_naming_the_argument(call, message):
-    q, k, v = dense16()
+    q, k, v = problem16(SMALL, seed=1)
     o, lse = kattn.attention(q, k, v, return_lse=True)
     with pytest.raises(kattn.Error, match=re.escape(message)):
         call(q, k, v, o, lse)
