@@ -11,8 +11,10 @@
 
 Arrays are float32 or float64 NumPy arrays or PyTorch CPU tensors (read through DLPack), viewed in
 place (any strides whose last axis, the head dim, is contiguous); results are new arrays (tensors
-for tensor inputs). Bad input raises kattn.Error (a ValueError) with kattn's message, which names
-the argument.
+for tensor inputs). The forward calls (attention, ragged_attention, paged_attention, decode) also
+take 16-bit storage with float32 accumulation: float16 (NumPy or PyTorch) and bfloat16 (PyTorch),
+o in that type and lse in float32, and float32 queries over a float16 or bfloat16 cache. Bad input
+raises kattn.Error (a ValueError) with kattn's message, which names the argument.
 
 Options every call takes: causal (bottom-right aligned), window=(left, right) (-1: unbounded),
 softcap, scale (None: 1/sqrt(head_dim)), splits / split_chunk (split-KV; 0: planned), block_q /
@@ -193,8 +195,9 @@ def merge_states(o_parts, lse_parts):
 
 def plan(batch, q_len, kv_len, heads_q, heads_kv, head_dim, *, dtype="float32", causal=False, window=None,
          softcap=0.0, splits=0, split_chunk=0, block_q=0, block_k=0, processors=0):
-    """The split-KV plan kattn.attention would run for a dense problem of this shape on this machine
-    (processors > 0: planned for that many): a dict of splits, chunk (keys per split, 0: equal
-    cuts), units (teams with work), units_unsplit, processors and reason."""
+    """The split-KV plan kattn.attention would run for a dense problem of this shape and dtype
+    ("float32", "float64", "float16", "bfloat16") on this machine (processors > 0: planned for that
+    many): a dict of splits, chunk (keys per split, 0: equal cuts), units (teams with work),
+    units_unsplit, processors and reason."""
     return _kattn.plan(batch, q_len, kv_len, heads_q, heads_kv, head_dim, dtype,
                        _options(causal, window, softcap, None, splits, split_chunk, block_q, block_k), processors)

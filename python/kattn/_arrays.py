@@ -1,12 +1,14 @@
 """NumPy arrays and DLPack tensors (PyTorch CPU tensors) in, results in the caller's kind out.
 
 Inputs are read in place: a tensor is viewed as a NumPy array through DLPack (no copy), and
-results go back as tensors sharing the NumPy result's memory.
+results go back as tensors sharing the NumPy result's memory. NumPy has no bfloat16: a
+torch.bfloat16 tensor's memory is read as int16 and viewed as kattn's bfloat16 dtype (a structured
+dtype of the bits, _kattn.bfloat16), and such results go back as torch.bfloat16 views.
 """
 
 import numpy as np
 
-from ._kattn import Error
+from ._kattn import Error, bfloat16
 
 
 def as_array(x, name):
@@ -19,10 +21,12 @@ def as_array(x, name):
         device = getattr(x, "device", None)
         if device is not None and getattr(device, "type", "cpu") != "cpu":
             raise Error(f"{name}: expected a CPU tensor, got one on {device}")
-        dtype = str(getattr(x, "dtype", ""))
-        if "bfloat16" in dtype or "float16" in dtype:
-            raise Error(f"{name}: expected float32 or float64, got {dtype} (16-bit storage is not in kattn yet)")
+        bf16 = str(getattr(x, "dtype", "")) == "torch.bfloat16"
         try:
+            if bf16:  # only PyTorch tensors have this dtype
+                import torch
+
+                return np.from_dlpack(x.view(torch.int16)).view(bfloat16)
             return np.from_dlpack(x)
         except (RuntimeError, TypeError, BufferError) as e:
             raise Error(f"{name}: cannot be read through DLPack: {e}") from None
@@ -45,5 +49,14 @@ def returner(like):
     import torch  # only tensors from PyTorch come here
 
     if isinstance(like, torch.Tensor):
-        return torch.from_numpy
+        return to_tensor
     return lambda a: a
+
+
+def to_tensor(a):
+    """A NumPy result as a PyTorch tensor sharing its memory (kattn's bfloat16 as torch.bfloat16)."""
+    import torch
+
+    if a.dtype == bfloat16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)

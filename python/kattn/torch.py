@@ -5,13 +5,17 @@
     o.sum().backward()                               # q.grad, k.grad, v.grad from kattn's backward
 
 Layout "bhnd" by default, as torch.nn.functional.scaled_dot_product_attention takes; "bnhd" also.
-The forward keeps o and lse for the backward (not the attention matrix). float32 and float64.
+The forward keeps o and lse for the backward (not the attention matrix). float32 and float64 with
+gradients; float16 and bfloat16 (and float32 q over a 16-bit k, v) forward only, for now: kattn's
+backward takes no 16-bit storage yet, so a 16-bit call whose inputs require grad is refused.
 """
 
 import torch
 
 from . import _kattn
-from ._arrays import as_array
+from ._arrays import as_array, to_tensor
+
+_16BIT = (torch.float16, torch.bfloat16)
 
 
 class _Attention(torch.autograd.Function):
@@ -19,7 +23,7 @@ class _Attention(torch.autograd.Function):
     def forward(ctx, q, k, v, layout, opts, deterministic):
         q_, k_, v_ = (t.detach() for t in (q, k, v))
         o, lse, _ = _kattn.attention(as_array(q_, "q"), as_array(k_, "k"), as_array(v_, "v"), layout, opts)
-        o, lse = torch.from_numpy(o), torch.from_numpy(lse)
+        o, lse = to_tensor(o), to_tensor(lse)
         ctx.save_for_backward(q_, k_, v_, o, lse)
         ctx.layout, ctx.opts, ctx.deterministic = layout, opts, deterministic
         return o
@@ -48,12 +52,19 @@ def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, la
 
     q [B, Hq, Nq, D], k, v [B, Hkv, Nk, D] (layout "bhnd"; "bnhd": [B, N, H, D]); Hq a multiple of
     Hkv (GQA); causal is bottom-right aligned (the usual lower triangle when Nq == Nk); window =
-    (left, right) keys each side (-1: unbounded); scale None: 1/sqrt(D). CPU tensors of one dtype,
-    float32 or float64, whose last axis is contiguous. deterministic: a bitwise reproducible
-    backward for every thread count.
+    (left, right) keys each side (-1: unbounded); scale None: 1/sqrt(D). CPU tensors whose last axis
+    is contiguous, of one dtype, float32 or float64; float16 and bfloat16 (or float32 q over a
+    16-bit k, v) without gradients. deterministic: a bitwise reproducible backward for every
+    thread count.
     """
     for t, name in ((q, "q"), (k, "k"), (v, "v")):
         if not isinstance(t, torch.Tensor):
             raise _kattn.Error(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    half = [t.dtype for t in (q, k, v) if t.dtype in _16BIT]
+    if half and torch.is_grad_enabled():
+        for t, name in ((q, "q"), (k, "k"), (v, "v")):
+            if t.requires_grad:
+                raise _kattn.Error(f"{name}: requires grad, but the inputs hold {half[0]} and kattn's backward takes "
+                                   f"float32 and float64 only, for now; detach them (forward only) or use float32")
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale, block_q=block_q, block_k=block_k)
     return _Attention.apply(q, k, v, layout, opts, deterministic)

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "dtypes.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/options.hpp"
 #include "kattn/shapes.hpp"
@@ -88,21 +89,21 @@ Strided<T, R> view_n(const py::array& a, const char* name) {
   return strided<T, R>(a, name, axes);
 }
 
-// A new C-ordered array shaped like the library's [B, N, H, D] extents in layout L.
+// A new C-ordered array of storage type T shaped like the library's [B, N, H, D] extents in layout L.
 template <class T>
-py::array_t<T> new4(std::size_t b, std::size_t n, std::size_t h, std::size_t d, const Layout& L) {
+py::array new4(std::size_t b, std::size_t n, std::size_t h, std::size_t d, const Layout& L) {
   std::array<py::ssize_t, 4> shape{};
   const std::size_t ext[4] = {b, n, h, d};
   for (int i = 0; i < 4; ++i) shape[L.bnhd[i]] = py::ssize_t(ext[i]);
-  return py::array_t<T>(std::vector<py::ssize_t>(shape.begin(), shape.end()));
+  return py::array(numpy_dtype<T>(), std::vector<py::ssize_t>(shape.begin(), shape.end()));
 }
 
-// A new C-ordered array of the given extents.
+// A new C-ordered array of storage type T and the given extents.
 template <class T>
-py::array_t<T> new_array(std::initializer_list<std::size_t> extents) {
+py::array new_array(std::initializer_list<std::size_t> extents) {
   std::vector<py::ssize_t> shape;
   for (std::size_t e : extents) shape.push_back(py::ssize_t(e));
-  return py::array_t<T>(shape);
+  return py::array(numpy_dtype<T>(), shape);
 }
 
 // An index array (indptr, page table) as int64: integers only (a float array is refused, not
@@ -120,27 +121,6 @@ inline IndexArray index_array(const py::object& obj, const char* name) {
   out.holder = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
   out.view = Index(out.holder.data(), static_cast<std::size_t>(out.holder.size()));
   return out;
-}
-
-// 'f' (float32) or 'd' (float64), else a kattn::Error naming the argument.
-inline char float_kind(const py::array& a, const char* name) {
-  if (a.dtype().is(py::dtype::of<float>())) return 'f';
-  if (a.dtype().is(py::dtype::of<double>())) return 'd';
-  throw kattn::Error(std::string(name) + ": expected float32 or float64, got " + std::string(py::str(a.dtype())));
-}
-
-inline void require_same_dtype(const py::array& a, const char* name, const py::array& like, const char* like_name) {
-  if (!a.dtype().is(like.dtype()))
-    throw kattn::Error(std::string(name) + ": expected the dtype of " + like_name + " (" +
-                       std::string(py::str(like.dtype())) + "), got " + std::string(py::str(a.dtype())));
-}
-
-// The dtype of q, which k and v share.
-inline char dtype_of(const py::array& q, const py::array& k, const py::array& v) {
-  const char t = float_kind(q, "q");
-  require_same_dtype(k, "k", q, "q");
-  require_same_dtype(v, "v", q, "q");
-  return t;
 }
 
 // kattn::Options from the Python layer's keyword arguments (a dict: causal, window, softcap,

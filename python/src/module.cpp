@@ -1,7 +1,8 @@
 // kattn's Python module (kattn._kattn; the package kattn wraps it and owns the signatures): the
 // single-process calls over NumPy arrays, dense, ragged and paged keys, their backward, the merge
-// of partial states and the planner. Kokkos starts on import and stops at exit; the GIL is
-// released while the kernels run.
+// of partial states and the planner. The forward calls take 16-bit storage too (dtypes.hpp says
+// which combinations). Kokkos starts on import and stops at exit; the GIL is released while the
+// kernels run.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -48,14 +49,17 @@ kattn::BackwardOptions backward_options(bool deterministic) {
 
 // ---- dense: q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D] in layout L; lse [B, Hq, Nq]
 
-template <class T>
+// Q: the storage of q and o, KV: that of k and v; lse in accumulate_t<Q>.
+template <class Q, class KV>
 py::tuple dense_forward(const py::array& q, const py::array& k, const py::array& v, const Layout& L,
                         const kattn::Options& opt) {
-  const auto qv = view4<T>(q, "q", L), kv = view4<T>(k, "k", L), vv = view4<T>(v, "v", L);
-  py::array_t<T> o = new4<T>(qv.extent(0), qv.extent(1), qv.extent(2), vv.extent(3), L);
-  py::array_t<T> lse = new_array<T>({qv.extent(0), qv.extent(2), qv.extent(1)});
-  const auto ov = view4<T>(o, "o", L);
-  const auto lv = view_n<T, 3>(lse, "lse");
+  using Acc = kattn::accumulate_t<Q>;
+  const auto qv = view4<Q>(q, "q", L);
+  const auto kv = view4<KV>(k, "k", L), vv = view4<KV>(v, "v", L);
+  py::array o = new4<Q>(qv.extent(0), qv.extent(1), qv.extent(2), vv.extent(3), L);
+  py::array lse = new_array<Acc>({qv.extent(0), qv.extent(2), qv.extent(1)});
+  const auto ov = view4<Q>(o, "o", L);
+  const auto lv = view_n<Acc, 3>(lse, "lse");
   kattn::SplitPlan plan;
   run_released([&] { plan = kattn::attention(Space(), qv, kattn::kv::dense(kv, vv), ov, lv, opt); });
   return py::make_tuple(o, lse, plan_dict(plan));
@@ -68,9 +72,9 @@ py::tuple dense_backward(const py::array& q, const py::array& k, const py::array
   const auto qv = view4<T>(q, "q", L), kv = view4<T>(k, "k", L), vv = view4<T>(v, "v", L);
   const auto ov = view4<T>(o, "o", L), dov = view4<T>(dout, "dout", L);
   const auto lv = view_n<T, 3>(lse, "lse");
-  py::array_t<T> dq = new4<T>(qv.extent(0), qv.extent(1), qv.extent(2), qv.extent(3), L);
-  py::array_t<T> dk = new4<T>(kv.extent(0), kv.extent(1), kv.extent(2), kv.extent(3), L);
-  py::array_t<T> dv = new4<T>(vv.extent(0), vv.extent(1), vv.extent(2), vv.extent(3), L);
+  py::array dq = new4<T>(qv.extent(0), qv.extent(1), qv.extent(2), qv.extent(3), L);
+  py::array dk = new4<T>(kv.extent(0), kv.extent(1), kv.extent(2), kv.extent(3), L);
+  py::array dv = new4<T>(vv.extent(0), vv.extent(1), vv.extent(2), vv.extent(3), L);
   const auto dqv = view4<T>(dq, "dq", L), dkv = view4<T>(dk, "dk", L), dvv = view4<T>(dv, "dv", L);
   kattn::BackwardInfo info;
   run_released([&] {
@@ -109,15 +113,16 @@ struct PagedIndex {
   }
 };
 
-template <class T, int KR, class Index>
+template <class Q, class KV, int KR, class Index>
 py::tuple packed_forward(const py::array& q, const py::array& k, const py::array& v, const Index& index,
                          const kattn::Options& opt) {
-  const auto qv = view_n<T, 3>(q, "q");
-  const auto kv = view_n<T, KR>(k, "k"), vv = view_n<T, KR>(v, "v");
-  py::array_t<T> o = new_array<T>({qv.extent(0), qv.extent(1), vv.extent(KR - 1)});
-  py::array_t<T> lse = new_array<T>({qv.extent(0), qv.extent(1)});
-  const auto ov = view_n<T, 3>(o, "o");
-  const auto lv = view_n<T, 2>(lse, "lse");
+  using Acc = kattn::accumulate_t<Q>;
+  const auto qv = view_n<Q, 3>(q, "q");
+  const auto kv = view_n<KV, KR>(k, "k"), vv = view_n<KV, KR>(v, "v");
+  py::array o = new_array<Q>({qv.extent(0), qv.extent(1), vv.extent(KR - 1)});
+  py::array lse = new_array<Acc>({qv.extent(0), qv.extent(1)});
+  const auto ov = view_n<Q, 3>(o, "o");
+  const auto lv = view_n<Acc, 2>(lse, "lse");
   const auto keys = index.kv(kv, vv);
   kattn::SplitPlan plan;
   run_released([&] { plan = kattn::attention(Space(), qv, keys, ov, lv, opt); });
@@ -131,7 +136,7 @@ py::tuple packed_backward(const py::array& q, const py::array& k, const py::arra
   const auto qv = view_n<T, 3>(q, "q"), ov = view_n<T, 3>(o, "o"), dov = view_n<T, 3>(dout, "dout");
   const auto kv = view_n<T, KR>(k, "k"), vv = view_n<T, KR>(v, "v");
   const auto lv = view_n<T, 2>(lse, "lse");
-  py::array_t<T> dq = new_array<T>({qv.extent(0), qv.extent(1), qv.extent(2)});
+  py::array dq = new_array<T>({qv.extent(0), qv.extent(1), qv.extent(2)});
   py::array dk = py::array_t<T>(std::vector<py::ssize_t>(k.shape(), k.shape() + KR));
   py::array dv = py::array_t<T>(std::vector<py::ssize_t>(v.shape(), v.shape() + KR));
   const auto dqv = view_n<T, 3>(dq, "dq");
@@ -150,13 +155,15 @@ py::tuple packed_backward(const py::array& q, const py::array& k, const py::arra
 template <class T, int KR, class Index>
 py::tuple cascade_forward(const py::array& q, const py::array& k_prefix, const py::array& v_prefix,
                           const py::array& k, const py::array& v, const Index& index, const kattn::Options& opt) {
+  float_storage_of(k_prefix, "k_prefix");
+  float_storage_of(v_prefix, "v_prefix");
   require_same_dtype(k_prefix, "k_prefix", q, "q");
   require_same_dtype(v_prefix, "v_prefix", q, "q");
   const auto qv = view_n<T, 3>(q, "q");
   const auto kp = view_n<T, 3>(k_prefix, "k_prefix"), vp = view_n<T, 3>(v_prefix, "v_prefix");
   const auto kv = view_n<T, KR>(k, "k"), vv = view_n<T, KR>(v, "v");
-  py::array_t<T> o = new_array<T>({qv.extent(0), qv.extent(1), vv.extent(KR - 1)});
-  py::array_t<T> lse = new_array<T>({qv.extent(0), qv.extent(1)});
+  py::array o = new_array<T>({qv.extent(0), qv.extent(1), vv.extent(KR - 1)});
+  py::array lse = new_array<T>({qv.extent(0), qv.extent(1)});
   const auto ov = view_n<T, 3>(o, "o");
   const auto lv = view_n<T, 2>(lse, "lse");
   const auto keys = kattn::kv::cascade(kp, vp, index.kv(kv, vv));
@@ -164,24 +171,37 @@ py::tuple cascade_forward(const py::array& q, const py::array& k_prefix, const p
   return py::make_tuple(o, lse);
 }
 
-// Calls f.template operator()<float or double>() for q's dtype, which k and v share.
+// f(float{}) or f(double{}) for q's dtype, which k and v share: the calls 16-bit storage has not
+// reached yet (the backward, the cascade).
 template <class F>
-py::tuple by_dtype(const py::array& q, const py::array& k, const py::array& v, F&& f) {
-  return dtype_of(q, k, v) == 'f' ? f(float{}) : f(double{});
+py::tuple by_float_dtype(const py::array& q, const py::array& k, const py::array& v, F&& f) {
+  return float_dtype_of(q, k, v) == Dtype::float32 ? f(float{}) : f(double{});
 }
 
+// f(Q{}, KV{}) for the storage of a forward call (kattn::bf16 and kattn::fp16 included).
+template <class F>
+py::tuple by_storage(const py::array& q, const py::array& k, const py::array& v, F&& f) {
+  return with_storage(forward_storage(q, k, v), f);
+}
+
+// The backward's o, lse and dout: float32 or float64, q's.
 void require_dtypes_of_q(const py::array& q, const py::array& o, const py::array& lse, const py::array& dout) {
-  require_same_dtype(o, "o", q, "q");
-  require_same_dtype(lse, "lse", q, "q");
-  require_same_dtype(dout, "dout", q, "q");
+  float_storage_of(q, "q");
+  const auto check = [&](const py::array& a, const char* name) {
+    float_storage_of(a, name);
+    require_same_dtype(a, name, q, "q");
+  };
+  check(o, "o");
+  check(lse, "lse");
+  check(dout, "dout");
 }
 
 template <class T>
 py::tuple merge_as(const py::array& o_parts, const py::array& lse_parts) {
   const auto ov = view_n<T, 4>(o_parts, "o_parts");
   const auto lv = view_n<T, 3>(lse_parts, "lse_parts");
-  py::array_t<T> o = new_array<T>({ov.extent(1), ov.extent(2), ov.extent(3)});
-  py::array_t<T> lse = new_array<T>({ov.extent(1), ov.extent(2)});
+  py::array o = new_array<T>({ov.extent(1), ov.extent(2), ov.extent(3)});
+  py::array lse = new_array<T>({ov.extent(1), ov.extent(2)});
   const auto o_out = view_n<T, 3>(o, "o");
   const auto lse_out = view_n<T, 2>(lse, "lse");
   run_released([&] { kattn::merge(Space(), ov, lv, o_out, lse_out); });
@@ -201,6 +221,7 @@ PYBIND11_MODULE(_kattn, m) {
   }
   // kattn.Error: a ValueError carrying kattn's message (it names the argument).
   py::register_exception<kattn::Error>(m, "Error", PyExc_ValueError);
+  register_bfloat16(m);
 
   m.def("version", [] { return kattn::build_info().version; });
   m.def("build_info", [] {
@@ -215,7 +236,9 @@ PYBIND11_MODULE(_kattn, m) {
                         const py::dict& kw) {
     const kattn::Options opt = options_of(kw);
     const Layout L = Layout::parse(layout);
-    return by_dtype(q, k, v, [&](auto t) { return dense_forward<decltype(t)>(q, k, v, L, opt); });
+    return by_storage(q, k, v, [&](auto tq, auto tkv) {
+      return dense_forward<decltype(tq), decltype(tkv)>(q, k, v, L, opt);
+    });
   });
   m.def("attention_backward", [](const py::array& q, const py::array& k, const py::array& v, const py::array& o,
                                  const py::array& lse, const py::array& dout, const std::string& layout,
@@ -223,7 +246,7 @@ PYBIND11_MODULE(_kattn, m) {
     const kattn::Options opt = options_of(kw);
     const Layout L = Layout::parse(layout);
     require_dtypes_of_q(q, o, lse, dout);
-    return by_dtype(q, k, v, [&](auto t) {
+    return by_float_dtype(q, k, v, [&](auto t) {
       return dense_backward<decltype(t)>(q, k, v, o, lse, dout, L, opt, deterministic);
     });
   });
@@ -232,7 +255,9 @@ PYBIND11_MODULE(_kattn, m) {
                                const py::object& kv_indptr, const py::dict& kw) {
     const kattn::Options opt = options_of(kw);
     const RaggedIndex index(q_indptr, kv_indptr);
-    return by_dtype(q, k, v, [&](auto t) { return packed_forward<decltype(t), 3>(q, k, v, index, opt); });
+    return by_storage(q, k, v, [&](auto tq, auto tkv) {
+      return packed_forward<decltype(tq), decltype(tkv), 3>(q, k, v, index, opt);
+    });
   });
   m.def("ragged_attention_backward",
         [](const py::array& q, const py::array& k, const py::array& v, const py::array& o, const py::array& lse,
@@ -241,7 +266,7 @@ PYBIND11_MODULE(_kattn, m) {
           const kattn::Options opt = options_of(kw);
           require_dtypes_of_q(q, o, lse, dout);
           const RaggedIndex index(q_indptr, kv_indptr);
-          return by_dtype(q, k, v, [&](auto t) {
+          return by_float_dtype(q, k, v, [&](auto t) {
             return packed_backward<decltype(t), 3>(q, k, v, o, lse, dout, index, opt, deterministic);
           });
         });
@@ -251,8 +276,9 @@ PYBIND11_MODULE(_kattn, m) {
                               const py::object& page_indices, const py::object& last_page_len, const py::dict& kw) {
     const kattn::Options opt = options_of(kw);
     const PagedIndex index(q_indptr, page_indptr, page_indices, last_page_len);
-    return by_dtype(q, k_pages, v_pages,
-                    [&](auto t) { return packed_forward<decltype(t), 4>(q, k_pages, v_pages, index, opt); });
+    return by_storage(q, k_pages, v_pages, [&](auto tq, auto tkv) {
+      return packed_forward<decltype(tq), decltype(tkv), 4>(q, k_pages, v_pages, index, opt);
+    });
   });
   m.def("paged_attention_backward",
         [](const py::array& q, const py::array& k_pages, const py::array& v_pages, const py::array& o,
@@ -261,7 +287,7 @@ PYBIND11_MODULE(_kattn, m) {
           const kattn::Options opt = options_of(kw);
           require_dtypes_of_q(q, o, lse, dout);
           const PagedIndex index(q_indptr, page_indptr, page_indices, last_page_len);
-          return by_dtype(q, k_pages, v_pages, [&](auto t) {
+          return by_float_dtype(q, k_pages, v_pages, [&](auto t) {
             return packed_backward<decltype(t), 4>(q, k_pages, v_pages, o, lse, dout, index, opt, deterministic);
           });
         });
@@ -271,7 +297,7 @@ PYBIND11_MODULE(_kattn, m) {
                                        const py::object& kv_indptr, const py::dict& kw) {
     const kattn::Options opt = options_of(kw);
     const RaggedIndex index(q_indptr, kv_indptr);
-    return by_dtype(q, k, v, [&](auto t) {
+    return by_float_dtype(q, k, v, [&](auto t) {
       return cascade_forward<decltype(t), 3>(q, k_prefix, v_prefix, k, v, index, opt);
     });
   });
@@ -281,28 +307,31 @@ PYBIND11_MODULE(_kattn, m) {
                                       const py::object& last_page_len, const py::dict& kw) {
     const kattn::Options opt = options_of(kw);
     const PagedIndex index(q_indptr, page_indptr, page_indices, last_page_len);
-    return by_dtype(q, k_pages, v_pages, [&](auto t) {
+    return by_float_dtype(q, k_pages, v_pages, [&](auto t) {
       return cascade_forward<decltype(t), 4>(q, k_prefix, v_prefix, k_pages, v_pages, index, opt);
     });
   });
 
   m.def("merge_states", [](const py::array& o_parts, const py::array& lse_parts) -> py::tuple {
-    const char t = float_kind(o_parts, "o_parts");
+    const Dtype t = float_storage_of(o_parts, "o_parts");
+    float_storage_of(lse_parts, "lse_parts");
     require_same_dtype(lse_parts, "lse_parts", o_parts, "o_parts");
-    return t == 'f' ? merge_as<float>(o_parts, lse_parts) : merge_as<double>(o_parts, lse_parts);
+    return t == Dtype::float32 ? merge_as<float>(o_parts, lse_parts) : merge_as<double>(o_parts, lse_parts);
   });
 
   m.def("plan", [](std::int64_t batch, std::int64_t q_len, std::int64_t kv_len, int heads_q, int heads_kv,
                    int head_dim, const std::string& dtype, const py::dict& kw, int processors) {
     const kattn::Options opt = options_of(kw);
-    if (dtype != "float32" && dtype != "float64")
-      throw kattn::Error("dtype: expected \"float32\" or \"float64\", got \"" + dtype + "\"");
     if (processors < 0) throw kattn::Error("processors: expected 0 (this machine's) or more, got " + std::to_string(processors));
-    return plan_dict(dtype == "float32"
-                         ? kattn::plan_splits<float>(Space(), batch, q_len, kv_len, heads_q, heads_kv, head_dim, opt,
-                                                     processors)
-                         : kattn::plan_splits<double>(Space(), batch, q_len, kv_len, heads_q, heads_kv, head_dim, opt,
-                                                      processors));
+    const auto plan_in = [&](auto storage) {  // 16-bit storage tiles as float32 does (it computes in float)
+      return plan_dict(kattn::plan_splits<decltype(storage)>(Space(), batch, q_len, kv_len, heads_q, heads_kv,
+                                                             head_dim, opt, processors));
+    };
+    if (dtype == "float32") return plan_in(float{});
+    if (dtype == "float64") return plan_in(double{});
+    if (dtype == "float16") return plan_in(kattn::fp16{});
+    if (dtype == "bfloat16") return plan_in(kattn::bf16{});
+    throw kattn::Error("dtype: expected \"float32\", \"float64\", \"float16\" or \"bfloat16\", got \"" + dtype + "\"");
   });
 
 #ifdef KATTN_PYTHON_WITH_MPI

@@ -2,6 +2,21 @@
 import numpy as np
 
 
+def seen(Nq, Nk, causal, window):
+    """[Nq, Nk]: which keys each query sees (causal bottom-right aligned, window (left, right))."""
+    i = np.arange(Nq)[:, None] + (Nk - Nq)  # the diagonal key of each query
+    j = np.arange(Nk)[None, :]
+    left, right = window if window is not None else (-1, -1)
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    mask = np.ones((Nq, Nk), dtype=bool)
+    if left >= 0:
+        mask &= j >= i - left
+    if right >= 0:
+        mask &= j <= i + right
+    return mask
+
+
 def textbook(q, k, v, causal=False, window=None, softcap=0.0, scale=None):
     """o [B, Nq, Hq, D], lse [B, Hq, Nq] (natural log) and what the backward needs, in float64."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
@@ -15,17 +30,7 @@ def textbook(q, k, v, causal=False, window=None, softcap=0.0, scale=None):
     t = np.tanh(s / softcap) if softcap else None
     if softcap:
         s = softcap * t
-    i = np.arange(Nq)[:, None] + (Nk - Nq)  # the diagonal key of each query (bottom-right aligned)
-    j = np.arange(Nk)[None, :]
-    left, right = window if window is not None else (-1, -1)
-    if causal:
-        right = 0 if right < 0 else min(right, 0)
-    seen = np.ones((Nq, Nk), dtype=bool)
-    if left >= 0:
-        seen &= j >= i - left
-    if right >= 0:
-        seen &= j <= i + right
-    s = np.where(seen, s, -np.inf)
+    s = np.where(seen(Nq, Nk, causal, window), s, -np.inf)
     m = s.max(axis=-1, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
     p = np.exp(s - m)
@@ -66,3 +71,47 @@ def rel_err(a, b):
     if not finite.any():
         return 0.0
     return np.abs(a[finite] - b[finite]).max() / max(np.abs(b[finite]).max(), 1.0)
+
+
+def round16(x, dtype):
+    """float32 values rounded to nearest even in dtype ("float16" or "bfloat16"), as float32."""
+    x = np.asarray(x, np.float32)
+    if dtype == "float16":
+        return x.astype(np.float16).astype(np.float32)
+    u = x.view(np.uint32).astype(np.uint64)  # bfloat16: the upper 16 bits, rounded (finite values)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+
+
+def textbook16(q, k, v, dtype, causal=False, window=None, softcap=0.0, scale=None):
+    """o of the textbook algorithm run in a 16-bit dtype, FlashAttention's baseline: scores
+    accumulated in float32 and rounded to dtype, the softmax in float32 with P rounded to dtype,
+    P V accumulated in float32 and rounded. q, k, v hold dtype's values; [B, N, H, D] as textbook."""
+    q, k, v = (np.asarray(x, np.float32) for x in (q, k, v))
+    Nq, Hq, D = q.shape[1:]
+    Nk, Hkv = k.shape[1], k.shape[2]
+    scale = np.float32(1.0 / np.sqrt(D) if scale is None else scale)
+    kk, vv = np.repeat(k, Hq // Hkv, axis=2), np.repeat(v, Hq // Hkv, axis=2)
+    s = np.einsum("bihd,bjhd->bhij", q, kk) * scale
+    if softcap:
+        s = np.float32(softcap) * np.tanh(s / np.float32(softcap))
+    s = np.where(seen(Nq, Nk, causal, window), round16(s, dtype), np.float32(-np.inf))
+    m = s.max(axis=-1, keepdims=True, initial=-np.inf)
+    m = np.where(np.isfinite(m), m, np.float32(0))
+    p = np.exp(s - m)
+    l = p.sum(axis=-1, keepdims=True)
+    p = round16(np.where(l > 0, p / np.where(l > 0, l, 1), 0), dtype)
+    return round16(np.einsum("bhij,bjhd->bihd", p, vv), dtype)
+
+
+def assert_16bit_rule(o, lse, ref_o, ref_lse, tb_o):
+    """FlashAttention's accuracy rule for 16-bit storage, against the float64 textbook (ref_o,
+    ref_lse) on the same 16-bit inputs: o's max error at most twice that of the textbook run in the
+    16-bit type (tb_o; 1e-6 where that one is exact), lse within 1e-5 relative (-inf where ref_lse
+    is)."""
+    o, ref_o, tb_o, lse = (np.asarray(x, np.float64) for x in (o, ref_o, tb_o, lse))
+    err, err_tb = np.abs(o - ref_o).max(initial=0.0), np.abs(tb_o - ref_o).max(initial=0.0)
+    assert err <= max(2 * err_tb, 1e-6), f"o: max error {err:.3g}, the textbook's in 16 bits {err_tb:.3g}"
+    finite = np.isfinite(ref_lse)
+    assert np.array_equal(lse[~finite], ref_lse[~finite]), "lse of rows that see no key"
+    lse_err = (np.abs(lse[finite] - ref_lse[finite]) / np.maximum(1.0, np.abs(ref_lse[finite]))).max(initial=0.0)
+    assert lse_err <= 1e-5, f"lse: relative error {lse_err:.3g}"

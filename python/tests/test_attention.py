@@ -102,7 +102,7 @@ def test_backward_deterministic_is_bitwise_repeatable():
     "call, message",
     [
         (lambda q, k, v: kattn.attention(q, k[..., :8], v), "k: expected head dim 16 (from q), got 8"),
-        (lambda q, k, v: kattn.attention(q.astype(np.int64), k, v), "q: expected float32 or float64"),
+        (lambda q, k, v: kattn.attention(q.astype(np.int64), k, v), "q: expected float32, float64, float16 or bfloat16, got int64"),
         (lambda q, k, v: kattn.attention(q, k.astype(np.float32), v), "k: expected the dtype of q"),
         (lambda q, k, v: kattn.attention(q[0], k, v), "q: expected a rank-4 array"),
         (lambda q, k, v: kattn.attention(q, k, v, layout="nhbd"), "layout: expected"),

@@ -1,0 +1,123 @@
+// The element types of kattn's arrays: float32 and float64 everywhere, float16 and bfloat16 in the
+// forward calls (kattn's 16-bit storage has not reached the backward, the merge, the cascade or the
+// MPI layer yet). NumPy has no bfloat16: kattn's is a structured dtype holding kattn::bf16's bits,
+// what the package makes of a torch.bfloat16 tensor (its memory, read in place). Here: which type
+// an array holds, its name in messages, the dtype of new arrays, and the storage combinations of
+// the forward (q's type throughout, or float32 queries over a float16 or bfloat16 cache).
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <string>
+#include <type_traits>
+
+#include "kattn/core/storage.hpp"
+#include "kattn/errors.hpp"
+
+namespace kattn_python {
+
+namespace py = pybind11;
+
+enum class Dtype { float32, float64, float16, bfloat16 };
+
+// Registers kattn::bf16 as a NumPy dtype (a one-field structured type, "bits": uint16) and exposes
+// it to the package as _kattn.bfloat16. Called once, at import.
+inline void register_bfloat16(py::module_& m) {
+  PYBIND11_NUMPY_DTYPE(kattn::bf16, bits);
+  m.attr("bfloat16") = py::dtype::of<kattn::bf16>();
+}
+
+// The NumPy dtype of kattn's storage type T.
+template <class T>
+py::dtype numpy_dtype() {
+  if constexpr (std::is_same_v<T, kattn::fp16>)
+    return py::dtype("float16");
+  else
+    return py::dtype::of<T>();  // float, double, and kattn::bf16 once registered
+}
+
+inline py::dtype numpy_dtype(Dtype t) {
+  if (t == Dtype::float32) return numpy_dtype<float>();
+  if (t == Dtype::float64) return numpy_dtype<double>();
+  if (t == Dtype::float16) return numpy_dtype<kattn::fp16>();
+  return numpy_dtype<kattn::bf16>();
+}
+
+inline const char* name(Dtype t) {
+  if (t == Dtype::float32) return "float32";
+  if (t == Dtype::float64) return "float64";
+  if (t == Dtype::float16) return "float16";
+  return "bfloat16";
+}
+
+inline bool holds(const py::array& a, Dtype t) { return a.dtype().equal(numpy_dtype(t)); }
+
+inline bool is_16bit(Dtype t) { return t == Dtype::float16 || t == Dtype::bfloat16; }
+
+// The dtype's name for messages: "bfloat16" for kattn's, NumPy's name otherwise.
+inline std::string dtype_name(const py::array& a) {
+  return holds(a, Dtype::bfloat16) ? "bfloat16" : std::string(py::str(a.dtype()));
+}
+
+// The storage of an argument of a forward call, else a kattn::Error naming it.
+inline Dtype storage_of(const py::array& a, const char* name) {
+  for (Dtype t : {Dtype::float32, Dtype::float64, Dtype::float16, Dtype::bfloat16})
+    if (holds(a, t)) return t;
+  throw kattn::Error(std::string(name) + ": expected float32, float64, float16 or bfloat16, got " + dtype_name(a));
+}
+
+// The storage of an argument of a call kattn's 16-bit storage has not reached: float32 or float64,
+// else a kattn::Error naming it (and, for a 16-bit array, saying so).
+inline Dtype float_storage_of(const py::array& a, const char* name) {
+  if (holds(a, Dtype::float32)) return Dtype::float32;
+  if (holds(a, Dtype::float64)) return Dtype::float64;
+  const bool half = holds(a, Dtype::float16) || holds(a, Dtype::bfloat16);
+  throw kattn::Error(std::string(name) + ": expected float32 or float64, got " + dtype_name(a) +
+                     (half ? " (16-bit storage is in kattn's forward calls only, for now)" : ""));
+}
+
+inline void require_same_dtype(const py::array& a, const char* name, const py::array& like, const char* like_name) {
+  if (!a.dtype().equal(like.dtype()))
+    throw kattn::Error(std::string(name) + ": expected the dtype of " + like_name + " (" + dtype_name(like) +
+                       "), got " + dtype_name(a));
+}
+
+// The storage of a forward call: q's, and the cache's (k and v share it), which is q's or, under
+// float32 queries, float16 or bfloat16.
+struct ForwardStorage {
+  Dtype q, kv;
+};
+inline ForwardStorage forward_storage(const py::array& q, const py::array& k, const py::array& v) {
+  const ForwardStorage s{storage_of(q, "q"), storage_of(k, "k")};
+  if (s.kv != s.q && !(s.q == Dtype::float32 && is_16bit(s.kv)))
+    throw kattn::Error(
+        std::string("k: expected the dtype of q (") + name(s.q) + ")" +
+        (s.q == Dtype::float32 ? ", or float16 or bfloat16 (a 16-bit cache under float32 queries)" : "") + ", got " +
+        dtype_name(k));
+  require_same_dtype(v, "v", k, "k");
+  return s;
+}
+
+// f(Q{}, KV{}) for the storage types (q and o's, k and v's) of s; lse is in accumulate_t<Q>.
+template <class F>
+auto with_storage(const ForwardStorage& s, F&& f) {
+  if (s.q == Dtype::float64) return f(double{}, double{});
+  if (s.q == Dtype::float16) return f(kattn::fp16{}, kattn::fp16{});
+  if (s.q == Dtype::bfloat16) return f(kattn::bf16{}, kattn::bf16{});
+  if (s.kv == Dtype::float16) return f(float{}, kattn::fp16{});
+  if (s.kv == Dtype::bfloat16) return f(float{}, kattn::bf16{});
+  return f(float{}, float{});
+}
+
+// The dtype of the calls that take float32 or float64 only, q's, which k and v share.
+inline Dtype float_dtype_of(const py::array& q, const py::array& k, const py::array& v) {
+  const Dtype t = float_storage_of(q, "q");
+  float_storage_of(k, "k");
+  float_storage_of(v, "v");
+  require_same_dtype(k, "k", q, "q");
+  require_same_dtype(v, "v", q, "q");
+  return t;
+}
+
+}  // namespace kattn_python
