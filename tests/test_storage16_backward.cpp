@@ -4,10 +4,12 @@
 // the float backward on the same values (the 16-bit backward is that, by construction).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "kattn/attention.hpp"
+#include "kattn/errors.hpp"
 #include "kattn/reference_backward.hpp"
 #include "ragged_support.hpp"
 #include "storage16_support.hpp"
@@ -133,6 +135,23 @@ TEST(Storage16Backward, RaggedAndPagedAreTheRoundedFloatBackward) {
       check_kinds<bf16>({4, 0, 33, 1}, {7, 5, 40, 0}, page, o);
       check_kinds<fp16>({4, 0, 33, 1}, {7, 5, 40, 0}, page, o);
     }
+}
+
+// The float copies are checked against the memory space before they are made.
+TEST(Storage16Backward, RefusesFloatCopiesThatDoNotFit) {
+  const Shape s{1, 64, 64, 2, 1, 32};
+  Problem16<bf16> p(s, fresh_seed());
+  View4<bf16> dout("dout", 1, 64, 2, 32), dq("dq", 1, 64, 2, 32), dk("dk", 1, 64, 1, 32), dv("dv", 1, 64, 1, 32);
+  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse);
+  Kokkos::fence();
+  setenv("KATTN_MEMORY_LIMIT", "10000", 1);
+  try {
+    attention_backward(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq, dk, dv);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("float copies of the 16-bit arrays"), std::string::npos) << e.what();
+  }
+  unsetenv("KATTN_MEMORY_LIMIT");
 }
 
 }  // namespace
