@@ -125,8 +125,8 @@ inline Dtype backward_storage(const py::array& q, const py::array& k, const py::
   require_same_dtype(dout, "dout", q, "q");
   const Dtype acc = is_16bit(t) ? Dtype::float32 : t;
   if (!holds(lse, acc))
-    throw kattn::Error(std::string("lse: expected ") + name(acc) + " (the forward's lse for " + name(t) +
-                       " q), got " + dtype_name(lse));
+    throw kattn::Error(std::string("lse: expected ") + name(acc) + " (the forward's lse for " + name(t) + " q), got " +
+                       dtype_name(lse));
   return t;
 }
 

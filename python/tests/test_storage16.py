@@ -176,7 +176,8 @@ def test_bad_16bit_input_raises_naming_the_argument(call, message):
         call(*problem16(SMALL, seed=1))
 
 
-FLOAT_ONLY = "expected float32 or float64, got float16 (16-bit storage is not in kattn's merge, cascade or MPI calls yet)"
+FLOAT_ONLY = "expected float32 or float64, got float16 (16-bit storage is not in kattn's merge, cascade or MPI calls " \
+             "yet)"
 F32 = np.float32
 
 
