@@ -11,10 +11,11 @@
 
 Arrays are float32 or float64 NumPy arrays or PyTorch CPU tensors (read through DLPack), viewed in
 place (any strides whose last axis, the head dim, is contiguous); results are new arrays (tensors
-for tensor inputs). The forward calls (attention, ragged_attention, paged_attention, decode) also
-take 16-bit storage with float32 accumulation: float16 (NumPy or PyTorch) and bfloat16 (PyTorch),
-o in that type and lse in float32, and float32 queries over a float16 or bfloat16 cache. Bad input
-raises kattn.Error (a ValueError) with kattn's message, which names the argument.
+for tensor inputs). The attention calls (attention, ragged_attention, paged_attention, decode) and
+their backward also take 16-bit storage with float32 accumulation: float16 (NumPy or PyTorch) and
+bfloat16 (PyTorch), o and the gradients in that type and lse in float32; the forward calls also
+take float32 queries over a float16 or bfloat16 cache. Bad input raises kattn.Error (a ValueError)
+with kattn's message, which names the argument.
 
 Options every call takes: causal (bottom-right aligned), window=(left, right) (-1: unbounded),
 softcap, scale (None: 1/sqrt(head_dim)), splits / split_chunk (split-KV; 0: planned), block_q /
@@ -58,7 +59,9 @@ def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, la
 
 def attention_backward(q, k, v, o, lse, dout, *, causal=False, window=None, softcap=0.0, scale=None, layout="bnhd",
                        deterministic=False, block_q=0, block_k=0):
-    """dq, dk, dv of sum(o * dout), for the o and lse kattn.attention returned with the same options."""
+    """dq, dk, dv of sum(o * dout), for the o and lse kattn.attention returned with the same options.
+
+    q, k, v, o, dout of one dtype (float16 and bfloat16 too: the gradients in it, lse float32)."""
     out = returner(q)
     dq, dk, dv, _ = _kattn.attention_backward(*_as_arrays(q=q, k=k, v=v, o=o, lse=lse, dout=dout), layout,
                                               _options(causal, window, softcap, scale, 0, 0, block_q, block_k),

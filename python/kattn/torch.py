@@ -5,17 +5,16 @@
     o.sum().backward()                               # q.grad, k.grad, v.grad from kattn's backward
 
 Layout "bhnd" by default, as torch.nn.functional.scaled_dot_product_attention takes; "bnhd" also.
-The forward keeps o and lse for the backward (not the attention matrix). float32 and float64 with
-gradients; float16 and bfloat16 (and float32 q over a 16-bit k, v) forward only, for now: kattn's
-backward takes no 16-bit storage yet, so a 16-bit call whose inputs require grad is refused.
+The forward keeps o and lse for the backward (not the attention matrix). float32, float64, float16
+and bfloat16 with gradients (16-bit: fp32 accumulation, the gradients rounded once to the inputs'
+dtype); float32 q over a 16-bit k, v runs forward only: kattn's backward has no such mixed storage,
+so such a call whose inputs require grad is refused.
 """
 
 import torch
 
 from . import _kattn
 from ._arrays import as_array, to_tensor
-
-_16BIT = (torch.float16, torch.bfloat16)
 
 
 class _Attention(torch.autograd.Function):
@@ -43,7 +42,7 @@ class _Attention(torch.autograd.Function):
         arrays = [as_array(t, name) for t, name in ((q, "q"), (k, "k"), (v, "v"), (o, "o"), (lse, "lse"),
                                                      (dout, "dout"))]
         dq, dk, dv, _ = _kattn.attention_backward(*arrays, ctx.layout, ctx.opts, ctx.deterministic)
-        return torch.from_numpy(dq), torch.from_numpy(dk), torch.from_numpy(dv), None, None, None
+        return to_tensor(dq), to_tensor(dk), to_tensor(dv), None, None, None
 
 
 def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout="bhnd", deterministic=False,
@@ -53,18 +52,18 @@ def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, la
     q [B, Hq, Nq, D], k, v [B, Hkv, Nk, D] (layout "bhnd"; "bnhd": [B, N, H, D]); Hq a multiple of
     Hkv (GQA); causal is bottom-right aligned (the usual lower triangle when Nq == Nk); window =
     (left, right) keys each side (-1: unbounded); scale None: 1/sqrt(D). CPU tensors whose last axis
-    is contiguous, of one dtype, float32 or float64; float16 and bfloat16 (or float32 q over a
-    16-bit k, v) without gradients. deterministic: a bitwise reproducible backward for every
-    thread count.
+    is contiguous, of one dtype: float32, float64, float16 or bfloat16 (o and the gradients in
+    it); float32 q over a float16 or bfloat16 k, v without gradients. deterministic: a bitwise
+    reproducible backward for every thread count.
     """
     for t, name in ((q, "q"), (k, "k"), (v, "v")):
         if not isinstance(t, torch.Tensor):
             raise _kattn.Error(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    half = [t.dtype for t in (q, k, v) if t.dtype in _16BIT]
-    if half and torch.is_grad_enabled():
+    if q.dtype == torch.float32 and k.dtype in (torch.float16, torch.bfloat16) and torch.is_grad_enabled():
         for t, name in ((q, "q"), (k, "k"), (v, "v")):
             if t.requires_grad:
-                raise _kattn.Error(f"{name}: requires grad, but the inputs hold {half[0]} and kattn's backward takes "
-                                   f"float32 and float64 only, for now; detach them (forward only) or use float32")
+                raise _kattn.Error(f"{name}: requires grad, but q is torch.float32 over a {k.dtype} k, v, and "
+                                   f"kattn's backward takes q, k, v of one dtype; detach them (forward only) or "
+                                   f"give them one dtype")
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale, block_q=block_q, block_k=block_k)
     return _Attention.apply(q, k, v, layout, opts, deterministic)

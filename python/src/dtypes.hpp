@@ -1,9 +1,10 @@
 // The element types of kattn's arrays: float32 and float64 everywhere, float16 and bfloat16 in the
-// forward calls (kattn's 16-bit storage has not reached the backward, the merge, the cascade or the
-// MPI layer yet). NumPy has no bfloat16: kattn's is a structured dtype holding kattn::bf16's bits,
-// what the package makes of a torch.bfloat16 tensor (its memory, read in place). Here: which type
-// an array holds, its name in messages, the dtype of new arrays, and the storage combinations of
-// the forward (q's type throughout, or float32 queries over a float16 or bfloat16 cache).
+// attention calls and their backward (kattn's 16-bit storage has not reached the merge, the cascade
+// or the MPI layer yet). NumPy has no bfloat16: kattn's is a structured dtype holding kattn::bf16's
+// bits, what the package makes of a torch.bfloat16 tensor (its memory, read in place). Here: which
+// type an array holds, its name in messages, the dtype of new arrays, and the storage combinations
+// of the forward (q's type throughout, or float32 queries over a float16 or bfloat16 cache) and of
+// the backward (q's type throughout, lse in its accumulation type).
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -60,7 +61,7 @@ inline std::string dtype_name(const py::array& a) {
   return holds(a, Dtype::bfloat16) ? "bfloat16" : std::string(py::str(a.dtype()));
 }
 
-// The storage of an argument of a forward call, else a kattn::Error naming it.
+// The storage of an argument of an attention call or its backward, else a kattn::Error naming it.
 inline Dtype storage_of(const py::array& a, const char* name) {
   for (Dtype t : {Dtype::float32, Dtype::float64, Dtype::float16, Dtype::bfloat16})
     if (holds(a, t)) return t;
@@ -74,7 +75,7 @@ inline Dtype float_storage_of(const py::array& a, const char* name) {
   if (holds(a, Dtype::float64)) return Dtype::float64;
   const bool half = holds(a, Dtype::float16) || holds(a, Dtype::bfloat16);
   throw kattn::Error(std::string(name) + ": expected float32 or float64, got " + dtype_name(a) +
-                     (half ? " (16-bit storage is in kattn's forward calls only, for now)" : ""));
+                     (half ? " (16-bit storage is not in kattn's merge, cascade or MPI calls yet)" : ""));
 }
 
 inline void require_same_dtype(const py::array& a, const char* name, const py::array& like, const char* like_name) {
@@ -108,6 +109,34 @@ auto with_storage(const ForwardStorage& s, F&& f) {
   if (s.kv == Dtype::float16) return f(float{}, kattn::fp16{});
   if (s.kv == Dtype::bfloat16) return f(float{}, kattn::bf16{});
   return f(float{}, float{});
+}
+
+// The storage of a backward call, q's: k, v, o and dout share it, and lse is in its accumulation
+// type (float32 for the 16-bit types). Float32 queries over a 16-bit cache have no backward.
+inline Dtype backward_storage(const py::array& q, const py::array& k, const py::array& v, const py::array& o,
+                              const py::array& lse, const py::array& dout) {
+  const Dtype t = storage_of(q, "q");
+  if (t == Dtype::float32 && (holds(k, Dtype::float16) || holds(k, Dtype::bfloat16)))
+    throw kattn::Error("k: expected the dtype of q (float32), got " + dtype_name(k) +
+                       " (float32 queries over a 16-bit cache have no backward: give q, k, v one type)");
+  require_same_dtype(k, "k", q, "q");
+  require_same_dtype(v, "v", q, "q");
+  require_same_dtype(o, "o", q, "q");
+  require_same_dtype(dout, "dout", q, "q");
+  const Dtype acc = is_16bit(t) ? Dtype::float32 : t;
+  if (!holds(lse, acc))
+    throw kattn::Error(std::string("lse: expected ") + name(acc) + " (the forward's lse for " + name(t) + " q), got " +
+                       dtype_name(lse));
+  return t;
+}
+
+// f(T{}) for the storage type of t (kattn::bf16 and kattn::fp16 included).
+template <class F>
+auto with_dtype(Dtype t, F&& f) {
+  if (t == Dtype::float64) return f(double{});
+  if (t == Dtype::float16) return f(kattn::fp16{});
+  if (t == Dtype::bfloat16) return f(kattn::bf16{});
+  return f(float{});
 }
 
 // The dtype of the calls that take float32 or float64 only, q's, which k and v share.

@@ -1,7 +1,7 @@
 // kattn's Python module (kattn._kattn; the package kattn wraps it and owns the signatures): the
 // single-process calls over NumPy arrays, dense, ragged and paged keys, their backward, the merge
-// of partial states and the planner. The forward calls take 16-bit storage too (dtypes.hpp says
-// which combinations). Kokkos starts on import and stops at exit; the GIL is released while the
+// of partial states and the planner. The attention calls and their backward take 16-bit storage
+// too (dtypes.hpp says which combinations). Kokkos starts on import and stops at exit; the GIL is released while the
 // kernels run.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -65,13 +65,14 @@ py::tuple dense_forward(const py::array& q, const py::array& k, const py::array&
   return py::make_tuple(o, lse, plan_dict(plan));
 }
 
+// T: the storage of every array but lse, which is in accumulate_t<T>; the gradients come back in T.
 template <class T>
 py::tuple dense_backward(const py::array& q, const py::array& k, const py::array& v, const py::array& o,
                          const py::array& lse, const py::array& dout, const Layout& L, const kattn::Options& opt,
                          bool deterministic) {
   const auto qv = view4<T>(q, "q", L), kv = view4<T>(k, "k", L), vv = view4<T>(v, "v", L);
   const auto ov = view4<T>(o, "o", L), dov = view4<T>(dout, "dout", L);
-  const auto lv = view_n<T, 3>(lse, "lse");
+  const auto lv = view_n<kattn::accumulate_t<T>, 3>(lse, "lse");
   py::array dq = new4<T>(qv.extent(0), qv.extent(1), qv.extent(2), qv.extent(3), L);
   py::array dk = new4<T>(kv.extent(0), kv.extent(1), kv.extent(2), kv.extent(3), L);
   py::array dv = new4<T>(vv.extent(0), vv.extent(1), vv.extent(2), vv.extent(3), L);
@@ -135,10 +136,10 @@ py::tuple packed_backward(const py::array& q, const py::array& k, const py::arra
                           bool deterministic) {
   const auto qv = view_n<T, 3>(q, "q"), ov = view_n<T, 3>(o, "o"), dov = view_n<T, 3>(dout, "dout");
   const auto kv = view_n<T, KR>(k, "k"), vv = view_n<T, KR>(v, "v");
-  const auto lv = view_n<T, 2>(lse, "lse");
+  const auto lv = view_n<kattn::accumulate_t<T>, 2>(lse, "lse");
   py::array dq = new_array<T>({qv.extent(0), qv.extent(1), qv.extent(2)});
-  py::array dk = py::array_t<T>(std::vector<py::ssize_t>(k.shape(), k.shape() + KR));
-  py::array dv = py::array_t<T>(std::vector<py::ssize_t>(v.shape(), v.shape() + KR));
+  py::array dk(numpy_dtype<T>(), std::vector<py::ssize_t>(k.shape(), k.shape() + KR));
+  py::array dv(numpy_dtype<T>(), std::vector<py::ssize_t>(v.shape(), v.shape() + KR));
   const auto dqv = view_n<T, 3>(dq, "dq");
   const auto dkv = view_n<T, KR>(dk, "dk"), dvv = view_n<T, KR>(dv, "dv");
   const auto keys = index.kv(kv, vv);
@@ -172,7 +173,7 @@ py::tuple cascade_forward(const py::array& q, const py::array& k_prefix, const p
 }
 
 // f(float{}) or f(double{}) for q's dtype, which k and v share: the calls 16-bit storage has not
-// reached yet (the backward, the cascade).
+// reached yet (the cascade).
 template <class F>
 py::tuple by_float_dtype(const py::array& q, const py::array& k, const py::array& v, F&& f) {
   return float_dtype_of(q, k, v) == Dtype::float32 ? f(float{}) : f(double{});
@@ -184,16 +185,11 @@ py::tuple by_storage(const py::array& q, const py::array& k, const py::array& v,
   return with_storage(forward_storage(q, k, v), f);
 }
 
-// The backward's o, lse and dout: float32 or float64, q's.
-void require_dtypes_of_q(const py::array& q, const py::array& o, const py::array& lse, const py::array& dout) {
-  float_storage_of(q, "q");
-  const auto check = [&](const py::array& a, const char* name) {
-    float_storage_of(a, name);
-    require_same_dtype(a, name, q, "q");
-  };
-  check(o, "o");
-  check(lse, "lse");
-  check(dout, "dout");
+// f(T{}) for the storage of a backward call (kattn::bf16 and kattn::fp16 included).
+template <class F>
+py::tuple by_backward_storage(const py::array& q, const py::array& k, const py::array& v, const py::array& o,
+                              const py::array& lse, const py::array& dout, F&& f) {
+  return with_dtype(backward_storage(q, k, v, o, lse, dout), f);
 }
 
 template <class T>
@@ -245,8 +241,7 @@ PYBIND11_MODULE(_kattn, m) {
                                  const py::dict& kw, bool deterministic) {
     const kattn::Options opt = options_of(kw);
     const Layout L = Layout::parse(layout);
-    require_dtypes_of_q(q, o, lse, dout);
-    return by_float_dtype(q, k, v, [&](auto t) {
+    return by_backward_storage(q, k, v, o, lse, dout, [&](auto t) {
       return dense_backward<decltype(t)>(q, k, v, o, lse, dout, L, opt, deterministic);
     });
   });
@@ -264,9 +259,8 @@ PYBIND11_MODULE(_kattn, m) {
            const py::array& dout, const py::object& q_indptr, const py::object& kv_indptr, const py::dict& kw,
            bool deterministic) {
           const kattn::Options opt = options_of(kw);
-          require_dtypes_of_q(q, o, lse, dout);
           const RaggedIndex index(q_indptr, kv_indptr);
-          return by_float_dtype(q, k, v, [&](auto t) {
+          return by_backward_storage(q, k, v, o, lse, dout, [&](auto t) {
             return packed_backward<decltype(t), 3>(q, k, v, o, lse, dout, index, opt, deterministic);
           });
         });
@@ -285,9 +279,8 @@ PYBIND11_MODULE(_kattn, m) {
            const py::array& lse, const py::array& dout, const py::object& q_indptr, const py::object& page_indptr,
            const py::object& page_indices, const py::object& last_page_len, const py::dict& kw, bool deterministic) {
           const kattn::Options opt = options_of(kw);
-          require_dtypes_of_q(q, o, lse, dout);
           const PagedIndex index(q_indptr, page_indptr, page_indices, last_page_len);
-          return by_float_dtype(q, k_pages, v_pages, [&](auto t) {
+          return by_backward_storage(q, k_pages, v_pages, o, lse, dout, [&](auto t) {
             return packed_backward<decltype(t), 4>(q, k_pages, v_pages, o, lse, dout, index, opt, deterministic);
           });
         });

@@ -115,3 +115,56 @@ def assert_16bit_rule(o, lse, ref_o, ref_lse, tb_o):
     assert np.array_equal(lse[~finite], ref_lse[~finite]), "lse of rows that see no key"
     lse_err = (np.abs(lse[finite] - ref_lse[finite]) / np.maximum(1.0, np.abs(ref_lse[finite]))).max(initial=0.0)
     assert lse_err <= 1e-5, f"lse: relative error {lse_err:.3g}"
+
+
+def textbook16_backward(q, k, v, dout, dtype, causal=False, window=None, softcap=0.0, scale=None):
+    """dq, dk, dv of the textbook backward run in a 16-bit dtype, as autograd runs textbook16:
+    S and P rounded to dtype (the cap's tanh taken of the rounded score, its result rounded), dP =
+    dO V^T rounded, dS = P (dP - rowsum(P dP)) rounded (times 1 - tanh^2 under softcap, rounded),
+    and dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO accumulated in float32 (over the query heads
+    of each KV head too) and rounded once. q, k, v, dout hold dtype's values; [B, N, H, D]."""
+    q, k, v, dout = (np.asarray(x, np.float32) for x in (q, k, v, dout))
+    B, Nq, Hq, D = q.shape
+    Nk, Hkv = k.shape[1], k.shape[2]
+    G = Hq // Hkv
+    scale = np.float32(1.0 / np.sqrt(D) if scale is None else scale)
+    kk, vv = np.repeat(k, G, axis=2), np.repeat(v, G, axis=2)
+    s = round16(np.einsum("bihd,bjhd->bhij", q, kk) * scale, dtype)
+    if softcap:
+        t = np.tanh(s / np.float32(softcap))
+        s = round16(np.float32(softcap) * t, dtype)
+    s = np.where(seen(Nq, Nk, causal, window), s, np.float32(-np.inf))
+    m = s.max(axis=-1, keepdims=True, initial=-np.inf)
+    m = np.where(np.isfinite(m), m, np.float32(0))
+    p = np.exp(s - m)
+    l = p.sum(axis=-1, keepdims=True)
+    p = round16(np.where(l > 0, p / np.where(l > 0, l, 1), 0), dtype)
+    dp = round16(np.einsum("bihd,bjhd->bhij", dout, vv), dtype)
+    ds = round16(p * (dp - (p * dp).sum(axis=-1, keepdims=True)), dtype)
+    if softcap:
+        ds = round16(ds * (1 - t * t), dtype)
+    dq = round16(scale * np.einsum("bhij,bjhd->bihd", ds, kk), dtype)
+    dk = round16(scale * np.einsum("bhij,bihd->bjhd", ds, q).reshape(B, Nk, Hkv, G, D).sum(axis=3), dtype)
+    dv = round16(np.einsum("bhij,bihd->bjhd", p, dout).reshape(B, Nk, Hkv, G, D).sum(axis=3), dtype)
+    return dq, dk, dv
+
+
+def grad16_errors(grads, ref, tb):
+    """{name: (max error of kattn's gradient, max error of the textbook's in 16 bits)} against the
+    float64 reference, for dq, dk, dv (kattn's, the float64 textbook's, the 16-bit textbook's)."""
+    out = {}
+    for name, a, r, t in zip(("dq", "dk", "dv"), grads, ref, tb):
+        a, r, t = (np.asarray(x, np.float64) for x in (a, r, t))
+        assert a.shape == r.shape, f"{name}: shape {a.shape}, expected {r.shape}"
+        assert np.array_equal(np.isnan(a), np.isnan(r)), f"{name}: NaN where the reference has none, or the reverse"
+        out[name] = (np.abs(a - r).max(initial=0.0, where=~np.isnan(r)),
+                     np.abs(t - r).max(initial=0.0, where=~np.isnan(r)))
+    return out
+
+
+def assert_16bit_grad_rule(grads, ref, tb):
+    """FlashAttention's rule for the gradients in 16-bit storage: each of dq, dk, dv within twice
+    the max error of the textbook backward run in the 16-bit type (tb, textbook16_backward; 1e-6
+    where that one is exact) against the float64 textbook backward on the same 16-bit inputs."""
+    for name, (err, err_tb) in grad16_errors(grads, ref, tb).items():
+        assert err <= max(2 * err_tb, 1e-6), f"{name}: max error {err:.3g}, the textbook's in 16 bits {err_tb:.3g}"

@@ -1,6 +1,7 @@
 """16-bit storage from NumPy: float16 arrays in the forward calls (dense, ragged, paged, decode) and
 float32 queries over a float16 cache, under FlashAttention's accuracy rule against the float64
-textbook on the same float16 inputs; the calls 16-bit storage has not reached refuse it."""
+textbook on the same float16 inputs; the calls 16-bit storage has not reached (merge, cascade)
+refuse it. The backward: test_storage16_backward.py."""
 import re
 
 import numpy as np
@@ -175,30 +176,24 @@ def test_bad_16bit_input_raises_naming_the_argument(call, message):
         call(*problem16(SMALL, seed=1))
 
 
-FORWARD_ONLY = "expected float32 or float64, got float16 (16-bit storage is in kattn's forward calls only, for now)"
+FLOAT_ONLY = "expected float32 or float64, got float16 (16-bit storage is not in kattn's merge, cascade or MPI calls " \
+             "yet)"
 F32 = np.float32
 
 
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda q, k, v, o, lse: kattn.attention_backward(q, k, v, o, lse, o), "q: " + FORWARD_ONLY),
-        (lambda q, k, v, o, lse: kattn.attention_backward(q.astype(F32), k.astype(F32), v.astype(F32), o, lse, o),
-         "o: " + FORWARD_ONLY),
-        (lambda q, k, v, o, lse: kattn.ragged_attention_backward(q[0], k[0], v[0], o[0], lse[0].T, o[0], [0, 8],
-                                                                 [0, 8]), "q: " + FORWARD_ONLY),
-        (lambda q, k, v, o, lse: kattn.paged_attention_backward(q[0], (k, v), o[0], lse[0].T, o[0], [0, 8], [0, 1],
-                                                                [0], [8]), "q: " + FORWARD_ONLY),
-        (lambda q, k, v, o, lse: kattn.merge_states(o, lse.astype(np.float16)), "o_parts: " + FORWARD_ONLY),
+        (lambda q, k, v, o, lse: kattn.merge_states(o, lse.astype(np.float16)), "o_parts: " + FLOAT_ONLY),
         (lambda q, k, v, o, lse: kattn.merge_states(o.astype(F32), lse.astype(np.float16)),
-         "lse_parts: " + FORWARD_ONLY),
+         "lse_parts: " + FLOAT_ONLY),
         (lambda q, k, v, o, lse: kattn.cascade_attention(q[0], k[0], v[0], [0, 8], kv=(k[0], v[0]),
-                                                         kv_indptr=[0, 8]), "q: " + FORWARD_ONLY),
+                                                         kv_indptr=[0, 8]), "q: " + FLOAT_ONLY),
         (lambda q, k, v, o, lse: kattn.cascade_attention(q[0].astype(F32), k[0], v[0], [0, 8], kv=(k[0], v[0]),
-                                                         kv_indptr=[0, 8]), "k: " + FORWARD_ONLY),
+                                                         kv_indptr=[0, 8]), "k: " + FLOAT_ONLY),
         (lambda q, k, v, o, lse: kattn.cascade_attention(q[0].astype(F32), k[0], v[0], [0, 8],
                                                          kv=(k[0].astype(F32), v[0].astype(F32)), kv_indptr=[0, 8]),
-         "k_prefix: " + FORWARD_ONLY),
+         "k_prefix: " + FLOAT_ONLY),
     ],
 )
 def test_calls_without_16bit_storage_refuse_it_naming_the_argument(call, message):

@@ -1,7 +1,7 @@
 """16-bit storage from PyTorch: torch.bfloat16 and torch.float16 CPU tensors (read in place through
-DLPack) in the forward calls and in kattn.torch.attention without gradients, float32 queries over a
-bfloat16 cache, under FlashAttention's accuracy rule; gradients and the calls 16-bit storage has not
-reached refuse them."""
+DLPack) in the forward calls, the backward and kattn.torch.attention's autograd, float32 queries
+over a bfloat16 cache, under FlashAttention's accuracy rule; gradients of float32 queries over a
+16-bit cache and the calls 16-bit storage has not reached refuse them."""
 import re
 
 import numpy as np
@@ -10,7 +10,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (Debian: python3-torch)")
 import kattn  # noqa: E402
 import kattn.torch  # noqa: E402
-from reference import assert_16bit_rule, textbook, textbook16  # noqa: E402
+from reference import assert_16bit_grad_rule, assert_16bit_rule, textbook, textbook16  # noqa: E402
+from reference import textbook16_backward, textbook_backward  # noqa: E402
 from test_kinds import KV_LENS, Q_LENS, pages_of, ragged_batch  # noqa: E402
 from test_storage16 import expect_float32_rows, expect_rows_rule  # noqa: E402
 
@@ -90,30 +91,70 @@ def test_bfloat16_decode_and_float32_queries_over_a_bfloat16_cache(splits):
     expect_float32_rows(o.numpy(), lse.numpy(), q32.numpy(), k, v, qi, ki)
 
 
-def test_autograd_refuses_16bit_inputs_that_require_grad():
-    q, k, v = tensors16(1, 2, 1, 4, 4, 8, torch.bfloat16)
-    with pytest.raises(kattn.Error, match=re.escape("q: requires grad, but the inputs hold torch.bfloat16 and "
-                                                    "kattn's backward takes float32 and float64 only, for now")):
-        kattn.torch.attention(q.requires_grad_(), k, v)
-    # float32 queries needing grad over a float16 cache: the backward would need the cache's type.
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("opt", OPTIONS)
+@pytest.mark.parametrize("shape", [(2, 4, 2, 33, 40, 16), (1, 8, 1, 1, 300, 64), (1, 3, 1, 20, 20, 8)])
+def test_autograd_in_16bit_meets_the_rule(dtype, opt, shape):
+    q, k, v = (t.requires_grad_() for t in tensors16(*shape, DTYPES[dtype], seed=len(opt)))
+    dout = tensors16(*shape, DTYPES[dtype], seed=100)[0]
+    o = kattn.torch.attention(q, k, v, deterministic=True, **opt)
+    o.backward(dout)
+    grads = (q.grad, k.grad, v.grad)
+    assert all(g.dtype == DTYPES[dtype] and g.shape == t.shape for g, t in zip(grads, (q, k, v)))
+    x = [bnhd64(t.detach()) for t in (q, k, v, dout)]
+    assert_16bit_grad_rule([bnhd64(g) for g in grads], textbook_backward(*x, **opt),
+                           textbook16_backward(*x, dtype, **opt))
+    # The plain functions on the same tensors: the same gradients, as tensors of the dtype.
+    qd, kd, vd = (t.detach() for t in (q, k, v))
+    o2, lse = kattn.attention(qd, kd, vd, layout="bhnd", return_lse=True, **opt)
+    plain = kattn.attention_backward(qd, kd, vd, o2, lse, dout, layout="bhnd", deterministic=True, **opt)
+    assert all(isinstance(p, torch.Tensor) and torch.equal(p, g) for p, g in zip(plain, grads))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_autograd_in_16bit_bnhd_views_and_a_non_contiguous_incoming_gradient(dtype):
+    q, k, v = tensors16(1, 4, 2, 30, 45, 32, DTYPES[dtype], seed=3)
+    qb, kb, vb = (t.transpose(1, 2).requires_grad_() for t in (q, k, v))  # [B, N, H, D] views
+    o = kattn.torch.attention(qb, kb, vb, causal=True, layout="bnhd", deterministic=True)
+    dout = torch.randn(1, 30, 4, 32).to(DTYPES[dtype]).transpose(-1, -2).contiguous().transpose(-1, -2)
+    assert dout.stride(-1) != 1
+    o.backward(dout)
+    ref = [t.detach().requires_grad_() for t in (q, k, v)]
+    kattn.torch.attention(*ref, causal=True, deterministic=True).backward(dout.transpose(1, 2))
+    for g, r in zip((qb.grad, kb.grad, vb.grad), ref):
+        assert g.dtype == DTYPES[dtype] and torch.equal(g.transpose(1, 2), r.grad)
+
+
+def test_autograd_refuses_float32_queries_over_a_16bit_cache_that_require_grad():
+    q, k, v = tensors16(1, 2, 1, 4, 4, 8, torch.float16)
+    # float32 queries over a float16 cache: kattn's backward takes q, k, v of one dtype.
+    message = "requires grad, but q is torch.float32 over a torch.float16 k, v, and kattn's backward takes q, k, v " \
+              "of one dtype"
     q32 = torch.randn(1, 2, 4, 8, requires_grad=True)
-    with pytest.raises(kattn.Error, match=re.escape("q: requires grad, but the inputs hold torch.float16")):
-        kattn.torch.attention(q32, k.half(), v.half())
+    with pytest.raises(kattn.Error, match=re.escape("q: " + message)):
+        kattn.torch.attention(q32, k, v)
+    with pytest.raises(kattn.Error, match=re.escape("v: " + message)):
+        kattn.torch.attention(q32.detach(), k, v.requires_grad_())
     with torch.no_grad():  # no graph: the forward alone
-        o = kattn.torch.attention(q32, k.half(), v.half())
+        o = kattn.torch.attention(q32, k, v)
     assert o.dtype == torch.float32 and not o.requires_grad
 
 
-FORWARD_ONLY = "expected float32 or float64, got {} (16-bit storage is in kattn's forward calls only, for now)"
+def test_16bit_second_derivatives_are_refused_not_dropped():
+    q, k, v = (t.requires_grad_() for t in tensors16(1, 1, 1, 3, 3, 4, torch.bfloat16))
+    o = kattn.torch.attention(q, k, v)
+    with pytest.raises(RuntimeError, match=re.escape("second derivatives (create_graph=True) are not supported")):
+        torch.autograd.grad(o.sum(), q, create_graph=True)
+
+
+FLOAT_ONLY = "expected float32 or float64, got {} (16-bit storage is not in kattn's merge, cascade or MPI calls yet)"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_calls_without_16bit_storage_refuse_16bit_tensors(dtype):
     q, k, v = tensors16(1, 2, 1, 4, 4, 8, DTYPES[dtype])
     o, lse = kattn.attention(q, k, v, layout="bhnd", return_lse=True)
-    message = re.escape(FORWARD_ONLY.format(dtype))
-    with pytest.raises(kattn.Error, match="q: " + message):
-        kattn.attention_backward(q, k, v, o, lse, o, layout="bhnd")
+    message = re.escape(FLOAT_ONLY.format(dtype))
     with pytest.raises(kattn.Error, match="o_parts: " + message):
         kattn.merge_states(o, lse.to(DTYPES[dtype]))
     q3, k3, v3 = (t[0].transpose(0, 1) for t in (q, k, v))  # [N, H, D]
