@@ -202,8 +202,8 @@ TEST(NonFinite, MergeOfFarApartStatesIsFinite) {
   const std::vector<std::pair<float, float>> cases = {{big, -big}, {-big, big}, {big, big}, {1e30f, -1e30f},
                                                       {0.f, -big},  {-big, -big}};
   for (const auto& c : cases) {
-    Kokkos::View<float***, Kokkos::LayoutRight> oa("oa", 1, 1, 4), ob("ob", 1, 1, 4), o("o", 1, 1, 4);
-    Kokkos::View<float**, Kokkos::LayoutRight> la("la", 1, 1), lb("lb", 1, 1), lse("lse", 1, 1);
+    View3<float> oa("oa", 1, 1, 4), ob("ob", 1, 1, 4), o("o", 1, 1, 4);
+    View2<float> la("la", 1, 1), lb("lb", 1, 1), lse("lse", 1, 1);
     Kokkos::deep_copy(oa, 1.0f);
     Kokkos::deep_copy(ob, 2.0f);
     Kokkos::deep_copy(la, c.first);
