@@ -20,8 +20,6 @@
 namespace kattn {
 namespace test {
 
-template <class T>
-using View2 = Kokkos::View<T**, Kokkos::LayoutRight>;
 using HostIndex = Kokkos::View<std::int64_t*, Kokkos::HostSpace>;
 using HostIndex32 = Kokkos::View<std::int32_t*, Kokkos::HostSpace>;
 

@@ -30,9 +30,13 @@ using TestSpace = KATTN_TEST_SPACE;
 using TestMemory = TestSpace::memory_space;
 
 template <class T>
+using View5 = Kokkos::View<T*****, Kokkos::LayoutRight, TestMemory>;  // packed [B, N, 3, H, D]
+template <class T>
 using View4 = Kokkos::View<T****, Kokkos::LayoutRight, TestMemory>;
 template <class T>
 using View3 = Kokkos::View<T***, Kokkos::LayoutRight, TestMemory>;
+template <class T>
+using View2 = Kokkos::View<T**, Kokkos::LayoutRight, TestMemory>;
 
 struct Shape {
   int B = 1, Nq = 1, Nk = 1, Hq = 1, Hkv = 1, D = 1;

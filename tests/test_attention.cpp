@@ -40,7 +40,7 @@ TEST(Attention, DenseBackwardMatchesTextbook) {
 
 TEST(Attention, BlockMaskOnlyWithDenseKeys) {
   RaggedProblem<double> p({2, 3}, {4, 5}, 2, 1, 8, fresh_seed());
-  const auto layout = make_ragged_layout(host_index(p.q_indptr()), host_index(p.kv_indptr()));
+  const auto layout = make_ragged_layout<TestMemory>(host_index(p.q_indptr()), host_index(p.kv_indptr()));
   const BlockMask m = BlockMask::from_dense(4, 1, 2, 2, std::vector<std::uint8_t>(4, 1));
   Options opt;
   opt.block_mask = &m;

@@ -174,7 +174,7 @@ TEST(Backward, UsesTheGivenOAndLse) {
 
 TEST(Backward, StridedViewsOfPackedQkv) {
   const int B = 2, N = 37, H = 4, D = 16;
-  Kokkos::View<double*****, Kokkos::LayoutRight> qkv("qkv", B, N, 3, H, D), dqkv("dqkv", B, N, 3, H, D);
+  View5<double> qkv("qkv", B, N, 3, H, D), dqkv("dqkv", B, N, 3, H, D);
   fill_normal(qkv, fresh_seed());
   poison(dqkv);
   const auto slice = [](const auto& x, int i) {
@@ -332,14 +332,14 @@ TEST(Backward, DeterministicAcrossThreadCounts) {
 
 // ---- ragged batches ----------------------------------------------------------------------
 
-using Ragged3 = Kokkos::View<double***, Kokkos::LayoutRight>;
+using Ragged3 = View3<double>;
 
 // The layout of sequences of these lengths, from int64 or int32 indptrs.
 RaggedLayout<TestSpace::memory_space> layout_of(const std::vector<std::int64_t>& q_lens,
                                                                     const std::vector<std::int64_t>& kv_lens,
                                                                     bool int32) {
-  if (int32) return make_ragged_layout(host_index32(indptr_of(q_lens)), host_index32(indptr_of(kv_lens)));
-  return make_ragged_layout(host_index(indptr_of(q_lens)), host_index(indptr_of(kv_lens)));
+  if (int32) return make_ragged_layout<TestMemory>(host_index32(indptr_of(q_lens)), host_index32(indptr_of(kv_lens)));
+  return make_ragged_layout<TestMemory>(host_index(indptr_of(q_lens)), host_index(indptr_of(kv_lens)));
 }
 
 // A ragged batch through the front door, forward then backward, the forward's o and lse fed to the
@@ -357,7 +357,7 @@ void check_ragged(const std::vector<std::int64_t>& q_lens, const std::vector<std
   Ragged3 q("q", Tq, Hq, D), k("k", Tk, Hkv, D), v("v", Tk, Hkv, D), o("o", Tq, Hq, D), dout("do", Tq, Hq, D);
   Ragged3 dq("dq", Tq, Hq, D), dk("dk", Tk, Hkv, D), dv("dv", Tk, Hkv, D);
   Ragged3 rq("rq", Tq, Hq, D), rk("rk", Tk, Hkv, D), rv("rv", Tk, Hkv, D);
-  Kokkos::View<double**, Kokkos::LayoutRight> lse("lse", Tq, Hq);  // as the ragged forward writes it
+  View2<double> lse("lse", Tq, Hq);  // as the ragged forward writes it
   fill_normal(q, seed);
   fill_normal(k, seed + 1);
   fill_normal(v, seed + 2);
@@ -479,16 +479,16 @@ TEST(Backward, BadArgumentsAreRefusedByName) {
 TEST(Backward, BadRaggedArgumentsAreRefusedByName) {
   Ragged3 q("q", 10, 2, 8), k("k", 12, 1, 8), v("v", 12, 1, 8), o("o", 10, 2, 8), dout("do", 10, 2, 8);
   Ragged3 dq("dq", 10, 2, 8), dk("dk", 12, 1, 8), dv("dv", 12, 1, 8);
-  Kokkos::View<double**, Kokkos::LayoutRight> lse("lse", 10, 2), lse_transposed("lse", 2, 10);
+  View2<double> lse("lse", 10, 2), lse_transposed("lse", 2, 10);
   const TestSpace space;
   const auto run = [&](const std::vector<std::int64_t>& ql, const std::vector<std::int64_t>& kl,
-                       const Kokkos::View<double**, Kokkos::LayoutRight>& l) {
+                       const View2<double>& l) {
     attention_backward(space, q, kv::ragged(k, v, layout_of(ql, kl, false)), o, l, dout, dq, dk, dv);
   };
   expect_error([&] { run({4, 5}, {6, 6}, lse); }, {"q:", "expected 9 rows", "got 10"});
   expect_error([&] { run({4, 6}, {6, 5}, lse); }, {"k:", "expected 11 rows", "got 12"});
   expect_error([&] { run({4, 6}, {6, 6}, lse_transposed); }, {"lse:", "rows", "got 2"});
-  expect_error([&] { run({4, 6}, {6, 6}, Kokkos::View<double**, Kokkos::LayoutRight>()); }, {"lse:"});
+  expect_error([&] { run({4, 6}, {6, 6}, View2<double>()); }, {"lse:"});
   EXPECT_NO_THROW(run({4, 6}, {6, 6}, lse));
 }
 

@@ -35,7 +35,7 @@ void attend_keys(const RaggedProblem<T>& p, std::int64_t k0, std::int64_t k1, co
   }
   Kokkos::deep_copy(k, hk);
   Kokkos::deep_copy(v, hv);
-  const auto layout = make_ragged_layout(host_index(p.q_indptr()), host_index(indptr_of(part_lens)));
+  const auto layout = make_ragged_layout<TestMemory>(host_index(p.q_indptr()), host_index(indptr_of(part_lens)));
   attention(TestSpace(), p.q, kv::ragged(k, v, layout), o, lse);
 }
 
@@ -134,13 +134,14 @@ void check_cascade(const std::vector<std::int64_t>& q_lens, const std::vector<st
     Kokkos::deep_copy(flat.v, fv);
   }
   if (page == 0) {
-    const auto layout = make_ragged_layout(host_index(suffix.q_indptr()), host_index(suffix.kv_indptr()));
+    const auto layout = make_ragged_layout<TestMemory>(host_index(suffix.q_indptr()), host_index(suffix.kv_indptr()));
     attention(TestSpace(), suffix.q, kv::cascade(kp, vp, kv::ragged(suffix.k, suffix.v, layout)), suffix.o,
               suffix.lse, opt);
   } else {
     const PagedCopy<T> cache(suffix, page, seed + 3);
-    const auto layout = make_paged_layout(host_index(suffix.q_indptr()), host_index(cache.page_indptr),
-                                          host_index(cache.page_indices), host_index(cache.last_page_len), page);
+    const auto layout =
+        make_paged_layout<TestMemory>(host_index(suffix.q_indptr()), host_index(cache.page_indptr),
+                                      host_index(cache.page_indices), host_index(cache.last_page_len), page);
     attention(TestSpace(), suffix.q, kv::cascade(kp, vp, kv::paged(cache.k, cache.v, layout)), suffix.o,
               suffix.lse, opt);
   }
@@ -175,7 +176,7 @@ TEST(Cascade, WithoutLse) {
   View3<double> kp("kp", 50, 1, 8), vp("vp", 50, 1, 8);
   fill_normal(kp, 1);
   fill_normal(vp, 2);
-  const auto layout = make_ragged_layout(host_index(p.q_indptr()), host_index(p.kv_indptr()));
+  const auto layout = make_ragged_layout<TestMemory>(host_index(p.q_indptr()), host_index(p.kv_indptr()));
   EXPECT_NO_THROW(attention(TestSpace(), p.q, kv::cascade(kp, vp, kv::ragged(p.k, p.v, layout)), p.o,
                             View2<double>()));
   Kokkos::fence();

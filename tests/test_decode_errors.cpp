@@ -36,10 +36,10 @@ TEST(DecodeErrors, RaggedIndptrInconsistencies) {
   expect_error([] { make_ragged_layout(host_index(V{0, 1}), host_index(V{0, -1})); }, {"kv_indptr", "non-decreasing"});
   // Last offsets against the arrays.
   RaggedProblem<double> p({1, 2}, {3, 4}, 2, 1, 8, 1);
-  const auto bad_q = make_ragged_layout(host_index(V{0, 1, 4}), host_index(V{0, 3, 7}));
+  const auto bad_q = make_ragged_layout<TestMemory>(host_index(V{0, 1, 4}), host_index(V{0, 3, 7}));
   expect_error([&] { attention(TestSpace(), p.q, kv::ragged(p.k, p.v, bad_q), p.o, p.lse); },
                {"q:", "expected 4 rows", "q_indptr", "got 3"});
-  const auto bad_kv = make_ragged_layout(host_index(V{0, 1, 3}), host_index(V{0, 3, 8}));
+  const auto bad_kv = make_ragged_layout<TestMemory>(host_index(V{0, 1, 3}), host_index(V{0, 3, 8}));
   expect_error([&] { attention(TestSpace(), p.q, kv::ragged(p.k, p.v, bad_kv), p.o, p.lse); },
                {"k:", "expected 8 rows", "kv_indptr", "got 7"});
 }
@@ -47,7 +47,7 @@ TEST(DecodeErrors, RaggedIndptrInconsistencies) {
 TEST(DecodeErrors, RaggedShapes) {
   using V = std::vector<std::int64_t>;
   RaggedProblem<double> p({1, 2}, {3, 4}, 4, 2, 8, 1);
-  const auto layout = make_ragged_layout(host_index(V{0, 1, 3}), host_index(V{0, 3, 7}));
+  const auto layout = make_ragged_layout<TestMemory>(host_index(V{0, 1, 3}), host_index(V{0, 3, 7}));
   View3<double> k3("k", 7, 3, 8), v3("v", 7, 3, 8);
   expect_error([&] { attention(TestSpace(), p.q, kv::ragged(k3, v3, layout), p.o, p.lse); },
                {"q:", "multiple of the 3 KV heads"});
@@ -65,7 +65,7 @@ TEST(DecodeErrors, RaggedShapes) {
 TEST(DecodeErrors, PagedMetadataInconsistencies) {
   using V = std::vector<std::int64_t>;
   const auto make = [](V qi, V pi, V idx, V last, std::int64_t page) {
-    return make_paged_layout(host_index(qi), host_index(pi), host_index(idx), host_index(last), page);
+    return make_paged_layout<TestMemory>(host_index(qi), host_index(pi), host_index(idx), host_index(last), page);
   };
   expect_error([&] { make(V{0, 1}, V{0, 1}, V{0}, V{1}, 0); }, {"page_size", "got 0"});
   expect_error([&] { make(V{0, 1, 2}, V{0, 1}, V{0}, V{1, 1}, 4); }, {"kv_page_indptr", "expected 3 offsets", "got 2"});
@@ -105,7 +105,7 @@ TEST(DecodeErrors, SplitOptionsAndCascadeLimits) {
   using V = std::vector<std::int64_t>;
   RaggedProblem<double> r({3}, {1}, 2, 1, 8, 1);
   View3<double> kp("kp", 4, 1, 8), vp("vp", 4, 1, 8);
-  const auto layout = make_ragged_layout(host_index(V{0, 3}), host_index(V{0, 1}));
+  const auto layout = make_ragged_layout<TestMemory>(host_index(V{0, 3}), host_index(V{0, 1}));
   Options w;
   w.window_left = 3;
   expect_error([&] { attention(TestSpace(), r.q, kv::cascade(kp, vp, kv::ragged(r.k, r.v, layout)), r.o, r.lse, w); },

@@ -90,7 +90,7 @@ TEST(Errors, ShapeMismatchesNameTheArgument) {
 
 TEST(Errors, NonContiguousHeadDimIsRefused) {
   Views x;
-  Kokkos::View<double*****, Kokkos::LayoutRight> big("big", 2, 8, 4, 16, 2);
+  View5<double> big("big", 2, 8, 4, 16, 2);
   auto q = Kokkos::subview(big, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, 0);
   expect_error([&] { attention(TestSpace(), q, kv::dense(x.k, x.v), x.o, x.lse, one_split(Options{})); },
                {"q:", "contiguous", "stride 2"});

@@ -103,7 +103,7 @@ TEST(Forward, WindowThatExcludesEveryKeyGivesEmptyRows) {
 TEST(Forward, StridedViewsOfPackedQkv) {
   // q, k and v as slices of one packed [B, N, 3, H, D] tensor: LayoutStride views.
   const int B = 2, N = 37, H = 4, D = 16;
-  Kokkos::View<double*****, Kokkos::LayoutRight> qkv("qkv", B, N, 3, H, D);
+  View5<double> qkv("qkv", B, N, 3, H, D);
   fill_normal(qkv, fresh_seed());
   auto q = Kokkos::subview(qkv, Kokkos::ALL, Kokkos::ALL, 0, Kokkos::ALL, Kokkos::ALL);
   auto k = Kokkos::subview(qkv, Kokkos::ALL, Kokkos::ALL, 1, Kokkos::ALL, Kokkos::ALL);
@@ -127,7 +127,7 @@ TEST(Forward, StridedViewsOfPackedQkv) {
 
 TEST(Forward, WithoutLse) {
   Problem<double> p({1, 17, 33, 2, 1, 8}, fresh_seed());
-  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, Kokkos::View<double***>());
+  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, View3<double>());
   Kokkos::fence();
   const Problem<double> ref = reference_of(p, Options{});
   const Errors e = compare(to_host(p.o), to_host(ref.o));

@@ -30,10 +30,11 @@ TEST(MergeNaN, StateAlgebraKeepsANaNUnderAWeightThatUnderflowed) {
 }
 
 TEST(MergeNaN, PublicMerge) {
+  using test::View2;
   using test::View3;
   const int N = 3, H = 2, D = 4;
   View3<float> oa("oa", N, H, D), ob("ob", N, H, D), o("o", N, H, D);
-  Kokkos::View<float**, Kokkos::LayoutRight> la("la", N, H), lb("lb", N, H), lse("lse", N, H);
+  View2<float> la("la", N, H), lb("lb", N, H), lse("lse", N, H);
   Kokkos::deep_copy(oa, 1.0f);
   Kokkos::deep_copy(ob, 1.0f);
   Kokkos::deep_copy(la, -200.0f);

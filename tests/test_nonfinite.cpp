@@ -7,6 +7,7 @@
 //     -Inf: like a row that sees no key (o = 0, lse = -inf).
 //   - Finite inputs never give NaN: large score gaps, scores near the float maximum, merges of
 //     split partials far apart.
+//   - The forward's NaN pattern is the same at every tile size (block_q, block_k) and split count.
 //   - Backward: dQ, dK, dV are NaN exactly where the textbook backward makes them NaN, at every
 //     tile size and dQ strategy, the spread through masked pairs (0 x NaN) included
 //     (detail/backward_nonfinite.hpp).
@@ -72,19 +73,28 @@ void run(Algo a, const Problem<double>& p, Options opt) {
   Kokkos::fence();
 }
 
-// Runs every algorithm on p (after `poke` has put its non-finite values in) against the textbook.
+// Tile sizes (query rows x keys; 0 = planned) from one tile holding every row and key down to
+// a GPU's and odd ones: the NaN pattern must not depend on them.
+const std::vector<std::pair<int, int>> kTiles = {{0, 0}, {64, 64}, {8, 8}, {5, 7}, {16, 4}};
+
+// Runs every algorithm at every tile size on p (after `poke` has put its non-finite values in)
+// against the textbook.
 template <class Poke>
-void check_against_textbook(const Shape& s, const Options& opt, const Poke& poke, const std::string& what) {
+void check_against_textbook(const Shape& s, const Options& mask, const Poke& poke, const std::string& what) {
   const std::uint64_t seed = fresh_seed();
-  for (Algo a : {Algo::forward, Algo::splitkv2, Algo::splitkv7}) {
-    SCOPED_TRACE(what + " " + name(a) + " " + describe(s, opt) + " seed=" + std::to_string(seed));
-    Problem<double> p(s, seed);
-    poke(p);
-    Problem<double> ref = reference_of(p, opt);
-    run(a, p, opt);
-    expect_same_nans(to_host(p.o), to_host(ref.o), "o");
-    expect_same_nans(to_host(p.lse), to_host(ref.lse), "lse");
-  }
+  for (const auto& tile : kTiles)
+    for (Algo a : {Algo::forward, Algo::splitkv2, Algo::splitkv7}) {
+      Options opt = mask;
+      opt.block_q = tile.first;
+      opt.block_k = tile.second;
+      SCOPED_TRACE(what + " " + name(a) + " " + describe(s, opt) + " seed=" + std::to_string(seed));
+      Problem<double> p(s, seed);
+      poke(p);
+      Problem<double> ref = reference_of(p, mask);
+      run(a, p, opt);
+      expect_same_nans(to_host(p.o), to_host(ref.o), "o");
+      expect_same_nans(to_host(p.lse), to_host(ref.lse), "lse");
+    }
 }
 
 std::vector<Options> masks() {
@@ -202,8 +212,8 @@ TEST(NonFinite, MergeOfFarApartStatesIsFinite) {
   const std::vector<std::pair<float, float>> cases = {{big, -big}, {-big, big}, {big, big}, {1e30f, -1e30f},
                                                       {0.f, -big},  {-big, -big}};
   for (const auto& c : cases) {
-    Kokkos::View<float***, Kokkos::LayoutRight> oa("oa", 1, 1, 4), ob("ob", 1, 1, 4), o("o", 1, 1, 4);
-    Kokkos::View<float**, Kokkos::LayoutRight> la("la", 1, 1), lb("lb", 1, 1), lse("lse", 1, 1);
+    View3<float> oa("oa", 1, 1, 4), ob("ob", 1, 1, 4), o("o", 1, 1, 4);
+    View2<float> la("la", 1, 1), lb("lb", 1, 1), lse("lse", 1, 1);
     Kokkos::deep_copy(oa, 1.0f);
     Kokkos::deep_copy(ob, 2.0f);
     Kokkos::deep_copy(la, c.first);
@@ -226,10 +236,6 @@ TEST(NonFinite, MergeOfFarApartStatesIsFinite) {
   }
 }
 
-// Tile sizes (query rows x keys; 0 = planned) from one tile holding every row and key down to
-// a GPU's and odd ones: the NaN pattern must not depend on them.
-const std::vector<std::pair<int, int>> kBackwardTiles = {{0, 0}, {64, 64}, {8, 8}, {5, 7}, {16, 4}};
-
 // Runs forward and backward on a problem of shape s after `poke` has put its non-finite values in,
 // under every mask, tile size and dQ strategy, and compares the gradients' NaN pattern and values
 // with the textbook backward.
@@ -237,7 +243,7 @@ template <class Poke>
 void check_backward_against_textbook(const Poke& poke, const std::string& what) {
   const Shape s{1, 29, 41, 4, 2, 8};
   for (const Options& mask : masks())
-    for (const auto& tile : kBackwardTiles)
+    for (const auto& tile : kTiles)
       for (DqStrategy dq : {DqStrategy::key_chunks, DqStrategy::query_pass, DqStrategy::atomic}) {
         Options opt = mask;
         opt.block_q = tile.first;

@@ -26,10 +26,10 @@ void check_paged(const std::vector<std::int64_t>& q_lens, const std::vector<std:
                " seed=" + std::to_string(seed));
   const auto index = [&](const std::vector<std::int64_t>& v) { return host_index(v); };
   const auto layout =
-      int32 ? make_paged_layout(host_index32(p.q_indptr()), host_index32(cache.page_indptr),
-                                host_index32(cache.page_indices), host_index32(cache.last_page_len), page)
-            : make_paged_layout(index(p.q_indptr()), index(cache.page_indptr), index(cache.page_indices),
-                                index(cache.last_page_len), page);
+      int32 ? make_paged_layout<TestMemory>(host_index32(p.q_indptr()), host_index32(cache.page_indptr),
+                                            host_index32(cache.page_indices), host_index32(cache.last_page_len), page)
+            : make_paged_layout<TestMemory>(index(p.q_indptr()), index(cache.page_indptr), index(cache.page_indices),
+                                            index(cache.last_page_len), page);
   attention(TestSpace(), p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse, opt);
   Kokkos::fence();
   std::vector<double> o_ref, lse_ref;
@@ -83,8 +83,8 @@ TEST(Paged, SharedPagesAreReadByEverySequence) {
   std::vector<std::int64_t> indices = cache.page_indices;
   indices[cache.page_indptr[1]] = indices[0];
   indices[cache.page_indptr[1] + 1] = indices[1];
-  const auto layout = make_paged_layout(host_index(p.q_indptr()), host_index(cache.page_indptr), host_index(indices),
-                                        host_index(cache.last_page_len), page);
+  const auto layout = make_paged_layout<TestMemory>(host_index(p.q_indptr()), host_index(cache.page_indptr),
+                                                    host_index(indices), host_index(cache.last_page_len), page);
   attention(TestSpace(), p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse);
   Kokkos::fence();
   std::vector<double> o_ref, lse_ref;
@@ -108,8 +108,9 @@ TEST(Paged, BackwardEqualsTheRaggedBackwardOnTheSameKeys) {
       bopt.dq = strategy;
       RaggedProblem<double> p({4, 0, 33, 1}, {7, 5, 40, 0}, 8, 2, 16, fresh_seed());
       PagedCopy<double> cache(p, page, fresh_seed());
-      const auto layout = make_paged_layout(host_index(p.q_indptr()), host_index(cache.page_indptr),
-                                            host_index(cache.page_indices), host_index(cache.last_page_len), page);
+      const auto layout =
+          make_paged_layout<TestMemory>(host_index(p.q_indptr()), host_index(cache.page_indptr),
+                                        host_index(cache.page_indices), host_index(cache.last_page_len), page);
       const auto space = TestSpace();
       attention(space, p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse, opt);
       View3<double> dout("do", p.q.extent(0), p.Hq, p.D), dq("dq", p.q.extent(0), p.Hq, p.D);
@@ -120,7 +121,7 @@ TEST(Paged, BackwardEqualsTheRaggedBackwardOnTheSameKeys) {
       Kokkos::deep_copy(dk, 7.0);  // stale values: the slots that hold no key must come back 0
       Kokkos::deep_copy(dv, 7.0);
       attention_backward(space, p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse, dout, dq, dk, dv, opt, bopt);
-      const auto ragged = make_ragged_layout(host_index(p.q_indptr()), host_index(p.kv_indptr()));
+      const auto ragged = make_ragged_layout<TestMemory>(host_index(p.q_indptr()), host_index(p.kv_indptr()));
       attention_backward(space, p.q, kv::ragged(p.k, p.v, ragged), p.o, p.lse, dout, dq_r, dk_r, dv_r, opt, bopt);
       Kokkos::fence();
       SCOPED_TRACE("page " + std::to_string(page) + " " + name(strategy) + " " + describe(Shape{}, opt));
@@ -155,11 +156,11 @@ TEST(Paged, BackwardEqualsTheRaggedBackwardOnTheSameKeys) {
 
 TEST(Paged, LayoutFindsRepeatedPagesWithoutMemoryForTheLargestIndex) {
   // Page indices up to 2^62 are valid in a table (checked against the cache when used).
-  const auto huge = make_paged_layout(host_index({0, 1, 2}), host_index({0, 1, 2}),
-                                      host_index({std::int64_t(1) << 62, 5}), host_index({4, 4}), 4);
+  const auto huge = make_paged_layout<TestMemory>(host_index({0, 1, 2}), host_index({0, 1, 2}),
+                                                  host_index({std::int64_t(1) << 62, 5}), host_index({4, 4}), 4);
   EXPECT_EQ(huge.repeated_at, -1);
-  const auto shared = make_paged_layout(host_index({0, 1, 1, 2}), host_index({0, 2, 3, 5}),
-                                        host_index({7, 2, 9, 2, 7}), host_index({1, 4, 4}), 4);
+  const auto shared = make_paged_layout<TestMemory>(host_index({0, 1, 1, 2}), host_index({0, 2, 3, 5}),
+                                                    host_index({7, 2, 9, 2, 7}), host_index({1, 4, 4}), 4);
   EXPECT_EQ(shared.repeated_at, 3);  // page 2, first at position 1
 }
 
@@ -168,8 +169,8 @@ TEST(Paged, BackwardRefusesAPageSharedBySequences) {
   PagedCopy<double> cache(p, 4, fresh_seed(), 0);
   std::vector<std::int64_t> indices = cache.page_indices;
   indices[cache.page_indptr[1]] = indices[0];  // sequence 1 starts on sequence 0's first page
-  const auto layout = make_paged_layout(host_index(p.q_indptr()), host_index(cache.page_indptr), host_index(indices),
-                                        host_index(cache.last_page_len), 4);
+  const auto layout = make_paged_layout<TestMemory>(host_index(p.q_indptr()), host_index(cache.page_indptr),
+                                                    host_index(indices), host_index(cache.last_page_len), 4);
   attention(TestSpace(), p.q, kv::paged(cache.k, cache.v, layout), p.o, p.lse);
   View3<double> dout("do", p.q.extent(0), p.Hq, p.D), dq("dq", p.q.extent(0), p.Hq, p.D);
   View4<double> dk("dk", cache.k.extent(0), 4, p.Hkv, p.D), dv("dv", cache.k.extent(0), 4, p.Hkv, p.D);

@@ -71,7 +71,7 @@ TEST(Progress, SplitKeysReportInPiecesAndRaggedBatchesOnceAtTheEnd) {
 
   // A ragged batch runs in one launch and reports 1 once, after it.
   RaggedProblem<double> r({3, 1, 40}, {9, 300, 40}, 4, 2, 16, fresh_seed());
-  const auto layout = make_ragged_layout(host_index(r.q_indptr()), host_index(r.kv_indptr()));
+  const auto layout = make_ragged_layout<TestMemory>(host_index(r.q_indptr()), host_index(r.kv_indptr()));
   seen.clear();
   attention(TestSpace(), r.q, kv::ragged(r.k, r.v, layout), r.o, r.lse, opt);
   Kokkos::fence();
@@ -159,7 +159,7 @@ TEST(Progress, BackwardStopsWhenTheCallbackSaysSoAndRaggedReportsOnce) {
   EXPECT_EQ(calls, 2);
 
   RaggedProblem<double> r({3, 1, 40}, {9, 300, 40}, 4, 2, 16, fresh_seed());
-  const auto layout = make_ragged_layout(host_index(r.q_indptr()), host_index(r.kv_indptr()));
+  const auto layout = make_ragged_layout<TestMemory>(host_index(r.q_indptr()), host_index(r.kv_indptr()));
   attention(TestSpace(), r.q, kv::ragged(r.k, r.v, layout), r.o, r.lse, Options{});
   const auto like = [](const View3<double>& v, const char* label) {
     return View3<double>(std::string(label), v.extent(0), v.extent(1), v.extent(2));

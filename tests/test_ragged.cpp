@@ -31,8 +31,8 @@ void check_ragged(const std::vector<std::int64_t>& q_lens, const std::vector<std
   RaggedProblem<T> p(q_lens, kv_lens, Hq, Hkv, D, seed);
   SCOPED_TRACE(p.what() + " " + describe(Shape{}, opt) + " int32=" + std::to_string(int32) +
                " seed=" + std::to_string(seed));
-  const auto layout = int32 ? make_ragged_layout(host_index32(p.q_indptr()), host_index32(p.kv_indptr()))
-                            : make_ragged_layout(host_index(p.q_indptr()), host_index(p.kv_indptr()));
+  const auto layout = int32 ? make_ragged_layout<TestMemory>(host_index32(p.q_indptr()), host_index32(p.kv_indptr()))
+                            : make_ragged_layout<TestMemory>(host_index(p.q_indptr()), host_index(p.kv_indptr()));
   attention(TestSpace(), p.q, kv::ragged(p.k, p.v, layout), p.o, p.lse, opt);
   Kokkos::fence();
   std::vector<double> o_ref, lse_ref;
@@ -86,7 +86,7 @@ TEST(Ragged, LayoutIsReusable) {
   // One layout, validated once, for two problems of the same batch (two layers of a model).
   RaggedProblem<double> a({1, 2, 1}, {40, 3, 900}, 4, 2, 32, fresh_seed());
   RaggedProblem<double> b({1, 2, 1}, {40, 3, 900}, 4, 2, 32, fresh_seed());
-  const auto layout = make_ragged_layout(host_index(a.q_indptr()), host_index(a.kv_indptr()));
+  const auto layout = make_ragged_layout<TestMemory>(host_index(a.q_indptr()), host_index(a.kv_indptr()));
   for (RaggedProblem<double>* p : {&a, &b}) {
     attention(TestSpace(), p->q, kv::ragged(p->k, p->v, layout), p->o, p->lse);
     Kokkos::fence();
