@@ -5,6 +5,7 @@
 // arithmetic: every rank checks the same cases.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -141,31 +142,39 @@ TEST(ShardMath, RingStepsAreTheShiftsWithTraffic) {
   }
 }
 
-TEST(ShardMath, TourStopsAtTheQuerySegmentsThatSeeTheKeys) {
+TEST(ShardMath, ToursStopAtTheQuerySegmentsThatSeeTheirChunks) {
+  // Every chunk some query sees is in exactly one package, whose stops are the query segments
+  // (descending) that see some key of that chunk; packages are runs of whole chunks in key order.
   for (Sharding sh : {Sharding::contiguous, Sharding::zigzag})
     for (int P = 1; P <= 5; ++P)
       for (const Options& o : windows()) {
         const std::int64_t C = 4;
         const SequenceLayout ql(37 * P + 1, P, sh, C), kl(41 * P, P, sh, C);
         const KeyWindow w = KeyWindow::from(o);
+        const auto& qsegs = ql.segments();
         for (const dist::Segment& ks : kl.segments()) {
-          const auto tp = dist::detail::tour_plan(o, ql, kl, ks, C);
-          std::vector<int> stops;
-          std::set<std::int64_t> keys;
-          const auto& qsegs = ql.segments();
-          for (int q = static_cast<int>(qsegs.size()) - 1; q >= 0; --q) {
-            bool sees = false;
-            for (std::int64_t i = qsegs[q].global; i < qsegs[q].global + qsegs[q].length; ++i)
-              for (std::int64_t j = ks.global; j < ks.global + ks.length; ++j)
-                if (w.visible(i, j, ql.length(), kl.length())) sees = true, keys.insert(j);
-            if (sees) stops.push_back(q);
+          std::map<std::int64_t, std::vector<int>> want;  // chunk start -> stops
+          for (std::int64_t c = ks.global; c < ks.global + ks.length; c += C) {
+            std::vector<int> stops;
+            for (int q = static_cast<int>(qsegs.size()) - 1; q >= 0; --q) {
+              bool sees = false;
+              for (std::int64_t i = qsegs[q].global; i < qsegs[q].global + qsegs[q].length && !sees; ++i)
+                for (std::int64_t j = c; j < std::min(c + C, ks.global + ks.length) && !sees; ++j)
+                  sees = w.visible(i, j, ql.length(), kl.length());
+              if (sees) stops.push_back(q);
+            }
+            if (!stops.empty()) want[c] = stops;
           }
-          EXPECT_EQ(tp.stops, stops) << describe(Shape{}, o) << " P=" << P << " segment at " << ks.global;
-          if (keys.empty()) continue;
-          EXPECT_EQ(tp.piece.global % C, 0);
-          EXPECT_LE(tp.piece.global, *keys.begin());
-          EXPECT_GE(tp.piece.global + tp.piece.length - 1, *keys.rbegin());
-          EXPECT_LT(*keys.begin() - tp.piece.global, C) << "the piece starts in the chunk of the first key seen";
+          std::map<std::int64_t, std::vector<int>> got;
+          std::int64_t prev_end = ks.global;
+          for (const auto& tp : dist::detail::tour_plans(o, ql, kl, ks, C)) {
+            EXPECT_GE(tp.piece.global, prev_end) << "packages in key order";
+            EXPECT_EQ(tp.piece.global % C, 0);
+            EXPECT_EQ(tp.piece.local - ks.local, tp.piece.global - ks.global);
+            prev_end = tp.piece.global + tp.piece.length;
+            for (std::int64_t c = tp.piece.global; c < prev_end; c += C) got[c] = tp.stops;
+          }
+          EXPECT_EQ(got, want) << describe(Shape{}, o) << " P=" << P << " segment at " << ks.global;
         }
       }
 }

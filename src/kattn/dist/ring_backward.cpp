@@ -353,25 +353,25 @@ class BackwardRunner {
     zero_rows(space_, dense_kv(pk.dv.device(), pk.len), f().batch, pk.len, f().heads_kv, f().head_dim);
   }
 
-  // Every key segment g travels owner(g) -> the owners of the query segments that see it, in
-  // descending global order -> owner(g) (tour_plan; segments that see none of it are skipped,
-  // and only its keys that some query sees travel), and the query chunks inside each item go in
-  // descending order too, so every dK row adds the query chunks in one fixed order whatever the
-  // rank count. Descending, because under a causal mask the last queries see the most keys: the
-  // tour starts with the most work and the pipeline fills faster. Item (g, p) (key segment g at
-  // query segment Sq - 1 - p) needs g's previous stop. Every rank works through its items in one
-  // global order that respects this, wavefront first: (g + p, p). So the smallest unfinished
-  // item can always run (no deadlock), and a rank holding an early and a late query segment
-  // (zigzag) works on later key segments of one while the other waits for its packages. dQ of a
-  // query segment still sees the key segments in order g = 0, 1, ... (they come in increasing g + p).
+  // Every package g (a run of key chunks of one segment that the same query segments see,
+  // tour_plans, numbered in global key order) travels owner(g) -> the owners of the query
+  // segments that see it, in descending global order -> owner(g), and the query chunks inside
+  // each item go in descending order too, so every dK row adds the query chunks in one fixed
+  // order whatever the rank count. Descending, because under a causal mask the last queries see
+  // the most keys: the tour starts with the most work and the pipeline fills faster. Item (g, p)
+  // (package g at query segment Sq - 1 - p) needs g's previous stop. Every rank works through
+  // its items in one global order that respects this, wavefront first: (g + p, p). So the
+  // smallest unfinished item can always run (no deadlock), and a rank holding an early and a
+  // late query segment (zigzag) works on later packages of one while the other waits. dQ of a
+  // query segment still sees the key chunks in ascending order (packages come in increasing g + p).
   struct Item {
-    int g, p;  // key segment, tour position (query segment Sq - 1 - p)
+    int g, p;  // package, tour position (query segment Sq - 1 - p)
     bool operator<(const Item& o) const {
       return g + p != o.g + o.p ? g + p < o.g + o.p : p != o.p ? p < o.p : g < o.g;
     }
   };
 
-  // Tags of segment g's packages: each tag joins one pair of ranks at most once per segment, or
+  // Tags of package g's messages: each tag joins one pair of ranks at most once per package, or
   // in tour order (MPI keeps the order of one source's messages of one tag).
   static int start_tag(int g) { return kTagTour + 3 * g; }
   static int hop_tag(int g) { return kTagTour + 3 * g + 1; }
@@ -380,17 +380,17 @@ class BackwardRunner {
   void run_tour() {
     const std::int64_t C = chunk_of(d_);
     const auto& qsegs = s_.q_layout.segments();
-    const auto& ksegs = s_.kv_layout.segments();
-    const int Sq = static_cast<int>(qsegs.size()), Sk = static_cast<int>(ksegs.size());
+    std::vector<TourPlan> plans;
+    for (const Segment& ks : s_.kv_layout.segments())
+      for (TourPlan& tp : tour_plans(opt_, s_.q_layout, s_.kv_layout, ks, C)) plans.push_back(std::move(tp));
+    const int Sq = static_cast<int>(qsegs.size()), Sk = static_cast<int>(plans.size());
     {
       int* ub = nullptr;
       int found = 0;
       MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &found);
       KATTN_REQUIRE(!found || home_tag(Sk) <= *ub, "ranks: the deterministic backward needs message tags up to ",
-                    home_tag(Sk), ", this MPI allows ", *ub);
+                    home_tag(Sk), ", this MPI allows ", *ub, " (a larger chunk needs fewer)");
     }
-    std::vector<TourPlan> plans;
-    for (const Segment& ks : ksegs) plans.push_back(tour_plan(opt_, s_.q_layout, s_.kv_layout, ks, C));
     // Tour position p visits query segment Sq - 1 - p.
     const auto position = [&](int stop) { return Sq - 1 - stop; };
     // Outgoing packages with the item they are for; waiting on one is safe only while that item
@@ -411,9 +411,8 @@ class BackwardRunner {
     std::vector<Item> items;
     for (int g = 0; g < Sk; ++g) {
       const TourPlan& tp = plans[g];
-      if (tp.stops.empty()) continue;
       const int first = qsegs[tp.stops.front()].owner, last = qsegs[tp.stops.back()].owner;
-      if (ksegs[g].owner == rank_) {
+      if (tp.piece.owner == rank_) {
         if (first != rank_) {  // K/V to the first stop's owner
           auto pk = new_package(tp.piece.length);
           pack_local(tp.piece.local, tp.piece.length, pk->k, pk->v);

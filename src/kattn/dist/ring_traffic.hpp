@@ -38,28 +38,27 @@ inline RingTraffic ring_traffic(const TrafficProblem& pr, const Options& opt, co
   RingTraffic t;
   if (!d.communicate) return t;
   if (pass == RingPass::backward && d.deterministic) {
-    // The tour (ring_backward.cpp): each key segment's piece travels with its dK/dV accumulator
+    // The tour (ring_backward.cpp): each package of chunks travels with its dK/dV accumulator
     // through the ranks of the query segments that see it, in descending order, and home.
-    for (const Segment& ks : kl.segments()) {
-      const detail::TourPlan tp = detail::tour_plan(opt, ql, kl, ks, align);
-      if (tp.stops.empty()) continue;
-      const std::int64_t n = tp.piece.length * per_key;
-      int at = ks.owner;
-      bool grads = false;  // K/V alone on the first hop, K/V and dK/dV after
-      for (int stop : tp.stops) {
-        const int owner = ql.segments()[stop].owner;
-        if (owner != at) {
-          if (at == rank) t.sent += grads ? 2 * n : n;
-          if (owner == rank) t.received += grads ? 2 * n : n;
+    for (const Segment& ks : kl.segments())
+      for (const detail::TourPlan& tp : detail::tour_plans(opt, ql, kl, ks, align)) {
+        const std::int64_t n = tp.piece.length * per_key;
+        int at = ks.owner;
+        bool grads = false;  // K/V alone on the first hop, K/V and dK/dV after
+        for (int stop : tp.stops) {
+          const int owner = ql.segments()[stop].owner;
+          if (owner != at) {
+            if (at == rank) t.sent += grads ? 2 * n : n;
+            if (owner == rank) t.received += grads ? 2 * n : n;
+          }
+          at = owner;
+          grads = true;
         }
-        at = owner;
-        grads = true;
+        if (at != ks.owner) {
+          if (at == rank) t.sent += n;
+          if (ks.owner == rank) t.received += n;
+        }
       }
-      if (at != ks.owner) {
-        if (at == rank) t.sent += n;
-        if (ks.owner == rank) t.received += n;
-      }
-    }
     return t;
   }
   // The backward's gradients go back the way their keys came.

@@ -101,31 +101,37 @@ inline std::int64_t total_length(const std::vector<Segment>& pieces) {
   return n;
 }
 
-// The deterministic backward's tour of key segment ks: the query segments that see some of it
-// (indices into ql.segments(), in descending order: where its dK/dV accumulator stops), and the
-// piece of it that travels (every key some query sees, in whole chunks of `align`).
+// The deterministic backward's tours of key segment ks: its chunks of `align` keys grouped into
+// packages, runs of chunks that the same query segments see (indices into ql.segments(), in
+// descending order: where the package's dK/dV accumulator stops). Chunks no query sees are left
+// out, so under a window most of a segment stays home and only chunks near its ends travel.
 struct TourPlan {
   Segment piece;
   std::vector<int> stops;
 };
-inline TourPlan tour_plan(const Options& opt, const SequenceLayout& ql, const SequenceLayout& kl, const Segment& ks,
-                          std::int64_t align) {
-  TourPlan tp;
-  KeyRange hull{ks.length, -1};
+inline std::vector<TourPlan> tour_plans(const Options& opt, const SequenceLayout& ql, const SequenceLayout& kl,
+                                        const Segment& ks, std::int64_t align) {
   const auto& qsegs = ql.segments();
-  for (int q = static_cast<int>(qsegs.size()) - 1; q >= 0; --q) {
-    const Segment& qs = qsegs[q];
-    const KeyRange r = visible_keys(
-        shard_options(opt, qs.global, qs.length, ql.length(), ks.global, ks.length, kl.length()), qs.length, ks.length);
-    if (r.empty()) continue;
-    tp.stops.push_back(q);
-    hull.lo = std::min(hull.lo, r.lo);
-    hull.hi = std::max(hull.hi, r.hi);
+  std::vector<KeyRange> seen(qsegs.size());
+  for (std::size_t q = 0; q < qsegs.size(); ++q)
+    seen[q] = visible_keys(shard_options(opt, qsegs[q].global, qsegs[q].length, ql.length(), ks.global, ks.length,
+                                         kl.length()),
+                           qsegs[q].length, ks.length);
+  std::vector<TourPlan> plans;
+  for (std::int64_t c = 0; c < ks.length; c += align) {
+    const std::int64_t end = std::min(ks.length, c + align) - 1;
+    std::vector<int> stops;
+    for (int q = static_cast<int>(qsegs.size()) - 1; q >= 0; --q)
+      if (!seen[q].empty() && seen[q].lo <= end && seen[q].hi >= c) stops.push_back(q);
+    if (stops.empty()) continue;
+    if (!plans.empty() && plans.back().stops == stops &&
+        plans.back().piece.local + plans.back().piece.length == ks.local + c) {
+      plans.back().piece.length += end - c + 1;
+      continue;
+    }
+    plans.push_back(TourPlan{Segment{ks.global + c, ks.local + c, end - c + 1, ks.owner}, std::move(stops)});
   }
-  if (tp.stops.empty()) return tp;
-  const std::int64_t lo = hull.lo / align * align, hi = std::min(ks.length, (hull.hi / align + 1) * align) - 1;
-  tp.piece = Segment{ks.global + lo, ks.local + lo, hi - lo + 1, ks.owner};
-  return tp;
+  return plans;
 }
 
 // The ring's steps: shift 0 (every rank's own keys) and each shift t in 1 .. P - 1 at which some
