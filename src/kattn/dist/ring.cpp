@@ -81,7 +81,8 @@ class RingRunner {
   }
 
  private:
-  std::int64_t kv_elems(std::int64_t n) const { return std::int64_t(p_.batch) * n * p_.heads_kv * p_.head_dim; }
+  std::int64_t row() const { return std::int64_t(p_.heads_kv) * p_.head_dim; }  // values per K/V position
+  std::int64_t kv_elems(std::int64_t n) const { return p_.batch * n * row(); }
 
   // This rank's K/V shard into dense buffers [B][kv_len][Hkv][D]: every piece is sent from there.
   void pack_own(const Buffer& k, const Buffer& v) {
@@ -146,16 +147,10 @@ class RingRunner {
   // straight from this rank's packed shard. The next step's transfer is in flight while the
   // current one is computed.
   void run_ring() {
-    const std::vector<int> shifts = ring_shifts(opt_, s_.q_layout, s_.kv_layout);
-    const std::size_t steps = shifts.size();
-    std::vector<std::vector<Segment>> in(steps), out(steps);
+    const std::vector<RingStep> plan = ring_steps(opt_, s_.q_layout, s_.kv_layout, rank_);
+    const std::size_t steps = plan.size();
     std::int64_t cap = 0;
-    for (std::size_t i = 0; i < steps; ++i) {
-      const int t = shifts[i];
-      in[i] = needed_keys(opt_, s_.q_layout, s_.kv_layout, rank_, (rank_ - t + P_) % P_, 1);
-      out[i] = needed_keys(opt_, s_.q_layout, s_.kv_layout, (rank_ + t) % P_, rank_, 1);
-      if (i > 0) cap = std::max(cap, total_length(in[i]));
-    }
+    for (std::size_t i = 1; i < steps; ++i) cap = std::max(cap, total_length(plan[i].in));
     const bool staged = stats_.staged;
     const std::int64_t n_own = p_.kv_len;
     Buffer own_k("kattn::dist::ring::own_k", kv_elems(n_own), staged),
@@ -183,14 +178,14 @@ class RingRunner {
       const bool transfer = d_.communicate && i + 1 < steps;
       const double tc0 = now();
       if (transfer) {
-        const int t = shifts[i + 1];
-        recv_pieces(kb[1 - cur], vb[1 - cur], in[i + 1], (rank_ - t + P_) % P_, reqs);
-        send_pieces(own_k, own_v, n_own, out[i + 1], (rank_ + t) % P_, reqs);
+        const RingStep& next = plan[i + 1];
+        recv_pieces(kb[1 - cur].mpi(), vb[1 - cur].mpi(), row(), p_.batch, next.in, next.from, 0, 1, comm_, reqs);
+        send_pieces(own_k.mpi(), own_v.mpi(), n_own, row(), p_.batch, next.out, next.to, 0, 1, comm_, reqs, stats_);
       }
       const double tc1 = now(), cpu1 = cpu_now();
       std::int64_t at = 0;
-      const std::int64_t held = i == 0 ? n_own : total_length(in[i]);
-      for (const Segment& ks : in[i]) {
+      const std::int64_t held = i == 0 ? n_own : total_length(plan[i].in);
+      for (const Segment& ks : plan[i].in) {
         const Held h = i == 0 ? Held{own_k.device(), own_v.device(), held, ks.local}
                               : Held{kb[cur].device(), vb[cur].device(), held, at};
         at += ks.length;
@@ -205,7 +200,7 @@ class RingRunner {
       stats_.compute_cpu_seconds += cpu_now() - cpu1;
       wait_all(reqs);
       if (transfer) {
-        const std::int64_t n_in = kv_elems(total_length(in[i + 1]));
+        const std::int64_t n_in = kv_elems(total_length(plan[i + 1].in));
         kb[1 - cur].stage_in(space_, n_in);
         vb[1 - cur].stage_in(space_, n_in);
         cur = 1 - cur;
@@ -215,34 +210,6 @@ class RingRunner {
       stats_.comm_seconds += (tc1 - tc0) + (tc3 - tc2);
       ++stats_.steps;
       if (d_.progress) d_.progress(static_cast<int>(i + 1), static_cast<int>(steps));
-    }
-  }
-
-  // The pieces to `dest` from this rank's packed shard (n_own positions per sequence): per piece
-  // and sequence one K and one V message, in the order recv_pieces posts them.
-  void send_pieces(const Buffer& k, const Buffer& v, std::int64_t n_own, const std::vector<Segment>& pieces, int dest,
-                   std::vector<MPI_Request>& reqs) {
-    const std::int64_t row = std::int64_t(p_.heads_kv) * p_.head_dim;
-    for (const Segment& pc : pieces)
-      for (int b = 0; b < p_.batch; ++b) {
-        const std::int64_t off = (b * n_own + pc.local) * row;
-        isend(k.mpi() + off, pc.length * row, dest, 0, comm_, reqs, stats_);
-        isend(v.mpi() + off, pc.length * row, dest, 1, comm_, reqs, stats_);
-      }
-  }
-  // The pieces from `source`, packed one after the other: a dense buffer of total_length(pieces)
-  // positions per sequence.
-  void recv_pieces(const Buffer& k, const Buffer& v, const std::vector<Segment>& pieces, int source,
-                   std::vector<MPI_Request>& reqs) {
-    const std::int64_t row = std::int64_t(p_.heads_kv) * p_.head_dim, held = total_length(pieces);
-    std::int64_t at = 0;
-    for (const Segment& pc : pieces) {
-      for (int b = 0; b < p_.batch; ++b) {
-        const std::int64_t off = (b * held + at) * row;
-        irecv(k.mpi() + off, pc.length * row, source, 0, comm_, reqs);
-        irecv(v.mpi() + off, pc.length * row, source, 1, comm_, reqs);
-      }
-      at += pc.length;
     }
   }
 
@@ -285,7 +252,7 @@ class RingRunner {
             own_v.stage_out(space_, kv_elems(n_own));
             staged_out = true;
           }
-          send_pieces(own_k, own_v, n_own, pieces, r, sends);
+          send_pieces(own_k.mpi(), own_v.mpi(), n_own, row(), p_.batch, pieces, r, 0, 1, comm_, sends, stats_);
         }
       }
       auto mine = needed_keys_of(opt_, s_.q_layout, s_.kv_layout, rank_, ks, C);
@@ -308,7 +275,8 @@ class RingRunner {
     reqs[W] = std::move(sends);  // poked with the receives
     const auto post = [&](std::size_t g) {
       if (needed[g].seg.owner != rank_ && d_.communicate)
-        recv_pieces(kb[g % W], vb[g % W], needed[g].pieces, needed[g].seg.owner, reqs[g % W]);
+        recv_pieces(kb[g % W].mpi(), vb[g % W].mpi(), row(), p_.batch, needed[g].pieces, needed[g].seg.owner, 0, 1,
+                    comm_, reqs[g % W]);
     };
     const auto q_segs = s_.q_layout.segments_of(rank_);
     for (std::size_t g = 0; g < W; ++g) post(g);

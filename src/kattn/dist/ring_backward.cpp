@@ -155,16 +155,11 @@ class BackwardRunner {
   // owner, which adds them to its outputs one step later (the return transfer overlaps the next
   // step's work).
   void run_ring() {
-    const std::vector<int> shifts = ring_shifts(opt_, s_.q_layout, s_.kv_layout);
-    const std::size_t steps = shifts.size();
-    std::vector<std::vector<Segment>> in(steps), out(steps);
+    const std::vector<RingStep> plan = ring_steps(opt_, s_.q_layout, s_.kv_layout, rank_);
+    const std::size_t steps = plan.size();
     std::int64_t cap_in = 0, cap_out = 0;
-    for (std::size_t i = 0; i < steps; ++i) {
-      const int t = shifts[i];
-      in[i] = needed_keys(opt_, s_.q_layout, s_.kv_layout, rank_, (rank_ - t + P_) % P_, 1);
-      out[i] = needed_keys(opt_, s_.q_layout, s_.kv_layout, (rank_ + t) % P_, rank_, 1);
-      if (i > 0) cap_in = std::max(cap_in, total_length(in[i])), cap_out = std::max(cap_out, total_length(out[i]));
-    }
+    for (std::size_t i = 1; i < steps; ++i)
+      cap_in = std::max(cap_in, total_length(plan[i].in)), cap_out = std::max(cap_out, total_length(plan[i].out));
     const std::int64_t n_own = f().kv_len;
     Buffer own_k = buffer("kattn::dist::ring_bw::own_k", n_own), own_v = buffer("kattn::dist::ring_bw::own_v", n_own);
     pack_local(0, n_own, own_k, own_v);
@@ -187,41 +182,44 @@ class BackwardRunner {
     const auto land = [&](std::size_t i) {
       const int slot = i % 2;
       wait_all(grads[slot]);
-      const std::int64_t n = total_length(out[i]);
+      const std::int64_t n = total_length(plan[i].out);
       if (i == 0 || n == 0) return;
       rk[slot].stage_in(space_, kv_elems(n));
       rv[slot].stage_in(space_, kv_elems(n));
       std::int64_t at = 0;
-      for (const Segment& pc : out[i]) {
+      for (const Segment& pc : plan[i].out) {
         add_to_outputs(dense_kv(rk[slot].device(), n), dense_kv(rv[slot].device(), n), at, pc.local, pc.length);
         at += pc.length;
       }
     };
     int cur = 0;
     for (std::size_t i = 0; i < steps; ++i) {
-      const int t = shifts[i], from = (rank_ - t + P_) % P_, to = (rank_ + t) % P_;
+      const int from = plan[i].from, to = plan[i].to;
       const int slot = i % 2;
       const double tw0 = now();
       std::vector<MPI_Request> kv_reqs;
       if (i + 1 < steps) {
-        const int tn = shifts[i + 1];
-        recv_pieces(kb[1 - cur], vb[1 - cur], in[i + 1], (rank_ - tn + P_) % P_, kv_reqs);
-        send_pieces(own_k, own_v, n_own, out[i + 1], (rank_ + tn) % P_, kv_reqs);
+        const RingStep& next = plan[i + 1];
+        const std::int64_t row = std::int64_t(f().heads_kv) * f().head_dim;
+        recv_pieces(kb[1 - cur].mpi(), vb[1 - cur].mpi(), row, f().batch, next.in, next.from, kTagK, kTagV, comm_,
+                    kv_reqs);
+        send_pieces(own_k.mpi(), own_v.mpi(), n_own, row, f().batch, next.out, next.to, kTagK, kTagV, comm_, kv_reqs,
+                    stats_);
       }
       if (i >= 2) land(i - 2);  // frees this slot
-      const std::int64_t n_back = total_length(out[i]);
+      const std::int64_t n_back = total_length(plan[i].out);
       if (i > 0 && n_back > 0) {
         irecv(rk[slot].mpi(), kv_elems(n_back), to, kTagDk, comm_, grads[slot]);
         irecv(rv[slot].mpi(), kv_elems(n_back), to, kTagDv, comm_, grads[slot]);
       }
       const double tc0 = now(), cpu0 = cpu_now();
-      const std::int64_t held = i == 0 ? n_own : total_length(in[i]);
+      const std::int64_t held = i == 0 ? n_own : total_length(plan[i].in);
       if (i > 0) {
         zero_rows(space_, dense_kv(gk[slot].device(), held), f().batch, held, f().heads_kv, f().head_dim);
         zero_rows(space_, dense_kv(gv[slot].device(), held), f().batch, held, f().heads_kv, f().head_dim);
       }
       std::int64_t at = 0;
-      for (const Segment& ks : in[i]) {
+      for (const Segment& ks : plan[i].in) {
         const T* k = i == 0 ? own_k.device() : kb[cur].device();
         const T* v = i == 0 ? own_v.device() : vb[cur].device();
         const std::int64_t kj = i == 0 ? ks.local : at;
@@ -248,7 +246,7 @@ class BackwardRunner {
       }
       wait_all(kv_reqs);
       if (i + 1 < steps) {
-        const std::int64_t n_in = kv_elems(total_length(in[i + 1]));
+        const std::int64_t n_in = kv_elems(total_length(plan[i + 1].in));
         kb[1 - cur].stage_in(space_, n_in);
         vb[1 - cur].stage_in(space_, n_in);
         cur = 1 - cur;
@@ -263,33 +261,6 @@ class BackwardRunner {
     for (std::size_t i = steps >= 2 ? steps - 2 : 0; i < steps; ++i) land(i);
     space_.fence();
     stats_.comm_seconds += now() - tw0;
-  }
-
-  // The pieces to `dest` from this rank's packed shard (n_own positions per sequence): per piece
-  // and sequence one K and one V message, in the order recv_pieces posts them.
-  void send_pieces(const Buffer& k, const Buffer& v, std::int64_t n_own, const std::vector<Segment>& pieces, int dest,
-                   std::vector<MPI_Request>& reqs) {
-    const std::int64_t row = std::int64_t(f().heads_kv) * f().head_dim;
-    for (const Segment& pc : pieces)
-      for (int b = 0; b < f().batch; ++b) {
-        const std::int64_t off = (b * n_own + pc.local) * row;
-        isend(k.mpi() + off, pc.length * row, dest, kTagK, comm_, reqs, stats_);
-        isend(v.mpi() + off, pc.length * row, dest, kTagV, comm_, reqs, stats_);
-      }
-  }
-  // The pieces from `source`, packed one after the other (total_length(pieces) positions per sequence).
-  void recv_pieces(const Buffer& k, const Buffer& v, const std::vector<Segment>& pieces, int source,
-                   std::vector<MPI_Request>& reqs) {
-    const std::int64_t row = std::int64_t(f().heads_kv) * f().head_dim, held = total_length(pieces);
-    std::int64_t at = 0;
-    for (const Segment& pc : pieces) {
-      for (int b = 0; b < f().batch; ++b) {
-        const std::int64_t off = (b * held + at) * row;
-        irecv(k.mpi() + off, pc.length * row, source, kTagK, comm_, reqs);
-        irecv(v.mpi() + off, pc.length * row, source, kTagV, comm_, reqs);
-      }
-      at += pc.length;
-    }
   }
 
   // ---- the deterministic tour ---------------------------------------------------------------
