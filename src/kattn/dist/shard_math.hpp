@@ -137,12 +137,25 @@ inline std::vector<TourPlan> tour_plans(const Options& opt, const SequenceLayout
 // The ring's steps: shift 0 (every rank's own keys) and each shift t in 1 .. P - 1 at which some
 // rank r needs keys of rank (r - t) mod P, in increasing order. The same list on every rank, so
 // every rank runs and skips the same steps; at step t rank r receives from r - t and sends to r + t.
+// O(P^2) pairs of ranks, each O(1): every rank's segments are listed once.
 inline std::vector<int> ring_shifts(const Options& opt, const SequenceLayout& ql, const SequenceLayout& kl) {
   const int P = ql.ranks();
+  std::vector<std::vector<Segment>> qs(P), ks(P);
+  for (const Segment& s : ql.segments()) qs[s.owner].push_back(s);
+  for (const Segment& s : kl.segments()) ks[s.owner].push_back(s);
+  const auto sees = [&](int dest, int owner) {
+    for (const Segment& q : qs[dest])
+      for (const Segment& k : ks[owner])
+        if (!visible_keys(shard_options(opt, q.global, q.length, ql.length(), k.global, k.length, kl.length()),
+                          q.length, k.length)
+                 .empty())
+          return true;
+    return false;
+  };
   std::vector<int> shifts{0};
   for (int t = 1; t < P; ++t)
     for (int r = 0; r < P; ++r)
-      if (!needed_keys(opt, ql, kl, r, (r - t + P) % P, 1).empty()) {
+      if (sees(r, (r - t + P) % P)) {
         shifts.push_back(t);
         break;
       }
