@@ -36,7 +36,7 @@ inline RingTraffic ring_traffic(const TrafficProblem& pr, const Options& opt, co
   const SequenceLayout ql(pr.Nq, ranks, d.sharding, align), kl(pr.Nk, ranks, d.sharding, align);
   const std::int64_t per_key = 2 * std::int64_t(pr.batch) * pr.heads_kv * pr.head_dim * pr.bytes_per_value;
   RingTraffic t;
-  if (!d.communicate) return t;
+  if (!d.communicate && pass == RingPass::forward) return t;  // the backward has no such mode
   if (pass == RingPass::backward && d.deterministic) {
     // The tour (ring_backward.cpp): each package of chunks travels with its dK/dV accumulator
     // through the ranks of the query segments that see it, in descending order, and home.
