@@ -22,6 +22,7 @@
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/decode.hpp"
 #include "kattn/dist/ring.hpp"
+#include "kattn/dist/ring_traffic.hpp"
 #include "kattn/reference.hpp"
 #include "mpi_session.hpp"
 
@@ -33,6 +34,7 @@ struct DistRun {
   std::vector<double> o, lse;  // global, on rank 0
   dist::DistStats stats;       // worst rank: max of seconds, compute, comm, bytes
   double compute_min = 0;
+  std::int64_t model_bytes = -1;  // ring: the most any rank sends by dist::ring_traffic
 };
 
 double max_over(MPI_Comm comm, double x, MPI_Op op = MPI_MAX) {
@@ -79,9 +81,13 @@ DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, co
   run.compute_min = max_over(comm, run.stats.compute_seconds, MPI_MIN);
   run.stats.seconds = max_over(comm, run.stats.seconds);
   run.stats.compute_seconds = max_over(comm, run.stats.compute_seconds);
+  run.stats.compute_cpu_seconds = max_over(comm, run.stats.compute_cpu_seconds);
   run.stats.comm_seconds = max_over(comm, run.stats.comm_seconds);
   run.stats.bytes_sent = static_cast<std::int64_t>(max_over(comm, double(run.stats.bytes_sent)));
   if (ring) {
+    const dist::TrafficProblem pr{in.Nq, in.Nk, int(in.B), int(in.Hkv), int(in.D), int(sizeof(T))};
+    const double model = double(dist::ring_traffic(pr, opt, d, P, rank, dist::RingPass::forward).sent);
+    run.model_bytes = static_cast<std::int64_t>(max_over(comm, model));
     run.o = gather_positions(comm, from_view(o), in.B, in.Hq * in.D, ql);
     run.lse = gather_positions(comm, from_view(lse), in.B * in.Hq, 1, ql);
   } else if (rank == 0) {
@@ -173,9 +179,10 @@ int run_distributed(Args& args, const std::string& mode) {
           opt.causal ? " causal" : "");
       std::fprintf(text,
           "time: %.6f s, %.2f GFLOP/s (%.2f per rank); slowest rank: compute %.6f s (fastest %.6f s), "
-          "exposed communication %.6f s; bytes sent per rank (max): %lld\n",
+          "exposed communication %.6f s; bytes sent per rank (max): %lld%s\n",
           secs, secs > 0 ? flops / secs / 1e9 : 0.0, secs > 0 ? flops / secs / 1e9 / P : 0.0, run.stats.compute_seconds,
-          run.compute_min, run.stats.comm_seconds, (long long)run.stats.bytes_sent);
+          run.compute_min, run.stats.comm_seconds, (long long)run.stats.bytes_sent,
+          run.model_bytes >= 0 ? (" (model " + std::to_string(run.model_bytes) + ")").c_str() : "");
       Json j;
       j.add("algo", "flash").add("dist", mode).add("ranks", P).add("sharding", dist::name(d.sharding));
       j.add("deterministic", d.deterministic).add("dtype", dtype).add("dims", name(in.layout)).add("shape", in.shape());
@@ -183,6 +190,8 @@ int run_distributed(Args& args, const std::string& mode) {
       j.add("seconds", secs).add("gflops", secs > 0 ? flops / secs / 1e9 : 0.0);
       j.add("compute_seconds", run.stats.compute_seconds).add("compute_seconds_min", run.compute_min);
       j.add("comm_seconds", run.stats.comm_seconds).add("bytes_sent_per_rank", (long long)run.stats.bytes_sent);
+      j.add("compute_cpu_seconds", run.stats.compute_cpu_seconds);
+      if (run.model_bytes >= 0) j.add("model_bytes_per_rank", (long long)run.model_bytes);
       if (out_path) write_dense(*out_path, in, in.Nq, in.Hq, run.o);
       if (lse_path) write_array(*lse_path, in.dtype, {in.B, in.Hq, in.Nq}, run.lse);
       int status = 0;

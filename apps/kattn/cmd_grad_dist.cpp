@@ -20,6 +20,7 @@
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/ring.hpp"
 #include "kattn/dist/ring_backward.hpp"
+#include "kattn/dist/ring_traffic.hpp"
 #include "kattn/reference_backward.hpp"
 #include "mpi_session.hpp"
 
@@ -31,6 +32,7 @@ struct DistGrads {
   std::vector<double> dq, dk, dv;
   double forward_seconds = 0, seconds = 0, comm_seconds = 0;
   long long bytes = 0;
+  long long model_bytes = 0;  // the most any rank sends by dist::ring_traffic (backward)
 };
 
 double reduce_max(MPI_Comm comm, double x) {
@@ -70,6 +72,9 @@ DistGrads run_as(MPI_Comm comm, const DenseInputs& in, const std::vector<double>
   g.seconds = reduce_max(comm, s.seconds);
   g.comm_seconds = reduce_max(comm, s.comm_seconds);
   g.bytes = static_cast<long long>(reduce_max(comm, double(s.bytes_sent)));
+  const dist::TrafficProblem pr{in.Nq, in.Nk, int(in.B), int(in.Hkv), int(in.D), int(sizeof(T))};
+  g.model_bytes = static_cast<long long>(
+      reduce_max(comm, double(dist::ring_traffic(pr, opt, d, P, rank, dist::RingPass::backward).sent)));
   g.dq = gather_positions(comm, from_view(dq), in.B, in.Hq * in.D, ql);
   g.dk = gather_positions(comm, from_view(dk), in.B, in.Hkv * in.D, kl);
   g.dv = gather_positions(comm, from_view(dv), in.B, in.Hkv * in.D, kl);
@@ -152,13 +157,15 @@ int grad_distributed(Args& args, const std::string& mode) {
           (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
       std::fprintf(text, 
           "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
-          "communication %.6f s; bytes sent per rank (max): %lld\n",
-          g.seconds, g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0, g.forward_seconds, g.comm_seconds, g.bytes);
+          "communication %.6f s; bytes sent per rank (max): %lld (model %lld)\n",
+          g.seconds, g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0, g.forward_seconds, g.comm_seconds, g.bytes,
+          g.model_bytes);
       Json j;
       j.add("algo", "flash").add("dist", "ring").add("ranks", P).add("sharding", dist::name(d.sharding));
       j.add("deterministic", d.deterministic).add("dtype", dtype).add("shape", in.shape()).add("causal", opt.causal);
       j.add("seconds", g.seconds).add("gflops", g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0);
       j.add("forward_seconds", g.forward_seconds).add("comm_seconds", g.comm_seconds).add("bytes_sent_per_rank", g.bytes);
+      j.add("model_bytes_per_rank", g.model_bytes);
       if (dq_path) write_dense(*dq_path, in, in.Nq, in.Hq, g.dq);
       if (dk_path) write_dense(*dk_path, in, in.Nk, in.Hkv, g.dk);
       if (dv_path) write_dense(*dv_path, in, in.Nk, in.Hkv, g.dv);

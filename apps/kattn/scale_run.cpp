@@ -22,7 +22,7 @@
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/decode.hpp"
 #include "kattn/dist/ring.hpp"
-#include "kattn/dist/scaling_model.hpp"
+#include "kattn/dist/ring_traffic.hpp"
 #include "kattn/errors.hpp"
 #include "mpi_session.hpp"
 #include "paths.hpp"
@@ -207,11 +207,13 @@ ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& al
   };
   const int bytes = c.dtype == "f32" ? 4 : 8;
   double model_bytes = 0;
-  if (c.mode == "ring" && !c.d.deterministic) {
-    dist::RingModelInput in;
-    in.tokens = N, in.ranks = P, in.batch = c.batch, in.heads_q = c.heads_q, in.heads_kv = c.heads_kv;
-    in.head_dim = c.dim, in.bytes_per_value = bytes;
-    model_bytes = algorithm == "ring-nocomm" ? 0.0 : dist::ring_bytes_per_rank(in);
+  if (c.mode == "ring" && algorithm != "ring-nocomm") {
+    // The most any rank sends (the CSV's bytes column is the most any rank sent).
+    Options opt;
+    opt.causal = c.causal;
+    const dist::TrafficProblem pr{N, N, c.batch, c.heads_kv, c.dim, bytes};
+    for (int r = 0; r < P; ++r)
+      model_bytes = std::max(model_bytes, double(dist::ring_traffic(pr, opt, c.d, P, r, dist::RingPass::forward).sent));
   } else if (c.mode == "decode" && P > 1) {
     model_bytes = double(c.batch) * c.queries * c.heads_q * (c.dim + 1) * bytes;  // one contribution of rows
   }

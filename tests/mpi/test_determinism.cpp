@@ -91,11 +91,13 @@ void check_ring_invariance(const Shape& s, const Options& opt, std::int64_t chun
 }
 
 TEST(Deterministic, RingBitwiseEqualForEveryRankCount) {
-  std::vector<Options> v(5);
+  std::vector<Options> v(7);
   v[1].causal = true;
   v[2].causal = true, v[2].window_left = 11;
   v[3].softcap = 5.0, v[3].window_left = 4, v[3].window_right = 9;
   v[4].causal = true, v[4].block_k = 5;
+  v[5].window_left = 0, v[5].window_right = 0;
+  v[6].window_left = -1, v[6].window_right = 1;
   for (const Options& o : v) {
     check_ring_invariance<double>({1, 83, 83, 2, 1, 16}, o, 16);
     check_ring_invariance<double>({2, 50, 50, 4, 2, 8}, o, 7);

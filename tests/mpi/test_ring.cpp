@@ -1,7 +1,7 @@
 // Ring attention against the float64 textbook reference of the whole sequence: every rank checks
 // its shard. Contiguous and zigzag sharding, causal/window/softcap, GQA, lengths that do not
 // divide by the rank count (ranks with nothing included), staging through host buffers, and the
-// bytes sent against the model.
+// bytes sent against the model; windows of every size send only the keys some query sees.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 
 #include "dist_support.hpp"
 #include "kattn/dist/ring.hpp"
+#include "kattn/dist/ring_traffic.hpp"
 #include "kattn/dist/scaling_model.hpp"
 #include "kattn/attention.hpp"
 
@@ -168,6 +169,75 @@ TEST(RingForward, BytesSentMatchTheModel) {
     }
     EXPECT_EQ(r.stats.steps, P);
   }
+}
+
+// Windows of every size against the shard length (0, 1, inside a shard, across shards, one side
+// unbounded), with and without a causal mask: the output as on one rank, and exactly the bytes of
+// the traffic model sent (all ranks together send what they receive).
+std::vector<Options> windows() {
+  std::vector<Options> v(11);
+  v[0].window_left = 0, v[0].window_right = 0;
+  v[1].window_left = 1, v[1].window_right = 0;
+  v[2].window_left = 1, v[2].window_right = 1;
+  v[3].window_left = 6, v[3].window_right = 2;
+  v[4].window_left = 45, v[4].window_right = 0;
+  v[5].window_left = -1, v[5].window_right = 3;
+  v[6].window_left = 4, v[6].window_right = -1;
+  v[7].causal = true, v[7].window_left = 0;
+  v[8].causal = true, v[8].window_left = 1;
+  v[9].causal = true, v[9].window_left = 7;
+  v[10].causal = true, v[10].window_left = 30;
+  return v;
+}
+
+template <class T>
+void check_window(const Shape& s, const Options& opt, const DistOptions& d) {
+  const std::uint64_t seed = shared_seed();
+  SCOPED_TRACE(describe(s, opt) + " sharding=" + dist::name(d.sharding) + " deterministic=" +
+               std::to_string(d.deterministic) + " seed=" + std::to_string(seed));
+  Problem<T> g(s, seed);
+  const Problem<double> ref = reference_of(g, opt);
+  const RingRun<T> r = run_ring(MPI_COMM_WORLD, g, opt, d);
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  expect_shard_close(r.o, r.lse, ref, r.q_layout, rank, tolerance<T>(), "windowed ring_attention");
+  dist::TrafficProblem pr{s.Nq, s.Nk, s.B, s.Hkv, s.D, int(sizeof(T))};
+  const dist::RingTraffic model = dist::ring_traffic(pr, opt, d, P, rank, dist::RingPass::forward);
+  EXPECT_EQ(r.stats.bytes_sent, model.sent);
+  std::int64_t sums[2] = {r.stats.bytes_sent, model.received};
+  MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(sums[0], sums[1]) << "bytes sent by all ranks, received by all ranks (model)";
+}
+
+TEST(RingForward, WindowsMatchReferenceAndSendOnlyWhatIsSeen) {
+  const int P = size_of(MPI_COMM_WORLD);
+  // About 16 positions per shard (windows of 30 and 45 reach across shards), an uneven split,
+  // GQA, Nq != Nk both ways, and fewer positions than shards.
+  const std::vector<Shape> shapes = {{2, 16 * P + 3, 16 * P + 3, 4, 2, 8}, {1, 11 * P, 23 * P + 1, 8, 1, 16},
+                                     {1, 23 * P + 1, 11 * P, 2, 2, 8},     {1, 3, 3, 2, 1, 8}};
+  for (bool det : {false, true})
+    for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {
+      DistOptions d;
+      d.sharding = sh;
+      d.deterministic = det;
+      d.chunk = 4;
+      for (const Shape& s : shapes)
+        for (const Options& o : windows()) check_window<double>(s, o, d);
+    }
+}
+
+TEST(RingForward, WindowShorterThanAShardNeedsTheNeighboursOnly) {
+  // 64 positions per rank and a causal window of 20 keys: each contiguous shard receives the
+  // last 20 keys of its left neighbour (one step); dense, it would receive P - 1 whole shards.
+  const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
+  const Shape s{1, 64 * P, 64 * P, 2, 1, 8};
+  Problem<double> g(s, shared_seed());
+  Options opt;
+  opt.causal = true, opt.window_left = 20;
+  const RingRun<double> r = run_ring(MPI_COMM_WORLD, g, opt, DistOptions{});
+  expect_shard_close(r.o, r.lse, reference_of(g, opt), r.q_layout, rank, kDoubleTol, "causal window 20");
+  const std::int64_t row = 2 * s.Hkv * s.D * sizeof(double);  // K and V of one position
+  EXPECT_EQ(r.stats.bytes_sent, rank + 1 < P ? 20 * row : 0);
+  EXPECT_EQ(r.stats.steps, P > 1 ? 2 : 1);
 }
 
 TEST(RingForward, ZigzagBalancesCausalWork) {

@@ -1,7 +1,8 @@
 // Ring attention's backward against the one-rank backward (kattn::attention_backward on the whole sequence,
 // itself tested against the textbook backward): dq on the query shards, dk and dv on the key
 // shards, at 1e-12 in double, for both shardings, the variants, GQA and lengths that do not divide
-// by the rank count; the deterministic mode bitwise the same for every rank count; bytes sent.
+// by the rank count, windows of every size; the deterministic mode bitwise the same for every rank
+// count; bytes sent against the traffic model.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -11,6 +12,7 @@
 #include "kattn/backward.hpp"
 #include "kattn/dist/ring.hpp"
 #include "kattn/dist/ring_backward.hpp"
+#include "kattn/dist/ring_traffic.hpp"
 #include "kattn/attention.hpp"
 
 namespace kattn {
@@ -161,13 +163,46 @@ TEST(RingBackward, GqaFloatAndStaging) {
 }
 
 TEST(RingBackward, BytesSent) {
-  // K and V: P - 1 shards; dK and dV: P shards (P - 1 visits and the way home).
+  // Dense: K and V out to P - 1 ranks, dK and dV back from them.
   const int P = size_of(MPI_COMM_WORLD);
   const Shape s{1, 8 * P, 8 * P, 4, 2, 16};
   Grads<double> g(s, shared_seed(), Options{});
   const LocalGrads<double> r = run_ring_backward(MPI_COMM_WORLD, g, Options{}, DistOptions{});
   const std::int64_t shard = 8 * 2 * 16 * sizeof(double);
-  EXPECT_EQ(r.stats.bytes_sent, P == 1 ? 0 : 2 * shard * (P - 1) + 2 * shard * P);
+  EXPECT_EQ(r.stats.bytes_sent, 4 * shard * (P - 1));
+}
+
+// Windows of every size against the shard length, with and without a causal mask, both modes:
+// the gradients as on one rank, and exactly the bytes of the traffic model sent.
+TEST(RingBackward, WindowsMatchOneRankAndSendOnlyWhatIsSeen) {
+  std::vector<Options> w(8);
+  w[0].window_left = 0, w[0].window_right = 0;
+  w[1].window_left = 1, w[1].window_right = 1;
+  w[2].window_left = 6, w[2].window_right = 2;
+  w[3].window_left = 45, w[3].window_right = 0;
+  w[4].window_left = -1, w[4].window_right = 3;
+  w[5].window_left = 4, w[5].window_right = -1;
+  w[6].causal = true, w[6].window_left = 1;
+  w[7].causal = true, w[7].window_left = 30;
+  const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
+  const std::vector<Shape> shapes = {{2, 16 * P + 3, 16 * P + 3, 4, 2, 8}, {1, 11 * P, 23 * P + 1, 8, 1, 8},
+                                     {1, 23 * P + 1, 11 * P, 2, 2, 8},     {1, 3, 3, 2, 1, 8}};
+  for (bool det : {false, true})
+    for (Sharding sh : {Sharding::contiguous, Sharding::zigzag})
+      for (const Shape& s : shapes)
+        for (const Options& o : w) {
+          DistOptions d;
+          d.sharding = sh, d.deterministic = det, d.chunk = 4;
+          const std::uint64_t seed = shared_seed();
+          SCOPED_TRACE(describe(s, o) + " sharding=" + dist::name(sh) + " deterministic=" + std::to_string(det) +
+                       " seed=" + std::to_string(seed));
+          Grads<double> g(s, seed, o);
+          g.backward_one_rank(o);
+          const LocalGrads<double> r = run_ring_backward(MPI_COMM_WORLD, g, o, d);
+          expect_grads(r, g, rank, kDoubleTol, "windowed ring_attention_backward");
+          dist::TrafficProblem pr{s.Nq, s.Nk, s.B, s.Hkv, s.D, int(sizeof(double))};
+          EXPECT_EQ(r.stats.bytes_sent, dist::ring_traffic(pr, o, d, P, rank, dist::RingPass::backward).sent);
+        }
 }
 
 // Communicators of the first s ranks, s = 1 .. P.
@@ -219,9 +254,11 @@ void check_backward_invariance(const Shape& s, const Options& opt, std::int64_t 
 }
 
 TEST(Deterministic, RingBackwardBitwiseEqualForEveryRankCount) {
-  std::vector<Options> v(3);
+  std::vector<Options> v(5);
   v[1].causal = true;
   v[2].causal = true, v[2].window_left = 20, v[2].softcap = 5.0;
+  v[3].window_left = 0, v[3].window_right = 0;
+  v[4].window_left = 3, v[4].window_right = -1;
   BackwardOptions chunks, query;
   chunks.dq = DqStrategy::key_chunks;
   query.dq = DqStrategy::query_pass;

@@ -26,8 +26,8 @@ struct DistOptions {
   // Bitwise the same outputs for every rank count, sharding and split count: the keys are cut
   // into fixed-size global chunks (`chunk`, 0 = kDefaultChunk) whose partial states are folded
   // into each query row in global chunk order; block_k is fixed from the global problem when
-  // Options::block_k is 0. Costs: K/V shards are broadcast in global order instead of passed
-  // round a ring, and one partial per chunk is written and folded (README, perf/RESULTS.md).
+  // Options::block_k is 0. Costs: K/V chunks go point to point in global order instead of round
+  // a ring, and one partial per (row, chunk it sees) is written and folded (docs/distributed.md).
   bool deterministic = false;
   std::int64_t chunk = 0;
   Staging staging = Staging::automatic;
@@ -48,11 +48,12 @@ struct DistStats {
   double compute_cpu_seconds = 0;  // the same in process CPU time: on a shared host it measures the work
                                    // a rank did, not how long others held its core (host backends)
   double comm_seconds = 0;         // exposed communication: waiting for transfers (and staging copies)
-  std::int64_t bytes_sent = 0;     // bytes this rank handed to MPI send calls (a broadcast counts at its root)
+  std::int64_t bytes_sent = 0;     // bytes this rank handed to MPI send calls (a broadcast counts at its root);
+                                   // ring attention: dist::ring_traffic (ring_traffic.hpp) predicts it
   std::int64_t messages_sent = 0;
   double flops = 0;     // useful work done here: per visible (query, key) pair and query head, 4 D
                         // (forward) or 10 D (backward)
-  int steps = 0;        // ring steps (or broadcast segments, or chain hops)
+  int steps = 0;        // ring steps run (or key segments, tour items, or chain hops)
   bool staged = false;  // buffers went through host staging
 };
 

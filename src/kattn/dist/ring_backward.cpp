@@ -4,6 +4,7 @@
 #include <chrono>
 #include <ctime>
 #include <deque>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <vector>
@@ -21,8 +22,9 @@ namespace dist {
 namespace detail {
 namespace {
 
-// Message tags: the ring's K, V, dK, dV; the deterministic tour's hops.
-enum : int { kTagK = 0, kTagV = 1, kTagDk = 2, kTagDv = 3, kTagStart = 4, kTagHome = 5, kTagHop = 6 };
+// Message tags: the ring's K, V, dK, dV; the deterministic tour's from kTagTour on (three per
+// key segment).
+enum : int { kTagK = 0, kTagV = 1, kTagDk = 2, kTagDv = 3, kTagTour = 4 };
 
 // Outgoing packages the tour keeps in flight before it waits for those it safely can (memory).
 constexpr std::size_t kTourWindow = 4;
@@ -130,139 +132,135 @@ class BackwardRunner {
     add_rows(space_, Strided<const T>{pair_dq_.data(), nq * H * D, std::int64_t(H) * D, D},
              Strided<T>{p_.dq, p_.dq_stride_batch, p_.dq_stride_seq, p_.dq_stride_head}, qi, f().batch, nq, H, D);
   }
-  // Accumulators (dense, `held` positions per sequence) rows [kj, kj + nk) += the pair's dk, dv.
-  void add_dkv(T* dk, T* dv, std::int64_t held, std::int64_t kj, std::int64_t nk) {
+  // Rows [kj, kj + nk) of dk, dv += the pair's dk, dv.
+  void add_dkv(const Strided<T>& dk, const Strided<T>& dv, std::int64_t kj, std::int64_t nk) {
     const int Hkv = f().heads_kv, D = f().head_dim;
-    add_rows(space_, Strided<const T>{pair_dk_.data(), nk * Hkv * D, std::int64_t(Hkv) * D, D}, dense_kv(dk, held), kj,
-             f().batch, nk, Hkv, D);
-    add_rows(space_, Strided<const T>{pair_dv_.data(), nk * Hkv * D, std::int64_t(Hkv) * D, D}, dense_kv(dv, held), kj,
-             f().batch, nk, Hkv, D);
+    add_rows(space_, Strided<const T>{pair_dk_.data(), nk * Hkv * D, std::int64_t(Hkv) * D, D}, dk, kj, f().batch, nk,
+             Hkv, D);
+    add_rows(space_, Strided<const T>{pair_dv_.data(), nk * Hkv * D, std::int64_t(Hkv) * D, D}, dv, kj, f().batch, nk,
+             Hkv, D);
   }
-  // The caller's dk, dv rows [j0, j0 + n) += dense accumulators of n positions.
-  void add_to_outputs(const T* dk, const T* dv, std::int64_t j0, std::int64_t n) {
+  // The caller's dk, dv rows [j0, j0 + n) += rows [from, from + n) of dk, dv.
+  void add_to_outputs(const Strided<T>& dk, const Strided<T>& dv, std::int64_t from, std::int64_t j0, std::int64_t n) {
     const int Hkv = f().heads_kv, D = f().head_dim;
-    add_rows(space_, Strided<const T>{dk, n * Hkv * D, std::int64_t(Hkv) * D, D}, dk_out(), j0, f().batch, n, Hkv, D);
-    add_rows(space_, Strided<const T>{dv, n * Hkv * D, std::int64_t(Hkv) * D, D}, dv_out(), j0, f().batch, n, Hkv, D);
+    const auto src = [&](const Strided<T>& a) { return Strided<const T>{a.base + from * a.sj, a.sb, a.sj, a.sh}; };
+    add_rows(space_, src(dk), dk_out(), j0, f().batch, n, Hkv, D);
+    add_rows(space_, src(dv), dv_out(), j0, f().batch, n, Hkv, D);
   }
 
   // ---- the ring -----------------------------------------------------------------------------
-  // Step t: this rank holds K/V of rank s = (rank - t) mod P. It sends them on at once, computes
-  // its pairs with them into a step buffer, then adds the step buffer to the accumulator of s
-  // that the left neighbour sent at the end of its step t - 1 (received meanwhile) and sends the
-  // sum on. After P steps every accumulator has visited every rank and is back home.
+  // The steps of ring_shifts, as in the forward: at step t this rank receives from rank r - t the
+  // keys its queries see (sending rank r + t those its queries see, from its packed shard), adds
+  // the dQ of its queries against them at once, and sends their dK/dV straight back to their
+  // owner, which adds them to its outputs one step later (the return transfer overlaps the next
+  // step's work).
   void run_ring() {
-    std::int64_t cap = 0;
-    for (std::int64_t n : s_.kv_lens) cap = std::max(cap, n);
-    Buffer kb[2] = {buffer("kattn::dist::ring_bw::k0", cap), buffer("kattn::dist::ring_bw::k1", cap)};
-    Buffer vb[2] = {buffer("kattn::dist::ring_bw::v0", cap), buffer("kattn::dist::ring_bw::v1", cap)};
-    Buffer dkb[2] = {buffer("kattn::dist::ring_bw::dk0", cap), buffer("kattn::dist::ring_bw::dk1", cap)};
-    Buffer dvb[2] = {buffer("kattn::dist::ring_bw::dv0", cap), buffer("kattn::dist::ring_bw::dv1", cap)};
-    Kokkos::View<T*, Mem> step_dk("kattn::dist::ring_bw::step_dk", kv_elems(cap)),
-        step_dv("kattn::dist::ring_bw::step_dv", kv_elems(cap));
-    pack_local(0, f().kv_len, kb[0], vb[0]);
+    const std::vector<RingStep> plan = ring_steps(opt_, s_.q_layout, s_.kv_layout, rank_);
+    const std::size_t steps = plan.size();
+    std::int64_t cap_in = 0, cap_out = 0;
+    for (std::size_t i = 1; i < steps; ++i)
+      cap_in = std::max(cap_in, total_length(plan[i].in)), cap_out = std::max(cap_out, total_length(plan[i].out));
+    const std::int64_t n_own = f().kv_len;
+    Buffer own_k = buffer("kattn::dist::ring_bw::own_k", n_own), own_v = buffer("kattn::dist::ring_bw::own_v", n_own);
+    pack_local(0, n_own, own_k, own_v);
     space_.fence();
-    const int right = (rank_ + 1) % P_, left = (rank_ - 1 + P_) % P_;
+    if (steps > 1) {
+      own_k.stage_out(space_, kv_elems(n_own));
+      own_v.stage_out(space_, kv_elems(n_own));
+    }
+    // K/V in (double-buffered), the dK/dV computed here for their owners and those coming back
+    // (one per step in flight).
+    Buffer kb[2] = {buffer("kattn::dist::ring_bw::k0", cap_in), buffer("kattn::dist::ring_bw::k1", cap_in)};
+    Buffer vb[2] = {buffer("kattn::dist::ring_bw::v0", cap_in), buffer("kattn::dist::ring_bw::v1", cap_in)};
+    Buffer gk[2] = {buffer("kattn::dist::ring_bw::dk0", cap_in), buffer("kattn::dist::ring_bw::dk1", cap_in)};
+    Buffer gv[2] = {buffer("kattn::dist::ring_bw::dv0", cap_in), buffer("kattn::dist::ring_bw::dv1", cap_in)};
+    Buffer rk[2] = {buffer("kattn::dist::ring_bw::back_dk0", cap_out), buffer("kattn::dist::ring_bw::back_dk1", cap_out)};
+    Buffer rv[2] = {buffer("kattn::dist::ring_bw::back_dv0", cap_out), buffer("kattn::dist::ring_bw::back_dv1", cap_out)};
     const auto q_segs = s_.q_layout.segments_of(rank_);
-    std::vector<MPI_Request> acc_out[2];  // accumulator sends, per buffer
-    int cur = 0;
-    for (int t = 0; t < P_; ++t) {
-      const int owner = (rank_ - t + P_) % P_;
-      const std::int64_t held = s_.kv_lens[owner], n = kv_elems(held);
-      const double tw0 = now();
-      std::vector<MPI_Request> kv_reqs, acc_in;
-      if (t + 1 < P_) {
-        const std::int64_t n_in = kv_elems(s_.kv_lens[(rank_ - t - 1 + P_) % P_]);
-        irecv(kb[1 - cur].mpi(), n_in, left, kTagK, comm_, kv_reqs);
-        irecv(vb[1 - cur].mpi(), n_in, left, kTagV, comm_, kv_reqs);
-        kb[cur].stage_out(space_, n);
-        vb[cur].stage_out(space_, n);
-        isend(kb[cur].mpi(), n, right, kTagK, comm_, kv_reqs, stats_);
-        isend(vb[cur].mpi(), n, right, kTagV, comm_, kv_reqs, stats_);
+    std::vector<MPI_Request> grads[2];  // per slot: the dK/dV sent and received at its step
+    // Step i's returned gradients into this rank's outputs, once they are in.
+    const auto land = [&](std::size_t i) {
+      const int slot = i % 2;
+      wait_all(grads[slot]);
+      const std::int64_t n = total_length(plan[i].out);
+      if (i == 0 || n == 0) return;
+      rk[slot].stage_in(space_, kv_elems(n));
+      rv[slot].stage_in(space_, kv_elems(n));
+      std::int64_t at = 0;
+      for (const Segment& pc : plan[i].out) {
+        add_to_outputs(dense_kv(rk[slot].device(), n), dense_kv(rv[slot].device(), n), at, pc.local, pc.length);
+        at += pc.length;
       }
-      const int a = t % 2;   // the accumulator buffer of this step
-      wait_all(acc_out[a]);  // its send of two steps ago
-      if (t > 0) {
-        irecv(dkb[a].mpi(), n, left, kTagDk, comm_, acc_in);
-        irecv(dvb[a].mpi(), n, left, kTagDv, comm_, acc_in);
+    };
+    int cur = 0;
+    for (std::size_t i = 0; i < steps; ++i) {
+      const int from = plan[i].from, to = plan[i].to;
+      const int slot = i % 2;
+      const double tw0 = now();
+      std::vector<MPI_Request> kv_reqs;
+      if (i + 1 < steps) {
+        const RingStep& next = plan[i + 1];
+        const std::int64_t row = std::int64_t(f().heads_kv) * f().head_dim;
+        recv_pieces(kb[1 - cur].mpi(), vb[1 - cur].mpi(), row, f().batch, next.in, next.from, kTagK, kTagV, comm_,
+                    kv_reqs);
+        send_pieces(own_k.mpi(), own_v.mpi(), n_own, row, f().batch, next.out, next.to, kTagK, kTagV, comm_, kv_reqs,
+                    stats_);
+      }
+      if (i >= 2) land(i - 2);  // frees this slot
+      const std::int64_t n_back = total_length(plan[i].out);
+      if (i > 0 && n_back > 0) {
+        irecv(rk[slot].mpi(), kv_elems(n_back), to, kTagDk, comm_, grads[slot]);
+        irecv(rv[slot].mpi(), kv_elems(n_back), to, kTagDv, comm_, grads[slot]);
       }
       const double tc0 = now(), cpu0 = cpu_now();
-      Kokkos::deep_copy(space_, step_dk, T(0));
-      Kokkos::deep_copy(space_, step_dv, T(0));
-      for (const Segment& qs : q_segs)
-        for (const Segment& ks : s_.kv_layout.segments_of(owner)) {
-          if (!pair(qs.local, qs.global, qs.length, kb[cur].device(), vb[cur].device(), held, ks.local, ks.global,
-                    ks.length))
-            continue;
+      const std::int64_t held = i == 0 ? n_own : total_length(plan[i].in);
+      if (i > 0) {
+        zero_rows(space_, dense_kv(gk[slot].device(), held), f().batch, held, f().heads_kv, f().head_dim);
+        zero_rows(space_, dense_kv(gv[slot].device(), held), f().batch, held, f().heads_kv, f().head_dim);
+      }
+      std::int64_t at = 0;
+      for (const Segment& ks : plan[i].in) {
+        const T* k = i == 0 ? own_k.device() : kb[cur].device();
+        const T* v = i == 0 ? own_v.device() : vb[cur].device();
+        const std::int64_t kj = i == 0 ? ks.local : at;
+        at += ks.length;
+        for (const Segment& qs : q_segs) {
+          if (!pair(qs.local, qs.global, qs.length, k, v, held, kj, ks.global, ks.length)) continue;
           add_dq(qs.local, qs.length);
-          add_dkv(step_dk.data(), step_dv.data(), held, ks.local, ks.length);
+          if (i == 0)
+            add_dkv(dk_out(), dv_out(), ks.local, ks.length);
+          else
+            add_dkv(dense_kv(gk[slot].device(), held), dense_kv(gv[slot].device(), held), kj, ks.length);
           poke(kv_reqs);
-          poke(acc_in);
+          poke(grads[1 - slot]);
         }
+      }
       space_.fence();
       const double tc1 = now();
       stats_.compute_cpu_seconds += cpu_now() - cpu0;
-      wait_all(acc_in);  // exposed: the left neighbour's accumulator
-      if (t > 0) {
-        dkb[a].stage_in(space_, n);
-        dvb[a].stage_in(space_, n);
-      }
-      const double tc2 = now(), cpu2 = cpu_now();
-      if (t > 0) {
-        add_rows(space_,
-                 Strided<const T>{step_dk.data(), held * f().heads_kv * f().head_dim,
-                                  std::int64_t(f().heads_kv) * f().head_dim, f().head_dim},
-                 dense_kv(dkb[a].device(), held), 0, f().batch, held, f().heads_kv, f().head_dim);
-        add_rows(space_,
-                 Strided<const T>{step_dv.data(), held * f().heads_kv * f().head_dim,
-                                  std::int64_t(f().heads_kv) * f().head_dim, f().head_dim},
-                 dense_kv(dvb[a].device(), held), 0, f().batch, held, f().heads_kv, f().head_dim);
-      } else {
-        Kokkos::deep_copy(space_, Kokkos::subview(dkb[a].view(), std::pair<std::size_t, std::size_t>(0, n)),
-                          Kokkos::subview(step_dk, std::pair<std::size_t, std::size_t>(0, n)));
-        Kokkos::deep_copy(space_, Kokkos::subview(dvb[a].view(), std::pair<std::size_t, std::size_t>(0, n)),
-                          Kokkos::subview(step_dv, std::pair<std::size_t, std::size_t>(0, n)));
-      }
-      if (P_ == 1) add_to_outputs(dkb[a].device(), dvb[a].device(), 0, held);
-      space_.fence();
-      const double tc3 = now();
-      stats_.compute_cpu_seconds += cpu_now() - cpu2;
-      if (P_ > 1) {
-        dkb[a].stage_out(space_, n);
-        dvb[a].stage_out(space_, n);
-        isend(dkb[a].mpi(), n, right, kTagDk, comm_, acc_out[a], stats_);
-        isend(dvb[a].mpi(), n, right, kTagDv, comm_, acc_out[a], stats_);
+      if (i > 0 && held > 0) {
+        gk[slot].stage_out(space_, kv_elems(held));
+        gv[slot].stage_out(space_, kv_elems(held));
+        isend(gk[slot].mpi(), kv_elems(held), from, kTagDk, comm_, grads[slot], stats_);
+        isend(gv[slot].mpi(), kv_elems(held), from, kTagDv, comm_, grads[slot], stats_);
       }
       wait_all(kv_reqs);
-      if (t + 1 < P_) {
-        const std::int64_t n_in = kv_elems(s_.kv_lens[(rank_ - t - 1 + P_) % P_]);
+      if (i + 1 < steps) {
+        const std::int64_t n_in = kv_elems(total_length(plan[i + 1].in));
         kb[1 - cur].stage_in(space_, n_in);
         vb[1 - cur].stage_in(space_, n_in);
         cur = 1 - cur;
       }
       const double tw1 = now();
-      // Compute: the pairs and the accumulator update; everything else is exposed communication.
-      stats_.compute_seconds += (tc1 - tc0) + (tc3 - tc2);
-      stats_.comm_seconds += (tw1 - tw0) - (tc1 - tc0) - (tc3 - tc2);
+      stats_.compute_seconds += tc1 - tc0;
+      stats_.comm_seconds += (tw1 - tw0) - (tc1 - tc0);
       ++stats_.steps;
-      if (d_.progress) d_.progress(t + 1, P_);
+      if (d_.progress) d_.progress(static_cast<int>(i + 1), static_cast<int>(steps));
     }
-    if (P_ > 1) {
-      // This rank's own accumulators, back from their tour.
-      const double tw0 = now();
-      const int a = P_ % 2;
-      wait_all(acc_out[a]);
-      std::vector<MPI_Request> home;
-      const std::int64_t n = kv_elems(f().kv_len);
-      irecv(dkb[a].mpi(), n, left, kTagDk, comm_, home);
-      irecv(dvb[a].mpi(), n, left, kTagDv, comm_, home);
-      wait_all(home);
-      dkb[a].stage_in(space_, n);
-      dvb[a].stage_in(space_, n);
-      add_to_outputs(dkb[a].device(), dvb[a].device(), 0, f().kv_len);
-      wait_all(acc_out[1 - a]);
-      space_.fence();
-      stats_.comm_seconds += now() - tw0;
-    }
+    const double tw0 = now();
+    for (std::size_t i = steps >= 2 ? steps - 2 : 0; i < steps; ++i) land(i);
+    space_.fence();
+    stats_.comm_seconds += now() - tw0;
   }
 
   // ---- the deterministic tour ---------------------------------------------------------------
@@ -326,28 +324,46 @@ class BackwardRunner {
     zero_rows(space_, dense_kv(pk.dv.device(), pk.len), f().batch, pk.len, f().heads_kv, f().head_dim);
   }
 
-  // Every key segment g travels owner(g) -> owner(q_last) -> ... -> owner(q_0) -> owner(g): the
-  // query segments in descending global order, and the query chunks inside each item too, so
-  // every dK row adds the query chunks in one fixed order (descending) whatever the rank count.
-  // Descending, because under a causal mask the last queries see the most keys: the tour starts
-  // with the most work and the pipeline fills faster. Item (g, p) (key segment g at tour
-  // position p) needs item (g, p - 1). Every rank works through its items in one global order
-  // that respects this, wavefront first: (g + p, p). So the smallest unfinished item can always
-  // run (no deadlock), and a rank holding an early and a late query segment (zigzag) works on
-  // later key segments of one while the other waits for its packages. dQ of a query segment
-  // still sees the key segments in order g = 0, 1, ... (they come in increasing g + p).
+  // Every package g (a run of key chunks of one segment that the same query segments see,
+  // tour_plans, numbered in global key order) travels owner(g) -> the owners of the query
+  // segments that see it, in descending global order -> owner(g), and the query chunks inside
+  // each item go in descending order too, so every dK row adds the query chunks in one fixed
+  // order whatever the rank count. Descending, because under a causal mask the last queries see
+  // the most keys: the tour starts with the most work and the pipeline fills faster. Item (g, p)
+  // (package g at query segment Sq - 1 - p) needs g's previous stop. Every rank works through
+  // its items in one global order that respects this, wavefront first: (g + p, p). So the
+  // smallest unfinished item can always run (no deadlock), and a rank holding an early and a
+  // late query segment (zigzag) works on later packages of one while the other waits. dQ of a
+  // query segment still sees the key chunks in ascending order (packages come in increasing g + p).
   struct Item {
-    int g, p;  // key segment, tour position (query segment Sq - 1 - p)
+    int g, p;  // package, tour position (query segment Sq - 1 - p)
     bool operator<(const Item& o) const {
       return g + p != o.g + o.p ? g + p < o.g + o.p : p != o.p ? p < o.p : g < o.g;
     }
   };
 
+  // Tags of package g's messages: each tag joins one pair of ranks at most once per package, or
+  // in tour order (MPI keeps the order of one source's messages of one tag).
+  static int start_tag(int g) { return kTagTour + 3 * g; }
+  static int hop_tag(int g) { return kTagTour + 3 * g + 1; }
+  static int home_tag(int g) { return kTagTour + 3 * g + 2; }
+
   void run_tour() {
     const std::int64_t C = chunk_of(d_);
     const auto& qsegs = s_.q_layout.segments();
-    const auto& ksegs = s_.kv_layout.segments();
-    const int Sq = static_cast<int>(qsegs.size()), Sk = static_cast<int>(ksegs.size());
+    std::vector<TourPlan> plans;
+    for (const Segment& ks : s_.kv_layout.segments())
+      for (TourPlan& tp : tour_plans(opt_, s_.q_layout, s_.kv_layout, ks, C)) plans.push_back(std::move(tp));
+    const int Sq = static_cast<int>(qsegs.size()), Sk = static_cast<int>(plans.size());
+    {
+      int* ub = nullptr;
+      int found = 0;
+      MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &found);
+      KATTN_REQUIRE(!found || home_tag(Sk) <= *ub, "ranks: the deterministic backward needs message tags up to ",
+                    home_tag(Sk), ", this MPI allows ", *ub, " (a larger chunk needs fewer)");
+    }
+    // Tour position p visits query segment Sq - 1 - p.
+    const auto position = [&](int stop) { return Sq - 1 - stop; };
     // Outgoing packages with the item they are for; waiting on one is safe only while that item
     // comes before the one this rank is about to work on (it cannot depend on this rank then).
     std::deque<std::pair<Item, std::unique_ptr<Package>>> outgoing;
@@ -363,71 +379,72 @@ class BackwardRunner {
       }
     };
     const double tw0 = now();
-    // Tour position p visits query segment Sq - 1 - p.
-    const auto tour = [&](int p) -> const Segment& { return qsegs[Sq - 1 - p]; };
-    if (Sq > 0) {
-      const int first = tour(0).owner, last = tour(Sq - 1).owner;
-      for (int g = 0; g < Sk; ++g) {
-        const Segment& ks = ksegs[g];
-        if (ks.owner != rank_) continue;
-        if (first != rank_) {  // K/V to the first query segment's owner
-          auto pk = new_package(ks.length);
-          pack_local(ks.local, ks.length, pk->k, pk->v);
-          send(*pk, first, kTagStart, true, false);
-          outgoing.emplace_back(Item{g, 0}, std::move(pk));
+    std::vector<Item> items;
+    for (int g = 0; g < Sk; ++g) {
+      const TourPlan& tp = plans[g];
+      const int first = qsegs[tp.stops.front()].owner, last = qsegs[tp.stops.back()].owner;
+      if (tp.piece.owner == rank_) {
+        if (first != rank_) {  // K/V to the first stop's owner
+          auto pk = new_package(tp.piece.length);
+          pack_local(tp.piece.local, tp.piece.length, pk->k, pk->v);
+          send(*pk, first, start_tag(g), true, false);
+          outgoing.emplace_back(Item{g, position(tp.stops.front())}, std::move(pk));
         }
         if (last != rank_) {  // the finished gradients come back from the last one
-          home[g] = new_package(ks.length);
-          const std::int64_t n = kv_elems(ks.length);
-          irecv(home[g]->dk.mpi(), n, last, kTagHome, comm_, home[g]->reqs);
-          irecv(home[g]->dv.mpi(), n, last, kTagHome, comm_, home[g]->reqs);
+          home[g] = new_package(tp.piece.length);
+          const std::int64_t n = kv_elems(tp.piece.length);
+          irecv(home[g]->dk.mpi(), n, last, home_tag(g), comm_, home[g]->reqs);
+          irecv(home[g]->dv.mpi(), n, last, home_tag(g), comm_, home[g]->reqs);
         }
       }
+      for (int stop : tp.stops)
+        if (qsegs[stop].owner == rank_) items.push_back(Item{g, position(stop)});
     }
-    std::vector<Item> items;
-    for (int p = 0; p < Sq; ++p)
-      if (tour(p).owner == rank_)
-        for (int g = 0; g < Sk; ++g) items.push_back(Item{g, p});
     std::sort(items.begin(), items.end());
     stats_.comm_seconds += now() - tw0;
     for (const Item& item : items) {
-      const int g = item.g, j = item.p;  // j: tour position
-      const Segment& ks = ksegs[g];
-      const Segment& qs = tour(j);
+      const int g = item.g;
+      const TourPlan& tp = plans[g];
+      const Segment& kp = tp.piece;
+      const Segment& qs = qsegs[Sq - 1 - item.p];
+      // This item's place in g's tour, and the stops before and after it.
+      const auto at = std::find(tp.stops.begin(), tp.stops.end(), Sq - 1 - item.p);
+      const int prev = at == tp.stops.begin() ? -1 : qsegs[*(at - 1)].owner;
+      const int next_stop = at + 1 == tp.stops.end() ? -1 : *(at + 1);
       const double tr0 = now();
       retire(&item);
       std::unique_ptr<Package> pk;
-      if (j > 0 && tour(j - 1).owner == rank_) {
+      if (prev == rank_) {
         auto it = carried.find(item);
         KATTN_ASSERT(it != carried.end());
         pk = std::move(it->second);
         carried.erase(it);
       } else {
-        pk = new_package(ks.length);
-        if (j == 0) {
-          if (ks.owner == rank_)
-            pack_local(ks.local, ks.length, pk->k, pk->v);
+        pk = new_package(kp.length);
+        if (prev < 0) {
+          if (kp.owner == rank_)
+            pack_local(kp.local, kp.length, pk->k, pk->v);
           else
-            receive(*pk, ks.owner, kTagStart, true, false);
+            receive(*pk, kp.owner, start_tag(g), true, false);
           zero_grads(*pk);
         } else {
-          receive(*pk, tour(j - 1).owner, kTagHop + j, true, true);
+          receive(*pk, prev, hop_tag(g), true, true);
         }
       }
       const double tc0 = now(), cpu0 = cpu_now();
       stats_.comm_seconds += tc0 - tr0;
       // Query chunks in descending global order outside (segments start at chunk multiples),
-      // key chunks in ascending order inside: every dK row adds the query chunks in one fixed
-      // order, every dQ row the key chunks (g after g) in order.
+      // key chunks in ascending order inside (the piece starts at one): every dK row adds the
+      // query chunks in one fixed order, every dQ row the key chunks (g after g) in order.
       for (std::int64_t cq = (qs.length - 1) / C * C; cq >= 0; cq -= C) {
         const std::int64_t nq = std::min(C, qs.length - cq);
-        for (std::int64_t ck = 0; ck < ks.length; ck += C) {
-          const std::int64_t nk = std::min(C, ks.length - ck);
-          if (!pair(qs.local + cq, qs.global + cq, nq, pk->k.device(), pk->v.device(), ks.length, ck, ks.global + ck,
+        for (std::int64_t ck = 0; ck < kp.length; ck += C) {
+          const std::int64_t nk = std::min(C, kp.length - ck);
+          if (!pair(qs.local + cq, qs.global + cq, nq, pk->k.device(), pk->v.device(), kp.length, ck, kp.global + ck,
                     nk))
             continue;
           add_dq(qs.local + cq, nq);
-          add_dkv(pk->dk.device(), pk->dv.device(), ks.length, ck, nk);
+          add_dkv(dense_kv(pk->dk.device(), kp.length), dense_kv(pk->dv.device(), kp.length), ck, nk);
         }
         for (auto& o : outgoing) poke(o.second->reqs);
       }
@@ -435,18 +452,19 @@ class BackwardRunner {
       const double tc1 = now();
       stats_.compute_seconds += tc1 - tc0;
       stats_.compute_cpu_seconds += cpu_now() - cpu0;
-      if (j + 1 < Sq) {
-        const Item next{g, j + 1};
-        if (tour(j + 1).owner == rank_) {
+      if (next_stop >= 0) {
+        const Item next{g, position(next_stop)};
+        if (qsegs[next_stop].owner == rank_) {
           carried[next] = std::move(pk);
         } else {
-          send(*pk, tour(j + 1).owner, kTagHop + j + 1, true, true);
+          send(*pk, qsegs[next_stop].owner, hop_tag(g), true, true);
           outgoing.emplace_back(next, std::move(pk));
         }
-      } else if (ks.owner == rank_) {
-        add_to_outputs(pk->dk.device(), pk->dv.device(), ks.local, ks.length);
+      } else if (kp.owner == rank_) {
+        add_to_outputs(dense_kv(pk->dk.device(), kp.length), dense_kv(pk->dv.device(), kp.length), 0, kp.local,
+                       kp.length);
       } else {
-        send(*pk, ks.owner, kTagHome, false, true);
+        send(*pk, kp.owner, home_tag(g), false, true);
         outgoing.emplace_back(Item{g, Sq}, std::move(pk));
       }
       stats_.comm_seconds += now() - tc1;
@@ -458,10 +476,12 @@ class BackwardRunner {
     for (int g = 0; g < Sk; ++g) {
       if (!home[g]) continue;
       wait_all(home[g]->reqs);
-      const std::int64_t n = kv_elems(ksegs[g].length);
+      const Segment& kp = plans[g].piece;
+      const std::int64_t n = kv_elems(kp.length);
       home[g]->dk.stage_in(space_, n);
       home[g]->dv.stage_in(space_, n);
-      add_to_outputs(home[g]->dk.device(), home[g]->dv.device(), ksegs[g].local, ksegs[g].length);
+      add_to_outputs(dense_kv(home[g]->dk.device(), kp.length), dense_kv(home[g]->dv.device(), kp.length), 0, kp.local,
+                     kp.length);
     }
     space_.fence();
     stats_.comm_seconds += now() - tw1;

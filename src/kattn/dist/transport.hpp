@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kattn/dist/dist_options.hpp"
+#include "kattn/dist/layout.hpp"
 
 namespace kattn {
 namespace dist {
@@ -56,6 +57,36 @@ void irecv(T* data, std::int64_t count, int source, int tag, MPI_Comm comm, std:
     const int n = static_cast<int>(count - off < kMaxPiece ? count - off : kMaxPiece);
     reqs.emplace_back();
     MPI_Irecv(data + off, n, mpi_type<T>(), source, tag, comm, &reqs.back());
+  }
+}
+
+// Pieces (Segment::local, length) of a dense K/V shard [batch][n][row] to `dest`: per piece and
+// sequence one K and one V message, in the order recv_pieces posts them.
+template <class T>
+void send_pieces(const T* k, const T* v, std::int64_t n, std::int64_t row, int batch,
+                 const std::vector<Segment>& pieces, int dest, int tag_k, int tag_v, MPI_Comm comm,
+                 std::vector<MPI_Request>& reqs, DistStats& stats) {
+  for (const Segment& pc : pieces)
+    for (int b = 0; b < batch; ++b) {
+      const std::int64_t off = (b * n + pc.local) * row;
+      isend(k + off, pc.length * row, dest, tag_k, comm, reqs, stats);
+      isend(v + off, pc.length * row, dest, tag_v, comm, reqs, stats);
+    }
+}
+
+// The pieces from `source`, packed one after the other: dense [batch][sum of lengths][row].
+template <class T>
+void recv_pieces(T* k, T* v, std::int64_t row, int batch, const std::vector<Segment>& pieces, int source, int tag_k,
+                 int tag_v, MPI_Comm comm, std::vector<MPI_Request>& reqs) {
+  std::int64_t held = 0, at = 0;
+  for (const Segment& pc : pieces) held += pc.length;
+  for (const Segment& pc : pieces) {
+    for (int b = 0; b < batch; ++b) {
+      const std::int64_t off = (b * held + at) * row;
+      irecv(k + off, pc.length * row, source, tag_k, comm, reqs);
+      irecv(v + off, pc.length * row, source, tag_v, comm, reqs);
+    }
+    at += pc.length;
   }
 }
 
