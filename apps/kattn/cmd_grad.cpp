@@ -208,6 +208,7 @@ int cmd_grad(Args& args) {
     std::cout << kGradUsage;
     return 0;
   }
+  refuse_16bit_flag(args, "the backward (kattn grad) takes f32 or f64 for now");
   if (auto mode = args.value("--dist")) return grad_distributed(args, *mode);
   refuse_out_of_mode(args, {{"--zigzag", "--dist ring"}, {"--chunk", "--dist ring"}});
   const auto dq_path = args.value("--dq"), dk_path = args.value("--dk"), dv_path = args.value("--dv");
