@@ -40,7 +40,7 @@ io::DType run_dtype(const std::optional<std::string>& flag, io::DType fallback, 
   if (refuse16 && is_16bit(t)) {
     KATTN_REQUIRE(!flag, "--dtype ", *flag, ": ", refuse16);
     KATTN_REQUIRE(false, "--q ", q_path, ": ", io::name(t), " data, but ", refuse16,
-                  "; give --dtype f32 to compute on its values widened");
+                  ", or give --dtype f32 to compute on its values widened");
   }
   return t;
 }

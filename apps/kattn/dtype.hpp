@@ -16,7 +16,7 @@ namespace cli {
 
 // Why a command refuses bf16/f16, for its message; nullptr where the command takes them.
 constexpr const char* kFloatOnly =
-    "this run takes f32 or f64 for now (bf16 and f16 reach kattn run over dense, ragged or paged inputs; not "
+    "this run takes f32 or f64 for now (bf16 and f16 reach kattn run over dense, ragged or paged inputs, not "
     "grad, --dist, --cascade or block-sparse)";
 
 // "f32", "f64", "bf16", "f16"; also float32, float64, bfloat16, float16.
