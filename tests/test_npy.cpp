@@ -1,11 +1,15 @@
 // .npy reading and writing: round trips, and every malformed file refused with its name.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
+#include "kattn/core/storage.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/io/npy.hpp"
 
@@ -82,6 +86,40 @@ TEST(Npy, ReadsFormatVersionsTwoAndThree) {
   }
 }
 
+// float16 ('<f2') as IEEE binary16, uint16 ('<u2') as bf16 bit patterns (npy.hpp's convention).
+TEST(Npy, ReadsFloat16AndBf16BitsExactly) {
+  auto h = image("{'descr': '<f2', 'fortran_order': False, 'shape': (4,), }", 8);
+  auto b = image("{'descr': '<u2', 'fortran_order': False, 'shape': (2, 2), }", 8);
+  // 1.0, -2.5, 65504 (largest finite), 2^-24 (smallest subnormal); 1.0, -2.5, 3.140625, -inf.
+  const unsigned char h_bits[8] = {0x00, 0x3c, 0x00, 0xc1, 0xff, 0x7b, 0x01, 0x00};
+  const unsigned char b_bits[8] = {0x80, 0x3f, 0x20, 0xc0, 0x49, 0x40, 0x80, 0xff};
+  std::copy(h_bits, h_bits + 8, h.end() - 8);
+  std::copy(b_bits, b_bits + 8, b.end() - 8);
+  const NpyArray ah = parse_npy(h.data(), h.size(), "h.npy"), ab = parse_npy(b.data(), b.size(), "b.npy");
+  EXPECT_EQ(ah.dtype, DType::f16);
+  EXPECT_EQ(ab.dtype, DType::bf16);
+  EXPECT_TRUE(ah.is_16bit() && ab.is_16bit() && !ah.is_floating() && !ab.is_integer());
+  EXPECT_EQ(ah.values<double>(), (std::vector<double>{1.0, -2.5, 65504.0, std::ldexp(1.0, -24)}));
+  EXPECT_EQ(ab.values<float>(), (std::vector<float>{1.0f, -2.5f, 3.140625f, -INFINITY}));
+}
+
+TEST(Npy, WritesFloat16AndBf16Bits) {
+  const std::vector<fp16> h = {fp16{0x3c00}, fp16{0xc100}, fp16{0x7e00}};
+  const std::vector<bf16> b = {bf16{0x3f80}, bf16{0xc020}, bf16{0x0001}, bf16{0x7f80}};
+  write_npy(temp_path("h.npy"), {3}, h);
+  write_npy(temp_path("b.npy"), {2, 2}, b);
+  const NpyArray ah = read_npy(temp_path("h.npy")), ab = read_npy(temp_path("b.npy"));
+  EXPECT_EQ(ah.dtype, DType::f16);
+  EXPECT_EQ(ab.dtype, DType::bf16);
+  EXPECT_EQ(ab.shape, (std::vector<std::int64_t>{2, 2}));
+  // The bytes as written: little-endian bit patterns, NaN's payload kept.
+  EXPECT_EQ(ah.bytes, (std::vector<unsigned char>{0x00, 0x3c, 0x00, 0xc1, 0x00, 0x7e}));
+  EXPECT_EQ(ab.bytes, (std::vector<unsigned char>{0x80, 0x3f, 0x20, 0xc0, 0x01, 0x00, 0x80, 0x7f}));
+  std::ifstream in(temp_path("h.npy"), std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("'descr': '<f2'"), std::string::npos);
+}
+
 TEST(Npy, AcceptsBooleanArrays) {
   auto img = image("{'descr': '|b1', 'fortran_order': False, 'shape': (2, 2), }", 4);
   img[img.size() - 1] = 1;
@@ -102,7 +140,13 @@ TEST(Npy, RefusesMalformedFiles) {
   expect_refused(image("{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", 24), "big-endian");
   expect_refused(image("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24), "Fortran-order");
   expect_refused(image("{'descr': '|O', 'fortran_order': False, 'shape': (2, 3), }", 24), "unsupported dtype");
-  expect_refused(image("{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }", 12), "unsupported dtype");
+  expect_refused(image("{'descr': '>f2', 'fortran_order': False, 'shape': (2, 3), }", 12), "big-endian");
+  expect_refused(image("{'descr': '>u2', 'fortran_order': False, 'shape': (2, 3), }", 12), "big-endian");
+  expect_refused(image("{'descr': '<i2', 'fortran_order': False, 'shape': (2, 3), }", 12), "unsupported dtype");
+  expect_refused(image("{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }", 11), "truncated data");
+  expect_refused(image("{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }", 24), "unexpected bytes");
+  expect_refused(image("{'descr': '<u2', 'fortran_order': False, 'shape': (2, 3), }", 6), "truncated data");
+  expect_refused(image("{'descr': '<u2', 'fortran_order': False, 'shape': (2, 3), }", 13), "unexpected bytes");
   expect_refused(image("{'descr': '<c8', 'fortran_order': False, 'shape': (2, 3), }", 48), "unsupported dtype");
   expect_refused(image(ok, 23), "truncated data");
   expect_refused(image(ok, 25), "unexpected bytes");

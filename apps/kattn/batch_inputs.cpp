@@ -26,18 +26,10 @@ std::vector<std::int64_t> read_index(const std::string& path, const char* flag) 
 
 io::NpyArray read_floating(const std::string& path, const char* flag, std::size_t rank, const char* layout) {
   io::NpyArray a = read_input(flag, path);
-  KATTN_REQUIRE(a.is_floating(), flag, " ", path, ": expected float32 or float64 data, got ", io::name(a.dtype));
+  require_input_dtype(flag, path, a.dtype);
   KATTN_REQUIRE(a.shape.size() == rank, flag, " ", path, ": expected a rank-", rank, " array ", layout, ", got rank ",
                 a.shape.size());
   return a;
-}
-
-io::DType parse_dtype(const std::optional<std::string>& s, io::DType fallback) {
-  if (!s) return fallback;
-  if (*s == "f32" || *s == "float32") return io::DType::f32;
-  if (*s == "f64" || *s == "float64") return io::DType::f64;
-  KATTN_REQUIRE(false, "--dtype: expected f32 or f64, got '", *s, "'");
-  return fallback;
 }
 
 std::vector<std::int64_t> lengths(Args& args, const char* flag) {
@@ -123,7 +115,7 @@ bool wants_batch_inputs(const Args& args) {
   return false;
 }
 
-BatchInputs read_batch_inputs(Args& args) {
+BatchInputs read_batch_inputs(Args& args, const char* refuse16) {
   BatchInputs in;
   const auto seed_opt = args.integer("--seed", 0, std::numeric_limits<std::int64_t>::max());
   const std::uint64_t seed = static_cast<std::uint64_t>(seed_opt.value_or(0));
@@ -166,7 +158,7 @@ BatchInputs read_batch_inputs(Args& args) {
     kattn::detail::require_memory<Kokkos::HostSpace>(
         8 * std::uint64_t(in.D * (in.q_indptr.back() * in.Hq + 2 * in.kv_indptr.back() * in.Hkv)),
         "--random: the inputs", "q, k and v as float64", "use smaller shapes");
-    in.dtype = parse_dtype(dtype, io::DType::f32);
+    in.dtype = run_dtype(dtype, io::DType::f32, "", refuse16);
     // The same streams as the dense draw: --random with --page-size sees the same numbers.
     in.q = random_normal(in.q_indptr.back() * in.Hq * in.D, 3 * seed + 1);
     in.k = random_normal(in.kv_indptr.back() * in.Hkv * in.D, 3 * seed + 2);
@@ -189,7 +181,7 @@ BatchInputs read_batch_inputs(Args& args) {
     else
       KATTN_REQUIRE(qi && ki, "ragged inputs: give --q-indptr and --kv-indptr");
     const io::NpyArray q0 = read_input("--q", *qf);
-    KATTN_REQUIRE(q0.is_floating(), "--q ", *qf, ": expected float32 or float64 data, got ", io::name(q0.dtype));
+    require_input_dtype("--q", *qf, q0.dtype);
     KATTN_REQUIRE(q0.shape.size() == 3 || (in.paged && !qi && q0.shape.size() == 4), "--q ", *qf,
                   ": expected a rank-3 array [total_q, Hq, D]",
                   in.paged ? " with --q-indptr, or a rank-4 array [B, Nq, Hq, D]" : "", ", got rank ", q0.shape.size());
@@ -205,7 +197,8 @@ BatchInputs read_batch_inputs(Args& args) {
       in.q_indptr.resize(B + 1);
       for (std::int64_t b = 0; b <= B; ++b) in.q_indptr[b] = b * Nq;
     }
-    in.dtype = parse_dtype(dtype, q0.dtype);
+    in.dtype = run_dtype(dtype, q0.dtype, *qf, refuse16);
+    require_bf16_bits_asked("--q", *qf, q0.dtype, in.dtype, dtype.has_value());
     in.q = q0.values<double>();
     const std::size_t kv_rank = in.paged ? 4 : 3;
     const char* kv_layout = in.paged ? "[num_pages, page_size, Hkv, D]" : "[total_kv, Hkv, D]";
@@ -219,6 +212,8 @@ BatchInputs read_batch_inputs(Args& args) {
     KATTN_REQUIRE(k.shape == v.shape, "--v ", *vf, ": expected the shape of k");
     require_one_dtype("--k", *kf, k.dtype, q0.dtype, dtype.has_value());
     require_one_dtype("--v", *vf, v.dtype, q0.dtype, dtype.has_value());
+    require_bf16_bits_asked("--k", *kf, k.dtype, in.dtype, dtype.has_value());
+    require_bf16_bits_asked("--v", *vf, v.dtype, in.dtype, dtype.has_value());
     in.Hkv = k.shape[kv_rank - 2];
     in.k = k.values<double>();
     in.v = v.values<double>();

@@ -40,8 +40,8 @@ bool wants_batch_inputs(const Args& args);
 //   --kv-page-indices and --kv-last-page-len (paged; q may then be dense [B, Nq, Hq, D]);
 //   --random-ragged HQ,HKV,D --q-lens L,... --kv-lens L,... [--page-size P [--shuffle-pages]];
 //   --random B,NQ,NK,HQ,HKV,D --page-size P [--shuffle-pages] (the dense draw, paged);
-// with [--seed N] [--dtype f32|f64] as for dense inputs.
-BatchInputs read_batch_inputs(Args& args);
+// with [--seed N] [--dtype f32|f64|bf16|f16] as for dense inputs (`refuse16` as there).
+BatchInputs read_batch_inputs(Args& args, const char* refuse16 = kFloatOnly);
 
 // 4 D x (visible query-key pairs) per query head, summed over the sequences.
 double batch_attention_flops(const BatchInputs& in, const Options& opt);

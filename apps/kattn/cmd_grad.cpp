@@ -208,7 +208,9 @@ int cmd_grad(Args& args) {
     std::cout << kGradUsage;
     return 0;
   }
+  // --dist refuses bf16/f16 in rank 0's read_dense_inputs, so under mpirun the line is printed once.
   if (auto mode = args.value("--dist")) return grad_distributed(args, *mode);
+  refuse_16bit_flag(args, "the backward (kattn grad) takes f32 or f64 for now");
   refuse_out_of_mode(args, {{"--zigzag", "--dist ring"}, {"--chunk", "--dist ring"}});
   const auto dq_path = args.value("--dq"), dk_path = args.value("--dk"), dv_path = args.value("--dv");
   if (dq_path) check_output_file("--dq", *dq_path);

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <limits>
 #include <optional>
 #include <string>
 
@@ -35,7 +34,7 @@ const char* kRunUsage =
     "usage: kattn run (--q Q.npy --k K.npy --v V.npy | --random B,NQ,NK,HQ,HKV,D [--seed N])\n"
     "                 [--algo naive|flash|splitkv] [--splits N] [--split-chunk N] [--block-q N] [--block-k N]\n"
     "                 [--causal] [--window LEFT,RIGHT] [--softcap C] [--scale S] [--layout bnhd|bhnd]\n"
-    "                 [--dtype f32|f64] [--out O.npy] [--lse LSE.npy] [--save-inputs DIR]\n"
+    "                 [--dtype f32|f64|bf16|f16] [--out O.npy] [--lse LSE.npy] [--save-inputs DIR]\n"
     "                 [--check] [--check-rows N] [--repeat N] [--json] [--quiet] [--progress]\n"
     "  --layout        dense q, k, v, o files as bnhd [B, N, H, D] (the default) or bhnd [B, H, N, D]\n"
     "                  (PyTorch's); lse is [B, H, N] in both\n"
@@ -44,6 +43,18 @@ const char* kRunUsage =
     "                  (first and last, every masked edge, 64 in all); exit status 3 when it fails,\n"
     "                  also for non-finite outputs where the reference is finite. Outputs are written first.\n"
     "  --check-rows N  check a sample of about N rows (implies --check)\n"
+    "  --dtype         storage of q, k, v, o (default: the files', f32 for random inputs); bf16 and f16\n"
+    "                  compute in float and write lse in float32. --check's bound: o's relative error 1e-4\n"
+    "                  (f32), 1e-10 (f64), 2^-7 (bf16), 2^-10 (f16): twice the rounding of o to the type.\n"
+    "                  bf16 and f16 run flash or splitkv (dense, ragged, paged), not grad, --dist, cascade\n"
+    "                  or block-sparse yet\n"
+    "  16-bit files:   f16 as float16 (<f2), read and written as is; bf16 as uint16 (<u2) holding the bf16\n"
+    "                  bit patterns (NumPy has no bfloat16), read only with --dtype bf16; float32/float64\n"
+    "                  files are rounded on load. --out is written in the run's type, --lse in float32.\n"
+    "                  NumPy:   x = (bits.astype(np.uint32) << 16).view(np.float32)    (bf16 bits to float32;\n"
+    "                           for bits, save float32 and pass --dtype bf16: rounded to nearest even on load)\n"
+    "                  PyTorch: t = torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)\n"
+    "                           bits = t.view(torch.int16).numpy().view(np.uint16)\n"
     "  --repeat N      one warm-up call, then N timed calls: the median, with min and max\n"
     "  --json          standard output holds one JSON document; all other text goes to standard error\n"
     "  --quiet         no progress line, no notices;  --progress: a progress line even when standard\n"
@@ -124,7 +135,8 @@ void timed_with_progress(const RunFlags& f, double flops, Options& opt, Outputs&
   });
 }
 
-// Runs `algo` on the inputs rounded to T; returns o and lse as doubles.
+// Runs `algo` on the inputs rounded to T; returns o and lse as doubles. 16-bit T: flash or splitkv
+// (cmd_run refuses naive, the textbook algorithm being float/double only).
 template <class T>
 Outputs run_algo(const std::string& algo, const DenseInputs& in, Options opt, const RunFlags& f, double flops) {
   const DenseViews<T> views = make_dense_views<T>(in);
@@ -136,7 +148,7 @@ Outputs run_algo(const std::string& algo, const DenseInputs& in, Options opt, co
   Outputs out;
   timed_with_progress(f, flops, opt, out, [&] {
     if (algo == "naive") {
-      reference(space, q, k, v, o, lse, opt);
+      if constexpr (!is_16bit_v<T>) reference(space, q, k, v, o, lse, opt);
     } else {
       if (algo == "flash") opt.splits = 1;
       out.plan = attention(space, q, kv::dense(k, v), o, lse, opt);
@@ -155,19 +167,19 @@ Outputs run_batch_algo(const std::string& algo, const BatchInputs& in, Options o
   const std::int64_t rows = in.total_q();
   const auto q = to_view<Tensor3<T>>(in.q, "q", rows, in.Hq, in.D);
   Tensor3<T> o(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), rows, in.Hq, in.D);
-  Tensor2<T> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), rows, in.Hq);
-  Kokkos::deep_copy(o, std::numeric_limits<T>::quiet_NaN());
-  Kokkos::deep_copy(lse, std::numeric_limits<T>::quiet_NaN());
+  Tensor2<accumulate_t<T>> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), rows, in.Hq);
+  poison(o);
+  poison(lse);
   if (algo == "flash") opt.splits = 1;
   Outputs out;
   const auto q_indptr = index_view(in.q_indptr, "q_indptr");
   const auto run = [&](const auto& keys) {
     space.fence();
     timed_with_progress(f, flops, opt, out, [&] {
-      if (algo == "naive")
-        reference(space, q, keys.k, keys.v, o, lse, keys.layout, opt);
-      else
+      if (algo != "naive")
         out.plan = attention(space, q, keys, o, lse, opt);
+      else if constexpr (!is_16bit_v<T>)
+        reference(space, q, keys.k, keys.v, o, lse, keys.layout, opt);
       space.fence();
     });
   };
@@ -187,6 +199,23 @@ Outputs run_batch_algo(const std::string& algo, const BatchInputs& in, Options o
   out.o = from_view(o);
   out.lse = from_view(lse);
   return out;
+}
+
+// Calls run(T{}) with T the storage type of dtype (C++17's way to pass a type to a lambda).
+template <class Run>
+Outputs with_storage(io::DType dtype, Run&& run) {
+  switch (dtype) {
+    case io::DType::f64: return run(double{});
+    case io::DType::bf16: return run(bf16{});
+    case io::DType::f16: return run(fp16{});
+    default: return run(float{});
+  }
+}
+
+// --algo naive is the textbook algorithm, in float or double only.
+void require_algo_for(const std::string& algo, io::DType dtype) {
+  KATTN_REQUIRE(algo != "naive" || !is_16bit(dtype), "--algo naive: the textbook algorithm runs in f32 or f64; ",
+                "with --dtype ", dtype_name(dtype), " use flash or splitkv (--check still compares with it in float64)");
 }
 
 void write_index(const std::string& path, const std::vector<std::int64_t>& values) {
@@ -245,7 +274,7 @@ void report(const RunFlags& f, const char* dtype, double flops, double kv_bytes,
 int run_batch(const RunFlags& f, const BatchInputs& in, Options opt) {
   if (f.save_dir) save_inputs(*f.save_dir, in);
   std::FILE* text = f.console.text();
-  const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
+  const char* dtype = dtype_name(in.dtype);
   const std::vector<std::int64_t> kv_lens = in.kv_lens(), q_lens = in.q_lens();
   std::int64_t total_kv = 0, max_kv = 0, max_q = 0;
   for (std::int64_t n : kv_lens) total_kv += n, max_kv = std::max(max_kv, n);
@@ -257,9 +286,9 @@ int run_batch(const RunFlags& f, const BatchInputs& in, Options opt) {
                in.paged ? (", page size " + std::to_string(in.page_size)).c_str() : "", opt.causal ? " causal" : "");
   std::fflush(text);
   const double flops = batch_attention_flops(in, opt);
-  const Outputs out = in.dtype == io::DType::f32 ? run_batch_algo<float>(f.algo, in, opt, f, flops)
-                                                 : run_batch_algo<double>(f.algo, in, opt, f, flops);
-  const double kv_bytes = 2.0 * total_kv * in.Hkv * in.D * (in.dtype == io::DType::f32 ? 4 : 8);
+  const Outputs out =
+      with_storage(in.dtype, [&](auto t) { return run_batch_algo<decltype(t)>(f.algo, in, opt, f, flops); });
+  const double kv_bytes = 2.0 * total_kv * in.Hkv * in.D * io::size_of(in.dtype);
   Json j;
   report(f, dtype, flops, kv_bytes, max_q <= kDecodeQueries, out, opt, j);
   j.add("layout", in.paged ? "paged" : "ragged").add("batch", (long long)in.batch());
@@ -270,7 +299,7 @@ int run_batch(const RunFlags& f, const BatchInputs& in, Options opt) {
   j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D");
   if (in.paged) j.add("page_size", (long long)in.page_size);
   if (f.out) write_array(*f.out, in.dtype, {in.total_q(), in.Hq, in.D}, out.o);
-  if (f.lse) write_array(*f.lse, in.dtype, {in.total_q(), in.Hq}, out.lse);
+  if (f.lse) write_array(*f.lse, lse_dtype(in.dtype), {in.total_q(), in.Hq}, out.lse);
   int status = 0;
   if (f.check.enabled) {
     status = check_outputs(host_params(in, out.o, out.lse), opt, f.check, in.dtype,
@@ -294,6 +323,7 @@ int cmd_run(Args& args) {
     std::cout << kRunUsage;
     return 0;
   }
+  // --dist refuses bf16/f16 in rank 0's read_dense_inputs, so under mpirun the line is printed once.
   if (auto mode = args.value("--dist")) return run_distributed(args, *mode);
   refuse_out_of_mode(args, {{"--zigzag", "--dist ring"},
                             {"--deterministic", "--dist ring or --dist decode"},
@@ -319,29 +349,30 @@ int cmd_run(Args& args) {
   }
   if (wants_batch_inputs(args)) {
     KATTN_REQUIRE(!args.has("--layout"), "--layout: for dense inputs; ragged and paged arrays are [rows, H, D]");
-    const BatchInputs in = read_batch_inputs(args);
+    const BatchInputs in = read_batch_inputs(args, nullptr);
     args.finish();
+    require_algo_for(f.algo, in.dtype);
     return run_batch(f, in, opt);
   }
-  const DenseInputs in = read_dense_inputs(args);
+  const DenseInputs in = read_dense_inputs(args, "", nullptr, nullptr);
   args.finish();
+  require_algo_for(f.algo, in.dtype);
   if (f.save_dir) save_inputs(*f.save_dir, in);
 
   std::FILE* text = f.console.text();
-  const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
+  const char* dtype = dtype_name(in.dtype);
   std::fprintf(text, "kattn run: algo=%s dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n",
                f.algo.c_str(), dtype, name(in.layout), (long long)in.B, (long long)in.Nq, (long long)in.Nk,
                (long long)in.Hq, (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
   std::fflush(text);
   const double flops = attention_flops(in, opt);
-  const Outputs out = in.dtype == io::DType::f32 ? run_algo<float>(f.algo, in, opt, f, flops)
-                                                 : run_algo<double>(f.algo, in, opt, f, flops);
-  const double kv_bytes = 2.0 * in.B * in.Nk * in.Hkv * in.D * (in.dtype == io::DType::f32 ? 4 : 8);
+  const Outputs out = with_storage(in.dtype, [&](auto t) { return run_algo<decltype(t)>(f.algo, in, opt, f, flops); });
+  const double kv_bytes = 2.0 * in.B * in.Nk * in.Hkv * in.D * io::size_of(in.dtype);
   Json j;
   report(f, dtype, flops, kv_bytes, in.Nq <= kDecodeQueries, out, opt, j);
   j.add("layout", "dense").add("dims", name(in.layout)).add("shape", in.shape()).add("shape_is", "B,Nq,Nk,Hq,Hkv,D");
   if (f.out) write_dense(*f.out, in, in.Nq, in.Hq, out.o);
-  if (f.lse) write_array(*f.lse, in.dtype, {in.B, in.Hq, in.Nq}, out.lse);
+  if (f.lse) write_array(*f.lse, lse_dtype(in.dtype), {in.B, in.Hq, in.Nq}, out.lse);
   int status = 0;
   if (f.check.enabled) {
     status = check_outputs(host_params(in, out.o, out.lse), opt, f.check, in.dtype,

@@ -21,28 +21,23 @@ std::vector<double> random_normal(std::size_t n, std::uint64_t seed) {
   return out;
 }
 
-void round_to(io::DType dtype, std::vector<double>& values) {
-  if (dtype == io::DType::f32)
-    for (auto& x : values) x = static_cast<float>(x);
-}
-
 namespace {
-
-io::DType parse_dtype(const std::string& s) {
-  if (s == "f32" || s == "float32") return io::DType::f32;
-  if (s == "f64" || s == "float64") return io::DType::f64;
-  KATTN_REQUIRE(false, "--dtype: expected f32 or f64, got '", s, "'");
-  return io::DType::f32;
-}
 
 io::NpyArray read_rank4_floating(const std::string& path, const std::string& flag, Layout layout) {
   io::NpyArray a = read_input(flag, path);
-  KATTN_REQUIRE(a.is_floating(), flag, " ", path, ": expected float32 or float64 data, got ", io::name(a.dtype));
+  require_input_dtype(flag, path, a.dtype);
   const std::string dims = flag == "--k" || flag == "--v" ? (layout == Layout::bnhd ? "[B, Nk, Hkv, D]" : "[B, Hkv, Nk, D]")
                                                           : (layout == Layout::bnhd ? "[B, Nq, Hq, D]" : "[B, Hq, Nq, D]");
   KATTN_REQUIRE(a.shape.size() == 4, flag, " ", path, ": expected a rank-4 array ", dims, ", got rank ",
                 a.shape.size());
   return a;
+}
+
+template <class S>
+std::vector<S> narrowed(const std::vector<double>& values) {
+  std::vector<S> out(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) out[i] = narrow<S>(values[i]);
+  return out;
 }
 
 std::string shape_text(const std::vector<std::int64_t>& s) {
@@ -56,10 +51,12 @@ std::string shape_text(const std::vector<std::int64_t>& s) {
 void require_one_dtype(const std::string& flag, const std::string& path, io::DType dtype, io::DType first,
                        bool dtype_given) {
   KATTN_REQUIRE(dtype_given || dtype == first, flag, " ", path, ": ", io::name(dtype), " data, but q is ",
-                io::name(first), "; give every input in one dtype, or say which to compute in with --dtype f32|f64");
+                io::name(first),
+                "; give every input in one dtype, or say which to compute in with --dtype f32|f64|bf16|f16");
 }
 
-DenseInputs read_dense_inputs(Args& args, const std::string& extra, std::vector<double>* extra_values) {
+DenseInputs read_dense_inputs(Args& args, const std::string& extra, std::vector<double>* extra_values,
+                              const char* refuse16) {
   DenseInputs in;
   const auto random = args.integers("--random", 6);
   const auto seed = args.integer("--seed", 0, std::numeric_limits<std::int64_t>::max());
@@ -83,7 +80,7 @@ DenseInputs read_dense_inputs(Args& args, const std::string& extra, std::vector<
     kattn::detail::require_memory<Kokkos::HostSpace>(
         8 * std::uint64_t(in.B * in.D * (in.Nq * in.Hq + 2 * in.Nk * in.Hkv)), "--random: the inputs",
         "q, k and v as float64", "use smaller shapes");
-    in.dtype = dtype ? parse_dtype(*dtype) : io::DType::f32;
+    in.dtype = run_dtype(dtype, io::DType::f32, "", refuse16);
     const std::uint64_t s = static_cast<std::uint64_t>(seed.value_or(0));
     in.q = random_normal(in.B * in.Nq * in.Hq * in.D, 3 * s + 1);
     in.k = random_normal(in.B * in.Nk * in.Hkv * in.D, 3 * s + 2);
@@ -107,7 +104,10 @@ DenseInputs read_dense_inputs(Args& args, const std::string& extra, std::vector<
                   shape_text(v.shape));
     require_one_dtype("--k", *kf, k.dtype, q.dtype, dtype.has_value());
     require_one_dtype("--v", *vf, v.dtype, q.dtype, dtype.has_value());
-    in.dtype = dtype ? parse_dtype(*dtype) : q.dtype;
+    in.dtype = run_dtype(dtype, q.dtype, *qf, refuse16);
+    require_bf16_bits_asked("--q", *qf, q.dtype, in.dtype, dtype.has_value());
+    require_bf16_bits_asked("--k", *kf, k.dtype, in.dtype, dtype.has_value());
+    require_bf16_bits_asked("--v", *vf, v.dtype, in.dtype, dtype.has_value());
     in.q = to_bnhd(in.layout, q.shape, q.values<double>());
     in.k = to_bnhd(in.layout, k.shape, k.values<double>());
     in.v = to_bnhd(in.layout, v.shape, v.values<double>());
@@ -117,6 +117,7 @@ DenseInputs read_dense_inputs(Args& args, const std::string& extra, std::vector<
       KATTN_REQUIRE(e.shape == q.shape, extra, " ", *ef, ": expected the shape of q ", shape_text(q.shape), ", got ",
                     shape_text(e.shape));
       require_one_dtype(extra, *ef, e.dtype, q.dtype, dtype.has_value());
+      require_bf16_bits_asked(extra, *ef, e.dtype, in.dtype, dtype.has_value());
       *extra_values = to_bnhd(in.layout, e.shape, e.values<double>());
     }
   }
@@ -157,7 +158,7 @@ View to_view(const std::vector<double>& values, const std::string& label, std::i
   auto host = Kokkos::create_mirror_view(view);
   using T = typename View::non_const_value_type;
   T* h = host.data();
-  for (std::size_t i = 0; i < values.size(); ++i) h[i] = static_cast<T>(values[i]);
+  for (std::size_t i = 0; i < values.size(); ++i) h[i] = narrow<T>(values[i]);
   Kokkos::deep_copy(view, host);
   return view;
 }
@@ -165,7 +166,9 @@ View to_view(const std::vector<double>& values, const std::string& label, std::i
 template <class View>
 std::vector<double> from_view(const View& view) {
   auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
-  return std::vector<double>(host.data(), host.data() + host.size());
+  std::vector<double> out(host.size());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(widen(host.data()[i]));
+  return out;
 }
 
 Kokkos::View<std::int64_t*> index_view(const std::vector<std::int64_t>& values, const char* label) {
@@ -178,7 +181,7 @@ Kokkos::View<std::int64_t*> index_view(const std::vector<std::int64_t>& values, 
 
 template <class View>
 void poison(const View& view) {
-  Kokkos::deep_copy(view, std::numeric_limits<typename View::non_const_value_type>::quiet_NaN());
+  Kokkos::deep_copy(view, narrow<typename View::non_const_value_type>(std::numeric_limits<float>::quiet_NaN()));
 }
 
 #define KATTN_CLI_VIEW_FUNCTIONS(View)                                                                          \
@@ -190,6 +193,12 @@ KATTN_CLI_VIEW_FUNCTIONS(Tensor4<float>)
 KATTN_CLI_VIEW_FUNCTIONS(Tensor4<double>)
 KATTN_CLI_VIEW_FUNCTIONS(Tensor3<float>)
 KATTN_CLI_VIEW_FUNCTIONS(Tensor3<double>)
+KATTN_CLI_VIEW_FUNCTIONS(Tensor4<bf16>)
+KATTN_CLI_VIEW_FUNCTIONS(Tensor4<fp16>)
+KATTN_CLI_VIEW_FUNCTIONS(Tensor3<bf16>)
+KATTN_CLI_VIEW_FUNCTIONS(Tensor3<fp16>)
+template void poison<Tensor2<float>>(const Tensor2<float>&);
+template void poison<Tensor2<double>>(const Tensor2<double>&);
 template std::vector<double> from_view<Tensor2<float>>(const Tensor2<float>&);
 template std::vector<double> from_view<Tensor2<double>>(const Tensor2<double>&);
 
@@ -200,13 +209,15 @@ DenseViews<T> make_dense_views(const DenseInputs& in) {
   d.k = to_view<Tensor4<T>>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
   d.v = to_view<Tensor4<T>>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
   d.o = Tensor4<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), in.B, in.Nq, in.Hq, in.D);
-  d.lse = Tensor3<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), in.B, in.Hq, in.Nq);
+  d.lse = Tensor3<accumulate_t<T>>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), in.B, in.Hq, in.Nq);
   poison(d.o);
   poison(d.lse);
   return d;
 }
 template DenseViews<float> make_dense_views<float>(const DenseInputs&);
 template DenseViews<double> make_dense_views<double>(const DenseInputs&);
+template DenseViews<bf16> make_dense_views<bf16>(const DenseInputs&);
+template DenseViews<fp16> make_dense_views<fp16>(const DenseInputs&);
 
 ErrorStats compare(const std::vector<double>& out, const std::vector<double>& ref) {
   KATTN_ASSERT(out.size() == ref.size());
@@ -248,10 +259,11 @@ void write_dense(const std::string& path, const DenseInputs& in, std::int64_t N,
 
 void write_array(const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,
                  const std::vector<double>& values) {
-  if (dtype == io::DType::f32) {
-    io::write_npy(path, shape, std::vector<float>(values.begin(), values.end()));
-  } else {
-    io::write_npy(path, shape, values);
+  switch (dtype) {
+    case io::DType::f64: io::write_npy(path, shape, values); break;
+    case io::DType::bf16: io::write_npy(path, shape, narrowed<bf16>(values)); break;
+    case io::DType::f16: io::write_npy(path, shape, narrowed<fp16>(values)); break;
+    default: io::write_npy(path, shape, std::vector<float>(values.begin(), values.end()));
   }
 }
 

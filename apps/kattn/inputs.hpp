@@ -11,6 +11,8 @@
 
 #include "args.hpp"
 #include "dense_layout.hpp"
+#include "dtype.hpp"
+#include "kattn/core/storage.hpp"
 #include "kattn/io/npy.hpp"
 #include "kattn/options.hpp"
 
@@ -27,19 +29,18 @@ struct DenseInputs {
   std::vector<long long> shape() const { return {B, Nq, Nk, Hq, Hkv, D}; }
 };
 
-// --q/--k/--v files or --random B,NQ,NK,HQ,HKV,D [--seed N]; --dtype f32|f64 (default: the
-// files' dtype, which must then be the same for all; f32 for random inputs); --layout.
+// --q/--k/--v files or --random B,NQ,NK,HQ,HKV,D [--seed N]; --dtype f32|f64|bf16|f16 (default:
+// the files' dtype, which must then be the same for all; f32 for random inputs); --layout.
 // `extra` names a further [B, Nq, Hq, D] file to read with them (e.g. "--do"); its values land
-// in extra_values.
-DenseInputs read_dense_inputs(Args& args, const std::string& extra = "", std::vector<double>* extra_values = nullptr);
+// in extra_values. `refuse16` says why bf16/f16 are refused (dtype.hpp), nullptr to take them.
+DenseInputs read_dense_inputs(Args& args, const std::string& extra = "", std::vector<double>* extra_values = nullptr,
+                              const char* refuse16 = kFloatOnly);
 
 // --causal, --window L,R, --softcap C, --scale S, --block-q N, --block-k N, --splits N, --split-chunk N.
 Options read_options(Args& args);
 
 // Unit-normal values from a seeded generator.
 std::vector<double> random_normal(std::size_t n, std::uint64_t seed);
-// Rounds every value to float when dtype is f32.
-void round_to(io::DType dtype, std::vector<double>& values);
 
 template <class T>
 using Tensor4 = Kokkos::View<T****, Kokkos::LayoutRight>;
@@ -59,11 +60,12 @@ Kokkos::View<std::int64_t*> index_view(const std::vector<std::int64_t>& values, 
 template <class View>
 void poison(const View& view);
 
-// The inputs as views and the outputs o [B, Nq, Hq, D], lse [B, Hq, Nq], filled with NaN.
+// The inputs as views and the outputs o [B, Nq, Hq, D], lse [B, Hq, Nq] (in float for 16-bit T),
+// filled with NaN.
 template <class T>
 struct DenseViews {
   Tensor4<T> q, k, v, o;
-  Tensor3<T> lse;
+  Tensor3<accumulate_t<T>> lse;
 };
 template <class T>
 DenseViews<T> make_dense_views(const DenseInputs& in);
@@ -85,11 +87,11 @@ double attention_flops(const DenseInputs& in, const Options& opt);
 void write_dense(const std::string& path, const DenseInputs& in, std::int64_t N, std::int64_t H,
                  const std::vector<double>& values);
 
-// Refuses inputs of mixed float32 / float64 without --dtype (they would be converted silently).
+// Refuses inputs of mixed dtypes without --dtype (they would be converted silently).
 void require_one_dtype(const std::string& flag, const std::string& path, io::DType dtype, io::DType first,
                        bool dtype_given);
 
-// Writes values as a float32 or float64 .npy file.
+// Writes values as a float32, float64, float16 or bf16 ('<u2' bits) .npy file.
 void write_array(const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,
                  const std::vector<double>& values);
 

@@ -1,6 +1,6 @@
 // Test helper: writes an .npy file from the command line, so that the CLI contract tests can hand
 // `kattn run` index arrays with any (also bad) values.
-//   npy_write OUT.npy i32|i64|f32|f64 SHAPE VALUES     SHAPE "2,3"; VALUES "0,1,5" or "random",
+//   npy_write OUT.npy i32|i64|f32|f64|f16|bf16 SHAPE VALUES     SHAPE "2,3"; VALUES "0,1,5" or "random",
 //   "random:nan=K" (element K NaN) or "random:scale=X" (every value times X)
 #include <cmath>
 #include <cstdint>
@@ -9,9 +9,18 @@
 #include <string>
 #include <vector>
 
+#include "kattn/core/storage.hpp"
 #include "kattn/io/npy.hpp"
 
 namespace {
+// Values rounded to a 16-bit storage type (f16 as '<f2', bf16 as '<u2' bits).
+template <class S>
+std::vector<S> narrowed(const std::vector<double>& v) {
+  std::vector<S> out;
+  for (double x : v) out.push_back(kattn::narrow<S>(x));
+  return out;
+}
+
 std::vector<std::int64_t> ints(const std::string& s) {
   std::vector<std::int64_t> out;
   std::size_t start = 0;
@@ -27,7 +36,7 @@ std::vector<std::int64_t> ints(const std::string& s) {
 
 int main(int argc, char** argv) {
   if (argc != 5) {
-    std::fprintf(stderr, "usage: npy_write OUT.npy i32|i64|f32|f64 SHAPE VALUES|random\n");
+    std::fprintf(stderr, "usage: npy_write OUT.npy i32|i64|f32|f64|f16|bf16 SHAPE VALUES|random\n");
     return 2;
   }
   const std::string path = argv[1], type = argv[2], values = argv[4];
@@ -55,6 +64,10 @@ int main(int argc, char** argv) {
   } else if (type == "i64") {
     std::vector<std::int64_t> d(v.begin(), v.end());
     kattn::io::write_npy(path, DType::i64, shape, d.data());
+  } else if (type == "f16") {
+    kattn::io::write_npy(path, shape, narrowed<kattn::fp16>(v));
+  } else if (type == "bf16") {
+    kattn::io::write_npy(path, shape, narrowed<kattn::bf16>(v));
   } else if (type == "f32") {
     std::vector<float> d(v.begin(), v.end());
     kattn::io::write_npy(path, DType::f32, shape, d.data());

@@ -7,6 +7,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kattn/core/storage.hpp"
 #include "kattn/errors.hpp"
 
 namespace kattn {
@@ -16,6 +17,8 @@ const char* name(DType t) {
   switch (t) {
     case DType::f32: return "<f4";
     case DType::f64: return "<f8";
+    case DType::f16: return "<f2";
+    case DType::bf16: return "<u2";
     case DType::i32: return "<i4";
     case DType::i64: return "<i8";
     case DType::b1: return "|b1";
@@ -27,6 +30,8 @@ std::size_t size_of(DType t) {
   switch (t) {
     case DType::f32: return 4;
     case DType::f64: return 8;
+    case DType::f16: return 2;
+    case DType::bf16: return 2;
     case DType::i32: return 4;
     case DType::i64: return 8;
     case DType::b1: return 1;
@@ -49,6 +54,8 @@ std::vector<T> NpyArray::values() const {
     switch (dtype) {
       case DType::f32: { float x; std::memcpy(&x, p + 4 * i, 4); out[i] = static_cast<T>(x); break; }
       case DType::f64: { double x; std::memcpy(&x, p + 8 * i, 8); out[i] = static_cast<T>(x); break; }
+      case DType::f16: { fp16 x; std::memcpy(&x.bits, p + 2 * i, 2); out[i] = static_cast<T>(widen(x)); break; }
+      case DType::bf16: { bf16 x; std::memcpy(&x.bits, p + 2 * i, 2); out[i] = static_cast<T>(widen(x)); break; }
       case DType::i32: { std::int32_t x; std::memcpy(&x, p + 4 * i, 4); out[i] = static_cast<T>(x); break; }
       case DType::i64: { std::int64_t x; std::memcpy(&x, p + 8 * i, 8); out[i] = static_cast<T>(x); break; }
       case DType::b1: out[i] = static_cast<T>(p[i] != 0); break;
@@ -130,13 +137,16 @@ std::vector<std::int64_t> parse_shape(const std::string& tuple, const std::strin
 DType parse_descr(const std::string& d, const std::string& what) {
   if (d == "<f4") return DType::f32;
   if (d == "<f8") return DType::f64;
+  if (d == "<f2") return DType::f16;
+  if (d == "<u2") return DType::bf16;  // the bf16 convention (npy.hpp)
   if (d == "<i4") return DType::i32;
   if (d == "<i8") return DType::i64;
   if (d == "|b1" || d == "<b1" || d == "|u1" || d == "|i1") return DType::b1;
   KATTN_REQUIRE(d.empty() || d[0] != '>', what, ": big-endian data ('", printable(d),
                 "') is not supported; save it little endian (arr.astype(arr.dtype.newbyteorder('<')))");
   KATTN_REQUIRE(false, what, ": unsupported dtype '", printable(d),
-                "'; expected float32 (<f4), float64 (<f8), int32 (<i4), int64 (<i8) or bool (|b1)");
+                "'; expected float32 (<f4), float64 (<f8), float16 (<f2), bf16 bits as uint16 (<u2), int32 (<i4), ",
+                "int64 (<i8) or bool (|b1)");
   return DType::f32;
 }
 
@@ -217,11 +227,16 @@ void write_npy(const std::string& path, DType dtype, const std::vector<std::int6
 
 template <class T>
 void write_npy(const std::string& path, const std::vector<std::int64_t>& shape, const std::vector<T>& values) {
-  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "write_npy: 4- or 8-byte elements");
-  const DType t = std::is_floating_point<T>::value ? (sizeof(T) == 4 ? DType::f32 : DType::f64)
-                                                   : (sizeof(T) == 4 ? DType::i32 : DType::i64);
+  DType t = DType::f32;
+  if constexpr (std::is_same_v<T, fp16>) t = DType::f16;
+  else if constexpr (std::is_same_v<T, bf16>) t = DType::bf16;
+  else if constexpr (std::is_floating_point_v<T>) t = sizeof(T) == 4 ? DType::f32 : DType::f64;
+  else t = sizeof(T) == 4 ? DType::i32 : DType::i64;
+  static_assert(is_16bit_v<T> || sizeof(T) == 4 || sizeof(T) == 8, "write_npy: 16-bit storage, 4- or 8-byte elements");
   write_npy(path, t, shape, values.data());
 }
+template void write_npy<fp16>(const std::string&, const std::vector<std::int64_t>&, const std::vector<fp16>&);
+template void write_npy<bf16>(const std::string&, const std::vector<std::int64_t>&, const std::vector<bf16>&);
 template void write_npy<float>(const std::string&, const std::vector<std::int64_t>&, const std::vector<float>&);
 template void write_npy<double>(const std::string&, const std::vector<std::int64_t>&, const std::vector<double>&);
 template void write_npy<std::int32_t>(const std::string&, const std::vector<std::int64_t>&,

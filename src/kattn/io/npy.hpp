@@ -1,5 +1,7 @@
 // .npy reading and writing (NumPy format 1.0, 2.0 and 3.0; C order, little endian) for the
 // `kattn` program and the tests. Anything else is refused with a kattn::Error naming the file.
+// bfloat16 convention (NumPy has no bfloat16): a uint16 array ('<u2') holding the bf16 bit
+// patterns, i.e. the upper halves of float32 values; every '<u2' array is read as such.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +11,7 @@
 namespace kattn {
 namespace io {
 
-enum class DType { f32, f64, i32, i64, b1 };
+enum class DType { f32, f64, f16, bf16, i32, i64, b1 };
 
 const char* name(DType t);
 std::size_t size_of(DType t);
@@ -21,8 +23,10 @@ struct NpyArray {
 
   std::int64_t size() const;
   bool is_floating() const { return dtype == DType::f32 || dtype == DType::f64; }
+  bool is_16bit() const { return dtype == DType::f16 || dtype == DType::bf16; }
   bool is_integer() const { return dtype == DType::i32 || dtype == DType::i64; }
-  // Elements converted to T (float/double from floating arrays, int64 from integer or bool ones).
+  // Elements converted to T (float/double from floating and 16-bit arrays, exactly; int64 from
+  // integer or bool ones).
   template <class T>
   std::vector<T> values() const;
 };
@@ -32,6 +36,7 @@ NpyArray parse_npy(const unsigned char* data, std::size_t size, const std::strin
 NpyArray read_npy(const std::string& path);
 
 void write_npy(const std::string& path, DType dtype, const std::vector<std::int64_t>& shape, const void* data);
+// T: float, double, int32, int64, or kattn::fp16 / kattn::bf16 ('<f2' / '<u2', the bf16 convention).
 template <class T>
 void write_npy(const std::string& path, const std::vector<std::int64_t>& shape, const std::vector<T>& values);
 

@@ -1,0 +1,35 @@
+# 16-bit storage: --dtype bf16|f16 for run's forward (dense, ragged, paged; random inputs and
+# files), the file conventions (float16 as '<f2', bf16 as '<u2' bits), and the refusals: grad,
+# cascade and --algo naive take f32/f64 only for now (exit status 2, one line naming --dtype or
+# --algo; --dist's refusal is tested under mpiexec, tests/mpi). Included from CMakeLists.txt after first_hour.cmake (kattn_cli_expect, kattn_cli_npy).
+kattn_cli_expect(run_bf16_check ARGS run --random 2,65,130,4,2,32 --causal --dtype bf16 --check --json STATUS 0
+                 JSON_ONLY STDOUT "\"algo\":\"flash\",\"dtype\":\"bf16\".*\"rel_err\":[0-9.e-]+.*\"check\":\"pass\"")
+kattn_cli_expect(run_f16_check_text ARGS run --random 1,40,300,4,1,64 --window 30,0 --softcap 20 --dtype f16 --check
+                 STATUS 0 STDOUT "^kattn run: algo=flash dtype=f16 .*check vs float64 reference, all 160 rows")
+kattn_cli_expect(run_f16_splitkv_paged ARGS run --random 2,1,3000,16,2,64 --page-size 3 --shuffle-pages --algo splitkv
+                 --dtype f16 --check --json STATUS 0
+                 STDOUT "\"dtype\":\"f16\".*\"kv_gbs\".*\"layout\":\"paged\".*\"check\":\"pass\"")
+kattn_cli_expect(run_bf16_ragged ARGS run --random-ragged 8,2,32 --q-lens 1,0,5,1 --kv-lens 100,7,0,500 --causal
+                 --algo splitkv --splits 3 --dtype bf16 --check --json STATUS 0
+                 STDOUT "\"dtype\":\"bf16\".*\"layout\":\"ragged\".*\"check\":\"pass\"")
+kattn_cli_expect(run_bf16_sampled ARGS run --random 1,200,200,2,2,128 --causal --dtype bf16 --check-rows 20 --json
+                 STATUS 0 STDOUT "\"check_mode\":\"sampled\".*\"check\":\"pass\"")
+# float16 files from npy_write: the run's type comes from the files.
+kattn_cli_npy(q16 q16.npy f16 1,20,2,16 random)
+kattn_cli_npy(k16 k16.npy f16 1,30,1,16 random)
+kattn_cli_expect(run_f16_files ARGS run --q ${DATA}/q16.npy --k ${DATA}/k16.npy --v ${DATA}/k16.npy --check --json
+                 STATUS 0 REQUIRES "q16;k16" STDOUT "\"dtype\":\"f16\".*\"check\":\"pass\"")
+kattn_cli_expect(run_f16_zeros ARGS run --q ${BAD_NPY}/half.npy --k ${BAD_NPY}/half.npy --v ${BAD_NPY}/half.npy
+                 --check --json STATUS 0 STDOUT "\"dtype\":\"f16\".*\"max_abs_err\":0,.*\"check\":\"pass\"")
+# Refusals.
+kattn_cli_expect(grad_bf16 ARGS grad --random 1,4,4,1,1,8 --dtype bf16 STATUS 2 ONE_LINE
+                 STDERR "--dtype bf16: the backward \\(kattn grad\\) takes f32 or f64 for now")
+kattn_cli_expect(grad_f16_files ARGS grad --q ${DATA}/q16.npy --k ${DATA}/k16.npy --v ${DATA}/k16.npy
+                 --do ${DATA}/q16.npy STATUS 2 ONE_LINE REQUIRES "q16;k16" STDERR "--q .*q16.npy: <f2 data, but this run takes f32 or f64")
+kattn_cli_expect(naive_bf16 ARGS run --random 1,4,4,1,1,8 --algo naive --dtype bf16 STATUS 2 ONE_LINE
+                 STDERR "--algo naive: the textbook algorithm runs in f32 or f64; with --dtype bf16 use flash or splitkv")
+kattn_cli_expect(cascade_bf16 ARGS run --cascade --random-ragged 2,1,8 --q-lens 1 --kv-lens 4 --random-prefix 3
+                 --dtype bf16 STATUS 2 ONE_LINE STDERR "--dtype bf16: this run takes f32 or f64 for now")
+# Files the program writes and reads back: bf16 bits and float16, bitwise round trips.
+add_test(NAME cli.storage16_files COMMAND ${CMAKE_COMMAND} -DBIN=${KATTN_BIN} -DDATA=${DATA}/storage16
+                                         -P ${CMAKE_CURRENT_SOURCE_DIR}/storage16_files.cmake)
