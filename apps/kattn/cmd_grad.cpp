@@ -37,7 +37,7 @@ namespace {
 const char* kGradUsage =
     "usage: kattn grad (--q Q.npy --k K.npy --v V.npy --do DO.npy | --random B,NQ,NK,HQ,HKV,D [--seed N])\n"
     "                  [--o O.npy --lse LSE.npy] [--block-q N] [--block-k N]\n"
-    "                  [--causal] [--window LEFT,RIGHT] [--softcap C] [--scale S] [--dtype f32|f64]\n"
+    "                  [--causal] [--window LEFT,RIGHT] [--softcap C] [--scale S] [--dtype f32|f64|bf16|f16]\n"
     "                  [--dq DQ.npy] [--dk DK.npy] [--dv DV.npy] [--deterministic]\n"
     "                  [--dq-strategy auto|key-chunks|query-pass|atomic] [--dq-chunks N]\n"
     "                  [--check] [--check-rows N] [--repeat N] [--json]\n"
@@ -49,7 +49,8 @@ const char* kGradUsage =
     "       mpirun -np P kattn grad --dist ring [--zigzag] [--deterministic] [--chunk KEYS] ...\n"
     "Gradients of sum(O * dO) with respect to q, k, v. O and LSE are computed by the forward pass\n"
     "when not given. --check compares with the textbook backward in float64 and exits with status 3\n"
-    "when the relative error exceeds 1e-4 (f32) / 1e-10 (f64): every gradient when the textbook's two\n"
+    "when the relative error exceeds 1e-4 (f32) / 1e-10 (f64) / 2^-7 (bf16) / 2^-10 (f16; 16-bit: dense\n"
+    "inputs, gradients in the type, lse float32, files as for kattn run): every gradient when the textbook's two\n"
     "[B, Hq, Nq, Nk] arrays fit in 1 GiB, else (or with --check-rows N) N query rows of dq and N key\n"
     "rows of dk and dv (default 64: the first and last, every masked edge, the rest at random), each\n"
     "exact in float64; a key row needs a float64 pass over the queries that see it.\n"
@@ -80,7 +81,8 @@ GivenForward read_given_forward(Args& args, const DenseInputs& in) {
                 "pass computes them)");
   if (!of) return g;
   const io::NpyArray o = read_input("--o", *of), lse = read_input("--lse", *lf);
-  KATTN_REQUIRE(o.is_floating(), "--o ", *of, ": expected float32 or float64 data, got ", io::name(o.dtype));
+  require_input_dtype("--o", *of, o.dtype);
+  require_bf16_bits_asked("--o", *of, o.dtype, in.dtype, in.dtype == io::DType::bf16);
   KATTN_REQUIRE(lse.is_floating(), "--lse ", *lf, ": expected float32 or float64 data, got ", io::name(lse.dtype));
   const std::vector<std::int64_t> o_shape = file_shape(in.layout, in.B, in.Nq, in.Hq, in.D),
                                   lse_shape = {in.B, in.Hq, in.Nq};
@@ -96,7 +98,7 @@ GivenForward read_given_forward(Args& args, const DenseInputs& in) {
   g.o = to_bnhd(in.layout, o.shape, o.values<double>());
   g.lse = lse.values<double>();
   round_to(in.dtype, g.o);
-  round_to(in.dtype, g.lse);
+  round_to(lse_dtype(in.dtype), g.lse);  // lse: float for 16-bit runs
   g.given = true;
   return g;
 }
@@ -110,7 +112,7 @@ Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_va
   const auto v = to_view<Tensor4<T>>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
   const auto dout = to_view<Tensor4<T>>(dout_values, "do", in.B, in.Nq, in.Hq, in.D);
   Tensor4<T> o;
-  Tensor3<T> lse;
+  Tensor3<accumulate_t<T>> lse;  // float for 16-bit storage
   const Kokkos::DefaultExecutionSpace space;
   Options masked = opt;
   masked.block_mask = mask;
@@ -118,10 +120,10 @@ Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_va
   out.timing = timing;
   if (given.given) {
     o = to_view<Tensor4<T>>(given.o, "o", in.B, in.Nq, in.Hq, in.D);
-    lse = to_view<Tensor3<T>>(given.lse, "lse", in.B, in.Hq, in.Nq);
+    lse = to_view<Tensor3<accumulate_t<T>>>(given.lse, "lse", in.B, in.Hq, in.Nq);
   } else {
     o = Tensor4<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), in.B, in.Nq, in.Hq, in.D);
-    lse = Tensor3<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), in.B, in.Hq, in.Nq);
+    lse = Tensor3<accumulate_t<T>>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), in.B, in.Hq, in.Nq);
     std::optional<ProgressLine> line;
     Options fwd = masked;
     if (progress_wanted(console.progress, console.quiet, forward_flops)) {
@@ -210,7 +212,6 @@ int cmd_grad(Args& args) {
   }
   // --dist refuses bf16/f16 in rank 0's read_dense_inputs, so under mpirun the line is printed once.
   if (auto mode = args.value("--dist")) return grad_distributed(args, *mode);
-  refuse_16bit_flag(args, "the backward (kattn grad) takes f32 or f64 for now");
   refuse_out_of_mode(args, {{"--zigzag", "--dist ring"}, {"--chunk", "--dist ring"}});
   const auto dq_path = args.value("--dq"), dk_path = args.value("--dk"), dv_path = args.value("--dv");
   if (dq_path) check_output_file("--dq", *dq_path);
@@ -226,12 +227,16 @@ int cmd_grad(Args& args) {
   bopt.dq_chunks = static_cast<int>(args.integer("--dq-chunks", 1, 1 << 20).value_or(0));
   const Options opt = read_options(args);
   KATTN_REQUIRE(opt.splits == 0, "--splits: not used by grad (see --dq-strategy and --dq-chunks)");
-  if (wants_batch_inputs(args))
+  if (wants_batch_inputs(args)) {
+    refuse_16bit_flag(args, "kattn grad takes bf16 and f16 on dense inputs, ragged and paged ones in f32 or f64 for now");
     return grad_ragged(args, opt, bopt, check, timing, console, {dq_path, dk_path, dv_path});
+  }
   std::vector<double> dout;
-  const DenseInputs in = read_dense_inputs(args, "--do", &dout);
+  const DenseInputs in = read_dense_inputs(args, "--do", &dout, nullptr);
   KATTN_REQUIRE(dout.size() == in.q.size(),
                 "--do: give DO.npy (the gradient of the loss with respect to o) with --q/--k/--v, or use --random");
+  KATTN_REQUIRE(!is_16bit(in.dtype) || !wants_block_sparse(args), "--dtype ", dtype_name(in.dtype),
+                ": block-sparse gradients take f32 or f64 for now");
   const GivenForward given = read_given_forward(args, in);
   const std::optional<BlockMask> mask = wants_block_sparse(args) ? std::optional<BlockMask>(read_block_mask(args, in))
                                                                   : std::nullopt;
@@ -242,13 +247,17 @@ int cmd_grad(Args& args) {
   const AttentionParams<double> inputs = host_params(in, unread, unread);
   if (check.enabled) gradient_check_samples(inputs, check, m != nullptr);  // refused before the work
   const double forward_flops = m ? sparse_flops(in, *m, opt) : attention_flops(in, opt);
-  const Gradients g = in.dtype == io::DType::f32
-                          ? run_backward<float>(in, dout, given, opt, bopt, m, timing, console, forward_flops)
-                          : run_backward<double>(in, dout, given, opt, bopt, m, timing, console, forward_flops);
+  const auto run = [&](auto storage) {
+    return run_backward<decltype(storage)>(in, dout, given, opt, bopt, m, timing, console, forward_flops);
+  };
+  const Gradients g = in.dtype == io::DType::f64    ? run(double{})
+                      : in.dtype == io::DType::bf16 ? run(bf16{})
+                      : in.dtype == io::DType::f16  ? run(fp16{})
+                                                    : run(float{});
   // FlashAttention-2's backward count (of the kept pairs under a block mask)
   const double flops = 2.5 * forward_flops;
   const double gflops = g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0;
-  const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
+  const char* dtype = dtype_name(in.dtype);
   std::fprintf(text, "kattn grad: dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n", dtype, name(in.layout), (long long)in.B,
               (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
               opt.causal ? " causal" : "");

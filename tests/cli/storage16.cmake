@@ -1,6 +1,6 @@
 # 16-bit storage: --dtype bf16|f16 for run's forward (dense, ragged, paged; random inputs and
-# files), the file conventions (float16 as '<f2', bf16 as '<u2' bits), and the refusals: grad,
-# cascade and --algo naive take f32/f64 only for now (exit status 2, one line naming --dtype or
+# files) and grad (dense), the file conventions (float16 as '<f2', bf16 as '<u2' bits), and the
+# refusals: ragged grad, cascade and --algo naive take f32/f64 only for now (exit status 2, one line naming --dtype or
 # --algo; --dist's refusal is tested under mpiexec, tests/mpi). Included from CMakeLists.txt after first_hour.cmake (kattn_cli_expect, kattn_cli_npy).
 kattn_cli_expect(run_bf16_check ARGS run --random 2,65,130,4,2,32 --causal --dtype bf16 --check --json STATUS 0
                  JSON_ONLY STDOUT "\"algo\":\"flash\",\"dtype\":\"bf16\".*\"rel_err\":[0-9.e-]+.*\"check\":\"pass\"")
@@ -22,10 +22,13 @@ kattn_cli_expect(run_f16_files ARGS run --q ${DATA}/q16.npy --k ${DATA}/k16.npy 
 kattn_cli_expect(run_f16_zeros ARGS run --q ${BAD_NPY}/half.npy --k ${BAD_NPY}/half.npy --v ${BAD_NPY}/half.npy
                  --check --json STATUS 0 STDOUT "\"dtype\":\"f16\".*\"max_abs_err\":0,.*\"check\":\"pass\"")
 # Refusals.
-kattn_cli_expect(grad_bf16 ARGS grad --random 1,4,4,1,1,8 --dtype bf16 STATUS 2 ONE_LINE
-                 STDERR "--dtype bf16: the backward \\(kattn grad\\) takes f32 or f64 for now")
+kattn_cli_expect(grad_bf16_check ARGS grad --random 1,70,90,4,2,64 --causal --dtype bf16 --check --json STATUS 0
+                 JSON_ONLY STDOUT "\"dtype\":\"bf16\".*\"check\":\"pass\"")
 kattn_cli_expect(grad_f16_files ARGS grad --q ${DATA}/q16.npy --k ${DATA}/k16.npy --v ${DATA}/k16.npy
-                 --do ${DATA}/q16.npy STATUS 2 ONE_LINE REQUIRES "q16;k16" STDERR "--q .*q16.npy: <f2 data, but this run takes f32 or f64")
+                 --do ${DATA}/q16.npy --check --json STATUS 0 REQUIRES "q16;k16"
+                 STDOUT "\"dtype\":\"f16\".*\"check\":\"pass\"")
+kattn_cli_expect(grad_bf16_ragged ARGS grad --random-ragged 2,1,8 --q-lens 1,2 --kv-lens 3,4 --dtype bf16 STATUS 2
+                 ONE_LINE STDERR "--dtype bf16: kattn grad takes bf16 and f16 on dense inputs")
 kattn_cli_expect(naive_bf16 ARGS run --random 1,4,4,1,1,8 --algo naive --dtype bf16 STATUS 2 ONE_LINE
                  STDERR "--algo naive: the textbook algorithm runs in f32 or f64; with --dtype bf16 use flash or splitkv")
 kattn_cli_expect(cascade_bf16 ARGS run --cascade --random-ragged 2,1,8 --q-lens 1 --kv-lens 4 --random-prefix 3
