@@ -4,15 +4,16 @@
 // type (S and P rounded to it, fp32 accumulation), and lse is within 1e-5 relative.
 #pragma once
 
-#include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>
 
+#include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kattn/core/key_window.hpp"
@@ -48,6 +49,31 @@ std::vector<double> widened(const View& v) {
   std::vector<double> out(h.span());
   for (std::size_t i = 0; i < h.span(); ++i) out[i] = static_cast<double>(widen(h.data()[i]));
   return out;
+}
+
+// to = from element by element (same span, any storage types): narrowed to nearest even, or widened.
+template <class From, class To>
+void convert_into(const From& from, const To& to) {
+  using S = typename To::non_const_value_type;
+  auto hf = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), from);
+  auto ht = Kokkos::create_mirror_view(to);
+  for (std::size_t n = 0; n < hf.span(); ++n) ht.data()[n] = narrow<S>(widen(hf.data()[n]));
+  Kokkos::deep_copy(to, ht);
+}
+
+// v's values rounded to S: returned as a view of S with v's extents (rank 3 or 4), and written back
+// into v, so that both hold the same values.
+template <class S, class View>
+auto rounded_copy(const View& v) {
+  using R = std::conditional_t<View::rank == 3, View3<S>, View4<S>>;
+  R r;
+  if constexpr (View::rank == 3)
+    r = R("rounded", v.extent(0), v.extent(1), v.extent(2));
+  else
+    r = R("rounded", v.extent(0), v.extent(1), v.extent(2), v.extent(3));
+  convert_into(v, r);
+  convert_into(r, v);
+  return r;
 }
 
 template <class View>
@@ -159,16 +185,18 @@ void expect_16bit_rule(const AttentionParams<double>& p, const Options& opt, con
         }
         if (!lse.empty()) {
           const double x = lse[p.lse_ptr(b, i, h) - p.lse];
-          if (std::isnan(x) != std::isnan(lse_ref)) nan_mismatch = true;
+          if (std::isnan(x) != std::isnan(lse_ref))
+            nan_mismatch = true;
           else if (std::isinf(lse_ref))
             EXPECT_EQ(x, lse_ref) << what << ": lse of a row that sees no key";
           else if (!std::isnan(lse_ref))
             lse_rel = std::max(lse_rel, std::abs(x - lse_ref) / std::max(1.0, std::abs(lse_ref)));
         }
       }
-  EXPECT_FALSE(nan_mismatch) << what << ": NaN (or unwritten elements) where the reference has none, or none where it has";
-  EXPECT_LE(err, std::max(2 * err_tb, 1e-6)) << what << ": o max error (the textbook in " << storage_name<S>()
-                                             << ": " << err_tb << ")";
+  EXPECT_FALSE(nan_mismatch) << what
+                             << ": NaN (or unwritten elements) where the reference has none, or none where it has";
+  EXPECT_LE(err, std::max(2 * err_tb, 1e-6))
+      << what << ": o max error (the textbook in " << storage_name<S>() << ": " << err_tb << ")";
   EXPECT_LE(lse_rel, 1e-5) << what << ": lse relative error";
 }
 
@@ -213,7 +241,8 @@ void textbook_backward_in(const AttentionParams<double>& p, const std::vector<do
         for (std::size_t c = 0; c < n; ++c) {
           pr[c] = round(pr[c] / l);
           float dot = 0;
-          for (int d = 0; d < D; ++d) dot += float(dout[qi(b, i, h) + d]) * float(p.v_ptr(b, first + std::int64_t(c), hk)[d]);
+          for (int d = 0; d < D; ++d)
+            dot += float(dout[qi(b, i, h) + d]) * float(p.v_ptr(b, first + std::int64_t(c), hk)[d]);
           dp[c] = round(dot);
           di += pr[c] * dp[c];
         }

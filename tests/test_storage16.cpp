@@ -94,8 +94,14 @@ TEST(Storage16, VectorLoadsWidenLikeTheScalarRule) {
     const auto vh = detail::simd::load_as<float>(h);
     for (int i = 0; i < W; ++i) {
       const float wb = widen(b[i]), wh = widen(h[i]);
-      if (std::isnan(wb)) ASSERT_TRUE(std::isnan(vb[i])); else ASSERT_EQ(vb[i], wb);
-      if (std::isnan(wh)) ASSERT_TRUE(std::isnan(vh[i])); else ASSERT_EQ(vh[i], wh);
+      if (std::isnan(wb))
+        ASSERT_TRUE(std::isnan(vb[i]));
+      else
+        ASSERT_EQ(vb[i], wb);
+      if (std::isnan(wh))
+        ASSERT_TRUE(std::isnan(vh[i]));
+      else
+        ASSERT_EQ(vh[i], wh);
     }
   }
 }
@@ -104,7 +110,8 @@ TEST(Storage16, VectorLoadsWidenLikeTheScalarRule) {
 template <class S>
 void check_dense(const Shape& shape, const Options& opt) {
   const std::uint64_t seed = fresh_seed();
-  const std::string what = std::string(storage_name<S>()) + " " + describe(shape, opt) + " seed=" + std::to_string(seed);
+  const std::string what =
+      std::string(storage_name<S>()) + " " + describe(shape, opt) + " seed=" + std::to_string(seed);
   SCOPED_TRACE(what);
   Problem16<S> p(shape, seed);
   attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
@@ -115,8 +122,8 @@ void check_dense(const Shape& shape, const Options& opt) {
 
 template <class S>
 void check_dense_everywhere() {
-  const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 1},     {2, 1, 37, 2, 1, 16},    {1, 37, 1, 8, 1, 8},
-                                     {1, 13, 13, 2, 2, 3},   {2, 31, 97, 4, 2, 32},   {1, 97, 31, 8, 1, 64},
+  const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 1},     {2, 1, 37, 2, 1, 16},   {1, 37, 1, 8, 1, 8},
+                                     {1, 13, 13, 2, 2, 3},   {2, 31, 97, 4, 2, 32},  {1, 97, 31, 8, 1, 64},
                                      {1, 64, 64, 2, 1, 128}, {1, 29, 53, 2, 1, 256}, {1, 130, 257, 2, 1, 128}};
   for (const Shape& s : shapes)
     for (const Options& o : option_variants()) check_dense<S>(s, one_split(o));
@@ -159,23 +166,11 @@ void check_ragged_and_paged(const std::vector<std::int64_t>& q_lens, const std::
                             int Hkv, int D, int page, const Options& opt) {
   const std::uint64_t seed = fresh_seed();
   RaggedProblem<double> exact(q_lens, kv_lens, Hq, Hkv, D, seed);
-  const std::string what = std::string(storage_name<S>()) + " " + exact.what() + " page=" + std::to_string(page) +
-                           " " + describe(Shape{}, opt) + " seed=" + std::to_string(seed);
+  const std::string what = std::string(storage_name<S>()) + " " + exact.what() + " page=" + std::to_string(page) + " " +
+                           describe(Shape{}, opt) + " seed=" + std::to_string(seed);
   SCOPED_TRACE(what);
   // The exact inputs rounded to S, in place, and their S copies.
-  const auto to_storage = [](const View3<double>& d) {
-    View3<S> s("s", d.extent(0), d.extent(1), d.extent(2));
-    auto hd = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d);
-    auto hs = Kokkos::create_mirror_view(s);
-    for (std::size_t i = 0; i < hd.span(); ++i) {
-      hs.data()[i] = narrow<S>(hd.data()[i]);
-      hd.data()[i] = widen(hs.data()[i]);
-    }
-    Kokkos::deep_copy(d, hd);
-    Kokkos::deep_copy(s, hs);
-    return s;
-  };
-  const View3<S> q = to_storage(exact.q), k = to_storage(exact.k), v = to_storage(exact.v);
+  const View3<S> q = rounded_copy<S>(exact.q), k = rounded_copy<S>(exact.k), v = rounded_copy<S>(exact.v);
   View3<S> o("o", exact.o.extent(0), Hq, D);
   View2<float> lse("lse", exact.lse.extent(0), Hq);
   const auto hq = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), exact.q);
@@ -183,7 +178,8 @@ void check_ragged_and_paged(const std::vector<std::int64_t>& q_lens, const std::
   const auto hv = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), exact.v);
   const auto ho = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), exact.o);
   const auto hl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), exact.lse);
-  const auto host_layout = make_ragged_layout<Kokkos::HostSpace>(host_index(exact.q_indptr()), host_index(exact.kv_indptr()));
+  const auto host_layout =
+      make_ragged_layout<Kokkos::HostSpace>(host_index(exact.q_indptr()), host_index(exact.kv_indptr()));
   const AttentionParams<double> pd = ragged_params(hq, hk, hv, ho, hl, host_layout);
 
   poison_any(o);
@@ -196,16 +192,11 @@ void check_ragged_and_paged(const std::vector<std::int64_t>& q_lens, const std::
   // The same keys in a paged cache of S (the exact copy's pages, rounded already).
   PagedCopy<double> cache(exact, page, seed + 11);
   View4<S> kp("kp", cache.k.extent(0), page, Hkv, D), vp("vp", cache.v.extent(0), page, Hkv, D);
-  const auto narrow_into = [](const View4<double>& from, const View4<S>& to) {
-    auto hf = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), from);
-    auto ht = Kokkos::create_mirror_view(to);
-    for (std::size_t i = 0; i < hf.span(); ++i) ht.data()[i] = narrow<S>(hf.data()[i]);
-    Kokkos::deep_copy(to, ht);
-  };
-  narrow_into(cache.k, kp);
-  narrow_into(cache.v, vp);
-  const auto paged = make_paged_layout<TestMemory>(host_index(exact.q_indptr()), host_index(cache.page_indptr),
-                                       host_index(cache.page_indices), host_index(cache.last_page_len), page);
+  convert_into(cache.k, kp);
+  convert_into(cache.v, vp);
+  const auto paged =
+      make_paged_layout<TestMemory>(host_index(exact.q_indptr()), host_index(cache.page_indptr),
+                                    host_index(cache.page_indices), host_index(cache.last_page_len), page);
   poison_any(o);
   poison_any(lse);
   attention(TestSpace(), q, kv::paged(kp, vp, paged), o, lse, opt);
@@ -238,7 +229,8 @@ TEST(Storage16, RaggedAndPagedBatches) {
 template <class KV>
 void check_mixed(const Shape& s, const Options& opt) {
   const std::uint64_t seed = fresh_seed();
-  SCOPED_TRACE(std::string("float q, ") + storage_name<KV>() + " kv " + describe(s, opt) + " seed=" + std::to_string(seed));
+  SCOPED_TRACE(std::string("float q, ") + storage_name<KV>() + " kv " + describe(s, opt) +
+               " seed=" + std::to_string(seed));
   View4<float> q("q", s.B, s.Nq, s.Hq, s.D), o("o", s.B, s.Nq, s.Hq, s.D);
   View3<float> lse("lse", s.B, s.Hq, s.Nq);
   View4<KV> k("k", s.B, s.Nk, s.Hkv, s.D), v("v", s.B, s.Nk, s.Hkv, s.D);

@@ -76,24 +76,15 @@ void check_kinds(const std::vector<std::int64_t>& q_lens, const std::vector<std:
   RaggedProblem<float> f(q_lens, kv_lens, 8, 2, 16, seed);
   const auto space = TestSpace();
   // The float inputs rounded to S in place (so both runs see the same values), and their S copies.
-  const auto to_s3 = [&](const View3<float>& x) {
-    View3<S> y("s", x.extent(0), x.extent(1), x.extent(2));
-    auto hx = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), x);
-    auto hy = Kokkos::create_mirror_view(y);
-    for (std::size_t n = 0; n < hx.span(); ++n) hy.data()[n] = narrow<S>(hx.data()[n]), hx.data()[n] = widen(hy.data()[n]);
-    Kokkos::deep_copy(x, hx);
-    Kokkos::deep_copy(y, hy);
-    return y;
-  };
-  const View3<S> q = to_s3(f.q), k = to_s3(f.k), v = to_s3(f.v);
+  const View3<S> q = rounded_copy<S>(f.q), k = rounded_copy<S>(f.k), v = rounded_copy<S>(f.v);
   View3<float> dout_f("dout", f.q.extent(0), 8, 16);
   fill_normal(dout_f, seed + 5);
-  const View3<S> dout = to_s3(dout_f);
+  const View3<S> dout = rounded_copy<S>(dout_f);
   const auto ragged = make_ragged_layout<TestMemory>(host_index(f.q_indptr()), host_index(f.kv_indptr()));
   // The forward in float gives the o and lse both backward runs read (o rounded for the 16-bit one).
   attention(space, f.q, kv::ragged(f.k, f.v, ragged), f.o, f.lse, opt);
   Kokkos::fence();
-  const View3<S> o = to_s3(f.o);
+  const View3<S> o = rounded_copy<S>(f.o);
   View3<float> dq_f("dq", f.q.extent(0), 8, 16), dk_f("dk", f.k.extent(0), 2, 16), dv_f("dv", f.k.extent(0), 2, 16);
   View3<S> dq("dq", f.q.extent(0), 8, 16), dk("dk", f.k.extent(0), 2, 16), dv("dv", f.k.extent(0), 2, 16);
   attention_backward(space, f.q, kv::ragged(f.k, f.v, ragged), f.o, f.lse, dout_f, dq_f, dk_f, dv_f, opt, bopt);
@@ -111,16 +102,11 @@ void check_kinds(const std::vector<std::int64_t>& q_lens, const std::vector<std:
   // Paged: the same keys in pages of float (already rounded values) and of S.
   PagedCopy<float> cache(f, page, seed + 11);
   View4<S> kp("kp", cache.k.extent(0), page, 2, 16), vp("vp", cache.v.extent(0), page, 2, 16);
-  const auto narrow4 = [](const View4<float>& x, const View4<S>& y) {
-    auto hx = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), x);
-    auto hy = Kokkos::create_mirror_view(y);
-    for (std::size_t n = 0; n < hx.span(); ++n) hy.data()[n] = narrow<S>(hx.data()[n]);
-    Kokkos::deep_copy(y, hy);
-  };
-  narrow4(cache.k, kp);
-  narrow4(cache.v, vp);
-  const auto paged = make_paged_layout<TestMemory>(host_index(f.q_indptr()), host_index(cache.page_indptr),
-                                                   host_index(cache.page_indices), host_index(cache.last_page_len), page);
+  convert_into(cache.k, kp);
+  convert_into(cache.v, vp);
+  const auto paged =
+      make_paged_layout<TestMemory>(host_index(f.q_indptr()), host_index(cache.page_indptr),
+                                    host_index(cache.page_indices), host_index(cache.last_page_len), page);
   View4<float> dkp_f("dkp", cache.k.extent(0), page, 2, 16), dvp_f("dvp", cache.k.extent(0), page, 2, 16);
   View4<S> dkp("dkp", cache.k.extent(0), page, 2, 16), dvp("dvp", cache.k.extent(0), page, 2, 16);
   poison_any(dkp), poison_any(dvp);  // slots that hold no key must come back 0
@@ -149,20 +135,15 @@ TEST(Storage16Backward, DenseEdgeShapesAreTheRoundedFloatBackward) {
       const auto space = TestSpace();
       attention(space, p.q, kv::dense(p.k, p.v), p.o, p.lse, o);
       Kokkos::fence();
-      const auto widen_into = [](const View4<bf16>& from, const View4<float>& to) {
-        auto hf = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), from);
-        auto ht = Kokkos::create_mirror_view(to);
-        for (std::size_t n = 0; n < hf.span(); ++n) ht.data()[n] = widen(hf.data()[n]);
-        Kokkos::deep_copy(to, ht);
-      };
-      widen_into(p.q, q), widen_into(p.k, k), widen_into(p.v, v), widen_into(p.o, o_f), widen_into(dout, dout_f);
+      convert_into(p.q, q), convert_into(p.k, k), convert_into(p.v, v), convert_into(p.o, o_f),
+          convert_into(dout, dout_f);
       BackwardOptions bopt;
       bopt.deterministic = true;
       attention_backward(space, q, kv::dense(k, v), o_f, p.lse, dout_f, dq_f, dk_f, dv_f, o, bopt);
       attention_backward(space, p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq, dk, dv, o, bopt);
       Kokkos::fence();
-      for (const auto& [got, want, what] : {std::make_tuple(dq, dq_f, "dq"), std::make_tuple(dk, dk_f, "dk"),
-                                            std::make_tuple(dv, dv_f, "dv")}) {
+      for (const auto& [got, want, what] :
+           {std::make_tuple(dq, dq_f, "dq"), std::make_tuple(dk, dk_f, "dk"), std::make_tuple(dv, dv_f, "dv")}) {
         const std::vector<double> a = widened(got), b = to_host(want);
         for (std::size_t n = 0; n < a.size(); ++n)
           ASSERT_EQ(a[n], static_cast<double>(widen(narrow<bf16>(static_cast<float>(b[n]))))) << what << " " << n;

@@ -112,15 +112,11 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q, const kv
       "kattn::attention_backward: the views must be accessible from the execution space");
   validate(opt);
   if constexpr (detail::is_16bit_view<QView>) {
-    static_assert(detail::same_storage<QView, KView, VView, OView, DoView, DqView, DkView, DvView>,
-                  "kattn::attention_backward: q, k, v, o, dout, dq, dk and dv must have one 16-bit type");
-    const detail::Widening<ExecSpace> w(space);
-    w.require_fits(q, kv.k, kv.v, o, dout, dq, dk, dv);
-    const auto dqf = w.out(dq, "dq"), dkf = w.out(dk, "dk"), dvf = w.out(dv, "dv");
-    const BackwardInfo info = attention_backward(space, w.in(q, "q"), kv::dense(w.in(kv.k, "k"), w.in(kv.v, "v")),
-                                                 w.in(o, "o"), lse, w.in(dout, "dout"), dqf, dkf, dvf, opt, bopt);
-    w.copy(dqf, dq), w.copy(dkf, dk), w.copy(dvf, dv);
-    return info;
+    return detail::widened_backward(space, q, kv.k, kv.v, o, dout, dq, dk, dv,
+                                    [&](auto qf, auto kf, auto vf, auto of, auto df, auto dqf, auto dkf, auto dvf) {
+                                      return attention_backward(space, qf, kv::dense(kf, vf), of, lse, df, dqf, dkf,
+                                                                dvf, opt, bopt);
+                                    });
   } else {
     return detail::backward_impl(space, backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv), opt, bopt);
   }
@@ -128,10 +124,10 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q, const kv
 
 template <class ExecSpace, class QView, class KView, class VView, class MemorySpace, class OView, class LseView,
           class DoView, class DqView, class DkView, class DvView>
-BackwardInfo attention_backward(const ExecSpace& space, const QView& q,
-                                const kv::Ragged<KView, VView, MemorySpace>& kv, const OView& o, const LseView& lse,
-                                const DoView& dout, const DqView& dq, const DkView& dk, const DvView& dv,
-                                const Options& opt = {}, const BackwardOptions& bopt = {}) {
+BackwardInfo attention_backward(const ExecSpace& space, const QView& q, const kv::Ragged<KView, VView, MemorySpace>& kv,
+                                const OView& o, const LseView& lse, const DoView& dout, const DqView& dq,
+                                const DkView& dk, const DvView& dv, const Options& opt = {},
+                                const BackwardOptions& bopt = {}) {
   static_assert(
       detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView, DkView, DvView>() &&
           detail::layout_accessible_from<ExecSpace, MemorySpace>(),
@@ -139,19 +135,14 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q,
   validate(opt);
   detail::require_dense_for_block_mask(opt, "a ragged batch");
   if constexpr (detail::is_16bit_view<QView>) {
-    static_assert(detail::same_storage<QView, KView, VView, OView, DoView, DqView, DkView, DvView>,
-                  "kattn::attention_backward: q, k, v, o, dout, dq, dk and dv must have one 16-bit type");
-    const detail::Widening<ExecSpace> w(space);
-    w.require_fits(q, kv.k, kv.v, o, dout, dq, dk, dv);
-    const auto dqf = w.out(dq, "dq"), dkf = w.out(dk, "dk"), dvf = w.out(dv, "dv");
-    const BackwardInfo info =
-        attention_backward(space, w.in(q, "q"), kv::ragged(w.in(kv.k, "k"), w.in(kv.v, "v"), kv.layout), w.in(o, "o"),
-                           lse, w.in(dout, "dout"), dqf, dkf, dvf, opt, bopt);
-    w.copy(dqf, dq), w.copy(dkf, dk), w.copy(dvf, dv);
-    return info;
+    return detail::widened_backward(space, q, kv.k, kv.v, o, dout, dq, dk, dv,
+                                    [&](auto qf, auto kf, auto vf, auto of, auto df, auto dqf, auto dkf, auto dvf) {
+                                      return attention_backward(space, qf, kv::ragged(kf, vf, kv.layout), of, lse, df,
+                                                                dqf, dkf, dvf, opt, bopt);
+                                    });
   } else {
-    return detail::backward_impl(space, ragged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout),
-                                 opt, bopt);
+    return detail::backward_impl(space, ragged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout), opt,
+                                 bopt);
   }
 }
 
@@ -159,10 +150,10 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q,
 // Every page in one place of the page table (a page shared by sequences is refused).
 template <class ExecSpace, class QView, class KView, class VView, class MemorySpace, class OView, class LseView,
           class DoView, class DqView, class DkView, class DvView>
-BackwardInfo attention_backward(const ExecSpace& space, const QView& q,
-                                const kv::Paged<KView, VView, MemorySpace>& kv, const OView& o, const LseView& lse,
-                                const DoView& dout, const DqView& dq, const DkView& dk, const DvView& dv,
-                                const Options& opt = {}, const BackwardOptions& bopt = {}) {
+BackwardInfo attention_backward(const ExecSpace& space, const QView& q, const kv::Paged<KView, VView, MemorySpace>& kv,
+                                const OView& o, const LseView& lse, const DoView& dout, const DqView& dq,
+                                const DkView& dk, const DvView& dv, const Options& opt = {},
+                                const BackwardOptions& bopt = {}) {
   static_assert(
       detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView, DkView, DvView>() &&
           detail::layout_accessible_from<ExecSpace, MemorySpace>(),
@@ -170,16 +161,11 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q,
   validate(opt);
   detail::require_dense_for_block_mask(opt, "a paged cache");
   if constexpr (detail::is_16bit_view<QView>) {
-    static_assert(detail::same_storage<QView, KView, VView, OView, DoView, DqView, DkView, DvView>,
-                  "kattn::attention_backward: q, k, v, o, dout, dq, dk and dv must have one 16-bit type");
-    const detail::Widening<ExecSpace> w(space);
-    w.require_fits(q, kv.k, kv.v, o, dout, dq, dk, dv);
-    const auto dqf = w.out(dq, "dq"), dkf = w.out(dk, "dk"), dvf = w.out(dv, "dv");
-    const BackwardInfo info =
-        attention_backward(space, w.in(q, "q"), kv::paged(w.in(kv.k, "k"), w.in(kv.v, "v"), kv.layout), w.in(o, "o"),
-                           lse, w.in(dout, "dout"), dqf, dkf, dvf, opt, bopt);
-    w.copy(dqf, dq), w.copy(dkf, dk), w.copy(dvf, dv);  // unused slots: the zeros the float call wrote
-    return info;
+    return detail::widened_backward(space, q, kv.k, kv.v, o, dout, dq, dk, dv,
+                                    [&](auto qf, auto kf, auto vf, auto of, auto df, auto dqf, auto dkf, auto dvf) {
+                                      return attention_backward(space, qf, kv::paged(kf, vf, kv.layout), of, lse, df,
+                                                                dqf, dkf, dvf, opt, bopt);
+                                    });
   } else {
     const auto p = paged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout);
     detail::zero_fill(space, dk);  // the kernels write the slots that hold keys

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
-
 #include <type_traits>
 
 #include "kattn/config.hpp"

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
-
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -71,14 +70,17 @@ class Widening {
   template <class From, class To>
   void copy(const From& from, const To& to) const {
     using S = typename To::non_const_value_type;
-    static_assert(int(From::rank) == int(To::rank) && (From::rank == 3 || From::rank == 4), "kattn: rank-3 or rank-4 views");
+    static_assert(int(From::rank) == int(To::rank) && (From::rank == 3 || From::rank == 4),
+                  "kattn: rank-3 or rank-4 views");
     if (from.size() == 0) return;
     if constexpr (From::rank == 3) {
       using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>, Kokkos::IndexType<std::int64_t>>;
       const std::int64_t e0 = from.extent(0), e1 = from.extent(1), e2 = from.extent(2);
       Kokkos::parallel_for(
           "kattn::backward::convert", Policy(space_, {0, 0, 0}, {e0, e1, e2}),
-          KOKKOS_LAMBDA(std::int64_t a, std::int64_t b, std::int64_t c) { to(a, b, c) = narrow<S>(widen(from(a, b, c))); });
+          KOKKOS_LAMBDA(std::int64_t a, std::int64_t b, std::int64_t c) {
+            to(a, b, c) = narrow<S>(widen(from(a, b, c)));
+          });
     } else {
       using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<4>, Kokkos::IndexType<std::int64_t>>;
       const std::int64_t e0 = from.extent(0), e1 = from.extent(1), e2 = from.extent(2), e3 = from.extent(3);
@@ -93,6 +95,22 @@ class Widening {
  private:
   ExecSpace space_;
 };
+
+// The 16-bit backward: run(q, k, v, o, dout, dq, dk, dv) (the float backward of the caller's kv
+// kind) on float copies, the gradients rounded once into dq, dk, dv. Returns what run returns.
+template <class ExecSpace, class QView, class KView, class VView, class OView, class DoView, class DqView, class DkView,
+          class DvView, class Run>
+auto widened_backward(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
+                      const DoView& dout, const DqView& dq, const DkView& dk, const DvView& dv, const Run& run) {
+  static_assert(same_storage<QView, KView, VView, OView, DoView, DqView, DkView, DvView>,
+                "kattn::attention_backward: q, k, v, o, dout, dq, dk and dv must have one 16-bit type");
+  const Widening<ExecSpace> w(space);
+  w.require_fits(q, k, v, o, dout, dq, dk, dv);
+  const auto dqf = w.out(dq, "dq"), dkf = w.out(dk, "dk"), dvf = w.out(dv, "dv");
+  const auto info = run(w.in(q, "q"), w.in(k, "k"), w.in(v, "v"), w.in(o, "o"), w.in(dout, "dout"), dqf, dkf, dvf);
+  w.copy(dqf, dq), w.copy(dkf, dk), w.copy(dvf, dv);
+  return info;
+}
 
 }  // namespace detail
 }  // namespace kattn

@@ -14,7 +14,6 @@
 
 #include <kattn/cuda/forward.hpp>
 #include <kattn/cuda/library_params.hpp>
-
 #include <type_traits>
 
 #include "kattn/core/storage.hpp"
