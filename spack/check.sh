@@ -7,7 +7,8 @@
 #   3. style with spack's settings for packages (line length 99): black --check, flake8
 #      (extend-ignore E731,E203 and the star-import codes F403,F405), and ruff format/check
 #      with the builtin repository's rules (ruff.toml) when ruff is installed. black and flake8
-#      come from Debian (python3-black, python3-flake8): when missing they are apt-get
+#      come from Debian (black, python3-flake8; run by Debian's /usr/bin/python3, which sees them
+#      where another python3 earlier in PATH would not): when missing they are apt-get
 #      installed if running as root with CI set, otherwise that step is skipped with a message;
 #   4. check_recipe.py: the recipe imported against a stand-in for spack's package API
 #      (license, no public home claimed, variants, cuda_arch conflicts, cmake_args for several
@@ -54,22 +55,25 @@ rel=("${files[@]#"$here"/}")
 
 # A fresh Debian 12 has no python3 at all: in CI (root, CI set) the Debian packages bring it,
 # black and flake8 before anything needs them; elsewhere step 3 says what is missing.
-has_module() { command -v python3 >/dev/null 2>&1 && python3 -m "$1" --version >/dev/null 2>&1; }
+# Debian's interpreter when there is one (a pyenv python3 may come first in PATH).
+py() { if [[ -x /usr/bin/python3 ]]; then /usr/bin/python3 "$@"; else python3 "$@"; fi; }
+has_python() { [[ -x /usr/bin/python3 ]] || command -v python3 >/dev/null 2>&1; }
+has_module() { has_python && py -m "$1" --version >/dev/null 2>&1; }
 if [[ "$(id -u)" == 0 && -n "${CI:-}" ]] && ! { has_module flake8 && has_module black; }; then
-    echo "check.sh: installing python3-flake8 python3-black (root, CI=$CI)"
+    echo "check.sh: installing python3-flake8 black (root, CI=$CI)"
     export DEBIAN_FRONTEND=noninteractive
     { apt-get update -qq && apt-get install -y -qq --no-install-recommends \
-        python3-flake8 python3-black >/dev/null; } ||
-        fail "apt-get install python3-flake8 python3-black failed"
+        python3-flake8 black >/dev/null; } ||
+        fail "apt-get install python3-flake8 black failed"
 fi
 
 # ---- 2. byte-compile ------------------------------------------------------------------
-if ! command -v python3 >/dev/null 2>&1; then
+if ! has_python; then
     fail "python3 not found"
     exit 1
 fi
 # Keep __pycache__ out of the tree.
-if PYTHONPYCACHEPREFIX="$tmp/pycache" python3 -m py_compile "${files[@]}" "$here/check_recipe.py"; then
+if PYTHONPYCACHEPREFIX="$tmp/pycache" py -m py_compile "${files[@]}" "$here/check_recipe.py"; then
     echo "check.sh: py_compile: ok (${#files[@]} recipe(s), check_recipe.py)"
 else
     fail "py_compile"
@@ -78,18 +82,18 @@ fi
 # ---- 3. style -------------------------------------------------------------------------
 cd "$here" || exit 1
 if has_module black; then
-    if python3 -m black --check --quiet --line-length 99 "${rel[@]}" check_recipe.py; then
-        echo "check.sh: black: ok ($(python3 -m black --version | head -1))"
+    if py -m black --check --quiet --line-length 99 "${rel[@]}" check_recipe.py; then
+        echo "check.sh: black: ok ($(py -m black --version | head -1))"
     else
-        python3 -m black --diff --quiet --line-length 99 "${rel[@]}" check_recipe.py >&2
+        py -m black --diff --quiet --line-length 99 "${rel[@]}" check_recipe.py >&2
         fail "black would reformat (run: black --line-length 99 spack/...)"
     fi
 else
-    echo "check.sh: black not found; SKIPPING black (install python3-black)"
+    echo "check.sh: black not found; SKIPPING black (install Debian's black)"
 fi
 if has_module flake8; then
     # Spack's settings for package.py files: they must use `from spack.package import *`.
-    if python3 -m flake8 --isolated --max-line-length=99 \
+    if py -m flake8 --isolated --max-line-length=99 \
         --extend-ignore=E731,E203,F403,F405 "${rel[@]}" check_recipe.py; then
         echo "check.sh: flake8: ok"
     else
@@ -110,7 +114,7 @@ else
 fi
 
 # ---- 4. the recipe against a stand-in for spack's package API --------------------------
-if PYTHONPYCACHEPREFIX="$tmp/pycache" python3 check_recipe.py \
+if PYTHONPYCACHEPREFIX="$tmp/pycache" py check_recipe.py \
     "$repo/packages/kattn/package.py" "$(dirname "$here")"; then
     echo "check.sh: check_recipe.py: ok"
 else
