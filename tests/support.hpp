@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kattn/block_mask.hpp"
+#include "kattn/core/storage.hpp"
 #include "kattn/options.hpp"
 #include "kattn/reference.hpp"
 
@@ -96,9 +97,11 @@ void fill_normal(const View& v, std::uint64_t seed) {
   Kokkos::deep_copy(v, h);
 }
 
+// Any storage type (float, double, bf16, fp16).
 template <class View>
 void poison(const View& v) {
-  Kokkos::deep_copy(v, std::numeric_limits<typename View::non_const_value_type>::quiet_NaN());
+  using S = typename View::non_const_value_type;
+  Kokkos::deep_copy(v, narrow<S>(std::numeric_limits<float>::quiet_NaN()));
 }
 
 template <class T>
@@ -121,10 +124,13 @@ struct Problem {
   }
 };
 
+// Every element of a view (any storage type) as doubles, in memory order.
 template <class View>
 std::vector<double> to_host(const View& v) {
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
-  return std::vector<double>(h.data(), h.data() + h.span());
+  std::vector<double> out(h.span());
+  for (std::size_t i = 0; i < h.span(); ++i) out[i] = static_cast<double>(widen(h.data()[i]));
+  return out;
 }
 
 // The same problem's inputs in double (values exactly those of T), with fresh outputs.

@@ -117,7 +117,7 @@ void check_dense(const Shape& shape, const Options& opt) {
   attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
   Kokkos::fence();
   const auto h = p.host();
-  expect_16bit_rule<S>(h.params(), opt, widened(p.o), widened(p.lse), what);
+  expect_16bit_rule<S>(h.params(), opt, to_host(p.o), to_host(p.lse), what);
 }
 
 template <class S>
@@ -182,12 +182,12 @@ void check_ragged_and_paged(const std::vector<std::int64_t>& q_lens, const std::
       make_ragged_layout<Kokkos::HostSpace>(host_index(exact.q_indptr()), host_index(exact.kv_indptr()));
   const AttentionParams<double> pd = ragged_params(hq, hk, hv, ho, hl, host_layout);
 
-  poison_any(o);
-  poison_any(lse);
+  poison(o);
+  poison(lse);
   const auto ragged = make_ragged_layout<TestMemory>(host_index(exact.q_indptr()), host_index(exact.kv_indptr()));
   attention(TestSpace(), q, kv::ragged(k, v, ragged), o, lse, opt);
   Kokkos::fence();
-  expect_16bit_rule<S>(pd, opt, widened(o), widened(lse), "ragged " + what);
+  expect_16bit_rule<S>(pd, opt, to_host(o), to_host(lse), "ragged " + what);
 
   // The same keys in a paged cache of S (the exact copy's pages, rounded already).
   PagedCopy<double> cache(exact, page, seed + 11);
@@ -197,11 +197,11 @@ void check_ragged_and_paged(const std::vector<std::int64_t>& q_lens, const std::
   const auto paged =
       make_paged_layout<TestMemory>(host_index(exact.q_indptr()), host_index(cache.page_indptr),
                                     host_index(cache.page_indices), host_index(cache.last_page_len), page);
-  poison_any(o);
-  poison_any(lse);
+  poison(o);
+  poison(lse);
   attention(TestSpace(), q, kv::paged(kp, vp, paged), o, lse, opt);
   Kokkos::fence();
-  expect_16bit_rule<S>(pd, opt, widened(o), widened(lse), "paged " + what);
+  expect_16bit_rule<S>(pd, opt, to_host(o), to_host(lse), "paged " + what);
 }
 
 TEST(Storage16, RaggedAndPagedBatches) {
@@ -283,7 +283,7 @@ TEST(Storage16, NaNPropagatesAsInFloat) {
       attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, o);
       Kokkos::fence();
       const auto h = p.host();
-      expect_16bit_rule<bf16>(h.params(), o, widened(p.o), widened(p.lse), "NaN in input " + std::to_string(where));
+      expect_16bit_rule<bf16>(h.params(), o, to_host(p.o), to_host(p.lse), "NaN in input " + std::to_string(where));
     }
 }
 

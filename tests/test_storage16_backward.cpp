@@ -31,7 +31,7 @@ void check_backward(const Shape& s, const Options& opt) {
   View4<double> dout_d("dout_d", s.B, s.Nq, s.Hq, s.D), dq_r("dq_r", s.B, s.Nq, s.Hq, s.D),
       dk_r("dk_r", s.B, s.Nk, s.Hkv, s.D), dv_r("dv_r", s.B, s.Nk, s.Hkv, s.D);
   fill_rounded(dout, dout_d, seed + 3);
-  poison_any(dq), poison_any(dk), poison_any(dv);
+  poison(dq), poison(dk), poison(dv);
   const auto space = TestSpace();
   attention(space, p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
   attention_backward(space, p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq, dk, dv, opt);
@@ -39,9 +39,9 @@ void check_backward(const Shape& s, const Options& opt) {
   Kokkos::fence();
   std::vector<double> tq, tk, tv;
   textbook_backward_in<S>(p.host().params(), to_host(dout_d), opt, tq, tk, tv);
-  expect_within_twice_textbook(widened(dq), tq, to_host(dq_r), "dq " + what);
-  expect_within_twice_textbook(widened(dk), tk, to_host(dk_r), "dk " + what);
-  expect_within_twice_textbook(widened(dv), tv, to_host(dv_r), "dv " + what);
+  expect_within_twice_textbook(to_host(dq), tq, to_host(dq_r), "dq " + what);
+  expect_within_twice_textbook(to_host(dk), tk, to_host(dk_r), "dk " + what);
+  expect_within_twice_textbook(to_host(dv), tv, to_host(dv_r), "dv " + what);
 }
 
 // The rule on FlashAttention's own test grid (head dims 32 to 128, lengths that tiles do not
@@ -91,7 +91,7 @@ void check_kinds(const std::vector<std::int64_t>& q_lens, const std::vector<std:
   attention_backward(space, q, kv::ragged(k, v, ragged), o, f.lse, dout, dq, dk, dv, opt, bopt);
   Kokkos::fence();
   const auto expect_rounding_of = [](const auto& got, const auto& wide, const std::string& what) {
-    const std::vector<double> a = widened(got), b = to_host(wide);
+    const std::vector<double> a = to_host(got), b = to_host(wide);
     for (std::size_t n = 0; n < a.size(); ++n)
       ASSERT_EQ(a[n], static_cast<double>(widen(narrow<S>(static_cast<float>(b[n]))))) << what << " element " << n;
   };
@@ -109,7 +109,7 @@ void check_kinds(const std::vector<std::int64_t>& q_lens, const std::vector<std:
                                     host_index(cache.page_indices), host_index(cache.last_page_len), page);
   View4<float> dkp_f("dkp", cache.k.extent(0), page, 2, 16), dvp_f("dvp", cache.k.extent(0), page, 2, 16);
   View4<S> dkp("dkp", cache.k.extent(0), page, 2, 16), dvp("dvp", cache.k.extent(0), page, 2, 16);
-  poison_any(dkp), poison_any(dvp);  // slots that hold no key must come back 0
+  poison(dkp), poison(dvp);  // slots that hold no key must come back 0
   attention_backward(space, f.q, kv::paged(cache.k, cache.v, paged), f.o, f.lse, dout_f, dq_f, dkp_f, dvp_f, opt, bopt);
   attention_backward(space, q, kv::paged(kp, vp, paged), o, f.lse, dout, dq, dkp, dvp, opt, bopt);
   Kokkos::fence();
@@ -144,7 +144,7 @@ TEST(Storage16Backward, DenseEdgeShapesAreTheRoundedFloatBackward) {
       Kokkos::fence();
       for (const auto& [got, want, what] :
            {std::make_tuple(dq, dq_f, "dq"), std::make_tuple(dk, dk_f, "dk"), std::make_tuple(dv, dv_f, "dv")}) {
-        const std::vector<double> a = widened(got), b = to_host(want);
+        const std::vector<double> a = to_host(got), b = to_host(want);
         for (std::size_t n = 0; n < a.size(); ++n)
           ASSERT_EQ(a[n], static_cast<double>(widen(narrow<bf16>(static_cast<float>(b[n]))))) << what << " " << n;
       }

@@ -19,10 +19,10 @@ bool is_16bit(io::DType t) { return t == io::DType::bf16 || t == io::DType::f16;
 
 const char* dtype_name(io::DType t) {
   switch (t) {
-    case io::DType::f32: return "f32";
-    case io::DType::f64: return "f64";
-    case io::DType::bf16: return "bf16";
-    case io::DType::f16: return "f16";
+    case io::DType::f32: return storage_name<float>();
+    case io::DType::f64: return storage_name<double>();
+    case io::DType::bf16: return storage_name<bf16>();
+    case io::DType::f16: return storage_name<fp16>();
     default: return io::name(t);
   }
 }

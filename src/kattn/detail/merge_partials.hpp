@@ -36,9 +36,9 @@ struct MergePartials {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, p.heads_q), [&](const int h) {
       const std::int64_t row = p.q_row(b, i) * p.heads_q + h;
       const auto part_o = [&](int s) { return ws.o + (s * ws.rows + row) * p.head_dim; };
-      RowState<T> st = RowState<T>::empty();
-      fold_parts(member, st, part_o(0), splits, p.head_dim, part_o, [&](int s) { return ws.lse[s * ws.rows + row]; });
-      finish_row(member, st, part_o(0), p.head_dim, p.o_ptr(b, i, h), p.lse ? p.lse_ptr(b, i, h) : nullptr);
+      merge_row(
+          member, splits, p.head_dim, part_o, [&](int s) { return ws.lse[s * ws.rows + row]; }, part_o(0),
+          p.o_ptr(b, i, h), p.lse ? p.lse_ptr(b, i, h) : nullptr);
     });
   }
 };

@@ -45,13 +45,15 @@ KOKKOS_INLINE_FUNCTION void finish_row(const Member& member, const RowState<T>& 
   });
 }
 
-// Thread-level: out = merge of parts 0 .. n_parts - 1 (see fold_parts), lse_out may be null.
-template <class Member, class T, class PartO, class PartLse>
+// Thread-level: out = merge of parts 0 .. n_parts - 1 (see fold_parts), lse_out may be null. The
+// running o is kept in acc (head_dim values of the accumulation type: out itself, or part 0's o
+// when out is stored in 16 bits, so that it is rounded once, at the end).
+template <class Member, class T, class PartO, class PartLse, class S>
 KOKKOS_INLINE_FUNCTION void merge_row(const Member& member, int n_parts, int head_dim, const PartO& part_o,
-                                      const PartLse& part_lse, T* out, T* lse_out) {
+                                      const PartLse& part_lse, T* acc, S* out, T* lse_out) {
   RowState<T> st = RowState<T>::empty();
-  fold_parts(member, st, out, n_parts, head_dim, part_o, part_lse);
-  finish_row(member, st, out, head_dim, out, lse_out);
+  fold_parts(member, st, acc, n_parts, head_dim, part_o, part_lse);
+  finish_row(member, st, acc, head_dim, out, lse_out);
 }
 
 }  // namespace detail

@@ -37,6 +37,7 @@ struct MergeStates {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, heads), [&](const int h) {
       const auto part = [&](int s) -> const PartSource<T>& { return s < a.count ? a : b; };
       const auto index = [&](int s) { return s < a.count ? s : s - a.count; };
+      T* out = o + n * o_row + h * o_head;  // also the running o
       merge_row(
           member, a.count + b.count, head_dim,
           [&](int s) {
@@ -47,7 +48,7 @@ struct MergeStates {
             const PartSource<T>& src = part(s);
             return src.lse[index(s) * src.lse_part + n * src.lse_row + h * src.lse_head];
           },
-          o + n * o_row + h * o_head, lse ? lse + n * lse_row + h * lse_head : nullptr);
+          out, out, lse ? lse + n * lse_row + h * lse_head : nullptr);
     });
   }
 };
