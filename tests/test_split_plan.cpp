@@ -2,6 +2,7 @@
 // every input (units fit the processors, chunks are whole granules of at least min_chunk, ...).
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "kattn/attention.hpp"
@@ -97,6 +98,51 @@ TEST(SplitPlan, ForADenseShapeOnTheExecutionSpace) {
   fixed.split_chunk = 300;
   EXPECT_EQ(plan_splits(space, 2, 1, 1000, 8, 8, 64, fixed).splits, 4);
   EXPECT_THROW(plan_splits(space, 1, 1, 100, 6, 4, 64), Error);
+}
+
+// Decode's row tiles pack a sequence's KV heads into one team, and unpack them where a split the
+// options fix would leave processors idle: the largest divisor of the packing whose teams fill
+// the processors. When the planner splits, it fills them itself.
+TEST(SplitPlan, RowTileTeamsUnpackHeadsForIdleProcessors) {
+  using Space = TestSpace;
+  const auto team_heads = [](int units, int procs) {
+    return row_tile_team_heads<Space, float>(8, 1, 128, units, procs);
+  };
+  const int packed = row_tile_heads<Space, float>(8, 1, 128);
+  ASSERT_EQ(8 % packed, 0);
+  for (int units : {1, 2, 3})
+    for (int procs = 1; procs <= 20; ++procs) {
+      const int h = team_heads(units, procs);
+      SCOPED_TRACE("units " + std::to_string(units) + ", procs " + std::to_string(procs));
+      EXPECT_EQ(packed % h, 0);
+      if (h > 1) {
+        EXPECT_GE(units * (8 / h), procs);  // every processor has a team
+      }
+      for (int bigger = h + 1; bigger <= packed; ++bigger) {
+        if (packed % bigger == 0) {
+          EXPECT_LT(units * (8 / bigger), procs);  // no larger packing would do
+        }
+      }
+    }
+  if (packed == 8) {  // host tuning: one sequence of 8 KV heads on 2 threads runs as 2 teams
+    EXPECT_EQ(team_heads(1, 2), 4);
+    Options one;
+    one.splits = 1;
+    EXPECT_EQ(plan_splits(Space(), 1, 1, 65536, 8, 8, 128, one, 2).units, 2);
+    EXPECT_EQ(plan_splits(Space(), 1, 1, 65536, 8, 8, 128, one, 1).units, 1);
+    Options chunk;
+    chunk.split_chunk = 1 << 20;  // one chunk
+    EXPECT_EQ(plan_splits(Space(), 1, 1, 65536, 8, 8, 128, chunk, 2).units, 2);
+    const SplitPlan planned = plan_splits(Space(), 1, 1, 65536, 8, 8, 128, Options{}, 2);
+    EXPECT_EQ(planned.units_unsplit, 1);  // heads packed: the planner splits the keys instead
+    EXPECT_EQ(planned.units, 2);
+  }
+  EXPECT_EQ(fixed_split_units(3, 1, 1000, Options{}), 0);
+  Options fixed;
+  fixed.splits = 2;
+  EXPECT_EQ(fixed_split_units(3, 1, 1000, fixed), 6);
+  fixed.split_chunk = 300;  // overrides splits: 4 chunks of the longest sequence
+  EXPECT_EQ(fixed_split_units(3, 1, 1000, fixed), 12);
 }
 
 }  // namespace

@@ -25,8 +25,9 @@ const char* kPlanUsage =
     "                  [--heads-per-team N] [--splits N] [--split-chunk N] [--block-q N] [--block-k N] [--json]\n"
     "Prints how split-KV attention cuts the keys: splits, keys per chunk, work units, for this build's\n"
     "execution space. --processors overrides its count (SMs on CUDA, threads on the host);\n"
-    "--heads-per-team overrides how many KV heads one team takes (all of them in the host kernels,\n"
-    "1 on GPUs: --processors 132 --heads-per-team 1 is an H100/H200's decision).\n";
+    "--heads-per-team overrides how many KV heads one team takes (on the host as many as fit, fewer\n"
+    "where a fixed split would leave threads idle; 1 on GPUs: --processors 132 --heads-per-team 1\n"
+    "is an H100/H200's decision).\n";
 
 std::vector<std::int64_t> list(const std::string& text, const char* flag) {
   std::vector<std::int64_t> out;
@@ -48,9 +49,10 @@ SplitPlan plan_for(const AttentionParams<T>& p, const Options& opt, const BatchL
     return plan_splits(space, p, opt, lengths, procs);
   KATTN_REQUIRE(p.heads_kv % heads_per_team == 0, "--heads-per-team: expected a divisor of the ", p.heads_kv,
                 " KV heads, got ", heads_per_team);
-  SplitWork work = split_work(space, p, opt, lengths);
+  const int P = procs > 0 ? procs : processors(space);
+  SplitWork work = split_work(space, p, opt, lengths, P);
   work.head_groups = p.heads_kv / heads_per_team;
-  return plan_splits(work, procs > 0 ? procs : processors(space));
+  return plan_splits(work, P);
 }
 
 }  // namespace

@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <type_traits>
-
 #include "kattn/options.hpp"
 #include "kattn/paged.hpp"
 #include "kattn/core/attention_params.hpp"
@@ -17,42 +16,24 @@
 #include "kattn/shapes.hpp"
 #include "kattn/core/split_planner.hpp"
 #include "kattn/tiles.hpp"
+#include "kattn/processors.hpp"
 
 namespace kattn {
 
-// Units of work the execution space runs at once, for the planner: streaming multiprocessors on
-// CUDA, compute units on HIP, threads on the host backends.
-template <class ExecSpace>
-int processors(const ExecSpace& space) {
-#ifdef KOKKOS_ENABLE_CUDA
-  if constexpr (std::is_same<ExecSpace, Kokkos::Cuda>::value) {
-    int n = 0;
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, space.cuda_device());
-    return n > 0 ? n : 1;
-  }
-#endif
-#if defined(KOKKOS_ENABLE_HIP) && KOKKOS_VERSION >= 40000
-  if constexpr (std::is_same<ExecSpace, Kokkos::HIP>::value) {
-    int n = 0;
-    (void)hipDeviceGetAttribute(&n, hipDeviceAttributeMultiprocessorCount, space.hip_device());
-    return n > 0 ? n : 1;
-  }
-#endif
-  const int n = space.concurrency();
-  return n > 0 ? n : 1;
-}
-
 // The work a problem hands the planner: its sequences' keys and query-row tiles with the tile
-// sizes the kernels will use on `space`.
+// sizes the kernels will use on `space`, the row tiles' heads packed for `procs` processors.
 // (T: the accumulation type the kernels tile in; Q, KV the storage.)
 template <class ExecSpace, class Q, class T, class KV>
 SplitWork split_work(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, const Options& opt,
-                     const BatchLengths& lengths = {}) {
+                     const BatchLengths& lengths, int procs) {
   const int G = p.group_size();
   const int block_q = query_tile_rows<ExecSpace, T>(space, p.head_dim, p.q_len * G, opt);
   const bool row_tiles = row_tile_rows<ExecSpace, T>(p.q_len * G, opt) > 0;
-  const int groups = row_tiles ? p.heads_kv / row_tile_heads<ExecSpace, T>(p.heads_kv, block_q, p.head_dim) : p.heads_kv;
   const auto tiles = [&](std::int64_t q_len) { return (q_len * G + block_q - 1) / block_q; };
+  const int groups = row_tiles ? p.heads_kv / row_tile_team_heads<ExecSpace, T>(
+                                                  p.heads_kv, block_q, p.head_dim,
+                                                  fixed_split_units(p.batch, tiles(p.q_len), p.kv_len, opt), procs)
+                               : p.heads_kv;
   if (lengths.kv_len.empty()) return SplitWork::dense(p.batch, groups, p.kv_len, tiles(p.q_len));
   SplitWork w;
   w.head_groups = groups;
@@ -67,8 +48,8 @@ SplitWork split_work(const ExecSpace& space, const AttentionParams<Q, T, KV>& p,
 template <class ExecSpace, class Q, class T, class KV>
 SplitPlan plan_splits(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, const Options& opt,
                       const BatchLengths& lengths = {}, int procs = 0) {
-  const SplitWork work = split_work(space, p, opt, lengths);
   const int P = procs > 0 ? procs : processors(space);
+  const SplitWork work = split_work(space, p, opt, lengths, P);
   std::int64_t max_kv = 0;
   for (std::int64_t n : work.kv_len) max_kv = n > max_kv ? n : max_kv;
   SplitPlan plan;

@@ -11,6 +11,7 @@
 #include "kattn/detail/tile_geometry.hpp"
 #include "kattn/detail/tuning.hpp"
 #include "kattn/errors.hpp"
+#include "kattn/processors.hpp"
 #include "kattn/options.hpp"
 
 namespace kattn {
@@ -84,6 +85,33 @@ int row_tile_heads(int heads_kv, int block_q, int head_dim) {
     if (heads_kv % h == 0 && h * per_head <= Tn::row_tile_head_budget) return h;
   return 1;
 }
+// Work units per KV head group of a row-tile problem whose split the options fix (splits or
+// split_chunk), for row_tile_team_heads; 0 when the planner splits the keys, which fills the
+// processors itself and balances ragged batches better than unpacking heads would.
+inline std::int64_t fixed_split_units(std::int64_t batch, std::int64_t row_tiles, std::int64_t max_kv,
+                                      const Options& opt) {
+  if (opt.split_chunk > 0)
+    return batch * row_tiles * std::max<std::int64_t>(1, (max_kv + opt.split_chunk - 1) / opt.split_chunk);
+  if (opt.splits > 0) return batch * row_tiles * opt.splits;
+  return 0;
+}
+
+// KV heads per team the row-tile kernel runs: the packing above, cut to smaller divisors of it
+// while the teams (`units` per head group, from fixed_split_units) leave some of the `procs`
+// processors idle: one sequence of 8 KV heads with one split gets a team per host thread. The key
+// tiles stay those of the full packing (row_tile_keys of row_tile_heads), so each row's
+// arithmetic, and the result, do not depend on the number of processors.
+template <class ExecSpace, class T>
+int row_tile_team_heads(int heads_kv, int block_q, int head_dim, std::int64_t units, int procs) {
+  const int packed = row_tile_heads<ExecSpace, T>(heads_kv, block_q, head_dim);
+  int h = packed;
+  while (h > 1 && units > 0 && units * (heads_kv / h) < procs) {
+    --h;
+    while (packed % h != 0) --h;
+  }
+  return h;
+}
+
 
 // Keys per row tile: the options' block_k, else what keeps the tile's K and V rows (all heads of
 // the team) within the tuning's budget, a multiple of `lanes`.

@@ -109,8 +109,12 @@ RowTiledAttention<ExecSpace, T, Q, KV> make_row_tiled_kernel(const ExecSpace& sp
   RowTiledAttention<ExecSpace, T, Q, KV> kern;
   kern.p = p;
   set_score_scaling(kern, p.head_dim, opt);
-  const int heads = row_tile_heads<ExecSpace, T>(p.heads_kv, block_q, p.head_dim);
-  const int block_k = row_tile_keys<ExecSpace, T>(heads, p.head_dim, row_lanes<T>(), opt);
+  const std::int64_t rows = p.q_len * p.group_size();
+  const int row_tiles = static_cast<int>((rows + block_q - 1) / block_q);
+  const int packed = row_tile_heads<ExecSpace, T>(p.heads_kv, block_q, p.head_dim);
+  const int heads = row_tile_team_heads<ExecSpace, T>(
+      p.heads_kv, block_q, p.head_dim, fixed_split_units(p.batch, row_tiles, p.kv_len, opt), processors(space));
+  const int block_k = row_tile_keys<ExecSpace, T>(packed, p.head_dim, row_lanes<T>(), opt);
   kern.geo = RowTileGeometry::make(block_q, block_k, p.head_dim, heads, row_lanes<T>());
   const std::size_t level0 = scratch_limit(space, 0), level1 = scratch_limit(space, 1);
   const std::size_t bytes = kern.scratch_bytes();
@@ -118,8 +122,7 @@ RowTiledAttention<ExecSpace, T, Q, KV> make_row_tiled_kernel(const ExecSpace& sp
                 p.head_dim, " need ", bytes, " bytes of scratch, more than the ", level1,
                 " bytes the execution space offers; shrink block_q or block_k");
   kern.scratch_level = bytes <= level0 ? 0 : 1;
-  const std::int64_t rows = p.q_len * p.group_size();
-  kern.row_tiles = static_cast<int>((rows + block_q - 1) / block_q);
+  kern.row_tiles = row_tiles;
   return kern;
 }
 
