@@ -45,9 +45,12 @@ struct Tuning {
   // Teams of one thread on the host (each core runs whole tiles); a warp multiple on GPUs; a
   // device-shaped host build asks for KATTN_DEVICE_SHAPED_TEAM_SIZE (team_policy() caps it).
   static constexpr int team_size = host ? 1 : (is_host_space<ExecSpace>() ? KATTN_DEVICE_SHAPED_TEAM_SIZE : 128);
-  // Bytes of scratch the automatic tile sizes aim for: what stays in a core's L2 on the host;
-  // on GPUs the limit comes from the policy (about 40 KB of level 0 by default on CUDA).
-  static constexpr std::size_t host_scratch_budget = 256 * 1024;
+  // Bytes of scratch the automatic tile sizes aim for: what stays in a core's L2 on the host, as
+  // many values in double as in float (512 KB, 128 query rows x 64 keys at D = 128 instead of
+  // 32 x 64: the per-tile softmax and rescaling amortised over 4x the rows, 0.50 -> 0.64 of the
+  // fp64 FMA peak on Zen 4, perf/RESULTS.md); on GPUs the limit comes from the policy (about 40 KB
+  // of level 0 by default on CUDA).
+  static constexpr std::size_t host_scratch_budget = 256 * 1024 / sizeof(float) * sizeof(T);
   // Backward (backward_plan.hpp): starting tile sizes, query rows x keys, before they are fitted
   // to the scratch budget. The key pass keeps K^T, V^T, K, dK, dV, Q, dO and two score tiles in
   // scratch: 576 KB at 128 x 128, D = 128, float, inside a 1 MB L2; 128 x 128 was the fastest
