@@ -71,6 +71,54 @@ BENCHMARK_TEMPLATE(BM_Attention, float, Algo::reference)->Apply([](auto* b) { sh
 BENCHMARK_TEMPLATE(BM_Attention, double, Algo::tiled)->Apply([](auto* b) { shapes(b, 16384); });
 BENCHMARK_TEMPLATE(BM_Attention, double, Algo::reference)->Apply([](auto* b) { shapes(b, 16384); });
 
+// Many heads interleaved in one [1, N, H, D] tensor against the same heads as a batch of
+// contiguous sequences ([H, N, 1, D]: the same flops, each head's rows contiguous), paired in one
+// run: each iteration times the batch (A) then the interleaved heads (B); ratio_median is the
+// median of time(A) / time(B), the interleaved heads' rate relative to the batch's (the target: at
+// least 0.97). frac_peak: the interleaved run's GFLOP/s over the FMA peak.
+template <class T>
+void BM_InterleavedHeads(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0)), d = static_cast<int>(state.range(1));
+  const int heads = static_cast<int>(state.range(2));
+  kattn::Options opt;
+  opt.splits = 1;
+  const auto qa = random_view<T>("q", n, d, 1, heads), ka = random_view<T>("k", n, d, 2, heads),
+             va = random_view<T>("v", n, d, 3, heads);
+  const auto qb = random_view<T>("q", n, d, 1, 1, heads), kb = random_view<T>("k", n, d, 2, 1, heads),
+             vb = random_view<T>("v", n, d, 3, 1, heads);
+  View4<T> oa("o", heads, n, 1, d), ob("o", 1, n, heads, d);
+  View3<T> lsea("lse", heads, 1, n), lseb("lse", 1, heads, n);
+  const Kokkos::DefaultExecutionSpace space;
+  const auto seconds = [&](const auto& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    space.fence();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const auto run_a = [&] { kattn::attention(space, qa, kattn::kv::dense(ka, va), oa, lsea, opt); };
+  const auto run_b = [&] { kattn::attention(space, qb, kattn::kv::dense(kb, vb), ob, lseb, opt); };
+  seconds(run_a), seconds(run_b);  // warm-up
+  std::vector<double> ratio, tb;
+  for (auto _ : state) {
+    const double ta = seconds(run_a);
+    tb.push_back(seconds(run_b));
+    ratio.push_back(ta / tb.back());
+  }
+  std::sort(ratio.begin(), ratio.end());
+  std::sort(tb.begin(), tb.end());
+  const double flops = 4.0 * heads * n * double(n) * d;
+  state.counters["ratio_median"] = ratio[ratio.size() / 2];
+  state.counters["B_GFLOP/s"] = flops / tb[tb.size() / 2] / 1e9;
+  state.counters["frac_peak"] = flops / tb[tb.size() / 2] / 1e9 / fma_peak<T>() / space.concurrency();
+}
+
+void head_shapes(benchmark::internal::Benchmark* b) {
+  for (int heads : {8, 16}) b->Args({2048, 128, heads});
+  b->ArgNames({"N", "D", "H"})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+}
+BENCHMARK_TEMPLATE(BM_InterleavedHeads, float)->Apply(head_shapes);
+BENCHMARK_TEMPLATE(BM_InterleavedHeads, double)->Apply(head_shapes);
+
 // 16-bit storage against float, paired in one run (B = 1, one head, no split): each iteration times
 // the float forward (A) and the forward in S (B); ratio_median is the median of time(B) / time(A)
 // (the target: at most 1, 16-bit prefill at least as fast as float's).

@@ -21,6 +21,12 @@ void BM_StreamRead(benchmark::State& state) {
   for (auto _ : state) g = kattn::perf::stream_read_gbs(std::size_t(state.range(0)) << 20);
   state.counters["GB/s"] = g;
 }
+void BM_StreamReadStreams(benchmark::State& state) {
+  double g = 0;
+  for (auto _ : state)
+    g = kattn::perf::stream_read_streams_gbs(std::size_t(1024) << 20, static_cast<int>(state.range(0)));
+  state.counters["GB/s"] = g;
+}
 void BM_StreamCopy(benchmark::State& state) {
   double g = 0;
   for (auto _ : state) g = kattn::perf::stream_copy_gbs(std::size_t(state.range(0)) << 20);
@@ -30,6 +36,14 @@ void BM_StreamCopy(benchmark::State& state) {
 BENCHMARK(BM_FmaPeakFloat)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FmaPeakDouble)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_StreamRead)->Arg(1024)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StreamReadStreams)
+    ->ArgName("streams")
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->Arg(8)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_StreamCopy)->Arg(1024)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace

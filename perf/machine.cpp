@@ -73,6 +73,29 @@ double stream_read_gbs(std::size_t bytes) {
   return double(a.size() * sizeof(float)) / best / 1e9;
 }
 
+double stream_read_streams_gbs(std::size_t bytes, int streams) {
+  using V = detail::simd::vec<float>;
+  constexpr int W = detail::simd::width<float>();
+  constexpr int kAcc = 8;
+  const std::size_t per = std::max<std::size_t>(kAcc * W, bytes / sizeof(float) / streams / (kAcc * W) * (kAcc * W));
+  std::vector<float> a(per * streams, 1.0f);
+  double best = 1e30, sink = 0;
+  for (int trial = 0; trial < 5; ++trial) {
+    const auto t0 = std::chrono::steady_clock::now();
+    V acc[kAcc];
+    for (int u = 0; u < kAcc; ++u) acc[u] = detail::simd::splat<float>(0.0f);
+    for (std::size_t i = 0; i < per; i += kAcc * W)
+      for (int s = 0; s < streams; ++s) {
+        const float* p = a.data() + s * per + i;
+        for (int u = 0; u < kAcc; ++u) acc[u] += detail::simd::load(p + u * W);
+      }
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    for (int u = 0; u < kAcc; ++u) sink += acc[u][0];
+  }
+  asm volatile("" : : "x"(sink));
+  return double(a.size() * sizeof(float)) / best / 1e9;
+}
+
 double stream_copy_gbs(std::size_t bytes) {
   std::vector<char> a(bytes, 1), b(bytes, 0);
   double best = 1e30;

@@ -13,6 +13,9 @@ double fma_peak_gflops_double();
 // Streaming read (sum of a large array: wide loads, independent accumulators, one thread) and copy,
 // GB/s counting bytes read (+ written for copy).
 double stream_read_gbs(std::size_t bytes);
+// The same read cut into `streams` equal parts read side by side (a vector from each in turn),
+// for the ceiling's sake: whether more concurrent streams read faster than one.
+double stream_read_streams_gbs(std::size_t bytes, int streams);
 double stream_copy_gbs(std::size_t bytes);
 
 // Seconds per iteration of a timed Google Benchmark loop: call start() before the loop and

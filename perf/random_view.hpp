@@ -1,5 +1,6 @@
-// Inputs of the single-head benchmarks (forward, backward, block-sparse): [1, n, 1, d] views of
-// standard normal values from a fixed seed, and the view types they use.
+// Inputs of the benchmarks (forward, backward, block-sparse): [batch, n, heads, d] views (one
+// sequence of one head unless asked) of standard normal values from a fixed seed, and the view
+// types they use.
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -20,8 +21,8 @@ using View3 = Kokkos::View<T***, Kokkos::LayoutRight, Memory>;
 // Memory: where the view lives (the default space's memory, or the host's for a host library).
 // T: float, double, or a 16-bit storage type (values drawn in float and rounded to it).
 template <class T, class Memory = Kokkos::DefaultExecutionSpace::memory_space>
-View4<T, Memory> random_view(const char* label, int n, int d, unsigned seed) {
-  View4<T, Memory> v(std::string(label), 1, n, 1, d);
+View4<T, Memory> random_view(const char* label, int n, int d, unsigned seed, int batch = 1, int heads = 1) {
+  View4<T, Memory> v(std::string(label), batch, n, heads, d);
   auto h = Kokkos::create_mirror_view(v);
   std::mt19937 gen(seed);
   std::normal_distribution<accumulate_t<T>> dist(0, 1);
