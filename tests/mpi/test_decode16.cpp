@@ -1,8 +1,8 @@
 // Distributed decode over a bf16 / fp16 KV cache, under 16-bit or float queries, against the
 // float64 reference of the whole cache on the same rounded inputs: FlashAttention's accuracy rule
 // for 16-bit queries (storage16_support.hpp), float's bound for float queries; even, uneven and
-// empty shards, GQA, one key, more splits than keys, the deterministic chain, and MPI_Reduce to a
-// root that leaves the other ranks' o alone.
+// empty shards, GQA, one key, more splits than keys, the deterministic chain (the same bits on
+// every rank count), and MPI_Reduce to a root that leaves the other ranks' o alone.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,8 +23,8 @@ using dist::DistOptions;
 
 // This rank's keys [B, lens[rank], Hkv, D] of a global cache, as a strided view into it.
 template <class View>
-auto local_keys(const View& global, const std::vector<std::int64_t>& lens) {
-  const int rank = rank_of(MPI_COMM_WORLD);
+auto local_keys(const View& global, const std::vector<std::int64_t>& lens, MPI_Comm comm = MPI_COMM_WORLD) {
+  const int rank = rank_of(comm);
   std::int64_t start = 0;
   for (int r = 0; r < rank; ++r) start += lens[r];
   return Kokkos::subview(global, Kokkos::ALL, std::make_pair(start, start + lens[rank]), Kokkos::ALL, Kokkos::ALL);
@@ -150,6 +150,50 @@ TEST(Decode16, DeterministicChainAndReduceToRoot) {
       check_decode16<fp16>({1, 2, Nk, 8, 2, 32}, o, d, {lens});  // the chain
       check_float_queries<bf16>({2, 1, Nk, 4, 4, 64}, o, d, {lens});
     }
+}
+
+// Deterministic mode over a 16-bit cache: o and lse from every rank have the bits of one rank alone
+// (MPI_COMM_SELF), for 16-bit queries (Q = S) and float ones.
+template <class Q, class S>
+void check_deterministic_bits(const Shape& s, const Options& opt) {
+  const std::uint64_t seed = shared_seed();
+  SCOPED_TRACE(std::string("q ") + storage_name<Q>() + " kv " + storage_name<S>() + " " + describe(s, opt) +
+               " seed=" + std::to_string(seed));
+  Problem16<S> p(s, seed);
+  View4<Q> q("q", s.B, s.Nq, s.Hq, s.D), o("o", s.B, s.Nq, s.Hq, s.D);
+  convert_into(p.q, q);
+  DistOptions d;
+  d.deterministic = true;
+  d.chunk = 16;
+  const auto run = [&](MPI_Comm comm, const std::vector<std::int64_t>& lens) {
+    poison(o);
+    poison(p.lse);
+    dist::decode_attention(comm, Kokkos::DefaultExecutionSpace(), q,
+                           kv::dense(local_keys(p.k, lens, comm), local_keys(p.v, lens, comm)), o, p.lse, opt, d);
+    Kokkos::fence();
+    std::vector<double> out = to_host(o), lse = to_host(p.lse);
+    out.insert(out.end(), lse.begin(), lse.end());
+    return out;
+  };
+  const std::vector<double> alone = run(MPI_COMM_SELF, {s.Nk});
+  const std::vector<double> all = run(MPI_COMM_WORLD, chunk_aligned(size_of(MPI_COMM_WORLD), 16));
+  EXPECT_EQ(std::memcmp(alone.data(), all.data(), all.size() * sizeof(double)), 0)
+      << "deterministic o or lse differs between one rank and " << size_of(MPI_COMM_WORLD);
+}
+
+TEST(Decode16, DeterministicBitsAreTheSameOnEveryRankCount) {
+  const int Nk = [] {
+    int n = 0;
+    for (std::int64_t x : chunk_aligned(size_of(MPI_COMM_WORLD), 16)) n += static_cast<int>(x);
+    return n;
+  }();
+  Options causal;
+  causal.causal = true;
+  for (const Options& o : {Options{}, causal}) {
+    check_deterministic_bits<bf16, bf16>({2, 1, Nk, 8, 2, 32}, o);
+    check_deterministic_bits<fp16, fp16>({1, 3, Nk, 4, 4, 64}, o);
+    check_deterministic_bits<float, bf16>({1, 1, Nk, 16, 2, 128}, o);
+  }
 }
 
 }  // namespace
