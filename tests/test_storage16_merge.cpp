@@ -1,8 +1,9 @@
 // 16-bit storage in kattn::merge and cascade attention, under FlashAttention's accuracy rule
 // (storage16_support.hpp) against the float64 attention over the union of the keys: partial states
-// from bf16 / fp16 inputs merged in float, stored in 16 bits or in float (rounded once, by the
-// merge); cascades over 16-bit prefixes and suffixes, ragged and paged, with GQA, masks, requests
-// without queries or keys, and float queries over a 16-bit cascade.
+// from bf16 / fp16 inputs merged in float, stored in 16 bits or in float (then o is rounded once,
+// by the merge, checked element by element); cascades over 16-bit prefixes and suffixes, ragged
+// and paged, with GQA, masks, requests without queries or keys, and float queries over a 16-bit
+// cascade.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -29,6 +30,22 @@ struct Queries16 {
     convert_into(q, q_float);
   }
 };
+
+// o rounded once from float: every element lies between the roundings to S of the float64 result
+// minus and plus `delta` (float's error), so a second rounding (a 16-bit running o, or 16-bit
+// partials) shows as elements up to an ulp off. The accuracy rule alone cannot tell the two apart.
+template <class S>
+void expect_rounded_once(const std::vector<double>& o, const std::vector<double>& ref, const std::string& what,
+                         double delta = 1e-5) {
+  std::size_t off = 0;
+  for (std::size_t n = 0; n < ref.size(); ++n) {
+    const double lo = widen(narrow<S>(ref[n] - delta)), hi = widen(narrow<S>(ref[n] + delta));
+    if (!(o[n] >= lo && o[n] <= hi) && off++ < 3)
+      ADD_FAILURE() << what << ": o[" << n << "] = " << o[n] << " is not the float64 value " << ref[n]
+                    << " rounded once to " << storage_name<S>();
+  }
+  EXPECT_EQ(off, 0u) << what << ": elements not rounded once";
+}
 
 // Attention of every row over keys [k0, k1) of each sequence: o in P (S from S queries; float from
 // float queries over the S keys, unrounded), lse float.
@@ -67,6 +84,11 @@ void check_two_parts(const std::vector<std::int64_t>& q_lens, const std::vector<
   Kokkos::fence();
   const RaggedHost host(exact);
   expect_16bit_rule<S>(host.params(), Options{}, to_host(o), to_host(lse), "merge " + what);
+  if constexpr (std::is_same<P, float>::value) {
+    std::vector<double> o_ref, lse_ref;
+    ragged_reference(exact, Options{}, o_ref, lse_ref);
+    expect_rounded_once<S>(to_host(o), o_ref, "merge " + what);
+  }
   if constexpr (std::is_same<P, S>::value) {
     merge(TestSpace(), oa, la, ob, lb, oa, la);
     Kokkos::fence();
@@ -116,6 +138,11 @@ void check_many_parts(const std::vector<std::int64_t>& q_lens, const std::vector
   merge(TestSpace(), o_parts, lse_parts, o, lse);
   Kokkos::fence();
   expect_16bit_rule<S>(RaggedHost(exact).params(), Options{}, to_host(o), to_host(lse), "merge " + what);
+  if constexpr (std::is_same<P, float>::value) {
+    std::vector<double> o_ref, lse_ref;
+    ragged_reference(exact, Options{}, o_ref, lse_ref);
+    expect_rounded_once<S>(to_host(o), o_ref, "merge " + what);
+  }
 }
 
 TEST(Storage16Merge, ManyPartsInOrderEmptyPartsAndMorePartsThanKeys) {
@@ -182,6 +209,9 @@ void check_cascade16(const std::vector<std::int64_t>& q_lens, const std::vector<
   const std::vector<double> lse_out = want_lse ? to_host(lse) : std::vector<double>{};
   if constexpr (std::is_same<Q, S>::value) {
     expect_16bit_rule<S>(host.params(), opt, to_host(o), lse_out, "cascade " + what);
+    std::vector<double> o_ref, lse_ref;
+    ragged_reference(flat, opt, o_ref, lse_ref);
+    expect_rounded_once<S>(to_host(o), o_ref, "cascade " + what);
   } else {  // float queries: an exact float computation on the cache's values, float's bound
     std::vector<double> o_ref, lse_ref;
     ragged_reference(flat, opt, o_ref, lse_ref);
