@@ -65,6 +65,13 @@ void check_decode16(const Shape& s, const Options& opt, const DistOptions& d = {
     if (d.root < 0 || rank_of(MPI_COMM_WORLD) == d.root)
       expect_16bit_rule<S>(host.params(), opt, o, to_host(p.lse), what + " lens=" + describe(lens));
     expect_landed(o, d, what);
+    // Without lse: the same o.
+    poison(p.o);
+    dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), p.q,
+                           kv::dense(local_keys(p.k, lens), local_keys(p.v, lens)), p.o, opt, d);
+    Kokkos::fence();
+    const std::vector<double> o_alone = to_host(p.o);
+    EXPECT_EQ(std::memcmp(o.data(), o_alone.data(), o.size() * sizeof(double)), 0) << what << ": o without lse differs";
   }
 }
 
