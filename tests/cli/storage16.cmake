@@ -15,17 +15,17 @@ kattn_cli_expect(run_bf16_ragged ARGS run --random-ragged 8,2,32 --q-lens 1,0,5,
 kattn_cli_expect(run_bf16_sampled ARGS run --random 1,200,200,2,2,128 --causal --dtype bf16 --check-rows 20 --json
                  STATUS 0 STDOUT "\"check_mode\":\"sampled\".*\"check\":\"pass\"")
 # float16 files from npy_write: the run's type comes from the files.
-kattn_cli_npy(q16 q16.npy f16 1,20,2,16 random)
-kattn_cli_npy(k16 k16.npy f16 1,30,1,16 random)
-kattn_cli_expect(run_f16_files ARGS run --q ${DATA}/q16.npy --k ${DATA}/k16.npy --v ${DATA}/k16.npy --check --json
+kattn_cli_npy(q16 f16_q.npy f16 1,20,2,16 random)
+kattn_cli_npy(k16 f16_k.npy f16 1,30,1,16 random)
+kattn_cli_expect(run_f16_files ARGS run --q ${DATA}/f16_q.npy --k ${DATA}/f16_k.npy --v ${DATA}/f16_k.npy --check --json
                  STATUS 0 REQUIRES "q16;k16" STDOUT "\"dtype\":\"f16\".*\"check\":\"pass\"")
 kattn_cli_expect(run_f16_zeros ARGS run --q ${BAD_NPY}/half.npy --k ${BAD_NPY}/half.npy --v ${BAD_NPY}/half.npy
                  --check --json STATUS 0 STDOUT "\"dtype\":\"f16\".*\"max_abs_err\":0,.*\"check\":\"pass\"")
 # Refusals.
 kattn_cli_expect(grad_bf16_check ARGS grad --random 1,70,90,4,2,64 --causal --dtype bf16 --check --json STATUS 0
                  JSON_ONLY STDOUT "\"dtype\":\"bf16\".*\"check\":\"pass\"")
-kattn_cli_expect(grad_f16_files ARGS grad --q ${DATA}/q16.npy --k ${DATA}/k16.npy --v ${DATA}/k16.npy
-                 --do ${DATA}/q16.npy --check --json STATUS 0 REQUIRES "q16;k16"
+kattn_cli_expect(grad_f16_files ARGS grad --q ${DATA}/f16_q.npy --k ${DATA}/f16_k.npy --v ${DATA}/f16_k.npy
+                 --do ${DATA}/f16_q.npy --check --json STATUS 0 REQUIRES "q16;k16"
                  STDOUT "\"dtype\":\"f16\".*\"check\":\"pass\"")
 # Ragged grad in 16 bits: GQA, a sequence without keys and one without queries, causal; every
 # gradient checked, then sampled rows; paged caches are refused as in f32.
