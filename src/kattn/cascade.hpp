@@ -46,13 +46,11 @@ inline void check_cascade(const Options& opt, const BatchLengths& lengths) {
                     " suffix keys; a causal cascade needs at least queries - 1 (the queries come after the prefix)");
 }
 
-// All queries of the batch as one sequence against the shared prefix: q [total_q, Hq, D],
-// k, v [Np, Hkv, D], o [total_q, Hq, D] and lse [total_q, Hq] (the prefix pass's workspaces).
-template <class QView, class KView, class VView, class OView, class LseView>
-params_of<QView, KView, VView, OView, LseView> prefix_params(const QView& q, const KView& k, const VView& v,
-                                                             const OView& o, const LseView& lse) {
+// The shared prefix k, v [Np, Hkv, D] against q [total_q, Hq, D].
+template <class QView, class KView, class VView>
+void check_prefix(const QView& q, const KView& k, const VView& v) {
   static_assert(KView::rank == 3 && VView::rank == 3, "kattn::cascade: k_prefix and v_prefix must be [Np, heads, dim]");
-  const std::int64_t N = q.extent(0), Hq = q.extent(1), D = q.extent(2), Np = k.extent(0), Hkv = k.extent(1);
+  const std::int64_t Hq = q.extent(1), D = q.extent(2), Np = k.extent(0), Hkv = k.extent(1);
   require_extent(k, "k_prefix", 2, "head dim", D, "q");
   check_gqa(Hq, Hkv);
   require_extent(v, "v_prefix", 0, "keys", Np, "k_prefix");
@@ -60,6 +58,15 @@ params_of<QView, KView, VView, OView, LseView> prefix_params(const QView& q, con
   require_extent(v, "v_prefix", 2, "head dim", D, "q");
   require_contiguous_dim(k, "k_prefix");
   require_contiguous_dim(v, "v_prefix");
+}
+
+// All queries of the batch as one sequence against the shared prefix: q [total_q, Hq, D],
+// k, v [Np, Hkv, D], o [total_q, Hq, D] and lse [total_q, Hq] (the prefix pass's workspaces).
+template <class QView, class KView, class VView, class OView, class LseView>
+params_of<QView, KView, VView, OView, LseView> prefix_params(const QView& q, const KView& k, const VView& v,
+                                                             const OView& o, const LseView& lse) {
+  check_prefix(q, k, v);
+  const std::int64_t N = q.extent(0), Hq = q.extent(1), D = q.extent(2), Np = k.extent(0), Hkv = k.extent(1);
   params_of<QView, KView, VView, OView, LseView> p;
   p.q = q.data();
   p.q_stride_seq = q.stride(0);
@@ -114,6 +121,7 @@ void cascade_impl(const ExecSpace& space, const QView& q, const KPView& k_prefix
   validate(opt);
   check_cascade(opt, lengths);
   run_suffix.check(q, o, lse);
+  check_prefix(q, k_prefix, v_prefix);
   const std::int64_t N = q.extent(0), Hq = q.extent(1), D = q.extent(2);
   require_cascade_workspace<Mem>(N, Hq, D, sizeof(Acc), widened);
   const auto workspace = [&](const char* label) {
@@ -121,8 +129,8 @@ void cascade_impl(const ExecSpace& space, const QView& q, const KPView& k_prefix
   };
   const Rows o_prefix(workspace("kattn::cascade::o_prefix"), N, Hq, D);
   const RowLse lse_prefix(workspace("kattn::cascade::lse_prefix"), N, Hq);
-  // Every check before any kernel: the suffix's above (its pass runs after the prefix pass), the
-  // prefix's in prefix_params.
+  // Every check is above, before any kernel: the suffix's (its pass runs after the prefix pass)
+  // and the prefix's.
   Options prefix_opt = opt;
   prefix_opt.causal = false;  // every query sees the whole prefix
   prefix_opt.splits = 0;
