@@ -15,7 +15,7 @@
 #include "kattn/attention.hpp"
 #include "kattn/core/storage.hpp"
 #include "kattn/detail/simd.hpp"
-#include "ragged_support.hpp"
+#include "ragged16_support.hpp"
 #include "storage16_support.hpp"
 
 namespace kattn {
@@ -173,14 +173,8 @@ void check_ragged_and_paged(const std::vector<std::int64_t>& q_lens, const std::
   const View3<S> q = rounded_copy<S>(exact.q), k = rounded_copy<S>(exact.k), v = rounded_copy<S>(exact.v);
   View3<S> o("o", exact.o.extent(0), Hq, D);
   View2<float> lse("lse", exact.lse.extent(0), Hq);
-  const auto hq = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), exact.q);
-  const auto hk = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), exact.k);
-  const auto hv = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), exact.v);
-  const auto ho = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), exact.o);
-  const auto hl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), exact.lse);
-  const auto host_layout =
-      make_ragged_layout<Kokkos::HostSpace>(host_index(exact.q_indptr()), host_index(exact.kv_indptr()));
-  const AttentionParams<double> pd = ragged_params(hq, hk, hv, ho, hl, host_layout);
+  const RaggedHost host(exact);
+  const AttentionParams<double> pd = host.params();
 
   poison(o);
   poison(lse);

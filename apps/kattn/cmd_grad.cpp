@@ -2,7 +2,6 @@
 // timed (with the forward beside it when O and LSE are computed here), optionally checked
 // against the float64 textbook backward and written to .npy files.
 #include <Kokkos_Core.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,23 +11,23 @@
 #include <vector>
 
 #include "args.hpp"
-#include "commands.hpp"
-#include "dist_commands.hpp"
-#include "inputs.hpp"
 #include "batch_inputs.hpp"
+#include "commands.hpp"
 #include "console.hpp"
-#include "grad_ragged.hpp"
-#include "json.hpp"
-#include "paths.hpp"
-#include "progress_line.hpp"
+#include "dist_commands.hpp"
 #include "grad_check.hpp"
-#include "run_check.hpp"
-#include "timing.hpp"
+#include "grad_ragged.hpp"
+#include "inputs.hpp"
+#include "json.hpp"
 #include "kattn/attention.hpp"
-#include "kattn/reference_masked.hpp"
-#include "run_block_sparse.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/reference_backward.hpp"
+#include "kattn/reference_masked.hpp"
+#include "paths.hpp"
+#include "progress_line.hpp"
+#include "run_block_sparse.hpp"
+#include "run_check.hpp"
+#include "timing.hpp"
 
 namespace kattn {
 namespace cli {
@@ -50,8 +49,8 @@ const char* kGradUsage =
     "Gradients of sum(O * dO) with respect to q, k, v. O and LSE are computed by the forward pass\n"
     "when not given. --check compares with the textbook backward in float64 and exits with status 3\n"
     "when the relative error exceeds 1e-4 (f32) / 1e-10 (f64) / 2^-7 (bf16) / 2^-10 (f16; 16-bit: dense\n"
-    "inputs, gradients in the type, lse float32, files as for kattn run): every gradient when the textbook's two\n"
-    "[B, Hq, Nq, Nk] arrays fit in 1 GiB, else (or with --check-rows N) N query rows of dq and N key\n"
+    "or ragged inputs, gradients in the type, lse float32, files as for kattn run): every gradient when the\n"
+    "textbook's two [B, Hq, Nq, Nk] arrays fit in 1 GiB, else (or with --check-rows N) N query rows of dq and N key\n"
     "rows of dk and dv (default 64: the first and last, every masked edge, the rest at random), each\n"
     "exact in float64; a key row needs a float64 pass over the queries that see it.\n"
     "--repeat N: one warm-up backward call, then N timed ones (median, min, max).\n";
@@ -227,10 +226,8 @@ int cmd_grad(Args& args) {
   bopt.dq_chunks = static_cast<int>(args.integer("--dq-chunks", 1, 1 << 20).value_or(0));
   const Options opt = read_options(args);
   KATTN_REQUIRE(opt.splits == 0, "--splits: not used by grad (see --dq-strategy and --dq-chunks)");
-  if (wants_batch_inputs(args)) {
-    refuse_16bit_flag(args, "kattn grad takes bf16 and f16 on dense inputs, ragged and paged ones in f32 or f64 for now");
+  if (wants_batch_inputs(args))
     return grad_ragged(args, opt, bopt, check, timing, console, {dq_path, dk_path, dv_path});
-  }
   std::vector<double> dout;
   const DenseInputs in = read_dense_inputs(args, "--do", &dout, nullptr);
   KATTN_REQUIRE(dout.size() == in.q.size(),
@@ -238,8 +235,8 @@ int cmd_grad(Args& args) {
   KATTN_REQUIRE(!is_16bit(in.dtype) || !wants_block_sparse(args), "--dtype ", dtype_name(in.dtype),
                 ": block-sparse gradients take f32 or f64 for now");
   const GivenForward given = read_given_forward(args, in);
-  const std::optional<BlockMask> mask = wants_block_sparse(args) ? std::optional<BlockMask>(read_block_mask(args, in))
-                                                                  : std::nullopt;
+  const std::optional<BlockMask> mask =
+      wants_block_sparse(args) ? std::optional<BlockMask>(read_block_mask(args, in)) : std::nullopt;
   args.finish();
 
   const BlockMask* m = mask ? &*mask : nullptr;
@@ -258,21 +255,22 @@ int cmd_grad(Args& args) {
   const double flops = 2.5 * forward_flops;
   const double gflops = g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0;
   const char* dtype = dtype_name(in.dtype);
-  std::fprintf(text, "kattn grad: dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n", dtype, name(in.layout), (long long)in.B,
-              (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
-              opt.causal ? " causal" : "");
+  std::fprintf(text, "kattn grad: dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n", dtype,
+               name(in.layout), (long long)in.B, (long long)in.Nq, (long long)in.Nk, (long long)in.Hq,
+               (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
   if (m)
     std::fprintf(text, "block mask: %lld x %lld blocks of %lld, %s, %.2f%% kept\n", (long long)m->q_blocks(),
-                (long long)m->k_blocks(), (long long)m->block(), m->heads() == 1 ? "shared" : "per head",
-                100.0 * m->density());
-  std::fprintf(text, "dq strategy: %s (%s)", name(g.info.dq), g.info.deterministic ? "deterministic" : "not deterministic");
+                 (long long)m->k_blocks(), (long long)m->block(), m->heads() == 1 ? "shared" : "per head",
+                 100.0 * m->density());
+  std::fprintf(text, "dq strategy: %s (%s)", name(g.info.dq),
+               g.info.deterministic ? "deterministic" : "not deterministic");
   if (g.info.dq == DqStrategy::key_chunks) std::fprintf(text, ", %d key chunks", g.info.chunks);
   std::fprintf(text, ", tiles %d x %d, workspace %.1f MB\n", g.info.block_q, g.info.block_k,
-              double(g.info.workspace_bytes) / 1e6);
+               double(g.info.workspace_bytes) / 1e6);
   std::fprintf(text, "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count)", g.seconds, gflops);
   if (g.timing.repeat > 0)
-    std::fprintf(text, " (median of %d calls after a warm-up; min %.6f s, max %.6f s)", g.timing.repeat,
-                 g.timing.min(), g.timing.max());
+    std::fprintf(text, " (median of %d calls after a warm-up; min %.6f s, max %.6f s)", g.timing.repeat, g.timing.min(),
+                 g.timing.max());
   if (g.forward_seconds > 0)
     std::fprintf(text, "; forward %.6f s, backward/forward %.2f", g.forward_seconds, g.seconds / g.forward_seconds);
   std::fprintf(text, "\n");
@@ -292,12 +290,13 @@ int cmd_grad(Args& args) {
   if (dv_path) write_dense(*dv_path, in, in.Nk, in.Hkv, g.dv);
   int status = 0;
   if (check.enabled) {
-    status = check_gradients(host_gradients(inputs, dout, g.dq, g.dk, g.dv), opt, check, in.dtype, m != nullptr,
-                             [&](std::vector<double>& rq, std::vector<double>& rk, std::vector<double>& rv) {
-                               const Gradients ref = textbook(in, dout, opt, m);
-                               rq = ref.dq, rk = ref.dk, rv = ref.dv;
-                             },
-                             text, j);
+    status = check_gradients(
+        host_gradients(inputs, dout, g.dq, g.dk, g.dv), opt, check, in.dtype, m != nullptr,
+        [&](std::vector<double>& rq, std::vector<double>& rk, std::vector<double>& rv) {
+          const Gradients ref = textbook(in, dout, opt, m);
+          rq = ref.dq, rk = ref.dk, rv = ref.dv;
+        },
+        text, j);
   }
   console.notice(j);
   console.finish(j);

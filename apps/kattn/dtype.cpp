@@ -19,20 +19,20 @@ bool is_16bit(io::DType t) { return t == io::DType::bf16 || t == io::DType::f16;
 
 const char* dtype_name(io::DType t) {
   switch (t) {
-    case io::DType::f32: return storage_name<float>();
-    case io::DType::f64: return storage_name<double>();
-    case io::DType::bf16: return storage_name<bf16>();
-    case io::DType::f16: return storage_name<fp16>();
-    default: return io::name(t);
+    case io::DType::f32:
+      return storage_name<float>();
+    case io::DType::f64:
+      return storage_name<double>();
+    case io::DType::bf16:
+      return storage_name<bf16>();
+    case io::DType::f16:
+      return storage_name<fp16>();
+    default:
+      return io::name(t);
   }
 }
 
 io::DType lse_dtype(io::DType t) { return is_16bit(t) ? io::DType::f32 : t; }
-
-void refuse_16bit_flag(const Args& args, const char* why) {
-  const auto d = args.peek("--dtype");
-  KATTN_REQUIRE(!d || !is_16bit(parse_dtype(*d)), "--dtype ", *d, ": ", why);
-}
 
 io::DType run_dtype(const std::optional<std::string>& flag, io::DType fallback, const std::string& q_path,
                     const char* refuse16) {
@@ -67,7 +67,8 @@ void round_to(io::DType dtype, std::vector<double>& values) {
     case io::DType::f16:
       for (auto& x : values) x = widen(narrow<fp16>(x));
       break;
-    default: break;
+    default:
+      break;
   }
 }
 

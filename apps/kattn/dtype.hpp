@@ -1,7 +1,7 @@
 // The storage type a run computes in (--dtype f32|f64|bf16|f16), named by io::DType (bf16 as
 // npy.hpp's '<u2' convention): parsing the flag, which input files a run takes, rounding values to
-// the type. 16-bit storage reaches `kattn run` (dense, ragged, paged) and `kattn grad` (dense) for
-// now; cascade, block-sparse and distributed runs take f32 or f64.
+// the type. 16-bit storage reaches `kattn run` (dense, ragged, paged) and `kattn grad` (dense,
+// ragged) for now; cascade, block-sparse and distributed runs take f32 or f64.
 #pragma once
 
 #include <optional>
@@ -17,7 +17,7 @@ namespace cli {
 // Why a command refuses bf16/f16, for its message; nullptr where the command takes them.
 constexpr const char* kFloatOnly =
     "this run takes f32 or f64 for now (bf16 and f16 reach kattn run over dense, ragged or paged inputs and kattn "
-    "grad over dense ones, not --dist, --cascade or block-sparse)";
+    "grad over dense or ragged ones, not --dist, --cascade or block-sparse)";
 
 // "f32", "f64", "bf16", "f16"; also float32, float64, bfloat16, float16.
 io::DType parse_dtype(const std::string& text);
@@ -26,9 +26,6 @@ bool is_16bit(io::DType t);
 const char* dtype_name(io::DType t);
 // The type lse is computed and written in: float32 for 16-bit runs.
 io::DType lse_dtype(io::DType t);
-
-// Refuses --dtype bf16|f16 before anything is read: "--dtype bf16: <why>".
-void refuse_16bit_flag(const Args& args, const char* why);
 
 // The type to compute in: --dtype when given, else that of q's file (or f32 for random inputs),
 // refused when 16-bit and `refuse16` says why.

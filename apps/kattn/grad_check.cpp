@@ -61,8 +61,9 @@ GradientsUnderTest host_gradients(const AttentionParams<double>& inputs, const s
 bool gradient_check_samples(const AttentionParams<double>& inputs, const CheckSettings& settings, bool block_mask) {
   const bool sampled = check_samples(settings, full_gradient_bytes(inputs));
   if (sampled && block_mask) {
-    KATTN_REQUIRE(settings.rows == 0, "--check-rows: a sampled check does not take a block mask (--check checks "
-                                      "every row against the masked textbook backward)");
+    KATTN_REQUIRE(settings.rows == 0,
+                  "--check-rows: a sampled check does not take a block mask (--check checks "
+                  "every row against the masked textbook backward)");
     KATTN_REQUIRE(false, "--check: the textbook backward would hold ", full_gradient_bytes(inputs) / 1e9,
                   " GB of scores, past the 1 GiB a full check takes, and a sampled check does not take a block "
                   "mask; check a smaller problem");
@@ -140,11 +141,13 @@ int check_gradients(const GradientsUnderTest& g, const Options& opt, const Check
   j.add("nonfinite", (long long)nonfinite).add("check", failed ? "fail" : "pass");
   if (!failed) return 0;
   if (nonfinite > 0)
-    std::fprintf(stderr, "kattn grad: --check failed: %lld non-finite gradients where the float64 textbook backward differs\n",
+    std::fprintf(stderr,
+                 "kattn grad: --check failed: %lld non-finite gradients where the float64 textbook backward differs\n",
                  (long long)nonfinite);
   else
-    std::fprintf(stderr, "kattn grad: --check failed: relative error above %s against the float64 textbook backward\n",
-                 dtype == io::DType::f32 ? "1e-4" : "1e-10");
+    std::fprintf(stderr,
+                 "kattn grad: --check failed: relative error above %.3g against the float64 textbook backward\n",
+                 check_tolerance(dtype));
   return 3;
 }
 

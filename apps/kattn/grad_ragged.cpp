@@ -8,13 +8,14 @@
 
 #include "batch_inputs.hpp"
 #include "commands.hpp"
+#include "dtype.hpp"
+#include "grad_check.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
 #include "kattn/attention.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/reference_backward.hpp"
 #include "paths.hpp"
-#include "grad_check.hpp"
 #include "run_check.hpp"
 
 namespace kattn {
@@ -39,7 +40,7 @@ Grads run(const BatchInputs& in, const std::vector<double>& dout_values, const O
   const auto dout = to_view<Tensor3<T>>(dout_values, "do", tq, in.Hq, in.D);
   const auto q_indptr = index_view(in.q_indptr, "q_indptr"), kv_indptr = index_view(in.kv_indptr, "kv_indptr");
   Tensor3<T> o("o", tq, in.Hq, in.D);
-  Tensor2<T> lse("lse", tq, in.Hq);
+  Tensor2<accumulate_t<T>> lse("lse", tq, in.Hq);  // float for 16-bit storage
   const auto layout = make_ragged_layout(q_indptr, kv_indptr);
   Options fwd = opt;
   fwd.splits = 1;
@@ -101,15 +102,17 @@ int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, con
   const auto do_file = args.value("--do");
   const auto seed = args.peek("--seed");
   const bool files = args.has("--q");
-  const BatchInputs in = read_batch_inputs(args);
+  const bool dtype_given = args.has("--dtype");
+  const BatchInputs in = read_batch_inputs(args, nullptr);
   args.finish();
   KATTN_REQUIRE(!in.paged, "kattn grad: ragged batches only (--kv-indptr), not paged caches");
   std::vector<double> dout;
   if (do_file) {
     const io::NpyArray d = read_input("--do", *do_file);
-    KATTN_REQUIRE(d.is_floating() && d.shape == std::vector<std::int64_t>({in.total_q(), in.Hq, in.D}), "--do ",
-                  *do_file, ": expected float32 or float64 [", in.total_q(), ", ", in.Hq, ", ", in.D,
-                  "] (the shape of q)");
+    require_input_dtype("--do", *do_file, d.dtype);
+    require_bf16_bits_asked("--do", *do_file, d.dtype, in.dtype, dtype_given);
+    KATTN_REQUIRE(d.shape == std::vector<std::int64_t>({in.total_q(), in.Hq, in.D}), "--do ", *do_file,
+                  ": expected shape [", in.total_q(), ", ", in.Hq, ", ", in.D, "] (the shape of q)");
     dout = d.values<double>();
   } else {
     KATTN_REQUIRE(!files,
@@ -122,10 +125,13 @@ int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, con
   const std::vector<double> unread;  // the check reads no o or lse
   const AttentionParams<double> inputs = host_params(in, unread, unread);
   if (check.enabled) gradient_check_samples(inputs, check, false);
-  const Grads g = in.dtype == io::DType::f32 ? run<float>(in, dout, opt, bopt, timing)
-                                             : run<double>(in, dout, opt, bopt, timing);
+  const auto run_in = [&](auto storage) { return run<decltype(storage)>(in, dout, opt, bopt, timing); };
+  const Grads g = in.dtype == io::DType::f64    ? run_in(double{})
+                  : in.dtype == io::DType::bf16 ? run_in(bf16{})
+                  : in.dtype == io::DType::f16  ? run_in(fp16{})
+                                                : run_in(float{});
   std::FILE* text = console.text();
-  const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
+  const char* dtype = dtype_name(in.dtype);
   std::fprintf(text,
                "kattn grad: dtype=%s ragged batch of %lld sequences, %lld queries, %lld keys, Hq=%lld Hkv=%lld "
                "D=%lld%s\n",
@@ -133,8 +139,8 @@ int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, con
                (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
   std::fprintf(text, "time: backward %.6f s", g.seconds);
   if (g.timing.repeat > 0)
-    std::fprintf(text, " (median of %d calls after a warm-up; min %.6f s, max %.6f s)", g.timing.repeat,
-                 g.timing.min(), g.timing.max());
+    std::fprintf(text, " (median of %d calls after a warm-up; min %.6f s, max %.6f s)", g.timing.repeat, g.timing.min(),
+                 g.timing.max());
   std::fprintf(text, "; forward %.6f s; dq strategy %s\n", g.forward_seconds, name(g.info.dq));
   Json j;
   j.add("algo", "flash").add("dtype", dtype).add("layout", "ragged").add("batch", (long long)in.batch());
@@ -148,12 +154,13 @@ int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, con
     j.add("repeat", g.timing.repeat).add("seconds_min", g.timing.min()).add("seconds_max", g.timing.max());
   int status = 0;
   if (check.enabled) {
-    status = check_gradients(host_gradients(inputs, dout, g.dq, g.dk, g.dv), opt, check, in.dtype, false,
-                             [&](std::vector<double>& rq, std::vector<double>& rk, std::vector<double>& rv) {
-                               const Grads ref = textbook(in, dout, opt);
-                               rq = ref.dq, rk = ref.dk, rv = ref.dv;
-                             },
-                             text, j);
+    status = check_gradients(
+        host_gradients(inputs, dout, g.dq, g.dk, g.dv), opt, check, in.dtype, false,
+        [&](std::vector<double>& rq, std::vector<double>& rk, std::vector<double>& rv) {
+          const Grads ref = textbook(in, dout, opt);
+          rq = ref.dq, rk = ref.dk, rv = ref.dv;
+        },
+        text, j);
   }
   console.notice(j);
   console.finish(j);

@@ -1,7 +1,8 @@
 // kattn grad on a ragged batch (--random-ragged ... or --q/--k/--v with --q-indptr and
 // --kv-indptr, as `kattn run` takes them; --do [total_q, Hq, D] or drawn): the split-KV forward,
 // then kattn::attention_backward; --check against the float64 textbook backward run per sequence,
-// or sampled rows (grad_check.hpp).
+// or sampled rows (grad_check.hpp). --dtype bf16|f16: the library's 16-bit backward (gradients in
+// the type, lse float), checked on the same rounded inputs with dense grad's bounds.
 #pragma once
 
 #include <optional>

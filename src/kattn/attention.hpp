@@ -91,9 +91,9 @@ void attention(const ExecSpace& space, const QView& q, const kv::Cascade<KPView,
                     detail::layout_accessible_from<ExecSpace, typename Layout::memory_space>(),
                 "kattn::attention: the views and the layout must be accessible from the execution space");
   detail::require_dense_for_block_mask(opt, "a cascade");
-  detail::cascade_impl(space, q, kv.k_prefix, kv.v_prefix, o, lse, opt, kv.suffix.layout.lengths,
-                       detail::CascadeSuffix<ExecSpace, QView, SK, SV, OView, Layout>{
-                           space, q, kv.suffix.k, kv.suffix.v, o, kv.suffix.layout, opt});
+  detail::cascade_impl(
+      space, q, kv.k_prefix, kv.v_prefix, o, lse, opt, kv.suffix.layout.lengths,
+      detail::CascadeSuffix<ExecSpace, SK, SV, Layout>{space, kv.suffix.k, kv.suffix.v, kv.suffix.layout, opt});
 }
 
 // dq, dk, dv = the gradients of sum(o * dout) for the o and lse the forward wrote with the same kv

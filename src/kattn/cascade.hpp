@@ -7,7 +7,7 @@
 //
 //   q [total_q, Hq, D] and the requests as a ragged or paged layout (ragged.hpp, paged.hpp) for
 //   their suffixes k, v; the shared prefix k_prefix, v_prefix [Np, Hkv, D]; o [total_q, Hq, D],
-//   lse [total_q, Hq] (or an empty view).
+//   lse [total_q, Hq] (or an empty view). Storage as for kattn::attention (docs/storage.md).
 //
 // Masks: none, or causal (every query sees the whole prefix and its request's suffix causally,
 // bottom-right aligned: query i of a request with n queries and m suffix keys sees suffix keys
@@ -16,11 +16,14 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
-
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
+#include "kattn/core/storage.hpp"
 #include "kattn/detail/attention_impl.hpp"
+#include "kattn/detail/memory_check.hpp"
+#include "kattn/detail/widening.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/merge.hpp"
 #include "kattn/options.hpp"
@@ -43,15 +46,11 @@ inline void check_cascade(const Options& opt, const BatchLengths& lengths) {
                     " suffix keys; a causal cascade needs at least queries - 1 (the queries come after the prefix)");
 }
 
-// All queries of the batch as one sequence against the shared prefix: q, o [total_q, Hq, D],
-// k, v [Np, Hkv, D], lse [total_q, Hq].
-template <class QView, class KView, class VView, class T>
-AttentionParams<T> prefix_params(const QView& q, const KView& k, const VView& v, T* o, T* lse) {
+// The shared prefix k, v [Np, Hkv, D] against q [total_q, Hq, D].
+template <class QView, class KView, class VView>
+void check_prefix(const QView& q, const KView& k, const VView& v) {
   static_assert(KView::rank == 3 && VView::rank == 3, "kattn::cascade: k_prefix and v_prefix must be [Np, heads, dim]");
-  static_assert(std::is_same<typename KView::non_const_value_type, T>::value &&
-                    std::is_same<typename VView::non_const_value_type, T>::value,
-                "kattn::cascade: q, k, v, o and lse must have the same scalar type");
-  const std::int64_t N = q.extent(0), Hq = q.extent(1), D = q.extent(2), Np = k.extent(0), Hkv = k.extent(1);
+  const std::int64_t Hq = q.extent(1), D = q.extent(2), Np = k.extent(0), Hkv = k.extent(1);
   require_extent(k, "k_prefix", 2, "head dim", D, "q");
   check_gqa(Hq, Hkv);
   require_extent(v, "v_prefix", 0, "keys", Np, "k_prefix");
@@ -59,7 +58,16 @@ AttentionParams<T> prefix_params(const QView& q, const KView& k, const VView& v,
   require_extent(v, "v_prefix", 2, "head dim", D, "q");
   require_contiguous_dim(k, "k_prefix");
   require_contiguous_dim(v, "v_prefix");
-  AttentionParams<T> p;
+}
+
+// All queries of the batch as one sequence against the shared prefix: q [total_q, Hq, D],
+// k, v [Np, Hkv, D], o [total_q, Hq, D] and lse [total_q, Hq] (the prefix pass's workspaces).
+template <class QView, class KView, class VView, class OView, class LseView>
+params_of<QView, KView, VView, OView, LseView> prefix_params(const QView& q, const KView& k, const VView& v,
+                                                             const OView& o, const LseView& lse) {
+  check_prefix(q, k, v);
+  const std::int64_t N = q.extent(0), Hq = q.extent(1), D = q.extent(2), Np = k.extent(0), Hkv = k.extent(1);
+  params_of<QView, KView, VView, OView, LseView> p;
   p.q = q.data();
   p.q_stride_seq = q.stride(0);
   p.q_stride_head = q.stride(1);
@@ -69,12 +77,12 @@ AttentionParams<T> prefix_params(const QView& q, const KView& k, const VView& v,
   p.v = v.data();
   p.v_stride_seq = v.stride(0);
   p.v_stride_head = v.stride(1);
-  p.o = o;  // [total_q, Hq, D] contiguous
-  p.o_stride_seq = Hq * D;
-  p.o_stride_head = D;
-  p.lse = lse;  // [total_q, Hq] contiguous
-  p.lse_stride_seq = Hq;
-  p.lse_stride_head = 1;
+  p.o = o.data();
+  p.o_stride_seq = o.stride(0);
+  p.o_stride_head = o.stride(1);
+  p.lse = lse.data();
+  p.lse_stride_seq = lse.stride(0);
+  p.lse_stride_head = lse.stride(1);
   p.batch = 1;
   p.heads_q = static_cast<int>(Hq);
   p.heads_kv = static_cast<int>(Hkv);
@@ -85,73 +93,95 @@ AttentionParams<T> prefix_params(const QView& q, const KView& k, const VView& v,
   return p;
 }
 
-// The prefix pass, the suffix pass (run_suffix(o, lse)) and their merge into o, lse.
+// The cascade's workspaces: the prefix pass's o and lse, the suffix pass's lse when the caller
+// wants none and, in 16-bit storage, the widened q and the suffix pass's float o.
+template <class MemorySpace>
+void require_cascade_workspace(std::int64_t N, std::int64_t Hq, std::int64_t D, std::size_t acc_bytes, bool widened) {
+  const std::uint64_t row = saturating_mul(saturating_mul(std::uint64_t(N), std::uint64_t(Hq)), acc_bytes);
+  const std::uint64_t rows = saturating_mul(row, saturating_add(saturating_mul(std::uint64_t(D), widened ? 3 : 1), 2));
+  require_memory<MemorySpace>(rows, "kattn::cascade: the partial results of the prefix and suffix passes",
+                              concat(N, " queries x ", Hq, " heads x (", widened ? "3 x " : "", D, " + 2) values"),
+                              "run the cascade over fewer requests at a time");
+}
+
+// The prefix pass, the suffix pass (run_suffix(q, o, lse)) and their merge into o, lse. In 16-bit
+// storage both passes run float queries (q widened, exactly) over the 16-bit keys into float
+// partials, so that o is rounded once, by the merge (FlashAttention's convention).
 template <class ExecSpace, class QView, class KPView, class VPView, class OView, class LseView, class Suffix>
-void cascade_impl(const ExecSpace& space, const QView& q, const KPView& k_prefix, const VPView& v_prefix, const OView& o,
-                  const LseView& lse, const Options& opt, const BatchLengths& lengths, const Suffix& run_suffix) {
-  using T = typename OView::non_const_value_type;
+void cascade_impl(const ExecSpace& space, const QView& q, const KPView& k_prefix, const VPView& v_prefix,
+                  const OView& o, const LseView& lse, const Options& opt, const BatchLengths& lengths,
+                  const Suffix& run_suffix) {
+  using S = typename OView::non_const_value_type;
+  using Acc = accumulate_t<S>;
   using Mem = typename ExecSpace::memory_space;
+  using Rows = Kokkos::View<Acc***, Kokkos::LayoutRight, Mem>;
+  using RowLse = Kokkos::View<Acc**, Kokkos::LayoutRight, Mem>;
+  constexpr bool widened = is_16bit_v<S>;
   compat::ScopedRegion region("kattn::cascade");
   validate(opt);
   check_cascade(opt, lengths);
-  run_suffix.check(lse);
+  run_suffix.check(q, o, lse);
+  check_prefix(q, k_prefix, v_prefix);
   const std::int64_t N = q.extent(0), Hq = q.extent(1), D = q.extent(2);
-  Kokkos::View<T***, Kokkos::LayoutRight, Mem> o_prefix(
-      Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::cascade::o_prefix"), N, Hq, D);
-  Kokkos::View<T**, Kokkos::LayoutRight, Mem> lse_prefix(
-      Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::cascade::lse_prefix"), N, Hq);
-  Kokkos::View<T**, Kokkos::LayoutRight, Mem> lse_suffix;
-  if (!wanted(lse))
-    lse_suffix = Kokkos::View<T**, Kokkos::LayoutRight, Mem>(
-        Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::cascade::lse_suffix"), N, Hq);
-  // Every check before any kernel: the suffix's params above (its pass runs after the prefix
-  // pass), the prefix's here.
-  const AttentionParams<T> pre = prefix_params(q, k_prefix, v_prefix, o_prefix.data(), lse_prefix.data());
+  require_cascade_workspace<Mem>(N, Hq, D, sizeof(Acc), widened);
+  const auto workspace = [&](const char* label) {
+    return Kokkos::view_alloc(space, Kokkos::WithoutInitializing, std::string(label));
+  };
+  const Rows o_prefix(workspace("kattn::cascade::o_prefix"), N, Hq, D);
+  const RowLse lse_prefix(workspace("kattn::cascade::lse_prefix"), N, Hq);
+  // Every check is above, before any kernel: the suffix's (its pass runs after the prefix pass)
+  // and the prefix's.
   Options prefix_opt = opt;
   prefix_opt.causal = false;  // every query sees the whole prefix
   prefix_opt.splits = 0;
   prefix_opt.split_chunk = 0;
   prefix_opt.progress = nullptr;  // reported once, by the suffix pass
-  attention_impl(space, pre, prefix_opt, BatchLengths{});
-  if (wanted(lse)) {
-    run_suffix(o, lse);
-    merge(space, o, lse, o_prefix, lse_prefix, o, lse);
+  const auto passes = [&](const auto& q_pass, const auto& o_suffix, const auto& lse_suffix) {
+    attention_impl(space, prefix_params(q_pass, k_prefix, v_prefix, o_prefix, lse_prefix), prefix_opt, BatchLengths{});
+    run_suffix(q_pass, o_suffix, lse_suffix);
+    merge(space, o_suffix, lse_suffix, o_prefix, lse_prefix, o, lse_suffix);
+  };
+  const auto with_lse = [&](const auto& q_pass, const auto& o_suffix) {
+    if (wanted(lse))
+      passes(q_pass, o_suffix, lse);
+    else
+      passes(q_pass, o_suffix, RowLse(workspace("kattn::cascade::lse_suffix"), N, Hq));
+  };
+  if constexpr (widened) {
+    const Rows q_widened(workspace("kattn::cascade::q_widened"), N, Hq, D);
+    Widening<ExecSpace>(space).copy(q, q_widened);
+    with_lse(q_widened, Rows(workspace("kattn::cascade::o_suffix"), N, Hq, D));
   } else {
-    run_suffix(o, lse_suffix);
-    merge(space, o, lse_suffix, o_prefix, lse_prefix, o, lse_suffix);
+    with_lse(q, o);
   }
 }
 
 // The params of a request batch's own keys, ragged or paged.
 template <class QView, class KView, class VView, class OView, class LseView, class MemorySpace>
-AttentionParams<typename OView::non_const_value_type> layout_params(const QView& q, const KView& k, const VView& v,
-                                                                    const OView& o, const LseView& lse,
-                                                                    const RaggedLayout<MemorySpace>& layout) {
+auto layout_params(const QView& q, const KView& k, const VView& v, const OView& o, const LseView& lse,
+                   const RaggedLayout<MemorySpace>& layout) {
   return ragged_params(q, k, v, o, lse, layout);
 }
 template <class QView, class KView, class VView, class OView, class LseView, class MemorySpace>
-AttentionParams<typename OView::non_const_value_type> layout_params(const QView& q, const KView& k, const VView& v,
-                                                                    const OView& o, const LseView& lse,
-                                                                    const PagedLayout<MemorySpace>& layout) {
+auto layout_params(const QView& q, const KView& k, const VView& v, const OView& o, const LseView& lse,
+                   const PagedLayout<MemorySpace>& layout) {
   return paged_params(q, k, v, o, lse, layout);
 }
 
 // The suffix pass of a cascade: each request's own keys, ragged or paged.
-template <class ExecSpace, class QView, class KView, class VView, class OView, class Layout>
+template <class ExecSpace, class KView, class VView, class Layout>
 struct CascadeSuffix {
   const ExecSpace& space;
-  const QView& q;
   const KView& k;
   const VView& v;
-  const OView& o;
   const Layout& layout;
   const Options& opt;
-  template <class L>
-  void check(const L& out_lse) const {
-    (void)layout_params(q, k, v, o, out_lse, layout);
+  template <class Q, class O, class L>
+  void check(const Q& q, const O& out, const L& out_lse) const {
+    (void)layout_params(q, k, v, out, out_lse, layout);
   }
-  template <class O, class L>
-  void operator()(const O& out, const L& out_lse) const {
+  template <class Q, class O, class L>
+  void operator()(const Q& q, const O& out, const L& out_lse) const {
     attention_impl(space, layout_params(q, k, v, out, out_lse, layout), opt, layout.lengths);
   }
 };

@@ -2,13 +2,12 @@
 // compiled here once per backend and storage (float, double, bf16, fp16, and float queries over
 // a bf16 or fp16 cache): every entry point that runs them is defined in this file, declared in
 // detail/attention_impl.hpp.
-#include "kattn/detail/attention_impl.hpp"
-
 #include <numeric>
 #include <string>
 
 #include "kattn/block_mask.hpp"
 #include "kattn/compat.hpp"
+#include "kattn/detail/attention_impl.hpp"
 #include "kattn/detail/backends.hpp"
 #include "kattn/detail/block_sparse_launch.hpp"
 #include "kattn/detail/cuda_dispatch.hpp"
@@ -70,13 +69,13 @@ SplitPlan attention_impl(const ExecSpace& space, const AttentionParams<Q, T, KV>
   return plan;
 }
 
-template <class ExecSpace, class T>
-void chunk_partials(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt, int chunks,
+template <class ExecSpace, class Q, class T, class KV>
+void chunk_partials(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, const Options& opt, int chunks,
                     std::int64_t chunk, T* ws_o, T* ws_lse) {
   if (p.batch == 0 || p.q_len == 0 || chunks == 0) return;
   // Always the transposed tiles, whatever run_attention would pick for the shape: their per-row
   // arithmetic is the same at every rank count.
-  TiledAttention<ExecSpace, T> kern = make_tiled_kernel(space, p, opt);
+  TiledAttention<ExecSpace, T, Q, KV> kern = make_tiled_kernel(space, p, opt);
   kern.splits = chunks;
   kern.chunk = chunk;
   kern.ws.rows = p.q_total * p.heads_q;
@@ -87,18 +86,23 @@ void chunk_partials(const ExecSpace& space, const AttentionParams<T>& p, const O
   Kokkos::parallel_for("kattn::dist::chunk_partials", policy, kern);
 }
 
-#define KATTN_INSTANTIATE_ATTENTION(Space, Q, KV)                                                         \
-  template SplitPlan attention_impl<Space, Q, accumulate_t<Q>, KV>(                                       \
+#define KATTN_INSTANTIATE_ATTENTION(Space, Q, KV)                   \
+  template SplitPlan attention_impl<Space, Q, accumulate_t<Q>, KV>( \
       const Space&, const AttentionParams<Q, accumulate_t<Q>, KV>&, const Options&, const BatchLengths&);
-#define KATTN_INSTANTIATE_FORWARD_KERNELS(Space, T)                                                    \
-  KATTN_INSTANTIATE_ATTENTION(Space, T, T)                                                             \
-  template void chunk_partials<Space, T>(const Space&, const AttentionParams<T>&, const Options&, int, \
-                                         std::int64_t, T*, T*);
+#define KATTN_INSTANTIATE_CHUNK_PARTIALS(Space, Q, KV)                                                 \
+  template void chunk_partials<Space, Q, accumulate_t<Q>, KV>(                                         \
+      const Space&, const AttentionParams<Q, accumulate_t<Q>, KV>&, const Options&, int, std::int64_t, \
+      accumulate_t<Q>*, accumulate_t<Q>*);
+#define KATTN_INSTANTIATE_FORWARD_KERNELS(Space, T) \
+  KATTN_INSTANTIATE_ATTENTION(Space, T, T)          \
+  KATTN_INSTANTIATE_CHUNK_PARTIALS(Space, T, T)
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_FORWARD_KERNELS)
-// 16-bit storage, and float queries over a 16-bit cache (decode with a bf16 / fp16 KV cache).
+// 16-bit storage, and float queries over a 16-bit cache (decode with a bf16 / fp16 KV cache; its
+// chunk partials for the MPI layer's deterministic decode).
 #define KATTN_INSTANTIATE_16BIT_ATTENTION(Space, S) \
   KATTN_INSTANTIATE_ATTENTION(Space, S, S)          \
-  KATTN_INSTANTIATE_ATTENTION(Space, float, S)
+  KATTN_INSTANTIATE_ATTENTION(Space, float, S)      \
+  KATTN_INSTANTIATE_CHUNK_PARTIALS(Space, float, S)
 KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_ATTENTION, bf16)
 KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_ATTENTION, fp16)
 

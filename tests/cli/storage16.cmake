@@ -1,6 +1,6 @@
 # 16-bit storage: --dtype bf16|f16 for run's forward (dense, ragged, paged; random inputs and
-# files) and grad (dense), the file conventions (float16 as '<f2', bf16 as '<u2' bits), and the
-# refusals: ragged grad, cascade and --algo naive take f32/f64 only for now (exit status 2, one line naming --dtype or
+# files) and grad (dense, ragged), the file conventions (float16 as '<f2', bf16 as '<u2' bits), and the
+# refusals: cascade and --algo naive take f32/f64 only for now (exit status 2, one line naming --dtype or
 # --algo; --dist's refusal is tested under mpiexec, tests/mpi). Included from CMakeLists.txt after first_hour.cmake (kattn_cli_expect, kattn_cli_npy).
 kattn_cli_expect(run_bf16_check ARGS run --random 2,65,130,4,2,32 --causal --dtype bf16 --check --json STATUS 0
                  JSON_ONLY STDOUT "\"algo\":\"flash\",\"dtype\":\"bf16\".*\"rel_err\":[0-9.e-]+.*\"check\":\"pass\"")
@@ -15,20 +15,37 @@ kattn_cli_expect(run_bf16_ragged ARGS run --random-ragged 8,2,32 --q-lens 1,0,5,
 kattn_cli_expect(run_bf16_sampled ARGS run --random 1,200,200,2,2,128 --causal --dtype bf16 --check-rows 20 --json
                  STATUS 0 STDOUT "\"check_mode\":\"sampled\".*\"check\":\"pass\"")
 # float16 files from npy_write: the run's type comes from the files.
-kattn_cli_npy(q16 q16.npy f16 1,20,2,16 random)
-kattn_cli_npy(k16 k16.npy f16 1,30,1,16 random)
-kattn_cli_expect(run_f16_files ARGS run --q ${DATA}/q16.npy --k ${DATA}/k16.npy --v ${DATA}/k16.npy --check --json
+kattn_cli_npy(q16 f16_q.npy f16 1,20,2,16 random)
+kattn_cli_npy(k16 f16_k.npy f16 1,30,1,16 random)
+kattn_cli_expect(run_f16_files ARGS run --q ${DATA}/f16_q.npy --k ${DATA}/f16_k.npy --v ${DATA}/f16_k.npy --check --json
                  STATUS 0 REQUIRES "q16;k16" STDOUT "\"dtype\":\"f16\".*\"check\":\"pass\"")
 kattn_cli_expect(run_f16_zeros ARGS run --q ${BAD_NPY}/half.npy --k ${BAD_NPY}/half.npy --v ${BAD_NPY}/half.npy
                  --check --json STATUS 0 STDOUT "\"dtype\":\"f16\".*\"max_abs_err\":0,.*\"check\":\"pass\"")
 # Refusals.
 kattn_cli_expect(grad_bf16_check ARGS grad --random 1,70,90,4,2,64 --causal --dtype bf16 --check --json STATUS 0
                  JSON_ONLY STDOUT "\"dtype\":\"bf16\".*\"check\":\"pass\"")
-kattn_cli_expect(grad_f16_files ARGS grad --q ${DATA}/q16.npy --k ${DATA}/k16.npy --v ${DATA}/k16.npy
-                 --do ${DATA}/q16.npy --check --json STATUS 0 REQUIRES "q16;k16"
+kattn_cli_expect(grad_f16_files ARGS grad --q ${DATA}/f16_q.npy --k ${DATA}/f16_k.npy --v ${DATA}/f16_k.npy
+                 --do ${DATA}/f16_q.npy --check --json STATUS 0 REQUIRES "q16;k16"
                  STDOUT "\"dtype\":\"f16\".*\"check\":\"pass\"")
-kattn_cli_expect(grad_bf16_ragged ARGS grad --random-ragged 2,1,8 --q-lens 1,2 --kv-lens 3,4 --dtype bf16 STATUS 2
-                 ONE_LINE STDERR "--dtype bf16: kattn grad takes bf16 and f16 on dense inputs")
+# Ragged grad in 16 bits: GQA, a sequence without keys and one without queries, causal; every
+# gradient checked, then sampled rows; paged caches are refused as in f32.
+kattn_cli_expect(grad_bf16_ragged ARGS grad --random-ragged 8,2,32 --q-lens 1,0,5,3 --kv-lens 100,7,0,60 --causal
+                 --dtype bf16 --check --json STATUS 0 JSON_ONLY
+                 STDOUT "\"dtype\":\"bf16\",\"layout\":\"ragged\".*\"check\":\"pass\"")
+kattn_cli_expect(grad_f16_ragged_sampled ARGS grad --random-ragged 4,4,64 --q-lens 40,1 --kv-lens 50,300 --window 20,0
+                 --softcap 10 --dtype f16 --check-rows 8 --json STATUS 0
+                 STDOUT "\"dtype\":\"f16\".*\"check_mode\":\"sampled\".*\"check\":\"pass\"")
+# float16 files with index arrays (first_hour's q_indptr, kv_indptr): the run's type from the files,
+# dq written in it. No --check: npy_write draws every file from one seed, so q and k agree row for
+# row, and dq's cancellation there exceeds the fixed f16 bound (1.0e-3 against 2^-10).
+kattn_cli_npy(q3h q3h.npy f16 4,4,8 random)
+kattn_cli_npy(krh krh.npy f16 10,2,8 random)
+kattn_cli_expect(grad_f16_ragged_files ARGS grad --q ${DATA}/q3h.npy --k ${DATA}/krh.npy --v ${DATA}/krh.npy
+                 --q-indptr ${DATA}/q_indptr.npy --kv-indptr ${DATA}/kv_indptr.npy --do ${DATA}/q3h.npy
+                 --dq ${DATA}/dq3h.npy --json STATUS 0 REQUIRES "q3h;krh;q_indptr;kv_indptr" REMOVE ${DATA}/dq3h.npy
+                 FILES ${DATA}/dq3h.npy STDOUT "\"dtype\":\"f16\",\"layout\":\"ragged\"")
+kattn_cli_expect(grad_bf16_paged ARGS grad --random 1,2,10,2,1,8 --page-size 4 --dtype bf16 STATUS 2 ONE_LINE
+                 STDERR "kattn grad: ragged batches only")
 kattn_cli_expect(naive_bf16 ARGS run --random 1,4,4,1,1,8 --algo naive --dtype bf16 STATUS 2 ONE_LINE
                  STDERR "--algo naive: the textbook algorithm runs in f32 or f64; with --dtype bf16 use flash or splitkv")
 kattn_cli_expect(cascade_bf16 ARGS run --cascade --random-ragged 2,1,8 --q-lens 1 --kv-lens 4 --random-prefix 3

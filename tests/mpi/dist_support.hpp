@@ -6,6 +6,8 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -32,6 +34,23 @@ inline std::uint64_t shared_seed(MPI_Comm comm = MPI_COMM_WORLD) {
   unsigned long long s = fresh_seed();
   MPI_Bcast(&s, 1, MPI_UNSIGNED_LONG_LONG, 0, comm);
   return s;
+}
+
+// Shard lengths of Nk keys over P ranks: even, and uneven with an empty rank in the middle.
+inline std::vector<std::vector<std::int64_t>> splits_of(std::int64_t Nk, int P) {
+  std::vector<std::vector<std::int64_t>> out;
+  std::vector<std::int64_t> even(P), uneven(P, 0);
+  for (int r = 0; r < P; ++r) even[r] = Nk / P + (r < Nk % P ? 1 : 0);
+  out.push_back(even);
+  std::int64_t left = Nk;
+  for (int r = 0; r < P; ++r) {
+    if (r == 1 && P > 2) continue;  // rank 1 holds nothing
+    const std::int64_t n = (r == P - 1) ? left : std::min(left, Nk / 3 + r);
+    uneven[r] = n;
+    left -= n;
+  }
+  out.push_back(uneven);
+  return out;
 }
 
 // Rows [B, n_r, H, D] of a global [B, N, H, D] array that `rank` holds under `layout`.

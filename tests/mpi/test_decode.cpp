@@ -18,23 +18,6 @@ namespace {
 
 using dist::DistOptions;
 
-// Shard lengths of Nk keys over P ranks: even, and uneven with an empty rank in the middle.
-std::vector<std::vector<std::int64_t>> splits_of(std::int64_t Nk, int P) {
-  std::vector<std::vector<std::int64_t>> out;
-  std::vector<std::int64_t> even(P), uneven(P, 0);
-  for (int r = 0; r < P; ++r) even[r] = Nk / P + (r < Nk % P ? 1 : 0);
-  out.push_back(even);
-  std::int64_t left = Nk;
-  for (int r = 0; r < P; ++r) {
-    if (r == 1 && P > 2) continue;  // rank 1 holds nothing
-    const std::int64_t n = (r == P - 1) ? left : std::min(left, Nk / 3 + r);
-    uneven[r] = n;
-    left -= n;
-  }
-  out.push_back(uneven);
-  return out;
-}
-
 template <class T>
 void decode_on(const Problem<T>& g, const std::vector<std::int64_t>& lens, const Options& opt, const DistOptions& d,
                View4<T>& o, View3<T>& lse) {

@@ -4,13 +4,12 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
-
 #include <cstdint>
 
-#include "kattn/options.hpp"
 #include "kattn/core/attention_params.hpp"
-#include "kattn/ragged.hpp"
 #include "kattn/core/split_planner.hpp"
+#include "kattn/options.hpp"
+#include "kattn/ragged.hpp"
 
 namespace kattn {
 namespace detail {
@@ -37,8 +36,10 @@ SplitPlan attention_impl(const ExecSpace& space, const AttentionParams<Q, T, KV>
 // batch * q_len * heads_q. A chunk's partial for a row depends only on that row, the chunk's keys,
 // block_k and the mask (tiles start at the chunk start; the per-row arithmetic does not depend on
 // which rows share a tile), so it has the same bits on every rank count. opt.block_k must be set.
-template <class ExecSpace, class T>
-void chunk_partials(const ExecSpace& space, const AttentionParams<T>& p, const Options& opt, int chunks,
+// Instantiated for (Q, KV) = (float, float), (double, double), (float, bf16) and (float, fp16):
+// partials are in the accumulation type T, whatever the cache's storage.
+template <class ExecSpace, class Q, class T, class KV>
+void chunk_partials(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, const Options& opt, int chunks,
                     std::int64_t chunk, T* ws_o, T* ws_lse);
 
 }  // namespace detail

@@ -16,17 +16,16 @@ namespace detail {
 
 // Thread-level (vector lanes over the head dim): folds parts 0 .. n_parts - 1, in order, into the
 // running state st with its unnormalised o (head_dim values; not read while st is empty). part_o(s)
-// points at part s's head_dim values and part_lse(s) is its lse. o may be part 0's o (read before
-// written, element by element), never a later part's.
+// points at part s's head_dim values (T, or 16-bit storage widened as read) and part_lse(s) is its lse. o may be part
+// 0's o (read before written, element by element), never a later part's.
 template <class Member, class T, class PartO, class PartLse>
 KOKKOS_INLINE_FUNCTION void fold_parts(const Member& member, RowState<T>& st, T* o, int n_parts, int head_dim,
                                        const PartO& part_o, const PartLse& part_lse) {
   for (int s = 0; s < n_parts; ++s) {
-    const T* part = part_o(s);
+    const auto* part = part_o(s);
     const Merge<T> mg = merge(st, from_lse(part_lse(s)));
-    Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, head_dim), [&](const int d) {
-      o[d] = merged_o(mg, mg.a_seen ? o[d] : T(0), part[d]);
-    });
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, head_dim),
+                         [&](const int d) { o[d] = merged_o(mg, mg.a_seen ? o[d] : T(0), T(widen(part[d]))); });
     st = mg.state;
   }
 }
@@ -46,8 +45,8 @@ KOKKOS_INLINE_FUNCTION void finish_row(const Member& member, const RowState<T>& 
 }
 
 // Thread-level: out = merge of parts 0 .. n_parts - 1 (see fold_parts), lse_out may be null. The
-// running o is kept in acc (head_dim values of the accumulation type: out itself, or part 0's o
-// when out is stored in 16 bits, so that it is rounded once, at the end).
+// running o is kept in acc (head_dim values of the accumulation type: out itself, or, when out is
+// stored in 16 bits, part 0's float o or a float scratch row, so that out is rounded once, at the end).
 template <class Member, class T, class PartO, class PartLse, class S>
 KOKKOS_INLINE_FUNCTION void merge_row(const Member& member, int n_parts, int head_dim, const PartO& part_o,
                                       const PartLse& part_lse, T* acc, S* out, T* lse_out) {

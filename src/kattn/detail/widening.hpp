@@ -35,7 +35,8 @@ struct FloatCopy<ExecSpace, 4> {
 template <class ExecSpace>
 class Widening {
  public:
-  explicit Widening(const ExecSpace& space) : space_(space) {}
+  // owner names the copies' allocations ("<owner>::widened_q").
+  explicit Widening(const ExecSpace& space, const char* owner = "kattn::backward") : space_(space), owner_(owner) {}
 
   // Refuses, naming the copies, when they do not fit: call with every view to be copied.
   template <class... Views>
@@ -59,7 +60,7 @@ class Widening {
   template <class View>
   auto out(const View& v, const char* label) const {
     using F = typename FloatCopy<ExecSpace, View::rank>::type;
-    const std::string name = std::string("kattn::backward::widened_") + label;
+    const std::string name = std::string(owner_) + "::widened_" + label;
     if constexpr (View::rank == 3)
       return F(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, name), v.extent(0), v.extent(1), v.extent(2));
     else
@@ -77,7 +78,7 @@ class Widening {
       using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>, Kokkos::IndexType<std::int64_t>>;
       const std::int64_t e0 = from.extent(0), e1 = from.extent(1), e2 = from.extent(2);
       Kokkos::parallel_for(
-          "kattn::backward::convert", Policy(space_, {0, 0, 0}, {e0, e1, e2}),
+          "kattn::widen_or_round", Policy(space_, {0, 0, 0}, {e0, e1, e2}),
           KOKKOS_LAMBDA(std::int64_t a, std::int64_t b, std::int64_t c) {
             to(a, b, c) = narrow<S>(widen(from(a, b, c)));
           });
@@ -85,7 +86,7 @@ class Widening {
       using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<4>, Kokkos::IndexType<std::int64_t>>;
       const std::int64_t e0 = from.extent(0), e1 = from.extent(1), e2 = from.extent(2), e3 = from.extent(3);
       Kokkos::parallel_for(
-          "kattn::backward::convert", Policy(space_, {0, 0, 0, 0}, {e0, e1, e2, e3}),
+          "kattn::widen_or_round", Policy(space_, {0, 0, 0, 0}, {e0, e1, e2, e3}),
           KOKKOS_LAMBDA(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
             to(a, b, c, d) = narrow<S>(widen(from(a, b, c, d)));
           });
@@ -94,6 +95,7 @@ class Widening {
 
  private:
   ExecSpace space_;
+  const char* owner_;
 };
 
 // The 16-bit backward: run(q, k, v, o, dout, dq, dk, dv) (the float backward of the caller's kv

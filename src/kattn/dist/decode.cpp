@@ -2,19 +2,20 @@
 
 #include <algorithm>
 #include <chrono>
+#include <type_traits>
 #include <vector>
 
 #include "kattn/compat.hpp"
-#include "kattn/dist/clock.hpp"
-#include "kattn/detail/backends.hpp"
 #include "kattn/detail/attention_impl.hpp"
-#include "kattn/plan_splits.hpp"
+#include "kattn/detail/backends.hpp"
 #include "kattn/dist/agreement.hpp"
 #include "kattn/dist/chunk_partials.hpp"
+#include "kattn/dist/clock.hpp"
 #include "kattn/dist/fold_kernels.hpp"
 #include "kattn/dist/merge_op.hpp"
 #include "kattn/dist/shard_math.hpp"
 #include "kattn/dist/transport.hpp"
+#include "kattn/plan_splits.hpp"
 
 namespace kattn {
 namespace dist {
@@ -22,10 +23,11 @@ namespace detail {
 namespace {
 
 // Finished rows [lse, o] (row (b, i, h) at ((b * Nq + i) * H + h) * (D + 1)) to the caller's o, lse.
-template <class ExecSpace, class T>
+template <class ExecSpace, class P>
 struct UnpackRows {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  AttentionParams<T> p;
+  using T = typename P::acc_type;
+  P p;
   const T* rec = nullptr;
   int league_size() const { return p.batch * static_cast<int>(p.q_len); }
   KOKKOS_INLINE_FUNCTION void operator()(const Member& member) const {
@@ -44,9 +46,10 @@ struct UnpackRows {
 
 }  // namespace
 
-template <class ExecSpace, class T>
-DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
+template <class ExecSpace, class Q, class T, class KV>
+DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<Q, T, KV>& p, const Options& opt,
                       const DistOptions& d) {
+  static_assert(std::is_same<Q, T>::value, "kattn::dist::decode: q and o in the accumulation type (rows travel in it)");
   using Mem = typename ExecSpace::memory_space;
   // Regions of the area ("kattn::dist", shared helpers) and of this entry point (its own kernels).
   compat::ScopedRegion area("kattn::dist");
@@ -85,7 +88,7 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
     // Local partial rows [lse, o], written by the kernel straight into the message layout.
     Kokkos::View<T*, Mem> rec(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::decode::rows"),
                               rows * (D + 1));
-    AttentionParams<T> pr = p;
+    AttentionParams<Q, T, KV> pr = p;
     const std::int64_t w = D + 1;
     pr.o = rec.data() + 1;
     pr.o_stride_batch = p.q_len * p.heads_q * w, pr.o_stride_seq = p.heads_q * w, pr.o_stride_head = w;
@@ -122,7 +125,7 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
     }
     if (d.root < 0 || rank == d.root) {
       if (staged) Kokkos::deep_copy(rec, host);
-      UnpackRows<ExecSpace, T> f{p, rec.data()};
+      UnpackRows<ExecSpace, AttentionParams<Q, T, KV>> f{p, rec.data()};
       launch_rows(space, "kattn::dist::decode::unpack", f);
     }
     space.fence();
@@ -235,10 +238,15 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
   return stats;
 }
 
-#define KATTN_INSTANTIATE_DECODE(Space, T)                                                                    \
-  template DistStats decode_impl<Space, T>(MPI_Comm, const Space&, const AttentionParams<T>&, const Options&, \
-                                           const DistOptions&);
+#define KATTN_INSTANTIATE_DECODE_KV(Space, Q, KV)                                                           \
+  template DistStats decode_impl<Space, Q, Q, KV>(MPI_Comm, const Space&, const AttentionParams<Q, Q, KV>&, \
+                                                  const Options&, const DistOptions&);
+#define KATTN_INSTANTIATE_DECODE(Space, T) KATTN_INSTANTIATE_DECODE_KV(Space, T, T)
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_DECODE)
+// A 16-bit KV cache under float queries (16-bit queries are widened first: decode.hpp).
+#define KATTN_INSTANTIATE_16BIT_CACHE_DECODE(Space, S) KATTN_INSTANTIATE_DECODE_KV(Space, float, S)
+KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_CACHE_DECODE, bf16)
+KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_CACHE_DECODE, fp16)
 
 }  // namespace detail
 }  // namespace dist
