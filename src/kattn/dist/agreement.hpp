@@ -36,14 +36,24 @@ inline std::vector<Agreed> option_fields(const Options& opt, const DistOptions& 
 }
 
 // Which distributed call a rank is in: every rank must be in the same one.
-enum class DistCall : int { ring_attention = 0, ring_attention_backward = 1, decode_attention = 2 };
+enum class DistCall : int {
+  ring_attention = 0,
+  ring_attention_backward = 1,
+  decode_attention = 2,
+  ulysses_attention = 3,
+  ulysses_attention_backward = 4,
+  hybrid_attention = 5,
+  hybrid_attention_backward = 6
+};
 
 // The fields every distributed call agrees on first: the call itself, then the problem and options.
 template <class T>
 std::vector<Agreed> problem_fields(DistCall call, const AttentionParams<T>& p, const Options& opt,
                                    const DistOptions& d) {
   std::vector<Agreed> f = {
-      Agreed::integer("call", "distributed call (0 ring_attention, 1 ring_attention_backward, 2 decode_attention)",
+      Agreed::integer("call", "distributed call (0 ring_attention, 1 ring_attention_backward, 2 decode_attention, 3 "
+                      "ulysses_attention, 4 ulysses_attention_backward, 5 hybrid_attention, 6 "
+                      "hybrid_attention_backward)",
                       static_cast<int>(call)),
       Agreed::dtype("q", sizeof(T)), Agreed::integer("q", "batch", p.batch),
                            Agreed::integer("q", "heads", p.heads_q), Agreed::integer("k", "KV heads", p.heads_kv),
