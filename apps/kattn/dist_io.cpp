@@ -80,10 +80,18 @@ std::vector<double> gather_positions(MPI_Comm comm, const std::vector<double>& l
   return global;
 }
 
+int mode_number(const std::string& mode) {
+  return mode == "ring" ? 0 : mode == "decode" ? 1 : mode == "ulysses" ? 2 : -1;
+}
+
+dist::SequenceLayout sequence_layout(const std::string&, std::int64_t N, int P, const dist::DistOptions& d) {
+  return dist::SequenceLayout(N, P, d.sharding, d.deterministic ? dist::chunk_of(d) : 1);
+}
+
 void agree_on_command(MPI_Comm comm, const std::string& mode, const Options& opt, const dist::DistOptions& d,
                       bool check, const std::vector<dist::Agreed>& extra) {
   std::vector<dist::Agreed> fields = {
-      dist::Agreed::integer("--dist", "mode (0 ring, 1 decode)", mode == "ring" ? 0 : mode == "decode" ? 1 : 2),
+      dist::Agreed::integer("--dist", "mode (0 ring, 1 decode, 2 ulysses)", mode_number(mode)),
       dist::Agreed::boolean("--check", "check", check)};
   for (const dist::Agreed& f : dist::detail::option_fields(opt, d)) fields.push_back(f);
   fields.insert(fields.end(), extra.begin(), extra.end());

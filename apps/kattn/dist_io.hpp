@@ -18,6 +18,15 @@
 namespace kattn {
 namespace cli {
 
+// The --dist schemes: ring, ulysses (and hybrid) shard the sequence; decode shards the KV cache
+// and replicates the queries.
+int mode_number(const std::string& mode);  // 0 ring, 1 decode, 2 ulysses; -1 for anything else
+inline bool shards_sequence(const std::string& mode) { return mode == "ring" || mode == "ulysses"; }
+
+// The positions each rank holds under a sequence-sharding scheme: N over P ranks as the ring and
+// head sharding take them (d.sharding, chunk-aligned in deterministic mode).
+dist::SequenceLayout sequence_layout(const std::string& mode, std::int64_t N, int P, const dist::DistOptions& d);
+
 // Every rank gets its positions of rank 0's `global` (ignored elsewhere).
 std::vector<double> scatter_positions(MPI_Comm comm, const std::vector<double>& global, std::int64_t outer,
                                       std::int64_t inner, const dist::SequenceLayout& layout);
