@@ -32,7 +32,8 @@ inline std::vector<Agreed> option_fields(const Options& opt, const DistOptions& 
           Agreed::integer("options", "chunk", chunk_of(d)),
           Agreed::integer("options", "sharding (0 contiguous, 1 zigzag)", static_cast<int>(d.sharding)),
           Agreed::integer("options", "root", d.root),
-          Agreed::boolean("options", "communicate", d.communicate)};
+          Agreed::boolean("options", "communicate", d.communicate),
+          Agreed::integer("options", "ulysses_size", d.ulysses_size)};
 }
 
 // Which distributed call a rank is in: every rank must be in the same one.

@@ -1,4 +1,5 @@
-// Options and measurements of the distributed entry points (ring attention, distributed decode).
+// Options and measurements of the distributed entry points (ring attention, head sharding, hybrid,
+// distributed decode).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,9 @@ struct DistOptions {
   bool deterministic = false;
   std::int64_t chunk = 0;
   Staging staging = Staging::automatic;
+  // Hybrid attention: ranks per head-sharding group, U in the grid P = U x R (rank g U + u is member
+  // u of ring group g); 0 means P (one group). Ignored by the other calls.
+  int ulysses_size = 0;
   // Distributed decode: -1 gives every rank the result (MPI_Allreduce); a rank number gives it
   // to that rank only (MPI_Reduce); the others' o and lse are then left as they were.
   int root = -1;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "kattn/dist/dist_options.hpp"
 #include "kattn/errors.hpp"
 
 namespace kattn {
@@ -34,6 +35,15 @@ struct HeadSplit {
 inline void require_head_split(int heads_q, int ranks) {
   KATTN_REQUIRE(heads_q % ranks == 0, "q: expected a number of heads that is a multiple of the ", ranks,
                 " ranks sharing them (head sharding), got ", heads_q);
+}
+
+// Deterministic mode promises the bits of every rank count; when ranks hold parts of a GQA group
+// the dK, dV sum of that group is cut differently, so those rank counts are refused. The same
+// error on every rank (the head counts are agreed before).
+inline void require_whole_groups(int heads_kv, int ranks, const DistOptions& d) {
+  KATTN_REQUIRE(!d.deterministic || heads_kv % ranks == 0,
+                "k: deterministic head sharding needs a number of KV heads that is a multiple of the ", ranks,
+                " ranks (each rank then sums whole GQA groups), got ", heads_kv);
 }
 
 inline HeadSplit head_split(int heads_q, int heads_kv, int ranks, int rank) {

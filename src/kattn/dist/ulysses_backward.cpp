@@ -11,15 +11,6 @@ namespace kattn {
 namespace dist {
 namespace detail {
 
-// Deterministic mode promises the bits of every rank count; when ranks hold parts of a GQA group
-// the dK, dV sum of that group is cut differently, so those rank counts are refused. The same
-// error on every rank (the head counts are agreed before).
-inline void require_whole_groups(int heads_kv, int ranks, const DistOptions& d) {
-  KATTN_REQUIRE(!d.deterministic || heads_kv % ranks == 0,
-                "k: deterministic head sharding needs a number of KV heads that is a multiple of the ", ranks,
-                " ranks (each rank then sums whole GQA groups), got ", heads_kv);
-}
-
 template <class ExecSpace, class T>
 DistStats ulysses_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
                                 const DistOptions& d, const BackwardOptions& bopt) {
