@@ -114,16 +114,15 @@ View4<double> widened(const View4<T>& v) {
   return out;
 }
 
-// Shards g's inputs as d says (contiguous or zigzag, chunk-aligned when deterministic), poisons
-// dq, dk, dv and calls run(inputs, result) to fill them.
+// Shards g's inputs as the layouts say, poisons dq, dk, dv and calls run(inputs, result) to fill them.
 template <class T, class Run>
-LocalGrads<T> sharded_backward(MPI_Comm comm, const Grads<T>& g, const DistOptions& d, Run&& run) {
-  const int rank = rank_of(comm), P = size_of(comm);
+LocalGrads<T> sharded_backward(MPI_Comm comm, const Grads<T>& g, const SequenceLayout& ql, const SequenceLayout& kl,
+                               Run&& run) {
+  const int rank = rank_of(comm);
   const Shape& s = g.p.shape;
-  const std::int64_t align = d.deterministic ? dist::chunk_of(d) : 1;
   LocalGrads<T> r;
-  r.ql = SequenceLayout(s.Nq, P, d.sharding, align);
-  r.kl = SequenceLayout(s.Nk, P, d.sharding, align);
+  r.ql = ql;
+  r.kl = kl;
   ShardedGrads<T> x;
   x.q = shard(g.p.q, r.ql, rank, "q"), x.o = shard(g.p.o, r.ql, rank, "o"), x.dout = shard(g.dout, r.ql, rank, "do");
   x.lse = shard_lse(g.p.lse, r.ql, rank);
@@ -137,6 +136,16 @@ LocalGrads<T> sharded_backward(MPI_Comm comm, const Grads<T>& g, const DistOptio
   poison(r.dv);
   run(x, r);
   return r;
+}
+
+// The same with the layouts of ring attention and head sharding: d's sharding, chunk-aligned when
+// deterministic.
+template <class T, class Run>
+LocalGrads<T> sharded_backward(MPI_Comm comm, const Grads<T>& g, const DistOptions& d, Run&& run) {
+  const int P = size_of(comm);
+  const std::int64_t align = d.deterministic ? dist::chunk_of(d) : 1;
+  return sharded_backward(comm, g, SequenceLayout(g.p.shape.Nq, P, d.sharding, align),
+                          SequenceLayout(g.p.shape.Nk, P, d.sharding, align), std::forward<Run>(run));
 }
 
 // Communicators of the first s ranks, s = 1 .. P.

@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "dist_forward.hpp"
 #include "dist_grads.hpp"
 #include "dist_support.hpp"
 #include "kattn/attention.hpp"
@@ -20,28 +21,17 @@ namespace test {
 namespace {
 
 template <class T>
-struct HeadShardedRun {
-  View4<T> o;
-  View3<T> lse;
-  dist::DistStats stats;
-  SequenceLayout q_layout;
-};
+using HeadShardedRun = ShardedRun<T>;
 
 template <class T>
 HeadShardedRun<T> run_ulysses(MPI_Comm comm, const Problem<T>& g, const Options& opt, const DistOptions& d) {
-  const int rank = rank_of(comm), P = size_of(comm);
+  const int P = size_of(comm);
   const std::int64_t align = d.deterministic ? dist::chunk_of(d) : 1;
   const SequenceLayout ql(g.shape.Nq, P, d.sharding, align), kl(g.shape.Nk, P, d.sharding, align);
-  const View4<T> q = shard(g.q, ql, rank, "q"), k = shard(g.k, kl, rank, "k"), v = shard(g.v, kl, rank, "v");
-  HeadShardedRun<T> r;
-  r.q_layout = ql;
-  const std::size_t n = static_cast<std::size_t>(ql.local_length(rank));
-  r.o = View4<T>("o", g.shape.B, n, g.shape.Hq, g.shape.D);
-  r.lse = View3<T>("lse", g.shape.B, g.shape.Hq, n);
-  poison(r.o);
-  poison(r.lse);
-  r.stats = dist::ulysses_attention(comm, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), r.o, r.lse, opt, d);
-  return r;
+  return sharded_forward(
+      comm, g, ql, kl, [&](const auto& q, const auto& k, const auto& v, const auto& o, const auto& lse) {
+        return dist::ulysses_attention(comm, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, opt, d);
+      });
 }
 
 template <class T>
