@@ -1,4 +1,4 @@
-// kattn grad --dist ring|ulysses: gradients over the ranks of MPI_COMM_WORLD. Rank 0 reads (or
+// kattn grad --dist ring|ulysses|hybrid: gradients over the ranks of MPI_COMM_WORLD. Rank 0 reads (or
 // draws) q, k, v and dO and scatters them as the sharding says; the scheme's forward makes o and
 // the LSE, its backward the gradients; rank 0 gathers them, checks them against the float64
 // textbook backward and writes them.
@@ -18,6 +18,8 @@
 #include "paths.hpp"
 #include "run_check.hpp"
 #include "kattn/dist/collective.hpp"
+#include "kattn/dist/hybrid.hpp"
+#include "kattn/dist/hybrid_backward.hpp"
 #include "kattn/dist/ring.hpp"
 #include "kattn/dist/ring_backward.hpp"
 #include "kattn/dist/ring_traffic.hpp"
@@ -69,12 +71,16 @@ DistGrads run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, 
   DistGrads g;
   const bool ring = mode == "ring";
   const auto forward = ring ? dist::ring_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d)
-                            : dist::ulysses_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
+                       : mode == "ulysses" ? dist::ulysses_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d)
+                                           : dist::hybrid_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
   g.forward_seconds = reduce_max(comm, forward.seconds);
   MPI_Barrier(comm);
+  const auto kvs = kv::dense(k, v);
   const dist::DistStats s =
-      ring ? dist::ring_attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, bopt, d)
-           : dist::ulysses_attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, bopt, d);
+      ring ? dist::ring_attention_backward(comm, space, q, kvs, o, lse, dout, dq, dk, dv, opt, bopt, d)
+      : mode == "ulysses"
+          ? dist::ulysses_attention_backward(comm, space, q, kvs, o, lse, dout, dq, dk, dv, opt, bopt, d)
+          : dist::hybrid_attention_backward(comm, space, q, kvs, o, lse, dout, dq, dk, dv, opt, bopt, d);
   g.seconds = reduce_max(comm, s.seconds);
   g.comm_seconds = reduce_max(comm, s.comm_seconds);
   g.bytes = static_cast<long long>(reduce_max(comm, double(s.bytes_sent)));
@@ -105,8 +111,9 @@ int grad_distributed(Args& args, const std::string& mode) {
     bool check = false, json = false;
     std::vector<std::string> input_args;  // the input flags travel to rank 0's reader
     dist::collective_check(comm, [&] {
-      KATTN_REQUIRE(shards_sequence(mode), "--dist: grad distributes the sequence (ring or ulysses), got '", mode,
-                    "'");
+      KATTN_REQUIRE(shards_sequence(mode), "--dist: grad distributes the sequence (ring, ulysses or hybrid), got '",
+                    mode, "'");
+      read_grid(args, mode, P, d);
       if (args.flag("--zigzag")) d.sharding = dist::Sharding::zigzag;
       d.deterministic = args.flag("--deterministic");
       d.chunk = args.integer("--chunk", 1, std::int64_t(1) << 40).value_or(0);
@@ -160,9 +167,9 @@ int grad_distributed(Args& args, const std::string& mode) {
       const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
       const double flops = 2.5 * attention_flops(in, opt);
       std::fprintf(text, 
-          "kattn grad: dist=%s ranks=%d sharding=%s%s dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld "
+          "kattn grad: dist=%s ranks=%d%s sharding=%s%s dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld "
           "D=%lld%s\n",
-          mode.c_str(), P, dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, (long long)in.B, (long long)in.Nq,
+          mode.c_str(), P, grid_text(mode, P, d).c_str(), dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, (long long)in.B, (long long)in.Nq,
           (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
       std::fprintf(text, 
           "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
@@ -171,6 +178,7 @@ int grad_distributed(Args& args, const std::string& mode) {
           g.model_bytes >= 0 ? (" (model " + std::to_string(g.model_bytes) + ")").c_str() : "");
       Json j;
       j.add("algo", "flash").add("dist", mode).add("ranks", P).add("sharding", dist::name(d.sharding));
+      if (mode == "hybrid") j.add("ulysses_size", d.ulysses_size);
       j.add("deterministic", d.deterministic).add("dtype", dtype).add("shape", in.shape()).add("causal", opt.causal);
       j.add("seconds", g.seconds).add("gflops", g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0);
       j.add("forward_seconds", g.forward_seconds).add("comm_seconds", g.comm_seconds).add("bytes_sent_per_rank", g.bytes);
