@@ -1,5 +1,5 @@
 // Head sharding's collective errors: heads that do not divide over the ranks, options that differ
-// between ranks, and deterministic backward on a rank count that splits GQA groups, each the same
+// between ranks, communicate off, and deterministic backward on a rank count that splits GQA groups, each the same
 // kattn::Error on every rank, never a hang (ctest runs DistErrors under a timeout).
 #include <gtest/gtest.h>
 
@@ -71,6 +71,15 @@ TEST(DistErrors, UlyssesDeterministicBackwardNeedsWholeGqaGroups) {
   expect_same_error([&] { s.backward({}, d); },
                     "k: deterministic head sharding needs a number of KV heads that is a multiple of the " +
                         std::to_string(P) + " ranks (each rank then sums whole GQA groups), got 1");
+}
+
+TEST(DistErrors, UlyssesAlwaysTransfers) {
+  HeadShard s(20, 2 * size_of(MPI_COMM_WORLD), 2, 8);
+  DistOptions d;
+  d.communicate = false;
+  const std::string expected = "communicate: head sharding always transfers (false is for ring attention alone)";
+  expect_same_error([&] { s.forward({}, d); }, expected);
+  expect_same_error([&] { s.backward({}, d); }, expected);
 }
 
 TEST(DistErrors, UlyssesBadShapeOnOneRank) {

@@ -8,12 +8,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "kattn/core/attention_params.hpp"
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/layout.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/options.hpp"
-#include "kattn/core/attention_params.hpp"
 
 namespace kattn {
 namespace dist {
@@ -52,13 +52,16 @@ template <class T>
 std::vector<Agreed> problem_fields(DistCall call, const AttentionParams<T>& p, const Options& opt,
                                    const DistOptions& d) {
   std::vector<Agreed> f = {
-      Agreed::integer("call", "distributed call (0 ring_attention, 1 ring_attention_backward, 2 decode_attention, 3 "
+      Agreed::integer("call",
+                      "distributed call (0 ring_attention, 1 ring_attention_backward, 2 decode_attention, 3 "
                       "ulysses_attention, 4 ulysses_attention_backward, 5 hybrid_attention, 6 "
                       "hybrid_attention_backward)",
                       static_cast<int>(call)),
-      Agreed::dtype("q", sizeof(T)), Agreed::integer("q", "batch", p.batch),
-                           Agreed::integer("q", "heads", p.heads_q), Agreed::integer("k", "KV heads", p.heads_kv),
-                           Agreed::integer("q", "head dim", p.head_dim)};
+      Agreed::dtype("q", sizeof(T)),
+      Agreed::integer("q", "batch", p.batch),
+      Agreed::integer("q", "heads", p.heads_q),
+      Agreed::integer("k", "KV heads", p.heads_kv),
+      Agreed::integer("q", "head dim", p.head_dim)};
   for (const Agreed& a : option_fields(opt, d)) f.push_back(a);
   return f;
 }

@@ -24,6 +24,7 @@ DistStats hybrid_forward_impl(MPI_Comm comm, const ExecSpace& space, const Atten
   int P = 1;
   MPI_Comm_size(comm, &P);
   require_grid(P, p.heads_q, d);
+  require_transfers(d);
   const GlobalSplit split = hybrid_split(comm, p.q_len, p.kv_len, d);
   const HybridGrid grid(comm, d.ulysses_size);
   const std::int64_t align = d.deterministic ? chunk_of(d) : 1;

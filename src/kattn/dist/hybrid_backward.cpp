@@ -23,6 +23,7 @@ DistStats hybrid_backward_impl(MPI_Comm comm, const ExecSpace& space, const Back
   int P = 1;
   MPI_Comm_size(comm, &P);
   require_grid(P, f.heads_q, d);
+  require_transfers(d);
   const int U = d.ulysses_size > 0 ? d.ulysses_size : P;
   require_whole_groups(f.heads_kv, U, d);
   const GlobalSplit split = hybrid_split(comm, f.q_len, f.kv_len, d);

@@ -3,10 +3,8 @@
 #include "kattn/compat.hpp"
 #include "kattn/detail/backends.hpp"
 #include "kattn/dist/agreement.hpp"
-#include "kattn/dist/chunk_partials.hpp"
 #include "kattn/dist/clock.hpp"
 #include "kattn/dist/head_sharded.hpp"
-#include "kattn/dist/shard_math.hpp"
 #include "kattn/dist/ulysses_local.hpp"
 
 namespace kattn {
@@ -26,6 +24,7 @@ DistStats ulysses_forward_impl(MPI_Comm comm, const ExecSpace& space, const Atte
   int P = 1;
   MPI_Comm_size(comm, &P);
   require_head_split(p.heads_q, P);
+  require_transfers(d);
   const GlobalSplit split = sharded_split(comm, p.q_len, p.kv_len, d);
   DistStats stats;
   stats.staged = needs_staging<typename ExecSpace::memory_space>(d.staging);

@@ -24,15 +24,18 @@ DistStats ulysses_backward_impl(MPI_Comm comm, const ExecSpace& space, const Bac
   MPI_Comm_size(comm, &P);
   require_head_split(f.heads_q, P);
   require_whole_groups(f.heads_kv, P, d);
+  require_transfers(d);
   const GlobalSplit split = sharded_split(comm, f.q_len, f.kv_len, d);
   DistStats stats;
   stats.staged = needs_staging<typename ExecSpace::memory_space>(d.staging);
   AttentionParams<T> whole = f;
   whole.q_len = split.Nq, whole.kv_len = split.Nk;
+  Options local = opt;
+  local.progress = nullptr;  // DistOptions::progress reports the call's progress
   const BackwardOptions local_bopt = local_backward_options(space, whole, opt, d, bopt);
   head_sharded_backward<ExecSpace, T>(comm, space, p, split.q_layout, split.kv_layout, stats,
                                       [&](const BackwardParams<T>& b, DistStats& s) {
-                                        local_backward(space, b, opt, local_bopt, s);
+                                        local_backward(space, b, local, local_bopt, s);
                                         if (d.progress) d.progress(1, 1);
                                       });
   space.fence();

@@ -19,13 +19,16 @@ namespace kattn {
 namespace dist {
 namespace detail {
 
-// A row's arithmetic depends on its keys, the key tile and the split, never on how many heads
-// share the call: deterministic mode fixes the key tile from the whole problem (all heads) and
-// turns split-KV off (fixed-size split chunks stay), so every rank count computes the same bits.
+// The local call's options: the caller's without a progress callback (DistOptions::progress
+// reports the call's). A row's arithmetic depends on its keys, the key tile and the split, never
+// on how many heads share the call: deterministic mode fixes the key tile from the whole problem
+// (all heads) and turns split-KV off (fixed-size split chunks stay), so every rank count computes
+// the same bits.
 template <class ExecSpace, class T>
 Options local_options(const ExecSpace& space, int head_dim, std::int64_t global_query_rows, const Options& opt,
                       const DistOptions& d) {
   Options local = opt;
+  local.progress = nullptr;
   if (!d.deterministic) return local;
   Options plan = opt;
   plan.block_q = 0;
