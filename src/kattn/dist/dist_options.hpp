@@ -20,9 +20,9 @@ enum class Staging { automatic, host, direct };
 constexpr std::int64_t kDefaultChunk = 1024;
 
 struct DistOptions {
-  // Ring attention: how Q, K and V are sharded over the ranks (see layout.hpp). The local
-  // arrays of rank r hold exactly SequenceLayout(N, P, sharding, align).segments_of(r), with
-  // align = 1, or the chunk in deterministic mode.
+  // Ring attention and head sharding: how Q, K and V are sharded over the ranks (see layout.hpp).
+  // The local arrays of rank r hold exactly SequenceLayout(N, P, sharding, align).segments_of(r),
+  // with align = 1, or the chunk in deterministic mode (hybrid: hybrid_layout in hybrid_grid.hpp).
   Sharding sharding = Sharding::contiguous;
   // Bitwise the same outputs for every rank count, sharding and split count: the keys are cut
   // into fixed-size global chunks (`chunk`, 0 = kDefaultChunk) whose partial states are folded
