@@ -34,40 +34,56 @@ class HeadExchange {
     MPI_Comm_size(comm, &P_);
   }
 
-  // The whole sequence of this rank's heads, dense [B][N][heads[rank].count][dim], from every
-  // rank's positions of src (strided (b, local position, head, :), all heads). This rank's own
-  // part goes through MPI too: one path, staged or not.
-  Buffer gather(const Strided<const T>& src, const SequenceLayout& layout, const std::vector<HeadRange>& heads, int dim,
-                const char* label) {
+  // A gather in flight: its messages posted, its buffers held until wait().
+  struct Pending {
+    Buffer whole, out;
+    std::vector<MPI_Request> reqs;
+    std::int64_t whole_elems = 0;
+  };
+
+  // Posts the gather of the whole sequence of this rank's heads, dense [B][N][heads[rank].count][dim],
+  // from every rank's positions of src (strided (b, local position, head, :), all heads). This
+  // rank's own part goes through MPI too: one path, staged or not. Several gathers may be in
+  // flight: every rank posts them in the same order, so their messages match in that order.
+  Pending post_gather(const Strided<const T>& src, const SequenceLayout& layout, const std::vector<HeadRange>& heads,
+                      int dim, const char* label) {
     const double t0 = now();
     const std::int64_t N = layout.length(), n_own = layout.local_length(rank_);
     const int h_own = heads[rank_].count;
-    const std::int64_t whole_elems = std::int64_t(batch_) * N * h_own * dim;
-    Buffer whole(label, whole_elems, stats_.staged);
+    Pending g;
+    g.whole_elems = std::int64_t(batch_) * N * h_own * dim;
+    g.whole = Buffer(label, g.whole_elems, stats_.staged);
     // Outgoing: per destination r, this rank's positions of r's heads, dense [B][n_own][h_r][dim].
     std::vector<std::int64_t> at(P_, 0);
     std::int64_t total = 0;
     for (int r = 0; r < P_; ++r) at[r] = total, total += std::int64_t(batch_) * n_own * heads[r].count * dim;
-    Buffer out("kattn::dist::heads::out", total, stats_.staged);
+    g.out = Buffer("kattn::dist::heads::out", total, stats_.staged);
     for (int r = 0; r < P_; ++r)
-      copy_rows(space_, offset_heads(src, heads[r].first), 0, dense(out.device() + at[r], n_own, heads[r].count, dim),
+      copy_rows(space_, offset_heads(src, heads[r].first), 0, dense(g.out.device() + at[r], n_own, heads[r].count, dim),
                 batch_, n_own, heads[r].count, dim);
     space_.fence();
-    out.stage_out(space_, total);
-    std::vector<MPI_Request> reqs;
+    g.out.stage_out(space_, total);
     for (int r = 0; r < P_; ++r) {
       for (const Segment& s : layout.segments_of(r))
         for (int b = 0; b < batch_; ++b)
-          irecv(whole.mpi() + (b * N + s.global) * h_own * dim, s.length * h_own * dim, r, 0, comm_, reqs);
+          irecv(g.whole.mpi() + (b * N + s.global) * h_own * dim, s.length * h_own * dim, r, 0, comm_, g.reqs);
       const std::int64_t row = std::int64_t(heads[r].count) * dim;
       for (const Segment& s : layout.segments_of(rank_))
         for (int b = 0; b < batch_; ++b)
-          isend(out.mpi() + at[r] + (b * n_own + s.local) * row, s.length * row, r, 0, comm_, reqs, counted(r));
+          isend(g.out.mpi() + at[r] + (b * n_own + s.local) * row, s.length * row, r, 0, comm_, g.reqs, counted(r));
     }
-    wait_all(reqs);
-    whole.stage_in(space_, whole_elems);
     stats_.comm_seconds += now() - t0;
-    return whole;
+    return g;
+  }
+
+  // Completes a gather: the whole sequence of this rank's heads, on the device.
+  Buffer wait(Pending& g) {
+    const double t0 = now();
+    wait_all(g.reqs);
+    g.whole.stage_in(space_, g.whole_elems);
+    g.out = Buffer();
+    stats_.comm_seconds += now() - t0;
+    return g.whole;
   }
 
   // Back to sequence shards: every rank's heads (the whole sequence of heads[rank] in `whole` on

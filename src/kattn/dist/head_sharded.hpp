@@ -74,12 +74,14 @@ void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const Attention
   const auto qh = q_ranges(p.heads_q, p.heads_kv, P), kvh = kv_ranges(p.heads_q, p.heads_kv, P);
   const std::int64_t Nq = q_layout.length(), Nk = kv_layout.length();
   HeadExchange<ExecSpace, T> ex(comm, space, p.batch, stats);
-  const Buffer q = ex.gather(strided_in(p.q, p.q_stride_batch, p.q_stride_seq, p.q_stride_head), q_layout, qh, D,
-                             "kattn::dist::heads::q");
-  const Buffer k = ex.gather(strided_in(p.k, p.k_stride_batch, p.k_stride_seq, p.k_stride_head), kv_layout, kvh, D,
-                             "kattn::dist::heads::k");
-  const Buffer v = ex.gather(strided_in(p.v, p.v_stride_batch, p.v_stride_seq, p.v_stride_head), kv_layout, kvh, D,
-                             "kattn::dist::heads::v");
+  // The three gathers in flight together.
+  auto pq = ex.post_gather(strided_in(p.q, p.q_stride_batch, p.q_stride_seq, p.q_stride_head), q_layout, qh, D,
+                           "kattn::dist::heads::q");
+  auto pk = ex.post_gather(strided_in(p.k, p.k_stride_batch, p.k_stride_seq, p.k_stride_head), kv_layout, kvh, D,
+                           "kattn::dist::heads::k");
+  auto pv = ex.post_gather(strided_in(p.v, p.v_stride_batch, p.v_stride_seq, p.v_stride_head), kv_layout, kvh, D,
+                           "kattn::dist::heads::v");
+  const Buffer q = ex.wait(pq), k = ex.wait(pk), v = ex.wait(pv);
   const Buffer o("kattn::dist::heads::o", std::int64_t(p.batch) * Nq * hs.q.count * D, stats.staged);
   const Buffer lse("kattn::dist::heads::lse", std::int64_t(p.batch) * Nq * hs.q.count, stats.staged);
   for (const HeadBlock& blk : hs.blocks)
@@ -105,18 +107,21 @@ void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const Backward
   const auto qh = q_ranges(f.heads_q, f.heads_kv, P), kvh = kv_ranges(f.heads_q, f.heads_kv, P);
   const std::int64_t Nq = q_layout.length(), Nk = kv_layout.length();
   HeadExchange<ExecSpace, T> ex(comm, space, f.batch, stats);
-  const Buffer q = ex.gather(strided_in(f.q, f.q_stride_batch, f.q_stride_seq, f.q_stride_head), q_layout, qh, D,
-                             "kattn::dist::heads::q");
-  const Buffer k = ex.gather(strided_in(f.k, f.k_stride_batch, f.k_stride_seq, f.k_stride_head), kv_layout, kvh, D,
-                             "kattn::dist::heads::k");
-  const Buffer v = ex.gather(strided_in(f.v, f.v_stride_batch, f.v_stride_seq, f.v_stride_head), kv_layout, kvh, D,
-                             "kattn::dist::heads::v");
-  const Buffer o = ex.gather(strided_in<T>(f.o, f.o_stride_batch, f.o_stride_seq, f.o_stride_head), q_layout, qh, D,
-                             "kattn::dist::heads::o");
-  const Buffer lse = ex.gather(strided_in<T>(f.lse, f.lse_stride_batch, f.lse_stride_seq, f.lse_stride_head), q_layout,
-                               qh, 1, "kattn::dist::heads::lse");
-  const Buffer dout = ex.gather(strided_in(p.dout, p.do_stride_batch, p.do_stride_seq, p.do_stride_head), q_layout, qh,
-                                D, "kattn::dist::heads::dout");
+  // The six gathers in flight together.
+  auto pq = ex.post_gather(strided_in(f.q, f.q_stride_batch, f.q_stride_seq, f.q_stride_head), q_layout, qh, D,
+                           "kattn::dist::heads::q");
+  auto pk = ex.post_gather(strided_in(f.k, f.k_stride_batch, f.k_stride_seq, f.k_stride_head), kv_layout, kvh, D,
+                           "kattn::dist::heads::k");
+  auto pv = ex.post_gather(strided_in(f.v, f.v_stride_batch, f.v_stride_seq, f.v_stride_head), kv_layout, kvh, D,
+                           "kattn::dist::heads::v");
+  auto po = ex.post_gather(strided_in<T>(f.o, f.o_stride_batch, f.o_stride_seq, f.o_stride_head), q_layout, qh, D,
+                           "kattn::dist::heads::o");
+  auto pl = ex.post_gather(strided_in<T>(f.lse, f.lse_stride_batch, f.lse_stride_seq, f.lse_stride_head), q_layout, qh,
+                           1, "kattn::dist::heads::lse");
+  auto pd = ex.post_gather(strided_in(p.dout, p.do_stride_batch, p.do_stride_seq, p.do_stride_head), q_layout, qh, D,
+                           "kattn::dist::heads::dout");
+  const Buffer q = ex.wait(pq), k = ex.wait(pk), v = ex.wait(pv), o = ex.wait(po), lse = ex.wait(pl),
+               dout = ex.wait(pd);
   const Buffer dq("kattn::dist::heads::dq", std::int64_t(f.batch) * Nq * hs.q.count * D, stats.staged);
   const Buffer dk("kattn::dist::heads::dk", std::int64_t(f.batch) * Nk * hs.kv.count * D, stats.staged);
   const Buffer dv("kattn::dist::heads::dv", std::int64_t(f.batch) * Nk * hs.kv.count * D, stats.staged);
