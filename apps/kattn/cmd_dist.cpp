@@ -1,4 +1,4 @@
-// kattn run --dist ring|decode: the `run` command over the ranks of MPI_COMM_WORLD. Rank 0 reads
+// kattn run --dist ring|ulysses|hybrid|decode: the `run` command over the ranks of MPI_COMM_WORLD. Rank 0 reads
 // (or draws) the inputs and scatters them as the sharding says, every rank runs its part, rank 0
 // gathers the outputs, checks them against the float64 reference and writes them (on_rank0: a
 // failure there ends every rank).
@@ -21,8 +21,10 @@
 #include "run_check.hpp"
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/decode.hpp"
+#include "kattn/dist/hybrid.hpp"
 #include "kattn/dist/ring.hpp"
 #include "kattn/dist/ring_traffic.hpp"
+#include "kattn/dist/ulysses.hpp"
 #include "kattn/reference.hpp"
 #include "mpi_session.hpp"
 
@@ -49,12 +51,14 @@ DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, co
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &P);
   const std::int64_t align = d.deterministic ? dist::chunk_of(d) : 1;
-  const bool ring = mode == "ring";
-  const dist::SequenceLayout ql(in.Nq, ring ? P : 1, d.sharding, align);
-  const dist::SequenceLayout kl(in.Nk, P, ring ? d.sharding : dist::Sharding::contiguous, align);
-  const std::int64_t nq = ring ? ql.local_length(rank) : in.Nq, nk = kl.local_length(rank);
-  std::vector<double> q = ring ? scatter_positions(comm, in.q, in.B, in.Hq * in.D, ql) : in.q;
-  if (!ring) {
+  const bool sharded = shards_sequence(mode);
+  const dist::SequenceLayout ql =
+      sharded ? sequence_layout(mode, in.Nq, P, d) : dist::SequenceLayout(in.Nq, 1, d.sharding, align);
+  const dist::SequenceLayout kl = sharded ? sequence_layout(mode, in.Nk, P, d)
+                                          : dist::SequenceLayout(in.Nk, P, dist::Sharding::contiguous, align);
+  const std::int64_t nq = sharded ? ql.local_length(rank) : in.Nq, nk = kl.local_length(rank);
+  std::vector<double> q = sharded ? scatter_positions(comm, in.q, in.B, in.Hq * in.D, ql) : in.q;
+  if (!sharded) {
     q.resize(static_cast<std::size_t>(in.B * in.Nq * in.Hq * in.D));
     MPI_Bcast(q.data(), static_cast<int>(q.size()), MPI_DOUBLE, 0, comm);
   }
@@ -71,8 +75,12 @@ DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, co
   space.fence();
   MPI_Barrier(comm);
   DistRun run;
-  if (ring) {
+  if (mode == "ring") {
     run.stats = dist::ring_attention(comm, space, qv, kv::dense(kview, vv), o, lse, opt, d);
+  } else if (mode == "ulysses") {
+    run.stats = dist::ulysses_attention(comm, space, qv, kv::dense(kview, vv), o, lse, opt, d);
+  } else if (mode == "hybrid") {
+    run.stats = dist::hybrid_attention(comm, space, qv, kv::dense(kview, vv), o, lse, opt, d);
   } else {
     dist::DistOptions dd = d;
     dd.root = 0;
@@ -84,10 +92,12 @@ DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, co
   run.stats.compute_cpu_seconds = max_over(comm, run.stats.compute_cpu_seconds);
   run.stats.comm_seconds = max_over(comm, run.stats.comm_seconds);
   run.stats.bytes_sent = static_cast<std::int64_t>(max_over(comm, double(run.stats.bytes_sent)));
-  if (ring) {
+  if (mode == "ring") {
     const dist::TrafficProblem pr{in.Nq, in.Nk, int(in.B), int(in.Hkv), int(in.D), int(sizeof(T))};
     const double model = double(dist::ring_traffic(pr, opt, d, P, rank, dist::RingPass::forward).sent);
     run.model_bytes = static_cast<std::int64_t>(max_over(comm, model));
+  }
+  if (sharded) {
     run.o = gather_positions(comm, from_view(o), in.B, in.Hq * in.D, ql);
     run.lse = gather_positions(comm, from_view(lse), in.B * in.Hq, 1, ql);
   } else if (rank == 0) {
@@ -127,12 +137,13 @@ int run_distributed(Args& args, const std::string& mode) {
     Console console;
     std::vector<std::string> input_args;  // the input flags travel to rank 0's reader
     dist::collective_check(comm, [&] {
-      KATTN_REQUIRE(mode == "ring" || mode == "decode", "--dist: expected ring or decode, got '", mode, "'");
+      KATTN_REQUIRE(mode_number(mode) >= 0, "--dist: expected ring, ulysses, hybrid or decode, got '", mode, "'");
+      read_grid(args, mode, P, d);
       if (args.flag("--zigzag")) d.sharding = dist::Sharding::zigzag;
       d.deterministic = args.flag("--deterministic");
       d.chunk = args.integer("--chunk", 1, INT64_MAX / 4).value_or(0);
-      KATTN_REQUIRE(mode == "ring" || d.sharding == dist::Sharding::contiguous,
-                    "--zigzag: only for --dist ring (decode shards the KV cache in rank order)");
+      KATTN_REQUIRE(shards_sequence(mode) || d.sharding == dist::Sharding::contiguous,
+                    "--zigzag: only for --dist ring, ulysses or hybrid (decode shards the KV cache in rank order)");
       const std::string algo = args.value("--algo").value_or("flash");
       KATTN_REQUIRE(algo == "flash", "--algo: --dist runs the tiled algorithm on every rank (flash), got '", algo, "'");
       out_path = args.value("--out");
@@ -172,9 +183,10 @@ int run_distributed(Args& args, const std::string& mode) {
       const double secs = run.stats.seconds;
       const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
       std::fprintf(text,
-          "kattn run: dist=%s ranks=%d sharding=%s%s algo=flash dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld "
+          "kattn run: dist=%s ranks=%d%s sharding=%s%s algo=flash dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld "
           "Hkv=%lld D=%lld%s\n",
-          mode.c_str(), P, dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, name(in.layout),
+          mode.c_str(), P, grid_text(mode, P, d).c_str(), dist::name(d.sharding), d.deterministic ? " deterministic" : "",
+          dtype, name(in.layout),
           (long long)in.B, (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
           opt.causal ? " causal" : "");
       std::fprintf(text,
@@ -185,6 +197,7 @@ int run_distributed(Args& args, const std::string& mode) {
           run.model_bytes >= 0 ? (" (model " + std::to_string(run.model_bytes) + ")").c_str() : "");
       Json j;
       j.add("algo", "flash").add("dist", mode).add("ranks", P).add("sharding", dist::name(d.sharding));
+      if (mode == "hybrid") j.add("ulysses_size", d.ulysses_size);
       j.add("deterministic", d.deterministic).add("dtype", dtype).add("dims", name(in.layout)).add("shape", in.shape());
       j.add("shape_is", "B,Nq,Nk,Hq,Hkv,D").add("causal", opt.causal);
       j.add("seconds", secs).add("gflops", secs > 0 ? flops / secs / 1e9 : 0.0);

@@ -45,7 +45,8 @@ const char* kGradUsage =
     "                 [total, H, D] with --q-indptr and --kv-indptr, and --do [total_q, Hq, D])\n"
     "  --layout bnhd|bhnd, --json, --quiet, --progress: as for kattn run (the forward's progress line, then\n"
     "                 the backward's)\n"
-    "       mpirun -np P kattn grad --dist ring [--zigzag] [--deterministic] [--chunk KEYS] ...\n"
+    "       mpirun -np P kattn grad --dist ring|ulysses|hybrid [--ulysses-size U] [--zigzag] [--deterministic]\n"
+    "                 [--chunk KEYS] ...\n"
     "Gradients of sum(O * dO) with respect to q, k, v. O and LSE are computed by the forward pass\n"
     "when not given. --check compares with the textbook backward in float64 and exits with status 3\n"
     "when the relative error exceeds 1e-4 (f32) / 1e-10 (f64) / 2^-7 (bf16) / 2^-10 (f16; 16-bit: dense\n"
@@ -211,7 +212,9 @@ int cmd_grad(Args& args) {
   }
   // --dist refuses bf16/f16 in rank 0's read_dense_inputs, so under mpirun the line is printed once.
   if (auto mode = args.value("--dist")) return grad_distributed(args, *mode);
-  refuse_out_of_mode(args, {{"--zigzag", "--dist ring"}, {"--chunk", "--dist ring"}});
+  refuse_out_of_mode(args, {{"--zigzag", "--dist ring, ulysses or hybrid"},
+                            {"--chunk", "--dist ring, ulysses or hybrid"},
+                            {"--ulysses-size", "--dist hybrid"}});
   const auto dq_path = args.value("--dq"), dk_path = args.value("--dk"), dv_path = args.value("--dv");
   if (dq_path) check_output_file("--dq", *dq_path);
   if (dk_path) check_output_file("--dk", *dk_path);

@@ -1,6 +1,6 @@
-// kattn grad --dist ring: gradients over the ranks of MPI_COMM_WORLD. Rank 0 reads (or draws)
-// q, k, v and dO and scatters them as the sharding says; the ring forward makes o and the LSE,
-// the ring backward the gradients; rank 0 gathers them, checks them against the float64
+// kattn grad --dist ring|ulysses|hybrid: gradients over the ranks of MPI_COMM_WORLD. Rank 0 reads (or
+// draws) q, k, v and dO and scatters them as the sharding says; the scheme's forward makes o and
+// the LSE, its backward the gradients; rank 0 gathers them, checks them against the float64
 // textbook backward and writes them.
 #include <mpi.h>
 
@@ -18,9 +18,13 @@
 #include "paths.hpp"
 #include "run_check.hpp"
 #include "kattn/dist/collective.hpp"
+#include "kattn/dist/hybrid.hpp"
+#include "kattn/dist/hybrid_backward.hpp"
 #include "kattn/dist/ring.hpp"
 #include "kattn/dist/ring_backward.hpp"
 #include "kattn/dist/ring_traffic.hpp"
+#include "kattn/dist/ulysses.hpp"
+#include "kattn/dist/ulysses_backward.hpp"
 #include "kattn/reference_backward.hpp"
 #include "mpi_session.hpp"
 
@@ -32,7 +36,7 @@ struct DistGrads {
   std::vector<double> dq, dk, dv;
   double forward_seconds = 0, seconds = 0, comm_seconds = 0;
   long long bytes = 0;
-  long long model_bytes = 0;  // the most any rank sends by dist::ring_traffic (backward)
+  long long model_bytes = -1;  // ring: the most any rank sends by dist::ring_traffic (backward)
 };
 
 double reduce_max(MPI_Comm comm, double x) {
@@ -41,13 +45,12 @@ double reduce_max(MPI_Comm comm, double x) {
 }
 
 template <class T>
-DistGrads run_as(MPI_Comm comm, const DenseInputs& in, const std::vector<double>& dout_all, const Options& opt,
+DistGrads run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, const std::vector<double>& dout_all, const Options& opt,
                  const dist::DistOptions& d, const BackwardOptions& bopt) {
   int rank = 0, P = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &P);
-  const std::int64_t align = d.deterministic ? dist::chunk_of(d) : 1;
-  const dist::SequenceLayout ql(in.Nq, P, d.sharding, align), kl(in.Nk, P, d.sharding, align);
+  const dist::SequenceLayout ql = sequence_layout(mode, in.Nq, P, d), kl = sequence_layout(mode, in.Nk, P, d);
   const std::int64_t nq = ql.local_length(rank), nk = kl.local_length(rank);
   const auto q = to_view<Tensor4<T>>(scatter_positions(comm, in.q, in.B, in.Hq * in.D, ql), "q", in.B, nq, in.Hq, in.D);
   const auto dout =
@@ -66,15 +69,26 @@ DistGrads run_as(MPI_Comm comm, const DenseInputs& in, const std::vector<double>
   space.fence();
   MPI_Barrier(comm);
   DistGrads g;
-  g.forward_seconds = reduce_max(comm, dist::ring_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d).seconds);
+  const bool ring = mode == "ring";
+  const auto forward = ring ? dist::ring_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d)
+                       : mode == "ulysses" ? dist::ulysses_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d)
+                                           : dist::hybrid_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
+  g.forward_seconds = reduce_max(comm, forward.seconds);
   MPI_Barrier(comm);
-  const dist::DistStats s = dist::ring_attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, bopt, d);
+  const auto kvs = kv::dense(k, v);
+  const dist::DistStats s =
+      ring ? dist::ring_attention_backward(comm, space, q, kvs, o, lse, dout, dq, dk, dv, opt, bopt, d)
+      : mode == "ulysses"
+          ? dist::ulysses_attention_backward(comm, space, q, kvs, o, lse, dout, dq, dk, dv, opt, bopt, d)
+          : dist::hybrid_attention_backward(comm, space, q, kvs, o, lse, dout, dq, dk, dv, opt, bopt, d);
   g.seconds = reduce_max(comm, s.seconds);
   g.comm_seconds = reduce_max(comm, s.comm_seconds);
   g.bytes = static_cast<long long>(reduce_max(comm, double(s.bytes_sent)));
-  const dist::TrafficProblem pr{in.Nq, in.Nk, int(in.B), int(in.Hkv), int(in.D), int(sizeof(T))};
-  g.model_bytes = static_cast<long long>(
-      reduce_max(comm, double(dist::ring_traffic(pr, opt, d, P, rank, dist::RingPass::backward).sent)));
+  if (ring) {
+    const dist::TrafficProblem pr{in.Nq, in.Nk, int(in.B), int(in.Hkv), int(in.D), int(sizeof(T))};
+    g.model_bytes = static_cast<long long>(
+        reduce_max(comm, double(dist::ring_traffic(pr, opt, d, P, rank, dist::RingPass::backward).sent)));
+  }
   g.dq = gather_positions(comm, from_view(dq), in.B, in.Hq * in.D, ql);
   g.dk = gather_positions(comm, from_view(dk), in.B, in.Hkv * in.D, kl);
   g.dv = gather_positions(comm, from_view(dv), in.B, in.Hkv * in.D, kl);
@@ -97,7 +111,9 @@ int grad_distributed(Args& args, const std::string& mode) {
     bool check = false, json = false;
     std::vector<std::string> input_args;  // the input flags travel to rank 0's reader
     dist::collective_check(comm, [&] {
-      KATTN_REQUIRE(mode == "ring", "--dist: grad distributes the sequence (ring), got '", mode, "'");
+      KATTN_REQUIRE(shards_sequence(mode), "--dist: grad distributes the sequence (ring, ulysses or hybrid), got '",
+                    mode, "'");
+      read_grid(args, mode, P, d);
       if (args.flag("--zigzag")) d.sharding = dist::Sharding::zigzag;
       d.deterministic = args.flag("--deterministic");
       d.chunk = args.integer("--chunk", 1, std::int64_t(1) << 40).value_or(0);
@@ -114,7 +130,7 @@ int grad_distributed(Args& args, const std::string& mode) {
       check = args.flag("--check");
       json = args.flag("--json");
       KATTN_REQUIRE(!args.value("--o") && !args.value("--lse"),
-                    "--o/--lse: not used with --dist (the ring forward computes o and the LSE)");
+                    "--o/--lse: not used with --dist (the distributed forward computes o and the LSE)");
       opt = read_options(args);
       for (const char* f : {"--random", "--seed", "--dtype", "--layout", "--q", "--k", "--v", "--do"})
         if (auto value = args.value(f)) input_args.insert(input_args.end(), {f, *value});
@@ -145,27 +161,28 @@ int grad_distributed(Args& args, const std::string& mode) {
     in.B = dims[0], in.Nq = dims[1], in.Nk = dims[2], in.Hq = dims[3], in.Hkv = dims[4], in.D = dims[5];
     in.dtype = dims[6] == 4 ? io::DType::f32 : io::DType::f64;
 
-    const DistGrads g = in.dtype == io::DType::f32 ? run_as<float>(comm, in, dout, opt, d, bopt)
-                                                   : run_as<double>(comm, in, dout, opt, d, bopt);
+    const DistGrads g = in.dtype == io::DType::f32 ? run_as<float>(comm, mode, in, dout, opt, d, bopt)
+                                                   : run_as<double>(comm, mode, in, dout, opt, d, bopt);
     return on_rank0(comm, [&]() -> int {
       const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
       const double flops = 2.5 * attention_flops(in, opt);
       std::fprintf(text, 
-          "kattn grad: dist=ring ranks=%d sharding=%s%s dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld "
+          "kattn grad: dist=%s ranks=%d%s sharding=%s%s dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld "
           "D=%lld%s\n",
-          P, dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, (long long)in.B, (long long)in.Nq,
+          mode.c_str(), P, grid_text(mode, P, d).c_str(), dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, (long long)in.B, (long long)in.Nq,
           (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
       std::fprintf(text, 
           "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
-          "communication %.6f s; bytes sent per rank (max): %lld (model %lld)\n",
+          "communication %.6f s; bytes sent per rank (max): %lld%s\n",
           g.seconds, g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0, g.forward_seconds, g.comm_seconds, g.bytes,
-          g.model_bytes);
+          g.model_bytes >= 0 ? (" (model " + std::to_string(g.model_bytes) + ")").c_str() : "");
       Json j;
-      j.add("algo", "flash").add("dist", "ring").add("ranks", P).add("sharding", dist::name(d.sharding));
+      j.add("algo", "flash").add("dist", mode).add("ranks", P).add("sharding", dist::name(d.sharding));
+      if (mode == "hybrid") j.add("ulysses_size", d.ulysses_size);
       j.add("deterministic", d.deterministic).add("dtype", dtype).add("shape", in.shape()).add("causal", opt.causal);
       j.add("seconds", g.seconds).add("gflops", g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0);
       j.add("forward_seconds", g.forward_seconds).add("comm_seconds", g.comm_seconds).add("bytes_sent_per_rank", g.bytes);
-      j.add("model_bytes_per_rank", g.model_bytes);
+      if (g.model_bytes >= 0) j.add("model_bytes_per_rank", g.model_bytes);
       if (dq_path) write_dense(*dq_path, in, in.Nq, in.Hq, g.dq);
       if (dk_path) write_dense(*dk_path, in, in.Nk, in.Hkv, g.dk);
       if (dv_path) write_dense(*dv_path, in, in.Nk, in.Hkv, g.dv);

@@ -73,9 +73,13 @@ const char* kRunUsage =
     "                 --v-prefix VP.npy [Np,Hkv,D] (with files), or --random-prefix NP (with --random-ragged)\n"
     "  --save-inputs DIR writes the inputs (random ones too) as DIR/q.npy, k.npy, v.npy and the index\n"
     "  arrays (q_indptr.npy, kv_indptr.npy or kv_page_indptr.npy, kv_page_indices.npy, kv_last_page_len.npy)\n"
-    "       mpirun -np P kattn run --dist ring|decode [--zigzag] [--deterministic] [--chunk KEYS] ...\n"
-    "                 (ring: the sequence sharded over the ranks; decode: the KV cache sharded, the\n"
-    "                 queries replicated; rank 0 reads, scatters, gathers and writes)\n";
+    "       mpirun -np P kattn run --dist ring|ulysses|hybrid|decode [--ulysses-size U] [--zigzag]\n"
+    "                 [--deterministic] [--chunk KEYS] ...\n"
+    "                 (ring: the sequence sharded over the ranks, K/V passed round; ulysses: the sequence\n"
+    "                 sharded, an all-to-all gives each rank Hq/P heads of the whole sequence (Hq a\n"
+    "                 multiple of P); hybrid: ulysses inside groups of U ranks, the ring across the P/U\n"
+    "                 groups; decode: the KV cache sharded, the queries replicated; rank 0 reads,\n"
+    "                 scatters, gathers and writes)\n";
 
 // Queries per sequence up to which a run is decode-like (memory-bound: reading K and V is the
 // cost), so the K+V read rate means something.
@@ -325,9 +329,10 @@ int cmd_run(Args& args) {
   }
   // --dist refuses bf16/f16 in rank 0's read_dense_inputs, so under mpirun the line is printed once.
   if (auto mode = args.value("--dist")) return run_distributed(args, *mode);
-  refuse_out_of_mode(args, {{"--zigzag", "--dist ring"},
-                            {"--deterministic", "--dist ring or --dist decode"},
-                            {"--chunk", "--dist ring or --dist decode"},
+  refuse_out_of_mode(args, {{"--zigzag", "--dist ring, ulysses or hybrid"},
+                            {"--ulysses-size", "--dist hybrid"},
+                            {"--deterministic", "--dist"},
+                            {"--chunk", "--dist"},
                             {"--dq-strategy", "kattn grad"},
                             {"--dq-chunks", "kattn grad"}});
   if (!args.has("--page-size")) refuse_out_of_mode(args, {{"--shuffle-pages", "--page-size"}});

@@ -4,6 +4,7 @@
 
 #include "kattn/dist/agreement.hpp"
 #include "kattn/dist/collective.hpp"
+#include "kattn/dist/hybrid_grid.hpp"
 #include "kattn/dist/transport.hpp"
 
 namespace kattn {
@@ -80,10 +81,34 @@ std::vector<double> gather_positions(MPI_Comm comm, const std::vector<double>& l
   return global;
 }
 
+int mode_number(const std::string& mode) {
+  return mode == "ring" ? 0 : mode == "decode" ? 1 : mode == "ulysses" ? 2 : mode == "hybrid" ? 3 : -1;
+}
+
+dist::SequenceLayout sequence_layout(const std::string& mode, std::int64_t N, int P, const dist::DistOptions& d) {
+  if (mode == "hybrid") return dist::hybrid_layout(N, P, d);
+  return dist::SequenceLayout(N, P, d.sharding, d.deterministic ? dist::chunk_of(d) : 1);
+}
+
+void read_grid(Args& args, const std::string& mode, int ranks, dist::DistOptions& d) {
+  const auto U = args.integer("--ulysses-size", 1, 1 << 30);
+  KATTN_REQUIRE(!U || mode == "hybrid", "--ulysses-size: only for --dist hybrid");
+  if (mode != "hybrid") return;
+  KATTN_REQUIRE(U, "--ulysses-size: --dist hybrid needs the ranks per head-sharding group (a divisor of the ",
+                ranks, " ranks)");
+  KATTN_REQUIRE(ranks % *U == 0, "--ulysses-size: expected a divisor of the ", ranks, " ranks, got ", *U);
+  d.ulysses_size = static_cast<int>(*U);
+}
+
+std::string grid_text(const std::string& mode, int ranks, const dist::DistOptions& d) {
+  if (mode != "hybrid") return "";
+  return " grid=" + std::to_string(d.ulysses_size) + "x" + std::to_string(ranks / d.ulysses_size);
+}
+
 void agree_on_command(MPI_Comm comm, const std::string& mode, const Options& opt, const dist::DistOptions& d,
                       bool check, const std::vector<dist::Agreed>& extra) {
   std::vector<dist::Agreed> fields = {
-      dist::Agreed::integer("--dist", "mode (0 ring, 1 decode)", mode == "ring" ? 0 : mode == "decode" ? 1 : 2),
+      dist::Agreed::integer("--dist", "mode (0 ring, 1 decode, 2 ulysses, 3 hybrid)", mode_number(mode)),
       dist::Agreed::boolean("--check", "check", check)};
   for (const dist::Agreed& f : dist::detail::option_fields(opt, d)) fields.push_back(f);
   fields.insert(fields.end(), extra.begin(), extra.end());

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "args.hpp"
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/layout.hpp"
@@ -17,6 +18,24 @@
 
 namespace kattn {
 namespace cli {
+
+// The --dist schemes: ring, ulysses and hybrid shard the sequence; decode shards the KV cache and
+// replicates the queries.
+int mode_number(const std::string& mode);  // 0 ring, 1 decode, 2 ulysses, 3 hybrid; -1 for anything else
+inline bool shards_sequence(const std::string& mode) {
+  return mode == "ring" || mode == "ulysses" || mode == "hybrid";
+}
+
+// The positions each rank holds under a sequence-sharding scheme: N over P ranks as the ring and
+// head sharding take them (d.sharding, chunk-aligned in deterministic mode), or as
+// dist::hybrid_layout cuts them over the grid (d.ulysses_size).
+dist::SequenceLayout sequence_layout(const std::string& mode, std::int64_t N, int P, const dist::DistOptions& d);
+
+// --ulysses-size U (hybrid only: ranks per head-sharding group, a divisor of the P ranks) into d.
+void read_grid(Args& args, const std::string& mode, int ranks, dist::DistOptions& d);
+
+// " grid=UxR" for hybrid, empty otherwise (for the header line).
+std::string grid_text(const std::string& mode, int ranks, const dist::DistOptions& d);
 
 // Every rank gets its positions of rank 0's `global` (ignored elsewhere).
 std::vector<double> scatter_positions(MPI_Comm comm, const std::vector<double>& global, std::int64_t outer,

@@ -173,5 +173,24 @@ inline std::vector<std::string> allgather_strings(MPI_Comm comm, const std::stri
   return out;
 }
 
+// Runs f, expecting a kattn::Error on this rank; checks every rank got the same message and that
+// it contains `expected`; returns the message.
+template <class F>
+std::string expect_same_error(F&& f, const std::string& expected) {
+  std::string message = "<no error>";
+  try {
+    f();
+  } catch (const Error& e) {
+    message = e.what();
+  } catch (const std::exception& e) {
+    message = std::string("<not a kattn::Error> ") + e.what();
+  }
+  const std::vector<std::string> all = allgather_strings(MPI_COMM_WORLD, message);
+  for (std::size_t r = 0; r < all.size(); ++r) EXPECT_EQ(all[r], all[0]) << "rank " << r << " threw another message";
+  EXPECT_NE(message.find(expected), std::string::npos)
+      << "message: " << message << "\nexpected to contain: " << expected;
+  return message;
+}
+
 }  // namespace test
 }  // namespace kattn

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "dist_grads.hpp"
 #include "dist_support.hpp"
 #include "kattn/backward.hpp"
 #include "kattn/dist/ring.hpp"
@@ -23,101 +24,13 @@ using dist::DistOptions;
 using dist::SequenceLayout;
 using dist::Sharding;
 
-// A global problem with its forward outputs and an upstream gradient.
-template <class T>
-struct Grads {
-  Problem<T> p;  // q, k, v; o, lse from the forward
-  View4<T> dout, dq, dk, dv;
-  Grads(const Shape& s, std::uint64_t seed, const Options& opt) : p(s, seed) {
-    dout = View4<T>("do", s.B, s.Nq, s.Hq, s.D);
-    dq = View4<T>("dq", s.B, s.Nq, s.Hq, s.D);
-    dk = View4<T>("dk", s.B, s.Nk, s.Hkv, s.D);
-    dv = View4<T>("dv", s.B, s.Nk, s.Hkv, s.D);
-    fill_normal(dout, seed + 7);
-    attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(opt));
-    Kokkos::fence();
-  }
-  // The one-rank backward of the whole sequence.
-  void backward_one_rank(const Options& opt, const BackwardOptions& b = {}) {
-    attention_backward(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq, dk, dv, opt, b);
-    Kokkos::fence();
-  }
-};
-
-template <class T>
-struct LocalGrads {
-  View4<T> dq, dk, dv;
-  dist::DistStats stats;
-  SequenceLayout ql, kl;
-};
-
 template <class T>
 LocalGrads<T> run_ring_backward(MPI_Comm comm, const Grads<T>& g, const Options& opt, const DistOptions& d,
                                 const BackwardOptions& b = {}) {
-  const int rank = rank_of(comm), P = size_of(comm);
-  const Shape& s = g.p.shape;
-  const std::int64_t align = d.deterministic ? dist::chunk_of(d) : 1;
-  LocalGrads<T> r;
-  r.ql = SequenceLayout(s.Nq, P, d.sharding, align);
-  r.kl = SequenceLayout(s.Nk, P, d.sharding, align);
-  const View4<T> q = shard(g.p.q, r.ql, rank, "q"), o = shard(g.p.o, r.ql, rank, "o");
-  const View4<T> dout = shard(g.dout, r.ql, rank, "do");
-  const View3<T> lse = shard_lse(g.p.lse, r.ql, rank);
-  const View4<T> k = shard(g.p.k, r.kl, rank, "k"), v = shard(g.p.v, r.kl, rank, "v");
-  const std::size_t nq = r.ql.local_length(rank), nk = r.kl.local_length(rank);
-  r.dq = View4<T>("dq", s.B, nq, s.Hq, s.D);
-  r.dk = View4<T>("dk", s.B, nk, s.Hkv, s.D);
-  r.dv = View4<T>("dv", s.B, nk, s.Hkv, s.D);
-  poison(r.dq);
-  poison(r.dk);
-  poison(r.dv);
-  r.stats =
-      dist::ring_attention_backward(comm, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, dout, r.dq, r.dk, r.dv, opt, b, d);
-  return r;
-}
-
-double max_abs(const std::vector<double>& a, const std::vector<double>& b, bool* nan) {
-  double m = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) != std::isnan(b[i])) *nan = true;
-    m = std::max(m, std::abs(a[i] - b[i]));
-  }
-  return m;
-}
-
-template <class T>
-void expect_grads(const LocalGrads<T>& r, const Grads<T>& g, int rank, double tol, const std::string& what) {
-  const char* names[3] = {"dq", "dk", "dv"};
-  const View4<T>* mine[3] = {&r.dq, &r.dk, &r.dv};
-  const View4<T>* ref[3] = {&g.dq, &g.dk, &g.dv};
-  for (int x = 0; x < 3; ++x) {
-    std::vector<double> a, b;
-    pair_rows(*mine[x], *ref[x], x == 0 ? r.ql : r.kl, rank, a, b);
-    bool nan = false;
-    const double err = max_abs(a, b, &nan);
-    EXPECT_FALSE(nan) << what << ": " << names[x] << " has NaN (or unwritten elements)";
-    if (std::is_same<T, double>::value) {
-      EXPECT_LE(err, tol) << what << ": " << names[x] << " max abs difference from the one-rank backward";
-    } else {
-      double ref2 = 0, d2 = 0;
-      for (std::size_t i = 0; i < a.size(); ++i) d2 += (a[i] - b[i]) * (a[i] - b[i]), ref2 += b[i] * b[i];
-      EXPECT_LE(std::sqrt(d2 / std::max(ref2, 1e-300)), tol) << what << ": " << names[x] << " relative difference";
-    }
-  }
-}
-
-template <class T>
-void expect_grads_bitwise(const LocalGrads<T>& r, const Grads<T>& g, int rank, const std::string& what) {
-  const char* names[3] = {"dq", "dk", "dv"};
-  const View4<T>* mine[3] = {&r.dq, &r.dk, &r.dv};
-  const View4<T>* ref[3] = {&g.dq, &g.dk, &g.dv};
-  for (int x = 0; x < 3; ++x) {
-    std::vector<double> a, b;
-    pair_rows(*mine[x], *ref[x], x == 0 ? r.ql : r.kl, rank, a, b);
-    std::size_t diff = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) diff += std::memcmp(&a[i], &b[i], sizeof(double)) != 0;
-    EXPECT_EQ(diff, 0u) << what << ": " << names[x] << " elements that differ in their bits (of " << a.size() << ")";
-  }
+  return sharded_backward(comm, g, d, [&](const ShardedGrads<T>& x, LocalGrads<T>& r) {
+    r.stats = dist::ring_attention_backward(comm, Kokkos::DefaultExecutionSpace(), x.q, kv::dense(x.k, x.v), x.o, x.lse,
+                                            x.dout, r.dq, r.dk, r.dv, opt, b, d);
+  });
 }
 
 template <class T>
@@ -203,18 +116,6 @@ TEST(RingBackward, WindowsMatchOneRankAndSendOnlyWhatIsSeen) {
           dist::TrafficProblem pr{s.Nq, s.Nk, s.B, s.Hkv, s.D, int(sizeof(double))};
           EXPECT_EQ(r.stats.bytes_sent, dist::ring_traffic(pr, o, d, P, rank, dist::RingPass::backward).sent);
         }
-}
-
-// Communicators of the first s ranks, s = 1 .. P.
-std::vector<MPI_Comm> prefixes() {
-  std::vector<MPI_Comm> out;
-  const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
-  for (int s = 1; s <= P; ++s) {
-    MPI_Comm c;
-    MPI_Comm_split(MPI_COMM_WORLD, rank < s ? 0 : MPI_UNDEFINED, rank, &c);
-    out.push_back(c);
-  }
-  return out;
 }
 
 template <class T>

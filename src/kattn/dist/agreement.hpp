@@ -32,11 +32,20 @@ inline std::vector<Agreed> option_fields(const Options& opt, const DistOptions& 
           Agreed::integer("options", "chunk", chunk_of(d)),
           Agreed::integer("options", "sharding (0 contiguous, 1 zigzag)", static_cast<int>(d.sharding)),
           Agreed::integer("options", "root", d.root),
-          Agreed::boolean("options", "communicate", d.communicate)};
+          Agreed::boolean("options", "communicate", d.communicate),
+          Agreed::integer("options", "ulysses_size", d.ulysses_size)};
 }
 
 // Which distributed call a rank is in: every rank must be in the same one.
-enum class DistCall : int { ring_attention = 0, ring_attention_backward = 1, decode_attention = 2 };
+enum class DistCall : int {
+  ring_attention = 0,
+  ring_attention_backward = 1,
+  decode_attention = 2,
+  ulysses_attention = 3,
+  ulysses_attention_backward = 4,
+  hybrid_attention = 5,
+  hybrid_attention_backward = 6
+};
 
 // The fields every distributed call agrees on first: the call itself, then the problem and options.
 // q's dtype is that of the rows that travel (a 16-bit cache under float queries travels in float).
@@ -44,7 +53,10 @@ template <class Q, class T, class KV>
 std::vector<Agreed> problem_fields(DistCall call, const AttentionParams<Q, T, KV>& p, const Options& opt,
                                    const DistOptions& d) {
   std::vector<Agreed> f = {
-      Agreed::integer("call", "distributed call (0 ring_attention, 1 ring_attention_backward, 2 decode_attention)",
+      Agreed::integer("call",
+                      "distributed call (0 ring_attention, 1 ring_attention_backward, 2 decode_attention, 3 "
+                      "ulysses_attention, 4 ulysses_attention_backward, 5 hybrid_attention, 6 "
+                      "hybrid_attention_backward)",
                       static_cast<int>(call)),
       Agreed::dtype("q", sizeof(Q)),
       Agreed::integer("q", "batch", p.batch),

@@ -1,4 +1,5 @@
-// Options and measurements of the distributed entry points (ring attention, distributed decode).
+// Options and measurements of the distributed entry points (ring attention, head sharding, hybrid,
+// distributed decode).
 #pragma once
 
 #include <cstdint>
@@ -19,9 +20,9 @@ enum class Staging { automatic, host, direct };
 constexpr std::int64_t kDefaultChunk = 1024;
 
 struct DistOptions {
-  // Ring attention: how Q, K and V are sharded over the ranks (see layout.hpp). The local
-  // arrays of rank r hold exactly SequenceLayout(N, P, sharding, align).segments_of(r), with
-  // align = 1, or the chunk in deterministic mode.
+  // Ring attention and head sharding: how Q, K and V are sharded over the ranks (see layout.hpp).
+  // The local arrays of rank r hold exactly SequenceLayout(N, P, sharding, align).segments_of(r),
+  // with align = 1, or the chunk in deterministic mode (hybrid: hybrid_layout in hybrid_grid.hpp).
   Sharding sharding = Sharding::contiguous;
   // Bitwise the same outputs for every rank count, sharding and split count: the keys are cut
   // into fixed-size global chunks (`chunk`, 0 = kDefaultChunk) whose partial states are folded
@@ -31,6 +32,9 @@ struct DistOptions {
   bool deterministic = false;
   std::int64_t chunk = 0;
   Staging staging = Staging::automatic;
+  // Hybrid attention: ranks per head-sharding group, U in the grid P = U x R (rank g U + u is member
+  // u of ring group g); 0 means P (one group). Ignored by the other calls.
+  int ulysses_size = 0;
   // Distributed decode: -1 gives every rank the result (MPI_Allreduce); a rank number gives it
   // to that rank only (MPI_Reduce); the others' o and lse are then left as they were.
   int root = -1;

@@ -1,5 +1,7 @@
 #include "kattn/dist/layout.hpp"
 
+#include <algorithm>
+
 #include "kattn/errors.hpp"
 
 namespace kattn {
@@ -55,8 +57,34 @@ std::int64_t SequenceLayout::global_position(int rank, std::int64_t local) const
   return -1;
 }
 
+SequenceLayout SequenceLayout::split_each(int members) const {
+  KATTN_REQUIRE(members >= 1, "layout: expected at least one member per rank, got ", members);
+  SequenceLayout out = *this;
+  out.ranks_ = ranks_ * members;
+  out.members_ = members_ * members;
+  out.segments_.clear();
+  for (int r = 0; r < ranks_; ++r) {
+    const SequenceLayout parts(local_length(r), members, Sharding::contiguous);
+    for (const Segment& s : segments_of(r))
+      for (const Segment& part : parts.segments()) {
+        // The overlap of the part's local range with this segment's.
+        const std::int64_t lo = std::max(s.local, part.global),
+                           hi = std::min(s.local + s.length, part.global + part.length);
+        if (hi > lo)
+          out.segments_.push_back(
+              Segment{s.global + (lo - s.local), lo - part.global, hi - lo, r * members + part.owner});
+      }
+  }
+  std::sort(out.segments_.begin(), out.segments_.end(),
+            [](const Segment& a, const Segment& b) { return a.global < b.global; });
+  return out;
+}
+
 std::string SequenceLayout::describe() const {
-  return detail::concat("a ", name(sharding_), " split of ", length_, " positions over ", ranks_, " ranks",
+  const std::string groups = members_ > 1 ? detail::concat(" (", ranks_ / members_, " groups of ", members_,
+                                                           ", each group's share cut in ", members_, ")")
+                                          : std::string();
+  return detail::concat("a ", name(sharding_), " split of ", length_, " positions over ", ranks_, " ranks", groups,
                         align_ > 1 ? detail::concat(" in chunks of ", align_) : std::string());
 }
 

@@ -43,6 +43,11 @@ class SequenceLayout {
   // Global position of a rank's local index.
   std::int64_t global_position(int rank, std::int64_t local) const;
 
+  // The layout over ranks() x members ranks in which rank r * members + m holds part m of rank r's
+  // positions here, its local array cut contiguously as SequenceLayout(local_length(r), members)
+  // cuts a sequence (the 2-D grid of hybrid attention: r a ring group, m a member of it).
+  SequenceLayout split_each(int members) const;
+
   std::string describe() const;  // "a zigzag split of 50 positions over 4 ranks"
 
  private:
@@ -50,6 +55,7 @@ class SequenceLayout {
   int ranks_ = 1;
   Sharding sharding_ = Sharding::contiguous;
   std::int64_t align_ = 1;
+  int members_ = 1;  // split_each: parts per rank of the layout it was cut from
   std::vector<Segment> segments_;
 };
 

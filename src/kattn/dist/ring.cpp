@@ -25,6 +25,8 @@ void validate(const DistOptions& d) {
   KATTN_REQUIRE(d.chunk >= 0, "chunk: expected keys per deterministic chunk >= 1 or 0 (", kDefaultChunk, "), got ",
                 d.chunk);
   KATTN_REQUIRE(d.root >= -1, "root: expected a rank number or -1 (every rank), got ", d.root);
+  KATTN_REQUIRE(d.ulysses_size >= 0, "ulysses_size: expected ranks per head-sharding group >= 1 or 0 (all), got ",
+                d.ulysses_size);
 }
 
 namespace {

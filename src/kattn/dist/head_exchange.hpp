@@ -1,0 +1,145 @@
+// The all-to-all of head sharding: from sequence shards (every head, this rank's positions) to the
+// whole sequence of this rank's heads, and back. Positions follow a SequenceLayout over the
+// communicator's ranks; each rank sends every other rank that rank's heads of its own positions,
+// straight into place (a segment of one sequence is contiguous in the whole-sequence buffer).
+// Internal.
+#pragma once
+
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <vector>
+
+#include "kattn/dist/clock.hpp"
+#include "kattn/dist/dist_options.hpp"
+#include "kattn/dist/head_split.hpp"
+#include "kattn/dist/layout.hpp"
+#include "kattn/dist/pack.hpp"
+#include "kattn/dist/transport.hpp"
+
+namespace kattn {
+namespace dist {
+namespace detail {
+
+template <class ExecSpace, class T>
+class HeadExchange {
+ public:
+  using Mem = typename ExecSpace::memory_space;
+  using Buffer = MessageBuffer<T, Mem>;
+
+  HeadExchange(MPI_Comm comm, const ExecSpace& space, int batch, DistStats& stats)
+      : comm_(comm), space_(space), batch_(batch), stats_(stats) {
+    MPI_Comm_rank(comm, &rank_);
+    MPI_Comm_size(comm, &P_);
+  }
+
+  // A gather in flight: its messages posted, its buffers held until wait().
+  struct Pending {
+    Buffer whole, out;
+    std::vector<MPI_Request> reqs;
+    std::int64_t whole_elems = 0;
+  };
+
+  // Posts the gather of the whole sequence of this rank's heads, dense [B][N][heads[rank].count][dim],
+  // from every rank's positions of src (strided (b, local position, head, :), all heads). This
+  // rank's own part goes through MPI too: one path, staged or not. Several gathers may be in
+  // flight: every rank posts them in the same order, so their messages match in that order.
+  Pending post_gather(const Strided<const T>& src, const SequenceLayout& layout, const std::vector<HeadRange>& heads,
+                      int dim, const char* label) {
+    const double t0 = now();
+    const std::int64_t N = layout.length(), n_own = layout.local_length(rank_);
+    const int h_own = heads[rank_].count;
+    Pending g;
+    g.whole_elems = std::int64_t(batch_) * N * h_own * dim;
+    g.whole = Buffer(label, g.whole_elems, stats_.staged);
+    // Outgoing: per destination r, this rank's positions of r's heads, dense [B][n_own][h_r][dim].
+    std::vector<std::int64_t> at(P_, 0);
+    std::int64_t total = 0;
+    for (int r = 0; r < P_; ++r) at[r] = total, total += std::int64_t(batch_) * n_own * heads[r].count * dim;
+    g.out = Buffer("kattn::dist::heads::out", total, stats_.staged);
+    for (int r = 0; r < P_; ++r)
+      copy_rows(space_, offset_heads(src, heads[r].first), 0, dense(g.out.device() + at[r], n_own, heads[r].count, dim),
+                batch_, n_own, heads[r].count, dim);
+    space_.fence();
+    g.out.stage_out(space_, total);
+    for (int r = 0; r < P_; ++r) {
+      for (const Segment& s : layout.segments_of(r))
+        for (int b = 0; b < batch_; ++b)
+          irecv(g.whole.mpi() + (b * N + s.global) * h_own * dim, s.length * h_own * dim, r, 0, comm_, g.reqs);
+      const std::int64_t row = std::int64_t(heads[r].count) * dim;
+      for (const Segment& s : layout.segments_of(rank_))
+        for (int b = 0; b < batch_; ++b)
+          isend(g.out.mpi() + at[r] + (b * n_own + s.local) * row, s.length * row, r, 0, comm_, g.reqs, counted(r));
+    }
+    stats_.comm_seconds += now() - t0;
+    return g;
+  }
+
+  // Completes a gather: the whole sequence of this rank's heads, on the device.
+  Buffer wait(Pending& g) {
+    const double t0 = now();
+    wait_all(g.reqs);
+    g.whole.stage_in(space_, g.whole_elems);
+    g.out = Buffer();
+    stats_.comm_seconds += now() - t0;
+    return g.whole;
+  }
+
+  // Back to sequence shards: every rank's heads (the whole sequence of heads[rank] in `whole` on
+  // this rank, dense [B][N][h][dim]) of this rank's positions into dst (strided (b, local
+  // position, head, :)). add == false: copied; add == true: added rank by rank in rank order (dst
+  // zeroed by the caller), for KV heads that several ranks computed parts of.
+  void scatter(const Buffer& whole, const SequenceLayout& layout, const std::vector<HeadRange>& heads, int dim,
+               const Strided<T>& dst, bool add) {
+    const double t0 = now();
+    const std::int64_t N = layout.length(), n_own = layout.local_length(rank_);
+    const int h_own = heads[rank_].count;
+    whole.stage_out(space_, std::int64_t(batch_) * N * h_own * dim);
+    std::vector<std::int64_t> at(P_, 0);
+    std::int64_t total = 0;
+    for (int r = 0; r < P_; ++r) at[r] = total, total += std::int64_t(batch_) * n_own * heads[r].count * dim;
+    Buffer in("kattn::dist::heads::in", total, stats_.staged);
+    std::vector<MPI_Request> reqs;
+    for (int r = 0; r < P_; ++r) {
+      const std::int64_t row = std::int64_t(heads[r].count) * dim;
+      for (const Segment& s : layout.segments_of(rank_))
+        for (int b = 0; b < batch_; ++b)
+          irecv(in.mpi() + at[r] + (b * n_own + s.local) * row, s.length * row, r, 0, comm_, reqs);
+      for (const Segment& s : layout.segments_of(r))
+        for (int b = 0; b < batch_; ++b)
+          isend(whole.mpi() + (b * N + s.global) * h_own * dim, s.length * h_own * dim, r, 0, comm_, reqs, counted(r));
+    }
+    wait_all(reqs);
+    in.stage_in(space_, total);
+    for (int r = 0; r < P_; ++r) {
+      const Strided<const T> part = dense<const T>(in.device() + at[r], n_own, heads[r].count, dim);
+      const Strided<T> into = offset_heads(dst, heads[r].first);
+      if (add)
+        add_rows(space_, part, into, 0, batch_, n_own, heads[r].count, dim);
+      else
+        copy_rows(space_, part, 0, into, batch_, n_own, heads[r].count, dim);
+    }
+    space_.fence();
+    stats_.comm_seconds += now() - t0;
+  }
+
+ private:
+  template <class U>
+  static Strided<U> offset_heads(const Strided<U>& s, int first) {
+    return Strided<U>{s.base + first * s.sh, s.sb, s.sj, s.sh};
+  }
+
+  // Where a send to r is counted: this rank's messages to itself are not traffic.
+  DistStats& counted(int r) { return r == rank_ ? self_ : stats_; }
+
+  MPI_Comm comm_;
+  ExecSpace space_;
+  int batch_ = 0, rank_ = 0, P_ = 1;
+  DistStats& stats_;
+  DistStats self_;
+};
+
+}  // namespace detail
+}  // namespace dist
+}  // namespace kattn

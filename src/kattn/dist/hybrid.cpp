@@ -1,0 +1,51 @@
+#include "kattn/dist/hybrid.hpp"
+
+#include "kattn/compat.hpp"
+#include "kattn/detail/backends.hpp"
+#include "kattn/dist/agreement.hpp"
+#include "kattn/dist/clock.hpp"
+#include "kattn/dist/head_sharded.hpp"
+#include "kattn/dist/ring.hpp"
+
+namespace kattn {
+namespace dist {
+namespace detail {
+
+template <class ExecSpace, class T>
+DistStats hybrid_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
+                              const DistOptions& d) {
+  compat::ScopedRegion area("kattn::dist");
+  compat::ScopedRegion region("kattn::dist::hybrid");
+  const double t0 = now();
+  std::vector<Agreed> fields = problem_fields(DistCall::hybrid_attention, p, opt, d);
+  fields.push_back(Agreed::boolean("lse", "an LSE output", p.lse != nullptr));
+  collective_agree(comm, fields);
+  require_no_block_mask(opt);
+  int P = 1;
+  MPI_Comm_size(comm, &P);
+  require_grid(P, p.heads_q, d);
+  require_transfers(d);
+  const GlobalSplit split = hybrid_split(comm, p.q_len, p.kv_len, d);
+  const HybridGrid grid(comm, d.ulysses_size);
+  const std::int64_t align = d.deterministic ? chunk_of(d) : 1;
+  const SequenceLayout ring_q(split.Nq, grid.groups(), d.sharding, align),
+      ring_k(split.Nk, grid.groups(), d.sharding, align);
+  DistStats stats;
+  stats.staged = needs_staging<typename ExecSpace::memory_space>(d.staging);
+  head_sharded_forward<ExecSpace, T>(grid.heads(), space, p, grid.group_layout(ring_q), grid.group_layout(ring_k),
+                                     stats, [&](const AttentionParams<T>& a, DistStats& s) {
+                                       accumulate(s, ring_forward_impl(grid.ring(), space, a, opt, d));
+                                     });
+  space.fence();
+  stats.seconds = now() - t0;
+  return stats;
+}
+
+#define KATTN_INSTANTIATE_HYBRID(Space, T)                                                                            \
+  template DistStats hybrid_forward_impl<Space, T>(MPI_Comm, const Space&, const AttentionParams<T>&, const Options&, \
+                                                   const DistOptions&);
+KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_HYBRID)
+
+}  // namespace detail
+}  // namespace dist
+}  // namespace kattn

@@ -1,0 +1,52 @@
+#include "kattn/dist/hybrid_backward.hpp"
+
+#include "kattn/compat.hpp"
+#include "kattn/detail/backends.hpp"
+#include "kattn/dist/agreement.hpp"
+#include "kattn/dist/clock.hpp"
+#include "kattn/dist/head_sharded.hpp"
+#include "kattn/dist/ring_backward.hpp"
+
+namespace kattn {
+namespace dist {
+namespace detail {
+
+template <class ExecSpace, class T>
+DistStats hybrid_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
+                               const DistOptions& d, const BackwardOptions& bopt) {
+  compat::ScopedRegion area("kattn::dist");
+  compat::ScopedRegion region("kattn::dist::hybrid_backward");
+  const double t0 = now();
+  const AttentionParams<T>& f = p.fwd;
+  collective_agree(comm, problem_fields(DistCall::hybrid_attention_backward, f, opt, d));
+  require_no_block_mask(opt);
+  int P = 1;
+  MPI_Comm_size(comm, &P);
+  require_grid(P, f.heads_q, d);
+  require_transfers(d);
+  const int U = d.ulysses_size > 0 ? d.ulysses_size : P;
+  require_whole_groups(f.heads_kv, U, d);
+  const GlobalSplit split = hybrid_split(comm, f.q_len, f.kv_len, d);
+  const HybridGrid grid(comm, d.ulysses_size);
+  const std::int64_t align = d.deterministic ? chunk_of(d) : 1;
+  const SequenceLayout ring_q(split.Nq, grid.groups(), d.sharding, align),
+      ring_k(split.Nk, grid.groups(), d.sharding, align);
+  DistStats stats;
+  stats.staged = needs_staging<typename ExecSpace::memory_space>(d.staging);
+  head_sharded_backward<ExecSpace, T>(grid.heads(), space, p, grid.group_layout(ring_q), grid.group_layout(ring_k),
+                                      stats, [&](const BackwardParams<T>& b, DistStats& s) {
+                                        accumulate(s, ring_backward_impl(grid.ring(), space, b, opt, d, bopt));
+                                      });
+  space.fence();
+  stats.seconds = now() - t0;
+  return stats;
+}
+
+#define KATTN_INSTANTIATE_HYBRID_BACKWARD(Space, T)                                                                   \
+  template DistStats hybrid_backward_impl<Space, T>(MPI_Comm, const Space&, const BackwardParams<T>&, const Options&, \
+                                                    const DistOptions&, const BackwardOptions&);
+KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_HYBRID_BACKWARD)
+
+}  // namespace detail
+}  // namespace dist
+}  // namespace kattn

@@ -1,0 +1,103 @@
+// The 2-D process grid of hybrid attention (USP): P = U x R ranks, rank g U + u being member u of
+// ring group g. Positions: the ring's layout over the R groups, each group's share cut
+// contiguously over its U members. The members of a group share heads by all-to-all (Ulysses);
+// the ranks with the same member index form a ring over the groups.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+
+#include "kattn/dist/agreement.hpp"
+#include "kattn/dist/dist_options.hpp"
+#include "kattn/dist/layout.hpp"
+#include "kattn/errors.hpp"
+
+namespace kattn {
+namespace dist {
+
+// The positions each of the P ranks holds in hybrid attention (d.ulysses_size, d.sharding, and the
+// chunk alignment of deterministic mode): the ring layout over P / U groups, split over U.
+inline SequenceLayout hybrid_layout(std::int64_t length, int ranks, const DistOptions& d) {
+  const int U = d.ulysses_size > 0 ? d.ulysses_size : ranks;
+  KATTN_REQUIRE(U <= ranks && ranks % U == 0, "ulysses_size: expected a divisor of the ", ranks, " ranks, got ", U);
+  return SequenceLayout(length, ranks / U, d.sharding, d.deterministic ? chunk_of(d) : 1).split_each(U);
+}
+
+namespace detail {
+
+// The same kattn::Error on every rank (P and the options are agreed before) when U does not divide
+// P or the query heads do not divide over U.
+inline void require_grid(int ranks, int heads_q, const DistOptions& d) {
+  const int U = d.ulysses_size > 0 ? d.ulysses_size : ranks;
+  KATTN_REQUIRE(U <= ranks && ranks % U == 0, "ulysses_size: expected a divisor of the ", ranks, " ranks, got ", U);
+  KATTN_REQUIRE(heads_q % U == 0, "q: expected a number of heads that is a multiple of the ", U,
+                " ranks sharing them (head sharding), got ", heads_q);
+}
+
+// Local lengths of every rank checked against hybrid_layout, alike on every rank.
+inline GlobalSplit hybrid_split(MPI_Comm comm, std::int64_t q_len, std::int64_t kv_len, const DistOptions& d) {
+  GlobalSplit s;
+  s.q_lens = allgather(comm, q_len);
+  s.kv_lens = allgather(comm, kv_len);
+  for (std::size_t r = 0; r < s.q_lens.size(); ++r) s.Nq += s.q_lens[r], s.Nk += s.kv_lens[r];
+  const int P = static_cast<int>(s.q_lens.size());
+  s.q_layout = hybrid_layout(s.Nq, P, d);
+  s.kv_layout = hybrid_layout(s.Nk, P, d);
+  require_layout(s.q_lens, s.q_layout, "q", "query positions");
+  require_layout(s.kv_lens, s.kv_layout, "k", "key positions");
+  return s;
+}
+
+// The inner ring calls' measurements added to the call's.
+inline void accumulate(DistStats& into, const DistStats& s) {
+  into.compute_seconds += s.compute_seconds;
+  into.compute_cpu_seconds += s.compute_cpu_seconds;
+  into.comm_seconds += s.comm_seconds;
+  into.bytes_sent += s.bytes_sent;
+  into.messages_sent += s.messages_sent;
+  into.flops += s.flops;
+  into.steps += s.steps;
+}
+
+// This rank's two sub-communicators of the grid, freed on destruction (collective, like their
+// creation: every rank makes and frees them in the same calls).
+class HybridGrid {
+ public:
+  HybridGrid(MPI_Comm comm, int ulysses_size) {
+    int rank = 0, P = 1;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &P);
+    U_ = ulysses_size > 0 ? ulysses_size : P;
+    R_ = P / U_;
+    group_ = rank / U_, member_ = rank % U_;
+    MPI_Comm_split(comm, group_, member_, &heads_);
+    MPI_Comm_split(comm, member_, group_, &ring_);
+  }
+  ~HybridGrid() {
+    MPI_Comm_free(&heads_);
+    MPI_Comm_free(&ring_);
+  }
+  HybridGrid(const HybridGrid&) = delete;
+  HybridGrid& operator=(const HybridGrid&) = delete;
+
+  MPI_Comm heads() const { return heads_; }  // the U members of this rank's group
+  MPI_Comm ring() const { return ring_; }    // the R ranks with this rank's member index
+  int group() const { return group_; }
+  int groups() const { return R_; }
+  int members() const { return U_; }
+
+  // A group's whole share (of the ring layout) as a sequence cut over its members, as
+  // hybrid_layout cuts it.
+  SequenceLayout group_layout(const SequenceLayout& ring_layout) const {
+    return SequenceLayout(ring_layout.local_length(group_), U_, Sharding::contiguous);
+  }
+
+ private:
+  int U_ = 1, R_ = 1, group_ = 0, member_ = 0;
+  MPI_Comm heads_ = MPI_COMM_NULL, ring_ = MPI_COMM_NULL;
+};
+
+}  // namespace detail
+}  // namespace dist
+}  // namespace kattn
