@@ -34,8 +34,8 @@ namespace cli {
 namespace {
 
 struct DistRun {
-  std::vector<double> o, lse;         // this rank's positions (decode: all of them, on rank 0 only)
-  dist::SequenceLayout out_layout;    // the positions of o and lse each rank holds
+  std::vector<double> o, lse;       // this rank's positions (decode: all of them, on rank 0 only)
+  dist::SequenceLayout out_layout;  // the positions of o and lse each rank holds
   dist::DistStats stats;       // worst rank: max of seconds, compute, comm, bytes
   double compute_min = 0;
   std::int64_t model_bytes = -1;  // ring: the most any rank sends by dist::ring_traffic
@@ -62,10 +62,10 @@ DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, co
   const std::int64_t nq = sharded ? ql.local_length(rank) : in.Nq, nk = kl.local_length(rank);
   const auto qv = to_view<Tensor4<T>>(dense_rows(in, src, DenseArray::q, runs_of(ql, sharded ? rank : 0)), "q", in.B,
                                       nq, in.Hq, in.D);
-  const auto kview = to_view<Tensor4<T>>(dense_rows(in, src, DenseArray::k, runs_of(kl, rank)), "k", in.B, nk,
-                                         in.Hkv, in.D);
-  const auto vv = to_view<Tensor4<T>>(dense_rows(in, src, DenseArray::v, runs_of(kl, rank)), "v", in.B, nk, in.Hkv,
-                                      in.D);
+  const auto kview =
+      to_view<Tensor4<T>>(dense_rows(in, src, DenseArray::k, runs_of(kl, rank)), "k", in.B, nk, in.Hkv, in.D);
+  const auto vv =
+      to_view<Tensor4<T>>(dense_rows(in, src, DenseArray::v, runs_of(kl, rank)), "v", in.B, nk, in.Hkv, in.D);
   Tensor4<T> o(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), in.B, nq, in.Hq, in.D);
   Tensor3<T> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), in.B, in.Hq, nq);
   poison(o);
@@ -187,13 +187,13 @@ int run_distributed(Args& args, const std::string& mode) {
           dtype, name(in.layout),
           (long long)in.B, (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
           opt.causal ? " causal" : "");
-      std::fprintf(text,
+      std::fprintf(
+          text,
           "time: %.6f s, %.2f GFLOP/s (%.2f per rank); slowest rank: compute %.6f s (fastest %.6f s), "
           "exposed communication %.6f s; bytes sent per rank (max): %lld%s; peak memory per rank (max): %lld MB\n",
           secs, secs > 0 ? flops / secs / 1e9 : 0.0, secs > 0 ? flops / secs / 1e9 / P : 0.0, run.stats.compute_seconds,
           run.compute_min, run.stats.comm_seconds, (long long)run.stats.bytes_sent,
-          run.model_bytes >= 0 ? (" (model " + std::to_string(run.model_bytes) + ")").c_str() : "",
-          peak_rss >> 20);
+          run.model_bytes >= 0 ? (" (model " + std::to_string(run.model_bytes) + ")").c_str() : "", peak_rss >> 20);
       Json j;
       j.add("algo", "flash").add("dist", mode).add("ranks", P).add("sharding", dist::name(d.sharding));
       if (mode == "hybrid") j.add("ulysses_size", d.ulysses_size);

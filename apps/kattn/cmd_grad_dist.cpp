@@ -54,7 +54,9 @@ DistGrads run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, 
   MPI_Comm_size(comm, &P);
   const dist::SequenceLayout ql = sequence_layout(mode, in.Nq, P, d), kl = sequence_layout(mode, in.Nk, P, d);
   const std::int64_t nq = ql.local_length(rank), nk = kl.local_length(rank);
-  const auto rows = [&](DenseArray a, const dist::SequenceLayout& l) { return dense_rows(in, src, a, runs_of(l, rank)); };
+  const auto rows = [&](DenseArray a, const dist::SequenceLayout& l) {
+    return dense_rows(in, src, a, runs_of(l, rank));
+  };
   const auto q = to_view<Tensor4<T>>(rows(DenseArray::q, ql), "q", in.B, nq, in.Hq, in.D);
   const auto dout = to_view<Tensor4<T>>(rows(DenseArray::extra, ql), "do", in.B, nq, in.Hq, in.D);
   const auto k = to_view<Tensor4<T>>(rows(DenseArray::k, kl), "k", in.B, nk, in.Hkv, in.D);
@@ -174,11 +176,12 @@ int grad_distributed(Args& args, const std::string& mode) {
           "D=%lld%s\n",
           mode.c_str(), P, grid_text(mode, P, d).c_str(), dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, (long long)in.B, (long long)in.Nq,
           (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
-      std::fprintf(text, 
-          "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
-          "communication %.6f s; bytes sent per rank (max): %lld%s; peak memory per rank (max): %lld MB\n",
-          g.seconds, g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0, g.forward_seconds, g.comm_seconds, g.bytes,
-          g.model_bytes >= 0 ? (" (model " + std::to_string(g.model_bytes) + ")").c_str() : "", peak_rss >> 20);
+      std::fprintf(text,
+                   "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
+                   "communication %.6f s; bytes sent per rank (max): %lld%s; peak memory per rank (max): %lld MB\n",
+                   g.seconds, g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0, g.forward_seconds, g.comm_seconds, g.bytes,
+                   g.model_bytes >= 0 ? (" (model " + std::to_string(g.model_bytes) + ")").c_str() : "",
+                   peak_rss >> 20);
       Json j;
       j.add("algo", "flash").add("dist", mode).add("ranks", P).add("sharding", dist::name(d.sharding));
       if (mode == "hybrid") j.add("ulysses_size", d.ulysses_size);

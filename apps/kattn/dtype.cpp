@@ -86,10 +86,17 @@ void store(const double* values, std::size_t n, unsigned char* out) {
 std::vector<unsigned char> encode_values(io::DType dtype, const double* values, std::size_t n) {
   std::vector<unsigned char> out(n * io::size_of(dtype));
   switch (dtype) {
-    case io::DType::f64: store<double>(values, n, out.data()); break;
-    case io::DType::bf16: store<bf16>(values, n, out.data()); break;
-    case io::DType::f16: store<fp16>(values, n, out.data()); break;
-    default: store<float>(values, n, out.data());
+    case io::DType::f64:
+      store<double>(values, n, out.data());
+      break;
+    case io::DType::bf16:
+      store<bf16>(values, n, out.data());
+      break;
+    case io::DType::f16:
+      store<fp16>(values, n, out.data());
+      break;
+    default:
+      store<float>(values, n, out.data());
   }
   return out;
 }

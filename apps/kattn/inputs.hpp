@@ -3,7 +3,6 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
-
 #include <array>
 #include <cstdint>
 #include <string>
