@@ -29,15 +29,6 @@ class Fd {
   int fd_;
 };
 
-// Calls f(file element, local element, count) for every run of every outer index.
-template <class F>
-void for_each_span(const RowBlock& rows, F&& f) {
-  const std::int64_t n = rows.local_length();
-  for (std::int64_t o = 0; o < rows.outer; ++o)
-    for (const PositionRun& r : rows.runs)
-      f((o * rows.N + r.global) * rows.inner, (o * n + r.local) * rows.inner, r.length * rows.inner);
-}
-
 // Spans are cut into pieces of at most this many elements, so the byte buffer stays small.
 constexpr std::int64_t kPiece = std::int64_t(1) << 20;
 

@@ -24,6 +24,16 @@ struct RowBlock {
   std::int64_t local_size() const { return outer * local_length() * inner; }
 };
 
+// Calls f(array element, local element, count) for every run of every outer index: where each
+// contiguous span of the local array lies in the whole one.
+template <class F>
+void for_each_span(const RowBlock& rows, F&& f) {
+  const std::int64_t n = rows.local_length();
+  for (std::int64_t o = 0; o < rows.outer; ++o)
+    for (const PositionRun& r : rows.runs)
+      f((o * rows.N + r.global) * rows.inner, (o * n + r.local) * rows.inner, r.length * rows.inner);
+}
+
 // The runs' values of the array whose header is `h` (read by io::read_npy_header), as float64.
 std::vector<double> read_rows(const std::string& path, const io::NpyHeader& h, const RowBlock& rows);
 
