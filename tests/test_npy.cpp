@@ -78,6 +78,27 @@ TEST(Npy, RoundTripsEveryDtypeAndRank) {
   }
 }
 
+// The header alone (for reading rows in place): what the whole-file reader says, the data offset,
+// and the same refusals, found from the file's size without reading its data.
+TEST(Npy, ReadsTheHeaderAlone) {
+  const std::vector<double> d = {1, 2, 3, 4, 5, 6};
+  write_npy(temp_path("hd.npy"), {2, 3}, d);
+  const NpyHeader h = read_npy_header(temp_path("hd.npy"));
+  EXPECT_EQ(h.dtype, DType::f64);
+  EXPECT_EQ(h.shape, (std::vector<std::int64_t>{2, 3}));
+  EXPECT_EQ(h.data_offset, npy_prefix(DType::f64, {2, 3}).size());
+  EXPECT_EQ(h.data_offset % 64, 0u);
+  std::vector<unsigned char> truncated = image("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", 8);
+  std::ofstream(temp_path("ht.npy"), std::ios::binary)
+      .write(reinterpret_cast<const char*>(truncated.data()), static_cast<std::streamsize>(truncated.size()));
+  try {
+    read_npy_header(temp_path("ht.npy"));
+    ADD_FAILURE() << "expected a truncated-data error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("truncated data"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Npy, ReadsFormatVersionsTwoAndThree) {
   for (int major : {2, 3}) {
     auto img = image("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", 12, major);

@@ -1,7 +1,7 @@
-// kattn run --dist ring|ulysses|hybrid|decode: the `run` command over the ranks of MPI_COMM_WORLD. Rank 0 reads
-// (or draws) the inputs and scatters them as the sharding says, every rank runs its part, rank 0
-// gathers the outputs, checks them against the float64 reference and writes them (on_rank0: a
-// failure there ends every rank).
+// kattn run --dist ring|ulysses|hybrid|decode: the `run` command over the ranks of MPI_COMM_WORLD. Every
+// rank reads (or draws) only the positions the sharding gives it, runs its part and writes its
+// rows of the outputs in place; --check gathers the outputs on rank 0 and compares them with the
+// float64 reference there (on_rank0: a failure there ends every rank).
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dist_commands.hpp"
+#include "dist_files.hpp"
 #include "dist_io.hpp"
 #include "inputs.hpp"
 #include "console.hpp"
@@ -33,7 +34,8 @@ namespace cli {
 namespace {
 
 struct DistRun {
-  std::vector<double> o, lse;  // global, on rank 0
+  std::vector<double> o, lse;       // this rank's positions (decode: all of them, on rank 0 only)
+  dist::SequenceLayout out_layout;  // the positions of o and lse each rank holds
   dist::DistStats stats;       // worst rank: max of seconds, compute, comm, bytes
   double compute_min = 0;
   std::int64_t model_bytes = -1;  // ring: the most any rank sends by dist::ring_traffic
@@ -45,28 +47,25 @@ double max_over(MPI_Comm comm, double x, MPI_Op op = MPI_MAX) {
 }
 
 template <class T>
-DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, const Options& opt,
-               const dist::DistOptions& d) {
+DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, const DenseSource& src,
+               const Options& opt, const dist::DistOptions& d) {
   int rank = 0, P = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &P);
   const std::int64_t align = d.deterministic ? dist::chunk_of(d) : 1;
   const bool sharded = shards_sequence(mode);
+  // decode: every rank takes all the queries and its contiguous part of the keys.
   const dist::SequenceLayout ql =
       sharded ? sequence_layout(mode, in.Nq, P, d) : dist::SequenceLayout(in.Nq, 1, d.sharding, align);
   const dist::SequenceLayout kl = sharded ? sequence_layout(mode, in.Nk, P, d)
                                           : dist::SequenceLayout(in.Nk, P, dist::Sharding::contiguous, align);
   const std::int64_t nq = sharded ? ql.local_length(rank) : in.Nq, nk = kl.local_length(rank);
-  std::vector<double> q = sharded ? scatter_positions(comm, in.q, in.B, in.Hq * in.D, ql) : in.q;
-  if (!sharded) {
-    q.resize(static_cast<std::size_t>(in.B * in.Nq * in.Hq * in.D));
-    MPI_Bcast(q.data(), static_cast<int>(q.size()), MPI_DOUBLE, 0, comm);
-  }
-  const std::vector<double> k = scatter_positions(comm, in.k, in.B, in.Hkv * in.D, kl);
-  const std::vector<double> v = scatter_positions(comm, in.v, in.B, in.Hkv * in.D, kl);
-  const auto qv = to_view<Tensor4<T>>(q, "q", in.B, nq, in.Hq, in.D);
-  const auto kview = to_view<Tensor4<T>>(k, "k", in.B, nk, in.Hkv, in.D);
-  const auto vv = to_view<Tensor4<T>>(v, "v", in.B, nk, in.Hkv, in.D);
+  const auto qv = to_view<Tensor4<T>>(dense_rows(in, src, DenseArray::q, runs_of(ql, sharded ? rank : 0)), "q", in.B,
+                                      nq, in.Hq, in.D);
+  const auto kview =
+      to_view<Tensor4<T>>(dense_rows(in, src, DenseArray::k, runs_of(kl, rank)), "k", in.B, nk, in.Hkv, in.D);
+  const auto vv =
+      to_view<Tensor4<T>>(dense_rows(in, src, DenseArray::v, runs_of(kl, rank)), "v", in.B, nk, in.Hkv, in.D);
   Tensor4<T> o(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), in.B, nq, in.Hq, in.D);
   Tensor3<T> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), in.B, in.Hq, nq);
   poison(o);
@@ -97,10 +96,8 @@ DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, co
     const double model = double(dist::ring_traffic(pr, opt, d, P, rank, dist::RingPass::forward).sent);
     run.model_bytes = static_cast<std::int64_t>(max_over(comm, model));
   }
-  if (sharded) {
-    run.o = gather_positions(comm, from_view(o), in.B, in.Hq * in.D, ql);
-    run.lse = gather_positions(comm, from_view(lse), in.B * in.Hq, 1, ql);
-  } else if (rank == 0) {
+  run.out_layout = ql;
+  if (sharded || rank == 0) {
     run.o = from_view(o);
     run.lse = from_view(lse);
   }
@@ -135,7 +132,7 @@ int run_distributed(Args& args, const std::string& mode) {
     std::optional<std::string> out_path, lse_path;
     bool check = false;
     Console console;
-    std::vector<std::string> input_args;  // the input flags travel to rank 0's reader
+    std::vector<std::string> input_args;  // the input flags, read by every rank (and rank 0's --check)
     dist::collective_check(comm, [&] {
       KATTN_REQUIRE(mode_number(mode) >= 0, "--dist: expected ring, ulysses, hybrid or decode, got '", mode, "'");
       read_grid(args, mode, P, d);
@@ -163,20 +160,21 @@ int run_distributed(Args& args, const std::string& mode) {
       if (lse_path) check_output_file("--lse", *lse_path);
     });
 
-    DenseInputs in;
-    dist::collective_check(comm, [&] {
-      if (rank != 0) return;
-      Args inputs("run", input_args);
-      in = read_dense_inputs(inputs);
-      inputs.finish();
-    });
-    long long dims[7] = {in.B, in.Nq, in.Nk, in.Hq, in.Hkv, in.D, in.dtype == io::DType::f32 ? 4 : 8};
-    MPI_Bcast(dims, 7, MPI_LONG_LONG, 0, comm);
-    in.B = dims[0], in.Nq = dims[1], in.Nk = dims[2], in.Hq = dims[3], in.Hkv = dims[4], in.D = dims[5];
-    in.dtype = dims[6] == 4 ? io::DType::f32 : io::DType::f64;
-
-    const DistRun run =
-        in.dtype == io::DType::f32 ? run_as<float>(comm, mode, in, opt, d) : run_as<double>(comm, mode, in, opt, d);
+    DenseSource src;
+    const DenseInputs in = describe_on_every_rank(comm, "run", input_args, "", src);
+    const DistRun run = in.dtype == io::DType::f32 ? run_as<float>(comm, mode, in, src, opt, d)
+                                                   : run_as<double>(comm, mode, in, src, opt, d);
+    if (out_path) write_dense_positions(comm, *out_path, in, in.Hq, run.out_layout, run.o);
+    if (lse_path) write_lse_positions(comm, *lse_path, in, in.Hq, run.out_layout, run.lse);
+    const long long peak_rss = peak_rss_max(comm);  // before --check's rank-0 reference
+    std::vector<double> o_all, lse_all;             // --check: every rank's outputs, on rank 0
+    if (check && shards_sequence(mode)) {
+      o_all = gather_positions(comm, run.o, in.B, in.Hq * in.D, run.out_layout);
+      lse_all = gather_positions(comm, run.lse, in.B * in.Hq, 1, run.out_layout);
+    } else if (check) {  // decode: rank 0 holds them all
+      o_all = run.o;
+      lse_all = run.lse;
+    }
     return on_rank0(comm, [&]() -> int {
       std::FILE* text = console.text();
       const double flops = attention_flops(in, opt);
@@ -189,12 +187,13 @@ int run_distributed(Args& args, const std::string& mode) {
           dtype, name(in.layout),
           (long long)in.B, (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
           opt.causal ? " causal" : "");
-      std::fprintf(text,
+      std::fprintf(
+          text,
           "time: %.6f s, %.2f GFLOP/s (%.2f per rank); slowest rank: compute %.6f s (fastest %.6f s), "
-          "exposed communication %.6f s; bytes sent per rank (max): %lld%s\n",
+          "exposed communication %.6f s; bytes sent per rank (max): %lld%s; peak memory per rank (max): %lld MB\n",
           secs, secs > 0 ? flops / secs / 1e9 : 0.0, secs > 0 ? flops / secs / 1e9 / P : 0.0, run.stats.compute_seconds,
           run.compute_min, run.stats.comm_seconds, (long long)run.stats.bytes_sent,
-          run.model_bytes >= 0 ? (" (model " + std::to_string(run.model_bytes) + ")").c_str() : "");
+          run.model_bytes >= 0 ? (" (model " + std::to_string(run.model_bytes) + ")").c_str() : "", peak_rss >> 20);
       Json j;
       j.add("algo", "flash").add("dist", mode).add("ranks", P).add("sharding", dist::name(d.sharding));
       if (mode == "hybrid") j.add("ulysses_size", d.ulysses_size);
@@ -205,14 +204,15 @@ int run_distributed(Args& args, const std::string& mode) {
       j.add("comm_seconds", run.stats.comm_seconds).add("bytes_sent_per_rank", (long long)run.stats.bytes_sent);
       j.add("compute_cpu_seconds", run.stats.compute_cpu_seconds);
       if (run.model_bytes >= 0) j.add("model_bytes_per_rank", (long long)run.model_bytes);
-      if (out_path) write_dense(*out_path, in, in.Nq, in.Hq, run.o);
-      if (lse_path) write_array(*lse_path, in.dtype, {in.B, in.Hq, in.Nq}, run.lse);
+      j.add("peak_rss_bytes_max", peak_rss);
       int status = 0;
       if (check) {
-        DenseInputs in64 = in;
+        // The whole inputs, on rank 0 only and only for the check.
+        Args inputs("run", input_args);
+        DenseInputs in64 = read_dense_inputs(inputs);
         in64.dtype = io::DType::f64;
         const Reference ref = reference_of(in64, opt);
-        status = check_verdict(compare(run.o, ref.o), compare(run.lse, ref.lse), in.dtype,
+        status = check_verdict(compare(o_all, ref.o), compare(lse_all, ref.lse), in.dtype,
                                "all " + std::to_string(in.B * in.Nq * in.Hq) + " rows", text, j, "run");
       }
       console.finish(j);

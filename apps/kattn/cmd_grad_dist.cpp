@@ -1,7 +1,7 @@
-// kattn grad --dist ring|ulysses|hybrid: gradients over the ranks of MPI_COMM_WORLD. Rank 0 reads (or
-// draws) q, k, v and dO and scatters them as the sharding says; the scheme's forward makes o and
-// the LSE, its backward the gradients; rank 0 gathers them, checks them against the float64
-// textbook backward and writes them.
+// kattn grad --dist ring|ulysses|hybrid: gradients over the ranks of MPI_COMM_WORLD. Every rank reads
+// (or draws) only its positions of q, k, v and dO; the scheme's forward makes o and the LSE, its
+// backward the gradients, and every rank writes its rows of them in place. --check gathers them on
+// rank 0 and compares them with the float64 textbook backward there.
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dist_commands.hpp"
+#include "dist_files.hpp"
 #include "dist_io.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
@@ -33,7 +34,8 @@ namespace cli {
 namespace {
 
 struct DistGrads {
-  std::vector<double> dq, dk, dv;
+  std::vector<double> dq, dk, dv;  // this rank's positions
+  dist::SequenceLayout q_layout, kv_layout;
   double forward_seconds = 0, seconds = 0, comm_seconds = 0;
   long long bytes = 0;
   long long model_bytes = -1;  // ring: the most any rank sends by dist::ring_traffic (backward)
@@ -45,20 +47,20 @@ double reduce_max(MPI_Comm comm, double x) {
 }
 
 template <class T>
-DistGrads run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, const std::vector<double>& dout_all, const Options& opt,
-                 const dist::DistOptions& d, const BackwardOptions& bopt) {
+DistGrads run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, const DenseSource& src,
+                 const Options& opt, const dist::DistOptions& d, const BackwardOptions& bopt) {
   int rank = 0, P = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &P);
   const dist::SequenceLayout ql = sequence_layout(mode, in.Nq, P, d), kl = sequence_layout(mode, in.Nk, P, d);
   const std::int64_t nq = ql.local_length(rank), nk = kl.local_length(rank);
-  const auto q = to_view<Tensor4<T>>(scatter_positions(comm, in.q, in.B, in.Hq * in.D, ql), "q", in.B, nq, in.Hq, in.D);
-  const auto dout =
-      to_view<Tensor4<T>>(scatter_positions(comm, dout_all, in.B, in.Hq * in.D, ql), "do", in.B, nq, in.Hq, in.D);
-  const auto k =
-      to_view<Tensor4<T>>(scatter_positions(comm, in.k, in.B, in.Hkv * in.D, kl), "k", in.B, nk, in.Hkv, in.D);
-  const auto v =
-      to_view<Tensor4<T>>(scatter_positions(comm, in.v, in.B, in.Hkv * in.D, kl), "v", in.B, nk, in.Hkv, in.D);
+  const auto rows = [&](DenseArray a, const dist::SequenceLayout& l) {
+    return dense_rows(in, src, a, runs_of(l, rank));
+  };
+  const auto q = to_view<Tensor4<T>>(rows(DenseArray::q, ql), "q", in.B, nq, in.Hq, in.D);
+  const auto dout = to_view<Tensor4<T>>(rows(DenseArray::extra, ql), "do", in.B, nq, in.Hq, in.D);
+  const auto k = to_view<Tensor4<T>>(rows(DenseArray::k, kl), "k", in.B, nk, in.Hkv, in.D);
+  const auto v = to_view<Tensor4<T>>(rows(DenseArray::v, kl), "v", in.B, nk, in.Hkv, in.D);
   Tensor4<T> o("o", in.B, nq, in.Hq, in.D), dq("dq", in.B, nq, in.Hq, in.D);
   Tensor3<T> lse("lse", in.B, in.Hq, nq);
   Tensor4<T> dk("dk", in.B, nk, in.Hkv, in.D), dv("dv", in.B, nk, in.Hkv, in.D);
@@ -89,9 +91,11 @@ DistGrads run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, 
     g.model_bytes = static_cast<long long>(
         reduce_max(comm, double(dist::ring_traffic(pr, opt, d, P, rank, dist::RingPass::backward).sent)));
   }
-  g.dq = gather_positions(comm, from_view(dq), in.B, in.Hq * in.D, ql);
-  g.dk = gather_positions(comm, from_view(dk), in.B, in.Hkv * in.D, kl);
-  g.dv = gather_positions(comm, from_view(dv), in.B, in.Hkv * in.D, kl);
+  g.q_layout = ql;
+  g.kv_layout = kl;
+  g.dq = from_view(dq);
+  g.dk = from_view(dk);
+  g.dv = from_view(dv);
   return g;
 }
 
@@ -109,7 +113,7 @@ int grad_distributed(Args& args, const std::string& mode) {
     Options opt;
     std::optional<std::string> dq_path, dk_path, dv_path;
     bool check = false, json = false;
-    std::vector<std::string> input_args;  // the input flags travel to rank 0's reader
+    std::vector<std::string> input_args;  // the input flags, read by every rank (and rank 0's --check)
     dist::collective_check(comm, [&] {
       KATTN_REQUIRE(shards_sequence(mode), "--dist: grad distributes the sequence (ring, ulysses or hybrid), got '",
                     mode, "'");
@@ -146,23 +150,24 @@ int grad_distributed(Args& args, const std::string& mode) {
       if (dv_path) check_output_file("--dv", *dv_path);
     });
 
-    DenseInputs in;
-    std::vector<double> dout;
+    DenseSource src;
+    const DenseInputs in = describe_on_every_rank(comm, "grad", input_args, "--do", src);
     dist::collective_check(comm, [&] {
-      if (rank != 0) return;
-      Args inputs("grad", input_args);
-      in = read_dense_inputs(inputs, "--do", &dout);
-      KATTN_REQUIRE(dout.size() == in.q.size(),
+      KATTN_REQUIRE(src.has_extra,
                     "--do: give DO.npy (the gradient of the loss with respect to o) with --q/--k/--v, or use --random");
-      inputs.finish();
     });
-    long long dims[7] = {in.B, in.Nq, in.Nk, in.Hq, in.Hkv, in.D, in.dtype == io::DType::f32 ? 4 : 8};
-    MPI_Bcast(dims, 7, MPI_LONG_LONG, 0, comm);
-    in.B = dims[0], in.Nq = dims[1], in.Nk = dims[2], in.Hq = dims[3], in.Hkv = dims[4], in.D = dims[5];
-    in.dtype = dims[6] == 4 ? io::DType::f32 : io::DType::f64;
-
-    const DistGrads g = in.dtype == io::DType::f32 ? run_as<float>(comm, mode, in, dout, opt, d, bopt)
-                                                   : run_as<double>(comm, mode, in, dout, opt, d, bopt);
+    const DistGrads g = in.dtype == io::DType::f32 ? run_as<float>(comm, mode, in, src, opt, d, bopt)
+                                                   : run_as<double>(comm, mode, in, src, opt, d, bopt);
+    if (dq_path) write_dense_positions(comm, *dq_path, in, in.Hq, g.q_layout, g.dq);
+    if (dk_path) write_dense_positions(comm, *dk_path, in, in.Hkv, g.kv_layout, g.dk);
+    if (dv_path) write_dense_positions(comm, *dv_path, in, in.Hkv, g.kv_layout, g.dv);
+    const long long peak_rss = peak_rss_max(comm);  // before --check's rank-0 reference
+    std::vector<double> dq_all, dk_all, dv_all;     // --check: every rank's gradients, on rank 0
+    if (check) {
+      dq_all = gather_positions(comm, g.dq, in.B, in.Hq * in.D, g.q_layout);
+      dk_all = gather_positions(comm, g.dk, in.B, in.Hkv * in.D, g.kv_layout);
+      dv_all = gather_positions(comm, g.dv, in.B, in.Hkv * in.D, g.kv_layout);
+    }
     return on_rank0(comm, [&]() -> int {
       const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
       const double flops = 2.5 * attention_flops(in, opt);
@@ -171,11 +176,12 @@ int grad_distributed(Args& args, const std::string& mode) {
           "D=%lld%s\n",
           mode.c_str(), P, grid_text(mode, P, d).c_str(), dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, (long long)in.B, (long long)in.Nq,
           (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
-      std::fprintf(text, 
-          "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
-          "communication %.6f s; bytes sent per rank (max): %lld%s\n",
-          g.seconds, g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0, g.forward_seconds, g.comm_seconds, g.bytes,
-          g.model_bytes >= 0 ? (" (model " + std::to_string(g.model_bytes) + ")").c_str() : "");
+      std::fprintf(text,
+                   "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
+                   "communication %.6f s; bytes sent per rank (max): %lld%s; peak memory per rank (max): %lld MB\n",
+                   g.seconds, g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0, g.forward_seconds, g.comm_seconds, g.bytes,
+                   g.model_bytes >= 0 ? (" (model " + std::to_string(g.model_bytes) + ")").c_str() : "",
+                   peak_rss >> 20);
       Json j;
       j.add("algo", "flash").add("dist", mode).add("ranks", P).add("sharding", dist::name(d.sharding));
       if (mode == "hybrid") j.add("ulysses_size", d.ulysses_size);
@@ -183,19 +189,21 @@ int grad_distributed(Args& args, const std::string& mode) {
       j.add("seconds", g.seconds).add("gflops", g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0);
       j.add("forward_seconds", g.forward_seconds).add("comm_seconds", g.comm_seconds).add("bytes_sent_per_rank", g.bytes);
       if (g.model_bytes >= 0) j.add("model_bytes_per_rank", g.model_bytes);
-      if (dq_path) write_dense(*dq_path, in, in.Nq, in.Hq, g.dq);
-      if (dk_path) write_dense(*dk_path, in, in.Nk, in.Hkv, g.dk);
-      if (dv_path) write_dense(*dv_path, in, in.Nk, in.Hkv, g.dv);
+      j.add("peak_rss_bytes_max", peak_rss);
       int status = 0;
       if (check) {
+        // The whole inputs, on rank 0 only and only for the check.
+        Args inputs("grad", input_args);
+        std::vector<double> dout;
+        const DenseInputs full = read_dense_inputs(inputs, "--do", &dout);
         using T4 = Tensor4<double>;
-        const auto q = to_view<T4>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
-        const auto k = to_view<T4>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
-        const auto v = to_view<T4>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
+        const auto q = to_view<T4>(full.q, "q", in.B, in.Nq, in.Hq, in.D);
+        const auto k = to_view<T4>(full.k, "k", in.B, in.Nk, in.Hkv, in.D);
+        const auto v = to_view<T4>(full.v, "v", in.B, in.Nk, in.Hkv, in.D);
         const auto dov = to_view<T4>(dout, "do", in.B, in.Nq, in.Hq, in.D);
         T4 dq("dq", in.B, in.Nq, in.Hq, in.D), dk("dk", in.B, in.Nk, in.Hkv, in.D), dv("dv", in.B, in.Nk, in.Hkv, in.D);
         reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, dov, dq, dk, dv, opt);
-        const std::vector<double>* mine[3] = {&g.dq, &g.dk, &g.dv};
+        const std::vector<double>* mine[3] = {&dq_all, &dk_all, &dv_all};
         const std::vector<double> ref[3] = {from_view(dq), from_view(dk), from_view(dv)};
         const char* names[3] = {"dq", "dk", "dv"};
         double max_abs = 0, rel = 0;

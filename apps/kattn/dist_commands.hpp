@@ -9,11 +9,11 @@
 namespace kattn {
 namespace cli {
 
-// kattn run --dist ring|decode ...: rank 0 reads (or draws) the inputs, scatters, gathers and
-// writes; every rank exits with the same status, rank 0 prints.
+// kattn run --dist ring|ulysses|hybrid|decode ...: every rank reads (or draws) its own positions and
+// writes its own rows of the outputs; every rank exits with the same status, rank 0 prints.
 int run_distributed(Args& args, const std::string& mode);
 
-// kattn grad --dist ring ...: the ring forward and backward; rank 0 reads, scatters, gathers, writes.
+// kattn grad --dist ring|ulysses|hybrid ...: the forward and backward; each rank reads and writes its own part.
 int grad_distributed(Args& args, const std::string& mode);
 
 // kattn scale (a measured scaling-study row at the current rank count).

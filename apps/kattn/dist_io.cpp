@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "dist_files.hpp"
 #include "kattn/dist/agreement.hpp"
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/hybrid_grid.hpp"
@@ -11,14 +12,6 @@ namespace kattn {
 namespace cli {
 namespace {
 
-// Calls f(global offset, local offset, count) for every run of one rank's positions.
-template <class F>
-void for_each_run(const dist::SequenceLayout& layout, int rank, std::int64_t outer, std::int64_t inner, F&& f) {
-  const std::int64_t N = layout.length(), n = layout.local_length(rank);
-  for (const dist::Segment& s : layout.segments_of(rank))
-    for (std::int64_t o = 0; o < outer; ++o) f((o * N + s.global) * inner, (o * n + s.local) * inner, s.length * inner);
-}
-
 int rank_of(MPI_Comm comm) {
   int r = 0;
   MPI_Comm_rank(comm, &r);
@@ -26,33 +19,6 @@ int rank_of(MPI_Comm comm) {
 }
 
 }  // namespace
-
-std::vector<double> scatter_positions(MPI_Comm comm, const std::vector<double>& global, std::int64_t outer,
-                                      std::int64_t inner, const dist::SequenceLayout& layout) {
-  const int rank = rank_of(comm);
-  dist::DistStats unused;
-  std::vector<double> mine(static_cast<std::size_t>(outer * layout.local_length(rank) * inner));
-  if (rank == 0) {
-    for (int r = layout.ranks() - 1; r >= 0; --r) {
-      std::vector<double> part(static_cast<std::size_t>(outer * layout.local_length(r) * inner));
-      for_each_run(layout, r, outer, inner, [&](std::int64_t g, std::int64_t l, std::int64_t count) {
-        std::copy(global.begin() + g, global.begin() + g + count, part.begin() + l);
-      });
-      if (r == 0) {
-        mine.swap(part);
-      } else {
-        std::vector<MPI_Request> reqs;
-        dist::detail::isend(part.data(), static_cast<std::int64_t>(part.size()), r, 7, comm, reqs, unused);
-        dist::detail::wait_all(reqs);
-      }
-    }
-  } else {
-    std::vector<MPI_Request> reqs;
-    dist::detail::irecv(mine.data(), static_cast<std::int64_t>(mine.size()), 0, 7, comm, reqs);
-    dist::detail::wait_all(reqs);
-  }
-  return mine;
-}
 
 std::vector<double> gather_positions(MPI_Comm comm, const std::vector<double>& local, std::int64_t outer,
                                      std::int64_t inner, const dist::SequenceLayout& layout) {
@@ -74,9 +40,10 @@ std::vector<double> gather_positions(MPI_Comm comm, const std::vector<double>& l
       dist::detail::irecv(part.data(), static_cast<std::int64_t>(part.size()), r, 8, comm, reqs);
       dist::detail::wait_all(reqs);
     }
-    for_each_run(layout, r, outer, inner, [&](std::int64_t g, std::int64_t l, std::int64_t count) {
-      std::copy(part.begin() + l, part.begin() + l + count, global.begin() + g);
-    });
+    for_each_span(RowBlock{outer, layout.length(), inner, runs_of(layout, r)},
+                  [&](std::int64_t g, std::int64_t l, std::int64_t count) {
+                    std::copy(part.begin() + l, part.begin() + l + count, global.begin() + g);
+                  });
   }
   return global;
 }

@@ -1,6 +1,7 @@
-// Rank 0's global arrays to every rank's shard and back, for the distributed commands, and the
-// rank-0 phase that follows. Arrays are [outer, N, inner] in C order with the sequence in the
-// middle: [B, N, H, D] is outer = B, inner = H * D; lse [B, H, N] is outer = B * H, inner = 1.
+// The distributed commands' shared steps: the sharding and its flags, the flags compared across
+// the ranks, every rank's shard gathered on rank 0 (for --check), and the rank-0 phase that follows. Arrays are [outer,
+// N, inner] in C order with the sequence in the middle: [B, N, H, D] is outer = B, inner = H * D; lse [B, H, N] is
+// outer = B * H, inner = 1.
 #pragma once
 
 #include <mpi.h>
@@ -37,11 +38,8 @@ void read_grid(Args& args, const std::string& mode, int ranks, dist::DistOptions
 // " grid=UxR" for hybrid, empty otherwise (for the header line).
 std::string grid_text(const std::string& mode, int ranks, const dist::DistOptions& d);
 
-// Every rank gets its positions of rank 0's `global` (ignored elsewhere).
-std::vector<double> scatter_positions(MPI_Comm comm, const std::vector<double>& global, std::int64_t outer,
-                                      std::int64_t inner, const dist::SequenceLayout& layout);
-
-// Rank 0 gets the global array assembled from every rank's `local` (others get an empty vector).
+// Rank 0 gets the global array assembled from every rank's `local` (others get an empty vector);
+// only --check needs it, the files being read and written per rank (dist_files.hpp).
 std::vector<double> gather_positions(MPI_Comm comm, const std::vector<double>& local, std::int64_t outer,
                                      std::int64_t inner, const dist::SequenceLayout& layout);
 

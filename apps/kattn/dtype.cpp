@@ -1,5 +1,7 @@
 #include "dtype.hpp"
 
+#include <cstring>
+
 #include "kattn/core/storage.hpp"
 #include "kattn/errors.hpp"
 
@@ -70,6 +72,34 @@ void round_to(io::DType dtype, std::vector<double>& values) {
     default:
       break;
   }
+}
+
+namespace {
+template <class S>
+void store(const double* values, std::size_t n, unsigned char* out) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const S x = narrow<S>(values[i]);
+    std::memcpy(out + i * sizeof(S), &x, sizeof(S));
+  }
+}
+}  // namespace
+
+std::vector<unsigned char> encode_values(io::DType dtype, const double* values, std::size_t n) {
+  std::vector<unsigned char> out(n * io::size_of(dtype));
+  switch (dtype) {
+    case io::DType::f64:
+      store<double>(values, n, out.data());
+      break;
+    case io::DType::bf16:
+      store<bf16>(values, n, out.data());
+      break;
+    case io::DType::f16:
+      store<fp16>(values, n, out.data());
+      break;
+    default:
+      store<float>(values, n, out.data());
+  }
+  return out;
 }
 
 }  // namespace cli

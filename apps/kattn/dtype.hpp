@@ -4,6 +4,7 @@
 // ragged) for now; cascade, block-sparse and distributed runs take f32 or f64.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +42,9 @@ void require_bf16_bits_asked(const std::string& flag, const std::string& path, i
 
 // Rounds every value to the type (float64: unchanged).
 void round_to(io::DType dtype, std::vector<double>& values);
+
+// The values stored as `dtype` (f32, f64, f16 or bf16 bits), little endian: the bytes of an .npy file.
+std::vector<unsigned char> encode_values(io::DType dtype, const double* values, std::size_t n);
 
 }  // namespace cli
 }  // namespace kattn

@@ -21,23 +21,41 @@ std::vector<double> random_normal(std::size_t n, std::uint64_t seed) {
   return out;
 }
 
+std::vector<double> random_normal_rows(const RowBlock& rows, std::uint64_t seed) {
+  // The same stream as random_normal(outer * N * inner, seed), every value drawn in order (the
+  // normal distribution's draws cannot be skipped), only the runs' values kept.
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> dist(0.0, 1.0);
+  std::vector<PositionRun> runs = rows.runs;
+  std::sort(runs.begin(), runs.end(), [](const PositionRun& a, const PositionRun& b) { return a.global < b.global; });
+  std::vector<double> out(static_cast<std::size_t>(rows.local_size()));
+  const std::int64_t n = rows.local_length();
+  const auto skip = [&](std::int64_t count) {
+    for (std::int64_t i = 0; i < count; ++i) dist(gen);
+  };
+  for (std::int64_t o = 0; o < rows.outer; ++o) {
+    std::int64_t at = 0;  // the next position drawn
+    for (const PositionRun& r : runs) {
+      skip((r.global - at) * rows.inner);
+      double* dst = out.data() + (o * n + r.local) * rows.inner;
+      for (std::int64_t i = 0; i < r.length * rows.inner; ++i) dst[i] = dist(gen);
+      at = r.global + r.length;
+    }
+    skip((rows.N - at) * rows.inner);
+  }
+  return out;
+}
+
 namespace {
 
-io::NpyArray read_rank4_floating(const std::string& path, const std::string& flag, Layout layout) {
-  io::NpyArray a = read_input(flag, path);
+io::NpyHeader read_rank4_floating(const std::string& path, const std::string& flag, Layout layout) {
+  io::NpyHeader a = read_input_header(flag, path);
   require_input_dtype(flag, path, a.dtype);
   const std::string dims = flag == "--k" || flag == "--v" ? (layout == Layout::bnhd ? "[B, Nk, Hkv, D]" : "[B, Hkv, Nk, D]")
                                                           : (layout == Layout::bnhd ? "[B, Nq, Hq, D]" : "[B, Hq, Nq, D]");
   KATTN_REQUIRE(a.shape.size() == 4, flag, " ", path, ": expected a rank-4 array ", dims, ", got rank ",
                 a.shape.size());
   return a;
-}
-
-template <class S>
-std::vector<S> narrowed(const std::vector<double>& values) {
-  std::vector<S> out(values.size());
-  for (std::size_t i = 0; i < values.size(); ++i) out[i] = narrow<S>(values[i]);
-  return out;
 }
 
 std::string shape_text(const std::vector<std::int64_t>& s) {
@@ -55,8 +73,7 @@ void require_one_dtype(const std::string& flag, const std::string& path, io::DTy
                 "; give every input in one dtype, or say which to compute in with --dtype f32|f64|bf16|f16");
 }
 
-DenseInputs read_dense_inputs(Args& args, const std::string& extra, std::vector<double>* extra_values,
-                              const char* refuse16) {
+DenseInputs describe_dense_inputs(Args& args, const std::string& extra, DenseSource& source, const char* refuse16) {
   DenseInputs in;
   const auto random = args.integers("--random", 6);
   const auto seed = args.integer("--seed", 0, std::numeric_limits<std::int64_t>::max());
@@ -64,6 +81,8 @@ DenseInputs read_dense_inputs(Args& args, const std::string& extra, std::vector<
   in.layout = read_layout(args);
   const auto qf = args.value("--q"), kf = args.value("--k"), vf = args.value("--v");
   const auto ef = extra.empty() ? std::nullopt : args.value(extra);
+  source = DenseSource{};
+  source.extra_flag = extra;
   if (random) {
     KATTN_REQUIRE(!qf && !kf && !vf && !ef, "--random: give either --random or input files, not both");
     const auto& r = *random;
@@ -76,55 +95,82 @@ DenseInputs read_dense_inputs(Args& args, const std::string& extra, std::vector<
     const double elems = double(in.B) * std::max(double(in.Nq) * double(in.Hq), double(in.Nk) * double(in.Hkv)) *
                          double(in.D);
     KATTN_REQUIRE(elems < 4e9, "--random: ", elems, " elements per array is more than this program will draw");
+    in.dtype = run_dtype(dtype, io::DType::f32, "", refuse16);
+    source.random = true;
+    source.seed = static_cast<std::uint64_t>(seed.value_or(0));
+    source.has_extra = !extra.empty();
+    return in;
+  }
+  KATTN_REQUIRE(qf && kf && vf, "inputs: give --q Q.npy --k K.npy --v V.npy, or --random B,NQ,NK,HQ,HKV,D");
+  KATTN_REQUIRE(!seed, "--seed: only meaningful with --random");
+  const io::NpyHeader q = read_rank4_floating(*qf, "--q", in.layout);
+  const io::NpyHeader k = read_rank4_floating(*kf, "--k", in.layout);
+  const io::NpyHeader v = read_rank4_floating(*vf, "--v", in.layout);
+  in.B = q.shape[0], in.D = q.shape[3];
+  positions_and_heads(in.layout, q.shape, in.Nq, in.Hq);
+  positions_and_heads(in.layout, k.shape, in.Nk, in.Hkv);
+  warn_if_transposed("--q", *qf, in.layout, q.shape);
+  // k against q first, then v against k: the message blames the array that differs.
+  KATTN_REQUIRE(k.shape[0] == in.B, "--k ", *kf, ": expected batch ", in.B, " (from q), got ", k.shape[0]);
+  KATTN_REQUIRE(k.shape[3] == in.D, "--k ", *kf, ": expected head dim ", in.D, " (from q), got ", k.shape[3]);
+  KATTN_REQUIRE(v.shape[3] == in.D, "--v ", *vf, ": expected head dim ", in.D, " (from q and k), got ", v.shape[3]);
+  KATTN_REQUIRE(k.shape == v.shape, "--v ", *vf, ": expected the shape of k ", shape_text(k.shape), ", got ",
+                shape_text(v.shape));
+  require_one_dtype("--k", *kf, k.dtype, q.dtype, dtype.has_value());
+  require_one_dtype("--v", *vf, v.dtype, q.dtype, dtype.has_value());
+  in.dtype = run_dtype(dtype, q.dtype, *qf, refuse16);
+  require_bf16_bits_asked("--q", *qf, q.dtype, in.dtype, dtype.has_value());
+  require_bf16_bits_asked("--k", *kf, k.dtype, in.dtype, dtype.has_value());
+  require_bf16_bits_asked("--v", *vf, v.dtype, in.dtype, dtype.has_value());
+  source.paths = {*qf, *kf, *vf, ""};
+  source.headers = {q, k, v, io::NpyHeader{}};
+  if (ef) {
+    const io::NpyHeader e = read_rank4_floating(*ef, extra, in.layout);
+    KATTN_REQUIRE(e.shape == q.shape, extra, " ", *ef, ": expected the shape of q ", shape_text(q.shape), ", got ",
+                  shape_text(e.shape));
+    require_one_dtype(extra, *ef, e.dtype, q.dtype, dtype.has_value());
+    require_bf16_bits_asked(extra, *ef, e.dtype, in.dtype, dtype.has_value());
+    source.paths[3] = *ef;
+    source.headers[3] = e;
+    source.has_extra = true;
+  }
+  return in;
+}
+
+std::vector<double> dense_rows(const DenseInputs& in, const DenseSource& source, DenseArray which,
+                               const std::vector<PositionRun>& runs) {
+  const int i = static_cast<int>(which);
+  const bool kv = which == DenseArray::k || which == DenseArray::v;
+  const std::int64_t N = kv ? in.Nk : in.Nq, H = kv ? in.Hkv : in.Hq;
+  std::vector<double> values;
+  if (source.random) {
+    // Drawn in [B, N, H, D] order whatever the files' layout.
+    values = random_normal_rows(RowBlock{in.B, N, H * in.D, runs}, 3 * source.seed + 1 + std::uint64_t(i));
+  } else {
+    // The file's own order: [B, N, H * D] or [B * H, N, D] with the sequence in the middle.
+    const bool bnhd = in.layout == Layout::bnhd;
+    const RowBlock rows{bnhd ? in.B : in.B * H, N, bnhd ? H * in.D : in.D, runs};
+    values = read_rows(source.paths[i], source.headers[i], rows);
+    values = to_bnhd(in.layout, file_shape(in.layout, in.B, rows.local_length(), H, in.D), std::move(values));
+  }
+  round_to(in.dtype, values);
+  return values;
+}
+
+DenseInputs read_dense_inputs(Args& args, const std::string& extra, std::vector<double>* extra_values,
+                              const char* refuse16) {
+  DenseSource source;
+  DenseInputs in = describe_dense_inputs(args, extra_values ? extra : "", source, refuse16);
+  if (source.random)
     // q, k, v in double on the host, before any of them is drawn.
     kattn::detail::require_memory<Kokkos::HostSpace>(
         8 * std::uint64_t(in.B * in.D * (in.Nq * in.Hq + 2 * in.Nk * in.Hkv)), "--random: the inputs",
         "q, k and v as float64", "use smaller shapes");
-    in.dtype = run_dtype(dtype, io::DType::f32, "", refuse16);
-    const std::uint64_t s = static_cast<std::uint64_t>(seed.value_or(0));
-    in.q = random_normal(in.B * in.Nq * in.Hq * in.D, 3 * s + 1);
-    in.k = random_normal(in.B * in.Nk * in.Hkv * in.D, 3 * s + 2);
-    in.v = random_normal(in.B * in.Nk * in.Hkv * in.D, 3 * s + 3);
-    if (extra_values) *extra_values = random_normal(in.q.size(), 3 * s + 4);
-  } else {
-    KATTN_REQUIRE(qf && kf && vf, "inputs: give --q Q.npy --k K.npy --v V.npy, or --random B,NQ,NK,HQ,HKV,D");
-    KATTN_REQUIRE(!seed, "--seed: only meaningful with --random");
-    const io::NpyArray q = read_rank4_floating(*qf, "--q", in.layout);
-    const io::NpyArray k = read_rank4_floating(*kf, "--k", in.layout);
-    const io::NpyArray v = read_rank4_floating(*vf, "--v", in.layout);
-    in.B = q.shape[0], in.D = q.shape[3];
-    positions_and_heads(in.layout, q.shape, in.Nq, in.Hq);
-    positions_and_heads(in.layout, k.shape, in.Nk, in.Hkv);
-    warn_if_transposed("--q", *qf, in.layout, q.shape);
-    // k against q first, then v against k: the message blames the array that differs.
-    KATTN_REQUIRE(k.shape[0] == in.B, "--k ", *kf, ": expected batch ", in.B, " (from q), got ", k.shape[0]);
-    KATTN_REQUIRE(k.shape[3] == in.D, "--k ", *kf, ": expected head dim ", in.D, " (from q), got ", k.shape[3]);
-    KATTN_REQUIRE(v.shape[3] == in.D, "--v ", *vf, ": expected head dim ", in.D, " (from q and k), got ", v.shape[3]);
-    KATTN_REQUIRE(k.shape == v.shape, "--v ", *vf, ": expected the shape of k ", shape_text(k.shape), ", got ",
-                  shape_text(v.shape));
-    require_one_dtype("--k", *kf, k.dtype, q.dtype, dtype.has_value());
-    require_one_dtype("--v", *vf, v.dtype, q.dtype, dtype.has_value());
-    in.dtype = run_dtype(dtype, q.dtype, *qf, refuse16);
-    require_bf16_bits_asked("--q", *qf, q.dtype, in.dtype, dtype.has_value());
-    require_bf16_bits_asked("--k", *kf, k.dtype, in.dtype, dtype.has_value());
-    require_bf16_bits_asked("--v", *vf, v.dtype, in.dtype, dtype.has_value());
-    in.q = to_bnhd(in.layout, q.shape, q.values<double>());
-    in.k = to_bnhd(in.layout, k.shape, k.values<double>());
-    in.v = to_bnhd(in.layout, v.shape, v.values<double>());
-    if (ef) {
-      KATTN_REQUIRE(extra_values != nullptr, "internal: no place for ", extra);
-      const io::NpyArray e = read_rank4_floating(*ef, extra, in.layout);
-      KATTN_REQUIRE(e.shape == q.shape, extra, " ", *ef, ": expected the shape of q ", shape_text(q.shape), ", got ",
-                    shape_text(e.shape));
-      require_one_dtype(extra, *ef, e.dtype, q.dtype, dtype.has_value());
-      require_bf16_bits_asked(extra, *ef, e.dtype, in.dtype, dtype.has_value());
-      *extra_values = to_bnhd(in.layout, e.shape, e.values<double>());
-    }
-  }
-  round_to(in.dtype, in.q);
-  round_to(in.dtype, in.k);
-  round_to(in.dtype, in.v);
-  if (extra_values) round_to(in.dtype, *extra_values);
+  const std::vector<PositionRun> all_q = {PositionRun{0, 0, in.Nq}}, all_k = {PositionRun{0, 0, in.Nk}};
+  in.q = dense_rows(in, source, DenseArray::q, all_q);
+  in.k = dense_rows(in, source, DenseArray::k, all_k);
+  in.v = dense_rows(in, source, DenseArray::v, all_k);
+  if (extra_values && source.has_extra) *extra_values = dense_rows(in, source, DenseArray::extra, all_q);
   return in;
 }
 
@@ -259,12 +305,7 @@ void write_dense(const std::string& path, const DenseInputs& in, std::int64_t N,
 
 void write_array(const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,
                  const std::vector<double>& values) {
-  switch (dtype) {
-    case io::DType::f64: io::write_npy(path, shape, values); break;
-    case io::DType::bf16: io::write_npy(path, shape, narrowed<bf16>(values)); break;
-    case io::DType::f16: io::write_npy(path, shape, narrowed<fp16>(values)); break;
-    default: io::write_npy(path, shape, std::vector<float>(values.begin(), values.end()));
-  }
+  io::write_npy(path, dtype, shape, encode_values(dtype, values.data(), values.size()).data());
 }
 
 }  // namespace cli

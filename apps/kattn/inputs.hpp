@@ -3,7 +3,6 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
-
 #include <array>
 #include <cstdint>
 #include <string>
@@ -15,6 +14,7 @@
 #include "kattn/core/storage.hpp"
 #include "kattn/io/npy.hpp"
 #include "kattn/options.hpp"
+#include "npy_rows.hpp"
 
 namespace kattn {
 namespace cli {
@@ -29,6 +29,29 @@ struct DenseInputs {
   std::vector<long long> shape() const { return {B, Nq, Nk, Hq, Hkv, D}; }
 };
 
+// Where the values of dense inputs come from, known once their shapes are checked: the files
+// (paths and headers of q, k, v and the extra array) or the random draw's seed.
+struct DenseSource {
+  bool random = false;
+  std::uint64_t seed = 0;
+  bool has_extra = false;  // an extra array to read or draw (e.g. dO)
+  std::string extra_flag;
+  std::array<std::string, 4> paths;
+  std::array<io::NpyHeader, 4> headers;
+};
+enum class DenseArray { q = 0, k = 1, v = 2, extra = 3 };
+
+// What read_dense_inputs checks, from the files' headers alone: the dims, dtype and layout, no
+// values (in.q, in.k, in.v stay empty); `source` says where the values are.
+DenseInputs describe_dense_inputs(Args& args, const std::string& extra, DenseSource& source,
+                                  const char* refuse16 = kFloatOnly);
+
+// One array's values at some runs of its positions, [B, n, H, D] in bnhd order, rounded to in.dtype:
+// read in place from its file, or drawn as the whole array would be (the same values at every
+// rank count, each draw of the stream made but only the runs' kept).
+std::vector<double> dense_rows(const DenseInputs& in, const DenseSource& source, DenseArray which,
+                               const std::vector<PositionRun>& runs);
+
 // --q/--k/--v files or --random B,NQ,NK,HQ,HKV,D [--seed N]; --dtype f32|f64|bf16|f16 (default:
 // the files' dtype, which must then be the same for all; f32 for random inputs); --layout.
 // `extra` names a further [B, Nq, Hq, D] file to read with them (e.g. "--do"); its values land
@@ -41,6 +64,8 @@ Options read_options(Args& args);
 
 // Unit-normal values from a seeded generator.
 std::vector<double> random_normal(std::size_t n, std::uint64_t seed);
+// The values random_normal(rows.outer * rows.N * rows.inner, seed) holds at the rows' runs.
+std::vector<double> random_normal_rows(const RowBlock& rows, std::uint64_t seed);
 
 template <class T>
 using Tensor4 = Kokkos::View<T****, Kokkos::LayoutRight>;

@@ -12,18 +12,32 @@ namespace cli {
 
 namespace fs = std::filesystem;
 
-io::NpyArray read_input(const std::string& flag, const std::string& path) {
+namespace {
+
+// Runs a reader of `path` with the flag in its errors, after refusing what is no file.
+template <class Read>
+auto with_flag(const std::string& flag, const std::string& path, Read read) {
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
   KATTN_REQUIRE(fs::exists(st), flag, " ", path, ": cannot open file (no such file)");
   KATTN_REQUIRE(!fs::is_directory(st), flag, " ", path, ": is a directory, expected an .npy file");
   try {
-    return io::read_npy(path);
+    return read(path);
   } catch (const Error& e) {
     const std::string what = std::string(e.what()).substr(7);  // without "kattn: "
     if (what.rfind(flag, 0) == 0) throw;
     throw Error(flag + " " + what);
   }
+}
+
+}  // namespace
+
+io::NpyArray read_input(const std::string& flag, const std::string& path) {
+  return with_flag(flag, path, [](const std::string& p) { return io::read_npy(p); });
+}
+
+io::NpyHeader read_input_header(const std::string& flag, const std::string& path) {
+  return with_flag(flag, path, [](const std::string& p) { return io::read_npy_header(p); });
 }
 
 void check_output_file(const std::string& flag, const std::string& path) {

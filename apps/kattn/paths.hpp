@@ -12,6 +12,8 @@ namespace cli {
 
 // io::read_npy with the flag in every error: "--q q.npy: is a directory, expected an .npy file".
 io::NpyArray read_input(const std::string& flag, const std::string& path);
+// The same checks and messages for the header alone (the rows are read later, in place).
+io::NpyHeader read_input_header(const std::string& flag, const std::string& path);
 
 // Throws unless `path` can be created or overwritten as a file.
 void check_output_file(const std::string& flag, const std::string& path);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dist_commands.hpp"
+#include "dist_files.hpp"
 #include "dist_io.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
@@ -311,6 +312,7 @@ int scale_measure(Args& args) {
     Progress progress(rank);
     const Result r = c.dtype == "f32" ? measure<float>(c, rank, P, progress) : measure<double>(c, rank, P, progress);
     progress.done();
+    const long long peak_rss = peak_rss_max(MPI_COMM_WORLD);
     return on_rank0(MPI_COMM_WORLD, [&]() -> int {
       const std::string algorithm = c.mode + (c.d.deterministic ? "-deterministic" : "");
       std::vector<ScaleRow> existing;
@@ -344,7 +346,7 @@ int scale_measure(Args& args) {
       Json j;
       for (const std::string& col : scale_columns())
         if (col != "repetition") j.add(col, row.str(col));
-      j.add("seconds_median", r.median).add("repetitions", r.repetitions);
+      j.add("seconds_median", r.median).add("repetitions", r.repetitions).add("peak_rss_bytes_max", peak_rss);
       if (c.nocomm) {
         print(make_row(c, P, r.best_nocomm, "ring-nocomm", 0, existing), r.median_nocomm);
         const double loss = r.best.seconds / r.best_nocomm.seconds - 1.0;

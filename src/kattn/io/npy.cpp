@@ -1,5 +1,6 @@
 #include "kattn/io/npy.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <fstream>
@@ -39,6 +40,12 @@ std::size_t size_of(DType t) {
   return 0;
 }
 
+std::int64_t NpyHeader::size() const {
+  std::int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
 std::int64_t NpyArray::size() const {
   std::int64_t n = 1;
   for (auto s : shape) n *= s;
@@ -46,10 +53,7 @@ std::int64_t NpyArray::size() const {
 }
 
 template <class T>
-std::vector<T> NpyArray::values() const {
-  const std::size_t n = static_cast<std::size_t>(size());
-  std::vector<T> out(n);
-  const unsigned char* p = bytes.data();
+void decode_elements(DType dtype, const unsigned char* p, std::size_t n, T* out) {
   for (std::size_t i = 0; i < n; ++i) {
     switch (dtype) {
       case DType::f32: { float x; std::memcpy(&x, p + 4 * i, 4); out[i] = static_cast<T>(x); break; }
@@ -61,6 +65,15 @@ std::vector<T> NpyArray::values() const {
       case DType::b1: out[i] = static_cast<T>(p[i] != 0); break;
     }
   }
+}
+template void decode_elements<float>(DType, const unsigned char*, std::size_t, float*);
+template void decode_elements<double>(DType, const unsigned char*, std::size_t, double*);
+template void decode_elements<std::int64_t>(DType, const unsigned char*, std::size_t, std::int64_t*);
+
+template <class T>
+std::vector<T> NpyArray::values() const {
+  std::vector<T> out(static_cast<std::size_t>(size()));
+  decode_elements(dtype, bytes.data(), out.size(), out.data());
   return out;
 }
 template std::vector<float> NpyArray::values<float>() const;
@@ -158,40 +171,69 @@ std::uint32_t read_le(const unsigned char* p, int n) {
 
 }  // namespace
 
-NpyArray parse_npy(const unsigned char* data, std::size_t size, const std::string& what) {
+NpyHeader parse_npy_header(const unsigned char* data, std::size_t available, std::uint64_t file_size,
+                           const std::string& what) {
   static const unsigned char magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
-  KATTN_REQUIRE(size >= 10 && std::memcmp(data, magic, 6) == 0, what, ": not an .npy file (bad magic)");
+  KATTN_REQUIRE(available >= 10 && std::memcmp(data, magic, 6) == 0, what, ": not an .npy file (bad magic)");
   const int major = data[6];
   KATTN_REQUIRE(major >= 1 && major <= 3, what, ": unsupported .npy format version ", major, ".", int(data[7]));
   const int len_bytes = major == 1 ? 2 : 4;
-  KATTN_REQUIRE(size >= static_cast<std::size_t>(8 + len_bytes), what, ": truncated .npy header");
+  KATTN_REQUIRE(available >= static_cast<std::size_t>(8 + len_bytes), what, ": truncated .npy header");
   const std::size_t header_len = read_le(data + 8, len_bytes);
   const std::size_t data_start = 8 + len_bytes + header_len;
-  KATTN_REQUIRE(header_len <= size && data_start <= size, what, ": truncated .npy header (", header_len,
-                " header bytes announced, file has ", size, ")");
+  KATTN_REQUIRE(header_len <= file_size && data_start <= file_size && data_start <= available, what,
+                ": truncated .npy header (", header_len, " header bytes announced, file has ", file_size, ")");
   const std::string header(reinterpret_cast<const char*>(data) + 8 + len_bytes, header_len);
   KATTN_REQUIRE(header.find('{') != std::string::npos && header.find('}') != std::string::npos, what,
                 ": malformed .npy header (no dict)");
 
-  NpyArray a;
-  a.dtype = parse_descr(dict_value(header, "descr", what), what);
+  NpyHeader h;
+  h.dtype = parse_descr(dict_value(header, "descr", what), what);
   const std::string fortran = dict_value(header, "fortran_order", what);
   KATTN_REQUIRE(fortran == "False", what, ": Fortran-order arrays are not supported; save a C-order array ",
                 "(np.ascontiguousarray)");
-  a.shape = parse_shape(dict_value(header, "shape", what), what);
+  h.shape = parse_shape(dict_value(header, "shape", what), what);
+  h.data_offset = data_start;
 
   // Element count, guarding the multiplication against overflow.
   std::uint64_t n = 1;
-  for (auto s : a.shape) {
+  for (auto s : h.shape) {
     KATTN_REQUIRE(s == 0 || n <= std::numeric_limits<std::uint64_t>::max() / 16 / static_cast<std::uint64_t>(s),
                   what, ": array too large");
     n *= static_cast<std::uint64_t>(s);
   }
-  const std::uint64_t nbytes = n * size_of(a.dtype);
-  const std::uint64_t have = size - data_start;
+  const std::uint64_t nbytes = n * size_of(h.dtype);
+  const std::uint64_t have = file_size - data_start;
   KATTN_REQUIRE(have >= nbytes, what, ": truncated data (", nbytes, " bytes expected for shape, ", have, " present)");
   KATTN_REQUIRE(have == nbytes, what, ": ", have - nbytes, " unexpected bytes after the array data");
-  a.bytes.assign(data + data_start, data + data_start + nbytes);
+  return h;
+}
+
+NpyHeader read_npy_header(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  KATTN_REQUIRE(in.good(), path, ": cannot open file");
+  const std::uint64_t file_size = static_cast<std::uint64_t>(in.tellg());
+  in.seekg(0);
+  // The fixed prefix (magic, version, header length), then as much of the header as it announces.
+  std::vector<unsigned char> buf(static_cast<std::size_t>(std::min<std::uint64_t>(file_size, 12)));
+  in.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
+  if (buf.size() >= 12 && buf[6] >= 1 && buf[6] <= 3) {
+    const int len_bytes = buf[6] == 1 ? 2 : 4;
+    const std::uint64_t want = std::min<std::uint64_t>(file_size, 8 + len_bytes + read_le(buf.data() + 8, len_bytes));
+    const std::size_t had = buf.size();
+    buf.resize(static_cast<std::size_t>(std::max<std::uint64_t>(want, had)));
+    in.read(reinterpret_cast<char*>(buf.data() + had), static_cast<std::streamsize>(buf.size() - had));
+  }
+  KATTN_REQUIRE(in.good() || in.eof(), path, ": read failed");
+  return parse_npy_header(buf.data(), buf.size(), file_size, path);
+}
+
+NpyArray parse_npy(const unsigned char* data, std::size_t size, const std::string& what) {
+  const NpyHeader h = parse_npy_header(data, size, size, what);
+  NpyArray a;
+  a.dtype = h.dtype;
+  a.shape = h.shape;
+  a.bytes.assign(data + h.data_offset, data + size);
   return a;
 }
 
@@ -202,7 +244,7 @@ NpyArray read_npy(const std::string& path) {
   return parse_npy(buf.data(), buf.size(), path);
 }
 
-void write_npy(const std::string& path, DType dtype, const std::vector<std::int64_t>& shape, const void* data) {
+std::string npy_prefix(DType dtype, const std::vector<std::int64_t>& shape) {
   std::string dims;  // Python tuple syntax: (), (5,), (2, 3)
   for (std::size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
   if (shape.size() == 1) dims += ",";
@@ -211,14 +253,16 @@ void write_npy(const std::string& path, DType dtype, const std::vector<std::int6
   const std::size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header.push_back('\n');
+  const std::uint16_t len = static_cast<std::uint16_t>(header.size());
+  const char prefix[10] = {char(0x93), 'N', 'U', 'M', 'P', 'Y', 1, 0, char(len & 0xff), char(len >> 8)};
+  return std::string(prefix, 10) + header;
+}
+
+void write_npy(const std::string& path, DType dtype, const std::vector<std::int64_t>& shape, const void* data) {
+  const std::string prefix = npy_prefix(dtype, shape);
   std::ofstream out(path, std::ios::binary);
   KATTN_REQUIRE(out.good(), path, ": cannot open for writing");
-  const unsigned char prefix[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
-  out.write(reinterpret_cast<const char*>(prefix), 8);
-  const std::uint16_t len = static_cast<std::uint16_t>(header.size());
-  const unsigned char le[2] = {static_cast<unsigned char>(len & 0xff), static_cast<unsigned char>(len >> 8)};
-  out.write(reinterpret_cast<const char*>(le), 2);
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  out.write(prefix.data(), static_cast<std::streamsize>(prefix.size()));
   std::int64_t n = 1;
   for (auto s : shape) n *= s;
   out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n * size_of(dtype)));

@@ -31,9 +31,31 @@ struct NpyArray {
   std::vector<T> values() const;
 };
 
+// Elements of `dtype` (little-endian bytes) converted to T, as NpyArray::values does.
+template <class T>
+void decode_elements(DType dtype, const unsigned char* bytes, std::size_t n, T* out);
+
+// What an .npy header says, and where the element data starts in the file.
+struct NpyHeader {
+  DType dtype = DType::f32;
+  std::vector<std::int64_t> shape;
+  std::uint64_t data_offset = 0;
+  std::int64_t size() const;
+};
+
+// Parses the header at the start of an .npy image of `file_size` bytes, of which the first
+// `available` are at `data`; checks that the file holds exactly the data the header announces.
+NpyHeader parse_npy_header(const unsigned char* data, std::size_t available, std::uint64_t file_size,
+                           const std::string& what);
+// The header of an .npy file, reading only its first bytes (for positioned reads of its rows).
+NpyHeader read_npy_header(const std::string& path);
+
 // Parses an .npy image; `what` names it in errors ("q.npy").
 NpyArray parse_npy(const unsigned char* data, std::size_t size, const std::string& what);
 NpyArray read_npy(const std::string& path);
+
+// The bytes before the element data of the .npy file write_npy writes (format 1.0, padded to 64).
+std::string npy_prefix(DType dtype, const std::vector<std::int64_t>& shape);
 
 void write_npy(const std::string& path, DType dtype, const std::vector<std::int64_t>& shape, const void* data);
 // T: float, double, int32, int64, or kattn::fp16 / kattn::bf16 ('<f2' / '<u2', the bf16 convention).

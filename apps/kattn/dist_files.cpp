@@ -1,0 +1,80 @@
+#include "dist_files.hpp"
+
+#include <sys/resource.h>
+
+#include "dense_layout.hpp"
+#include "kattn/dist/collective.hpp"
+
+namespace kattn {
+namespace cli {
+namespace {
+
+int rank_of(MPI_Comm comm) {
+  int r = 0;
+  MPI_Comm_rank(comm, &r);
+  return r;
+}
+
+// Rank 0 creates the file with its header; after that (the check is collective, so a barrier)
+// every rank writes its rows. A failure on any rank ends every rank with its message.
+void write_positions(MPI_Comm comm, const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,
+                     const RowBlock& rows, const std::vector<double>& values) {
+  dist::collective_check(comm, [&] {
+    if (rank_of(comm) == 0) create_npy(path, dtype, shape);
+  });
+  dist::collective_check(comm, [&] { write_rows(path, dtype, shape, rows, values); });
+}
+
+}  // namespace
+
+std::vector<PositionRun> runs_of(const dist::SequenceLayout& layout, int rank) {
+  std::vector<PositionRun> runs;
+  if (rank >= layout.ranks()) return runs;
+  for (const dist::Segment& s : layout.segments_of(rank)) runs.push_back(PositionRun{s.global, s.local, s.length});
+  return runs;
+}
+
+DenseInputs describe_on_every_rank(MPI_Comm comm, const char* command, const std::vector<std::string>& input_args,
+                                   const std::string& extra, DenseSource& source) {
+  DenseInputs in;
+  dist::collective_check(comm, [&] {
+    Args inputs(command, input_args);
+    in = describe_dense_inputs(inputs, extra, source);
+    inputs.finish();
+  });
+  dist::collective_agree(
+      comm, {dist::Agreed::integer("--q", "batch", in.B), dist::Agreed::integer("--q", "query positions", in.Nq),
+             dist::Agreed::integer("--k", "key positions", in.Nk), dist::Agreed::integer("--q", "heads", in.Hq),
+             dist::Agreed::integer("--k", "KV heads", in.Hkv), dist::Agreed::integer("--q", "head dim", in.D),
+             dist::Agreed::integer("--dtype", "dtype (0 f32, 1 f64)", static_cast<int>(in.dtype)),
+             dist::Agreed::boolean("--random", "random inputs", source.random),
+             dist::Agreed::boolean(extra.empty() ? "inputs" : extra.c_str(), "an extra input", source.has_extra)});
+  return in;
+}
+
+void write_dense_positions(MPI_Comm comm, const std::string& path, const DenseInputs& in, std::int64_t H,
+                           const dist::SequenceLayout& layout, const std::vector<double>& local) {
+  const std::vector<PositionRun> runs = runs_of(layout, rank_of(comm));
+  const bool bnhd = in.layout == Layout::bnhd;
+  // The file's own order, with the sequence in the middle: [B, N, H * D] or [B * H, N, D].
+  const RowBlock rows{bnhd ? in.B : in.B * H, layout.length(), bnhd ? H * in.D : in.D, runs};
+  write_positions(comm, path, in.dtype, file_shape(in.layout, in.B, layout.length(), H, in.D), rows,
+                  from_bnhd(in.layout, in.B, rows.local_length(), H, in.D, local));
+}
+
+void write_lse_positions(MPI_Comm comm, const std::string& path, const DenseInputs& in, std::int64_t H,
+                         const dist::SequenceLayout& layout, const std::vector<double>& local) {
+  const RowBlock rows{in.B * H, layout.length(), 1, runs_of(layout, rank_of(comm))};
+  write_positions(comm, path, in.dtype, {in.B, H, layout.length()}, rows, local);
+}
+
+long long peak_rss_max(MPI_Comm comm) {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  long long bytes = static_cast<long long>(u.ru_maxrss) * 1024;  // Linux: kilobytes
+  MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_LONG_LONG, MPI_MAX, comm);
+  return bytes;
+}
+
+}  // namespace cli
+}  // namespace kattn

@@ -1,0 +1,41 @@
+// Every rank's own part of the distributed commands' files: the inputs' headers read on every
+// rank and agreed on, each rank's rows read in place (or drawn), and each rank's rows of the
+// outputs written in place, so no rank holds more than its share of the sequence.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "inputs.hpp"
+#include "kattn/dist/layout.hpp"
+#include "npy_rows.hpp"
+
+namespace kattn {
+namespace cli {
+
+// The positions `rank` holds under `layout` (none for a rank the layout does not have).
+std::vector<PositionRun> runs_of(const dist::SequenceLayout& layout, int rank);
+
+// The input flags read on every rank (the files' headers, or --random's shape) and compared: a bad
+// file on any rank, or files that differ between ranks, is the same kattn::Error on every rank.
+// `extra` names a further [B, Nq, Hq, D] input ("--do"), "" for none.
+DenseInputs describe_on_every_rank(MPI_Comm comm, const char* command, const std::vector<std::string>& input_args,
+                                   const std::string& extra, DenseSource& source);
+
+// Writes a [B, N, H, D] array in in.dtype and in.layout whose positions `layout` spreads over the
+// ranks, `local` being this rank's [B, n, H, D] (bnhd): rank 0 the header, every rank its rows.
+void write_dense_positions(MPI_Comm comm, const std::string& path, const DenseInputs& in, std::int64_t H,
+                           const dist::SequenceLayout& layout, const std::vector<double>& local);
+
+// The same for an lse [B, H, N], `local` being this rank's [B, H, n].
+void write_lse_positions(MPI_Comm comm, const std::string& path, const DenseInputs& in, std::int64_t H,
+                         const dist::SequenceLayout& layout, const std::vector<double>& local);
+
+// The largest peak resident set size of any rank so far, in bytes (every rank gets it).
+long long peak_rss_max(MPI_Comm comm);
+
+}  // namespace cli
+}  // namespace kattn
