@@ -34,8 +34,9 @@ auto local_keys(const View& global, const std::vector<std::int64_t>& lens, MPI_C
 // others' still poisoned). Collective on every rank either way.
 void expect_landed(const std::vector<double>& o, const DistOptions& d, const std::string& what) {
   if (d.root >= 0) {
-    if (rank_of(MPI_COMM_WORLD) != d.root)
+    if (rank_of(MPI_COMM_WORLD) != d.root) {
       for (double x : o) ASSERT_TRUE(std::isnan(x)) << what << ": a rank other than the root had its o written";
+    }
     return;
   }
   std::vector<double> first = o;
