@@ -4,7 +4,8 @@
 // checks, so a product of shape factors that does not fit is refused the same way.
 //
 // Capacity: host spaces, MemAvailable from /proc/meminfo (physical memory from sysconf where that
-// is missing); CUDA device memory, cudaMemGetInfo's free bytes; other spaces are not checked.
+// is missing); CUDA and HIP device memory, cudaMemGetInfo's / hipMemGetInfo's free bytes; other
+// spaces are not checked.
 // The environment variable KATTN_MEMORY_LIMIT (bytes) caps the capacity of every space: to keep
 // a run inside a budget, and for the tests.
 #pragma once
@@ -20,6 +21,7 @@
 
 #include <unistd.h>
 
+#include "kattn/compat.hpp"
 #include "kattn/errors.hpp"
 
 namespace kattn {
@@ -67,6 +69,12 @@ std::uint64_t memory_capacity() {
   if constexpr (std::is_same<MemorySpace, Kokkos::CudaSpace>::value) {
     std::size_t free_bytes = 0, total = 0;
     return cudaMemGetInfo(&free_bytes, &total) == cudaSuccess ? std::uint64_t(free_bytes) : 0;
+  }
+#endif
+#ifdef KOKKOS_ENABLE_HIP
+  if constexpr (std::is_same<MemorySpace, compat::HIP::memory_space>::value) {
+    std::size_t free_bytes = 0, total = 0;
+    return hipMemGetInfo(&free_bytes, &total) == hipSuccess ? std::uint64_t(free_bytes) : 0;
   }
 #endif
   if constexpr (std::is_same<MemorySpace, Kokkos::HostSpace>::value) return host_available_bytes();

@@ -20,6 +20,9 @@ constexpr bool is_host_space() {
 // a device-shaped host build must fit, as on the GPU.
 constexpr std::size_t kCudaLevel0Bytes = 40936;
 
+// Threads of a team on GPUs (four warps, two AMD wavefronts).
+constexpr int kGpuTeamThreads = 128;
+
 template <class ExecSpace, class T>
 struct Tuning {
   // Host tuning: a host execution space, unless the build is device-shaped (config.hpp), where
@@ -44,7 +47,8 @@ struct Tuning {
   static constexpr bool kv_in_place = host;
   // Teams of one thread on the host (each core runs whole tiles); a warp multiple on GPUs; a
   // device-shaped host build asks for KATTN_DEVICE_SHAPED_TEAM_SIZE (team_policy() caps it).
-  static constexpr int team_size = host ? 1 : (is_host_space<ExecSpace>() ? KATTN_DEVICE_SHAPED_TEAM_SIZE : 128);
+  static constexpr int team_size =
+      host ? 1 : (is_host_space<ExecSpace>() ? KATTN_DEVICE_SHAPED_TEAM_SIZE : kGpuTeamThreads);
   // Bytes of scratch the automatic tile sizes aim for: what stays in a core's L2 on the host, as
   // many values in double as in float (512 KB, 128 query rows x 64 keys at D = 128 instead of
   // 32 x 64: the per-tile softmax and rescaling amortised over 4x the rows, 0.50 -> 0.64 of the
@@ -90,9 +94,12 @@ struct Tuning {
 // the teams' work differs (the last query tiles see the most keys, the first key tiles the most
 // queries), and a static schedule hands each host thread one contiguous range of the league, so
 // one thread gets most of the work. With work stealing the threads finish together. (GPUs schedule
-// blocks as they free up either way.) The member type is that of the plain policy.
+// blocks as they free up either way.) The launch bound is the GPU team size: without it Kokkos
+// compiles HIP kernels for 1024-thread blocks, which caps a thread at 128 VGPRs and spills the
+// tile kernels; host backends ignore it. The member type is that of the plain policy.
 template <class ExecSpace>
-using TilePolicy = Kokkos::TeamPolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>>;
+using TilePolicy =
+    Kokkos::TeamPolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>, Kokkos::LaunchBounds<kGpuTeamThreads, 1>>;
 
 // A tiled kernel's policy: the tuning's team size, capped at what the space runs for this functor
 // (one thread on Serial, the thread pool on OpenMP, the register file on GPUs).
