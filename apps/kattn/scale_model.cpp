@@ -142,6 +142,13 @@ int scale_model(Args& args) {
   }
   const std::string mode = args.value("--dist").value_or("ring");
   KATTN_REQUIRE(mode == "ring" || mode == "decode", "--dist: expected ring or decode, got '", mode, "'");
+  if (mode == "decode")  // one reduction, no ring steps: these describe the ring
+    refuse_out_of_mode(args, {{"--ranks-per-node", "--dist ring"},
+                              {"--inter-bandwidth", "--dist ring"},
+                              {"--inter-latency", "--dist ring"},
+                              {"--step-overhead", "--dist ring"},
+                              {"--merge-passes", "--dist ring"},
+                              {"--backward-ratio", "--dist ring"}});
   const std::string study = args.value("--study").value_or("weak");
   KATTN_REQUIRE(study == "weak" || study == "strong", "--study: expected weak or strong, got '", study, "'");
   const auto tokens = args.integer("--tokens", 1, std::int64_t(1) << 50);
@@ -179,7 +186,6 @@ int scale_model(Args& args) {
                 "nodes");
   KATTN_REQUIRE(cl.step_overhead_seconds >= 0 && cl.merge_passes >= 0 && backward_ratio >= 0,
                 "--step-overhead/--merge-passes/--backward-ratio: expected values >= 0");
-  KATTN_REQUIRE(mode == "ring" || backward_ratio == 0, "--backward-ratio: only for --dist ring");
   const dist::KernelRate rate = tflops    ? dist::KernelRate(*tflops * 1e12)
                                 : curve   ? parse_rate_curve(*curve)
                                           : rate_from_csv(*from_csv, mode);

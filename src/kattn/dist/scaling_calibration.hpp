@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
-#include <string>
-#include <utility>
 #include <vector>
+
+#include "kattn/errors.hpp"
 
 namespace kattn {
 namespace dist {
@@ -29,7 +29,7 @@ class KernelRate {
   KernelRate() = default;
   // The same rate at every size (a peak given by hand).
   explicit KernelRate(double flops_per_second) : points_{{1.0, flops_per_second}} {
-    if (!(flops_per_second > 0)) throw std::invalid_argument("kernel rate: expected a positive FLOP/s");
+    KATTN_REQUIRE(flops_per_second > 0, "kernel rate: expected a positive FLOP/s, got ", flops_per_second);
   }
   // Points in any order; a size measured twice keeps the mean of its rates.
   explicit KernelRate(std::vector<RatePoint> points) {
@@ -39,14 +39,15 @@ class KernelRate {
       std::size_t j = i;
       double sum = 0;
       for (; j < points.size() && points[j].tokens_per_rank == points[i].tokens_per_rank; ++j) {
-        if (!(points[j].tokens_per_rank > 0 && points[j].flops_per_second > 0))
-          throw std::invalid_argument("kernel rate: expected positive sizes and rates");
+        KATTN_REQUIRE(points[j].tokens_per_rank > 0 && points[j].flops_per_second > 0,
+                      "kernel rate: expected positive sizes and rates, got ", points[j].flops_per_second, " FLOP/s at ",
+                      points[j].tokens_per_rank, " tokens per rank");
         sum += points[j].flops_per_second;
       }
       points_.push_back({points[i].tokens_per_rank, sum / double(j - i)});
       i = j;
     }
-    if (points_.empty()) throw std::invalid_argument("kernel rate: expected at least one measured size");
+    KATTN_REQUIRE(!points_.empty(), "kernel rate: expected at least one measured size");
   }
 
   bool empty() const { return points_.empty(); }
@@ -97,9 +98,9 @@ inline Link fit_link(const std::vector<LinkSample>& samples) {
     sw += w, sx += w * s.bytes, sy += w * s.seconds, sxx += w * s.bytes * s.bytes, sxy += w * s.bytes * s.seconds;
   }
   const double det = sw * sxx - sx * sx;
-  if (samples.size() < 2 || !(det > 0)) throw std::invalid_argument("fit_link: expected samples of at least two sizes");
+  KATTN_REQUIRE(samples.size() >= 2 && det > 0, "link fit: expected ping-pong times at two sizes or more");
   const double slope = (sw * sxy - sx * sy) / det;
-  if (!(slope > 0)) throw std::invalid_argument("fit_link: time does not grow with message size");
+  KATTN_REQUIRE(slope > 0, "link fit: the one-way time does not grow with the message size (too noisy: more --repeat)");
   Link l;
   l.bytes_per_second = 1.0 / slope;
   l.latency_seconds = std::max(0.0, (sy - slope * sx) / sw);

@@ -65,15 +65,15 @@ inline double ring_bytes_per_rank(const RingModelInput& in) {
 namespace detail {
 
 // One step at n tokens per rank; the same for every step but the first (no receive, no merge).
-struct RingStep {
+struct ModelStep {
   double forward = 0, backward = 0;  // kernel seconds
   double merge = 0, accumulate = 0;  // forward (o, lse) merge; backward dQ, dK, dV sums
   double kv = 0, grads = 0;          // forward K/V transfer; backward K/V + dK/dV, and dK/dV alone
   double grads_home = 0;
 };
 
-inline RingStep ring_step(const RingModelInput& in, double n, bool crosses_nodes) {
-  RingStep s;
+inline ModelStep model_step(const RingModelInput& in, double n, bool crosses_nodes) {
+  ModelStep s;
   const double c = in.causal ? 0.5 : 1.0;  // zigzag: half of every step's (query, key) pairs
   const double flops = 4.0 * in.head_dim * in.heads_q * in.batch * n * n * c;
   s.forward = flops / in.rate.at(n);
@@ -113,7 +113,7 @@ inline double ring_pass(int P, double kernel, double extra, double transfer, dou
 inline double ring_overlap_tokens(const RingModelInput& in) {
   const bool crosses = in.cluster.ranks_per_node > 0 && in.ranks > in.cluster.ranks_per_node;
   const auto slack = [&](double n) {
-    const detail::RingStep s = detail::ring_step(in, n, crosses);
+    const detail::ModelStep s = detail::model_step(in, n, crosses);
     return s.forward + s.merge + in.cluster.step_overhead_seconds - s.kv;
   };
   double lo = 1, hi = 1;
@@ -135,7 +135,7 @@ inline RingModel model_ring(const RingModelInput& in) {
   // A ring over several nodes: kattn sends rank r's shard to rank r + t at step t, so at every
   // step some hop leaves its node and the step waits on the slowest.
   m.crosses_nodes = cl.ranks_per_node > 0 && P > cl.ranks_per_node;
-  const detail::RingStep s = detail::ring_step(in, n, m.crosses_nodes);
+  const detail::ModelStep s = detail::model_step(in, n, m.crosses_nodes);
   const double c = in.causal ? 0.5 : 1.0;
   m.flops_per_rank = 4.0 * in.head_dim * in.heads_q * in.batch * n * N * c;
   m.step_compute_seconds = s.forward + s.backward;
