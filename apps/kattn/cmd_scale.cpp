@@ -78,8 +78,8 @@ int scale_report(Args& args, const std::string& files) {
   // efficiency and speedup at the median.
   std::ostringstream t;
   t << "| study | ranks | tokens | tokens/rank | seconds | compute s | exposed comm s | MB sent/rank | TFLOP/s/rank | "
-       "efficiency | baseline | speedup | repetitions | seconds min | seconds max |\n";
-  t << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n";
+       "efficiency | baseline | speedup | repetitions | seconds min | seconds max | efficiency (CPU) | threads/rank | load |\n";
+  t << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n";
   std::size_t points = 0;
   for (const ScaleStudy& s : studies)
     for (const ScalePoint& p : s.points) {
@@ -89,6 +89,8 @@ int scale_report(Args& args, const std::string& files) {
       for (const ScaleRow* x : p.rows) seconds.push_back(x->num("seconds"));
       const Spread time = spread_of(seconds);
       const std::string baseline = s.has_baseline() ? "1-rank" : r.str("baseline");
+      const std::vector<double> cpu = s.cpu_efficiencies(p);
+      const std::string cpu_efficiency = cpu.empty() ? "" : fmt("%.3f", spread_of(cpu).median);
       t << "| " << s.label << " | " << r.str("ranks") << " | " << r.str("tokens") << " | " << r.str("tokens_per_rank")
         << " | " << fmt("%.4g", r.num("seconds")) << " | " << r.str("compute_seconds") << " | "
         << r.str("exposed_comm_seconds") << " | "
@@ -96,7 +98,8 @@ int scale_report(Args& args, const std::string& files) {
         << " | " << fmt("%.4g", r.num("tflops_per_rank")) << " | "
         << fmt("%.3f", spread_of(s.efficiencies(p)).median) << " | " << baseline << " | "
         << (s.has_baseline() ? fmt("%.3f", spread_of(s.speedups(p)).median) : std::string("")) << " | "
-        << p.rows.size() << " | " << fmt("%.4g", time.min) << " | " << fmt("%.4g", time.max) << " |\n";
+        << p.rows.size() << " | " << fmt("%.4g", time.min) << " | " << fmt("%.4g", time.max) << " | " << cpu_efficiency << " | "
+        << r.str("threads_per_rank") << " | " << r.str("load_avg") << " |\n";
     }
   std::cout << t.str();
   if (table_path) {
