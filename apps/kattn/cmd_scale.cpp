@@ -78,7 +78,8 @@ int scale_report(Args& args, const std::string& files) {
   // efficiency and speedup at the median.
   std::ostringstream t;
   t << "| study | ranks | tokens | tokens/rank | seconds | compute s | exposed comm s | MB sent/rank | TFLOP/s/rank | "
-       "efficiency | baseline | speedup | repetitions | seconds min | seconds max | efficiency (CPU) | threads/rank | load |\n";
+       "efficiency | baseline | speedup | repetitions | seconds min | seconds max | efficiency (CPU) | threads/rank | "
+       "load |\n";
   t << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n";
   std::size_t points = 0;
   for (const ScaleStudy& s : studies)
@@ -95,10 +96,10 @@ int scale_report(Args& args, const std::string& files) {
         << " | " << fmt("%.4g", r.num("seconds")) << " | " << r.str("compute_seconds") << " | "
         << r.str("exposed_comm_seconds") << " | "
         << (r.str("bytes_sent_per_rank").empty() ? std::string("") : fmt("%.3f", r.num("bytes_sent_per_rank") / 1e6))
-        << " | " << fmt("%.4g", r.num("tflops_per_rank")) << " | "
-        << fmt("%.3f", spread_of(s.efficiencies(p)).median) << " | " << baseline << " | "
-        << (s.has_baseline() ? fmt("%.3f", spread_of(s.speedups(p)).median) : std::string("")) << " | "
-        << p.rows.size() << " | " << fmt("%.4g", time.min) << " | " << fmt("%.4g", time.max) << " | " << cpu_efficiency << " | "
+        << " | " << fmt("%.4g", r.num("tflops_per_rank")) << " | " << fmt("%.3f", spread_of(s.efficiencies(p)).median)
+        << " | " << baseline << " | "
+        << (s.has_baseline() ? fmt("%.3f", spread_of(s.speedups(p)).median) : std::string("")) << " | " << p.rows.size()
+        << " | " << fmt("%.4g", time.min) << " | " << fmt("%.4g", time.max) << " | " << cpu_efficiency << " | "
         << r.str("threads_per_rank") << " | " << r.str("load_avg") << " |\n";
     }
   std::cout << t.str();

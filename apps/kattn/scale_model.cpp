@@ -66,8 +66,7 @@ dist::KernelRate rate_from_csv(const std::string& path, const std::string& algor
     const double flops = r.num("tflops_per_rank") * 1e12 * r.num("seconds");
     if (cpu > 0 && flops > 0) by_size[r.num("tokens_per_rank")].push_back(flops / cpu * threads);
   }
-  KATTN_REQUIRE(!by_size.empty(), "--from-csv ", path, ": no row of algorithm '", algorithm,
-                "' with a compute time");
+  KATTN_REQUIRE(!by_size.empty(), "--from-csv ", path, ": no row of algorithm '", algorithm, "' with a compute time");
   std::vector<dist::RatePoint> points;
   for (const auto& [tokens, rates] : by_size) points.push_back({tokens, spread_of(rates).median});
   return dist::KernelRate(points);
@@ -95,14 +94,15 @@ void describe_cluster(const dist::RingModelInput& in) {
     rates += fmt("%.4g TFLOP/s", p.flops_per_second / 1e12);
   }
   std::printf("kernel rate per rank: %s\n", rates.c_str());
-  std::printf("links: intra-node %.4g GB/s, %.3g us; inter-node %s; ranks per node %s; step overhead %.3g us; "
-              "merges: %.3g passes at %.4g GB/s; backward/forward %.3g\n",
-              c.intra.bytes_per_second / 1e9, c.intra.latency_seconds * 1e6,
-              c.inter.bytes_per_second > 0
-                  ? (fmt("%.4g GB/s, ", c.inter.bytes_per_second / 1e9) + fmt("%.3g us", c.inter.latency_seconds * 1e6)).c_str()
-                  : "none",
-              c.ranks_per_node > 0 ? std::to_string(c.ranks_per_node).c_str() : "all", c.step_overhead_seconds * 1e6,
-              c.merge_passes, c.memory_bytes_per_second / 1e9, in.backward_ratio);
+  std::printf(
+      "links: intra-node %.4g GB/s, %.3g us; inter-node %s; ranks per node %s; step overhead %.3g us; "
+      "merges: %.3g passes at %.4g GB/s; backward/forward %.3g\n",
+      c.intra.bytes_per_second / 1e9, c.intra.latency_seconds * 1e6,
+      c.inter.bytes_per_second > 0
+          ? (fmt("%.4g GB/s, ", c.inter.bytes_per_second / 1e9) + fmt("%.3g us", c.inter.latency_seconds * 1e6)).c_str()
+          : "none",
+      c.ranks_per_node > 0 ? std::to_string(c.ranks_per_node).c_str() : "all", c.step_overhead_seconds * 1e6,
+      c.merge_passes, c.memory_bytes_per_second / 1e9, in.backward_ratio);
 }
 
 int run_anchor(const std::string& name, int max_ranks) {
@@ -114,8 +114,8 @@ int run_anchor(const std::string& name, int max_ranks) {
                 a.input.causal ? ", causal (zigzag)" : "");
     describe_cluster(a.input);
     const dist::RingModel at = dist::model_ring(a.input);
-    std::printf("anchor: published efficiency %.3f, model %.3f (%+.1f points)\n", a.published_efficiency,
-                at.efficiency, 100 * (at.efficiency - a.published_efficiency));
+    std::printf("anchor: published efficiency %.3f, model %.3f (%+.1f points)\n", a.published_efficiency, at.efficiency,
+                100 * (at.efficiency - a.published_efficiency));
     // Weak scaling from there: the same tokens per rank on more ranks.
     print_ring_header();
     const double n = double(a.input.tokens) / a.input.ranks;
@@ -186,9 +186,9 @@ int scale_model(Args& args) {
                 "nodes");
   KATTN_REQUIRE(cl.step_overhead_seconds >= 0 && cl.merge_passes >= 0 && backward_ratio >= 0,
                 "--step-overhead/--merge-passes/--backward-ratio: expected values >= 0");
-  const dist::KernelRate rate = tflops    ? dist::KernelRate(*tflops * 1e12)
-                                : curve   ? parse_rate_curve(*curve)
-                                          : rate_from_csv(*from_csv, mode);
+  const dist::KernelRate rate = tflops  ? dist::KernelRate(*tflops * 1e12)
+                                : curve ? parse_rate_curve(*curve)
+                                        : rate_from_csv(*from_csv, mode);
 
   std::printf("kattn scale --model: %s %s scaling, %s, B=%d Hq=%lld Hkv=%lld D=%d%s%s\n", mode.c_str(), study.c_str(),
               dtype.c_str(), B, (long long)heads[0], (long long)heads[1], D, causal ? " causal (zigzag)" : "",
@@ -201,9 +201,10 @@ int scale_model(Args& args) {
     describe_cluster(base);
     print_ring_header();
   } else {
-    std::printf("kernel %.4g TFLOP/s per rank (at %.0f keys per rank), link %.4g GB/s, latency %.3g us, memory %.4g GB/s\n",
-                rate.at(double(*tokens)) / 1e12, double(*tokens), cl.intra.bytes_per_second / 1e9,
-                cl.intra.latency_seconds * 1e6, cl.memory_bytes_per_second / 1e9);
+    std::printf(
+        "kernel %.4g TFLOP/s per rank (at %.0f keys per rank), link %.4g GB/s, latency %.3g us, memory %.4g GB/s\n",
+        rate.at(double(*tokens)) / 1e12, double(*tokens), cl.intra.bytes_per_second / 1e9,
+        cl.intra.latency_seconds * 1e6, cl.memory_bytes_per_second / 1e9);
     std::printf("%8s %14s %14s %14s %14s %12s %14s %10s %12s\n", "ranks", "context", "keys/rank", "local s", "reduce s",
                 "seconds", "exposed comm s", "efficiency", "MB moved/rank");
   }
@@ -273,9 +274,10 @@ int scale_model(Args& args) {
         "decode moves D + 1 numbers per query row per round (ceil(log2 P) rounds of recursive doubling), "
         "whatever the context length\n");
   if (extrapolated)
-    std::printf("note: some sizes lie outside the measured kernel rates (%.0f to %.0f tokens per rank); the nearest "
-                "measured rate was used\n",
-                rate.points().front().tokens_per_rank, rate.points().back().tokens_per_rank);
+    std::printf(
+        "note: some sizes lie outside the measured kernel rates (%.0f to %.0f tokens per rank); the nearest "
+        "measured rate was used\n",
+        rate.points().front().tokens_per_rank, rate.points().back().tokens_per_rank);
   return 0;
 }
 

@@ -79,8 +79,7 @@ int scale_pingpong(Args& args) {
       for (const dist::LinkSample& s : samples)
         std::printf("%14.0f %14.3f %14.4g\n", s.bytes, s.seconds * 1e6, s.bytes / s.seconds / 1e9);
       std::printf("fit: latency %.3g us, bandwidth %.4g GB/s (model: --latency %.3g --bandwidth %.4g)\n",
-                  link.latency_seconds * 1e6, link.bytes_per_second / 1e9, link.latency_seconds,
-                  link.bytes_per_second);
+                  link.latency_seconds * 1e6, link.bytes_per_second / 1e9, link.latency_seconds, link.bytes_per_second);
       if (json) {
         Json j;
         std::vector<long long> bytes;

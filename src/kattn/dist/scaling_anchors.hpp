@@ -37,8 +37,8 @@ inline RingModelInput ring_flash_attn_h800(bool backward) {
   in.rate = KernelRate(forward_flops * 591.5);
   in.backward_ratio = backward ? 591.5 / 154.7 - 1.0 : 0.0;
   in.cluster.ranks_per_node = 8;
-  in.cluster.intra = Link{200e9, 10e-6};  // H800 NVLink: 400 GB/s both ways; NCCL point-to-point latency
-  in.cluster.inter = Link{50e9, 10e-6};   // beyond 8 ranks only: a 400 Gb/s NIC per GPU (assumed)
+  in.cluster.intra = Link{200e9, 10e-6};         // H800 NVLink: 400 GB/s both ways; NCCL point-to-point latency
+  in.cluster.inter = Link{50e9, 10e-6};          // beyond 8 ranks only: a 400 Gb/s NIC per GPU (assumed)
   in.cluster.memory_bytes_per_second = 3.35e12;  // HBM3
   in.cluster.merge_passes = 9.5;
   in.cluster.step_overhead_seconds = 20e-6;  // a few kernel launches from Python per step
@@ -71,9 +71,8 @@ inline RingModelInput meta_cp_1m_h100() {
 inline std::vector<ScalingAnchor> scaling_anchors() {
   return {{"ring-flash-attn-fwd", "github.com/zhuzilin/ring-flash-attention README, zigzag_ring, 8xH800, fwd only",
            0.852, detail::ring_flash_attn_h800(false)},
-          {"ring-flash-attn-fwd-bwd",
-           "github.com/zhuzilin/ring-flash-attention README, zigzag_ring, 8xH800, fwd + bwd", 0.902,
-           detail::ring_flash_attn_h800(true)},
+          {"ring-flash-attn-fwd-bwd", "github.com/zhuzilin/ring-flash-attention README, zigzag_ring, 8xH800, fwd + bwd",
+           0.902, detail::ring_flash_attn_h800(true)},
           {"meta-cp-1m", "arXiv 2411.01783, Llama 3 405B 1M-token prefill, 16 x 8 H100, 77 s", 0.93,
            detail::meta_cp_1m_h100()}};
 }

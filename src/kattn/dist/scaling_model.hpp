@@ -17,12 +17,12 @@ namespace dist {
 
 // Where the ranks sit and what a ring step costs besides its kernel.
 struct Cluster {
-  Link intra;               // between ranks of one node (per rank, per direction)
-  Link inter;               // between nodes (per rank, per direction: a NIC shared by k ranks gives each 1/k)
-  int ranks_per_node = 0;   // 0: every rank on one node
-  double step_overhead_seconds = 0;    // per ring step: launches, synchronisation
+  Link intra;                        // between ranks of one node (per rank, per direction)
+  Link inter;                        // between nodes (per rank, per direction: a NIC shared by k ranks gives each 1/k)
+  int ranks_per_node = 0;            // 0: every rank on one node
+  double step_overhead_seconds = 0;  // per ring step: launches, synchronisation
   double memory_bytes_per_second = 0;  // for merging partial outputs; 0: merges are free
-  double merge_passes = 3;  // float passes over a rank's (o, lse) per merge: read both, write one
+  double merge_passes = 3;             // float passes over a rank's (o, lse) per merge: read both, write one
 };
 
 struct RingModelInput {
@@ -40,17 +40,17 @@ struct RingModelInput {
 
 struct RingModel {
   double tokens_per_rank = 0;
-  double flops_per_rank = 0;          // useful forward work of one rank
-  double step_compute_seconds = 0;    // one step's kernels (forward, plus backward when modelled)
-  double step_transfer_seconds = 0;   // one step's messages over the slowest hop
-  double step_merge_seconds = 0;      // folding one step's partial results into the rank's
-  bool crosses_nodes = false;         // some hop of every step leaves its node
-  double compute_seconds = 0;         // all kernels
-  double overhead_seconds = 0;        // merges and per-step overheads
-  double exposed_comm_seconds = 0;    // transfer time not hidden behind a step
+  double flops_per_rank = 0;         // useful forward work of one rank
+  double step_compute_seconds = 0;   // one step's kernels (forward, plus backward when modelled)
+  double step_transfer_seconds = 0;  // one step's messages over the slowest hop
+  double step_merge_seconds = 0;     // folding one step's partial results into the rank's
+  bool crosses_nodes = false;        // some hop of every step leaves its node
+  double compute_seconds = 0;        // all kernels
+  double overhead_seconds = 0;       // merges and per-step overheads
+  double exposed_comm_seconds = 0;   // transfer time not hidden behind a step
   double seconds = 0;
-  double ideal_seconds = 0;           // the rank's work at the baseline's kernel rate
-  double efficiency = 1;              // ideal / seconds
+  double ideal_seconds = 0;  // the rank's work at the baseline's kernel rate
+  double efficiency = 1;     // ideal / seconds
   double bytes_per_rank = 0;
   double overlap_tokens_per_rank = 0;  // a step's work hides its transfer from here on
   bool hidden = true;                  // the transfer hides behind each step at these tokens per rank
