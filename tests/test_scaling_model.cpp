@@ -84,6 +84,18 @@ TEST(RingModel, MergesAndStepOverheadsCostOnEveryStep) {
   EXPECT_LT(m.efficiency, 1.0);
 }
 
+// Causal: zigzag gives every rank half of every block; contiguous shards leave the last rank its
+// diagonal half-block and P - 1 full ones, against P / 2 blocks on average.
+TEST(RingModel, ContiguousCausalShardsWaitOnTheLastRank) {
+  for (int P : {2, 4, 8}) {
+    RingModelInput in = plain(P, 10);
+    in.causal = true;
+    EXPECT_NEAR(model_ring(in).efficiency, 1.0, 1e-12) << P;
+    in.zigzag = false;
+    EXPECT_NEAR(model_ring(in).efficiency, (P / 2.0) / (P - 0.5), 1e-12) << P;
+  }
+}
+
 TEST(RingModel, ARingOverNodesWaitsOnTheSlowLink) {
   RingModelInput in = plain(8, 4000);
   in.cluster.inter = Link{1e9, 20e-6};

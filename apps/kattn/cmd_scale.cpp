@@ -36,6 +36,7 @@ const char* kScaleUsage =
     "       kattn scale --report A.csv[,B.csv...] [--table T.md] [--plot P.svg]\n"
     "       kattn scale --model [--dist ring|decode] [--study weak|strong] --tokens N [--heads HQ,HKV]\n"
     "                 [--dim D] [--batch B] [--queries NQ] [--dtype f32|f64|bf16|f16] [--causal]\n"
+    "                 [--sharding zigzag|contiguous]\n"
     "                 (--tflops-per-rank F | --rate-curve TOKENS:TFLOPS,... | --from-csv FILE)\n"
     "                 [--bandwidth BYTES_PER_S] [--latency S] (intra-node; from --pingpong)\n"
     "                 [--ranks-per-node K --inter-bandwidth BYTES_PER_S --inter-latency S]\n"

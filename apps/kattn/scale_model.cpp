@@ -85,12 +85,11 @@ void print_ring_row(int P, double N, const dist::RingModel& m) {
               m.hidden ? "yes" : "no");
 }
 
-void describe_cluster(const dist::RingModelInput& in) {
-  const dist::Cluster& c = in.cluster;
+void describe_cluster(const dist::KernelRate& rate, const dist::Cluster& c, double backward_ratio) {
   std::string rates;
-  for (const dist::RatePoint& p : in.rate.points()) {
+  for (const dist::RatePoint& p : rate.points()) {
     if (!rates.empty()) rates += ", ";
-    if (!in.rate.measured_at_one_size()) rates += fmt("%.0f tokens/rank: ", p.tokens_per_rank);
+    if (!rate.measured_at_one_size()) rates += fmt("%.0f tokens/rank: ", p.tokens_per_rank);
     rates += fmt("%.4g TFLOP/s", p.flops_per_second / 1e12);
   }
   std::printf("kernel rate per rank: %s\n", rates.c_str());
@@ -102,7 +101,7 @@ void describe_cluster(const dist::RingModelInput& in) {
           ? (fmt("%.4g GB/s, ", c.inter.bytes_per_second / 1e9) + fmt("%.3g us", c.inter.latency_seconds * 1e6)).c_str()
           : "none",
       c.ranks_per_node > 0 ? std::to_string(c.ranks_per_node).c_str() : "all", c.step_overhead_seconds * 1e6,
-      c.merge_passes, c.memory_bytes_per_second / 1e9, in.backward_ratio);
+      c.merge_passes, c.memory_bytes_per_second / 1e9, backward_ratio);
 }
 
 int run_anchor(const std::string& name, int max_ranks) {
@@ -111,8 +110,8 @@ int run_anchor(const std::string& name, int max_ranks) {
     std::printf("kattn scale --model --anchor %s: %s\n", a.name.c_str(), a.source.c_str());
     std::printf("ring, %lld tokens, %d ranks, Hq=%d Hkv=%d D=%d, %d-byte values%s\n", (long long)a.input.tokens,
                 a.input.ranks, a.input.heads_q, a.input.heads_kv, a.input.head_dim, a.input.bytes_per_value,
-                a.input.causal ? ", causal (zigzag)" : "");
-    describe_cluster(a.input);
+                a.input.causal ? (a.input.zigzag ? ", causal (zigzag)" : ", causal (contiguous)") : "");
+    describe_cluster(a.input.rate, a.input.cluster, a.input.backward_ratio);
     const dist::RingModel at = dist::model_ring(a.input);
     std::printf("anchor: published efficiency %.3f, model %.3f (%+.1f points)\n", a.published_efficiency, at.efficiency,
                 100 * (at.efficiency - a.published_efficiency));
@@ -148,7 +147,8 @@ int scale_model(Args& args) {
                               {"--inter-latency", "--dist ring"},
                               {"--step-overhead", "--dist ring"},
                               {"--merge-passes", "--dist ring"},
-                              {"--backward-ratio", "--dist ring"}});
+                              {"--backward-ratio", "--dist ring"},
+                              {"--sharding", "--dist ring"}});
   const std::string study = args.value("--study").value_or("weak");
   KATTN_REQUIRE(study == "weak" || study == "strong", "--study: expected weak or strong, got '", study, "'");
   const auto tokens = args.integer("--tokens", 1, std::int64_t(1) << 50);
@@ -160,6 +160,9 @@ int scale_model(Args& args) {
   const std::string dtype = args.value("--dtype").value_or("f32");
   const int bytes = bytes_of(dtype);
   const bool causal = args.flag("--causal");
+  const std::string sharding = args.value("--sharding").value_or(causal ? "zigzag" : "contiguous");
+  KATTN_REQUIRE(sharding == "zigzag" || sharding == "contiguous", "--sharding: expected zigzag or contiguous, got '",
+                sharding, "'");
   const auto tflops = args.number("--tflops-per-rank");
   const auto curve = args.value("--rate-curve");
   const auto from_csv = args.value("--from-csv");
@@ -191,14 +194,11 @@ int scale_model(Args& args) {
                                         : rate_from_csv(*from_csv, mode);
 
   std::printf("kattn scale --model: %s %s scaling, %s, B=%d Hq=%lld Hkv=%lld D=%d%s%s\n", mode.c_str(), study.c_str(),
-              dtype.c_str(), B, (long long)heads[0], (long long)heads[1], D, causal ? " causal (zigzag)" : "",
+              dtype.c_str(), B, (long long)heads[0], (long long)heads[1], D,
+              causal ? (" causal (" + sharding + ")").c_str() : "",
               backward_ratio > 0 ? ", forward + backward" : ", forward");
   if (mode == "ring") {
-    dist::RingModelInput base;
-    base.rate = rate, base.cluster = cl, base.backward_ratio = backward_ratio;
-    base.batch = B, base.heads_q = int(heads[0]), base.heads_kv = int(heads[1]), base.head_dim = D;
-    base.bytes_per_value = bytes, base.causal = causal;
-    describe_cluster(base);
+    describe_cluster(rate, cl, backward_ratio);
     print_ring_header();
   } else {
     std::printf(
@@ -225,12 +225,12 @@ int scale_model(Args& args) {
                  {"heads_kv", std::to_string(heads[1])},
                  {"dim", std::to_string(D)},
                  {"causal", causal ? "1" : "0"},
-                 {"sharding", causal && mode == "ring" ? "zigzag" : "contiguous"},
+                 {"sharding", mode == "ring" ? sharding : "contiguous"},
                  {"baseline", "model"}};
     if (mode == "ring") {
       dist::RingModelInput in;
       in.tokens = N, in.ranks = P, in.batch = B, in.heads_q = int(heads[0]), in.heads_kv = int(heads[1]);
-      in.head_dim = D, in.bytes_per_value = bytes, in.causal = causal;
+      in.head_dim = D, in.bytes_per_value = bytes, in.causal = causal, in.zigzag = sharding == "zigzag";
       in.rate = rate, in.cluster = cl, in.backward_ratio = backward_ratio;
       in.baseline_tokens = study == "strong" ? double(N) : 0.0;
       const dist::RingModel m = dist::model_ring(in);

@@ -31,7 +31,9 @@ struct RingModelInput {
   int batch = 1, heads_q = 1, heads_kv = 1, head_dim = 64;
   int bytes_per_value = 4;       // K and V as they travel
   int grad_bytes_per_value = 0;  // dK and dV as they travel back; 0: bytes_per_value
-  bool causal = false;           // zigzag sharding assumed: every step does half the pairs
+  bool causal = false;
+  bool zigzag = true;            // causal: zigzag shards, every step half the pairs; false: contiguous, the last
+                                 // rank computes a full block at every step after its diagonal one
   KernelRate rate;               // the forward kernel, FLOP/s per rank against tokens per rank
   double backward_ratio = 0;     // backward / forward time of the same piece; 0: forward only
   double baseline_tokens = 0;    // the one-rank run efficiency is against; 0: tokens per rank (weak)
@@ -40,15 +42,15 @@ struct RingModelInput {
 
 struct RingModel {
   double tokens_per_rank = 0;
-  double flops_per_rank = 0;         // useful forward work of one rank
-  double step_compute_seconds = 0;   // one step's kernels (forward, plus backward when modelled)
+  double flops_per_rank = 0;         // useful forward work of a rank, the mean over ranks
+  double step_compute_seconds = 0;   // a step's kernels after the first (at one rank: the only one)
   double step_transfer_seconds = 0;  // one step's messages over the slowest hop
   double step_merge_seconds = 0;     // folding one step's partial results into the rank's
   bool crosses_nodes = false;        // some hop of every step leaves its node
   double compute_seconds = 0;        // all kernels
   double overhead_seconds = 0;       // merges and per-step overheads
   double exposed_comm_seconds = 0;   // transfer time not hidden behind a step
-  double seconds = 0;
+  double seconds = 0;                // the slowest rank's
   double ideal_seconds = 0;  // the rank's work at the baseline's kernel rate
   double efficiency = 1;     // ideal / seconds
   double bytes_per_rank = 0;
@@ -64,9 +66,11 @@ inline double ring_bytes_per_rank(const RingModelInput& in) {
 
 namespace detail {
 
-// One step at n tokens per rank; the same for every step but the first (no receive, no merge).
+// One step of the slowest rank at n tokens per rank: step 0 (its own keys: no receive, no merge)
+// and every later step, which are alike.
 struct ModelStep {
-  double forward = 0, backward = 0;  // kernel seconds
+  double first_forward = 0, first_backward = 0;  // step 0's kernels
+  double forward = 0, backward = 0;              // a later step's kernels
   double merge = 0, accumulate = 0;  // forward (o, lse) merge; backward dQ, dK, dV sums
   double kv = 0, grads = 0;          // forward K/V transfer; backward K/V + dK/dV, and dK/dV alone
   double grads_home = 0;
@@ -74,9 +78,10 @@ struct ModelStep {
 
 inline ModelStep model_step(const RingModelInput& in, double n, bool crosses_nodes) {
   ModelStep s;
-  const double c = in.causal ? 0.5 : 1.0;  // zigzag: half of every step's (query, key) pairs
-  const double flops = 4.0 * in.head_dim * in.heads_q * in.batch * n * n * c;
-  s.forward = flops / in.rate.at(n);
+  const double block = 4.0 * in.head_dim * in.heads_q * in.batch * n * n / in.rate.at(n);  // n x n pairs
+  s.first_forward = in.causal ? 0.5 * block : block;  // the diagonal block: half its pairs under a causal mask
+  s.forward = in.causal && in.zigzag ? 0.5 * block : block;
+  s.first_backward = in.backward_ratio * s.first_forward;
   s.backward = in.backward_ratio * s.forward;
   const Cluster& cl = in.cluster;
   const double rows = double(in.batch) * n;
@@ -96,8 +101,9 @@ inline ModelStep model_step(const RingModelInput& in, double n, bool crosses_nod
 // P steps: step 0 computes on the rank's own keys while step 1's arrive; the transfer of step t
 // overlaps step t - 1's work and only what sticks out of it is exposed. Every step after the
 // first adds `extra` (its merge) and `overhead`; the first is the one-rank call itself.
-inline double ring_pass(int P, double kernel, double extra, double transfer, double overhead, double* exposed) {
-  double t = kernel, busy_before = t;
+inline double ring_pass(int P, double first_kernel, double kernel, double extra, double transfer, double overhead,
+                        double* exposed) {
+  double t = first_kernel, busy_before = t;
   for (int step = 1; step < P; ++step) {
     const double wait = std::max(0.0, transfer - busy_before);
     *exposed += wait;
@@ -138,22 +144,23 @@ inline RingModel model_ring(const RingModelInput& in) {
   const detail::ModelStep s = detail::model_step(in, n, m.crosses_nodes);
   const double c = in.causal ? 0.5 : 1.0;
   m.flops_per_rank = 4.0 * in.head_dim * in.heads_q * in.batch * n * N * c;
-  m.step_compute_seconds = s.forward + s.backward;
+  m.step_compute_seconds = P > 1 ? s.forward + s.backward : s.first_forward + s.first_backward;
   m.step_merge_seconds = s.merge + (in.backward_ratio > 0 ? s.accumulate : 0.0);
   m.step_transfer_seconds = P > 1 ? (in.backward_ratio > 0 ? std::max(s.kv, s.grads) : s.kv) : 0.0;
   const double overhead = cl.step_overhead_seconds;
-  m.seconds = detail::ring_pass(P, s.forward, s.merge, s.kv, overhead, &m.exposed_comm_seconds);
+  m.seconds = detail::ring_pass(P, s.first_forward, s.forward, s.merge, s.kv, overhead, &m.exposed_comm_seconds);
   m.bytes_per_rank = ring_bytes_per_rank(in);
   if (in.backward_ratio > 0) {
     // Backward: K/V travel again with the dK/dV of the previous step; after the last step the
     // dK/dV of the keys it held still have one hop home, with nothing left to hide behind.
-    m.seconds += detail::ring_pass(P, s.backward, s.accumulate, s.grads, overhead, &m.exposed_comm_seconds);
+    m.seconds +=
+        detail::ring_pass(P, s.first_backward, s.backward, s.accumulate, s.grads, overhead, &m.exposed_comm_seconds);
     if (P > 1) m.seconds += s.grads_home, m.exposed_comm_seconds += s.grads_home;
     // K/V once more, and P shards of dK/dV (each step's, the last one's going home).
     const int grad_bytes = in.grad_bytes_per_value > 0 ? in.grad_bytes_per_value : in.bytes_per_value;
     if (P > 1) m.bytes_per_rank *= 2.0 + double(P) / (P - 1) * grad_bytes / in.bytes_per_value;
   }
-  m.compute_seconds = P * m.step_compute_seconds;
+  m.compute_seconds = s.first_forward + s.first_backward + (P - 1) * (s.forward + s.backward);
   m.overhead_seconds = m.seconds - m.compute_seconds - m.exposed_comm_seconds;
   const double baseline = in.baseline_tokens > 0 ? in.baseline_tokens : n;
   m.ideal_seconds = m.flops_per_rank * (1.0 + in.backward_ratio) / in.rate.at(baseline);
