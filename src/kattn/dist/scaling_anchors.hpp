@@ -68,6 +68,7 @@ inline RingModelInput meta_cp_1m_h100() {
 
 }  // namespace detail
 
+// Every anchor, by name: what `kattn scale --model --anchor NAME` and the tests run.
 inline std::vector<ScalingAnchor> scaling_anchors() {
   return {{"ring-flash-attn-fwd", "github.com/zhuzilin/ring-flash-attention README, zigzag_ring, 8xH800, fwd only",
            0.852, detail::ring_flash_attn_h800(false)},

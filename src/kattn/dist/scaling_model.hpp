@@ -53,7 +53,7 @@ struct RingModel {
   double seconds = 0;                // the slowest rank's
   double ideal_seconds = 0;  // the rank's work at the baseline's kernel rate
   double efficiency = 1;     // ideal / seconds
-  double bytes_per_rank = 0;
+  double bytes_per_rank = 0;           // sent by one rank over the whole call
   double overlap_tokens_per_rank = 0;  // a step's work hides its transfer from here on
   bool hidden = true;                  // the transfer hides behind each step at these tokens per rank
 };
@@ -132,6 +132,9 @@ inline double ring_overlap_tokens(const RingModelInput& in) {
   return hi;
 }
 
+// Ring attention (forward, or forward + backward when backward_ratio > 0) on in.ranks ranks: the
+// slowest rank's time in seconds step by step, its parts, the bytes it sends (forward: K/V; with
+// the backward also K/V again and dK/dV) and its efficiency against the one-rank baseline.
 inline RingModel model_ring(const RingModelInput& in) {
   RingModel m;
   const int P = in.ranks;
