@@ -13,6 +13,7 @@
 #include <ctime>
 #include <iostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dist_commands.hpp"
@@ -39,7 +40,7 @@ struct Config {
   std::int64_t tokens = 4096;
   int batch = 1, heads_q = 1, heads_kv = 1, dim = 64, queries = 1, repeat = 3, warmup = 1;
   bool causal = false, nocomm = false, json = false;
-  int threads_per_rank = 1;  // the execution space's concurrency: process CPU time counts every thread
+  int threads_per_rank = 1;  // host threads computing: process CPU time counts every one
   double load_avg = -1;      // rank 0's one-minute load average when the runs start
   dist::DistOptions d;
   std::string csv;
@@ -319,7 +320,10 @@ int scale_measure(Args& args) {
       if (rank == 0 && !c.csv.empty()) check_output_file("--csv", c.csv);
     });
 
-    c.threads_per_rank = Kokkos::DefaultExecutionSpace().concurrency();
+    // On a GPU one host thread drives the device: its process CPU time is not the work.
+    c.threads_per_rank = std::is_same<Kokkos::DefaultExecutionSpace, Kokkos::DefaultHostExecutionSpace>::value
+                             ? Kokkos::DefaultExecutionSpace().concurrency()
+                             : 1;
     c.load_avg = load_average();
     Progress progress(rank);
     const Result r = c.dtype == "f32" ? measure<float>(c, rank, P, progress) : measure<double>(c, rank, P, progress);
