@@ -19,5 +19,8 @@ int grad_distributed(Args& args, const std::string& mode);
 // kattn scale (a measured scaling-study row at the current rank count).
 int scale_measure(Args& args);
 
+// kattn scale --pingpong (latency and bandwidth between ranks 0 and 1, for the scaling model).
+int scale_pingpong(Args& args);
+
 }  // namespace cli
 }  // namespace kattn

@@ -21,5 +21,10 @@ int scale_measure(Args&) {
   return 2;
 }
 
+int scale_pingpong(Args&) {
+  KATTN_REQUIRE(false, "scale --pingpong: needs MPI (configure with -DKATTN_ENABLE_MPI=ON)");
+  return 2;
+}
+
 }  // namespace cli
 }  // namespace kattn

@@ -35,7 +35,11 @@ const std::vector<std::string>& scale_columns() {
                                                 "baseline",
                                                 "compute_cpu_seconds",
                                                 "compute_cpu_seconds_min",
-                                                "repetition"};
+                                                "repetition",
+                                                "threads_per_rank",
+                                                "load_avg",
+                                                "cpu_seconds",
+                                                "efficiency_cpu"};
   return cols;
 }
 
@@ -156,7 +160,29 @@ double one_rank_throughput(const std::string& key, const std::vector<ScaleRow>& 
   return spread_of(tflops).median;
 }
 
+// Median CPU throughput of the one-rank rows of a study; 0 when none has a CPU time.
+double one_rank_cpu_throughput(const std::string& key, const std::vector<ScaleRow>& rows) {
+  std::vector<double> x;
+  for (const ScaleRow& r : rows)
+    if (r.num("ranks") == 1 && cpu_throughput(r) > 0 && study_key(r) == key) x.push_back(cpu_throughput(r));
+  return spread_of(x).median;
+}
+
 }  // namespace
+
+double cpu_throughput(const ScaleRow& row) {
+  if (row.str("cpu_seconds").empty()) return 0;
+  const double cpu = row.num("cpu_seconds");
+  return cpu > 0 ? row.num("tflops_per_rank") * row.num("ranks") * row.num("seconds") / cpu : 0;
+}
+
+std::vector<double> ScaleStudy::cpu_efficiencies(const ScalePoint& p) const {
+  std::vector<double> out;
+  if (one_rank_cpu_throughput <= 0) return out;
+  for (const ScaleRow* r : p.rows)
+    if (cpu_throughput(*r) > 0) out.push_back(cpu_throughput(*r) / one_rank_cpu_throughput);
+  return out;
+}
 
 std::vector<double> ScaleStudy::efficiencies(const ScalePoint& p) const {
   std::vector<double> out;
@@ -184,6 +210,7 @@ std::vector<ScaleStudy> group_studies(const std::vector<ScaleRow>& rows) {
       s.label = study_label(r);
       s.weak = r.str("study") == "weak";
       s.one_rank_throughput = one_rank_throughput(key, rows);
+      s.one_rank_cpu_throughput = one_rank_cpu_throughput(key, rows);
       studies.push_back(std::move(s));
     }
     std::vector<ScalePoint>& points = studies[it->second].points;
@@ -203,6 +230,11 @@ double efficiency_against_one_rank(const ScaleRow& row, const std::vector<ScaleR
   }
   if (baseline) *baseline = row.str("baseline");
   return row.num("efficiency");
+}
+
+double cpu_efficiency_against_one_rank(const ScaleRow& row, const std::vector<ScaleRow>& rows) {
+  const double one = one_rank_cpu_throughput(study_key(row), rows);
+  return one > 0 ? cpu_throughput(row) / one : 0;
 }
 
 }  // namespace cli

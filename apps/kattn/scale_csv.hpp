@@ -46,6 +46,10 @@ struct ScalePoint {
   const ScaleRow& median_row() const;
 };
 
+// The work per second of CPU time, all ranks' threads together (process CPU time summed over the
+// ranks): what the cores did, whoever else shared them. 0 when the row has no CPU time.
+double cpu_throughput(const ScaleRow& row);
+
 // Rows sharing a study_key, by rank count. Efficiency is per-rank throughput against the one-rank
 // point's median; speedup is ranks x efficiency (T(1)/T(P) when the total work is fixed).
 struct ScaleStudy {
@@ -53,7 +57,12 @@ struct ScaleStudy {
   bool weak = false;
   std::vector<ScalePoint> points;  // ascending ranks
   double one_rank_throughput = 0;  // median TFLOP/s of the one-rank point; 0 when there is none
+  double one_rank_cpu_throughput = 0;  // median cpu_throughput of the one-rank point; 0 when unknown
   bool has_baseline() const { return one_rank_throughput > 0; }
+  // Efficiency in CPU time: cpu_throughput against the one-rank point's (empty without one). Reads
+  // 2 ranks x 1 thread against 1 rank x 2 threads as the work it is, where wall-clock
+  // efficiency (per rank) reads it as half.
+  std::vector<double> cpu_efficiencies(const ScalePoint& p) const;
   // One value per repetition of the point: against the one-rank point when there is one,
   // else the rows' own efficiency column (the busy fraction, or the model's).
   std::vector<double> efficiencies(const ScalePoint& p) const;
@@ -67,6 +76,8 @@ std::vector<ScaleStudy> group_studies(const std::vector<ScaleRow>& rows);
 // (per-rank throughput over their median), else the row's own value. Sets *baseline to "1-rank"
 // or keeps the row's.
 double efficiency_against_one_rank(const ScaleRow& row, const std::vector<ScaleRow>& rows, std::string* baseline);
+// The same in CPU time; 0 when the one-rank rows or this row have no CPU time.
+double cpu_efficiency_against_one_rank(const ScaleRow& row, const std::vector<ScaleRow>& rows);
 
 }  // namespace cli
 }  // namespace kattn

@@ -13,6 +13,7 @@
 #include <ctime>
 #include <iostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dist_commands.hpp"
@@ -25,6 +26,7 @@
 #include "kattn/dist/ring.hpp"
 #include "kattn/dist/ring_traffic.hpp"
 #include "kattn/errors.hpp"
+#include "machine_load.hpp"
 #include "mpi_session.hpp"
 #include "paths.hpp"
 #include "scale_csv.hpp"
@@ -38,6 +40,8 @@ struct Config {
   std::int64_t tokens = 4096;
   int batch = 1, heads_q = 1, heads_kv = 1, dim = 64, queries = 1, repeat = 3, warmup = 1;
   bool causal = false, nocomm = false, json = false;
+  int threads_per_rank = 1;  // host threads computing: process CPU time counts every one
+  double load_avg = -1;      // rank 0's one-minute load average when the runs start
   dist::DistOptions d;
   std::string csv;
 };
@@ -47,6 +51,7 @@ struct Sample {
   double seconds = 0, compute_max = 0, compute_min = 0, compute_mean = 0, comm_max = 0, flops = 0;
   double cpu_max = 0, cpu_min = 0;  // compute in process CPU time: the work, whoever else used the core
   double call_cpu_max = 0;          // the whole call (compute, copies, MPI) in process CPU time
+  double call_cpu_sum = 0;          // the same summed over the ranks: what the cores did
   std::int64_t bytes_max = 0;
 };
 
@@ -58,6 +63,7 @@ double reduce(double x, MPI_Op op) {
 Sample reduce_sample(const dist::DistStats& s, double call_cpu, int P) {
   Sample r;
   r.call_cpu_max = reduce(call_cpu, MPI_MAX);
+  r.call_cpu_sum = reduce(call_cpu, MPI_SUM);
   r.seconds = reduce(s.seconds, MPI_MAX);
   r.compute_max = reduce(s.compute_seconds, MPI_MAX);
   r.compute_min = reduce(s.compute_seconds, MPI_MIN);
@@ -240,7 +246,10 @@ ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& al
                {"tflops_per_rank", f("%.6g", s.flops / P / s.seconds / 1e12)},
                {"compute_cpu_seconds", f("%.6g", s.cpu_max)},
                {"compute_cpu_seconds_min", f("%.6g", s.cpu_min)},
-               {"repetition", std::to_string(repetition)}};
+               {"repetition", std::to_string(repetition)},
+               {"threads_per_rank", std::to_string(c.threads_per_rank)},
+               {"load_avg", f("%.2f", c.load_avg)},
+               {"cpu_seconds", f("%.6g", s.call_cpu_sum)}};
   // Without a one-rank row of the same study in the CSV: the mean fraction of the wall time the
   // ranks spend computing (1 at one rank).
   row.field["efficiency"] = f("%.6f", P == 1 ? 1.0 : std::min(1.0, s.compute_mean / s.seconds));
@@ -251,6 +260,8 @@ ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& al
     row.field["efficiency"] = f("%.6f", eff);
     row.field["baseline"] = baseline;
   }
+  const double cpu_eff = P == 1 ? 1.0 : cpu_efficiency_against_one_rank(row, existing);
+  row.field["efficiency_cpu"] = cpu_eff > 0 ? f("%.6f", cpu_eff) : "";
   return row;
 }
 
@@ -309,6 +320,11 @@ int scale_measure(Args& args) {
       if (rank == 0 && !c.csv.empty()) check_output_file("--csv", c.csv);
     });
 
+    // On a GPU one host thread drives the device: its process CPU time is not the work.
+    c.threads_per_rank = std::is_same<Kokkos::DefaultExecutionSpace, Kokkos::DefaultHostExecutionSpace>::value
+                             ? Kokkos::DefaultExecutionSpace().concurrency()
+                             : 1;
+    c.load_avg = load_average();
     Progress progress(rank);
     const Result r = c.dtype == "f32" ? measure<float>(c, rank, P, progress) : measure<double>(c, rank, P, progress);
     progress.done();
@@ -334,12 +350,14 @@ int scale_measure(Args& args) {
         std::printf(
             "kattn scale: %s %s P=%d tokens=%s (%s per rank) %s: %.6f s (median %.6f s of %d repetitions), compute "
             "%s s (fastest rank %s s), exposed comm %s s, sent %s B/rank (model %s), %s TFLOP/s per rank, "
-            "efficiency %s (%s)\n",
+            "efficiency %s (%s), in CPU time %s; %s thread(s) per rank, load %s\n",
             w.str("study").c_str(), w.str("algorithm").c_str(), P, w.str("tokens").c_str(),
             w.str("tokens_per_rank").c_str(), w.str("dtype").c_str(), w.num("seconds"), median, r.repetitions,
             w.str("compute_seconds").c_str(), w.str("compute_seconds_min").c_str(), w.str("exposed_comm_seconds").c_str(),
             w.str("bytes_sent_per_rank").c_str(), w.str("model_bytes_per_rank").c_str(), w.str("tflops_per_rank").c_str(),
-            w.str("efficiency").c_str(), w.str("baseline").c_str());
+            w.str("efficiency").c_str(), w.str("baseline").c_str(),
+            w.str("efficiency_cpu").empty() ? "unknown (no one-rank rows)" : w.str("efficiency_cpu").c_str(),
+            w.str("threads_per_rank").c_str(), w.str("load_avg").c_str());
       };
       print(row, r.median);
       if (!c.csv.empty()) append_scale_csv(c.csv, rows);

@@ -1,0 +1,285 @@
+// kattn scale --model: time and efficiency from one rank up to --max-ranks, from the kernel's rate
+// against the tokens per rank (given, a curve, or measured rows of a scaling CSV), a link measured
+// by `kattn scale --pingpong` or stated, and the cluster's parameters (links between nodes, ranks
+// per node, per-step overheads). --anchor NAME runs a published setup with its hardware's
+// parameters and prints the published efficiency beside the model's.
+#include "scale_model.hpp"
+
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kattn/dist/scaling_anchors.hpp"
+#include "kattn/dist/scaling_calibration.hpp"
+#include "kattn/dist/scaling_model.hpp"
+#include "kattn/errors.hpp"
+#include "paths.hpp"
+#include "scale_csv.hpp"
+
+namespace kattn {
+namespace cli {
+namespace {
+
+std::string fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+int bytes_of(const std::string& dtype) {
+  if (dtype == "f64") return 8;
+  if (dtype == "f32") return 4;
+  KATTN_REQUIRE(dtype == "bf16" || dtype == "f16", "--dtype: expected f32, f64, bf16 or f16, got '", dtype, "'");
+  return 2;
+}
+
+// --rate-curve TOKENS:TFLOPS,TOKENS:TFLOPS,...
+dist::KernelRate parse_rate_curve(const std::string& text) {
+  std::vector<dist::RatePoint> points;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto colon = item.find(':');
+    KATTN_REQUIRE(colon != std::string::npos, "--rate-curve: expected TOKENS:TFLOPS pairs, got '", item, "'");
+    const double tokens = parse_number(item.substr(0, colon), "--rate-curve tokens");
+    const double tflops = parse_number(item.substr(colon + 1), "--rate-curve TFLOP/s");
+    KATTN_REQUIRE(tokens > 0 && tflops > 0, "--rate-curve: expected positive tokens and TFLOP/s, got '", item, "'");
+    points.push_back({tokens, tflops * 1e12});
+  }
+  KATTN_REQUIRE(!points.empty(), "--rate-curve: expected TOKENS:TFLOPS pairs");
+  return dist::KernelRate(points);
+}
+
+// The kernel's rate per rank at each measured shard size of a scaling CSV: the work over the
+// compute's process CPU time (times the threads per rank), the median over the rows of a size.
+// CPU time, not wall time: on a loaded machine the wall clock counts other jobs' turns. Rows of
+// older CSVs without CPU time give their wall-clock compute time.
+dist::KernelRate rate_from_csv(const std::string& path, const std::string& algorithm) {
+  std::map<double, std::vector<double>> by_size;
+  for (const ScaleRow& r : read_scale_csv(path)) {
+    if (r.str("algorithm") != algorithm || r.str("compute_seconds").empty()) continue;
+    const bool has_cpu = !r.str("compute_cpu_seconds").empty();
+    const double cpu = r.num(has_cpu ? "compute_cpu_seconds" : "compute_seconds");
+    const double threads = !has_cpu || r.str("threads_per_rank").empty() ? 1.0 : r.num("threads_per_rank");
+    const double flops = r.num("tflops_per_rank") * 1e12 * r.num("seconds");
+    if (cpu > 0 && flops > 0) by_size[r.num("tokens_per_rank")].push_back(flops / cpu * threads);
+  }
+  KATTN_REQUIRE(!by_size.empty(), "--from-csv ", path, ": no row of algorithm '", algorithm, "' with a compute time");
+  std::vector<dist::RatePoint> points;
+  for (const auto& [tokens, rates] : by_size) points.push_back({tokens, spread_of(rates).median});
+  return dist::KernelRate(points);
+}
+
+void print_ring_header() {
+  std::printf("%8s %14s %12s %12s %12s %12s %12s %14s %10s %12s %6s %s\n", "ranks", "tokens", "tokens/rank",
+              "step comp s", "step xfer s", "step merge s", "seconds", "exposed comm s", "efficiency", "MB sent/rank",
+              "link", "hidden");
+}
+
+void print_ring_row(int P, double N, const dist::RingModel& m) {
+  std::printf("%8d %14.0f %12.0f %12.4g %12.4g %12.4g %12.4g %14.4g %10.3f %12.4g %6s %s\n", P, N, m.tokens_per_rank,
+              m.step_compute_seconds, m.step_transfer_seconds, m.step_merge_seconds, m.seconds, m.exposed_comm_seconds,
+              m.efficiency, m.bytes_per_rank / 1e6, P == 1 ? "-" : (m.crosses_nodes ? "inter" : "intra"),
+              m.hidden ? "yes" : "no");
+}
+
+void describe_cluster(const dist::KernelRate& rate, const dist::Cluster& c, double backward_ratio) {
+  std::string rates;
+  for (const dist::RatePoint& p : rate.points()) {
+    if (!rates.empty()) rates += ", ";
+    if (!rate.measured_at_one_size()) rates += fmt("%.0f tokens/rank: ", p.tokens_per_rank);
+    rates += fmt("%.4g TFLOP/s", p.flops_per_second / 1e12);
+  }
+  std::printf("kernel rate per rank: %s\n", rates.c_str());
+  std::printf(
+      "links: intra-node %.4g GB/s, %.3g us; inter-node %s; ranks per node %s; step overhead %.3g us; "
+      "merges: %.3g passes at %.4g GB/s; backward/forward %.3g\n",
+      c.intra.bytes_per_second / 1e9, c.intra.latency_seconds * 1e6,
+      c.inter.bytes_per_second > 0
+          ? (fmt("%.4g GB/s, ", c.inter.bytes_per_second / 1e9) + fmt("%.3g us", c.inter.latency_seconds * 1e6)).c_str()
+          : "none",
+      c.ranks_per_node > 0 ? std::to_string(c.ranks_per_node).c_str() : "all", c.step_overhead_seconds * 1e6,
+      c.merge_passes, c.memory_bytes_per_second / 1e9, backward_ratio);
+}
+
+int run_anchor(const std::string& name, int max_ranks) {
+  for (const dist::ScalingAnchor& a : dist::scaling_anchors()) {
+    if (a.name != name) continue;
+    std::printf("kattn scale --model --anchor %s: %s\n", a.name.c_str(), a.source.c_str());
+    std::printf("ring, %lld tokens, %d ranks, Hq=%d Hkv=%d D=%d, %d-byte values%s\n", (long long)a.input.tokens,
+                a.input.ranks, a.input.heads_q, a.input.heads_kv, a.input.head_dim, a.input.bytes_per_value,
+                a.input.causal ? (a.input.zigzag ? ", causal (zigzag)" : ", causal (contiguous)") : "");
+    describe_cluster(a.input.rate, a.input.cluster, a.input.backward_ratio);
+    const dist::RingModel at = dist::model_ring(a.input);
+    std::printf("anchor: published efficiency %.3f, model %.3f (%+.1f points)\n", a.published_efficiency, at.efficiency,
+                100 * (at.efficiency - a.published_efficiency));
+    // Weak scaling from there: the same tokens per rank on more ranks.
+    print_ring_header();
+    const double n = double(a.input.tokens) / a.input.ranks;
+    for (int P = 1; P <= max_ranks; P *= 2) {
+      dist::RingModelInput in = a.input;
+      in.ranks = P, in.tokens = std::int64_t(n) * P;
+      print_ring_row(P, double(in.tokens), dist::model_ring(in));
+    }
+    return 0;
+  }
+  std::string names;
+  for (const dist::ScalingAnchor& a : dist::scaling_anchors()) names += (names.empty() ? "" : ", ") + a.name;
+  KATTN_REQUIRE(false, "--anchor: expected one of ", names, ", got '", name, "'");
+  return 2;
+}
+
+}  // namespace
+
+int scale_model(Args& args) {
+  const int max_ranks = static_cast<int>(args.integer("--max-ranks", 1, 1 << 20).value_or(1024));
+  if (auto anchor = args.value("--anchor")) {
+    args.finish();
+    return run_anchor(*anchor, max_ranks);
+  }
+  const std::string mode = args.value("--dist").value_or("ring");
+  KATTN_REQUIRE(mode == "ring" || mode == "decode", "--dist: expected ring or decode, got '", mode, "'");
+  if (mode == "decode")  // one reduction, no ring steps: these describe the ring
+    refuse_out_of_mode(args, {{"--ranks-per-node", "--dist ring"},
+                              {"--inter-bandwidth", "--dist ring"},
+                              {"--inter-latency", "--dist ring"},
+                              {"--step-overhead", "--dist ring"},
+                              {"--merge-passes", "--dist ring"},
+                              {"--backward-ratio", "--dist ring"},
+                              {"--sharding", "--dist ring"}});
+  const std::string study = args.value("--study").value_or("weak");
+  KATTN_REQUIRE(study == "weak" || study == "strong", "--study: expected weak or strong, got '", study, "'");
+  const auto tokens = args.integer("--tokens", 1, std::int64_t(1) << 50);
+  KATTN_REQUIRE(tokens.has_value(), "--tokens: required (per rank for weak scaling, in total for strong)");
+  const auto heads = args.integers("--heads", 2).value_or(std::vector<std::int64_t>{1, 1});
+  const int D = static_cast<int>(args.integer("--dim", 1, 1 << 16).value_or(64));
+  const int B = static_cast<int>(args.integer("--batch", 1, 1 << 20).value_or(1));
+  const int queries = static_cast<int>(args.integer("--queries", 1, 1 << 20).value_or(1));
+  const std::string dtype = args.value("--dtype").value_or("f32");
+  const int bytes = bytes_of(dtype);
+  const bool causal = args.flag("--causal");
+  const std::string sharding = args.value("--sharding").value_or(causal ? "zigzag" : "contiguous");
+  KATTN_REQUIRE(sharding == "zigzag" || sharding == "contiguous", "--sharding: expected zigzag or contiguous, got '",
+                sharding, "'");
+  const auto tflops = args.number("--tflops-per-rank");
+  const auto curve = args.value("--rate-curve");
+  const auto from_csv = args.value("--from-csv");
+  dist::Cluster cl;
+  cl.intra = {args.number("--bandwidth").value_or(25e9), args.number("--latency").value_or(2e-6)};
+  cl.inter = {args.number("--inter-bandwidth").value_or(0), args.number("--inter-latency").value_or(0)};
+  cl.ranks_per_node = static_cast<int>(args.integer("--ranks-per-node", 0, 1 << 20).value_or(0));
+  cl.step_overhead_seconds = args.number("--step-overhead").value_or(0);
+  cl.memory_bytes_per_second = args.number("--mem-bandwidth").value_or(3.35e12);
+  cl.merge_passes = args.number("--merge-passes").value_or(3);
+  const double backward_ratio = args.number("--backward-ratio").value_or(0);
+  const auto csv = args.value("--csv");
+  args.finish();
+  if (csv) check_output_file("--csv", *csv);
+  KATTN_REQUIRE(heads[0] >= 1 && heads[1] >= 1 && heads[0] % heads[1] == 0,
+                "--heads: expected HQ,HKV with HQ a multiple of HKV, got ", heads[0], ",", heads[1]);
+  KATTN_REQUIRE(int(tflops.has_value()) + int(curve.has_value()) + int(from_csv.has_value()) == 1,
+                "--tflops-per-rank: give the kernel's rate per rank: --tflops-per-rank F, --rate-curve "
+                "TOKENS:TFLOPS,... or --from-csv FILE (measured rows of a scaling CSV), one of the three");
+  KATTN_REQUIRE(cl.intra.bytes_per_second > 0 && cl.intra.latency_seconds >= 0 && cl.memory_bytes_per_second > 0,
+                "--bandwidth/--latency/--mem-bandwidth: expected positive rates and a latency >= 0");
+  KATTN_REQUIRE(cl.ranks_per_node == 0 || (cl.inter.bytes_per_second > 0 && cl.inter.latency_seconds >= 0),
+                "--ranks-per-node: needs --inter-bandwidth BYTES_PER_S (and --inter-latency S) for the links between "
+                "nodes");
+  KATTN_REQUIRE(cl.step_overhead_seconds >= 0 && cl.merge_passes >= 0 && backward_ratio >= 0,
+                "--step-overhead/--merge-passes/--backward-ratio: expected values >= 0");
+  const dist::KernelRate rate = tflops  ? dist::KernelRate(*tflops * 1e12)
+                                : curve ? parse_rate_curve(*curve)
+                                        : rate_from_csv(*from_csv, mode);
+
+  std::printf("kattn scale --model: %s %s scaling, %s, B=%d Hq=%lld Hkv=%lld D=%d%s%s\n", mode.c_str(), study.c_str(),
+              dtype.c_str(), B, (long long)heads[0], (long long)heads[1], D,
+              causal ? (" causal (" + sharding + ")").c_str() : "",
+              backward_ratio > 0 ? ", forward + backward" : ", forward");
+  if (mode == "ring") {
+    describe_cluster(rate, cl, backward_ratio);
+    print_ring_header();
+  } else {
+    std::printf(
+        "kernel %.4g TFLOP/s per rank (at %.0f keys per rank), link %.4g GB/s, latency %.3g us, memory %.4g GB/s\n",
+        rate.at(double(*tokens)) / 1e12, double(*tokens), cl.intra.bytes_per_second / 1e9,
+        cl.intra.latency_seconds * 1e6, cl.memory_bytes_per_second / 1e9);
+    std::printf("%8s %14s %14s %14s %14s %12s %14s %10s %12s\n", "ranks", "context", "keys/rank", "local s", "reduce s",
+                "seconds", "exposed comm s", "efficiency", "MB moved/rank");
+  }
+  double overlap_tokens = 0;
+  bool extrapolated = false;
+  for (int P = 1; P <= max_ranks; P *= 2) {
+    const std::int64_t N = study == "weak" ? *tokens * P : *tokens;
+    extrapolated = extrapolated || rate.extrapolates(double(N) / P);
+    ScaleRow row;
+    row.field = {{"study", study},
+                 {"ranks", std::to_string(P)},
+                 {"tokens", std::to_string(N)},
+                 {"tokens_per_rank", fmt("%.0f", double(N) / P)},
+                 {"algorithm", mode + "-model"},
+                 {"dtype", dtype},
+                 {"batch", std::to_string(B)},
+                 {"heads_q", std::to_string(heads[0])},
+                 {"heads_kv", std::to_string(heads[1])},
+                 {"dim", std::to_string(D)},
+                 {"causal", causal ? "1" : "0"},
+                 {"sharding", mode == "ring" ? sharding : "contiguous"},
+                 {"baseline", "model"}};
+    if (mode == "ring") {
+      dist::RingModelInput in;
+      in.tokens = N, in.ranks = P, in.batch = B, in.heads_q = int(heads[0]), in.heads_kv = int(heads[1]);
+      in.head_dim = D, in.bytes_per_value = bytes, in.causal = causal, in.zigzag = sharding == "zigzag";
+      in.rate = rate, in.cluster = cl, in.backward_ratio = backward_ratio;
+      in.baseline_tokens = study == "strong" ? double(N) : 0.0;
+      const dist::RingModel m = dist::model_ring(in);
+      print_ring_row(P, double(N), m);
+      row.field["seconds"] = fmt("%.6g", m.seconds);
+      row.field["compute_seconds"] = fmt("%.6g", m.compute_seconds);
+      row.field["exposed_comm_seconds"] = fmt("%.6g", m.exposed_comm_seconds);
+      row.field["bytes_sent_per_rank"] = fmt("%.0f", m.bytes_per_rank);
+      row.field["model_bytes_per_rank"] = fmt("%.0f", m.bytes_per_rank);
+      row.field["tflops_per_rank"] = fmt("%.6g", m.flops_per_rank * (1 + backward_ratio) / m.seconds / 1e12);
+      row.field["efficiency"] = fmt("%.6f", m.efficiency);
+      overlap_tokens = m.overlap_tokens_per_rank;
+    } else {
+      dist::DecodeModelInput in;
+      in.context = N, in.ranks = P, in.batch = B, in.queries = queries, in.heads_q = int(heads[0]);
+      in.heads_kv = int(heads[1]), in.head_dim = D, in.bytes_per_value = bytes;
+      in.flops_per_second = rate.at(double(N) / P);
+      in.memory_bytes_per_second = cl.memory_bytes_per_second, in.link_bytes_per_second = cl.intra.bytes_per_second;
+      in.latency_seconds = cl.intra.latency_seconds;
+      const dist::DecodeModel m = dist::model_decode(in);
+      std::printf("%8d %14lld %14.0f %14.4g %14.4g %12.4g %14.4g %10.3f %12.4g\n", P, (long long)N, double(N) / P,
+                  m.local_seconds, m.reduce_seconds, m.seconds, m.reduce_seconds, m.efficiency, m.bytes_per_rank / 1e6);
+      row.field["seconds"] = fmt("%.6g", m.seconds);
+      row.field["compute_seconds"] = fmt("%.6g", m.local_seconds);
+      row.field["exposed_comm_seconds"] = fmt("%.6g", m.reduce_seconds);
+      row.field["bytes_sent_per_rank"] = fmt("%.0f", m.bytes_per_rank);
+      row.field["model_bytes_per_rank"] = fmt("%.0f", m.bytes_per_rank);
+      const double flops = 4.0 * D * heads[0] * B * queries * double(N) / P;
+      row.field["tflops_per_rank"] = fmt("%.6g", flops / m.seconds / 1e12);
+      row.field["efficiency"] = fmt("%.6f", m.efficiency);
+    }
+    if (csv) append_scale_csv(*csv, {row});
+  }
+  if (mode == "ring")
+    std::printf(
+        "overlap condition: a step's K/V transfer hides behind its work (kernel, merge, overhead) from %.0f tokens "
+        "per rank\n",
+        overlap_tokens);
+  else
+    std::printf(
+        "decode moves D + 1 numbers per query row per round (ceil(log2 P) rounds of recursive doubling), "
+        "whatever the context length\n");
+  if (extrapolated)
+    std::printf(
+        "note: some sizes lie outside the measured kernel rates (%.0f to %.0f tokens per rank); the nearest "
+        "measured rate was used\n",
+        rate.points().front().tokens_per_rank, rate.points().back().tokens_per_rank);
+  return 0;
+}
+
+}  // namespace cli
+}  // namespace kattn

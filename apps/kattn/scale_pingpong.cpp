@@ -1,0 +1,97 @@
+// kattn scale --pingpong: the link between ranks 0 and 1, for the scaling model. Rank 0 sends a
+// message of each size, rank 1 returns it; the one-way time is half the median round trip, and
+// a least-squares line through the sizes gives latency + bytes / bandwidth (dist::fit_link).
+// Run the two ranks on one node for the intra-node link (--bandwidth/--latency of --model), on
+// two nodes for the inter-node one (--inter-bandwidth/--inter-latency).
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "dist_commands.hpp"
+#include "dist_io.hpp"
+#include "json.hpp"
+#include "kattn/dist/collective.hpp"
+#include "kattn/dist/scaling_calibration.hpp"
+#include "kattn/errors.hpp"
+#include "machine_load.hpp"
+#include "mpi_session.hpp"
+#include "scale_csv.hpp"
+
+namespace kattn {
+namespace cli {
+namespace {
+
+// The one-way time of `bytes` between ranks 0 and 1: half the median of `repeat` round trips,
+// after two untimed ones. Other ranks wait.
+double one_way_seconds(int rank, std::vector<char>& buffer, std::size_t bytes, int repeat) {
+  std::vector<double> round_trips;
+  const int count = static_cast<int>(bytes);
+  for (int r = 0; r < repeat + 2; ++r) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime();
+    if (rank == 0) {
+      MPI_Send(buffer.data(), count, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
+      MPI_Recv(buffer.data(), count, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else if (rank == 1) {
+      MPI_Recv(buffer.data(), count, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Send(buffer.data(), count, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
+    }
+    if (r >= 2) round_trips.push_back(MPI_Wtime() - t0);
+  }
+  return spread_of(round_trips).median / 2;
+}
+
+}  // namespace
+
+int scale_pingpong(Args& args) {
+  MpiSession mpi;
+  return mpi.run([&]() -> int {
+    const int rank = mpi.rank(), P = mpi.size();
+    std::vector<std::int64_t> sizes;
+    int repeat = 20;
+    bool json = false;
+    dist::collective_check(MPI_COMM_WORLD, [&] {
+      const std::string list = args.value("--sizes").value_or("8,1024,65536,1048576,16777216");
+      repeat = static_cast<int>(args.integer("--repeat", 1, 100000).value_or(repeat));
+      json = args.flag("--json");
+      args.finish();
+      for (std::size_t at = 0; at <= list.size();) {
+        const std::size_t end = std::min(list.find(',', at), list.size());
+        sizes.push_back(parse_integer(list.substr(at, end - at), "--sizes", 1, std::int64_t(1) << 30));
+        at = end + 1;
+      }
+      KATTN_REQUIRE(sizes.size() >= 2, "--sizes: expected at least two message sizes, got ", sizes.size());
+      KATTN_REQUIRE(P >= 2, "--pingpong: needs two ranks (mpirun -np 2), got ", P);
+    });
+    const double load = load_average();
+    std::vector<char> buffer(static_cast<std::size_t>(*std::max_element(sizes.begin(), sizes.end())), 1);
+    std::vector<dist::LinkSample> samples;
+    for (std::int64_t b : sizes) samples.push_back({double(b), one_way_seconds(rank, buffer, std::size_t(b), repeat)});
+    return on_rank0(MPI_COMM_WORLD, [&]() -> int {
+      const dist::Link link = dist::fit_link(samples);
+      std::printf("kattn scale --pingpong: ranks 0 and 1 of %d, median of %d round trips per size, load %.2f\n", P,
+                  repeat, load);
+      std::printf("%14s %14s %14s\n", "bytes", "one-way us", "GB/s");
+      for (const dist::LinkSample& s : samples)
+        std::printf("%14.0f %14.3f %14.4g\n", s.bytes, s.seconds * 1e6, s.bytes / s.seconds / 1e9);
+      std::printf("fit: latency %.3g us, bandwidth %.4g GB/s (model: --latency %.3g --bandwidth %.4g)\n",
+                  link.latency_seconds * 1e6, link.bytes_per_second / 1e9, link.latency_seconds, link.bytes_per_second);
+      if (json) {
+        Json j;
+        std::vector<long long> bytes;
+        for (std::int64_t b : sizes) bytes.push_back(b);
+        j.add("latency_seconds", link.latency_seconds).add("bytes_per_second", link.bytes_per_second);
+        j.add("sizes", bytes).add("repetitions", repeat).add("load_avg", load).add("ranks", P);
+        std::cout << j.str() << "\n";
+      }
+      return 0;
+    });
+  });
+}
+
+}  // namespace cli
+}  // namespace kattn
