@@ -11,7 +11,7 @@
 
 #include "kattn/core/attention_params.hpp"
 #include "kattn/detail/attention_impl.hpp"
-#include "kattn/dist/collective.hpp"
+#include "kattn/dist/dense_call.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/hybrid_grid.hpp"
 #include "kattn/kv.hpp"
@@ -21,8 +21,6 @@
 namespace kattn {
 namespace dist {
 namespace detail {
-
-void validate(const DistOptions& d);
 
 template <class ExecSpace, class T>
 DistStats hybrid_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
@@ -41,15 +39,9 @@ DistStats hybrid_attention(MPI_Comm comm, const ExecSpace& space, const QView& q
                            const OView& o, const LseView& lse, const Options& opt = {}, const DistOptions& d = {}) {
   static_assert(kattn::detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>(),
                 "kattn::dist::hybrid_attention: the views must be accessible from the execution space");
-  using T = typename OView::non_const_value_type;
-  AttentionParams<T> p;
-  comm = library_comm(comm);  // kattn's traffic apart from the caller's
-  collective_check(comm, [&] {
-    validate(opt);
-    detail::validate(d);
-    p = dense_params(q, kv.k, kv.v, o, lse);
-  });
-  return detail::hybrid_forward_impl(comm, space, p, opt, d);
+  return detail::dense_forward<detail::KV16::widened>(
+      detail::DistCall::hybrid_attention, comm, space, q, kv, o, lse, opt, d,
+      [](const auto&... a) { return detail::hybrid_forward_impl(a...); });
 }
 
 }  // namespace dist
