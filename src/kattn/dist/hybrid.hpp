@@ -33,7 +33,7 @@ DistStats hybrid_forward_impl(MPI_Comm comm, const ExecSpace& space, const Atten
 // (causal, windows, softcap, scale, GQA, zigzag sharding of the ring over the groups). Deterministic
 // mode is the ring's: o and lse bitwise the same as ring_attention's deterministic mode for every
 // grid and sharding. Collective, with collective errors. Returns this rank's measurements (the
-// inner rings' included).
+// inner rings' included). 16-bit storage as for ulysses_attention.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
 DistStats hybrid_attention(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
                            const OView& o, const LseView& lse, const Options& opt = {}, const DistOptions& d = {}) {

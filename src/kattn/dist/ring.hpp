@@ -41,6 +41,9 @@ DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const Attenti
 // softcap, scale, GQA, any lengths; no block mask). Collective: every rank calls it with the same
 // options; bad input on any rank throws the same kattn::Error on every rank. Blocks until done
 // (the outputs are ready on return). Returns this rank's measurements.
+// Storage: float or double, or q, k, v, o of one 16-bit type (kattn::bf16, kattn::fp16) with lse in
+// float: K/V shards travel in their 16 bits, partial states and the merge are in float, o is
+// rounded once (dense_call.hpp).
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
 DistStats ring_attention(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
                          const OView& o, const LseView& lse, const Options& opt = {}, const DistOptions& d = {}) {

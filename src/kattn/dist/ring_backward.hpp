@@ -38,7 +38,9 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
 //   q, o, dout, dq [B, nq_r, Hq, D]; kv::dense(k, v) and dk, dv [B, nk_r, Hkv, D];
 //   lse [B, Hq, nq_r], the natural-log LSE that ring_attention returned (the global one).
 // dq, dk, dv are overwritten with this rank's gradients. bopt as for kattn::attention_backward; in
-// deterministic mode the atomic dQ strategy is refused. Collective, with collective errors.
+// deterministic mode the atomic dQ strategy is refused. Collective, with collective errors. 16-bit
+// storage as for ring_attention (lse float): the float backward on float copies (K/V and dK/dV
+// travel in float), dq, dk, dv rounded once.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
           class DqView, class DkView, class DvView>
 DistStats ring_attention_backward(MPI_Comm comm, const ExecSpace& space, const QView& q,

@@ -36,7 +36,8 @@ DistStats ulysses_forward_impl(MPI_Comm comm, const ExecSpace& space, const Atte
 // the key tile is fixed from the whole problem and split-KV is off (unless Options::split_chunk
 // is set), so o and lse are bitwise the same for every rank count and sharding. Every rank moves
 // about (P-1)/P of its q, k, v, o shards, whatever the mask; memory: the whole sequence of Hq/P
-// heads. Returns this rank's measurements.
+// heads. Returns this rank's measurements. 16-bit storage (lse float): q, k and v widened to
+// float first (the all-to-alls move float), o rounded once.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
 DistStats ulysses_attention(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
                             const OView& o, const LseView& lse, const Options& opt = {}, const DistOptions& d = {}) {
