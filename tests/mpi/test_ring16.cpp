@@ -173,6 +173,27 @@ TEST(Ring16, HeadShardingAndHybridTakeSixteenBits) {
   }
 }
 
+// The overload without lse writes the same o.
+TEST(Ring16, WithoutLseTheSameO) {
+  const Shape s{2, 57, 57, 4, 2, 16};
+  const Problem16<bf16> p(s, shared_seed());
+  const int rank = rank_of(MPI_COMM_WORLD);
+  Options causal;
+  causal.causal = true;
+  DistOptions d;
+  d.sharding = dist::Sharding::zigzag;
+  const SequenceLayout ql = layout_of(s.Nq, size_of(MPI_COMM_WORLD), d), kl = ql;
+  const View4<bf16> q = shard(p.q, ql, rank, "q"), k = shard(p.k, kl, rank, "k"), v = shard(p.v, kl, rank, "v");
+  View4<bf16> o("o", s.B, static_cast<std::size_t>(ql.local_length(rank)), s.Hq, s.D);
+  poison(o);
+  dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, causal, d);
+  Kokkos::fence();
+  const Run16 with_lse = run_forward(Call::ring, MPI_COMM_WORLD, p, causal, d);
+  const std::size_t B = s.B, Nq = s.Nq, Hq = s.Hq, D = s.D;
+  const std::vector<double> alone = gathered(o, ql, {B, Nq, Hq, D});
+  EXPECT_EQ(std::memcmp(alone.data(), with_lse.o.data(), alone.size() * sizeof(double)), 0);
+}
+
 // dq, dk, dv of a 16-bit forward's outputs against the float64 reference gradients and the
 // textbook backward in S; deterministic gradients the same bits as one rank's.
 struct Grads16 {
