@@ -1,7 +1,8 @@
 // kattn run --dist ring|ulysses|hybrid|decode: the `run` command over the ranks of MPI_COMM_WORLD. Every
 // rank reads (or draws) only the positions the sharding gives it, runs its part and writes its
 // rows of the outputs in place; --check gathers the outputs on rank 0 and compares them with the
-// float64 reference there (on_rank0: a failure there ends every rank).
+// float64 reference there (on_rank0: a failure there ends every rank). In bf16/f16 the inputs are
+// rounded to the type as the one-process run rounds them, o is written in it and lse in f32.
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "dist_commands.hpp"
+#include "dtype.hpp"
 #include "dist_files.hpp"
 #include "dist_io.hpp"
 #include "inputs.hpp"
@@ -67,7 +69,7 @@ DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, co
   const auto vv =
       to_view<Tensor4<T>>(dense_rows(in, src, DenseArray::v, runs_of(kl, rank)), "v", in.B, nk, in.Hkv, in.D);
   Tensor4<T> o(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), in.B, nq, in.Hq, in.D);
-  Tensor3<T> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), in.B, in.Hq, nq);
+  Tensor3<accumulate_t<T>> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), in.B, in.Hq, nq);
   poison(o);
   poison(lse);
   const Kokkos::DefaultExecutionSpace space;
@@ -162,8 +164,8 @@ int run_distributed(Args& args, const std::string& mode) {
 
     DenseSource src;
     const DenseInputs in = describe_on_every_rank(comm, "run", input_args, "", src);
-    const DistRun run = in.dtype == io::DType::f32 ? run_as<float>(comm, mode, in, src, opt, d)
-                                                   : run_as<double>(comm, mode, in, src, opt, d);
+    const DistRun run =
+        with_storage(in.dtype, [&](auto t) { return run_as<decltype(t)>(comm, mode, in, src, opt, d); });
     if (out_path) write_dense_positions(comm, *out_path, in, in.Hq, run.out_layout, run.o);
     if (lse_path) write_lse_positions(comm, *lse_path, in, in.Hq, run.out_layout, run.lse);
     const long long peak_rss = peak_rss_max(comm);  // before --check's rank-0 reference
@@ -179,7 +181,7 @@ int run_distributed(Args& args, const std::string& mode) {
       std::FILE* text = console.text();
       const double flops = attention_flops(in, opt);
       const double secs = run.stats.seconds;
-      const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
+      const char* dtype = dtype_name(in.dtype);
       std::fprintf(text,
           "kattn run: dist=%s ranks=%d%s sharding=%s%s algo=flash dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld "
           "Hkv=%lld D=%lld%s\n",
@@ -209,7 +211,7 @@ int run_distributed(Args& args, const std::string& mode) {
       if (check) {
         // The whole inputs, on rank 0 only and only for the check.
         Args inputs("run", input_args);
-        DenseInputs in64 = read_dense_inputs(inputs);
+        DenseInputs in64 = read_dense_inputs(inputs, "", nullptr, nullptr);
         in64.dtype = io::DType::f64;
         const Reference ref = reference_of(in64, opt);
         status = check_verdict(compare(o_all, ref.o), compare(lse_all, ref.lse), in.dtype,

@@ -1,7 +1,8 @@
 // kattn grad --dist ring|ulysses|hybrid: gradients over the ranks of MPI_COMM_WORLD. Every rank reads
 // (or draws) only its positions of q, k, v and dO; the scheme's forward makes o and the LSE, its
 // backward the gradients, and every rank writes its rows of them in place. --check gathers them on
-// rank 0 and compares them with the float64 textbook backward there.
+// rank 0 and compares them with the float64 textbook backward there. In bf16/f16 the inputs are
+// rounded to the type, the gradients written in it, and --check takes the type's bound.
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "dist_commands.hpp"
+#include "dtype.hpp"
 #include "dist_files.hpp"
 #include "dist_io.hpp"
 #include "inputs.hpp"
@@ -62,7 +64,7 @@ DistGrads run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, 
   const auto k = to_view<Tensor4<T>>(rows(DenseArray::k, kl), "k", in.B, nk, in.Hkv, in.D);
   const auto v = to_view<Tensor4<T>>(rows(DenseArray::v, kl), "v", in.B, nk, in.Hkv, in.D);
   Tensor4<T> o("o", in.B, nq, in.Hq, in.D), dq("dq", in.B, nq, in.Hq, in.D);
-  Tensor3<T> lse("lse", in.B, in.Hq, nq);
+  Tensor3<accumulate_t<T>> lse("lse", in.B, in.Hq, nq);
   Tensor4<T> dk("dk", in.B, nk, in.Hkv, in.D), dv("dv", in.B, nk, in.Hkv, in.D);
   poison(dq);
   poison(dk);
@@ -87,7 +89,8 @@ DistGrads run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, 
   g.comm_seconds = reduce_max(comm, s.comm_seconds);
   g.bytes = static_cast<long long>(reduce_max(comm, double(s.bytes_sent)));
   if (ring) {
-    const dist::TrafficProblem pr{in.Nq, in.Nk, int(in.B), int(in.Hkv), int(in.D), int(sizeof(T))};
+    // 16-bit gradients are the float backward's on widened copies: K/V and dK/dV travel in float.
+    const dist::TrafficProblem pr{in.Nq, in.Nk, int(in.B), int(in.Hkv), int(in.D), int(sizeof(accumulate_t<T>))};
     g.model_bytes = static_cast<long long>(
         reduce_max(comm, double(dist::ring_traffic(pr, opt, d, P, rank, dist::RingPass::backward).sent)));
   }
@@ -156,8 +159,8 @@ int grad_distributed(Args& args, const std::string& mode) {
       KATTN_REQUIRE(src.has_extra,
                     "--do: give DO.npy (the gradient of the loss with respect to o) with --q/--k/--v, or use --random");
     });
-    const DistGrads g = in.dtype == io::DType::f32 ? run_as<float>(comm, mode, in, src, opt, d, bopt)
-                                                   : run_as<double>(comm, mode, in, src, opt, d, bopt);
+    const DistGrads g =
+        with_storage(in.dtype, [&](auto t) { return run_as<decltype(t)>(comm, mode, in, src, opt, d, bopt); });
     if (dq_path) write_dense_positions(comm, *dq_path, in, in.Hq, g.q_layout, g.dq);
     if (dk_path) write_dense_positions(comm, *dk_path, in, in.Hkv, g.kv_layout, g.dk);
     if (dv_path) write_dense_positions(comm, *dv_path, in, in.Hkv, g.kv_layout, g.dv);
@@ -169,7 +172,7 @@ int grad_distributed(Args& args, const std::string& mode) {
       dv_all = gather_positions(comm, g.dv, in.B, in.Hkv * in.D, g.kv_layout);
     }
     return on_rank0(comm, [&]() -> int {
-      const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
+      const char* dtype = dtype_name(in.dtype);
       const double flops = 2.5 * attention_flops(in, opt);
       std::fprintf(text, 
           "kattn grad: dist=%s ranks=%d%s sharding=%s%s dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld "
@@ -195,7 +198,7 @@ int grad_distributed(Args& args, const std::string& mode) {
         // The whole inputs, on rank 0 only and only for the check.
         Args inputs("grad", input_args);
         std::vector<double> dout;
-        const DenseInputs full = read_dense_inputs(inputs, "--do", &dout);
+        const DenseInputs full = read_dense_inputs(inputs, "--do", &dout, nullptr);
         using T4 = Tensor4<double>;
         const auto q = to_view<T4>(full.q, "q", in.B, in.Nq, in.Hq, in.D);
         const auto k = to_view<T4>(full.k, "k", in.B, in.Nk, in.Hkv, in.D);
@@ -218,7 +221,7 @@ int grad_distributed(Args& args, const std::string& mode) {
           rel = std::max(rel, e.rel);
           nonfinite += e.nonfinite;
         }
-        const bool failed = nonfinite > 0 || !(rel <= (in.dtype == io::DType::f32 ? 1e-4 : 1e-10));
+        const bool failed = nonfinite > 0 || !(rel <= check_tolerance(in.dtype));
         j.add("max_abs_err", max_abs).add("rel_err", rel).add("nonfinite", (long long)nonfinite);
         j.add("check", failed ? "fail" : "pass");
         if (failed) {

@@ -205,17 +205,6 @@ Outputs run_batch_algo(const std::string& algo, const BatchInputs& in, Options o
   return out;
 }
 
-// Calls run(T{}) with T the storage type of dtype (C++17's way to pass a type to a lambda).
-template <class Run>
-Outputs with_storage(io::DType dtype, Run&& run) {
-  switch (dtype) {
-    case io::DType::f64: return run(double{});
-    case io::DType::bf16: return run(bf16{});
-    case io::DType::f16: return run(fp16{});
-    default: return run(float{});
-  }
-}
-
 // --algo naive is the textbook algorithm, in float or double only.
 void require_algo_for(const std::string& algo, io::DType dtype) {
   KATTN_REQUIRE(algo != "naive" || !is_16bit(dtype), "--algo naive: the textbook algorithm runs in f32 or f64; ",

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include "dense_layout.hpp"
+#include "dtype.hpp"
 #include "kattn/dist/collective.hpp"
 
 namespace kattn {
@@ -39,14 +40,14 @@ DenseInputs describe_on_every_rank(MPI_Comm comm, const char* command, const std
   DenseInputs in;
   dist::collective_check(comm, [&] {
     Args inputs(command, input_args);
-    in = describe_dense_inputs(inputs, extra, source);
+    in = describe_dense_inputs(inputs, extra, source, nullptr);  // every storage type
     inputs.finish();
   });
   dist::collective_agree(
       comm, {dist::Agreed::integer("--q", "batch", in.B), dist::Agreed::integer("--q", "query positions", in.Nq),
              dist::Agreed::integer("--k", "key positions", in.Nk), dist::Agreed::integer("--q", "heads", in.Hq),
              dist::Agreed::integer("--k", "KV heads", in.Hkv), dist::Agreed::integer("--q", "head dim", in.D),
-             dist::Agreed::integer("--dtype", "dtype (0 f32, 1 f64)", static_cast<int>(in.dtype)),
+             dist::Agreed::integer("--dtype", "dtype (0 f32, 1 f64, 2 f16, 3 bf16)", static_cast<int>(in.dtype)),
              dist::Agreed::boolean("--random", "random inputs", source.random),
              dist::Agreed::boolean(extra.empty() ? "inputs" : extra.c_str(), "an extra input", source.has_extra)});
   return in;
@@ -65,7 +66,7 @@ void write_dense_positions(MPI_Comm comm, const std::string& path, const DenseIn
 void write_lse_positions(MPI_Comm comm, const std::string& path, const DenseInputs& in, std::int64_t H,
                          const dist::SequenceLayout& layout, const std::vector<double>& local) {
   const RowBlock rows{in.B * H, layout.length(), 1, runs_of(layout, rank_of(comm))};
-  write_positions(comm, path, in.dtype, {in.B, H, layout.length()}, rows, local);
+  write_positions(comm, path, lse_dtype(in.dtype), {in.B, H, layout.length()}, rows, local);
 }
 
 long long peak_rss_max(MPI_Comm comm) {

@@ -30,7 +30,7 @@ DenseInputs describe_on_every_rank(MPI_Comm comm, const char* command, const std
 void write_dense_positions(MPI_Comm comm, const std::string& path, const DenseInputs& in, std::int64_t H,
                            const dist::SequenceLayout& layout, const std::vector<double>& local);
 
-// The same for an lse [B, H, N], `local` being this rank's [B, H, n].
+// The same for an lse [B, H, N] (in f32 for 16-bit runs), `local` being this rank's [B, H, n].
 void write_lse_positions(MPI_Comm comm, const std::string& path, const DenseInputs& in, std::int64_t H,
                          const dist::SequenceLayout& layout, const std::vector<double>& local);
 

@@ -1,7 +1,7 @@
 // The storage type a run computes in (--dtype f32|f64|bf16|f16), named by io::DType (bf16 as
 // npy.hpp's '<u2' convention): parsing the flag, which input files a run takes, rounding values to
-// the type. 16-bit storage reaches `kattn run` (dense, ragged, paged) and `kattn grad` (dense,
-// ragged) for now; cascade, block-sparse and distributed runs take f32 or f64.
+// the type. 16-bit storage reaches `kattn run` (dense, ragged, paged, and --dist) and `kattn grad`
+// (dense, ragged, and --dist) for now; cascade and block-sparse runs take f32 or f64.
 #pragma once
 
 #include <cstddef>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "args.hpp"
+#include "kattn/core/storage.hpp"
 #include "kattn/io/npy.hpp"
 
 namespace kattn {
@@ -18,7 +19,7 @@ namespace cli {
 // Why a command refuses bf16/f16, for its message; nullptr where the command takes them.
 constexpr const char* kFloatOnly =
     "this run takes f32 or f64 for now (bf16 and f16 reach kattn run over dense, ragged or paged inputs and kattn "
-    "grad over dense or ragged ones, not --dist, --cascade or block-sparse)";
+    "grad over dense or ragged ones, with or without --dist; not --cascade or block-sparse)";
 
 // "f32", "f64", "bf16", "f16"; also float32, float64, bfloat16, float16.
 io::DType parse_dtype(const std::string& text);
@@ -39,6 +40,21 @@ void require_input_dtype(const std::string& flag, const std::string& path, io::D
 // would be silent garbage.
 void require_bf16_bits_asked(const std::string& flag, const std::string& path, io::DType file, io::DType run,
                              bool dtype_given);
+
+// Calls run(T{}) with T the storage type of dtype (C++17's way to pass a type to a lambda).
+template <class Run>
+auto with_storage(io::DType dtype, Run&& run) {
+  switch (dtype) {
+    case io::DType::f64:
+      return run(double{});
+    case io::DType::bf16:
+      return run(bf16{});
+    case io::DType::f16:
+      return run(fp16{});
+    default:
+      return run(float{});
+  }
+}
 
 // Rounds every value to the type (float64: unchanged).
 void round_to(io::DType dtype, std::vector<double>& values);

@@ -47,22 +47,28 @@ enum class DistCall : int {
   hybrid_attention_backward = 6
 };
 
+// Which call this rank is in, as the first field every call agrees on.
+inline Agreed call_field(DistCall call) {
+  return Agreed::integer("call",
+                         "distributed call (0 ring_attention, 1 ring_attention_backward, 2 decode_attention, 3 "
+                         "ulysses_attention, 4 ulysses_attention_backward, 5 hybrid_attention, 6 "
+                         "hybrid_attention_backward)",
+                         static_cast<int>(call));
+}
+
 // The fields every distributed call agrees on first: the call itself, then the problem and options.
-// q's dtype is that of the rows that travel (a 16-bit cache under float queries travels in float).
+// The dtypes are those of the params: q's as computed (16-bit queries are widened to float first),
+// k's as stored and sent.
 template <class Q, class T, class KV>
 std::vector<Agreed> problem_fields(DistCall call, const AttentionParams<Q, T, KV>& p, const Options& opt,
                                    const DistOptions& d) {
-  std::vector<Agreed> f = {
-      Agreed::integer("call",
-                      "distributed call (0 ring_attention, 1 ring_attention_backward, 2 decode_attention, 3 "
-                      "ulysses_attention, 4 ulysses_attention_backward, 5 hybrid_attention, 6 "
-                      "hybrid_attention_backward)",
-                      static_cast<int>(call)),
-      Agreed::dtype("q", sizeof(Q)),
-      Agreed::integer("q", "batch", p.batch),
-      Agreed::integer("q", "heads", p.heads_q),
-      Agreed::integer("k", "KV heads", p.heads_kv),
-      Agreed::integer("q", "head dim", p.head_dim)};
+  std::vector<Agreed> f = {call_field(call),
+                           Agreed::dtype<Q>("q"),
+                           Agreed::dtype<KV>("k"),
+                           Agreed::integer("q", "batch", p.batch),
+                           Agreed::integer("q", "heads", p.heads_q),
+                           Agreed::integer("k", "KV heads", p.heads_kv),
+                           Agreed::integer("q", "head dim", p.head_dim)};
   for (const Agreed& a : option_fields(opt, d)) f.push_back(a);
   return f;
 }

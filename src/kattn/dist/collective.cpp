@@ -53,7 +53,17 @@ std::string format(const Agreed& f, std::int64_t v) {
     case Agreed::Kind::boolean:
       return v ? "true" : "false";
     case Agreed::Kind::dtype:
-      return v == 4 ? "f32" : v == 8 ? "f64" : detail::concat(v, "-byte scalars");
+      switch (static_cast<StorageCode>(v)) {
+        case StorageCode::f32:
+          return "f32";
+        case StorageCode::f64:
+          return "f64";
+        case StorageCode::bf16:
+          return "bf16";
+        case StorageCode::f16:
+          return "f16";
+      }
+      return detail::concat("storage ", v);
     case Agreed::Kind::real: {
       double d;
       std::memcpy(&d, &v, sizeof d);

@@ -8,10 +8,25 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
+
+#include "kattn/core/storage.hpp"
 
 namespace kattn {
 namespace dist {
+
+// The storage types a distributed call takes, by number (what the ranks agree on).
+enum class StorageCode : std::int64_t { f32, f64, bf16, f16 };
+template <class S>
+constexpr StorageCode storage_code() {
+  static_assert(std::is_same_v<S, float> || std::is_same_v<S, double> || is_16bit_v<S>,
+                "kattn::dist: float, double, kattn::bf16 or kattn::fp16");
+  if constexpr (std::is_same_v<S, float>) return StorageCode::f32;
+  if constexpr (std::is_same_v<S, double>) return StorageCode::f64;
+  if constexpr (std::is_same_v<S, bf16>) return StorageCode::bf16;
+  return StorageCode::f16;
+}
 
 // Runs `local` (local validation) on every rank. When it throws on any rank, every rank throws:
 // the message of the lowest failing rank, prefixed "rank R: " when there are several ranks, as a
@@ -35,8 +50,15 @@ struct Agreed {
   }
   static Agreed boolean(const char* argument, const char* what, bool v) { return {argument, what, Kind::boolean, v}; }
   static Agreed real(const char* argument, const char* what, double v);
-  // v: the scalar's size in bytes (4: f32, 8: f64).
-  static Agreed dtype(const char* argument, std::int64_t bytes) { return {argument, "dtype", Kind::dtype, bytes}; }
+  // S: the storage type, named in messages as --dtype names it (f32, f64, bf16, f16).
+  template <class S>
+  static Agreed dtype(const char* argument) {
+    return {argument, "dtype", Kind::dtype, static_cast<std::int64_t>(storage_code<S>())};
+  }
+  // A float type by its size in bytes (4: f32, 8: f64), for callers that hold no C++ type.
+  static Agreed dtype(const char* argument, std::int64_t bytes) {
+    return bytes == 8 ? dtype<double>(argument) : dtype<float>(argument);
+  }
 };
 
 // Checks that every rank passed the same values (in the same order); the first difference, in

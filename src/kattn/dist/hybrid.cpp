@@ -26,13 +26,10 @@ DistStats hybrid_forward_impl(MPI_Comm comm, const ExecSpace& space, const Atten
   require_grid(P, p.heads_q, d);
   require_transfers(d);
   const GlobalSplit split = hybrid_split(comm, p.q_len, p.kv_len, d);
-  const HybridGrid grid(comm, d.ulysses_size);
-  const std::int64_t align = d.deterministic ? chunk_of(d) : 1;
-  const SequenceLayout ring_q(split.Nq, grid.groups(), d.sharding, align),
-      ring_k(split.Nk, grid.groups(), d.sharding, align);
+  const HybridGrid grid(comm, d);
   DistStats stats;
   stats.staged = needs_staging<typename ExecSpace::memory_space>(d.staging);
-  head_sharded_forward<ExecSpace, T>(grid.heads(), space, p, grid.group_layout(ring_q), grid.group_layout(ring_k),
+  head_sharded_forward<ExecSpace, T>(grid.heads(), space, p, grid.group_layout(split.Nq), grid.group_layout(split.Nk),
                                      stats, [&](const AttentionParams<T>& a, DistStats& s) {
                                        accumulate(s, ring_forward_impl(grid.ring(), space, a, opt, d));
                                      });

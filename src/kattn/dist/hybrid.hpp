@@ -11,7 +11,7 @@
 
 #include "kattn/core/attention_params.hpp"
 #include "kattn/detail/attention_impl.hpp"
-#include "kattn/dist/collective.hpp"
+#include "kattn/dist/dense_call.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/hybrid_grid.hpp"
 #include "kattn/kv.hpp"
@@ -21,8 +21,6 @@
 namespace kattn {
 namespace dist {
 namespace detail {
-
-void validate(const DistOptions& d);
 
 template <class ExecSpace, class T>
 DistStats hybrid_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
@@ -35,21 +33,15 @@ DistStats hybrid_forward_impl(MPI_Comm comm, const ExecSpace& space, const Atten
 // (causal, windows, softcap, scale, GQA, zigzag sharding of the ring over the groups). Deterministic
 // mode is the ring's: o and lse bitwise the same as ring_attention's deterministic mode for every
 // grid and sharding. Collective, with collective errors. Returns this rank's measurements (the
-// inner rings' included).
+// inner rings' included). 16-bit storage as for ulysses_attention.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
 DistStats hybrid_attention(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
                            const OView& o, const LseView& lse, const Options& opt = {}, const DistOptions& d = {}) {
   static_assert(kattn::detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>(),
                 "kattn::dist::hybrid_attention: the views must be accessible from the execution space");
-  using T = typename OView::non_const_value_type;
-  AttentionParams<T> p;
-  comm = library_comm(comm);  // kattn's traffic apart from the caller's
-  collective_check(comm, [&] {
-    validate(opt);
-    detail::validate(d);
-    p = dense_params(q, kv.k, kv.v, o, lse);
-  });
-  return detail::hybrid_forward_impl(comm, space, p, opt, d);
+  return detail::dense_forward<detail::KV16::widened>(
+      detail::DistCall::hybrid_attention, comm, space, q, kv, o, lse, opt, d,
+      [](const auto&... a) { return detail::hybrid_forward_impl(a...); });
 }
 
 }  // namespace dist

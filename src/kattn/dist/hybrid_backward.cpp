@@ -24,16 +24,12 @@ DistStats hybrid_backward_impl(MPI_Comm comm, const ExecSpace& space, const Back
   MPI_Comm_size(comm, &P);
   require_grid(P, f.heads_q, d);
   require_transfers(d);
-  const int U = d.ulysses_size > 0 ? d.ulysses_size : P;
-  require_whole_groups(f.heads_kv, U, d);
   const GlobalSplit split = hybrid_split(comm, f.q_len, f.kv_len, d);
-  const HybridGrid grid(comm, d.ulysses_size);
-  const std::int64_t align = d.deterministic ? chunk_of(d) : 1;
-  const SequenceLayout ring_q(split.Nq, grid.groups(), d.sharding, align),
-      ring_k(split.Nk, grid.groups(), d.sharding, align);
+  const HybridGrid grid(comm, d);
+  require_whole_groups(f.heads_kv, grid.members(), d);
   DistStats stats;
   stats.staged = needs_staging<typename ExecSpace::memory_space>(d.staging);
-  head_sharded_backward<ExecSpace, T>(grid.heads(), space, p, grid.group_layout(ring_q), grid.group_layout(ring_k),
+  head_sharded_backward<ExecSpace, T>(grid.heads(), space, p, grid.group_layout(split.Nq), grid.group_layout(split.Nk),
                                       stats, [&](const BackwardParams<T>& b, DistStats& s) {
                                         accumulate(s, ring_backward_impl(grid.ring(), space, b, opt, d, bopt));
                                       });

@@ -10,7 +10,7 @@
 
 #include "kattn/backward.hpp"
 #include "kattn/detail/attention_impl.hpp"
-#include "kattn/dist/collective.hpp"
+#include "kattn/dist/dense_call.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/hybrid_grid.hpp"
 #include "kattn/kv.hpp"
@@ -19,8 +19,6 @@
 namespace kattn {
 namespace dist {
 namespace detail {
-
-void validate(const DistOptions& d);
 
 template <class ExecSpace, class T>
 DistStats hybrid_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
@@ -42,18 +40,8 @@ DistStats hybrid_attention_backward(MPI_Comm comm, const ExecSpace& space, const
   static_assert(
       kattn::detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView, DkView, DvView>(),
       "kattn::dist::hybrid_attention_backward: the views must be accessible from the execution space");
-  using T = typename DqView::non_const_value_type;
-  BackwardParams<T> p;
-  comm = library_comm(comm);  // kattn's traffic apart from the caller's
-  collective_check(comm, [&] {
-    validate(opt);
-    detail::validate(d);
-    KATTN_REQUIRE(!(d.deterministic && bopt.dq == DqStrategy::atomic),
-                  "dq: the atomic strategy is not deterministic; choose key_chunks or query_pass, or drop "
-                  "deterministic");
-    p = backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv);
-  });
-  return detail::hybrid_backward_impl(comm, space, p, opt, d, bopt);
+  return detail::dense_backward(detail::DistCall::hybrid_attention_backward, comm, space, q, kv, o, lse, dout, dq, dk,
+                                dv, opt, bopt, d, [](const auto&... a) { return detail::hybrid_backward_impl(a...); });
 }
 
 }  // namespace dist

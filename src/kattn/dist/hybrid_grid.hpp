@@ -15,13 +15,22 @@
 
 namespace kattn {
 namespace dist {
+namespace detail {
+
+// U, the ranks of one head-sharding group, of a grid of `ranks` ranks.
+inline int ulysses_ranks(int ranks, const DistOptions& d) { return d.ulysses_size > 0 ? d.ulysses_size : ranks; }
+
+// The alignment of the ring layout over the groups: the chunk in deterministic mode.
+inline std::int64_t ring_align(const DistOptions& d) { return d.deterministic ? chunk_of(d) : 1; }
+
+}  // namespace detail
 
 // The positions each of the P ranks holds in hybrid attention (d.ulysses_size, d.sharding, and the
 // chunk alignment of deterministic mode): the ring layout over P / U groups, split over U.
 inline SequenceLayout hybrid_layout(std::int64_t length, int ranks, const DistOptions& d) {
-  const int U = d.ulysses_size > 0 ? d.ulysses_size : ranks;
+  const int U = detail::ulysses_ranks(ranks, d);
   KATTN_REQUIRE(U <= ranks && ranks % U == 0, "ulysses_size: expected a divisor of the ", ranks, " ranks, got ", U);
-  return SequenceLayout(length, ranks / U, d.sharding, d.deterministic ? chunk_of(d) : 1).split_each(U);
+  return SequenceLayout(length, ranks / U, d.sharding, detail::ring_align(d)).split_each(U);
 }
 
 namespace detail {
@@ -29,7 +38,7 @@ namespace detail {
 // The same kattn::Error on every rank (P and the options are agreed before) when U does not divide
 // P or the query heads do not divide over U.
 inline void require_grid(int ranks, int heads_q, const DistOptions& d) {
-  const int U = d.ulysses_size > 0 ? d.ulysses_size : ranks;
+  const int U = ulysses_ranks(ranks, d);
   KATTN_REQUIRE(U <= ranks && ranks % U == 0, "ulysses_size: expected a divisor of the ", ranks, " ranks, got ", U);
   KATTN_REQUIRE(heads_q % U == 0, "q: expected a number of heads that is a multiple of the ", U,
                 " ranks sharing them (head sharding), got ", heads_q);
@@ -61,14 +70,15 @@ inline void accumulate(DistStats& into, const DistStats& s) {
 }
 
 // This rank's two sub-communicators of the grid, freed on destruction (collective, like their
-// creation: every rank makes and frees them in the same calls).
+// creation: every rank makes and frees them in the same calls), and the ring's layouts over the
+// groups. Made after require_grid.
 class HybridGrid {
  public:
-  HybridGrid(MPI_Comm comm, int ulysses_size) {
+  HybridGrid(MPI_Comm comm, const DistOptions& d) : sharding_(d.sharding), align_(ring_align(d)) {
     int rank = 0, P = 1;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &P);
-    U_ = ulysses_size > 0 ? ulysses_size : P;
+    U_ = ulysses_ranks(P, d);
     R_ = P / U_;
     group_ = rank / U_, member_ = rank % U_;
     MPI_Comm_split(comm, group_, member_, &heads_);
@@ -87,13 +97,17 @@ class HybridGrid {
   int groups() const { return R_; }
   int members() const { return U_; }
 
-  // A group's whole share (of the ring layout) as a sequence cut over its members, as
+  // The ring's layout of `length` positions over the groups, as hybrid_layout places them.
+  SequenceLayout ring_layout(std::int64_t length) const { return SequenceLayout(length, R_, sharding_, align_); }
+  // This rank's group's whole share of `length` positions as a sequence cut over its members, as
   // hybrid_layout cuts it.
-  SequenceLayout group_layout(const SequenceLayout& ring_layout) const {
-    return SequenceLayout(ring_layout.local_length(group_), U_, Sharding::contiguous);
+  SequenceLayout group_layout(std::int64_t length) const {
+    return SequenceLayout(ring_layout(length).local_length(group_), U_, Sharding::contiguous);
   }
 
  private:
+  Sharding sharding_;
+  std::int64_t align_;
   int U_ = 1, R_ = 1, group_ = 0, member_ = 0;
   MPI_Comm heads_ = MPI_COMM_NULL, ring_ = MPI_COMM_NULL;
 };

@@ -42,13 +42,14 @@ std::int64_t piece_rows(std::int64_t seg_len) {
 // Deterministic mode: this many key segments received ahead.
 constexpr std::size_t kReceiveWindow = 4;
 
-template <class ExecSpace, class T>
+// T: q, o and the accumulation type; KV: the storage of k and v, in which they travel.
+template <class ExecSpace, class T, class KV>
 class RingRunner {
  public:
   using Mem = typename ExecSpace::memory_space;
-  using Buffer = MessageBuffer<T, Mem>;
+  using Buffer = MessageBuffer<KV, Mem>;
 
-  RingRunner(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
+  RingRunner(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T, T, KV>& p, const Options& opt,
              const DistOptions& d, const GlobalSplit& split)
       : comm_(comm), space_(space), p_(p), opt_(opt), d_(d), s_(split) {
     MPI_Comm_rank(comm, &rank_);
@@ -90,17 +91,17 @@ class RingRunner {
   void pack_own(const Buffer& k, const Buffer& v) {
     const int Hkv = p_.heads_kv, D = p_.head_dim;
     const std::int64_t n = p_.kv_len;
-    copy_rows(space_, Strided<const T>{p_.k, p_.k_stride_batch, p_.k_stride_seq, p_.k_stride_head}, 0,
+    copy_rows(space_, Strided<const KV>{p_.k, p_.k_stride_batch, p_.k_stride_seq, p_.k_stride_head}, 0,
               dense(k.device(), n, Hkv, D), p_.batch, n, Hkv, D);
-    copy_rows(space_, Strided<const T>{p_.v, p_.v_stride_batch, p_.v_stride_seq, p_.v_stride_head}, 0,
+    copy_rows(space_, Strided<const KV>{p_.v, p_.v_stride_batch, p_.v_stride_seq, p_.v_stride_head}, 0,
               dense(v.device(), n, Hkv, D), p_.batch, n, Hkv, D);
   }
 
   // Keys of one piece (needed_keys) as this rank holds them: in a dense K/V buffer of `held`
   // positions per sequence, at position `at`.
   struct Held {
-    const T* k;
-    const T* v;
+    const KV* k;
+    const KV* v;
     std::int64_t held, at;
   };
 
@@ -113,7 +114,7 @@ class RingRunner {
     const std::int64_t pairs = visible_pairs(o, nq, ks.length);
     if (pairs == 0) return;
     stats_.flops += 4.0 * D * double(pairs) * p_.batch * H;
-    AttentionParams<T> q = p_;
+    AttentionParams<T, T, KV> q = p_;
     q.q = p_.q + qi * p_.q_stride_seq;
     q.q_len = nq;
     q.q_total = std::int64_t(p_.batch) * nq;
@@ -169,9 +170,9 @@ class RingRunner {
                     Buffer("kattn::dist::ring::v1", kv_elems(cap), staged)};
     if (!d_.communicate) {
       // Without transfers every step reads buffer 0 at the lengths of the keys it stands for;
-      // zeros keep those reads defined.
-      Kokkos::deep_copy(space_, kb[0].view(), T(0));
-      Kokkos::deep_copy(space_, vb[0].view(), T(0));
+      // zeros (KV{}: +0 in every storage type) keep those reads defined.
+      Kokkos::deep_copy(space_, kb[0].view(), KV{});
+      Kokkos::deep_copy(space_, vb[0].view(), KV{});
     }
     const auto q_segs = s_.q_layout.segments_of(rank_);
     int cur = 0;
@@ -270,8 +271,8 @@ class RingRunner {
     }
     if (!d_.communicate)
       for (std::size_t w = 0; w < W; ++w) {
-        Kokkos::deep_copy(space_, kb[w].view(), T(0));
-        Kokkos::deep_copy(space_, vb[w].view(), T(0));
+        Kokkos::deep_copy(space_, kb[w].view(), KV{});
+        Kokkos::deep_copy(space_, vb[w].view(), KV{});
       }
     std::vector<std::vector<MPI_Request>> reqs(W + 1);
     reqs[W] = std::move(sends);  // poked with the receives
@@ -344,7 +345,7 @@ class RingRunner {
     const int H = p_.heads_q, Hkv = p_.heads_kv, D = p_.head_dim;
     const Options o = shard_options(opt, qg, nq, s_.Nq, ks.global + j0, kv_len, s_.Nk);
     stats_.flops += 4.0 * D * double(visible_pairs(o, nq, kv_len)) * p_.batch * H;
-    AttentionParams<T> q = p_;
+    AttentionParams<T, T, KV> q = p_;
     q.q = p_.q + qi * p_.q_stride_seq;
     q.q_len = nq;
     q.q_total = std::int64_t(p_.batch) * nq;
@@ -364,7 +365,7 @@ class RingRunner {
 
   MPI_Comm comm_;
   ExecSpace space_;
-  AttentionParams<T> p_;
+  AttentionParams<T, T, KV> p_;
   Options opt_;
   DistOptions d_;
   GlobalSplit s_;
@@ -376,23 +377,28 @@ class RingRunner {
 
 }  // namespace
 
-template <class ExecSpace, class T>
-DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
-                            const DistOptions& d) {
+template <class ExecSpace, class T, class KV>
+DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T, T, KV>& p,
+                            const Options& opt, const DistOptions& d) {
   // Regions of the area ("kattn::dist", shared helpers) and of this entry point (its own kernels).
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::ring");
   collective_agree(comm, problem_fields(DistCall::ring_attention, p, opt, d));
   require_no_block_mask(opt);
   const GlobalSplit split = sharded_split(comm, p.q_len, p.kv_len, d);
-  RingRunner<ExecSpace, T> runner(comm, space, p, opt, d, split);
+  RingRunner<ExecSpace, T, KV> runner(comm, space, p, opt, d, split);
   return runner.run();
 }
 
-#define KATTN_INSTANTIATE_RING(Space, T)                                                                            \
-  template DistStats ring_forward_impl<Space, T>(MPI_Comm, const Space&, const AttentionParams<T>&, const Options&, \
-                                                 const DistOptions&);
+#define KATTN_INSTANTIATE_RING_KV(Space, T, KV)                                                                \
+  template DistStats ring_forward_impl<Space, T, KV>(MPI_Comm, const Space&, const AttentionParams<T, T, KV>&, \
+                                                     const Options&, const DistOptions&);
+#define KATTN_INSTANTIATE_RING(Space, T) KATTN_INSTANTIATE_RING_KV(Space, T, T)
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_RING)
+// 16-bit K/V under float queries (16-bit queries are widened first: dense_call.hpp).
+#define KATTN_INSTANTIATE_16BIT_RING(Space, S) KATTN_INSTANTIATE_RING_KV(Space, float, S)
+KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_RING, bf16)
+KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_RING, fp16)
 
 }  // namespace detail
 }  // namespace dist

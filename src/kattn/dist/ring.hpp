@@ -10,24 +10,24 @@
 
 #include <Kokkos_Core.hpp>
 
-#include "kattn/dist/collective.hpp"
+#include "kattn/core/attention_params.hpp"
+#include "kattn/detail/attention_impl.hpp"
+#include "kattn/dist/dense_call.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/layout.hpp"
-#include "kattn/detail/attention_impl.hpp"
 #include "kattn/kv.hpp"
 #include "kattn/options.hpp"
-#include "kattn/core/attention_params.hpp"
 #include "kattn/shapes.hpp"
 
 namespace kattn {
 namespace dist {
 namespace detail {
 
-void validate(const DistOptions& d);
-
-template <class ExecSpace, class T>
-DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
-                            const DistOptions& d);
+// Instantiated for (T, KV) = (float, float), (double, double), (float, bf16) and (float, fp16): K/V
+// travel in their storage type, partial states and the merge are in T.
+template <class ExecSpace, class T, class KV>
+DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T, T, KV>& p,
+                            const Options& opt, const DistOptions& d);
 
 }  // namespace detail
 
@@ -41,28 +41,24 @@ DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const Attenti
 // softcap, scale, GQA, any lengths; no block mask). Collective: every rank calls it with the same
 // options; bad input on any rank throws the same kattn::Error on every rank. Blocks until done
 // (the outputs are ready on return). Returns this rank's measurements.
+// Storage: float or double, or q, k, v, o of one 16-bit type (kattn::bf16, kattn::fp16) with lse in
+// float: K/V shards travel in their 16 bits, partial states and the merge are in float, o is
+// rounded once (dense_call.hpp).
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
 DistStats ring_attention(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
                          const OView& o, const LseView& lse, const Options& opt = {}, const DistOptions& d = {}) {
   static_assert(kattn::detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>(),
                 "kattn::dist::ring_attention: the views must be accessible from the execution space");
-  using T = typename OView::non_const_value_type;
-  AttentionParams<T> p;
-  comm = library_comm(comm);  // kattn's traffic apart from the caller's
-  collective_check(comm, [&] {
-    validate(opt);
-    detail::validate(d);
-    p = dense_params(q, kv.k, kv.v, o, lse);
-  });
-  return detail::ring_forward_impl(comm, space, p, opt, d);
+  return detail::dense_forward<detail::KV16::as_stored>(
+      detail::DistCall::ring_attention, comm, space, q, kv, o, lse, opt, d,
+      [](const auto&... a) { return detail::ring_forward_impl(a...); });
 }
 
 // The same without the LSE.
 template <class ExecSpace, class QView, class KView, class VView, class OView>
 DistStats ring_attention(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
                          const OView& o, const Options& opt = {}, const DistOptions& d = {}) {
-  using T = typename OView::non_const_value_type;
-  return ring_attention(comm, space, q, kv, o, Kokkos::View<T***, typename OView::memory_space>(), opt, d);
+  return ring_attention(comm, space, q, kv, o, detail::NoLse<OView>(), opt, d);
 }
 
 }  // namespace dist

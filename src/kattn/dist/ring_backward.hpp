@@ -18,16 +18,14 @@
 
 #include "kattn/backward.hpp"
 #include "kattn/detail/attention_impl.hpp"
-#include "kattn/kv.hpp"
-#include "kattn/dist/collective.hpp"
+#include "kattn/dist/dense_call.hpp"
 #include "kattn/dist/dist_options.hpp"
+#include "kattn/kv.hpp"
 #include "kattn/options.hpp"
 
 namespace kattn {
 namespace dist {
 namespace detail {
-
-void validate(const DistOptions& d);
 
 template <class ExecSpace, class T>
 DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
@@ -40,7 +38,9 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
 //   q, o, dout, dq [B, nq_r, Hq, D]; kv::dense(k, v) and dk, dv [B, nk_r, Hkv, D];
 //   lse [B, Hq, nq_r], the natural-log LSE that ring_attention returned (the global one).
 // dq, dk, dv are overwritten with this rank's gradients. bopt as for kattn::attention_backward; in
-// deterministic mode the atomic dQ strategy is refused. Collective, with collective errors.
+// deterministic mode the atomic dQ strategy is refused. Collective, with collective errors. 16-bit
+// storage as for ring_attention (lse float): the float backward on float copies (K/V and dK/dV
+// travel in float), dq, dk, dv rounded once.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
           class DqView, class DkView, class DvView>
 DistStats ring_attention_backward(MPI_Comm comm, const ExecSpace& space, const QView& q,
@@ -51,18 +51,8 @@ DistStats ring_attention_backward(MPI_Comm comm, const ExecSpace& space, const Q
   static_assert(kattn::detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView,
                                                         DkView, DvView>(),
                 "kattn::dist::ring_attention_backward: the views must be accessible from the execution space");
-  using T = typename DqView::non_const_value_type;
-  BackwardParams<T> p;
-  comm = library_comm(comm);  // kattn's traffic apart from the caller's
-  collective_check(comm, [&] {
-    validate(opt);
-    detail::validate(d);
-    KATTN_REQUIRE(!(d.deterministic && bopt.dq == DqStrategy::atomic),
-                  "dq: the atomic strategy is not deterministic; choose key_chunks or query_pass, or drop "
-                  "deterministic");
-    p = backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv);
-  });
-  return detail::ring_backward_impl(comm, space, p, opt, d, bopt);
+  return detail::dense_backward(detail::DistCall::ring_attention_backward, comm, space, q, kv, o, lse, dout, dq, dk, dv,
+                                opt, bopt, d, [](const auto&... a) { return detail::ring_backward_impl(a...); });
 }
 
 }  // namespace dist

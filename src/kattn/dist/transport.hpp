@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kattn/core/storage.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/layout.hpp"
 
@@ -31,6 +32,15 @@ inline MPI_Datatype mpi_type<float>() {
 template <>
 inline MPI_Datatype mpi_type<double>() {
   return MPI_DOUBLE;
+}
+// 16-bit storage travels as its bits.
+template <>
+inline MPI_Datatype mpi_type<bf16>() {
+  return MPI_UINT16_T;
+}
+template <>
+inline MPI_Datatype mpi_type<fp16>() {
+  return MPI_UINT16_T;
 }
 
 // Largest element count of one MPI message piece.

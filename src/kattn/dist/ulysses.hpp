@@ -11,7 +11,7 @@
 
 #include "kattn/core/attention_params.hpp"
 #include "kattn/detail/attention_impl.hpp"
-#include "kattn/dist/collective.hpp"
+#include "kattn/dist/dense_call.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/layout.hpp"
 #include "kattn/kv.hpp"
@@ -21,8 +21,6 @@
 namespace kattn {
 namespace dist {
 namespace detail {
-
-void validate(const DistOptions& d);
 
 template <class ExecSpace, class T>
 DistStats ulysses_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p, const Options& opt,
@@ -38,29 +36,23 @@ DistStats ulysses_forward_impl(MPI_Comm comm, const ExecSpace& space, const Atte
 // the key tile is fixed from the whole problem and split-KV is off (unless Options::split_chunk
 // is set), so o and lse are bitwise the same for every rank count and sharding. Every rank moves
 // about (P-1)/P of its q, k, v, o shards, whatever the mask; memory: the whole sequence of Hq/P
-// heads. Returns this rank's measurements.
+// heads. Returns this rank's measurements. 16-bit storage (lse float): q, k and v widened to
+// float first (the all-to-alls move float), o rounded once.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
 DistStats ulysses_attention(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
                             const OView& o, const LseView& lse, const Options& opt = {}, const DistOptions& d = {}) {
   static_assert(kattn::detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>(),
                 "kattn::dist::ulysses_attention: the views must be accessible from the execution space");
-  using T = typename OView::non_const_value_type;
-  AttentionParams<T> p;
-  comm = library_comm(comm);  // kattn's traffic apart from the caller's
-  collective_check(comm, [&] {
-    validate(opt);
-    detail::validate(d);
-    p = dense_params(q, kv.k, kv.v, o, lse);
-  });
-  return detail::ulysses_forward_impl(comm, space, p, opt, d);
+  return detail::dense_forward<detail::KV16::widened>(
+      detail::DistCall::ulysses_attention, comm, space, q, kv, o, lse, opt, d,
+      [](const auto&... a) { return detail::ulysses_forward_impl(a...); });
 }
 
 // The same without the LSE.
 template <class ExecSpace, class QView, class KView, class VView, class OView>
 DistStats ulysses_attention(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
                             const OView& o, const Options& opt = {}, const DistOptions& d = {}) {
-  using T = typename OView::non_const_value_type;
-  return ulysses_attention(comm, space, q, kv, o, Kokkos::View<T***, typename OView::memory_space>(), opt, d);
+  return ulysses_attention(comm, space, q, kv, o, detail::NoLse<OView>(), opt, d);
 }
 
 }  // namespace dist

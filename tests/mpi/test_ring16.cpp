@@ -1,0 +1,299 @@
+// Ring attention in 16-bit storage (bf16, fp16 q, k, v, o; lse float): each rank's shard against
+// the float64 reference of the whole sequence on the same rounded inputs under FlashAttention's
+// rule (storage16_support.hpp), for the forward and the gradients; causal, window, GQA, uneven
+// shards and fewer positions than ranks, contiguous and zigzag; K/V sent in 16 bits (bytes sent
+// equal to ring_traffic's model at 2 bytes a value); deterministic bits the same as one rank
+// alone; head sharding and hybrid, which take 16-bit through the same front door; and ranks that
+// pass different storage types refused alike.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dist_support.hpp"
+#include "kattn/dist/hybrid.hpp"
+#include "kattn/dist/ring.hpp"
+#include "kattn/dist/ring_backward.hpp"
+#include "kattn/dist/ring_traffic.hpp"
+#include "kattn/dist/ulysses.hpp"
+#include "kattn/reference_backward.hpp"
+#include "storage16_support.hpp"
+
+namespace kattn {
+namespace test {
+namespace {
+
+using dist::DistOptions;
+using dist::SequenceLayout;
+
+enum class Call { ring, ulysses, hybrid };
+
+SequenceLayout layout_of(std::int64_t n, int P, const DistOptions& d) {
+  return SequenceLayout(n, P, d.sharding, d.deterministic ? dist::chunk_of(d) : 1);
+}
+
+// The whole [B, N, H, D] (or [B, H, N] lse) array on every rank from each rank's rows under
+// `layout`: unwritten (poisoned) rows stay NaN, as every position has one owner.
+template <class View>
+std::vector<double> gathered(const View& local, const SequenceLayout& layout, std::vector<std::size_t> global_extents,
+                             MPI_Comm comm = MPI_COMM_WORLD) {
+  const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), local);
+  std::size_t total = 1;
+  for (std::size_t e : global_extents) total *= e;
+  std::vector<double> mine(total, 0.0), all(total);
+  const int rank = rank_of(comm);
+  for (const dist::Segment& s : layout.segments_of(rank))
+    for (std::size_t b = 0; b < h.extent(0); ++b)
+      for (std::int64_t j = 0; j < s.length; ++j) {
+        if constexpr (View::rank == 4) {
+          for (std::size_t x = 0; x < h.extent(2); ++x)
+            for (std::size_t d = 0; d < h.extent(3); ++d)
+              mine[((b * global_extents[1] + s.global + j) * h.extent(2) + x) * h.extent(3) + d] =
+                  widen(h(b, s.local + j, x, d));
+        } else {
+          for (std::size_t x = 0; x < h.extent(1); ++x)
+            mine[(b * global_extents[1] + x) * global_extents[2] + s.global + j] = widen(h(b, x, s.local + j));
+        }
+      }
+  MPI_Allreduce(mine.data(), all.data(), static_cast<int>(total), MPI_DOUBLE, MPI_SUM, comm);
+  return all;
+}
+
+template <class S>
+dist::DistStats forward(Call call, MPI_Comm comm, const View4<S>& q, const View4<S>& k, const View4<S>& v,
+                        const View4<S>& o, const View3<float>& lse, const Options& opt, const DistOptions& d) {
+  const auto space = Kokkos::DefaultExecutionSpace();
+  if (call == Call::ulysses) return dist::ulysses_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
+  if (call == Call::hybrid) return dist::hybrid_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
+  return dist::ring_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
+}
+
+// o and lse of the whole sequence, gathered from every rank's shard of a 16-bit run over comm.
+struct Run16 {
+  std::vector<double> o, lse;
+  dist::DistStats stats;
+};
+
+template <class S>
+Run16 run_forward(Call call, MPI_Comm comm, const Problem16<S>& p, const Options& opt, const DistOptions& d) {
+  const Shape& s = p.shape;
+  const int P = size_of(comm), rank = rank_of(comm);
+  const SequenceLayout ql = call == Call::hybrid ? dist::hybrid_layout(s.Nq, P, d) : layout_of(s.Nq, P, d),
+                       kl = call == Call::hybrid ? dist::hybrid_layout(s.Nk, P, d) : layout_of(s.Nk, P, d);
+  const std::size_t n = static_cast<std::size_t>(ql.local_length(rank));
+  View4<S> o("o", s.B, n, s.Hq, s.D);
+  View3<float> lse("lse", s.B, s.Hq, n);
+  poison(o);
+  poison(lse);
+  Run16 r;
+  r.stats = forward(call, comm, shard(p.q, ql, rank, "q"), shard(p.k, kl, rank, "k"), shard(p.v, kl, rank, "v"), o, lse,
+                    opt, d);
+  Kokkos::fence();
+  const std::size_t B = s.B, Nq = s.Nq, Hq = s.Hq, D = s.D;
+  r.o = gathered(o, ql, {B, Nq, Hq, D}, comm);
+  r.lse = gathered(lse, ql, {B, Hq, Nq}, comm);
+  return r;
+}
+
+template <class S>
+void check_forward(Call call, const Shape& s, const Options& opt, const DistOptions& d = {}) {
+  const std::uint64_t seed = shared_seed();
+  const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
+  const std::string what = std::string(storage_name<S>()) + " call=" + std::to_string(int(call)) + " " +
+                           describe(s, opt) + " " + dist::name(d.sharding) + (d.deterministic ? " deterministic" : "") +
+                           " seed=" + std::to_string(seed);
+  SCOPED_TRACE(what);
+  const Problem16<S> p(s, seed);
+  const Run16 r = run_forward(call, MPI_COMM_WORLD, p, opt, d);
+  expect_16bit_rule<S>(p.host().params(), opt, r.o, r.lse, what);
+  if (call == Call::ring) {
+    // K and V travel in their 16 bits: what was sent is the model at 2 bytes a value.
+    dist::TrafficProblem tp;
+    tp.Nq = s.Nq, tp.Nk = s.Nk, tp.batch = s.B, tp.heads_kv = s.Hkv, tp.head_dim = s.D, tp.bytes_per_value = 2;
+    EXPECT_EQ(r.stats.bytes_sent, dist::ring_traffic(tp, opt, d, P, rank, dist::RingPass::forward).sent) << what;
+  }
+  if (d.deterministic) {
+    // The bits of one rank alone (hybrid's deterministic mode is the ring's).
+    const Run16 alone = run_forward(call == Call::hybrid ? Call::ring : call, MPI_COMM_SELF, p, opt, d);
+    EXPECT_EQ(std::memcmp(alone.o.data(), r.o.data(), r.o.size() * sizeof(double)), 0)
+        << what << ": o differs from one rank's";
+    EXPECT_EQ(std::memcmp(alone.lse.data(), r.lse.data(), r.lse.size() * sizeof(double)), 0)
+        << what << ": lse differs from one rank's";
+  }
+}
+
+std::vector<Options> masks() {
+  std::vector<Options> v(4);
+  v[1].causal = true;
+  v[2].causal = true, v[2].window_left = 20;
+  v[3].window_left = 9, v[3].window_right = 5, v[3].softcap = 3.0;
+  return v;
+}
+
+std::vector<DistOptions> shardings() {
+  std::vector<DistOptions> v(4);
+  v[1].sharding = dist::Sharding::zigzag;
+  v[2].deterministic = true, v[2].chunk = 16;
+  v[3].deterministic = true, v[3].chunk = 16, v[3].sharding = dist::Sharding::zigzag;
+  return v;
+}
+
+TEST(Ring16, ForwardMeetsTheRuleOnEveryShardingAndSendsSixteenBits) {
+  for (const Options& o : masks())
+    for (const DistOptions& d : shardings()) {
+      check_forward<bf16>(Call::ring, {2, 113, 113, 4, 2, 32}, o, d);  // GQA 2:1, uneven shards
+      check_forward<fp16>(Call::ring, {1, 77, 130, 8, 1, 64}, o, d);   // GQA 8:1, Nq != Nk
+    }
+}
+
+TEST(Ring16, FewerPositionsThanRanks) {
+  Options causal;
+  causal.causal = true;
+  for (const DistOptions& d : shardings()) {
+    check_forward<bf16>(Call::ring, {1, 3, 3, 2, 1, 16}, causal, d);
+    check_forward<fp16>(Call::ring, {2, 1, 2, 2, 2, 8}, Options{}, d);
+  }
+}
+
+TEST(Ring16, HeadShardingAndHybridTakeSixteenBits) {
+  const int P = size_of(MPI_COMM_WORLD);
+  Options causal;
+  causal.causal = true, causal.window_left = 30;
+  DistOptions zig;
+  zig.sharding = dist::Sharding::zigzag;
+  DistOptions det;
+  det.deterministic = true, det.chunk = 16;
+  DistOptions grid = det;
+  grid.ulysses_size = P % 2 == 0 ? 2 : 1;
+  for (const Options& o : {Options{}, causal}) {
+    check_forward<bf16>(Call::ulysses, {1, 101, 101, 12, 2, 32}, o, zig);
+    check_forward<fp16>(Call::ulysses, {2, 64, 64, 12, 4, 16}, o, det);
+    check_forward<bf16>(Call::hybrid, {1, 101, 101, 12, 6, 32}, o, grid);
+  }
+}
+
+// The overload without lse writes the same o.
+TEST(Ring16, WithoutLseTheSameO) {
+  const Shape s{2, 57, 57, 4, 2, 16};
+  const Problem16<bf16> p(s, shared_seed());
+  const int rank = rank_of(MPI_COMM_WORLD);
+  Options causal;
+  causal.causal = true;
+  DistOptions d;
+  d.sharding = dist::Sharding::zigzag;
+  const SequenceLayout ql = layout_of(s.Nq, size_of(MPI_COMM_WORLD), d), kl = ql;
+  const View4<bf16> q = shard(p.q, ql, rank, "q"), k = shard(p.k, kl, rank, "k"), v = shard(p.v, kl, rank, "v");
+  View4<bf16> o("o", s.B, static_cast<std::size_t>(ql.local_length(rank)), s.Hq, s.D);
+  poison(o);
+  dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, causal, d);
+  Kokkos::fence();
+  const Run16 with_lse = run_forward(Call::ring, MPI_COMM_WORLD, p, causal, d);
+  const std::size_t B = s.B, Nq = s.Nq, Hq = s.Hq, D = s.D;
+  const std::vector<double> alone = gathered(o, ql, {B, Nq, Hq, D});
+  EXPECT_EQ(std::memcmp(alone.data(), with_lse.o.data(), alone.size() * sizeof(double)), 0);
+}
+
+// dq, dk, dv of a 16-bit forward's outputs against the float64 reference gradients and the
+// textbook backward in S; deterministic gradients the same bits as one rank's.
+struct Grads16 {
+  std::vector<double> dq, dk, dv;
+};
+
+template <class S>
+Grads16 run_backward(MPI_Comm comm, const Problem16<S>& p, const View4<S>& dout, const Options& opt,
+                     const DistOptions& d) {
+  const Shape& s = p.shape;
+  const int rank = rank_of(comm), P = size_of(comm);
+  const SequenceLayout ql = layout_of(s.Nq, P, d), kl = layout_of(s.Nk, P, d);
+  const std::size_t nq = static_cast<std::size_t>(ql.local_length(rank)),
+                    nk = static_cast<std::size_t>(kl.local_length(rank));
+  const View4<S> q = shard(p.q, ql, rank, "q"), k = shard(p.k, kl, rank, "k"), v = shard(p.v, kl, rank, "v"),
+                 dq("dq", s.B, nq, s.Hq, s.D), dk("dk", s.B, nk, s.Hkv, s.D), dv("dv", s.B, nk, s.Hkv, s.D),
+                 o("o", s.B, nq, s.Hq, s.D), dout_r = shard(dout, ql, rank, "dout");
+  View3<float> lse("lse", s.B, s.Hq, nq);
+  const auto space = Kokkos::DefaultExecutionSpace();
+  dist::ring_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
+  poison(dq), poison(dk), poison(dv);
+  dist::ring_attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout_r, dq, dk, dv, opt, {}, d);
+  Kokkos::fence();
+  const std::size_t B = s.B, Nq = s.Nq, Nk = s.Nk, Hq = s.Hq, Hkv = s.Hkv, D = s.D;
+  return {gathered(dq, ql, {B, Nq, Hq, D}, comm), gathered(dk, kl, {B, Nk, Hkv, D}, comm),
+          gathered(dv, kl, {B, Nk, Hkv, D}, comm)};
+}
+
+template <class S>
+void check_backward(const Shape& s, const Options& opt, const DistOptions& d = {}) {
+  const std::uint64_t seed = shared_seed();
+  const std::string what = std::string(storage_name<S>()) + " backward " + describe(s, opt) + " " +
+                           dist::name(d.sharding) + (d.deterministic ? " deterministic" : "") +
+                           " seed=" + std::to_string(seed);
+  SCOPED_TRACE(what);
+  const Problem16<S> p(s, seed);
+  View4<S> dout("dout", s.B, s.Nq, s.Hq, s.D);
+  View4<double> dout_d("dout_d", s.B, s.Nq, s.Hq, s.D), dq_r("dq_r", s.B, s.Nq, s.Hq, s.D),
+      dk_r("dk_r", s.B, s.Nk, s.Hkv, s.D), dv_r("dv_r", s.B, s.Nk, s.Hkv, s.D);
+  fill_rounded(dout, dout_d, seed + 3);
+  reference_backward(Kokkos::DefaultExecutionSpace(), p.qd, p.kd, p.vd, dout_d, dq_r, dk_r, dv_r, opt);
+  Kokkos::fence();
+  std::vector<double> tq, tk, tv;
+  textbook_backward_in<S>(p.host().params(), to_host(dout_d), opt, tq, tk, tv);
+  const Grads16 g = run_backward(MPI_COMM_WORLD, p, dout, opt, d);
+  expect_within_twice_textbook(g.dq, tq, to_host(dq_r), "dq " + what);
+  expect_within_twice_textbook(g.dk, tk, to_host(dk_r), "dk " + what);
+  expect_within_twice_textbook(g.dv, tv, to_host(dv_r), "dv " + what);
+  if (d.deterministic) {
+    const Grads16 alone = run_backward(MPI_COMM_SELF, p, dout, opt, d);
+    EXPECT_EQ(std::memcmp(alone.dq.data(), g.dq.data(), g.dq.size() * sizeof(double)), 0) << what << ": dq bits";
+    EXPECT_EQ(std::memcmp(alone.dk.data(), g.dk.data(), g.dk.size() * sizeof(double)), 0) << what << ": dk bits";
+    EXPECT_EQ(std::memcmp(alone.dv.data(), g.dv.data(), g.dv.size() * sizeof(double)), 0) << what << ": dv bits";
+  }
+}
+
+// FlashAttention's grid sizes (see test_storage16_backward.cpp: on rows of a handful of keys the
+// 16-bit o that D = rowsum(dO o) reads can exceed the rule by itself).
+TEST(Ring16, BackwardMeetsTheRuleOnEveryShardingAndBitsAreDeterministic) {
+  Options causal, window;
+  causal.causal = true;
+  window.causal = true, window.window_left = 60;
+  for (const Options& o : {Options{}, causal, window})
+    for (const DistOptions& d : shardings()) {
+      check_backward<bf16>({1, 113, 203, 4, 2, 32}, o, d);
+      check_backward<fp16>({1, 128, 128, 2, 1, 64}, o, d);
+    }
+}
+
+// A rank whose arrays have another storage type than rank 0's: the same kattn::Error everywhere,
+// naming the argument, before any transfer.
+template <class Mine>
+void call_ring(std::int64_t n) {
+  const std::size_t un = static_cast<std::size_t>(n);
+  View4<Mine> q("q", 1, un, 2, 8), k("k", 1, un, 2, 8), v("v", 1, un, 2, 8), o("o", 1, un, 2, 8);
+  dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o);
+}
+
+TEST(DistErrors, Ring16StorageDiffersAcrossRanks) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  if (P < 2) GTEST_SKIP() << "needs two ranks";
+  const std::int64_t n = SequenceLayout(20, P, dist::Sharding::contiguous).local_length(rank);
+  expect_same_error(
+      [&] {
+        if (rank == P - 1)
+          call_ring<fp16>(n);
+        else
+          call_ring<bf16>(n);
+      },
+      "q: expected dtype bf16 (from rank 0), got f16 on rank " + std::to_string(P - 1));
+  expect_same_error(
+      [&] {
+        if (rank == P - 1)
+          call_ring<bf16>(n);
+        else
+          call_ring<float>(n);
+      },
+      "q: expected dtype f32 (from rank 0), got bf16 on rank " + std::to_string(P - 1));
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace kattn
