@@ -1,7 +1,7 @@
 // The storage type a run computes in (--dtype f32|f64|bf16|f16), named by io::DType (bf16 as
 // npy.hpp's '<u2' convention): parsing the flag, which input files a run takes, rounding values to
-// the type. 16-bit storage reaches `kattn run` (dense, ragged, paged, and --dist) and `kattn grad`
-// (dense, ragged, and --dist) for now; cascade and block-sparse runs take f32 or f64.
+// the type. 16-bit storage reaches `kattn run` (dense, ragged, paged, cascade, and --dist) and
+// `kattn grad` (dense, ragged, and --dist) for now; block-sparse runs take f32 or f64.
 #pragma once
 
 #include <cstddef>
@@ -18,8 +18,8 @@ namespace cli {
 
 // Why a command refuses bf16/f16, for its message; nullptr where the command takes them.
 constexpr const char* kFloatOnly =
-    "this run takes f32 or f64 for now (bf16 and f16 reach kattn run over dense, ragged or paged inputs and kattn "
-    "grad over dense or ragged ones, with or without --dist; not --cascade or block-sparse)";
+    "this run takes f32 or f64 for now (bf16 and f16 reach kattn run over dense, ragged, paged or cascade inputs and "
+    "kattn grad over dense or ragged ones, with or without --dist; not block-sparse)";
 
 // "f32", "f64", "bf16", "f16"; also float32, float64, bfloat16, float16.
 io::DType parse_dtype(const std::string& text);

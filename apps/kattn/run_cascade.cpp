@@ -25,7 +25,9 @@ struct Prefix {
   std::vector<double> k, v;  // [keys, Hkv, D]
 };
 
-Prefix read_prefix(Args& args, const BatchInputs& in, bool random, std::uint64_t seed) {
+// The prefix's files are read as q's are: float32, float64 or float16, or bf16 bits (<u2) with
+// --dtype bf16, of q's dtype unless --dtype says which to compute in.
+Prefix read_prefix(Args& args, const BatchInputs& in, bool random, std::uint64_t seed, bool dtype_given) {
   Prefix p;
   const auto np = args.integer("--random-prefix", 0, std::int64_t(1) << 31);
   const auto kf = args.value("--k-prefix"), vf = args.value("--v-prefix");
@@ -37,9 +39,15 @@ Prefix read_prefix(Args& args, const BatchInputs& in, bool random, std::uint64_t
   } else {
     KATTN_REQUIRE(kf && vf && !np, "--k-prefix: give --k-prefix KP.npy and --v-prefix VP.npy [Np, Hkv, D]");
     const io::NpyArray k = read_input("--k-prefix", *kf), v = read_input("--v-prefix", *vf);
-    for (const auto& [a, flag, path] : {std::make_tuple(&k, "--k-prefix", *kf), std::make_tuple(&v, "--v-prefix", *vf)})
-      KATTN_REQUIRE(a->is_floating() && a->shape.size() == 3 && a->shape[1] == in.Hkv && a->shape[2] == in.D, flag, " ",
-                    path, ": expected float32 or float64 [Np, ", in.Hkv, ", ", in.D, "] (KV heads and head dim of k)");
+    for (const auto& [a, flag, path] :
+         {std::make_tuple(&k, "--k-prefix", *kf), std::make_tuple(&v, "--v-prefix", *vf)}) {
+      require_input_dtype(flag, path, a->dtype);
+      KATTN_REQUIRE(a->shape.size() == 3 && a->shape[1] == in.Hkv && a->shape[2] == in.D, flag, " ", path,
+                    ": expected [Np, ", in.Hkv, ", ", in.D, "] (KV heads and head dim of k)");
+      // Without --dtype, in.dtype is q's file's.
+      require_one_dtype(flag, path, a->dtype, in.dtype, dtype_given);
+      require_bf16_bits_asked(flag, path, a->dtype, in.dtype, dtype_given);
+    }
     KATTN_REQUIRE(k.shape == v.shape, "--v-prefix ", *vf, ": expected the shape of --k-prefix");
     p.keys = k.shape[0];
     p.k = k.values<double>();
@@ -66,6 +74,7 @@ BatchInputs whole_sequences(const BatchInputs& in, const Prefix& prefix) {
   return w;
 }
 
+// o in T, lse in its accumulation type (float for bf16 and fp16).
 template <class T>
 double run(const BatchInputs& in, const Prefix& prefix, const Options& opt, std::vector<double>& o_out,
            std::vector<double>& lse_out) {
@@ -77,9 +86,9 @@ double run(const BatchInputs& in, const Prefix& prefix, const Options& opt, std:
   const auto kp = to_view<Tensor3<T>>(prefix.k, "k_prefix", prefix.keys, in.Hkv, in.D);
   const auto vp = to_view<Tensor3<T>>(prefix.v, "v_prefix", prefix.keys, in.Hkv, in.D);
   Tensor3<T> o(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), tq, in.Hq, in.D);
-  Tensor2<T> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), tq, in.Hq);
+  Tensor2<accumulate_t<T>> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), tq, in.Hq);
   poison(o);
-  Kokkos::deep_copy(lse, std::numeric_limits<T>::quiet_NaN());
+  poison(lse);
   const auto layout = make_ragged_layout(index_view(in.q_indptr, "q_indptr"), index_view(in.kv_indptr, "kv_indptr"));
   space.fence();
   const auto t0 = std::chrono::steady_clock::now();
@@ -104,17 +113,23 @@ int run_cascade(Args& args, const std::string& algo, const Options& opt, const C
   const bool random = args.has("--random-ragged");
   KATTN_REQUIRE(random || args.has("--kv-indptr"), "--cascade: the requests' suffixes are a ragged batch ",
                 "(--random-ragged ... or --q/--k/--v with --q-indptr and --kv-indptr)");
-  const BatchInputs in = read_batch_inputs(args);
+  const bool dtype_given = args.has("--dtype");
+  const BatchInputs in = read_batch_inputs(args, nullptr);
   KATTN_REQUIRE(!in.paged, "--cascade: ragged suffixes (--kv-indptr), not a paged cache");
-  const Prefix prefix = read_prefix(args, in, random, seed);
+  const Prefix prefix = read_prefix(args, in, random, seed, dtype_given);
   args.finish();
   std::vector<double> o, lse;
-  const double seconds =
-      in.dtype == io::DType::f32 ? run<float>(in, prefix, opt, o, lse) : run<double>(in, prefix, opt, o, lse);
+  double seconds = 0;
+  switch (in.dtype) {
+    case io::DType::f64: seconds = run<double>(in, prefix, opt, o, lse); break;
+    case io::DType::bf16: seconds = run<bf16>(in, prefix, opt, o, lse); break;
+    case io::DType::f16: seconds = run<fp16>(in, prefix, opt, o, lse); break;
+    default: seconds = run<float>(in, prefix, opt, o, lse);
+  }
   const BatchInputs whole = whole_sequences(in, prefix);
   const double flops = batch_attention_flops(whole, opt);
   std::FILE* text = console.text();
-  const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
+  const char* dtype = dtype_name(in.dtype);
   std::fprintf(text,
                "kattn run: cascade dtype=%s %lld requests, %lld queries, a shared prefix of %lld keys and %lld "
                "suffix keys, Hq=%lld Hkv=%lld D=%lld%s\n",
@@ -128,7 +143,7 @@ int run_cascade(Args& args, const std::string& algo, const Options& opt, const C
   j.add("shape_is", "B,total_q,total_suffix_kv,Hq,Hkv,D");
   j.add("seconds", seconds).add("gflops", seconds > 0 ? flops / seconds / 1e9 : 0.0).add("threads", host_threads());
   if (out_path) write_array(*out_path, in.dtype, {in.total_q(), in.Hq, in.D}, o);
-  if (lse_path) write_array(*lse_path, in.dtype, {in.total_q(), in.Hq}, lse);
+  if (lse_path) write_array(*lse_path, lse_dtype(in.dtype), {in.total_q(), in.Hq}, lse);
   int status = 0;
   if (check.enabled) {
     // Row by row against attention over prefix + suffix: every row when that is cheap.

@@ -1,7 +1,8 @@
 // kattn run --cascade: requests that share a prefix (--k-prefix KP.npy --v-prefix VP.npy
 // [Np, Hkv, D], or --random-prefix NP with random requests) each with their own suffix keys as a
 // ragged batch; kattn::attention over kv::cascade attends the prefix once for all queries, then each suffix, and
-// merges. --check compares with attention over prefix + suffix, row by row in float64.
+// merges. --check compares with attention over prefix + suffix, row by row in float64. --dtype
+// bf16|f16 (or float16 files) as for ragged runs: the prefix in the run's type, lse in float32.
 #pragma once
 
 #include <optional>

@@ -11,11 +11,11 @@
 
 Arrays are float32 or float64 NumPy arrays or PyTorch CPU tensors (read through DLPack), viewed in
 place (any strides whose last axis, the head dim, is contiguous); results are new arrays (tensors
-for tensor inputs). The attention calls (attention, ragged_attention, paged_attention, decode) and
-their backward also take 16-bit storage with float32 accumulation: float16 (NumPy or PyTorch) and
-bfloat16 (PyTorch), o and the gradients in that type and lse in float32; the forward calls also
-take float32 queries over a float16 or bfloat16 cache. Bad input raises kattn.Error (a ValueError)
-with kattn's message, which names the argument.
+for tensor inputs). The attention calls (attention, ragged_attention, paged_attention, decode,
+cascade_attention), their backward and merge_states also take 16-bit storage with float32
+accumulation: float16 (NumPy or PyTorch) and bfloat16 (PyTorch), o and the gradients in that type
+and lse in float32; the forward calls also take float32 queries over a float16 or bfloat16 cache.
+Bad input raises kattn.Error (a ValueError) with kattn's message, which names the argument.
 
 Options every call takes: causal (bottom-right aligned), window=(left, right) (-1: unbounded),
 softcap, scale (None: 1/sqrt(head_dim)), splits / split_chunk (split-KV; 0: planned), block_q /
@@ -25,7 +25,7 @@ block_k (tile sizes; 0: tuned).
 import numpy as np
 
 from . import _kattn
-from ._arrays import as_array, index_array, returner
+from ._arrays import as_array, dtype_name, index_array, returner
 from ._kattn import Error, build_info, version
 
 __all__ = [
@@ -164,7 +164,8 @@ def cascade_attention(q, k_prefix, v_prefix, q_indptr, *, kv=None, kv_indptr=Non
     for the whole batch), then each sequence's own keys: ragged (kv=(k, v) [total_kv, Hkv, D] with
     kv_indptr) or paged (kv_cache with kv_page_indptr, kv_page_indices, kv_last_page_len). q
     [total_q, Hq, D] with q_indptr. The masks see the prefix and the sequence's keys as one
-    sequence. Returns o like q, and with return_lse lse [total_q, Hq]."""
+    sequence. Returns o like q, and with return_lse lse [total_q, Hq]. Storage as attention's: the
+    prefix in the dtype of the suffix's keys; in 16 bits o is rounded once, after the merge."""
     out = returner(q)
     opts = _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k)
     q_, kp, vp = _as_arrays(q=q, k_prefix=k_prefix, v_prefix=v_prefix)
@@ -188,11 +189,15 @@ def cascade_attention(q, k_prefix, v_prefix, q_indptr, *, kv=None, kv_indptr=Non
     return (out(o), out(lse)) if return_lse else out(o)
 
 
-def merge_states(o_parts, lse_parts):
+def merge_states(o_parts, lse_parts, *, dtype=None):
     """The attention over the union of disjoint key sets from the attention over each: o_parts
-    [S, N, H, D], lse_parts [S, N, H] (natural log) -> o [N, H, D], lse [N, H]."""
+    [S, N, H, D], lse_parts [S, N, H] (natural log) -> o [N, H, D], lse [N, H].
+
+    o in dtype (None: that of o_parts; "float16" or "bfloat16", or the NumPy or torch dtype, to
+    round float32 parts once into 16 bits); lse_parts and lse in o's accumulation type (float32
+    for a 16-bit o). The merge runs in that type."""
     out = returner(o_parts)
-    o, lse = _kattn.merge_states(*_as_arrays(o_parts=o_parts, lse_parts=lse_parts))
+    o, lse = _kattn.merge_states(*_as_arrays(o_parts=o_parts, lse_parts=lse_parts), dtype_name(dtype))
     return out(o), out(lse)
 
 

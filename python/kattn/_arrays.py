@@ -42,6 +42,22 @@ def index_array(x, name):
     return np.asarray(x)
 
 
+def dtype_name(dtype):
+    """The name kattn gives a dtype ("float16", "bfloat16", ...) from a string, a NumPy dtype or
+    type, or a torch dtype; "" for None."""
+    if dtype is None:
+        return ""
+    if isinstance(dtype, str):
+        return dtype
+    if str(dtype).startswith("torch."):
+        return str(dtype)[len("torch."):]
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise Error(f"dtype: expected a dtype or its name, got {dtype!r}") from None
+    return "bfloat16" if dt == bfloat16 else dt.name
+
+
 def returner(like):
     """A function that gives NumPy results back in the kind of `like` (a tensor for a tensor)."""
     if isinstance(like, np.ndarray) or not hasattr(like, "__dlpack__"):

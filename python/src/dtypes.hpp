@@ -1,10 +1,11 @@
 // The element types of kattn's arrays: float32 and float64 everywhere, float16 and bfloat16 in the
-// attention calls and their backward (kattn's 16-bit storage has not reached the merge, the cascade
-// or the MPI layer yet). NumPy has no bfloat16: kattn's is a structured dtype holding kattn::bf16's
+// attention calls, their backward, the merge and the cascade (kattn's 16-bit storage has not reached
+// the MPI layer yet). NumPy has no bfloat16: kattn's is a structured dtype holding kattn::bf16's
 // bits, what the package makes of a torch.bfloat16 tensor (its memory, read in place). Here: which
 // type an array holds, its name in messages, the dtype of new arrays, and the storage combinations
-// of the forward (q's type throughout, or float32 queries over a float16 or bfloat16 cache) and of
-// the backward (q's type throughout, lse in its accumulation type).
+// of the forward (q's type throughout, or float32 queries over a float16 or bfloat16 cache), of the
+// backward (q's type throughout, lse in its accumulation type) and of the merge (o in any type, the
+// parts' o in it or, for a 16-bit o, in float32; every lse in o's accumulation type).
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -52,9 +53,21 @@ inline const char* name(Dtype t) {
   return "bfloat16";
 }
 
+// The dtype of a name the package passes ("float32", "float64", "float16", "bfloat16"), else a
+// kattn::Error naming the argument `arg`.
+inline Dtype dtype_named(const std::string& text, const char* arg) {
+  for (Dtype t : {Dtype::float32, Dtype::float64, Dtype::float16, Dtype::bfloat16})
+    if (text == name(t)) return t;
+  throw kattn::Error(std::string(arg) + ": expected \"float32\", \"float64\", \"float16\" or \"bfloat16\", got \"" +
+                     text + "\"");
+}
+
 inline bool holds(const py::array& a, Dtype t) { return a.dtype().equal(numpy_dtype(t)); }
 
 inline bool is_16bit(Dtype t) { return t == Dtype::float16 || t == Dtype::bfloat16; }
+
+// The type lse and partial states are in: float32 for the 16-bit types, else t.
+inline Dtype accumulation(Dtype t) { return is_16bit(t) ? Dtype::float32 : t; }
 
 // The dtype's name for messages: "bfloat16" for kattn's, NumPy's name otherwise.
 inline std::string dtype_name(const py::array& a) {
@@ -75,7 +88,7 @@ inline Dtype float_storage_of(const py::array& a, const char* name) {
   if (holds(a, Dtype::float64)) return Dtype::float64;
   const bool half = holds(a, Dtype::float16) || holds(a, Dtype::bfloat16);
   throw kattn::Error(std::string(name) + ": expected float32 or float64, got " + dtype_name(a) +
-                     (half ? " (16-bit storage is not in kattn's merge, cascade or MPI calls yet)" : ""));
+                     (half ? " (16-bit storage is not in kattn's MPI calls yet)" : ""));
 }
 
 inline void require_same_dtype(const py::array& a, const char* name, const py::array& like, const char* like_name) {
@@ -123,7 +136,7 @@ inline Dtype backward_storage(const py::array& q, const py::array& k, const py::
   require_same_dtype(v, "v", q, "q");
   require_same_dtype(o, "o", q, "q");
   require_same_dtype(dout, "dout", q, "q");
-  const Dtype acc = is_16bit(t) ? Dtype::float32 : t;
+  const Dtype acc = accumulation(t);
   if (!holds(lse, acc))
     throw kattn::Error(std::string("lse: expected ") + name(acc) + " (the forward's lse for " + name(t) + " q), got " +
                        dtype_name(lse));
@@ -137,6 +150,33 @@ auto with_dtype(Dtype t, F&& f) {
   if (t == Dtype::float16) return f(kattn::fp16{});
   if (t == Dtype::bfloat16) return f(kattn::bf16{});
   return f(float{});
+}
+
+// The storage of a merge: o's (`o_dtype`, or that of the parts' o when empty) and that of the parts'
+// o, which is o's or, for a 16-bit o, float32 (float partials merged into a 16-bit o are rounded
+// once); every lse is in o's accumulation type.
+struct MergeStorage {
+  Dtype parts, o;
+};
+inline MergeStorage merge_storage(const py::array& o_parts, const py::array& lse_parts, const std::string& o_dtype) {
+  const MergeStorage s{storage_of(o_parts, "o_parts"),
+                       o_dtype.empty() ? storage_of(o_parts, "o_parts") : dtype_named(o_dtype, "dtype")};
+  if (s.parts != s.o && !(s.parts == Dtype::float32 && is_16bit(s.o)))
+    throw kattn::Error(std::string("dtype: expected the dtype of o_parts (") + name(s.parts) + ")" +
+                       (s.parts == Dtype::float32 ? ", or float16 or bfloat16 (float32 parts rounded once)" : "") +
+                       ", got " + name(s.o));
+  const Dtype acc = accumulation(s.o);
+  if (!holds(lse_parts, acc))
+    throw kattn::Error(std::string("lse_parts: expected ") + name(acc) + " (the accumulation type of a " + name(s.o) +
+                       " o), got " + dtype_name(lse_parts));
+  return s;
+}
+
+// f(P{}, S{}) for the storage of a merge: P the parts' o, S o's (kattn::bf16 and kattn::fp16 included).
+template <class F>
+auto with_merge_storage(const MergeStorage& s, F&& f) {
+  if (s.parts != s.o) return s.o == Dtype::float16 ? f(float{}, kattn::fp16{}) : f(float{}, kattn::bf16{});
+  return with_dtype(s.o, [&](auto t) { return f(t, t); });
 }
 
 // The dtype of the calls that take float32 or float64 only, q's, which k and v share.

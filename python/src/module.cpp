@@ -1,8 +1,8 @@
 // kattn's Python module (kattn._kattn; the package kattn wraps it and owns the signatures): the
-// single-process calls over NumPy arrays, dense, ragged and paged keys, their backward, the merge
-// of partial states and the planner. The attention calls and their backward take 16-bit storage
-// too (dtypes.hpp says which combinations). Kokkos starts on import and stops at exit; the GIL is released while the
-// kernels run.
+// single-process calls over NumPy arrays, dense, ragged and paged keys, their backward, cascades,
+// the merge of partial states and the planner. Every one of them takes 16-bit storage too
+// (dtypes.hpp says which combinations). Kokkos starts on import and stops at exit; the GIL is
+// released while the kernels run.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -152,37 +152,38 @@ py::tuple packed_backward(const py::array& q, const py::array& k, const py::arra
 }
 
 // Cascade: a prefix k_prefix, v_prefix [Np, Hkv, D] every sequence sees, then each sequence's own
-// keys (ragged or paged, KR the rank of their arrays).
-template <class T, int KR, class Index>
+// keys (ragged or paged, KR the rank of their arrays). Q: the storage of q and o, KV: that of the
+// prefix and the suffix; lse in accumulate_t<Q>.
+template <class Q, class KV, int KR, class Index>
 py::tuple cascade_forward(const py::array& q, const py::array& k_prefix, const py::array& v_prefix,
                           const py::array& k, const py::array& v, const Index& index, const kattn::Options& opt) {
-  float_storage_of(k_prefix, "k_prefix");
-  float_storage_of(v_prefix, "v_prefix");
-  require_same_dtype(k_prefix, "k_prefix", q, "q");
-  require_same_dtype(v_prefix, "v_prefix", q, "q");
-  const auto qv = view_n<T, 3>(q, "q");
-  const auto kp = view_n<T, 3>(k_prefix, "k_prefix"), vp = view_n<T, 3>(v_prefix, "v_prefix");
-  const auto kv = view_n<T, KR>(k, "k"), vv = view_n<T, KR>(v, "v");
-  py::array o = new_array<T>({qv.extent(0), qv.extent(1), vv.extent(KR - 1)});
-  py::array lse = new_array<T>({qv.extent(0), qv.extent(1)});
-  const auto ov = view_n<T, 3>(o, "o");
-  const auto lv = view_n<T, 2>(lse, "lse");
+  using Acc = kattn::accumulate_t<Q>;
+  const auto qv = view_n<Q, 3>(q, "q");
+  const auto kp = view_n<KV, 3>(k_prefix, "k_prefix"), vp = view_n<KV, 3>(v_prefix, "v_prefix");
+  const auto kv = view_n<KV, KR>(k, "k"), vv = view_n<KV, KR>(v, "v");
+  py::array o = new_array<Q>({qv.extent(0), qv.extent(1), vv.extent(KR - 1)});
+  py::array lse = new_array<Acc>({qv.extent(0), qv.extent(1)});
+  const auto ov = view_n<Q, 3>(o, "o");
+  const auto lv = view_n<Acc, 2>(lse, "lse");
   const auto keys = kattn::kv::cascade(kp, vp, index.kv(kv, vv));
   run_released([&] { kattn::attention(Space(), qv, keys, ov, lv, opt); });
   return py::make_tuple(o, lse);
-}
-
-// f(float{}) or f(double{}) for q's dtype, which k and v share: the calls 16-bit storage has not
-// reached yet (the cascade).
-template <class F>
-py::tuple by_float_dtype(const py::array& q, const py::array& k, const py::array& v, F&& f) {
-  return float_dtype_of(q, k, v) == Dtype::float32 ? f(float{}) : f(double{});
 }
 
 // f(Q{}, KV{}) for the storage of a forward call (kattn::bf16 and kattn::fp16 included).
 template <class F>
 py::tuple by_storage(const py::array& q, const py::array& k, const py::array& v, F&& f) {
   return with_storage(forward_storage(q, k, v), f);
+}
+
+// The same for a cascade, whose prefix is stored as its suffix's keys and values.
+template <class F>
+py::tuple by_cascade_storage(const py::array& q, const py::array& k_prefix, const py::array& v_prefix,
+                             const py::array& k, const py::array& v, F&& f) {
+  const ForwardStorage s = forward_storage(q, k, v);
+  require_same_dtype(k_prefix, "k_prefix", k, "k");
+  require_same_dtype(v_prefix, "v_prefix", k, "k");
+  return with_storage(s, f);
 }
 
 // f(T{}) for the storage of a backward call (kattn::bf16 and kattn::fp16 included).
@@ -192,14 +193,16 @@ py::tuple by_backward_storage(const py::array& q, const py::array& k, const py::
   return with_dtype(backward_storage(q, k, v, o, lse, dout), f);
 }
 
-template <class T>
+// P: the storage of the parts' o, S: that of o; every lse in accumulate_t<S>.
+template <class P, class S>
 py::tuple merge_as(const py::array& o_parts, const py::array& lse_parts) {
-  const auto ov = view_n<T, 4>(o_parts, "o_parts");
-  const auto lv = view_n<T, 3>(lse_parts, "lse_parts");
-  py::array o = new_array<T>({ov.extent(1), ov.extent(2), ov.extent(3)});
-  py::array lse = new_array<T>({ov.extent(1), ov.extent(2)});
-  const auto o_out = view_n<T, 3>(o, "o");
-  const auto lse_out = view_n<T, 2>(lse, "lse");
+  using Acc = kattn::accumulate_t<S>;
+  const auto ov = view_n<P, 4>(o_parts, "o_parts");
+  const auto lv = view_n<Acc, 3>(lse_parts, "lse_parts");
+  py::array o = new_array<S>({ov.extent(1), ov.extent(2), ov.extent(3)});
+  py::array lse = new_array<Acc>({ov.extent(1), ov.extent(2)});
+  const auto o_out = view_n<S, 3>(o, "o");
+  const auto lse_out = view_n<Acc, 2>(lse, "lse");
   run_released([&] { kattn::merge(Space(), ov, lv, o_out, lse_out); });
   return py::make_tuple(o, lse);
 }
@@ -290,8 +293,8 @@ PYBIND11_MODULE(_kattn, m) {
                                        const py::object& kv_indptr, const py::dict& kw) {
     const kattn::Options opt = options_of(kw);
     const RaggedIndex index(q_indptr, kv_indptr);
-    return by_float_dtype(q, k, v, [&](auto t) {
-      return cascade_forward<decltype(t), 3>(q, k_prefix, v_prefix, k, v, index, opt);
+    return by_cascade_storage(q, k_prefix, v_prefix, k, v, [&](auto tq, auto tkv) {
+      return cascade_forward<decltype(tq), decltype(tkv), 3>(q, k_prefix, v_prefix, k, v, index, opt);
     });
   });
   m.def("cascade_paged_attention", [](const py::array& q, const py::array& k_prefix, const py::array& v_prefix,
@@ -300,16 +303,16 @@ PYBIND11_MODULE(_kattn, m) {
                                       const py::object& last_page_len, const py::dict& kw) {
     const kattn::Options opt = options_of(kw);
     const PagedIndex index(q_indptr, page_indptr, page_indices, last_page_len);
-    return by_float_dtype(q, k_pages, v_pages, [&](auto t) {
-      return cascade_forward<decltype(t), 4>(q, k_prefix, v_prefix, k_pages, v_pages, index, opt);
+    return by_cascade_storage(q, k_prefix, v_prefix, k_pages, v_pages, [&](auto tq, auto tkv) {
+      return cascade_forward<decltype(tq), decltype(tkv), 4>(q, k_prefix, v_prefix, k_pages, v_pages, index, opt);
     });
   });
 
-  m.def("merge_states", [](const py::array& o_parts, const py::array& lse_parts) -> py::tuple {
-    const Dtype t = float_storage_of(o_parts, "o_parts");
-    float_storage_of(lse_parts, "lse_parts");
-    require_same_dtype(lse_parts, "lse_parts", o_parts, "o_parts");
-    return t == Dtype::float32 ? merge_as<float>(o_parts, lse_parts) : merge_as<double>(o_parts, lse_parts);
+  // o_dtype: o's dtype by name, "" for that of o_parts.
+  m.def("merge_states", [](const py::array& o_parts, const py::array& lse_parts, const std::string& o_dtype) {
+    return with_merge_storage(merge_storage(o_parts, lse_parts, o_dtype), [&](auto tp, auto to) {
+      return merge_as<decltype(tp), decltype(to)>(o_parts, lse_parts);
+    });
   });
 
   m.def("plan", [](std::int64_t batch, std::int64_t q_len, std::int64_t kv_len, int heads_q, int heads_kv,
@@ -320,11 +323,7 @@ PYBIND11_MODULE(_kattn, m) {
       return plan_dict(kattn::plan_splits<decltype(storage)>(Space(), batch, q_len, kv_len, heads_q, heads_kv,
                                                              head_dim, opt, processors));
     };
-    if (dtype == "float32") return plan_in(float{});
-    if (dtype == "float64") return plan_in(double{});
-    if (dtype == "float16") return plan_in(kattn::fp16{});
-    if (dtype == "bfloat16") return plan_in(kattn::bf16{});
-    throw kattn::Error("dtype: expected \"float32\", \"float64\", \"float16\" or \"bfloat16\", got \"" + dtype + "\"");
+    return with_dtype(dtype_named(dtype, "dtype"), plan_in);
   });
 
 #ifdef KATTN_PYTHON_WITH_MPI

@@ -1,7 +1,7 @@
 """16-bit storage from NumPy: float16 arrays in the forward calls (dense, ragged, paged, decode) and
 float32 queries over a float16 cache, under FlashAttention's accuracy rule against the float64
-textbook on the same float16 inputs; the calls 16-bit storage has not reached (merge, cascade)
-refuse it. The backward: test_storage16_backward.py."""
+textbook on the same float16 inputs. The backward: test_storage16_backward.py; merge and cascade:
+test_storage16_merge.py."""
 import re
 
 import numpy as np
@@ -174,30 +174,3 @@ MIXED_K = "k: expected the dtype of q (float32), or float16 or bfloat16 (a 16-bi
 def test_bad_16bit_input_raises_naming_the_argument(call, message):
     with pytest.raises(kattn.Error, match=re.escape(message)):
         call(*problem16(SMALL, seed=1))
-
-
-FLOAT_ONLY = "expected float32 or float64, got float16 (16-bit storage is not in kattn's merge, cascade or MPI calls " \
-             "yet)"
-F32 = np.float32
-
-
-@pytest.mark.parametrize(
-    "call, message",
-    [
-        (lambda q, k, v, o, lse: kattn.merge_states(o, lse.astype(np.float16)), "o_parts: " + FLOAT_ONLY),
-        (lambda q, k, v, o, lse: kattn.merge_states(o.astype(F32), lse.astype(np.float16)),
-         "lse_parts: " + FLOAT_ONLY),
-        (lambda q, k, v, o, lse: kattn.cascade_attention(q[0], k[0], v[0], [0, 8], kv=(k[0], v[0]),
-                                                         kv_indptr=[0, 8]), "q: " + FLOAT_ONLY),
-        (lambda q, k, v, o, lse: kattn.cascade_attention(q[0].astype(F32), k[0], v[0], [0, 8], kv=(k[0], v[0]),
-                                                         kv_indptr=[0, 8]), "k: " + FLOAT_ONLY),
-        (lambda q, k, v, o, lse: kattn.cascade_attention(q[0].astype(F32), k[0], v[0], [0, 8],
-                                                         kv=(k[0].astype(F32), v[0].astype(F32)), kv_indptr=[0, 8]),
-         "k_prefix: " + FLOAT_ONLY),
-    ],
-)
-def test_calls_without_16bit_storage_refuse_it_naming_the_argument(call, message):
-    q, k, v = problem16(SMALL, seed=1)
-    o, lse = kattn.attention(q, k, v, return_lse=True)
-    with pytest.raises(kattn.Error, match=re.escape(message)):
-        call(q, k, v, o, lse)

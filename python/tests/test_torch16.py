@@ -1,7 +1,7 @@
 """16-bit storage from PyTorch: torch.bfloat16 and torch.float16 CPU tensors (read in place through
-DLPack) in the forward calls, the backward and kattn.torch.attention's autograd, float32 queries
-over a bfloat16 cache, under FlashAttention's accuracy rule; gradients of float32 queries over a
-16-bit cache and the calls 16-bit storage has not reached refuse them."""
+DLPack) in the forward calls, the backward, kattn.torch.attention's autograd, merge_states and
+cascade_attention, float32 queries over a bfloat16 cache, under FlashAttention's accuracy rule;
+gradients of float32 queries over a 16-bit cache are refused."""
 import re
 
 import numpy as np
@@ -10,10 +10,11 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (Debian: python3-torch)")
 import kattn  # noqa: E402
 import kattn.torch  # noqa: E402
-from reference import assert_16bit_grad_rule, assert_16bit_rule, textbook, textbook16  # noqa: E402
+from reference import assert_16bit_grad_rule, assert_16bit_rule, round16, textbook, textbook16  # noqa: E402
 from reference import textbook16_backward, textbook_backward  # noqa: E402
 from test_kinds import KV_LENS, Q_LENS, pages_of, ragged_batch  # noqa: E402
-from test_storage16 import expect_float32_rows, expect_rows_rule  # noqa: E402
+from test_storage16 import expect_float32_rows, expect_rows_rule, problem16  # noqa: E402
+from test_storage16_merge import expect_rounded_once, whole_sequences  # noqa: E402
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 OPTIONS = [{}, {"causal": True}, {"window": (9, 4)}, {"causal": True, "softcap": 30.0}, {"softcap": 2.0, "scale": 0.3}]
@@ -147,16 +148,49 @@ def test_16bit_second_derivatives_are_refused_not_dropped():
         torch.autograd.grad(o.sum(), q, create_graph=True)
 
 
-FLOAT_ONLY = "expected float32 or float64, got {} (16-bit storage is not in kattn's merge, cascade or MPI calls yet)"
+CUTS = [0, 20, 21, 90]  # three disjoint key ranges, one of a single key
+
+
+def exact16(arrays, dtype):
+    """float64 arrays rounded to dtype: tensors of dtype, and their exact values as float64 arrays."""
+    exact = [round16(a, dtype).astype(np.float64) for a in arrays]
+    return [torch.from_numpy(a).to(DTYPES[dtype]) for a in exact], exact
+
+
+def parts_of(q, k, v):
+    """Attention of q [1, Nq, Hq, D] ("bnhd") over each range of CUTS: o_parts [S, Nq, Hq, D], lse_parts
+    [S, Nq, Hq]."""
+    parts = [kattn.attention(q, k[:, a:b], v[:, a:b], return_lse=True) for a, b in zip(CUTS, CUTS[1:])]
+    return torch.stack([o[0] for o, _ in parts]), torch.stack([lse[0].T for _, lse in parts])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_calls_without_16bit_storage_refuse_16bit_tensors(dtype):
-    q, k, v = tensors16(1, 2, 1, 4, 4, 8, DTYPES[dtype])
-    o, lse = kattn.attention(q, k, v, layout="bhnd", return_lse=True)
-    message = re.escape(FLOAT_ONLY.format(dtype))
-    with pytest.raises(kattn.Error, match="o_parts: " + message):
-        kattn.merge_states(o, lse.to(DTYPES[dtype]))
-    q3, k3, v3 = (t[0].transpose(0, 1) for t in (q, k, v))  # [N, H, D]
-    with pytest.raises(kattn.Error, match="q: " + message):
-        kattn.cascade_attention(q3, k3, v3, [0, 4], kv=(k3, v3), kv_indptr=[0, 4])
+def test_merge_of_16bit_parts_and_of_float32_parts_rounded_once(dtype):
+    (q, k, v), (q64, k64, v64) = exact16(problem16((1, 9, 90, 4, 2, 16), seed=9), dtype)
+    o, lse = kattn.merge_states(*parts_of(q, k, v))
+    assert o.dtype == DTYPES[dtype] and lse.dtype == torch.float32
+    ref_o, ref_lse, _ = textbook(q64, k64, v64)
+    assert_16bit_rule(o.to(torch.float64).numpy(), lse.numpy(), ref_o[0], ref_lse[0].T,
+                      textbook16(q64, k64, v64, dtype)[0])
+    # float32 queries over the 16-bit keys: float32 parts, merged in float32 and rounded once.
+    o, lse = kattn.merge_states(*parts_of(q.float(), k, v), dtype=DTYPES[dtype])
+    assert o.dtype == DTYPES[dtype] and lse.dtype == torch.float32
+    expect_rounded_once(o.to(torch.float64).numpy(), ref_o[0], dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("suffix", ["ragged", "paged"])
+def test_cascade_meets_the_rule(dtype, suffix):
+    q, k, v, qi, ki = ragged_batch(Q_LENS, KV_LENS, 4, 2, 16, seed=5)
+    kp, vp = np.random.default_rng(5).standard_normal((2, 11, 2, 16))
+    (q, k, v, kp, vp), exact = exact16((q, k, v, kp, vp), dtype)
+    if suffix == "ragged":
+        o, lse = kattn.cascade_attention(q, kp, vp, qi, kv=(k, v), kv_indptr=ki, causal=True, return_lse=True)
+    else:
+        cache, pi, idx, last = pages_of(exact[1], exact[2], ki, 4, seed=2)  # unused slots hold NaN
+        pages = [torch.from_numpy(c).to(DTYPES[dtype]) for c in cache]
+        o, lse = kattn.cascade_attention(q, kp, vp, qi, kv_cache=pages, kv_page_indptr=pi, kv_page_indices=idx,
+                                         kv_last_page_len=last, causal=True, return_lse=True)
+    assert o.dtype == DTYPES[dtype] and lse.dtype == torch.float32
+    kw, vw, kiw = whole_sequences(exact[1], exact[2], ki, exact[3], exact[4])
+    expect_rows_rule(o.to(torch.float64).numpy(), lse.numpy(), exact[0], kw, vw, qi, kiw, dtype, causal=True)

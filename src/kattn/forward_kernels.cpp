@@ -59,7 +59,7 @@ SplitPlan attention_impl(const ExecSpace& space, const AttentionParams<Q, T, KV>
                          const BatchLengths& lengths) {
   if (opt.block_mask) return block_sparse_attention(space, p, opt, *opt.block_mask);
   if (p.batch == 0 || p.q_len == 0 || p.heads_q == 0) return SplitPlan{};
-  if (SplitPlan cuda_plan; ran_on_cuda_kernels(space, p, opt, cuda_plan)) return cuda_plan;
+  if (SplitPlan cuda_plan; ran_on_cuda_kernels(space, p, opt, lengths, cuda_plan)) return cuda_plan;
   const SplitPlan plan = plan_splits(space, p, opt, lengths);
   const SplitSpec split{plan.splits, plan.chunk};
   if (opt.progress)

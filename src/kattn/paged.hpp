@@ -136,6 +136,7 @@ detail::params_of<QView, KView, VView, OView, LseView> paged_params(const QView&
   p.kv_page_indices = layout.page_indices.data();
   p.kv_last_page_len = layout.last_page_len.data();
   p.page_size = layout.page_size;
+  p.num_pages = static_cast<std::int64_t>(k.extent(0));
   return p;
 }
 

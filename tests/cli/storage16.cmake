@@ -1,7 +1,8 @@
-# 16-bit storage: --dtype bf16|f16 for run's forward (dense, ragged, paged; random inputs and
+# 16-bit storage: --dtype bf16|f16 for run's forward (dense, ragged, paged, cascade; random inputs and
 # files) and grad (dense, ragged), the file conventions (float16 as '<f2', bf16 as '<u2' bits), and the
-# refusals: cascade and --algo naive take f32/f64 only for now (exit status 2, one line naming --dtype or
-# --algo; --dist's refusal is tested under mpiexec, tests/mpi). Included from CMakeLists.txt after first_hour.cmake (kattn_cli_expect, kattn_cli_npy).
+# refusals: --algo naive takes f32/f64 only for now (exit status 2, one line naming --algo; --dist's
+# refusal is tested under mpiexec, tests/mpi). Included from CMakeLists.txt after first_hour.cmake
+# (kattn_cli_expect, kattn_cli_npy).
 kattn_cli_expect(run_bf16_check ARGS run --random 2,65,130,4,2,32 --causal --dtype bf16 --check --json STATUS 0
                  JSON_ONLY STDOUT "\"algo\":\"flash\",\"dtype\":\"bf16\".*\"rel_err\":[0-9.e-]+.*\"check\":\"pass\"")
 kattn_cli_expect(run_f16_check_text ARGS run --random 1,40,300,4,1,64 --window 30,0 --softcap 20 --dtype f16 --check
@@ -48,8 +49,35 @@ kattn_cli_expect(grad_bf16_paged ARGS grad --random 1,2,10,2,1,8 --page-size 4 -
                  STDERR "kattn grad: ragged batches only")
 kattn_cli_expect(naive_bf16 ARGS run --random 1,4,4,1,1,8 --algo naive --dtype bf16 STATUS 2 ONE_LINE
                  STDERR "--algo naive: the textbook algorithm runs in f32 or f64; with --dtype bf16 use flash or splitkv")
-kattn_cli_expect(cascade_bf16 ARGS run --cascade --random-ragged 2,1,8 --q-lens 1 --kv-lens 4 --random-prefix 3
-                 --dtype bf16 STATUS 2 ONE_LINE STDERR "--dtype bf16: this run takes f32 or f64 for now")
+# Cascades in 16 bits: a shared prefix and ragged suffixes (GQA, a request without queries, one
+# without suffix keys), every row checked against attention over prefix + suffix in float64 on the
+# same rounded inputs; from files, float16 takes its type from them and bf16 bits need --dtype bf16,
+# and a prefix file of another type than q's is refused unless --dtype says which to compute in.
+kattn_cli_expect(cascade_bf16_check ARGS run --cascade --random-ragged 8,2,32 --q-lens 3,0,1,17 --kv-lens 40,7,0,17
+                 --random-prefix 50 --causal --dtype bf16 --check --json STATUS 0 JSON_ONLY
+                 STDOUT "\"algo\":\"cascade\",\"dtype\":\"bf16\".*\"checked_rows\":168,\"total_rows\":168.*\"check\":\"pass\"")
+kattn_cli_expect(cascade_f16_check_text ARGS run --cascade --random-ragged 4,4,64 --q-lens 5,1 --kv-lens 300,9
+                 --random-prefix 200 --softcap 20 --dtype f16 --check STATUS 0
+                 STDOUT "^kattn run: cascade dtype=f16 2 requests, 6 queries, a shared prefix of 200 keys.*24 of 24 rows")
+kattn_cli_npy(kp16 kp16.npy f16 5,2,8 random)
+kattn_cli_npy(kp32 kp32.npy f32 5,2,8 random)
+kattn_cli_expect(cascade_f16_files ARGS run --cascade --q ${DATA}/q3h.npy --k ${DATA}/krh.npy --v ${DATA}/krh.npy
+                 --q-indptr ${DATA}/q_indptr.npy --kv-indptr ${DATA}/kv_indptr.npy --k-prefix ${DATA}/kp16.npy
+                 --v-prefix ${DATA}/kp16.npy --check --json --out ${DATA}/o_cascade16.npy
+                 --lse ${DATA}/lse_cascade16.npy
+                 STATUS 0 REQUIRES "q3h;krh;q_indptr;kv_indptr;kp16"
+                 REMOVE "${DATA}/o_cascade16.npy;${DATA}/lse_cascade16.npy"
+                 FILES "${DATA}/o_cascade16.npy;${DATA}/lse_cascade16.npy"
+                 STDOUT "\"algo\":\"cascade\",\"dtype\":\"f16\".*\"check\":\"pass\"")
+kattn_cli_expect(cascade_bf16_from_float16_files ARGS run --cascade --q ${DATA}/q3h.npy --k ${DATA}/krh.npy
+                 --v ${DATA}/krh.npy --q-indptr ${DATA}/q_indptr.npy --kv-indptr ${DATA}/kv_indptr.npy
+                 --k-prefix ${DATA}/kp32.npy --v-prefix ${DATA}/kp16.npy --dtype bf16 --check --json STATUS 0
+                 REQUIRES "q3h;krh;q_indptr;kv_indptr;kp16;kp32" STDOUT "\"dtype\":\"bf16\".*\"check\":\"pass\"")
+kattn_cli_expect(cascade_prefix_of_another_type ARGS run --cascade --q ${DATA}/q3h.npy --k ${DATA}/krh.npy
+                 --v ${DATA}/krh.npy --q-indptr ${DATA}/q_indptr.npy --kv-indptr ${DATA}/kv_indptr.npy
+                 --k-prefix ${DATA}/kp32.npy --v-prefix ${DATA}/kp16.npy STATUS 2 ONE_LINE
+                 REQUIRES "q3h;krh;q_indptr;kv_indptr;kp16;kp32"
+                 STDERR "--k-prefix .*kp32.npy: <f4 data, but q is <f2; give every input in one dtype")
 # Files the program writes and reads back: bf16 bits and float16, bitwise round trips.
 add_test(NAME cli.storage16_files COMMAND ${CMAKE_COMMAND} -DBIN=${KATTN_BIN} -DDATA=${DATA}/storage16
                                          -P ${CMAKE_CURRENT_SOURCE_DIR}/storage16_files.cmake)

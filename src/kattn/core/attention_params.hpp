@@ -57,6 +57,7 @@ struct AttentionParams {
   const std::int64_t* kv_page_indices = nullptr;
   const std::int64_t* kv_last_page_len = nullptr;
   std::int64_t page_size = 0;
+  std::int64_t num_pages = 0;  // pages in k and v: every page index is below it
 
   KATTN_CORE_INLINE int group_size() const { return heads_q / heads_kv; }
 

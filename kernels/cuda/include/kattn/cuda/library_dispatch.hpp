@@ -1,20 +1,28 @@
 // How kattn::attention on a CUDA execution space reaches the hand-written kernels: a problem the
 // library has validated (AttentionParams, Options) runs on them when they take it, else the
 // caller runs the portable Kokkos kernel. The rule, in one place:
-//   - q, k, v, o in one 16-bit type (kattn::bf16 or kattn::fp16), lse float [B, Hq, Nq] or none;
-//   - dense keys and values (ragged batches, paged caches and cascades stay portable);
-//   - the full or the causal mask, no window, softcap, block mask or shifted diagonal;
-//   - scale 0 (1/sqrt(D)) or positive; head dim 64, 128 or 256; strides the kernels accept
-//     (forward_check says which);
-//   - no split asked for (Options::splits > 1 or split_chunk: the portable split-KV kernel);
-//     Options::block_q / block_k tune the portable kernel only.
-// Then forward() picks the sm90a kernel on compute capability 9.0 and the sm80 one elsewhere.
+//   - q, k, v, o in one 16-bit type (kattn::bf16 or kattn::fp16);
+//   - the forward: dense keys and values, lse float [B, Hq, Nq] or none, the full or the causal
+//     mask (no window, softcap, block mask or shifted diagonal), scale 0 (1/sqrt(D)) or positive,
+//     head dim 64, 128 or 256, strides the kernels accept (forward_check says which), and no split
+//     asked for (Options::splits > 1 or split_chunk: the portable split-KV kernel). Then forward()
+//     picks the sm90a kernel on compute capability 9.0 and the sm80 one elsewhere;
+//   - the split-KV paged decode: a paged cache (kv::paged) with one query per sequence, lse float
+//     [B, Hq] or none, no softcap, left window or shifted diagonal (causal is the full mask for a
+//     sequence's last query), head dim 64, 128 or 256, a page table and sequences whose indices
+//     fit in int32, strides decode_check accepts; Options::splits is its split count (0: its
+//     planner), split_chunk stays portable;
+//   - ragged batches, cascades, float queries over a 16-bit cache and progress reports stay
+//     portable; Options::block_q / block_k tune the portable kernel only.
 // Host code, no Kokkos: compiled wherever nvcc is, tested without a GPU.
 #pragma once
 
+#include <kattn/cuda/decode.hpp>
 #include <kattn/cuda/forward.hpp>
 #include <kattn/cuda/library_params.hpp>
+#include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "kattn/core/storage.hpp"
 
@@ -34,6 +42,23 @@ const char* dispatch_params(const AttentionParams<S, float>& p, const Options& o
   if (opt.progress) return "progress: reported by the portable kernel";
   if (const char* why = forward_params(p, opt, dtype_of<S>(), out)) return why;
   return forward_check(out);
+}
+
+// The decode's params and page table for a paged problem p whose sequences have q_len queries and
+// kv_len keys, or why the decode does not take it (then `out` and `table` are not to be used). The
+// caller sets the page table's device copies and the workspace (decode_workspace_bytes) in `out`.
+template <class S>
+const char* dispatch_decode_params(const AttentionParams<S, float>& p, const Options& opt,
+                                   const std::vector<std::int64_t>& q_len, const std::vector<std::int64_t>& kv_len,
+                                   DecodeParams& out, DecodePageTable& table) {
+  if (opt.progress) return "progress: reported by the portable kernel";
+  if (const char* why = decode_params(p, opt, q_len, kv_len, dtype_of<S>(), out, table)) return why;
+  // Checked with stand-in table pointers: the caller makes the device copies only for a problem
+  // the decode takes.
+  static const std::int32_t stand_in = 0;
+  DecodeParams checked = out;
+  checked.kv_page_indptr = checked.kv_page_indices = checked.kv_last_page_len = &stand_in;
+  return decode_check(checked);
 }
 
 // Runs p on the hand-written kernels on `stream` and returns null, or returns why not having
