@@ -108,7 +108,10 @@ auto widened_backward(const ExecSpace& space, const QView& q, const KView& k, co
                 "kattn::attention_backward: q, k, v, o, dout, dq, dk and dv must have one 16-bit type");
   const Widening<ExecSpace> w(space);
   w.require_fits(q, k, v, o, dout, dq, dk, dv);
-  const auto dqf = w.out(dq, "dq"), dkf = w.out(dk, "dk"), dvf = w.out(dv, "dv");
+  // One declaration each: dq and dk have different ranks for ragged and paged keys.
+  const auto dqf = w.out(dq, "dq");
+  const auto dkf = w.out(dk, "dk");
+  const auto dvf = w.out(dv, "dv");
   const auto info = run(w.in(q, "q"), w.in(k, "k"), w.in(v, "v"), w.in(o, "o"), w.in(dout, "dout"), dqf, dkf, dvf);
   w.copy(dqf, dq), w.copy(dkf, dk), w.copy(dvf, dv);
   return info;
