@@ -169,8 +169,8 @@ TEST(DistMidCallErrors, ProgressThrowsOnEveryRankOneFailureIsReported) {
 
 // KATTN_MEMORY_LIMIT on this rank only, for one scope.
 struct MemoryLimitHere {
-  explicit MemoryLimitHere(bool here) : set(here) {
-    if (set) setenv("KATTN_MEMORY_LIMIT", "1", 1);
+  explicit MemoryLimitHere(bool here, const char* bytes = "1") : set(here) {
+    if (set) setenv("KATTN_MEMORY_LIMIT", bytes, 1);
   }
   ~MemoryLimitHere() {
     if (set) unsetenv("KATTN_MEMORY_LIMIT");
@@ -207,6 +207,21 @@ TEST(DistMidCallErrors, MemoryLimitOnOneRank) {
     EXPECT_NE(msg.find(ranked(failing, "")), std::string::npos) << msg;
     expect_all_succeed([&] { run_decode(d); });
   }
+}
+
+// The inner local backward's own memory check failing on one rank in the middle of the
+// deterministic tour (which allocates its packages as they travel, past the up-front check): the
+// latch, not the up-front check, must bring that error to every rank.
+TEST(DistMidCallErrors, InnerCallMemoryCheckFailsMidTour) {
+  const int rank = rank_of(MPI_COMM_WORLD), failing = size_of(MPI_COMM_WORLD) - 1;
+  const std::string msg = expect_same_error(
+      [&] {
+        const MemoryLimitHere scope(rank == failing, "2000");
+        run(Call::ring_backward, options_for(Call::ring_backward, true));
+      },
+      "kattn::backward: the workspace");
+  EXPECT_NE(msg.find(ranked(failing, "kattn::backward")), std::string::npos) << msg;
+  expect_all_succeed([&] { run(Call::ring_backward, options_for(Call::ring_backward, true)); });
 }
 
 }  // namespace
