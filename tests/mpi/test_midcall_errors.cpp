@@ -25,7 +25,7 @@ using dist::DistOptions;
 using dist::SequenceLayout;
 
 enum class Call { ring, ring_backward, ulysses, ulysses_backward, hybrid, hybrid_backward };
-const Call kCalls[] = {Call::ring,   Call::ring_backward,   Call::ulysses, Call::ulysses_backward,
+const Call kCalls[] = {Call::ring,   Call::ring_backward,  Call::ulysses, Call::ulysses_backward,
                        Call::hybrid, Call::hybrid_backward};
 
 const char* name(Call c) {
@@ -62,8 +62,8 @@ DistOptions options_for(Call c, bool deterministic) {
 // them), laid out as the call expects, and the call run on it.
 void run(Call c, const DistOptions& d) {
   const int P = size_of(MPI_COMM_WORLD), Hq = 2 * P, Hkv = P, D = 8;
-  const SequenceLayout layout = is_hybrid(c) ? dist::hybrid_layout(kN, P, d)
-                                             : SequenceLayout(kN, P, d.sharding, d.deterministic ? kChunk : 1);
+  const SequenceLayout layout =
+      is_hybrid(c) ? dist::hybrid_layout(kN, P, d) : SequenceLayout(kN, P, d.sharding, d.deterministic ? kChunk : 1);
   const std::size_t n = static_cast<std::size_t>(layout.local_length(rank_of(MPI_COMM_WORLD)));
   View4<double> q("q", 1, n, Hq, D), k("k", 1, n, Hkv, D), v("v", 1, n, Hkv, D), o("o", 1, n, Hq, D);
   View4<double> dout("do", 1, n, Hq, D), dq("dq", 1, n, Hq, D), dk("dk", 1, n, Hkv, D), dv("dv", 1, n, Hkv, D);
@@ -77,8 +77,8 @@ void run(Call c, const DistOptions& d) {
       dist::ring_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, Options{}, d);
       break;
     case Call::ring_backward:
-      dist::ring_attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, Options{}, bopt,
-                                    d);
+      dist::ring_attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, Options{},
+                                    bopt, d);
       break;
     case Call::ulysses:
       dist::ulysses_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, Options{}, d);
@@ -160,8 +160,8 @@ TEST(DistMidCallErrors, ProgressThrowsOnEveryRankOneFailureIsReported) {
       const std::string msg = expect_same_error([&] { run(c, d); }, "test: progress stopped on rank ");
       bool names_itself = false;
       for (int r = 0; r < P; ++r)
-        names_itself = names_itself || msg.find(ranked(r, "test: progress stopped on rank " + std::to_string(r))) !=
-                                           std::string::npos;
+        names_itself = names_itself ||
+                       msg.find(ranked(r, "test: progress stopped on rank " + std::to_string(r))) != std::string::npos;
       EXPECT_TRUE(names_itself) << msg;
       expect_all_succeed([&] { run(c, options_for(c, det)); });
     }

@@ -161,11 +161,12 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
     collective_check(comm, [&] {
       require_buffers<Mem>("kattn::dist::decode_attention", std::uint64_t(chunks) * rows * (D + 1) + rows * w,
                            sizeof(T));
-      ws_o = Kokkos::View<T*, Mem>(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::decode::part_o"),
-                                   std::size_t(chunks) * rows * D);
-      ws_lse = Kokkos::View<T*, Mem>(
-          Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::decode::part_lse"),
-          std::size_t(chunks) * rows);
+      ws_o =
+          Kokkos::View<T*, Mem>(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::decode::part_o"),
+                                std::size_t(chunks) * rows * D);
+      ws_lse =
+          Kokkos::View<T*, Mem>(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::decode::part_lse"),
+                                std::size_t(chunks) * rows);
       acc_rows = Kokkos::View<T*, Mem>(
           Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::decode::acc"), rows * w);
       if (staged) link = MessageBuffer<T, Mem>("kattn::dist::decode::link", rows * w, true);

@@ -80,8 +80,8 @@ void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const Attention
   // The results' buffers before the first transfer, in one collective step.
   Buffer o, lse;
   latch.check([&] {
-    require_buffers<typename ExecSpace::memory_space>(
-        "kattn::dist: head sharding", std::uint64_t(p.batch) * Nq * hs.q.count * (D + 1), sizeof(T));
+    require_buffers<typename ExecSpace::memory_space>("kattn::dist: head sharding",
+                                                      std::uint64_t(p.batch) * Nq * hs.q.count * (D + 1), sizeof(T));
     o = Buffer("kattn::dist::heads::o", std::int64_t(p.batch) * Nq * hs.q.count * D, stats.staged);
     lse = Buffer("kattn::dist::heads::lse", std::int64_t(p.batch) * Nq * hs.q.count, stats.staged);
   });

@@ -175,7 +175,8 @@ class BackwardRunner {
       for (int b = 0; b < 2; ++b) {
         kb[b] = buffer("kattn::dist::ring_bw::k", cap_in), vb[b] = buffer("kattn::dist::ring_bw::v", cap_in);
         gk[b] = buffer("kattn::dist::ring_bw::dk", cap_in), gv[b] = buffer("kattn::dist::ring_bw::dv", cap_in);
-        rk[b] = buffer("kattn::dist::ring_bw::back_dk", cap_out), rv[b] = buffer("kattn::dist::ring_bw::back_dv", cap_out);
+        rk[b] = buffer("kattn::dist::ring_bw::back_dk", cap_out),
+        rv[b] = buffer("kattn::dist::ring_bw::back_dv", cap_out);
       }
     });
     pack_local(0, n_own, own_k, own_v);
@@ -454,8 +455,8 @@ class BackwardRunner {
           const std::int64_t nq = std::min(C, qs.length - cq);
           for (std::int64_t ck = 0; ck < kp.length; ck += C) {
             const std::int64_t nk = std::min(C, kp.length - ck);
-            if (!pair(qs.local + cq, qs.global + cq, nq, pk->k.device(), pk->v.device(), kp.length, ck,
-                      kp.global + ck, nk))
+            if (!pair(qs.local + cq, qs.global + cq, nq, pk->k.device(), pk->v.device(), kp.length, ck, kp.global + ck,
+                      nk))
               continue;
             add_dq(qs.local + cq, nq);
             add_dkv(dense_kv(pk->dk.device(), kp.length), dense_kv(pk->dv.device(), kp.length), ck, nk);
