@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <functional>
 
 #include "kattn/backward_params.hpp"
@@ -77,11 +78,16 @@ void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const Attention
   const HeadSplit hs = head_split(p.heads_q, p.heads_kv, P, rank);
   const auto qh = q_ranges(p.heads_q, p.heads_kv, P), kvh = kv_ranges(p.heads_q, p.heads_kv, P);
   const std::int64_t Nq = q_layout.length(), Nk = kv_layout.length();
-  // The results' buffers before the first transfer, in one collective step.
+  // The results' buffers before the first transfer, in one collective step, memory-checked with
+  // the exchanges' buffers at the call's peak (those are allocated as each exchange is posted).
   Buffer o, lse;
   latch.check([&] {
+    const std::uint64_t B = p.batch, nq = q_layout.local_length(rank), nk = kv_layout.local_length(rank);
+    const std::uint64_t results = B * Nq * hs.q.count * (D + 1),
+                        wholes = B * Nq * hs.q.count * D + 2 * B * Nk * hs.kv.count * D,
+                        outs = B * nq * p.heads_q * D + 2 * B * nk * p.heads_kv * D, in = B * nq * p.heads_q * D;
     require_buffers<typename ExecSpace::memory_space>("kattn::dist: head sharding",
-                                                      std::uint64_t(p.batch) * Nq * hs.q.count * (D + 1), sizeof(T));
+                                                      results + wholes + std::max(outs, in), sizeof(T));
     o = Buffer("kattn::dist::heads::o", std::int64_t(p.batch) * Nq * hs.q.count * D, stats.staged);
     lse = Buffer("kattn::dist::heads::lse", std::int64_t(p.batch) * Nq * hs.q.count, stats.staged);
   });
@@ -116,12 +122,17 @@ void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const Backward
   const HeadSplit hs = head_split(f.heads_q, f.heads_kv, P, rank);
   const auto qh = q_ranges(f.heads_q, f.heads_kv, P), kvh = kv_ranges(f.heads_q, f.heads_kv, P);
   const std::int64_t Nq = q_layout.length(), Nk = kv_layout.length();
-  // The gradients' buffers before the first transfer, in one collective step.
+  // The gradients' buffers before the first transfer, in one collective step, memory-checked with
+  // the exchanges' buffers at the call's peak (those are allocated as each exchange is posted).
   Buffer dq, dk, dv;
   latch.check([&] {
-    require_buffers<typename ExecSpace::memory_space>(
-        "kattn::dist: head sharding",
-        std::uint64_t(f.batch) * Nq * hs.q.count * D + 2 * std::uint64_t(f.batch) * Nk * hs.kv.count * D, sizeof(T));
+    const std::uint64_t B = f.batch, nq = q_layout.local_length(rank), nk = kv_layout.local_length(rank);
+    const std::uint64_t q_whole = B * Nq * hs.q.count * D, kv_whole = B * Nk * hs.kv.count * D,
+                        q_out = B * nq * f.heads_q * D, kv_out = B * nk * f.heads_kv * D;
+    const std::uint64_t results = q_whole + 2 * kv_whole, wholes = 3 * q_whole + B * Nq * hs.q.count + 2 * kv_whole,
+                        outs = 3 * q_out + B * nq * f.heads_q + 2 * kv_out, in = std::max(q_out, kv_out);
+    require_buffers<typename ExecSpace::memory_space>("kattn::dist: head sharding",
+                                                      results + wholes + std::max(outs, in), sizeof(T));
     dq = Buffer("kattn::dist::heads::dq", std::int64_t(f.batch) * Nq * hs.q.count * D, stats.staged);
     dk = Buffer("kattn::dist::heads::dk", std::int64_t(f.batch) * Nk * hs.kv.count * D, stats.staged);
     dv = Buffer("kattn::dist::heads::dv", std::int64_t(f.batch) * Nk * hs.kv.count * D, stats.staged);
