@@ -9,6 +9,7 @@
 #include "kattn/detail/attention_impl.hpp"
 #include "kattn/detail/backends.hpp"
 #include "kattn/dist/agreement.hpp"
+#include "kattn/dist/buffer_memory.hpp"
 #include "kattn/dist/chunk_partials.hpp"
 #include "kattn/dist/clock.hpp"
 #include "kattn/dist/fold_kernels.hpp"
@@ -86,29 +87,34 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
 
   if (!d.deterministic) {
     // Local partial rows [lse, o], written by the kernel straight into the message layout.
-    Kokkos::View<T*, Mem> rec(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::decode::rows"),
-                              rows * (D + 1));
-    AttentionParams<Q, T, KV> pr = p;
+    Kokkos::View<T*, Mem> rec;
     const std::int64_t w = D + 1;
-    pr.o = rec.data() + 1;
-    pr.o_stride_batch = p.q_len * p.heads_q * w, pr.o_stride_seq = p.heads_q * w, pr.o_stride_head = w;
-    pr.lse = rec.data();
-    pr.lse_stride_batch = p.q_len * p.heads_q * w, pr.lse_stride_seq = p.heads_q * w, pr.lse_stride_head = w;
-    const double tc0 = now();
-    Options split = local;
-    split.splits = kattn::plan_splits(space, p, opt).splits;
-    kattn::detail::attention_impl(space, pr, split, BatchLengths{});
-    space.fence();
-    const double tc1 = now();
     // The operator runs on the host: device rows always go through a host copy.
     const bool staged = !host_memory || d.staging == Staging::host;
     stats.staged = staged;
     Kokkos::View<T*, Kokkos::HostSpace> host;
-    if (staged) {
-      host = Kokkos::View<T*, Kokkos::HostSpace>(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, "kattn::dist::decode::rows_host"), rec.extent(0));
-      Kokkos::deep_copy(host, rec);
-    }
+    const double tc0 = now();
+    // Every local step (buffers, the local attention) comes before the reduction: one collective
+    // step turns a failure on any rank into the same error on every rank.
+    collective_check(comm, [&] {
+      require_buffers<Mem>("kattn::dist::decode_attention", rows * (D + 1), sizeof(T));
+      rec = Kokkos::View<T*, Mem>(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::decode::rows"),
+                                  rows * (D + 1));
+      if (staged)
+        host = Kokkos::View<T*, Kokkos::HostSpace>(
+            Kokkos::view_alloc(Kokkos::WithoutInitializing, "kattn::dist::decode::rows_host"), rec.extent(0));
+      AttentionParams<Q, T, KV> pr = p;
+      pr.o = rec.data() + 1;
+      pr.o_stride_batch = p.q_len * p.heads_q * w, pr.o_stride_seq = p.heads_q * w, pr.o_stride_head = w;
+      pr.lse = rec.data();
+      pr.lse_stride_batch = p.q_len * p.heads_q * w, pr.lse_stride_seq = p.heads_q * w, pr.lse_stride_head = w;
+      Options split = local;
+      split.splits = kattn::plan_splits(space, p, opt).splits;
+      kattn::detail::attention_impl(space, pr, split, BatchLengths{});
+      space.fence();
+    });
+    const double tc1 = now();
+    if (staged) Kokkos::deep_copy(host, rec);
     T* buf = staged ? host.data() : rec.data();
     KATTN_REQUIRE(rows <= INT32_MAX, "q: ", rows, " query rows are more than one reduction carries (2^31 - 1)");
     MPI_Datatype type = finished_row_type<T>(D);
@@ -143,15 +149,31 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
       det.block_k = deterministic_block_k<ExecSpace, T>(space, D, p.q_len * p.group_size(), plan);
     }
     const int chunks = static_cast<int>((p.kv_len + C - 1) / C);
-    Kokkos::View<T*, Mem> ws_o(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::decode::part_o"),
-                               std::size_t(chunks) * rows * D);
-    Kokkos::View<T*, Mem> ws_lse(
-        Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::decode::part_lse"),
-        std::size_t(chunks) * rows);
     // Accumulator rows [m, l, o_0 .. o_{D-1}]: what travels along the chain.
     const std::int64_t w = D + 2;
-    Kokkos::View<T*, Mem> acc_rows(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::decode::acc"),
-                                   rows * w);
+    Kokkos::View<T*, Mem> ws_o, ws_lse, acc_rows;
+    MessageBuffer<T, Mem> link;  // the accumulator's host twin when staging
+    const bool staged = needs_staging<Mem>(d.staging);
+    stats.staged = staged;
+    const double tc0 = now();
+    // Every buffer and the local chunk partials before the chain's first transfer: one collective
+    // step turns a failure on any rank into the same error on every rank.
+    collective_check(comm, [&] {
+      require_buffers<Mem>("kattn::dist::decode_attention", std::uint64_t(chunks) * rows * (D + 1) + rows * w,
+                           sizeof(T));
+      ws_o =
+          Kokkos::View<T*, Mem>(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::decode::part_o"),
+                                std::size_t(chunks) * rows * D);
+      ws_lse =
+          Kokkos::View<T*, Mem>(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::decode::part_lse"),
+                                std::size_t(chunks) * rows);
+      acc_rows = Kokkos::View<T*, Mem>(
+          Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::decode::acc"), rows * w);
+      if (staged) link = MessageBuffer<T, Mem>("kattn::dist::decode::link", rows * w, true);
+      chunk_partials(space, p, det, chunks, C, ws_o.data(), ws_lse.data());
+      space.fence();
+    });
+    double compute = now() - tc0, comm_time = 0;
     RowAccumulator<T> acc;
     acc.m = acc_rows.data();
     acc.l = acc_rows.data() + 1;
@@ -160,15 +182,7 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
     acc.o_i = acc.s_i = p.heads_q * w;
     acc.o_h = acc.s_h = w;
     acc.batch = p.batch, acc.heads = p.heads_q, acc.head_dim = D, acc.q_len = p.q_len;
-    const double tc0 = now();
-    chunk_partials(space, p, det, chunks, C, ws_o.data(), ws_lse.data());
-    space.fence();
-    double compute = now() - tc0, comm_time = 0;
 
-    MessageBuffer<T, Mem> link;  // the accumulator's host twin when staging
-    const bool staged = needs_staging<Mem>(d.staging);
-    stats.staged = staged;
-    if (staged) link = MessageBuffer<T, Mem>("kattn::dist::decode::link", rows * w, true);
     T* mpi_ptr = staged ? link.mpi() : acc_rows.data();
     const auto to_link = [&]() {
       if (staged) {

@@ -42,6 +42,8 @@ struct DistOptions {
   // already held, with the masks of the shard it stands for). For measuring overlap only.
   bool communicate = true;
   // Called on every rank after each step of the ring (step = 1..steps), e.g. for progress lines.
+  // An exception from it ends the call on every rank with that error (docs/distributed.md, Errors);
+  // once a rank knows of a failure, it calls it no more.
   std::function<void(int step, int steps)> progress;
 };
 

@@ -8,11 +8,14 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <functional>
 
 #include "kattn/backward_params.hpp"
 #include "kattn/core/attention_params.hpp"
+#include "kattn/dist/buffer_memory.hpp"
 #include "kattn/dist/dist_options.hpp"
+#include "kattn/dist/failure_latch.hpp"
 #include "kattn/dist/head_exchange.hpp"
 #include "kattn/dist/head_split.hpp"
 #include "kattn/dist/layout.hpp"
@@ -23,6 +26,8 @@ namespace dist {
 namespace detail {
 
 // The inner attention of one HeadBlock: the whole sequences (lengths of the layouts) of its heads.
+// It runs its work through the call's FailureLatch (guard for local compute, capture for an inner
+// distributed call), so that a failure leaves the exchanges' schedule intact.
 template <class T>
 using ForwardInner = std::function<void(const AttentionParams<T>&, DistStats&)>;
 template <class T>
@@ -64,7 +69,7 @@ AttentionParams<T> block_params(AttentionParams<T> a, const HeadSplit& hs, const
 template <class ExecSpace, class T>
 void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p,
                           const SequenceLayout& q_layout, const SequenceLayout& kv_layout, DistStats& stats,
-                          const ForwardInner<T>& inner) {
+                          FailureLatch& latch, const ForwardInner<T>& inner) {
   using Buffer = MessageBuffer<T, typename ExecSpace::memory_space>;
   int rank = 0, P = 1;
   MPI_Comm_rank(comm, &rank);
@@ -73,6 +78,19 @@ void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const Attention
   const HeadSplit hs = head_split(p.heads_q, p.heads_kv, P, rank);
   const auto qh = q_ranges(p.heads_q, p.heads_kv, P), kvh = kv_ranges(p.heads_q, p.heads_kv, P);
   const std::int64_t Nq = q_layout.length(), Nk = kv_layout.length();
+  // The results' buffers before the first transfer, in one collective step, memory-checked with
+  // the exchanges' buffers at the call's peak (those are allocated as each exchange is posted).
+  Buffer o, lse;
+  latch.check([&] {
+    const std::uint64_t B = p.batch, nq = q_layout.local_length(rank), nk = kv_layout.local_length(rank);
+    const std::uint64_t results = B * Nq * hs.q.count * (D + 1),
+                        wholes = B * Nq * hs.q.count * D + 2 * B * Nk * hs.kv.count * D,
+                        outs = B * nq * p.heads_q * D + 2 * B * nk * p.heads_kv * D, in = B * nq * p.heads_q * D;
+    require_buffers<typename ExecSpace::memory_space>("kattn::dist: head sharding",
+                                                      results + wholes + std::max(outs, in), sizeof(T));
+    o = Buffer("kattn::dist::heads::o", std::int64_t(p.batch) * Nq * hs.q.count * D, stats.staged);
+    lse = Buffer("kattn::dist::heads::lse", std::int64_t(p.batch) * Nq * hs.q.count, stats.staged);
+  });
   HeadExchange<ExecSpace, T> ex(comm, space, p.batch, stats);
   // The three gathers in flight together.
   auto pq = ex.post_gather(strided_in(p.q, p.q_stride_batch, p.q_stride_seq, p.q_stride_head), q_layout, qh, D,
@@ -82,8 +100,6 @@ void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const Attention
   auto pv = ex.post_gather(strided_in(p.v, p.v_stride_batch, p.v_stride_seq, p.v_stride_head), kv_layout, kvh, D,
                            "kattn::dist::heads::v");
   const Buffer q = ex.wait(pq), k = ex.wait(pk), v = ex.wait(pv);
-  const Buffer o("kattn::dist::heads::o", std::int64_t(p.batch) * Nq * hs.q.count * D, stats.staged);
-  const Buffer lse("kattn::dist::heads::lse", std::int64_t(p.batch) * Nq * hs.q.count, stats.staged);
   for (const HeadBlock& blk : hs.blocks)
     inner(block_params(p, hs, blk, Nq, Nk, q.device(), k.device(), v.device(), o.device(), lse.device()), stats);
   ex.scatter(o, q_layout, qh, D, Strided<T>{p.o, p.o_stride_batch, p.o_stride_seq, p.o_stride_head}, false);
@@ -96,7 +112,7 @@ void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const Attention
 template <class ExecSpace, class T>
 void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p,
                            const SequenceLayout& q_layout, const SequenceLayout& kv_layout, DistStats& stats,
-                           const BackwardInner<T>& inner) {
+                           FailureLatch& latch, const BackwardInner<T>& inner) {
   using Buffer = MessageBuffer<T, typename ExecSpace::memory_space>;
   int rank = 0, P = 1;
   MPI_Comm_rank(comm, &rank);
@@ -106,6 +122,21 @@ void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const Backward
   const HeadSplit hs = head_split(f.heads_q, f.heads_kv, P, rank);
   const auto qh = q_ranges(f.heads_q, f.heads_kv, P), kvh = kv_ranges(f.heads_q, f.heads_kv, P);
   const std::int64_t Nq = q_layout.length(), Nk = kv_layout.length();
+  // The gradients' buffers before the first transfer, in one collective step, memory-checked with
+  // the exchanges' buffers at the call's peak (those are allocated as each exchange is posted).
+  Buffer dq, dk, dv;
+  latch.check([&] {
+    const std::uint64_t B = f.batch, nq = q_layout.local_length(rank), nk = kv_layout.local_length(rank);
+    const std::uint64_t q_whole = B * Nq * hs.q.count * D, kv_whole = B * Nk * hs.kv.count * D,
+                        q_out = B * nq * f.heads_q * D, kv_out = B * nk * f.heads_kv * D;
+    const std::uint64_t results = q_whole + 2 * kv_whole, wholes = 3 * q_whole + B * Nq * hs.q.count + 2 * kv_whole,
+                        outs = 3 * q_out + B * nq * f.heads_q + 2 * kv_out, in = std::max(q_out, kv_out);
+    require_buffers<typename ExecSpace::memory_space>("kattn::dist: head sharding",
+                                                      results + wholes + std::max(outs, in), sizeof(T));
+    dq = Buffer("kattn::dist::heads::dq", std::int64_t(f.batch) * Nq * hs.q.count * D, stats.staged);
+    dk = Buffer("kattn::dist::heads::dk", std::int64_t(f.batch) * Nk * hs.kv.count * D, stats.staged);
+    dv = Buffer("kattn::dist::heads::dv", std::int64_t(f.batch) * Nk * hs.kv.count * D, stats.staged);
+  });
   HeadExchange<ExecSpace, T> ex(comm, space, f.batch, stats);
   // The six gathers in flight together.
   auto pq = ex.post_gather(strided_in(f.q, f.q_stride_batch, f.q_stride_seq, f.q_stride_head), q_layout, qh, D,
@@ -122,9 +153,6 @@ void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const Backward
                            "kattn::dist::heads::dout");
   const Buffer q = ex.wait(pq), k = ex.wait(pk), v = ex.wait(pv), o = ex.wait(po), lse = ex.wait(pl),
                dout = ex.wait(pd);
-  const Buffer dq("kattn::dist::heads::dq", std::int64_t(f.batch) * Nq * hs.q.count * D, stats.staged);
-  const Buffer dk("kattn::dist::heads::dk", std::int64_t(f.batch) * Nk * hs.kv.count * D, stats.staged);
-  const Buffer dv("kattn::dist::heads::dv", std::int64_t(f.batch) * Nk * hs.kv.count * D, stats.staged);
   const WholeStrides sq = WholeStrides::of(Nq, hs.q.count, D), skv = WholeStrides::of(Nk, hs.kv.count, D);
   for (const HeadBlock& blk : hs.blocks) {
     BackwardParams<T> b = p;

@@ -29,11 +29,16 @@ DistStats hybrid_forward_impl(MPI_Comm comm, const ExecSpace& space, const Atten
   const HybridGrid grid(comm, d);
   DistStats stats;
   stats.staged = needs_staging<typename ExecSpace::memory_space>(d.staging);
-  head_sharded_forward<ExecSpace, T>(grid.heads(), space, p, grid.group_layout(split.Nq), grid.group_layout(split.Nk),
-                                     stats, [&](const AttentionParams<T>& a, DistStats& s) {
-                                       accumulate(s, ring_forward_impl(grid.ring(), space, a, opt, d));
-                                     });
+  // One latch for the whole grid: a failure in any ring group reaches every rank, and the rings
+  // run through it (every group member enters every ring, skipping its compute after a failure).
+  FailureLatch latch(comm);
+  head_sharded_forward<ExecSpace, T>(
+      grid.heads(), space, p, grid.group_layout(split.Nq), grid.group_layout(split.Nk), stats, latch,
+      [&](const AttentionParams<T>& a, DistStats& s) {
+        latch.capture([&] { accumulate(s, ring_forward_impl(grid.ring(), space, a, opt, d, &latch)); });
+      });
   space.fence();
+  latch.settle();
   stats.seconds = now() - t0;
   return stats;
 }

@@ -29,11 +29,15 @@ DistStats hybrid_backward_impl(MPI_Comm comm, const ExecSpace& space, const Back
   require_whole_groups(f.heads_kv, grid.members(), d);
   DistStats stats;
   stats.staged = needs_staging<typename ExecSpace::memory_space>(d.staging);
-  head_sharded_backward<ExecSpace, T>(grid.heads(), space, p, grid.group_layout(split.Nq), grid.group_layout(split.Nk),
-                                      stats, [&](const BackwardParams<T>& b, DistStats& s) {
-                                        accumulate(s, ring_backward_impl(grid.ring(), space, b, opt, d, bopt));
-                                      });
+  // One latch for the whole grid, as in the forward.
+  FailureLatch latch(comm);
+  head_sharded_backward<ExecSpace, T>(
+      grid.heads(), space, p, grid.group_layout(split.Nq), grid.group_layout(split.Nk), stats, latch,
+      [&](const BackwardParams<T>& b, DistStats& s) {
+        latch.capture([&] { accumulate(s, ring_backward_impl(grid.ring(), space, b, opt, d, bopt, &latch)); });
+      });
   space.fence();
+  latch.settle();
   stats.seconds = now() - t0;
   return stats;
 }

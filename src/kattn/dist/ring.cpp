@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,7 +12,9 @@
 #include "kattn/dist/clock.hpp"
 #include "kattn/detail/backends.hpp"
 #include "kattn/dist/agreement.hpp"
+#include "kattn/dist/buffer_memory.hpp"
 #include "kattn/dist/chunk_partials.hpp"
+#include "kattn/dist/failure_latch.hpp"
 #include "kattn/dist/fold_kernels.hpp"
 #include "kattn/dist/pack.hpp"
 #include "kattn/dist/shard_math.hpp"
@@ -50,25 +53,24 @@ class RingRunner {
   using Buffer = MessageBuffer<KV, Mem>;
 
   RingRunner(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T, T, KV>& p, const Options& opt,
-             const DistOptions& d, const GlobalSplit& split)
-      : comm_(comm), space_(space), p_(p), opt_(opt), d_(d), s_(split) {
+             const DistOptions& d, const GlobalSplit& split, FailureLatch& latch)
+      : comm_(comm), space_(space), p_(p), opt_(opt), d_(d), s_(split), latch_(latch) {
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &P_);
-    const int H = p.heads_q, D = p.head_dim;
-    // The accumulator: o in the caller's o, (m, l) per row here.
-    ml_ = Kokkos::View<T*, Mem>(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::ring::ml"),
-                                2 * std::size_t(p.batch) * p.q_len * H);
-    acc_.o = p.o;
-    acc_.o_b = p.o_stride_batch, acc_.o_i = p.o_stride_seq, acc_.o_h = p.o_stride_head;
-    acc_.m = ml_.data();
-    acc_.l = ml_.data() + std::size_t(p.batch) * p.q_len * H;
-    acc_.s_b = p.q_len * H, acc_.s_i = H, acc_.s_h = 1;
-    acc_.batch = p.batch, acc_.heads = H, acc_.head_dim = D, acc_.q_len = p.q_len;
     stats_.staged = needs_staging<Mem>(d.staging);
   }
 
   DistStats run() {
     const double t0 = now();
+    // The accumulator and the partial workspace in one collective step (as each mode's message
+    // buffers after it): what does not fit fails on every rank before the first transfer.
+    collective_check(comm_, [&] {
+      const std::uint64_t rows = std::uint64_t(p_.batch) * p_.q_len * p_.heads_q,
+                          piece = std::uint64_t(p_.batch) * max_piece_rows() * p_.heads_q;
+      require_buffers<Mem>("kattn::dist::ring_attention", 2 * rows + piece * (p_.head_dim + 1), sizeof(T));
+      allocate_accumulator();
+      ensure_workspace(max_piece_rows());
+    });
     launch_rows(space_, "kattn::dist::ring::init", InitRows<ExecSpace, T>{acc_});
     if (d_.deterministic)
       run_global_order();
@@ -135,6 +137,27 @@ class RingRunner {
     poke(reqs);
   }
 
+  // The accumulator: o in the caller's o, (m, l) per row here.
+  void allocate_accumulator() {
+    const int H = p_.heads_q;
+    ml_ = Kokkos::View<T*, Mem>(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, "kattn::dist::ring::ml"),
+                                2 * std::size_t(p_.batch) * p_.q_len * H);
+    acc_.o = p_.o;
+    acc_.o_b = p_.o_stride_batch, acc_.o_i = p_.o_stride_seq, acc_.o_h = p_.o_stride_head;
+    acc_.m = ml_.data();
+    acc_.l = ml_.data() + std::size_t(p_.batch) * p_.q_len * H;
+    acc_.s_b = p_.q_len * H, acc_.s_i = H, acc_.s_h = 1;
+    acc_.batch = p_.batch, acc_.heads = H, acc_.head_dim = p_.head_dim, acc_.q_len = p_.q_len;
+  }
+
+  // The most query rows one launch takes: the partial workspace is sized for them up front.
+  std::int64_t max_piece_rows() const {
+    std::int64_t rows = 0;
+    for (const Segment& qs : s_.q_layout.segments_of(rank_))
+      rows = std::max(rows, std::min(piece_rows(qs.length), qs.length));
+    return rows;
+  }
+
   // Room for one partial (o, lse) of nq query rows.
   void ensure_workspace(std::int64_t nq) {
     const std::size_t rows = std::size_t(p_.batch) * nq * p_.heads_q;
@@ -156,18 +179,24 @@ class RingRunner {
     for (std::size_t i = 1; i < steps; ++i) cap = std::max(cap, total_length(plan[i].in));
     const bool staged = stats_.staged;
     const std::int64_t n_own = p_.kv_len;
-    Buffer own_k("kattn::dist::ring::own_k", kv_elems(n_own), staged),
-        own_v("kattn::dist::ring::own_v", kv_elems(n_own), staged);
+    Buffer own_k, own_v, kb[2], vb[2];
+    // Every buffer before the first transfer, in one collective step: one that does not fit fails
+    // on every rank.
+    collective_check(comm_, [&] {
+      require_buffers<Mem>("kattn::dist::ring_attention", 2 * kv_elems(n_own) + 4 * kv_elems(cap), sizeof(KV));
+      own_k = Buffer("kattn::dist::ring::own_k", kv_elems(n_own), staged);
+      own_v = Buffer("kattn::dist::ring::own_v", kv_elems(n_own), staged);
+      for (int b = 0; b < 2; ++b) {
+        kb[b] = Buffer(b == 0 ? "kattn::dist::ring::k0" : "kattn::dist::ring::k1", kv_elems(cap), staged);
+        vb[b] = Buffer(b == 0 ? "kattn::dist::ring::v0" : "kattn::dist::ring::v1", kv_elems(cap), staged);
+      }
+    });
     pack_own(own_k, own_v);
     space_.fence();
     if (d_.communicate && steps > 1) {
       own_k.stage_out(space_, kv_elems(n_own));
       own_v.stage_out(space_, kv_elems(n_own));
     }
-    Buffer kb[2] = {Buffer("kattn::dist::ring::k0", kv_elems(cap), staged),
-                    Buffer("kattn::dist::ring::k1", kv_elems(cap), staged)};
-    Buffer vb[2] = {Buffer("kattn::dist::ring::v0", kv_elems(cap), staged),
-                    Buffer("kattn::dist::ring::v1", kv_elems(cap), staged)};
     if (!d_.communicate) {
       // Without transfers every step reads buffer 0 at the lengths of the keys it stands for;
       // zeros (KV{}: +0 in every storage type) keep those reads defined.
@@ -186,19 +215,21 @@ class RingRunner {
         send_pieces(own_k.mpi(), own_v.mpi(), n_own, row(), p_.batch, next.out, next.to, 0, 1, comm_, reqs, stats_);
       }
       const double tc1 = now(), cpu1 = cpu_now();
-      std::int64_t at = 0;
-      const std::int64_t held = i == 0 ? n_own : total_length(plan[i].in);
-      for (const Segment& ks : plan[i].in) {
-        const Held h = i == 0 ? Held{own_k.device(), own_v.device(), held, ks.local}
-                              : Held{kb[cur].device(), vb[cur].device(), held, at};
-        at += ks.length;
-        for (const Segment& qs : q_segs) {
-          const std::int64_t step = piece_rows(qs.length);
-          for (std::int64_t off = 0; off < qs.length; off += step)
-            fold_pair(qs.local + off, qs.global + off, std::min(step, qs.length - off), h, ks, reqs);
+      latch_.guard([&] {
+        std::int64_t at = 0;
+        const std::int64_t held = i == 0 ? n_own : total_length(plan[i].in);
+        for (const Segment& ks : plan[i].in) {
+          const Held h = i == 0 ? Held{own_k.device(), own_v.device(), held, ks.local}
+                                : Held{kb[cur].device(), vb[cur].device(), held, at};
+          at += ks.length;
+          for (const Segment& qs : q_segs) {
+            const std::int64_t step = piece_rows(qs.length);
+            for (std::int64_t off = 0; off < qs.length; off += step)
+              fold_pair(qs.local + off, qs.global + off, std::min(step, qs.length - off), h, ks, reqs);
+          }
         }
-      }
-      space_.fence();
+        space_.fence();
+      });
       const double tc2 = now();
       stats_.compute_cpu_seconds += cpu_now() - cpu1;
       wait_all(reqs);
@@ -212,7 +243,9 @@ class RingRunner {
       stats_.compute_seconds += tc2 - tc1;
       stats_.comm_seconds += (tc1 - tc0) + (tc3 - tc2);
       ++stats_.steps;
-      if (d_.progress) d_.progress(static_cast<int>(i + 1), static_cast<int>(steps));
+      latch_.guard([&] {
+        if (d_.progress) d_.progress(static_cast<int>(i + 1), static_cast<int>(steps));
+      });
     }
   }
 
@@ -231,31 +264,25 @@ class RingRunner {
       opt.block_k = deterministic_block_k<ExecSpace, T>(space_, p_.head_dim, s_.Nq * p_.group_size(), plan);
     }
     const std::int64_t n_own = p_.kv_len;
-    Buffer own_k("kattn::dist::det::own_k", kv_elems(n_own), stats_.staged),
-        own_v("kattn::dist::det::own_v", kv_elems(n_own), stats_.staged);
-    pack_own(own_k, own_v);
-    space_.fence();
-    std::vector<MPI_Request> sends;
-    bool staged_out = false;
-    // The segments this rank needs, with their pieces, in global order.
+    // The segments this rank needs, with their pieces, in global order; the pieces of its own
+    // segments each other rank needs, in the order they are sent.
     struct Needed {
       Segment seg;
       std::vector<Segment> pieces;
     };
+    struct Outgoing {
+      int to;
+      std::vector<Segment> pieces;
+    };
     std::vector<Needed> needed;
+    std::vector<Outgoing> outgoing;
     std::int64_t cap = 0;
     for (const Segment& ks : s_.kv_layout.segments()) {
       if (ks.owner == rank_) {
         for (int r = 0; r < P_; ++r) {
           if (r == rank_ || !d_.communicate) continue;
-          const auto pieces = needed_keys_of(opt_, s_.q_layout, s_.kv_layout, r, ks, C);
-          if (pieces.empty()) continue;
-          if (!staged_out) {
-            own_k.stage_out(space_, kv_elems(n_own));
-            own_v.stage_out(space_, kv_elems(n_own));
-            staged_out = true;
-          }
-          send_pieces(own_k.mpi(), own_v.mpi(), n_own, row(), p_.batch, pieces, r, 0, 1, comm_, sends, stats_);
+          auto pieces = needed_keys_of(opt_, s_.q_layout, s_.kv_layout, r, ks, C);
+          if (!pieces.empty()) outgoing.push_back(Outgoing{r, std::move(pieces)});
         }
       }
       auto mine = needed_keys_of(opt_, s_.q_layout, s_.kv_layout, rank_, ks, C);
@@ -264,11 +291,28 @@ class RingRunner {
       needed.push_back(Needed{ks, std::move(mine)});
     }
     const std::size_t S = needed.size(), W = std::min<std::size_t>(S, kReceiveWindow);
-    std::vector<Buffer> kb, vb;
-    for (std::size_t w = 0; w < W; ++w) {
-      kb.emplace_back("kattn::dist::det::k", kv_elems(cap), stats_.staged);
-      vb.emplace_back("kattn::dist::det::v", kv_elems(cap), stats_.staged);
+    Buffer own_k, own_v;
+    std::vector<Buffer> kb(W), vb(W);
+    // Every buffer before the first transfer, in one collective step: one that does not fit fails
+    // on every rank.
+    collective_check(comm_, [&] {
+      require_buffers<Mem>("kattn::dist::ring_attention", 2 * kv_elems(n_own) + 2 * W * kv_elems(cap), sizeof(KV));
+      own_k = Buffer("kattn::dist::det::own_k", kv_elems(n_own), stats_.staged);
+      own_v = Buffer("kattn::dist::det::own_v", kv_elems(n_own), stats_.staged);
+      for (std::size_t w = 0; w < W; ++w) {
+        kb[w] = Buffer("kattn::dist::det::k", kv_elems(cap), stats_.staged);
+        vb[w] = Buffer("kattn::dist::det::v", kv_elems(cap), stats_.staged);
+      }
+    });
+    pack_own(own_k, own_v);
+    space_.fence();
+    if (!outgoing.empty()) {
+      own_k.stage_out(space_, kv_elems(n_own));
+      own_v.stage_out(space_, kv_elems(n_own));
     }
+    std::vector<MPI_Request> sends;
+    for (const Outgoing& out : outgoing)
+      send_pieces(own_k.mpi(), own_v.mpi(), n_own, row(), p_.batch, out.pieces, out.to, 0, 1, comm_, sends, stats_);
     if (!d_.communicate)
       for (std::size_t w = 0; w < W; ++w) {
         Kokkos::deep_copy(space_, kb[w].view(), KV{});
@@ -294,21 +338,25 @@ class RingRunner {
         vb[slot].stage_in(space_, kv_elems(held));
       }
       const double tw1 = now(), cpu1 = cpu_now();
-      std::int64_t at = 0;
-      for (const Segment& ks : needed[g].pieces) {
-        const Held h = own ? Held{own_k.device(), own_v.device(), held, ks.local}
-                           : Held{kb[slot].device(), vb[slot].device(), held, at};
-        at += ks.length;
-        for (const Segment& qs : q_segs) fold_chunks(qs, h, ks, C, opt, reqs);
-      }
-      space_.fence();
+      latch_.guard([&] {
+        std::int64_t at = 0;
+        for (const Segment& ks : needed[g].pieces) {
+          const Held h = own ? Held{own_k.device(), own_v.device(), held, ks.local}
+                             : Held{kb[slot].device(), vb[slot].device(), held, at};
+          at += ks.length;
+          for (const Segment& qs : q_segs) fold_chunks(qs, h, ks, C, opt, reqs);
+        }
+        space_.fence();
+      });
       const double tw2 = now();
       stats_.compute_cpu_seconds += cpu_now() - cpu1;
       if (g + W < S) post(g + W);  // into the slot just computed
       stats_.comm_seconds += (tw1 - tw0) + (now() - tw2);
       stats_.compute_seconds += tw2 - tw1;
       ++stats_.steps;
-      if (d_.progress) d_.progress(static_cast<int>(g + 1), static_cast<int>(S));
+      latch_.guard([&] {
+        if (d_.progress) d_.progress(static_cast<int>(g + 1), static_cast<int>(S));
+      });
     }
     const double tw = now();
     wait_all(reqs[W]);  // this rank's sends, before its packed shard goes
@@ -369,6 +417,7 @@ class RingRunner {
   Options opt_;
   DistOptions d_;
   GlobalSplit s_;
+  FailureLatch& latch_;
   int rank_ = 0, P_ = 1;
   Kokkos::View<T*, Mem> ml_, ws_o_, ws_lse_;
   RowAccumulator<T> acc_;
@@ -379,20 +428,24 @@ class RingRunner {
 
 template <class ExecSpace, class T, class KV>
 DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T, T, KV>& p,
-                            const Options& opt, const DistOptions& d) {
+                            const Options& opt, const DistOptions& d, FailureLatch* outer) {
   // Regions of the area ("kattn::dist", shared helpers) and of this entry point (its own kernels).
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::ring");
   collective_agree(comm, problem_fields(DistCall::ring_attention, p, opt, d));
   require_no_block_mask(opt);
   const GlobalSplit split = sharded_split(comm, p.q_len, p.kv_len, d);
-  RingRunner<ExecSpace, T, KV> runner(comm, space, p, opt, d, split);
-  return runner.run();
+  std::optional<FailureLatch> own;
+  if (!outer) own.emplace(comm);
+  RingRunner<ExecSpace, T, KV> runner(comm, space, p, opt, d, split, outer ? *outer : *own);
+  const DistStats stats = runner.run();
+  if (own) own->settle();
+  return stats;
 }
 
 #define KATTN_INSTANTIATE_RING_KV(Space, T, KV)                                                                \
   template DistStats ring_forward_impl<Space, T, KV>(MPI_Comm, const Space&, const AttentionParams<T, T, KV>&, \
-                                                     const Options&, const DistOptions&);
+                                                     const Options&, const DistOptions&, FailureLatch*);
 #define KATTN_INSTANTIATE_RING(Space, T) KATTN_INSTANTIATE_RING_KV(Space, T, T)
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_RING)
 // 16-bit K/V under float queries (16-bit queries are widened first: dense_call.hpp).

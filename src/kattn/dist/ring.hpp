@@ -25,9 +25,13 @@ namespace detail {
 
 // Instantiated for (T, KV) = (float, float), (double, double), (float, bf16) and (float, fp16): K/V
 // travel in their storage type, partial states and the merge are in T.
+class FailureLatch;
+
+// outer: the latch of an enclosing distributed call (hybrid), which settles failures itself;
+// null: the call has its own latch and settles before returning.
 template <class ExecSpace, class T, class KV>
 DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T, T, KV>& p,
-                            const Options& opt, const DistOptions& d);
+                            const Options& opt, const DistOptions& d, FailureLatch* outer = nullptr);
 
 }  // namespace detail
 

@@ -7,12 +7,15 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "kattn/compat.hpp"
 #include "kattn/dist/clock.hpp"
 #include "kattn/detail/backends.hpp"
 #include "kattn/dist/agreement.hpp"
+#include "kattn/dist/buffer_memory.hpp"
+#include "kattn/dist/failure_latch.hpp"
 #include "kattn/dist/pack.hpp"
 #include "kattn/dist/shard_math.hpp"
 #include "kattn/dist/transport.hpp"
@@ -36,8 +39,8 @@ class BackwardRunner {
   using Buffer = MessageBuffer<T, Mem>;
 
   BackwardRunner(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
-                 const DistOptions& d, const BackwardOptions& bopt, const GlobalSplit& split)
-      : comm_(comm), space_(space), p_(p), opt_(opt), d_(d), bopt_(bopt), s_(split) {
+                 const DistOptions& d, const BackwardOptions& bopt, const GlobalSplit& split, FailureLatch& latch)
+      : comm_(comm), space_(space), p_(p), opt_(opt), d_(d), bopt_(bopt), s_(split), latch_(latch) {
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &P_);
     stats_.staged = needs_staging<Mem>(d.staging);
@@ -161,21 +164,27 @@ class BackwardRunner {
     for (std::size_t i = 1; i < steps; ++i)
       cap_in = std::max(cap_in, total_length(plan[i].in)), cap_out = std::max(cap_out, total_length(plan[i].out));
     const std::int64_t n_own = f().kv_len;
-    Buffer own_k = buffer("kattn::dist::ring_bw::own_k", n_own), own_v = buffer("kattn::dist::ring_bw::own_v", n_own);
+    // K/V in (double-buffered), the dK/dV computed here for their owners and those coming back
+    // (one per step in flight): all before the first transfer, in one collective step, so that
+    // one that does not fit fails on every rank.
+    Buffer own_k, own_v, kb[2], vb[2], gk[2], gv[2], rk[2], rv[2];
+    collective_check(comm_, [&] {
+      require_buffers<Mem>("kattn::dist::ring_attention_backward",
+                           2 * kv_elems(n_own) + 8 * kv_elems(cap_in) + 4 * kv_elems(cap_out), sizeof(T));
+      own_k = buffer("kattn::dist::ring_bw::own_k", n_own), own_v = buffer("kattn::dist::ring_bw::own_v", n_own);
+      for (int b = 0; b < 2; ++b) {
+        kb[b] = buffer("kattn::dist::ring_bw::k", cap_in), vb[b] = buffer("kattn::dist::ring_bw::v", cap_in);
+        gk[b] = buffer("kattn::dist::ring_bw::dk", cap_in), gv[b] = buffer("kattn::dist::ring_bw::dv", cap_in);
+        rk[b] = buffer("kattn::dist::ring_bw::back_dk", cap_out),
+        rv[b] = buffer("kattn::dist::ring_bw::back_dv", cap_out);
+      }
+    });
     pack_local(0, n_own, own_k, own_v);
     space_.fence();
     if (steps > 1) {
       own_k.stage_out(space_, kv_elems(n_own));
       own_v.stage_out(space_, kv_elems(n_own));
     }
-    // K/V in (double-buffered), the dK/dV computed here for their owners and those coming back
-    // (one per step in flight).
-    Buffer kb[2] = {buffer("kattn::dist::ring_bw::k0", cap_in), buffer("kattn::dist::ring_bw::k1", cap_in)};
-    Buffer vb[2] = {buffer("kattn::dist::ring_bw::v0", cap_in), buffer("kattn::dist::ring_bw::v1", cap_in)};
-    Buffer gk[2] = {buffer("kattn::dist::ring_bw::dk0", cap_in), buffer("kattn::dist::ring_bw::dk1", cap_in)};
-    Buffer gv[2] = {buffer("kattn::dist::ring_bw::dv0", cap_in), buffer("kattn::dist::ring_bw::dv1", cap_in)};
-    Buffer rk[2] = {buffer("kattn::dist::ring_bw::back_dk0", cap_out), buffer("kattn::dist::ring_bw::back_dk1", cap_out)};
-    Buffer rv[2] = {buffer("kattn::dist::ring_bw::back_dv0", cap_out), buffer("kattn::dist::ring_bw::back_dv1", cap_out)};
     const auto q_segs = s_.q_layout.segments_of(rank_);
     std::vector<MPI_Request> grads[2];  // per slot: the dK/dV sent and received at its step
     // Step i's returned gradients into this rank's outputs, once they are in.
@@ -218,24 +227,26 @@ class BackwardRunner {
         zero_rows(space_, dense_kv(gk[slot].device(), held), f().batch, held, f().heads_kv, f().head_dim);
         zero_rows(space_, dense_kv(gv[slot].device(), held), f().batch, held, f().heads_kv, f().head_dim);
       }
-      std::int64_t at = 0;
-      for (const Segment& ks : plan[i].in) {
-        const T* k = i == 0 ? own_k.device() : kb[cur].device();
-        const T* v = i == 0 ? own_v.device() : vb[cur].device();
-        const std::int64_t kj = i == 0 ? ks.local : at;
-        at += ks.length;
-        for (const Segment& qs : q_segs) {
-          if (!pair(qs.local, qs.global, qs.length, k, v, held, kj, ks.global, ks.length)) continue;
-          add_dq(qs.local, qs.length);
-          if (i == 0)
-            add_dkv(dk_out(), dv_out(), ks.local, ks.length);
-          else
-            add_dkv(dense_kv(gk[slot].device(), held), dense_kv(gv[slot].device(), held), kj, ks.length);
-          poke(kv_reqs);
-          poke(grads[1 - slot]);
+      latch_.guard([&] {
+        std::int64_t at = 0;
+        for (const Segment& ks : plan[i].in) {
+          const T* k = i == 0 ? own_k.device() : kb[cur].device();
+          const T* v = i == 0 ? own_v.device() : vb[cur].device();
+          const std::int64_t kj = i == 0 ? ks.local : at;
+          at += ks.length;
+          for (const Segment& qs : q_segs) {
+            if (!pair(qs.local, qs.global, qs.length, k, v, held, kj, ks.global, ks.length)) continue;
+            add_dq(qs.local, qs.length);
+            if (i == 0)
+              add_dkv(dk_out(), dv_out(), ks.local, ks.length);
+            else
+              add_dkv(dense_kv(gk[slot].device(), held), dense_kv(gv[slot].device(), held), kj, ks.length);
+            poke(kv_reqs);
+            poke(grads[1 - slot]);
+          }
         }
-      }
-      space_.fence();
+        space_.fence();
+      });
       const double tc1 = now();
       stats_.compute_cpu_seconds += cpu_now() - cpu0;
       if (i > 0 && held > 0) {
@@ -255,7 +266,9 @@ class BackwardRunner {
       stats_.compute_seconds += tc1 - tc0;
       stats_.comm_seconds += (tw1 - tw0) - (tc1 - tc0);
       ++stats_.steps;
-      if (d_.progress) d_.progress(static_cast<int>(i + 1), static_cast<int>(steps));
+      latch_.guard([&] {
+        if (d_.progress) d_.progress(static_cast<int>(i + 1), static_cast<int>(steps));
+      });
     }
     const double tw0 = now();
     for (std::size_t i = steps >= 2 ? steps - 2 : 0; i < steps; ++i) land(i);
@@ -436,19 +449,22 @@ class BackwardRunner {
       // Query chunks in descending global order outside (segments start at chunk multiples),
       // key chunks in ascending order inside (the piece starts at one): every dK row adds the
       // query chunks in one fixed order, every dQ row the key chunks (g after g) in order.
-      for (std::int64_t cq = (qs.length - 1) / C * C; cq >= 0; cq -= C) {
-        const std::int64_t nq = std::min(C, qs.length - cq);
-        for (std::int64_t ck = 0; ck < kp.length; ck += C) {
-          const std::int64_t nk = std::min(C, kp.length - ck);
-          if (!pair(qs.local + cq, qs.global + cq, nq, pk->k.device(), pk->v.device(), kp.length, ck, kp.global + ck,
-                    nk))
-            continue;
-          add_dq(qs.local + cq, nq);
-          add_dkv(dense_kv(pk->dk.device(), kp.length), dense_kv(pk->dv.device(), kp.length), ck, nk);
+      // After a failure the package still travels its tour (its gradients unfinished).
+      latch_.guard([&] {
+        for (std::int64_t cq = (qs.length - 1) / C * C; cq >= 0; cq -= C) {
+          const std::int64_t nq = std::min(C, qs.length - cq);
+          for (std::int64_t ck = 0; ck < kp.length; ck += C) {
+            const std::int64_t nk = std::min(C, kp.length - ck);
+            if (!pair(qs.local + cq, qs.global + cq, nq, pk->k.device(), pk->v.device(), kp.length, ck, kp.global + ck,
+                      nk))
+              continue;
+            add_dq(qs.local + cq, nq);
+            add_dkv(dense_kv(pk->dk.device(), kp.length), dense_kv(pk->dv.device(), kp.length), ck, nk);
+          }
+          for (auto& o : outgoing) poke(o.second->reqs);
         }
-        for (auto& o : outgoing) poke(o.second->reqs);
-      }
-      space_.fence();
+        space_.fence();
+      });
       const double tc1 = now();
       stats_.compute_seconds += tc1 - tc0;
       stats_.compute_cpu_seconds += cpu_now() - cpu0;
@@ -469,7 +485,9 @@ class BackwardRunner {
       }
       stats_.comm_seconds += now() - tc1;
       ++stats_.steps;
-      if (d_.progress) d_.progress(stats_.steps, static_cast<int>(items.size()));
+      latch_.guard([&] {
+        if (d_.progress) d_.progress(stats_.steps, static_cast<int>(items.size()));
+      });
     }
     const double tw1 = now();
     retire(nullptr);
@@ -494,6 +512,7 @@ class BackwardRunner {
   DistOptions d_;
   BackwardOptions bopt_;
   GlobalSplit s_;
+  FailureLatch& latch_;
   int rank_ = 0, P_ = 1;
   Kokkos::View<T*, Mem> pair_dq_, pair_dk_, pair_dv_;
   DistStats stats_;
@@ -503,7 +522,7 @@ class BackwardRunner {
 
 template <class ExecSpace, class T>
 DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
-                             const DistOptions& d, const BackwardOptions& bopt) {
+                             const DistOptions& d, const BackwardOptions& bopt, FailureLatch* outer) {
   // Regions of the area ("kattn::dist", shared helpers) and of this entry point.
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::ring_backward");
@@ -515,13 +534,17 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
   collective_agree(comm, fields);
   require_no_block_mask(opt);
   const GlobalSplit split = sharded_split(comm, p.fwd.q_len, p.fwd.kv_len, d);
-  BackwardRunner<ExecSpace, T> runner(comm, space, p, opt, d, bopt, split);
-  return runner.run();
+  std::optional<FailureLatch> own;
+  if (!outer) own.emplace(comm);
+  BackwardRunner<ExecSpace, T> runner(comm, space, p, opt, d, bopt, split, outer ? *outer : *own);
+  const DistStats stats = runner.run();
+  if (own) own->settle();
+  return stats;
 }
 
 #define KATTN_INSTANTIATE_RING_BACKWARD(Space, T)                                                                   \
   template DistStats ring_backward_impl<Space, T>(MPI_Comm, const Space&, const BackwardParams<T>&, const Options&, \
-                                                  const DistOptions&, const BackwardOptions&);
+                                                  const DistOptions&, const BackwardOptions&, FailureLatch*);
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_RING_BACKWARD)
 
 }  // namespace detail

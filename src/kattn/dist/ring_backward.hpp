@@ -27,9 +27,13 @@ namespace kattn {
 namespace dist {
 namespace detail {
 
+class FailureLatch;
+
+// outer: the latch of an enclosing distributed call (hybrid), which settles failures itself;
+// null: the call has its own latch and settles before returning.
 template <class ExecSpace, class T>
 DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
-                             const DistOptions& d, const BackwardOptions& bopt);
+                             const DistOptions& d, const BackwardOptions& bopt, FailureLatch* outer = nullptr);
 
 }  // namespace detail
 

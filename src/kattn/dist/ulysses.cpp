@@ -29,12 +29,16 @@ DistStats ulysses_forward_impl(MPI_Comm comm, const ExecSpace& space, const Atte
   DistStats stats;
   stats.staged = needs_staging<typename ExecSpace::memory_space>(d.staging);
   const Options local = local_options<ExecSpace, T>(space, p.head_dim, split.Nq * p.group_size(), opt, d);
-  head_sharded_forward<ExecSpace, T>(comm, space, p, split.q_layout, split.kv_layout, stats,
+  FailureLatch latch(comm);
+  head_sharded_forward<ExecSpace, T>(comm, space, p, split.q_layout, split.kv_layout, stats, latch,
                                      [&](const AttentionParams<T>& a, DistStats& s) {
-                                       local_forward(space, a, local, s);
-                                       if (d.progress) d.progress(1, 1);
+                                       latch.guard([&] {
+                                         local_forward(space, a, local, s);
+                                         if (d.progress) d.progress(1, 1);
+                                       });
                                      });
   space.fence();
+  latch.settle();
   stats.steps = 1;
   stats.seconds = now() - t0;
   return stats;

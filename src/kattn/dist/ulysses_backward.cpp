@@ -33,12 +33,16 @@ DistStats ulysses_backward_impl(MPI_Comm comm, const ExecSpace& space, const Bac
   Options local = opt;
   local.progress = nullptr;  // DistOptions::progress reports the call's progress
   const BackwardOptions local_bopt = local_backward_options(space, whole, opt, d, bopt);
-  head_sharded_backward<ExecSpace, T>(comm, space, p, split.q_layout, split.kv_layout, stats,
+  FailureLatch latch(comm);
+  head_sharded_backward<ExecSpace, T>(comm, space, p, split.q_layout, split.kv_layout, stats, latch,
                                       [&](const BackwardParams<T>& b, DistStats& s) {
-                                        local_backward(space, b, local, local_bopt, s);
-                                        if (d.progress) d.progress(1, 1);
+                                        latch.guard([&] {
+                                          local_backward(space, b, local, local_bopt, s);
+                                          if (d.progress) d.progress(1, 1);
+                                        });
                                       });
   space.fence();
+  latch.settle();
   stats.steps = 1;
   stats.seconds = now() - t0;
   return stats;

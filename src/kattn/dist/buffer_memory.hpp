@@ -1,0 +1,24 @@
+// The memory check of the buffers a distributed call allocates up front (message buffers,
+// accumulators, partial workspaces), made inside the call's collective allocation step: a buffer
+// that does not fit on one rank (its memory, or KATTN_MEMORY_LIMIT there) fails on every rank
+// before any transfer. Internal.
+#pragma once
+
+#include <cstdint>
+
+#include "kattn/detail/memory_check.hpp"
+
+namespace kattn {
+namespace dist {
+namespace detail {
+
+template <class MemorySpace>
+void require_buffers(const char* call, std::uint64_t values, std::uint64_t value_bytes) {
+  kattn::detail::require_memory<MemorySpace>(
+      kattn::detail::saturating_mul(values, value_bytes), kattn::detail::concat(call, ": its buffers"),
+      kattn::detail::concat(values, " values of ", value_bytes, " bytes"), "spread the sequence over more ranks");
+}
+
+}  // namespace detail
+}  // namespace dist
+}  // namespace kattn

@@ -1,0 +1,229 @@
+// Failures after the calls' first agreement: a progress callback that throws on one rank at some
+// step, or a memory limit (KATTN_MEMORY_LIMIT) set on one rank only. Every rank must throw the
+// failing rank's error, no rank may hang (ctest runs these under a timeout), and the next call on
+// the same communicator must succeed (no request or message left behind).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "dist_support.hpp"
+#include "kattn/dist/decode.hpp"
+#include "kattn/dist/hybrid.hpp"
+#include "kattn/dist/hybrid_backward.hpp"
+#include "kattn/dist/ring.hpp"
+#include "kattn/dist/ring_backward.hpp"
+#include "kattn/dist/ulysses.hpp"
+#include "kattn/dist/ulysses_backward.hpp"
+
+namespace kattn {
+namespace test {
+namespace {
+
+using dist::DistOptions;
+using dist::SequenceLayout;
+
+enum class Call { ring, ring_backward, ulysses, ulysses_backward, hybrid, hybrid_backward };
+const Call kCalls[] = {Call::ring,   Call::ring_backward,  Call::ulysses, Call::ulysses_backward,
+                       Call::hybrid, Call::hybrid_backward};
+
+const char* name(Call c) {
+  switch (c) {
+    case Call::ring:
+      return "ring";
+    case Call::ring_backward:
+      return "ring_backward";
+    case Call::ulysses:
+      return "ulysses";
+    case Call::ulysses_backward:
+      return "ulysses_backward";
+    case Call::hybrid:
+      return "hybrid";
+    default:
+      return "hybrid_backward";
+  }
+}
+bool is_hybrid(Call c) { return c == Call::hybrid || c == Call::hybrid_backward; }
+
+constexpr std::int64_t kN = 48;  // six chunks of kChunk: several steps in every mode
+constexpr std::int64_t kChunk = 8;
+
+DistOptions options_for(Call c, bool deterministic) {
+  DistOptions d;
+  d.deterministic = deterministic;
+  d.chunk = kChunk;
+  const int P = size_of(MPI_COMM_WORLD);
+  if (is_hybrid(c)) d.ulysses_size = P % 2 == 0 ? 2 : 1;  // 4 ranks: a 2 x 2 grid
+  return d;
+}
+
+// This rank's shard of a problem of kN positions with 2P query and P KV heads (every call splits
+// them), laid out as the call expects, and the call run on it.
+void run(Call c, const DistOptions& d) {
+  const int P = size_of(MPI_COMM_WORLD), Hq = 2 * P, Hkv = P, D = 8;
+  const SequenceLayout layout =
+      is_hybrid(c) ? dist::hybrid_layout(kN, P, d) : SequenceLayout(kN, P, d.sharding, d.deterministic ? kChunk : 1);
+  const std::size_t n = static_cast<std::size_t>(layout.local_length(rank_of(MPI_COMM_WORLD)));
+  View4<double> q("q", 1, n, Hq, D), k("k", 1, n, Hkv, D), v("v", 1, n, Hkv, D), o("o", 1, n, Hq, D);
+  View4<double> dout("do", 1, n, Hq, D), dq("dq", 1, n, Hq, D), dk("dk", 1, n, Hkv, D), dv("dv", 1, n, Hkv, D);
+  View3<double> lse("lse", 1, Hq, n);
+  fill_normal(q, 1), fill_normal(k, 2), fill_normal(v, 3), fill_normal(o, 4), fill_normal(dout, 5);
+  fill_normal(lse, 6);
+  const Kokkos::DefaultExecutionSpace space;
+  const BackwardOptions bopt;
+  switch (c) {
+    case Call::ring:
+      dist::ring_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, Options{}, d);
+      break;
+    case Call::ring_backward:
+      dist::ring_attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, Options{},
+                                    bopt, d);
+      break;
+    case Call::ulysses:
+      dist::ulysses_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, Options{}, d);
+      break;
+    case Call::ulysses_backward:
+      dist::ulysses_attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, Options{},
+                                       bopt, d);
+      break;
+    case Call::hybrid:
+      dist::hybrid_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, Options{}, d);
+      break;
+    case Call::hybrid_backward:
+      dist::hybrid_attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, Options{},
+                                      bopt, d);
+      break;
+  }
+}
+
+// Distributed decode: replicated queries over this rank's keys.
+void run_decode(const DistOptions& d) {
+  const int P = size_of(MPI_COMM_WORLD);
+  const std::size_t n = static_cast<std::size_t>(2 * kChunk);  // whole chunks: the deterministic chain's rule
+  View4<double> q("q", 1, 1, 2 * P, 8), k("k", 1, n, P, 8), v("v", 1, n, P, 8), o("o", 1, 1, 2 * P, 8);
+  View3<double> lse("lse", 1, 2 * P, 1);
+  fill_normal(q, 1), fill_normal(k, 2), fill_normal(v, 3);
+  dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, Options{}, d);
+}
+
+// Every rank returned without an error.
+template <class F>
+void expect_all_succeed(F&& f) {
+  std::string message = "<none>";
+  try {
+    f();
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  const std::vector<std::string> all = allgather_strings(MPI_COMM_WORLD, message);
+  for (std::size_t r = 0; r < all.size(); ++r) EXPECT_EQ(all[r], "<none>") << "rank " << r << " failed";
+}
+
+std::string ranked(int rank, const std::string& text) {
+  return size_of(MPI_COMM_WORLD) > 1 ? "rank " + std::to_string(rank) + ": " + text : text;
+}
+
+// The step of `steps` at which the callback throws.
+enum class When { first, middle, last };
+int step_of(When w, int steps) { return w == When::first ? 1 : w == When::middle ? (steps + 1) / 2 : steps; }
+const char* name(When w) { return w == When::first ? "first" : w == When::middle ? "middle" : "last"; }
+
+TEST(DistMidCallErrors, ProgressThrowsOnOneRank) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  int turn = 0;
+  for (Call c : kCalls)
+    for (bool det : {false, true})
+      for (When w : {When::first, When::middle, When::last}) {
+        const int failing = turn++ % P;  // each rank in turn
+        SCOPED_TRACE(std::string(name(c)) + (det ? " deterministic" : "") + ", " + name(w) + " step, rank " +
+                     std::to_string(failing));
+        const std::string text = "test: progress stopped on rank " + std::to_string(failing);
+        DistOptions d = options_for(c, det);
+        d.progress = [&](int step, int steps) {
+          if (rank == failing && step == step_of(w, steps)) throw Error(text);
+        };
+        expect_same_error([&] { run(c, d); }, ranked(failing, text));
+        expect_all_succeed([&] { run(c, options_for(c, det)); });
+      }
+}
+
+// Which ranks fail depends on timing (a rank that has learned of a failure calls its callback no
+// more), so the report is checked for being one of them, the same on every rank.
+TEST(DistMidCallErrors, ProgressThrowsOnEveryRankOneFailureIsReported) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  for (Call c : kCalls)
+    for (bool det : {false, true}) {
+      SCOPED_TRACE(std::string(name(c)) + (det ? " deterministic" : ""));
+      DistOptions d = options_for(c, det);
+      d.progress = [&](int, int) { throw Error("test: progress stopped on rank " + std::to_string(rank)); };
+      const std::string msg = expect_same_error([&] { run(c, d); }, "test: progress stopped on rank ");
+      bool names_itself = false;
+      for (int r = 0; r < P; ++r)
+        names_itself = names_itself ||
+                       msg.find(ranked(r, "test: progress stopped on rank " + std::to_string(r))) != std::string::npos;
+      EXPECT_TRUE(names_itself) << msg;
+      expect_all_succeed([&] { run(c, options_for(c, det)); });
+    }
+}
+
+// KATTN_MEMORY_LIMIT on this rank only, for one scope.
+struct MemoryLimitHere {
+  explicit MemoryLimitHere(bool here, const char* bytes = "1") : set(here) {
+    if (set) setenv("KATTN_MEMORY_LIMIT", bytes, 1);
+  }
+  ~MemoryLimitHere() {
+    if (set) unsetenv("KATTN_MEMORY_LIMIT");
+  }
+  bool set;
+};
+
+TEST(DistMidCallErrors, MemoryLimitOnOneRank) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD), failing = P - 1;
+  const std::string limit = "allowed (KATTN_MEMORY_LIMIT)";
+  for (Call c : kCalls)
+    for (bool det : {false, true}) {
+      SCOPED_TRACE(std::string(name(c)) + (det ? " deterministic" : ""));
+      const std::string msg = expect_same_error(
+          [&] {
+            const MemoryLimitHere scope(rank == failing);
+            run(c, options_for(c, det));
+          },
+          limit);
+      EXPECT_NE(msg.find(ranked(failing, "")), std::string::npos) << msg;
+      expect_all_succeed([&] { run(c, options_for(c, det)); });
+    }
+  for (bool det : {false, true}) {
+    SCOPED_TRACE(std::string("decode") + (det ? " deterministic" : ""));
+    DistOptions d;
+    d.deterministic = det;
+    d.chunk = kChunk;
+    const std::string msg = expect_same_error(
+        [&] {
+          const MemoryLimitHere scope(rank == failing);
+          run_decode(d);
+        },
+        limit);
+    EXPECT_NE(msg.find(ranked(failing, "")), std::string::npos) << msg;
+    expect_all_succeed([&] { run_decode(d); });
+  }
+}
+
+// The inner local backward's own memory check failing on one rank in the middle of the
+// deterministic tour (which allocates its packages as they travel, past the up-front check): the
+// latch, not the up-front check, must bring that error to every rank.
+TEST(DistMidCallErrors, InnerCallMemoryCheckFailsMidTour) {
+  const int rank = rank_of(MPI_COMM_WORLD), failing = size_of(MPI_COMM_WORLD) - 1;
+  const std::string msg = expect_same_error(
+      [&] {
+        const MemoryLimitHere scope(rank == failing, "2000");
+        run(Call::ring_backward, options_for(Call::ring_backward, true));
+      },
+      "kattn::backward: the workspace");
+  EXPECT_NE(msg.find(ranked(failing, "kattn::backward")), std::string::npos) << msg;
+  expect_all_succeed([&] { run(Call::ring_backward, options_for(Call::ring_backward, true)); });
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace kattn
