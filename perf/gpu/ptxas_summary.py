@@ -1,19 +1,12 @@
 #!/usr/bin/env python3
 """Summarises nvcc -Xptxas -v output (argv[1]) into one line per kernel and architecture."""
 import re
-import subprocess
 import sys
+
+from demangle import demangle
 
 raw = open(sys.argv[1], errors="replace").read().splitlines()
 toolkit = sys.argv[2] if len(sys.argv) > 2 else ""
-
-
-def demangle(names):
-    try:
-        out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True).stdout
-        return out.splitlines()
-    except (OSError, subprocess.CalledProcessError):
-        return names
 
 
 def short(name):

@@ -103,7 +103,7 @@ Agreed Agreed::real(const char* argument, const char* what, double v) {
 
 namespace {
 
-int free_library_comm(MPI_Comm, int, void* attr, void*) {
+int free_cached_dup(MPI_Comm, int, void* attr, void*) {
   MPI_Comm* dup = static_cast<MPI_Comm*>(attr);
   MPI_Comm_free(dup);
   delete dup;
@@ -112,9 +112,8 @@ int free_library_comm(MPI_Comm, int, void* attr, void*) {
 
 }  // namespace
 
-MPI_Comm library_comm(MPI_Comm comm) {
-  static int key = MPI_KEYVAL_INVALID;
-  if (key == MPI_KEYVAL_INVALID) MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &free_library_comm, &key, nullptr);
+MPI_Comm cached_dup(MPI_Comm comm, int& key) {
+  if (key == MPI_KEYVAL_INVALID) MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &free_cached_dup, &key, nullptr);
   void* value = nullptr;
   int found = 0;
   MPI_Comm_get_attr(comm, key, &value, &found);
@@ -123,6 +122,11 @@ MPI_Comm library_comm(MPI_Comm comm) {
   MPI_Comm_dup(comm, dup);
   MPI_Comm_set_attr(comm, key, dup);
   return *dup;
+}
+
+MPI_Comm library_comm(MPI_Comm comm) {
+  static int key = MPI_KEYVAL_INVALID;
+  return cached_dup(comm, key);
 }
 
 std::vector<std::int64_t> allgather(MPI_Comm comm, std::int64_t local) {

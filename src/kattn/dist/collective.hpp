@@ -73,5 +73,9 @@ std::vector<std::int64_t> allgather(MPI_Comm comm, std::int64_t local);
 // caller's, whatever tags they use.
 MPI_Comm library_comm(MPI_Comm comm);
 
+// A duplicate of comm cached on it under the attribute `key` (MPI_KEYVAL_INVALID on first use, set
+// here): made collectively on first use, freed when comm is freed. Each user keeps its own key.
+MPI_Comm cached_dup(MPI_Comm comm, int& key);
+
 }  // namespace dist
 }  // namespace kattn

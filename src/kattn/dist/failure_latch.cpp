@@ -7,26 +7,11 @@ namespace dist {
 namespace detail {
 namespace {
 
-int free_notice_comm(MPI_Comm, int, void* attr, void*) {
-  MPI_Comm* dup = static_cast<MPI_Comm*>(attr);
-  MPI_Comm_free(dup);
-  delete dup;
-  return MPI_SUCCESS;
-}
-
 // The notices' own duplicate of comm (made on first use, cached on it): they never meet the
 // call's messages, whatever tags the call uses.
 MPI_Comm notice_comm(MPI_Comm comm) {
   static int key = MPI_KEYVAL_INVALID;
-  if (key == MPI_KEYVAL_INVALID) MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &free_notice_comm, &key, nullptr);
-  void* value = nullptr;
-  int found = 0;
-  MPI_Comm_get_attr(comm, key, &value, &found);
-  if (found) return *static_cast<MPI_Comm*>(value);
-  MPI_Comm* dup = new MPI_Comm;
-  MPI_Comm_dup(comm, dup);
-  MPI_Comm_set_attr(comm, key, dup);
-  return *dup;
+  return cached_dup(comm, key);
 }
 
 }  // namespace
