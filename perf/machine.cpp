@@ -16,6 +16,7 @@ namespace {
 
 template <class T>
 double fma_peak() {
+#if KATTN_HOST_SIMD
   // One register of the widest ISA compiled for (the library's SIMD width), and as many
   // independent chains as latency x throughput needs without spilling.
   constexpr int kBytes = detail::simd::kBytes;
@@ -40,6 +41,9 @@ double fma_peak() {
   for (int r = 0; r < kAcc; ++r) sink += acc[r][0];
   asm volatile("" : : "x"(sink));
   return 2.0 * W * kAcc * iters / best / 1e9;
+#else  // no host SIMD layer (a GPU compiler's device pass of this file, a device-shaped build)
+  return 0;
+#endif
 }
 
 std::size_t status_field(const char* key) {
@@ -74,6 +78,7 @@ double stream_read_gbs(std::size_t bytes) {
 }
 
 double stream_read_streams_gbs(std::size_t bytes, int streams) {
+#if KATTN_HOST_SIMD
   using V = detail::simd::vec<float>;
   constexpr int W = detail::simd::width<float>();
   constexpr int kAcc = 8;
@@ -94,6 +99,10 @@ double stream_read_streams_gbs(std::size_t bytes, int streams) {
   }
   asm volatile("" : : "x"(sink));
   return double(a.size() * sizeof(float)) / best / 1e9;
+#else  // no host SIMD layer (a GPU compiler's device pass of this file, a device-shaped build)
+  (void)bytes, (void)streams;
+  return 0;
+#endif
 }
 
 double stream_copy_gbs(std::size_t bytes) {

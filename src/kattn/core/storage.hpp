@@ -73,16 +73,22 @@ constexpr const char* storage_name() {
 
 namespace core {
 
-KATTN_CORE_INLINE float float_from_bits(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
+// The bits of `from` as a To, in host and device code (HIP's device pass has no std::memcpy;
+// clang's builtin is the same copy there).
+template <class To, class From>
+KATTN_CORE_INLINE To bit_copy(const From& from) {
+  static_assert(sizeof(To) == sizeof(From), "bit_copy: the types must have one size");
+  To to;
+#if defined(__HIP_DEVICE_COMPILE__)
+  __builtin_memcpy(&to, &from, sizeof to);
+#else
+  std::memcpy(&to, &from, sizeof to);
+#endif
+  return to;
 }
-KATTN_CORE_INLINE std::uint32_t bits_of(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
+
+KATTN_CORE_INLINE float float_from_bits(std::uint32_t u) { return bit_copy<float>(u); }
+KATTN_CORE_INLINE std::uint32_t bits_of(float f) { return bit_copy<std::uint32_t>(f); }
 
 // binary16 bits to float, exactly (every binary16 value is a float).
 KATTN_CORE_INLINE float fp16_bits_to_float(std::uint16_t h) {
