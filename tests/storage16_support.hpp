@@ -147,10 +147,11 @@ double textbook_row_in(const AttentionParams<double>& p, const Options& opt, con
 // The accuracy rule over every query row of p (the exact inputs, host memory), for kattn's o and
 // lse (flattened in the layout of p's o and lse). S: the storage of o; the baseline is the
 // textbook in S. Where the textbook in S is exact (one key per row, or none) kattn must be within
-// 1e-6, the floor of float accumulation.
+// 1e-6, the floor of float accumulation. `allowance` widens the bound for a result computed from
+// inputs that were themselves rounded to S beyond the textbook's (a merge of 16-bit parts).
 template <class S>
 void expect_16bit_rule(const AttentionParams<double>& p, const Options& opt, const std::vector<double>& o,
-                       const std::vector<double>& lse, const std::string& what) {
+                       const std::vector<double>& lse, const std::string& what, double allowance = 0) {
   std::vector<double> ref(p.head_dim), tb(p.head_dim);
   double err = 0, err_tb = 0, lse_rel = 0;
   bool nan_mismatch = false;
@@ -180,7 +181,7 @@ void expect_16bit_rule(const AttentionParams<double>& p, const Options& opt, con
       }
   EXPECT_FALSE(nan_mismatch) << what
                              << ": NaN (or unwritten elements) where the reference has none, or none where it has";
-  EXPECT_LE(err, std::max(2 * err_tb, 1e-6))
+  EXPECT_LE(err, std::max(2 * err_tb, 1e-6) + allowance)
       << what << ": o max error (the textbook in " << storage_name<S>() << ": " << err_tb << ")";
   EXPECT_LE(lse_rel, 1e-5) << what << ": lse relative error";
 }
