@@ -6,7 +6,8 @@
 // page when Hkv * head_dim * sizeof(T) >= 4 KB, where hardware prefetchers stop and every row costs
 // a TLB miss. So a team takes several consecutive KV heads (heads_per_team, all of them on the
 // host when the scratch allows) and folds each key tile for each of them in turn: together they
-// read the tile's keys whole and in order. K and V rows are read in place through per-key pointers
+// read the tile's keys whole. With one row per head (decode without GQA) they read them in memory
+// order too, key by key across the heads (the pair order of row_tiles.hpp). K and V rows are read in place through per-key pointers
 // (dense, ragged and paged alike; copied and zero-padded only when the head dim is not a multiple
 // of the lanes), and the next tile's rows are prefetched while the current one is folded. A cache
 // stored in 16 bits is widened in registers as its rows are loaded, so it streams half the bytes.
@@ -136,8 +137,23 @@ struct RowTiles : TileArgs<T, Q, KV> {
     if (geo.in_place) c.cur = 1 - c.cur;
   }
 
+  // One row per head: S and P V over (key, head) pairs in memory order (row_tiles.hpp).
+  KOKKOS_INLINE_FUNCTION bool values_of_heads_together() const { return pair_order<T>(geo); }
+  // Keys the pair order prefetches ahead: about row_tile_prefetch_bytes of K (or V) rows.
+  KOKKOS_INLINE_FUNCTION int keys_ahead() const {
+    const std::size_t key_bytes = std::size_t(geo.heads) * geo.dims_p * sizeof(KV);
+    const std::size_t ahead = Tn::row_tile_prefetch_bytes / key_bytes;
+    return ahead > 0 ? static_cast<int>(ahead) : 1;
+  }
+
   // S = Q K^T for every head of the team, keys in memory order.
   KOKKOS_INLINE_FUNCTION void scores(const Member& member, const Tiles& s, const Cursor& c, int keys) const {
+    if (pair_order<T>(geo)) {
+      pair_scores<Member, T>(
+          member, geo, keys, keys_ahead(), [&](int hl) { return static_cast<const T*>(head(s, hl).q); },
+          [&](int hl) { return k_head_offset(hl); }, [&](int hl) { return head(s, hl).s; }, c.krow, c.knext, c.n_next);
+      return;
+    }
     row_scores<Member, T>(
         member, geo, keys, geo.heads, [&](int hl) { return static_cast<const T*>(head(s, hl).q); },
         [&](int hl) { return k_head_offset(hl); }, [&](int hl) { return head(s, hl).s; }, c.krow, c.knext, c.n_next);
@@ -154,6 +170,14 @@ struct RowTiles : TileArgs<T, Q, KV> {
   // O = diag(alpha) O + P V, the next tile's V rows prefetched.
   KOKKOS_INLINE_FUNCTION void values(const Member& member, const Head& h, const Cursor& c, int hl, int n_keys) const {
     row_values(member, geo, n_keys, h.s, c.vrow, v_head_offset(hl), h.o, h.alpha, c.vnext, c.n_next);
+  }
+
+  // O_h = diag(alpha_h) O_h + P_h V_h for every head at once, when values_of_heads_together().
+  KOKKOS_INLINE_FUNCTION void values_of_heads(const Member& member, const Tiles& s, const Cursor& c, int n_keys) const {
+    pair_values<Member, T>(
+        member, geo, n_keys, keys_ahead(), [&](int hl) { return static_cast<const T*>(head(s, hl).s); },
+        [&](int hl) { return v_head_offset(hl); }, [&](int hl) { return head(s, hl).o; },
+        [&](int hl) { return head(s, hl).alpha[0]; }, c.vrow, c.vnext, c.n_next);
   }
 
   // Row pointers (first head of the team) of the tile at kb into buffer `buf`, walking pages

@@ -251,6 +251,153 @@ KOKKOS_INLINE_FUNCTION void row_scores(const Member& member, const RowTileGeomet
   });
 }
 
+// ---- one row per KV head: (key, head) pairs in memory order -----------------------------------
+//
+// A decode with one query per KV head (GQA 1:1) has one row per head, and the rows of a key's
+// heads lie side by side ([seq, heads, dim] caches and pages). Read head by head over a block of
+// keys, the reads jump between keys inside each 4 KB page whenever a page holds more than one key
+// (a 16-bit cache of 8 heads at D = 128 holds two), and the L2 streamer, which follows one
+// direction per page, loses them: such a decode read at about 0.7 of the streaming rate on
+// 16-bit caches (perf/RESULTS.md). So these teams read every (key, head) pair in memory order,
+// for S and again for P V, and prefetch the pairs `ahead` keys on: one stream per tile, as a
+// streaming read has.
+
+// Row j of a tile of `keys` rows, else of the next tile (`n_next` rows), else none.
+template <class KV>
+KOKKOS_INLINE_FUNCTION const KV* row_ahead(const RowPtr<KV>* rows, int keys, const RowPtr<KV>* next, int n_next,
+                                           int j) {
+  if (j < keys) return rows[j].p;
+  j -= keys;
+  return next && j < n_next ? next[j].p : nullptr;
+}
+
+template <class KV>
+KOKKOS_INLINE_FUNCTION void prefetch_row(const KV* p, int dims) {
+  constexpr int line = 64 / static_cast<int>(sizeof(KV));
+  for (int d = 0; d < dims; d += line) prefetch_line(p + d);
+}
+
+#if KATTN_HOST_SIMD
+// Pairs [t_begin, t_end) (t = key * heads + head, multiples of the lanes): W dot products at a
+// time whose lane sums come out of one shuffle tree, as score_row's; Q rows are read from L1.
+template <class T, int NQ, class KV, class HeadQ, class HeadOff, class HeadS>
+inline void score_pairs(int t_begin, int t_end, int keys, int heads, int ahead, const HeadQ& head_q,
+                        const HeadOff& head_off, const HeadS& head_s, const RowPtr<KV>* krow, const RowPtr<KV>* knext,
+                        int n_next) {
+  using V = simd::vec<T>;
+  constexpr int W = simd::width<T>();
+  int j = t_begin / heads, hl = t_begin % heads;
+  for (int t0 = t_begin; t0 < t_end; t0 += W) {
+    std::array<V, W> acc;
+    int js[W], hs[W];
+#pragma GCC unroll 16
+    for (int i = 0; i < W; ++i) {
+      const std::ptrdiff_t off = head_off(hl);
+      if (const KV* a = row_ahead(krow, keys, knext, n_next, j + ahead)) prefetch_row(a + off, NQ * W);
+      std::array<V, NQ> qv;
+      row_simd::load_strided<T, NQ>(qv, head_q(hl), W, 0, std::make_index_sequence<NQ>());
+      acc[i] = row_simd::dot_row<T, NQ>(qv, krow[j].p + off, std::make_index_sequence<NQ>());
+      js[i] = j, hs[i] = hl;
+      if (++hl == heads) hl = 0, ++j;
+    }
+    T sums[W];
+    simd::store(sums, simd::sum_lanes<T>(acc));
+    for (int i = 0; i < W; ++i) head_s(hs[i])[js[i]] = sums[i];
+  }
+}
+
+// O_h = diag(alpha_h) O_h + P_h V_h for heads [h_begin, h_end), keys outer: the V rows are read in
+// memory order and the heads' O rows (one per head) stay in L1.
+template <class T, int NV, class KV, class HeadP, class HeadOff, class HeadO, class HeadAlpha>
+inline void value_pairs(int keys, int h_begin, int h_end, int ahead, const HeadP& head_p, const HeadOff& head_off,
+                        const HeadO& head_o, const HeadAlpha& head_alpha, const RowPtr<KV>* vrow,
+                        const RowPtr<KV>* vnext, int n_next) {
+  constexpr int W = simd::width<T>();
+  for (int hl = h_begin; hl < h_end; ++hl) {
+    T* o = head_o(hl);
+    const T alpha = head_alpha(hl);
+    for (int v = 0; v < NV; ++v) simd::store(o + v * W, rescaled_o(simd::load(o + v * W), alpha));
+  }
+  for (int j = 0; j < keys; ++j)
+    for (int hl = h_begin; hl < h_end; ++hl) {
+      const std::ptrdiff_t off = head_off(hl);
+      if (const KV* a = row_ahead(vrow, keys, vnext, n_next, j + ahead)) prefetch_row(a + off, NV * W);
+      const T a = head_p(hl)[j];
+      const KV* vr = vrow[j].p + off;
+      T* o = head_o(hl);
+      for (int v = 0; v < NV; ++v) simd::store(o + v * W, simd::load(o + v * W) + a * simd::load_as<T>(vr + v * W));
+    }
+}
+#endif
+
+// Whether a team's tiles take the pair order: one row per head, several heads, K/V rows read in
+// place, a head dim of 1, 2, 4, 6 or 8 vectors (host SIMD only).
+template <class T>
+KOKKOS_INLINE_FUNCTION bool pair_order(const RowTileGeometry& g) {
+#if KATTN_HOST_SIMD
+  const int n = g.dims_p / row_lanes<T>();
+  return g.rows_p == 1 && g.heads > 1 && g.in_place && (n == 1 || n == 2 || n == 4 || n == 6 || n == 8);
+#else
+  (void)g;
+  return false;
+#endif
+}
+
+// S_h (one row, `keys` keys) = q_h K_h^T for every head of the team, the pairs split over the
+// team's threads in blocks of the lanes.
+template <class Member, class T, class HeadQ, class HeadOff, class HeadS, class KV>
+KOKKOS_INLINE_FUNCTION void pair_scores(const Member& member, const RowTileGeometry& g, int keys, int ahead,
+                                        const HeadQ& head_q, const HeadOff& head_off, const HeadS& head_s,
+                                        const RowPtr<KV>* krow, const RowPtr<KV>* knext, int n_next) {
+#if KATTN_HOST_SIMD
+  constexpr int W = simd::width<T>();
+  const int blocks = keys * g.heads / W;
+  const int per_thread = (blocks + member.team_size() - 1) / member.team_size();
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, member.team_size()), [&](const int part) {
+    const int t_begin = part * per_thread * W;
+    const int t_end = (part + 1) * per_thread < blocks ? (part + 1) * per_thread * W : blocks * W;
+    if (t_begin >= t_end) return;
+    switch (g.dims_p / W) {
+#define KATTN_PAIR_SCORES(NQ)                                                                                        \
+  case NQ:                                                                                                           \
+    return score_pairs<T, NQ>(t_begin, t_end, keys, g.heads, ahead, head_q, head_off, head_s, krow, knext, n_next);
+      KATTN_PAIR_SCORES(1) KATTN_PAIR_SCORES(2) KATTN_PAIR_SCORES(4) KATTN_PAIR_SCORES(6) KATTN_PAIR_SCORES(8)
+#undef KATTN_PAIR_SCORES
+      default: break;
+    }
+  });
+#else
+  (void)member, (void)g, (void)keys, (void)ahead, (void)head_q, (void)head_off, (void)head_s, (void)krow, (void)knext,
+      (void)n_next;
+#endif
+}
+
+// O_h = diag(alpha_h) O_h + P_h V_h for every head of the team, the heads split over its threads.
+template <class Member, class T, class HeadP, class HeadOff, class HeadO, class HeadAlpha, class KV>
+KOKKOS_INLINE_FUNCTION void pair_values(const Member& member, const RowTileGeometry& g, int keys, int ahead,
+                                        const HeadP& head_p, const HeadOff& head_off, const HeadO& head_o,
+                                        const HeadAlpha& head_alpha, const RowPtr<KV>* vrow, const RowPtr<KV>* vnext,
+                                        int n_next) {
+#if KATTN_HOST_SIMD
+  constexpr int W = simd::width<T>();
+  const int ts = member.team_size();
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, ts), [&](const int part) {
+    const int h_begin = part * g.heads / ts, h_end = (part + 1) * g.heads / ts;
+    switch (g.dims_p / W) {
+#define KATTN_PAIR_VALUES(NV)                                                                                        \
+  case NV:                                                                                                           \
+    return value_pairs<T, NV>(keys, h_begin, h_end, ahead, head_p, head_off, head_o, head_alpha, vrow, vnext, n_next);
+      KATTN_PAIR_VALUES(1) KATTN_PAIR_VALUES(2) KATTN_PAIR_VALUES(4) KATTN_PAIR_VALUES(6) KATTN_PAIR_VALUES(8)
+#undef KATTN_PAIR_VALUES
+      default: break;
+    }
+  });
+#else
+  (void)member, (void)g, (void)keys, (void)ahead, (void)head_p, (void)head_off, (void)head_o, (void)head_alpha,
+      (void)vrow, (void)vnext, (void)n_next;
+#endif
+}
+
 // ---- online softmax on row-major S -------------------------------------------------------------
 
 // Row r of S keeps keys [begin, end) of its first `keys`; the others get -inf. Thread-level.

@@ -67,7 +67,8 @@ struct TileArgs {
 
 // The loop. Layout derives from TileArgs<T> and provides, per team: carve (its scratch arrays),
 // first_tile / stage / end_tile (K/V rows ready for a tile), scores, and per KV head of the team:
-// softcap, tile_max, exponentiate, values, plus element access q_at(h, r, d) (d < q_dims()),
+// softcap, tile_max, exponentiate, values (or, when values_of_heads_together(), values_of_heads
+// for all heads after their softmax), plus element access q_at(h, r, d) (d < q_dims()),
 // score(h, r, j), out(h, r, d), v_row(c, hl, j) and the state vectors of head(s, hl).
 template <class ExecSpace, class T, class Layout>
 struct TileLoop : Layout {
@@ -107,7 +108,14 @@ struct TileLoop : Layout {
                           (this->bs.active() && !this->bs.all_listed(mrows, kb, kb + n_keys - 1));
       this->scores(member, s, c, keys);
       member.team_barrier();
-      for (int hl = 0; hl < this->heads(); ++hl) fold_head(member, w, kb, n_keys, keys, masked, s, c, hl);
+      // Layouts that read V in one pass for all heads (one-row-per-head decode) fold P V after
+      // every head's softmax; masked tiles take the per-head path with its NaN policy.
+      const bool together = !masked && this->values_of_heads_together();
+      for (int hl = 0; hl < this->heads(); ++hl) fold_head(member, w, kb, n_keys, keys, masked, !together, s, c, hl);
+      if (together) {
+        this->values_of_heads(member, s, c, n_keys);
+        member.team_barrier();
+      }
       this->end_tile(c);
       kb = next;
     }
@@ -127,7 +135,7 @@ struct TileLoop : Layout {
 
   // The scores of KV head hl of the team folded into its rows' states and output.
   KOKKOS_INLINE_FUNCTION void fold_head(const Member& member, const TileWork& w, std::int64_t kb, int n_keys, int keys,
-                                        bool masked, const Tiles& s, const Cursor& c, int hl) const {
+                                        bool masked, bool fold_values, const Tiles& s, const Cursor& c, int hl) const {
     const Head h = this->head(s, hl);
     if (this->cap_log2 != T(0)) {
       this->softcap(member, h, keys);
@@ -143,6 +151,7 @@ struct TileLoop : Layout {
     member.team_barrier();
     this->exponentiate(member, h, keys);
     member.team_barrier();
+    if (!fold_values) return;
     const auto v_at = [&](int j) { return this->v_row(c, hl, j); };
     if (masked && !values_finite<Member, T>(member, n_keys, this->p.head_dim, v_at))
       values_over_seen_keys(member, w, kb, n_keys, h, w.hk + hl, v_at);

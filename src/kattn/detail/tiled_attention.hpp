@@ -150,6 +150,9 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
   KOKKOS_INLINE_FUNCTION void exponentiate(const Member& member, const Head& h, int) const {
     exponentiate_columns(member, h.st, geo.keys_p, geo.rows_p, h.tile_max, h.l);
   }
+  // Values are folded head by head (TileLoop).
+  KOKKOS_INLINE_FUNCTION bool values_of_heads_together() const { return false; }
+  KOKKOS_INLINE_FUNCTION void values_of_heads(const Member&, const Tiles&, const Cursor&, int) const {}
   // O^T = O^T diag(alpha) + V^T P^T.
   KOKKOS_INLINE_FUNCTION void values(const Member& member, const Head& h, const Cursor& c, int, int) const {
     TeamTileGemm<R, J>::invoke(member, geo.dims_p, geo.rows_p, geo.keys_p, c.v, 1, c.v_row, h.st, geo.rows_p, h.ot,

@@ -88,6 +88,9 @@ struct Tuning {
   // decode reads each row once, scattered (one KV head's rows are head_dim apart in a
   // [seq, heads, dim] cache, pages anywhere), which the hardware prefetchers follow poorly.
   static constexpr bool row_tile_prefetch = host;
+  // How far ahead the pair order of one-row-per-head decode prefetches (row_tiles.hpp): 32 KB,
+  // which reached the streaming rate in one run where 8 KB and the whole next tile did not.
+  static constexpr std::size_t row_tile_prefetch_bytes = 32 * 1024;
 };
 
 // The team policy of the tiled kernels. Scheduled dynamically: under a causal mask or a window
