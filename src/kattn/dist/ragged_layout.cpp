@@ -22,7 +22,7 @@ std::vector<std::int64_t> ragged_local_indptr(const std::vector<std::int64_t>& g
                   global_indptr[b + 1], " at positions ", b, " and ", b + 1);
     KATTN_REQUIRE(n % pieces == 0, argument, ": sequence ", b, " has ", n, " positions, not a multiple of ", pieces,
                   " (", name(sharding), " sharding over ", ranks,
-                  " ranks cuts every sequence into that many equal pieces); pad it");
+                  " ranks cuts every sequence into that many equal pieces): pad it");
     local[b + 1] = local[b] + n / ranks;
   }
   return local;
