@@ -182,6 +182,26 @@ TEST(RingRagged, FloatGqaSoftcapLongerSequences) {
   }
 }
 
+TEST(RingRagged, WithoutLse) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  const std::vector<std::int64_t> g = offsets(lengths_in(P, {4, 0, 3}));
+  const auto global_layout = make_ragged_layout<TestMemory>(indptr_view(g), indptr_view(g));
+  View3<double> q("q", g.back(), 2, 8), k("k", g.back(), 1, 8), v("v", g.back(), 1, 8), o("o", g.back(), 2, 8);
+  View2<double> lse("lse", g.back(), 2);
+  fill_normal(q, 7), fill_normal(k, 8), fill_normal(v, 9);
+  Options causal;
+  causal.causal = true;
+  attention(TestSpace(), q, kv::ragged(k, v, global_layout), o, lse, causal);
+  const std::vector<std::int64_t> rows = dist::ragged_positions(g, rank, P, Sharding::contiguous);
+  const std::vector<std::int64_t> local = dist::ragged_local_indptr(g, P, Sharding::contiguous);
+  const auto layout = make_ragged_layout<TestMemory>(indptr_view(local), indptr_view(local));
+  View3<double> lo("o", rows.size(), 2, 8);
+  dist::ring_attention(MPI_COMM_WORLD, TestSpace(), take_rows<double>(q, rows, "q"),
+                       kv::ragged(take_rows<double>(k, rows, "k"), take_rows<double>(v, rows, "v"), layout), lo,
+                       View2<double>(), causal);
+  expect_near(compare_rows(lo, o, rows), kDoubleTol, true, "o without lse");
+}
+
 TEST(RingRagged, LocalIndptrAndPositions) {
   // Two ranks, zigzag: sequence 0 of 8 cut into 4 pieces of 2, rank 0 holding pieces 0 and 3.
   const std::vector<std::int64_t> g{0, 8, 8, 12};
