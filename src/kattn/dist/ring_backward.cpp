@@ -526,8 +526,8 @@ class BackwardRunner {
 
 // The fields the ring's backward agrees on: the problem's and the backward options.
 template <class T>
-std::vector<Agreed> backward_fields(DistCall call, const BackwardParams<T>& p, const Options& opt,
-                                    const DistOptions& d, const BackwardOptions& bopt) {
+std::vector<Agreed> ring_backward_fields(DistCall call, const BackwardParams<T>& p, const Options& opt,
+                                         const DistOptions& d, const BackwardOptions& bopt) {
   std::vector<Agreed> fields = problem_fields(call, p.fwd, opt, d);
   fields.push_back(Agreed::boolean("backward options", "deterministic", bopt.deterministic));
   fields.push_back(Agreed::integer("backward options", "dq strategy", static_cast<int>(bopt.dq)));
@@ -544,7 +544,7 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
   // Regions of the area ("kattn::dist", shared helpers) and of this entry point.
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::ring_backward");
-  collective_agree(comm, backward_fields(DistCall::ring_attention_backward, p, opt, d, bopt));
+  collective_agree(comm, ring_backward_fields(DistCall::ring_attention_backward, p, opt, d, bopt));
   require_no_block_mask(opt);
   const GlobalSplit split = sharded_split(comm, p.fwd.q_len, p.fwd.kv_len, d);
   std::optional<FailureLatch> own;
@@ -562,7 +562,7 @@ DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const
   using Mem = typename ExecSpace::memory_space;
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::ring_backward");
-  collective_agree(comm, backward_fields(DistCall::ring_attention_backward_ragged, p, opt, d, bopt));
+  collective_agree(comm, ring_backward_fields(DistCall::ring_attention_backward_ragged, p, opt, d, bopt));
   require_no_block_mask(opt);
   const RaggedPieces<Mem> rp = ragged_pieces<Mem>(comm, lengths, opt, d);
   const AttentionParams<T>& f = p.fwd;
