@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "batch_inputs.hpp"
 #include "dist_commands.hpp"
+#include "dist_ragged_run.hpp"
 #include "dtype.hpp"
 #include "dist_files.hpp"
 #include "dist_io.hpp"
@@ -135,6 +137,7 @@ int run_distributed(Args& args, const std::string& mode) {
     bool check = false;
     Console console;
     std::vector<std::string> input_args;  // the input flags, read by every rank (and rank 0's --check)
+    std::optional<BatchInputs> batch;     // a ragged batch (--dist ring): read whole by every rank
     dist::collective_check(comm, [&] {
       KATTN_REQUIRE(mode_number(mode) >= 0, "--dist: expected ring, ulysses, hybrid or decode, got '", mode, "'");
       read_grid(args, mode, P, d);
@@ -151,6 +154,11 @@ int run_distributed(Args& args, const std::string& mode) {
       KATTN_REQUIRE(!args.has("--check-rows"), "--check-rows: --dist checks every row (--check)");
       console = read_console(args);
       opt = read_options(args);
+      if (wants_batch_inputs(args)) {
+        KATTN_REQUIRE(mode == "ring", "--dist ", mode, ": a ragged batch goes round the ring only (--dist ring)");
+        batch = read_batch_inputs(args, "--dist ring over a ragged batch runs in f32 or f64");
+        KATTN_REQUIRE(!batch->paged, "--page-size: --dist ring takes a ragged batch, not a paged cache");
+      }
       for (const char* f : {"--random", "--seed", "--dtype", "--layout", "--q", "--k", "--v"})
         if (auto value = args.value(f)) input_args.insert(input_args.end(), {f, *value});
       args.finish();
@@ -161,6 +169,7 @@ int run_distributed(Args& args, const std::string& mode) {
       if (out_path) check_output_file("--out", *out_path);
       if (lse_path) check_output_file("--lse", *lse_path);
     });
+    if (batch) return run_ragged_ring(comm, *batch, opt, d, out_path, lse_path, check, console);
 
     DenseSource src;
     const DenseInputs in = describe_on_every_rank(comm, "run", input_args, "", src);

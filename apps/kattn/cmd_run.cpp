@@ -80,7 +80,8 @@ const char* kRunUsage =
     "                 sharded, an all-to-all gives each rank Hq/P heads of the whole sequence (Hq a\n"
     "                 multiple of P); hybrid: ulysses inside groups of U ranks, the ring across the P/U\n"
     "                 groups; decode: the KV cache sharded, the queries replicated; rank 0 reads,\n"
-    "                 scatters, gathers and writes)\n";
+    "                 scatters, gathers and writes); --dist ring also takes a ragged batch, every sequence\n"
+    "                 sharded (its length a multiple of P, of 2P with --zigzag)\n";
 
 // Queries per sequence up to which a run is decode-like (memory-bound: reading K and V is the
 // cost), so the K+V read rate means something.

@@ -149,7 +149,8 @@ TEST(DistErrors, RanksInDifferentCallsAllThrow) {
           dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse);
       },
       "call: expected distributed call (0 ring_attention, 1 ring_attention_backward, 2 decode_attention, 3 "
-      "ulysses_attention, 4 ulysses_attention_backward, 5 hybrid_attention, 6 hybrid_attention_backward) 0 (from rank "
+      "ulysses_attention, 4 ulysses_attention_backward, 5 hybrid_attention, 6 hybrid_attention_backward, 7 "
+      "ring_attention over a ragged batch, 8 ring_attention_backward over a ragged batch) 0 (from rank "
       "0), got 2 on rank 1");
 }
 

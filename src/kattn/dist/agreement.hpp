@@ -44,7 +44,9 @@ enum class DistCall : int {
   ulysses_attention = 3,
   ulysses_attention_backward = 4,
   hybrid_attention = 5,
-  hybrid_attention_backward = 6
+  hybrid_attention_backward = 6,
+  ring_attention_ragged = 7,
+  ring_attention_backward_ragged = 8
 };
 
 // Which call this rank is in, as the first field every call agrees on.
@@ -52,7 +54,8 @@ inline Agreed call_field(DistCall call) {
   return Agreed::integer("call",
                          "distributed call (0 ring_attention, 1 ring_attention_backward, 2 decode_attention, 3 "
                          "ulysses_attention, 4 ulysses_attention_backward, 5 hybrid_attention, 6 "
-                         "hybrid_attention_backward)",
+                         "hybrid_attention_backward, 7 ring_attention over a ragged batch, 8 "
+                         "ring_attention_backward over a ragged batch)",
                          static_cast<int>(call));
 }
 

@@ -17,6 +17,7 @@
 #include "kattn/dist/failure_latch.hpp"
 #include "kattn/dist/fold_kernels.hpp"
 #include "kattn/dist/pack.hpp"
+#include "kattn/dist/ragged_pieces.hpp"
 #include "kattn/dist/shard_math.hpp"
 #include "kattn/dist/transport.hpp"
 
@@ -45,7 +46,8 @@ std::int64_t piece_rows(std::int64_t seg_len) {
 // Deterministic mode: this many key segments received ahead.
 constexpr std::size_t kReceiveWindow = 4;
 
-// T: q, o and the accumulation type; KV: the storage of k and v, in which they travel.
+// T: q, o and the accumulation type; KV: the storage of k and v, in which they travel. ragged:
+// the pieces of a ragged batch whose piece-major rows p and the split stand for (ragged_pieces.hpp).
 template <class ExecSpace, class T, class KV>
 class RingRunner {
  public:
@@ -53,8 +55,9 @@ class RingRunner {
   using Buffer = MessageBuffer<KV, Mem>;
 
   RingRunner(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T, T, KV>& p, const Options& opt,
-             const DistOptions& d, const GlobalSplit& split, FailureLatch& latch)
-      : comm_(comm), space_(space), p_(p), opt_(opt), d_(d), s_(split), latch_(latch) {
+             const DistOptions& d, const GlobalSplit& split, FailureLatch& latch,
+             const RaggedPieces<Mem>* ragged = nullptr)
+      : comm_(comm), space_(space), p_(p), opt_(opt), d_(d), s_(split), latch_(latch), ragged_(ragged) {
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &P_);
     stats_.staged = needs_staging<Mem>(d.staging);
@@ -112,10 +115,9 @@ class RingRunner {
   void fold_pair(std::int64_t qi, std::int64_t qg, std::int64_t nq, const Held& h, const Segment& ks,
                  std::vector<MPI_Request>& reqs) {
     const int H = p_.heads_q, Hkv = p_.heads_kv, D = p_.head_dim;
-    const Options o = shard_options(opt_, qg, nq, s_.Nq, ks.global, ks.length, s_.Nk);
-    const std::int64_t pairs = visible_pairs(o, nq, ks.length);
+    Options o = shard_options(opt_, qg, nq, s_.Nq, ks.global, ks.length, s_.Nk);
+    double pairs = double(visible_pairs(o, nq, ks.length));
     if (pairs == 0) return;
-    stats_.flops += 4.0 * D * double(pairs) * p_.batch * H;
     AttentionParams<T, T, KV> q = p_;
     q.q = p_.q + qi * p_.q_stride_seq;
     q.q_len = nq;
@@ -131,7 +133,9 @@ class RingRunner {
     q.o_stride_batch = nq * H * D, q.o_stride_seq = std::int64_t(H) * D, q.o_stride_head = D;
     q.lse = ws_lse_.data();
     q.lse_stride_batch = nq * H, q.lse_stride_head = 1, q.lse_stride_seq = H;
-    kattn::detail::attention_impl(space_, q, o, BatchLengths{});
+    if (ragged_) pairs = ragged_->pair_call(q, o, opt_.causal && qg == ks.global);
+    stats_.flops += 4.0 * D * pairs * p_.batch * H;
+    kattn::detail::attention_impl(space_, q, o, ragged_ ? ragged_->piece : BatchLengths{});
     launch_rows(space_, "kattn::dist::ring::fold",
                 FoldPartials<ExecSpace, T>{acc_, PartialRows<T>{ws_o_.data(), ws_lse_.data(), nq, qi, 1}});
     poke(reqs);
@@ -150,11 +154,14 @@ class RingRunner {
     acc_.batch = p_.batch, acc_.heads = H, acc_.head_dim = p_.head_dim, acc_.q_len = p_.q_len;
   }
 
+  // Query rows per launch of the ring: a ragged pair is one call over every sequence's part.
+  std::int64_t rows_per_launch(std::int64_t seg_len) const { return ragged_ ? seg_len : piece_rows(seg_len); }
+
   // The most query rows one launch takes: the partial workspace is sized for them up front.
   std::int64_t max_piece_rows() const {
     std::int64_t rows = 0;
     for (const Segment& qs : s_.q_layout.segments_of(rank_))
-      rows = std::max(rows, std::min(piece_rows(qs.length), qs.length));
+      rows = std::max(rows, std::min(rows_per_launch(qs.length), qs.length));
     return rows;
   }
 
@@ -223,7 +230,7 @@ class RingRunner {
                                 : Held{kb[cur].device(), vb[cur].device(), held, at};
           at += ks.length;
           for (const Segment& qs : q_segs) {
-            const std::int64_t step = piece_rows(qs.length);
+            const std::int64_t step = rows_per_launch(qs.length);
             for (std::int64_t off = 0; off < qs.length; off += step)
               fold_pair(qs.local + off, qs.global + off, std::min(step, qs.length - off), h, ks, reqs);
           }
@@ -418,6 +425,7 @@ class RingRunner {
   DistOptions d_;
   GlobalSplit s_;
   FailureLatch& latch_;
+  const RaggedPieces<Mem>* ragged_;
   int rank_ = 0, P_ = 1;
   Kokkos::View<T*, Mem> ml_, ws_o_, ws_lse_;
   RowAccumulator<T> acc_;
@@ -443,10 +451,51 @@ DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const Attenti
   return stats;
 }
 
+template <class ExecSpace, class T>
+DistStats ring_ragged_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p,
+                                   const BatchLengths& lengths, const Options& opt, const DistOptions& d) {
+  using Mem = typename ExecSpace::memory_space;
+  compat::ScopedRegion area("kattn::dist");
+  compat::ScopedRegion region("kattn::dist::ring");
+  collective_agree(comm, problem_fields(DistCall::ring_attention_ragged, p, opt, d));
+  require_no_block_mask(opt);
+  const RaggedPieces<Mem> rp = ragged_pieces<Mem>(comm, lengths, opt, d);
+  const int H = p.heads_q, Hkv = p.heads_kv, D = p.head_dim;
+  const std::int64_t nq = rp.q_local.back(), nk = rp.kv_local.back();
+  // Piece-major copies of q, k, v and the outputs, in one collective step.
+  Kokkos::View<T*, Mem> q, k, v, o, lse;
+  collective_check(comm, [&] {
+    const std::uint64_t q_elems = std::uint64_t(nq) * H * D, kv_elems = std::uint64_t(nk) * Hkv * D;
+    require_buffers<Mem>("kattn::dist::ring_attention", 2 * q_elems + 2 * kv_elems + std::uint64_t(nq) * H,
+                         sizeof(T));
+    q = piece_major_array<T>(space, "kattn::dist::ragged::q", q_elems);
+    o = piece_major_array<T>(space, "kattn::dist::ragged::o", q_elems);
+    k = piece_major_array<T>(space, "kattn::dist::ragged::k", kv_elems);
+    v = piece_major_array<T>(space, "kattn::dist::ragged::v", kv_elems);
+    lse = piece_major_array<T>(space, "kattn::dist::ragged::lse", std::uint64_t(nq) * H);
+  });
+  to_piece_major(space, rp.q_rows, p.q, p.q_stride_seq, p.q_stride_head, q.data(), H, D);
+  to_piece_major(space, rp.kv_rows, p.k, p.k_stride_seq, p.k_stride_head, k.data(), Hkv, D);
+  to_piece_major(space, rp.kv_rows, p.v, p.v_stride_seq, p.v_stride_head, v.data(), Hkv, D);
+  const AttentionParams<T> pm =
+      piece_major_params(p, nq, nk, q.data(), k.data(), v.data(), o.data(), p.lse ? lse.data() : nullptr);
+  FailureLatch latch(comm);
+  RingRunner<ExecSpace, T, T> runner(comm, space, pm, opt, d, rp.split, latch, &rp);
+  const DistStats stats = runner.run();
+  latch.settle();
+  from_piece_major(space, rp.q_rows, o.data(), p.o, p.o_stride_seq, p.o_stride_head, H, D);
+  if (p.lse) from_piece_major(space, rp.q_rows, lse.data(), p.lse, p.lse_stride_seq, p.lse_stride_head, H, 1);
+  space.fence();
+  return stats;
+}
+
 #define KATTN_INSTANTIATE_RING_KV(Space, T, KV)                                                                \
   template DistStats ring_forward_impl<Space, T, KV>(MPI_Comm, const Space&, const AttentionParams<T, T, KV>&, \
                                                      const Options&, const DistOptions&, FailureLatch*);
-#define KATTN_INSTANTIATE_RING(Space, T) KATTN_INSTANTIATE_RING_KV(Space, T, T)
+#define KATTN_INSTANTIATE_RING(Space, T)                                                                       \
+  KATTN_INSTANTIATE_RING_KV(Space, T, T)                                                                       \
+  template DistStats ring_ragged_forward_impl<Space, T>(MPI_Comm, const Space&, const AttentionParams<T>&,     \
+                                                        const BatchLengths&, const Options&, const DistOptions&);
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_RING)
 // 16-bit K/V under float queries (16-bit queries are widened first: dense_call.hpp).
 #define KATTN_INSTANTIATE_16BIT_RING(Space, S) KATTN_INSTANTIATE_RING_KV(Space, float, S)

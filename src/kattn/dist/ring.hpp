@@ -9,12 +9,15 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <type_traits>
 
 #include "kattn/core/attention_params.hpp"
 #include "kattn/detail/attention_impl.hpp"
+#include "kattn/attention.hpp"
 #include "kattn/dist/dense_call.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/layout.hpp"
+#include "kattn/dist/ragged_layout.hpp"
 #include "kattn/kv.hpp"
 #include "kattn/options.hpp"
 #include "kattn/shapes.hpp"
@@ -32,6 +35,12 @@ class FailureLatch;
 template <class ExecSpace, class T, class KV>
 DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T, T, KV>& p,
                             const Options& opt, const DistOptions& d, FailureLatch* outer = nullptr);
+
+// A ragged batch (ragged_pieces.hpp): p the ragged params of this rank's packed arrays, lengths its
+// local lengths. Float and double.
+template <class ExecSpace, class T>
+DistStats ring_ragged_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p,
+                                   const BatchLengths& lengths, const Options& opt, const DistOptions& d);
 
 }  // namespace detail
 
@@ -56,6 +65,36 @@ DistStats ring_attention(MPI_Comm comm, const ExecSpace& space, const QView& q, 
   return detail::dense_forward<detail::KV16::as_stored>(
       detail::DistCall::ring_attention, comm, space, q, kv, o, lse, opt, d,
       [](const auto&... a) { return detail::ring_forward_impl(a...); });
+}
+
+// Forward attention of a ragged batch (ragged_layout.hpp): every sequence sharded over `comm` as the
+// dense call shards one sequence (d.sharding), each rank holding its piece(s) of every sequence
+// packed in sequence order: the arguments of kattn::attention with kv::ragged, local:
+//   q, o [total_q_r, Hq, D], kv::ragged(k, v, layout) with k, v [total_kv_r, Hkv, D] and the layout
+//   of the local indptr (ragged_local_indptr: the same on every rank), lse [total_q_r, Hq] (or empty).
+// Options: causal (each sequence's own triangle; its keys must be its queries) or full, softcap,
+// scale, GQA; no window, diagonal shift, block mask or deterministic mode (one ragged call has one
+// diagonal shift for every sequence). Zigzag needs every local length even. Float or double.
+// Collective, with collective errors, like the dense call. Returns this rank's measurements.
+template <class ExecSpace, class QView, class KView, class VView, class MemorySpace, class OView, class LseView>
+DistStats ring_attention(MPI_Comm comm, const ExecSpace& space, const QView& q,
+                         const kv::Ragged<KView, VView, MemorySpace>& kv, const OView& o, const LseView& lse,
+                         const Options& opt = {}, const DistOptions& d = {}) {
+  static_assert(kattn::detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>() &&
+                    kattn::detail::layout_accessible_from<ExecSpace, MemorySpace>(),
+                "kattn::dist::ring_attention: the views and the layout must be accessible from the execution space");
+  using S = typename OView::non_const_value_type;
+  static_assert(std::is_same_v<S, float> || std::is_same_v<S, double>,
+                "kattn::dist::ring_attention: a ragged batch takes float or double arrays");
+  comm = library_comm(comm);  // kattn's traffic apart from the caller's
+  kattn::detail::params_of<QView, KView, VView, OView, LseView> p;
+  collective_check(comm, [&] {
+    validate(opt);
+    detail::validate(d);
+    p = ragged_params(q, kv.k, kv.v, o, lse, kv.layout);
+  });
+  detail::agree_call<S>(comm, detail::DistCall::ring_attention_ragged);
+  return detail::ring_ragged_forward_impl(comm, space, p, kv.layout.lengths, opt, d);
 }
 
 // The same without the LSE.

@@ -17,6 +17,7 @@
 #include "kattn/dist/buffer_memory.hpp"
 #include "kattn/dist/failure_latch.hpp"
 #include "kattn/dist/pack.hpp"
+#include "kattn/dist/ragged_pieces.hpp"
 #include "kattn/dist/shard_math.hpp"
 #include "kattn/dist/transport.hpp"
 
@@ -32,6 +33,8 @@ enum : int { kTagK = 0, kTagV = 1, kTagDk = 2, kTagDv = 3, kTagTour = 4 };
 // Outgoing packages the tour keeps in flight before it waits for those it safely can (memory).
 constexpr std::size_t kTourWindow = 4;
 
+// ragged: the pieces of a ragged batch whose piece-major rows p and the split stand for
+// (ragged_pieces.hpp).
 template <class ExecSpace, class T>
 class BackwardRunner {
  public:
@@ -39,8 +42,9 @@ class BackwardRunner {
   using Buffer = MessageBuffer<T, Mem>;
 
   BackwardRunner(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
-                 const DistOptions& d, const BackwardOptions& bopt, const GlobalSplit& split, FailureLatch& latch)
-      : comm_(comm), space_(space), p_(p), opt_(opt), d_(d), bopt_(bopt), s_(split), latch_(latch) {
+                 const DistOptions& d, const BackwardOptions& bopt, const GlobalSplit& split, FailureLatch& latch,
+                 const RaggedPieces<Mem>* ragged = nullptr)
+      : comm_(comm), space_(space), p_(p), opt_(opt), d_(d), bopt_(bopt), s_(split), latch_(latch), ragged_(ragged) {
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &P_);
     stats_.staged = needs_staging<Mem>(d.staging);
@@ -99,10 +103,9 @@ class BackwardRunner {
   bool pair(std::int64_t qi, std::int64_t qg, std::int64_t nq, const T* k, const T* v, std::int64_t held,
             std::int64_t kj, std::int64_t kg, std::int64_t nk) {
     const int H = f().heads_q, Hkv = f().heads_kv, D = f().head_dim;
-    const Options o = shard_options(opt_, qg, nq, s_.Nq, kg, nk, s_.Nk);
-    const std::int64_t pairs = visible_pairs(o, nq, nk);
+    Options o = shard_options(opt_, qg, nq, s_.Nq, kg, nk, s_.Nk);
+    double pairs = double(visible_pairs(o, nq, nk));
     if (pairs == 0) return false;
-    stats_.flops += 10.0 * D * double(pairs) * f().batch * H;  // 5 tile products of 2 D flops per pair
     ensure_pair_workspace(nq, nk);
     BackwardParams<T> b = p_;
     AttentionParams<T>& a = b.fwd;
@@ -125,6 +128,8 @@ class BackwardRunner {
     b.dk_stride_batch = b.dv_stride_batch = nk * Hkv * D;
     b.dk_stride_seq = b.dv_stride_seq = std::int64_t(Hkv) * D;
     b.dk_stride_head = b.dv_stride_head = D;
+    if (ragged_) pairs = ragged_->pair_call(a, o, opt_.causal && qg == kg);
+    stats_.flops += 10.0 * D * pairs * f().batch * H;  // 5 tile products of 2 D flops per pair
     kattn::detail::backward_impl(space_, b, o, bopt_);
     return true;
   }
@@ -513,10 +518,23 @@ class BackwardRunner {
   BackwardOptions bopt_;
   GlobalSplit s_;
   FailureLatch& latch_;
+  const RaggedPieces<Mem>* ragged_;
   int rank_ = 0, P_ = 1;
   Kokkos::View<T*, Mem> pair_dq_, pair_dk_, pair_dv_;
   DistStats stats_;
 };
+
+// The fields the ring's backward agrees on: the problem's and the backward options.
+template <class T>
+std::vector<Agreed> ring_backward_fields(DistCall call, const BackwardParams<T>& p, const Options& opt,
+                                         const DistOptions& d, const BackwardOptions& bopt) {
+  std::vector<Agreed> fields = problem_fields(call, p.fwd, opt, d);
+  fields.push_back(Agreed::boolean("backward options", "deterministic", bopt.deterministic));
+  fields.push_back(Agreed::integer("backward options", "dq strategy", static_cast<int>(bopt.dq)));
+  fields.push_back(Agreed::integer("backward options", "dq_chunks", bopt.dq_chunks));
+  fields.push_back(Agreed::integer("options", "block_q", opt.block_q));
+  return fields;
+}
 
 }  // namespace
 
@@ -526,12 +544,7 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
   // Regions of the area ("kattn::dist", shared helpers) and of this entry point.
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::ring_backward");
-  std::vector<Agreed> fields = problem_fields(DistCall::ring_attention_backward, p.fwd, opt, d);
-  fields.push_back(Agreed::boolean("backward options", "deterministic", bopt.deterministic));
-  fields.push_back(Agreed::integer("backward options", "dq strategy", static_cast<int>(bopt.dq)));
-  fields.push_back(Agreed::integer("backward options", "dq_chunks", bopt.dq_chunks));
-  fields.push_back(Agreed::integer("options", "block_q", opt.block_q));
-  collective_agree(comm, fields);
+  collective_agree(comm, ring_backward_fields(DistCall::ring_attention_backward, p, opt, d, bopt));
   require_no_block_mask(opt);
   const GlobalSplit split = sharded_split(comm, p.fwd.q_len, p.fwd.kv_len, d);
   std::optional<FailureLatch> own;
@@ -542,9 +555,65 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
   return stats;
 }
 
+template <class ExecSpace, class T>
+DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p,
+                                    const BatchLengths& lengths, const Options& opt, const DistOptions& d,
+                                    const BackwardOptions& bopt) {
+  using Mem = typename ExecSpace::memory_space;
+  compat::ScopedRegion area("kattn::dist");
+  compat::ScopedRegion region("kattn::dist::ring_backward");
+  collective_agree(comm, ring_backward_fields(DistCall::ring_attention_backward_ragged, p, opt, d, bopt));
+  require_no_block_mask(opt);
+  const RaggedPieces<Mem> rp = ragged_pieces<Mem>(comm, lengths, opt, d);
+  const AttentionParams<T>& f = p.fwd;
+  const int H = f.heads_q, Hkv = f.heads_kv, D = f.head_dim;
+  const std::int64_t nq = rp.q_local.back(), nk = rp.kv_local.back();
+  // Piece-major copies of every array, in one collective step.
+  Kokkos::View<T*, Mem> q, o, dout, dq, lse, k, v, dk, dv;
+  collective_check(comm, [&] {
+    const std::uint64_t q_elems = std::uint64_t(nq) * H * D, kv_elems = std::uint64_t(nk) * Hkv * D;
+    require_buffers<Mem>("kattn::dist::ring_attention_backward",
+                         4 * q_elems + 4 * kv_elems + std::uint64_t(nq) * H, sizeof(T));
+    const auto array = [&](const char* label, std::uint64_t n) { return piece_major_array<T>(space, label, n); };
+    q = array("kattn::dist::ragged::q", q_elems), o = array("kattn::dist::ragged::o", q_elems);
+    dout = array("kattn::dist::ragged::dout", q_elems), dq = array("kattn::dist::ragged::dq", q_elems);
+    lse = array("kattn::dist::ragged::lse", std::uint64_t(nq) * H);
+    k = array("kattn::dist::ragged::k", kv_elems), v = array("kattn::dist::ragged::v", kv_elems);
+    dk = array("kattn::dist::ragged::dk", kv_elems), dv = array("kattn::dist::ragged::dv", kv_elems);
+  });
+  to_piece_major(space, rp.q_rows, f.q, f.q_stride_seq, f.q_stride_head, q.data(), H, D);
+  to_piece_major(space, rp.q_rows, f.o, f.o_stride_seq, f.o_stride_head, o.data(), H, D);
+  to_piece_major(space, rp.q_rows, p.dout, p.do_stride_seq, p.do_stride_head, dout.data(), H, D);
+  to_piece_major(space, rp.q_rows, f.lse, f.lse_stride_seq, f.lse_stride_head, lse.data(), H, 1);
+  to_piece_major(space, rp.kv_rows, f.k, f.k_stride_seq, f.k_stride_head, k.data(), Hkv, D);
+  to_piece_major(space, rp.kv_rows, f.v, f.v_stride_seq, f.v_stride_head, v.data(), Hkv, D);
+  BackwardParams<T> pm = p;
+  pm.fwd = piece_major_params(f, nq, nk, q.data(), k.data(), v.data(), o.data(), lse.data());
+  pm.dout = dout.data(), pm.dq = dq.data();
+  pm.do_stride_batch = pm.dq_stride_batch = pm.fwd.q_stride_batch;
+  pm.do_stride_seq = pm.dq_stride_seq = pm.fwd.q_stride_seq;
+  pm.do_stride_head = pm.dq_stride_head = pm.fwd.q_stride_head;
+  pm.dk = dk.data(), pm.dv = dv.data();
+  pm.dk_stride_batch = pm.dv_stride_batch = pm.fwd.k_stride_batch;
+  pm.dk_stride_seq = pm.dv_stride_seq = pm.fwd.k_stride_seq;
+  pm.dk_stride_head = pm.dv_stride_head = pm.fwd.k_stride_head;
+  FailureLatch latch(comm);
+  BackwardRunner<ExecSpace, T> runner(comm, space, pm, opt, d, bopt, rp.split, latch, &rp);
+  const DistStats stats = runner.run();
+  latch.settle();
+  from_piece_major(space, rp.q_rows, dq.data(), p.dq, p.dq_stride_seq, p.dq_stride_head, H, D);
+  from_piece_major(space, rp.kv_rows, dk.data(), p.dk, p.dk_stride_seq, p.dk_stride_head, Hkv, D);
+  from_piece_major(space, rp.kv_rows, dv.data(), p.dv, p.dv_stride_seq, p.dv_stride_head, Hkv, D);
+  space.fence();
+  return stats;
+}
+
 #define KATTN_INSTANTIATE_RING_BACKWARD(Space, T)                                                                   \
   template DistStats ring_backward_impl<Space, T>(MPI_Comm, const Space&, const BackwardParams<T>&, const Options&, \
-                                                  const DistOptions&, const BackwardOptions&, FailureLatch*);
+                                                  const DistOptions&, const BackwardOptions&, FailureLatch*);       \
+  template DistStats ring_ragged_backward_impl<Space, T>(MPI_Comm, const Space&, const BackwardParams<T>&,          \
+                                                         const BatchLengths&, const Options&, const DistOptions&,   \
+                                                         const BackwardOptions&);
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_RING_BACKWARD)
 
 }  // namespace detail

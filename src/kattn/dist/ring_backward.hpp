@@ -15,7 +15,9 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <type_traits>
 
+#include "kattn/attention.hpp"
 #include "kattn/backward.hpp"
 #include "kattn/detail/attention_impl.hpp"
 #include "kattn/dist/dense_call.hpp"
@@ -34,6 +36,13 @@ class FailureLatch;
 template <class ExecSpace, class T>
 DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
                              const DistOptions& d, const BackwardOptions& bopt, FailureLatch* outer = nullptr);
+
+// A ragged batch (ragged_pieces.hpp): p the ragged params of this rank's packed arrays, lengths its
+// local lengths.
+template <class ExecSpace, class T>
+DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p,
+                                    const BatchLengths& lengths, const Options& opt, const DistOptions& d,
+                                    const BackwardOptions& bopt);
 
 }  // namespace detail
 
@@ -57,6 +66,36 @@ DistStats ring_attention_backward(MPI_Comm comm, const ExecSpace& space, const Q
                 "kattn::dist::ring_attention_backward: the views must be accessible from the execution space");
   return detail::dense_backward(detail::DistCall::ring_attention_backward, comm, space, q, kv, o, lse, dout, dq, dk, dv,
                                 opt, bopt, d, [](const auto&... a) { return detail::ring_backward_impl(a...); });
+}
+
+// The gradients of ring_attention over a ragged batch: the arguments of kattn::attention_backward with
+// kv::ragged, local and sharded as that ring_attention shards them: q, o, dout, dq [total_q_r, Hq, D];
+// kv::ragged(k, v, layout) and dk, dv [total_kv_r, Hkv, D]; lse [total_q_r, Hq], the one
+// ring_attention returned. Options, rules and errors as for that forward; float or double.
+template <class ExecSpace, class QView, class KView, class VView, class MemorySpace, class OView, class LseView,
+          class DoView, class DqView, class DkView, class DvView>
+DistStats ring_attention_backward(MPI_Comm comm, const ExecSpace& space, const QView& q,
+                                  const kv::Ragged<KView, VView, MemorySpace>& kv, const OView& o, const LseView& lse,
+                                  const DoView& dout, const DqView& dq, const DkView& dk, const DvView& dv,
+                                  const Options& opt = {}, const BackwardOptions& bopt = {},
+                                  const DistOptions& d = {}) {
+  static_assert(kattn::detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView,
+                                                        DkView, DvView>() &&
+                    kattn::detail::layout_accessible_from<ExecSpace, MemorySpace>(),
+                "kattn::dist::ring_attention_backward: the views and the layout must be accessible from the execution "
+                "space");
+  using S = typename DqView::non_const_value_type;
+  static_assert(std::is_same_v<S, float> || std::is_same_v<S, double>,
+                "kattn::dist::ring_attention_backward: a ragged batch takes float or double arrays");
+  comm = library_comm(comm);  // kattn's traffic apart from the caller's
+  BackwardParams<S> p;
+  collective_check(comm, [&] {
+    validate(opt);
+    detail::validate(d);
+    p = ragged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout);
+  });
+  detail::agree_call<S>(comm, detail::DistCall::ring_attention_backward_ragged);
+  return detail::ring_ragged_backward_impl(comm, space, p, kv.layout.lengths, opt, d, bopt);
 }
 
 }  // namespace dist

@@ -1,0 +1,167 @@
+#include "dist_ragged_run.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <cstdio>
+#include <vector>
+
+#include "dist_files.hpp"
+#include "dist_io.hpp"
+#include "dtype.hpp"
+#include "inputs.hpp"
+#include "json.hpp"
+#include "run_check.hpp"
+#include "kattn/dist/collective.hpp"
+#include "kattn/dist/ragged_layout.hpp"
+#include "kattn/dist/ring.hpp"
+#include "kattn/reference.hpp"
+
+namespace kattn {
+namespace cli {
+namespace {
+
+struct RaggedRun {
+  std::vector<double> o, lse;  // this rank's rows
+  dist::DistStats stats;       // worst rank: max of seconds, compute, comm, bytes
+};
+
+// Rows `rows` of a packed [total, width] array.
+std::vector<double> take_rows(const std::vector<double>& all, const std::vector<std::int64_t>& rows,
+                              std::int64_t width) {
+  std::vector<double> out;
+  out.reserve(rows.size() * width);
+  for (std::int64_t r : rows) out.insert(out.end(), all.begin() + r * width, all.begin() + (r + 1) * width);
+  return out;
+}
+
+// Rank 0 gets the packed [total, width] array of every rank's rows (others an empty vector).
+std::vector<double> gather_rows(MPI_Comm comm, const std::vector<double>& local, const std::vector<std::int64_t>& rows,
+                                std::int64_t total, std::int64_t width) {
+  int rank = 0, P = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &P);
+  const int n = static_cast<int>(rows.size());
+  std::vector<int> counts(P), offsets(P);
+  MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm);
+  int all_rows = 0;
+  for (int r = 0; r < P; ++r) offsets[r] = all_rows, all_rows += counts[r];
+  std::vector<std::int64_t> where(rank == 0 ? all_rows : 0);
+  MPI_Gatherv(rows.data(), n, MPI_INT64_T, where.data(), counts.data(), offsets.data(), MPI_INT64_T, 0, comm);
+  std::vector<int> value_counts(P), value_offsets(P);
+  for (int r = 0; r < P; ++r) value_counts[r] = counts[r] * int(width), value_offsets[r] = offsets[r] * int(width);
+  std::vector<double> values(rank == 0 ? std::size_t(all_rows) * width : 0);
+  MPI_Gatherv(local.data(), n * int(width), MPI_DOUBLE, values.data(), value_counts.data(), value_offsets.data(),
+              MPI_DOUBLE, 0, comm);
+  if (rank != 0) return {};
+  std::vector<double> out(std::size_t(total) * width);
+  for (std::size_t i = 0; i < where.size(); ++i)
+    std::copy(values.begin() + i * width, values.begin() + (i + 1) * width, out.begin() + where[i] * width);
+  return out;
+}
+
+double max_over(MPI_Comm comm, double x) {
+  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, comm);
+  return x;
+}
+
+template <class T>
+RaggedRun run_as(MPI_Comm comm, const BatchInputs& in, const std::vector<std::int64_t>& q_rows,
+                 const std::vector<std::int64_t>& kv_rows, const std::vector<std::int64_t>& q_local,
+                 const std::vector<std::int64_t>& kv_local, const Options& opt, const dist::DistOptions& d) {
+  const std::int64_t nq = q_rows.size(), nk = kv_rows.size();
+  const auto q = to_view<Tensor3<T>>(take_rows(in.q, q_rows, in.Hq * in.D), "q", nq, in.Hq, in.D);
+  const auto k = to_view<Tensor3<T>>(take_rows(in.k, kv_rows, in.Hkv * in.D), "k", nk, in.Hkv, in.D);
+  const auto v = to_view<Tensor3<T>>(take_rows(in.v, kv_rows, in.Hkv * in.D), "v", nk, in.Hkv, in.D);
+  Tensor3<T> o(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), nq, in.Hq, in.D);
+  Tensor2<T> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), nq, in.Hq);
+  poison(o);
+  poison(lse);
+  const auto layout = make_ragged_layout(index_view(q_local, "q_indptr"), index_view(kv_local, "kv_indptr"));
+  const Kokkos::DefaultExecutionSpace space;
+  space.fence();
+  MPI_Barrier(comm);
+  RaggedRun run;
+  run.stats = dist::ring_attention(comm, space, q, kv::ragged(k, v, layout), o, lse, opt, d);
+  run.stats.seconds = max_over(comm, run.stats.seconds);
+  run.stats.compute_seconds = max_over(comm, run.stats.compute_seconds);
+  run.stats.comm_seconds = max_over(comm, run.stats.comm_seconds);
+  run.stats.bytes_sent = static_cast<std::int64_t>(max_over(comm, double(run.stats.bytes_sent)));
+  run.o = from_view(o);
+  run.lse = from_view(lse);
+  return run;
+}
+
+// The float64 reference on the whole batch (rank 0, --check).
+void reference_of(const BatchInputs& in, const Options& opt, std::vector<double>& o_ref, std::vector<double>& lse_ref) {
+  const auto q = to_view<Tensor3<double>>(in.q, "q", in.total_q(), in.Hq, in.D);
+  const auto k = to_view<Tensor3<double>>(in.k, "k", in.kv_rows(), in.Hkv, in.D);
+  const auto v = to_view<Tensor3<double>>(in.v, "v", in.kv_rows(), in.Hkv, in.D);
+  Tensor3<double> o("o", in.total_q(), in.Hq, in.D);
+  Tensor2<double> lse("lse", in.total_q(), in.Hq);
+  reference(Kokkos::DefaultExecutionSpace(), q, k, v, o, lse,
+            make_ragged_layout(index_view(in.q_indptr, "q_indptr"), index_view(in.kv_indptr, "kv_indptr")), opt);
+  Kokkos::fence();
+  o_ref = from_view(o), lse_ref = from_view(lse);
+}
+
+}  // namespace
+
+int run_ragged_ring(MPI_Comm comm, const BatchInputs& in, const Options& opt, const dist::DistOptions& d,
+                    const std::optional<std::string>& out_path, const std::optional<std::string>& lse_path, bool check,
+                    const Console& console) {
+  int rank = 0, P = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &P);
+  std::vector<std::int64_t> q_rows, kv_rows, q_local, kv_local;
+  dist::collective_check(comm, [&] {
+    q_rows = dist::ragged_positions(in.q_indptr, rank, P, d.sharding, "--q-indptr");
+    kv_rows = dist::ragged_positions(in.kv_indptr, rank, P, d.sharding, "--kv-indptr");
+    q_local = dist::ragged_local_indptr(in.q_indptr, P, d.sharding, "--q-indptr");
+    kv_local = dist::ragged_local_indptr(in.kv_indptr, P, d.sharding, "--kv-indptr");
+  });
+  const RaggedRun run = with_storage(in.dtype, [&](auto t) -> RaggedRun {
+    using T = decltype(t);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+      return run_as<T>(comm, in, q_rows, kv_rows, q_local, kv_local, opt, d);
+    else
+      return {};  // refused when the inputs were read
+  });
+  const std::vector<double> o_all = gather_rows(comm, run.o, q_rows, in.total_q(), in.Hq * in.D);
+  const std::vector<double> lse_all = gather_rows(comm, run.lse, q_rows, in.total_q(), in.Hq);
+  return on_rank0(comm, [&]() -> int {
+    std::FILE* text = console.text();
+    const double flops = batch_attention_flops(in, opt), secs = run.stats.seconds;
+    std::fprintf(text,
+                 "kattn run: dist=ring ranks=%d sharding=%s algo=flash dtype=%s ragged batch of %lld sequences, %lld "
+                 "queries, %lld keys, Hq=%lld Hkv=%lld D=%lld%s\n",
+                 P, dist::name(d.sharding), dtype_name(in.dtype), (long long)in.batch(), (long long)in.total_q(),
+                 (long long)in.kv_rows(), (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
+                 opt.causal ? " causal" : "");
+    std::fprintf(text,
+                 "time: %.6f s, %.2f GFLOP/s (%.2f per rank); slowest rank: compute %.6f s, exposed communication "
+                 "%.6f s; bytes sent per rank (max): %lld\n",
+                 secs, secs > 0 ? flops / secs / 1e9 : 0.0, secs > 0 ? flops / secs / 1e9 / P : 0.0,
+                 run.stats.compute_seconds, run.stats.comm_seconds, (long long)run.stats.bytes_sent);
+    Json j;
+    j.add("algo", "flash").add("dist", "ring").add("ranks", P).add("sharding", dist::name(d.sharding));
+    j.add("dtype", dtype_name(in.dtype)).add("layout", "ragged").add("batch", (long long)in.batch());
+    j.add("shape", std::vector<long long>{in.batch(), in.total_q(), in.kv_rows(), in.Hq, in.Hkv, in.D});
+    j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D").add("causal", opt.causal);
+    j.add("seconds", secs).add("gflops", secs > 0 ? flops / secs / 1e9 : 0.0);
+    j.add("compute_seconds", run.stats.compute_seconds).add("comm_seconds", run.stats.comm_seconds);
+    j.add("bytes_sent_per_rank", (long long)run.stats.bytes_sent);
+    if (out_path) write_array(*out_path, in.dtype, {in.total_q(), in.Hq, in.D}, o_all);
+    if (lse_path) write_array(*lse_path, lse_dtype(in.dtype), {in.total_q(), in.Hq}, lse_all);
+    int status = 0;
+    if (check) {
+      std::vector<double> o_ref, lse_ref;
+      reference_of(in, opt, o_ref, lse_ref);
+      status = check_verdict(compare(o_all, o_ref), compare(lse_all, lse_ref), in.dtype,
+                             "all " + std::to_string(in.total_q() * in.Hq) + " rows", text, j, "run");
+    }
+    console.finish(j);
+    return status;
+  });
+}
+
+}  // namespace cli
+}  // namespace kattn

@@ -1,0 +1,26 @@
+// kattn run --dist ring over a ragged batch (the one-process run's ragged inputs, CLI.md): every
+// rank reads or draws the whole batch and keeps its rows (dist::ragged_positions: each sequence
+// sharded as the dense ring shards one), runs dist::ring_attention on them, and rank 0 gathers o
+// and lse in packed order to write them and to --check them against the float64 reference.
+#pragma once
+
+#include <mpi.h>
+
+#include <optional>
+#include <string>
+
+#include "batch_inputs.hpp"
+#include "console.hpp"
+#include "kattn/dist/dist_options.hpp"
+#include "kattn/options.hpp"
+
+namespace kattn {
+namespace cli {
+
+// After the flags are agreed; returns rank 0's exit status on every rank.
+int run_ragged_ring(MPI_Comm comm, const BatchInputs& in, const Options& opt, const dist::DistOptions& d,
+                    const std::optional<std::string>& out_path, const std::optional<std::string>& lse_path, bool check,
+                    const Console& console);
+
+}  // namespace cli
+}  // namespace kattn

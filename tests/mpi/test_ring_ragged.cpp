@@ -1,0 +1,292 @@
+// Ring attention over ragged batches: every sequence of a packed batch sharded over the ranks
+// (ragged_layout.hpp), forward and backward against the one-process kattn::attention and
+// kattn::attention_backward with kv::ragged on the whole batch; and the collective errors of the
+// ragged ring's rules.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dist_support.hpp"
+#include "kattn/attention.hpp"
+#include "kattn/dist/ragged_layout.hpp"
+#include "kattn/dist/ring.hpp"
+#include "kattn/dist/ring_backward.hpp"
+#include "support.hpp"
+
+namespace kattn {
+namespace test {
+namespace {
+
+using dist::Sharding;
+
+Kokkos::View<std::int64_t*, TestMemory> indptr_view(const std::vector<std::int64_t>& v) {
+  Kokkos::View<std::int64_t*, TestMemory> d("indptr", v.size());
+  auto h = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < v.size(); ++i) h(i) = v[i];
+  Kokkos::deep_copy(d, h);
+  return d;
+}
+
+std::vector<std::int64_t> offsets(const std::vector<std::int64_t>& lengths) {
+  std::vector<std::int64_t> indptr{0};
+  for (std::int64_t n : lengths) indptr.push_back(indptr.back() + n);
+  return indptr;
+}
+
+// Rows `rows` of a packed [total, H, D] array, as a new array of type T.
+template <class T, class U>
+View3<T> take_rows(const View3<U>& global, const std::vector<std::int64_t>& rows, const char* label) {
+  const int H = global.extent(1), D = global.extent(2);
+  View3<T> local(std::string(label), rows.size(), H, D);
+  auto g = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), global);
+  auto l = Kokkos::create_mirror_view(local);
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    for (int h = 0; h < H; ++h)
+      for (int d = 0; d < D; ++d) l(r, h, d) = static_cast<T>(g(rows[r], h, d));
+  Kokkos::deep_copy(local, l);
+  return local;
+}
+
+// Every value of this rank's rows next to the global rows they stand for (any rank of view).
+template <class L, class G>
+Errors compare_rows(const L& local, const G& global, const std::vector<std::int64_t>& rows) {
+  auto hl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), local);
+  auto hg = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), global);
+  const std::size_t per_row = local.extent(0) ? local.size() / local.extent(0) : 0;
+  std::vector<double> a, b;
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    for (std::size_t x = 0; x < per_row; ++x) {
+      a.push_back(hl.data()[r * per_row + x]);
+      b.push_back(hg.data()[rows[r] * per_row + x]);
+    }
+  return compare(a, b);
+}
+
+void expect_near(const Errors& e, double tol, bool absolute, const std::string& what) {
+  EXPECT_FALSE(e.nan_mismatch) << what << ": NaN the reference does not have";
+  EXPECT_LE(absolute ? e.max_abs : e.rel, tol) << what << (absolute ? ": max abs error" : ": relative error");
+}
+
+struct Case {
+  std::vector<std::int64_t> q_lengths, kv_lengths;  // global, per sequence
+  int Hq = 2, Hkv = 2, D = 8;
+  Options opt;
+  Sharding sharding = Sharding::contiguous;
+  std::string describe() const {
+    std::string s = std::string(dist::name(sharding)) + (opt.causal ? " causal" : " full") + " Hq=" +
+                    std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) + " lengths";
+    for (std::size_t b = 0; b < q_lengths.size(); ++b)
+      s += " " + std::to_string(q_lengths[b]) + "/" + std::to_string(kv_lengths[b]);
+    return s;
+  }
+};
+
+// Forward and backward of the ragged ring in T against the one-process double reference.
+template <class T>
+void check(const Case& c) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  const std::uint64_t seed = shared_seed();
+  const std::vector<std::int64_t> gq = offsets(c.q_lengths), gk = offsets(c.kv_lengths);
+  // Global inputs, drawn in double and rounded to T, so both sides see the same values.
+  View3<double> q("q", gq.back(), c.Hq, c.D), k("k", gk.back(), c.Hkv, c.D), v("v", gk.back(), c.Hkv, c.D),
+      dout("dout", gq.back(), c.Hq, c.D);
+  fill_normal(q, seed), fill_normal(k, seed + 1), fill_normal(v, seed + 2), fill_normal(dout, seed + 3);
+  const auto round = [](const View3<double>& x) {
+    std::vector<std::int64_t> all(x.extent(0));
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
+    return take_rows<double>(take_rows<T>(x, all, "rounded"), all, "rounded");
+  };
+  q = round(q), k = round(k), v = round(v), dout = round(dout);
+  // The reference.
+  const auto global_layout = make_ragged_layout<TestMemory>(indptr_view(gq), indptr_view(gk));
+  View3<double> o("o", gq.back(), c.Hq, c.D), dq("dq", gq.back(), c.Hq, c.D), dk("dk", gk.back(), c.Hkv, c.D),
+      dv("dv", gk.back(), c.Hkv, c.D);
+  View2<double> lse("lse", gq.back(), c.Hq);
+  attention(TestSpace(), q, kv::ragged(k, v, global_layout), o, lse, c.opt);
+  attention_backward(TestSpace(), q, kv::ragged(k, v, global_layout), o, lse, dout, dq, dk, dv, c.opt);
+  // This rank's shards.
+  const std::vector<std::int64_t> q_rows = dist::ragged_positions(gq, rank, P, c.sharding),
+                                  kv_rows = dist::ragged_positions(gk, rank, P, c.sharding);
+  const auto layout = make_ragged_layout<TestMemory>(
+      indptr_view(dist::ragged_local_indptr(gq, P, c.sharding)),
+      indptr_view(dist::ragged_local_indptr(gk, P, c.sharding)));
+  const View3<T> lq = take_rows<T>(q, q_rows, "q"), lk = take_rows<T>(k, kv_rows, "k"),
+                 lv = take_rows<T>(v, kv_rows, "v"), ldout = take_rows<T>(dout, q_rows, "dout");
+  View3<T> lo("o", q_rows.size(), c.Hq, c.D), ldq("dq", q_rows.size(), c.Hq, c.D),
+      ldk("dk", kv_rows.size(), c.Hkv, c.D), ldv("dv", kv_rows.size(), c.Hkv, c.D);
+  View2<T> llse("lse", q_rows.size(), c.Hq);
+  poison(lo), poison(llse), poison(ldq), poison(ldk), poison(ldv);
+  dist::DistOptions d;
+  d.sharding = c.sharding;
+  dist::ring_attention(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout), lo, llse, c.opt, d);
+  dist::ring_attention_backward(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout), lo, llse, ldout, ldq,
+                                ldk, ldv, c.opt, {}, d);
+  const bool dbl = std::is_same<T, double>::value;
+  const double tol = dbl ? kDoubleTol : kFloatTol, grad_tol = dbl ? kDoubleTol : 1e-5;
+  const std::string what = c.describe() + " on rank " + std::to_string(rank) + " of " + std::to_string(P);
+  expect_near(compare_rows(lo, o, q_rows), tol, dbl, what + ": o");
+  expect_near(compare_rows(llse, lse, q_rows), dbl ? tol : tol * 10, true, what + ": lse");
+  expect_near(compare_rows(ldq, dq, q_rows), grad_tol, dbl, what + ": dq");
+  expect_near(compare_rows(ldk, dk, kv_rows), grad_tol, dbl, what + ": dk");
+  expect_near(compare_rows(ldv, dv, kv_rows), grad_tol, dbl, what + ": dv");
+}
+
+// Lengths in whole pieces, with an empty sequence and a one-piece one.
+std::vector<std::int64_t> lengths_in(std::int64_t piece, std::vector<std::int64_t> pieces) {
+  for (std::int64_t& n : pieces) n *= piece;
+  return pieces;
+}
+
+int pieces_of(Sharding s) { return (s == Sharding::zigzag ? 2 : 1) * size_of(MPI_COMM_WORLD); }
+
+TEST(RingRagged, DoubleMatchesOneProcessRagged) {
+  for (Sharding s : {Sharding::contiguous, Sharding::zigzag})
+    for (bool causal : {false, true})
+      for (int Hkv : {2, 1}) {
+        Case c;
+        c.sharding = s;
+        c.opt.causal = causal;
+        c.Hq = 2, c.Hkv = Hkv;
+        // Units of 3 positions per piece: awkward per-rank lengths.
+        c.q_lengths = c.kv_lengths = lengths_in(pieces_of(s), {9, 0, 1, 17, 3});
+        check<double>(c);
+      }
+}
+
+TEST(RingRagged, FullMaskWithOtherKeyLengths) {
+  for (Sharding s : {Sharding::contiguous, Sharding::zigzag}) {
+    Case c;
+    c.sharding = s;
+    c.q_lengths = lengths_in(pieces_of(s), {5, 2, 0, 7, 1});
+    c.kv_lengths = lengths_in(pieces_of(s), {3, 0, 4, 9, 1});
+    c.opt.softcap = 5.0;
+    c.opt.scale = 0.3;
+    c.Hq = 4, c.Hkv = 2;
+    check<double>(c);
+  }
+}
+
+TEST(RingRagged, FloatGqaSoftcapLongerSequences) {
+  for (Sharding s : {Sharding::contiguous, Sharding::zigzag}) {
+    Case c;
+    c.sharding = s;
+    c.opt.causal = true;
+    c.opt.softcap = 20.0;
+    c.Hq = 4, c.Hkv = 2, c.D = 16;
+    c.q_lengths = c.kv_lengths = lengths_in(pieces_of(s), {40, 1, 0, 67, 12});
+    check<float>(c);
+  }
+}
+
+TEST(RingRagged, WithoutLse) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  const std::vector<std::int64_t> g = offsets(lengths_in(P, {4, 0, 3}));
+  const auto global_layout = make_ragged_layout<TestMemory>(indptr_view(g), indptr_view(g));
+  View3<double> q("q", g.back(), 2, 8), k("k", g.back(), 1, 8), v("v", g.back(), 1, 8), o("o", g.back(), 2, 8);
+  View2<double> lse("lse", g.back(), 2);
+  fill_normal(q, 7), fill_normal(k, 8), fill_normal(v, 9);
+  Options causal;
+  causal.causal = true;
+  attention(TestSpace(), q, kv::ragged(k, v, global_layout), o, lse, causal);
+  const std::vector<std::int64_t> rows = dist::ragged_positions(g, rank, P, Sharding::contiguous);
+  const std::vector<std::int64_t> local = dist::ragged_local_indptr(g, P, Sharding::contiguous);
+  const auto layout = make_ragged_layout<TestMemory>(indptr_view(local), indptr_view(local));
+  View3<double> lo("o", rows.size(), 2, 8);
+  dist::ring_attention(MPI_COMM_WORLD, TestSpace(), take_rows<double>(q, rows, "q"),
+                       kv::ragged(take_rows<double>(k, rows, "k"), take_rows<double>(v, rows, "v"), layout), lo,
+                       View2<double>(), causal);
+  expect_near(compare_rows(lo, o, rows), kDoubleTol, true, "o without lse");
+}
+
+TEST(RingRagged, LocalIndptrAndPositions) {
+  // Two ranks, zigzag: sequence 0 of 8 cut into 4 pieces of 2, rank 0 holding pieces 0 and 3.
+  const std::vector<std::int64_t> g{0, 8, 8, 12};
+  EXPECT_EQ(dist::ragged_local_indptr(g, 2, Sharding::zigzag), (std::vector<std::int64_t>{0, 4, 4, 6}));
+  EXPECT_EQ(dist::ragged_positions(g, 0, 2, Sharding::zigzag),
+            (std::vector<std::int64_t>{0, 1, 6, 7, 8, 11}));
+  EXPECT_EQ(dist::ragged_positions(g, 1, 2, Sharding::contiguous),
+            (std::vector<std::int64_t>{4, 5, 6, 7, 10, 11}));
+  EXPECT_THROW(dist::ragged_local_indptr({0, 6}, 2, Sharding::zigzag), Error);
+}
+
+// One rank's packed arrays for the local indptr q_local, kv_local (Hq = 2, Hkv = 1, D = 4).
+struct LocalBatch {
+  View3<double> q, k, v, o, dout, dq, dk, dv;
+  View2<double> lse;
+  RaggedLayout<TestMemory> layout;
+  LocalBatch(const std::vector<std::int64_t>& q_local, const std::vector<std::int64_t>& kv_local)
+      : q("q", q_local.back(), 2, 4),
+        k("k", kv_local.back(), 1, 4),
+        v("v", kv_local.back(), 1, 4),
+        o("o", q_local.back(), 2, 4),
+        dout("dout", q_local.back(), 2, 4),
+        dq("dq", q_local.back(), 2, 4),
+        dk("dk", kv_local.back(), 1, 4),
+        dv("dv", kv_local.back(), 1, 4),
+        lse("lse", q_local.back(), 2),
+        layout(make_ragged_layout<TestMemory>(indptr_view(q_local), indptr_view(kv_local))) {
+    fill_normal(q, 1), fill_normal(k, 2), fill_normal(v, 3), fill_normal(dout, 4);
+  }
+  void forward(const Options& opt, const dist::DistOptions& d) {
+    dist::ring_attention(MPI_COMM_WORLD, TestSpace(), q, kv::ragged(k, v, layout), o, lse, opt, d);
+  }
+  void backward(const Options& opt, const dist::DistOptions& d) {
+    dist::ring_attention_backward(MPI_COMM_WORLD, TestSpace(), q, kv::ragged(k, v, layout), o, lse, dout, dq, dk, dv,
+                                  opt, {}, d);
+  }
+};
+
+dist::DistOptions zigzag() {
+  dist::DistOptions d;
+  d.sharding = Sharding::zigzag;
+  return d;
+}
+
+TEST(DistErrors, RaggedZigzagNeedsEvenLocalLengths) {
+  LocalBatch b({0, 4, 7}, {0, 4, 7});
+  const std::string expected = "q_indptr: zigzag sharding holds two equal pieces of every sequence on each rank, so "
+                               "local lengths must be even; sequence 1 has 3 queries and 3 keys here";
+  expect_same_error([&] { b.forward({}, zigzag()); }, expected);
+  expect_same_error([&] { b.backward({}, zigzag()); }, expected);
+}
+
+TEST(DistErrors, RaggedIndptrDiffersAcrossRanks) {
+  if (size_of(MPI_COMM_WORLD) < 2) GTEST_SKIP() << "needs two ranks";
+  const bool first = rank_of(MPI_COMM_WORLD) == 0;
+  LocalBatch b(first ? std::vector<std::int64_t>{0, 2, 6} : std::vector<std::int64_t>{0, 4, 6}, {0, 2, 6});
+  expect_same_error([&] { b.forward({}, {}); },
+                    "q_indptr: expected the same offsets on every rank (each holds its share of every sequence of "
+                    "the batch), offset 1 ranges from 2 to 4 over the ranks");
+}
+
+TEST(DistErrors, RaggedMasksNeedOneShiftForEverySequence) {
+  LocalBatch b({0, 2, 6}, {0, 2, 6});
+  Options window;
+  window.window_left = 3;
+  expect_same_error([&] { b.forward(window, {}); },
+                    "window_left, window_right: a ragged batch's ring takes causal or full masks only");
+  Options shifted;
+  shifted.causal = true;
+  shifted.diagonal_shift = 1;
+  expect_same_error([&] { b.backward(shifted, {}); }, "diagonal_shift: a ragged batch's ring takes none");
+  dist::DistOptions det;
+  det.deterministic = true;
+  expect_same_error([&] { b.forward({}, det); }, "deterministic: not available for ragged batches");
+}
+
+TEST(DistErrors, RaggedCausalNeedsKeysEqualToQueries) {
+  LocalBatch b({0, 2, 6}, {0, 2, 4});
+  Options causal;
+  causal.causal = true;
+  expect_same_error([&] { b.forward(causal, {}); },
+                    "kv_indptr: a causal mask over a ragged batch's ring needs each sequence's keys to be its queries "
+                    "(kv_indptr == q_indptr); sequence 1 has 4 queries and 2 keys here");
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace kattn
