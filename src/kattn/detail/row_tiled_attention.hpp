@@ -151,7 +151,8 @@ struct RowTiles : TileArgs<T, Q, KV> {
     if (pair_order<T>(geo)) {
       pair_scores<Member, T>(
           member, geo, keys, keys_ahead(), [&](int hl) { return static_cast<const T*>(head(s, hl).q); },
-          [&](int hl) { return k_head_offset(hl); }, [&](int hl) { return head(s, hl).s; }, c.krow, c.knext, c.n_next);
+          [&](int hl) { return k_head_offset(hl); }, [&](int hl) { return head(s, hl).s; }, c.krow,
+          RowsAfter<KV>{c.vrow, keys, this->p.v_stride_head});  // this tile's V is read next
       return;
     }
     row_scores<Member, T>(
@@ -177,7 +178,8 @@ struct RowTiles : TileArgs<T, Q, KV> {
     pair_values<Member, T>(
         member, geo, n_keys, keys_ahead(), [&](int hl) { return static_cast<const T*>(head(s, hl).s); },
         [&](int hl) { return v_head_offset(hl); }, [&](int hl) { return head(s, hl).o; },
-        [&](int hl) { return head(s, hl).alpha[0]; }, c.vrow, c.vnext, c.n_next);
+        [&](int hl) { return head(s, hl).alpha[0]; }, c.vrow,
+        RowsAfter<KV>{c.knext, c.n_next, this->p.k_stride_head});  // then the next tile's K
   }
 
   // Row pointers (first head of the team) of the tile at kb into buffer `buf`, walking pages

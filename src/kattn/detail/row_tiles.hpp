@@ -259,16 +259,27 @@ KOKKOS_INLINE_FUNCTION void row_scores(const Member& member, const RowTileGeomet
 // (a 16-bit cache of 8 heads at D = 128 holds two), and the L2 streamer, which follows one
 // direction per page, loses them: such a decode read at about 0.7 of the streaming rate on
 // 16-bit caches (perf/RESULTS.md). So these teams read every (key, head) pair in memory order,
-// for S and again for P V, and prefetch the pairs `ahead` keys on: one stream per tile, as a
+// for S and again for P V, and prefetch the pairs `ahead` keys on, running on into the rows read
+// next (the tile's V from its K, the next tile's K from its V): one unbroken stream, as a
 // streaming read has.
 
-// Row j of a tile of `keys` rows, else of the next tile (`n_next` rows), else none.
+// The rows read after a pass over a tile's K (its V) or V (the next tile's K): where the prefetch
+// goes once it reaches the end of the rows being read. Rows read in place: head hl's row of key j
+// is rows[j].p + hl * stride_head.
 template <class KV>
-KOKKOS_INLINE_FUNCTION const KV* row_ahead(const RowPtr<KV>* rows, int keys, const RowPtr<KV>* next, int n_next,
-                                           int j) {
-  if (j < keys) return rows[j].p;
+struct RowsAfter {
+  const RowPtr<KV>* rows = nullptr;
+  int n = 0;
+  std::ptrdiff_t stride_head = 0;
+};
+
+// Head hl's row of key j of the `keys` rows being read (at offset off), else of the rows after.
+template <class KV>
+KOKKOS_INLINE_FUNCTION const KV* row_ahead(const RowPtr<KV>* rows, int keys, std::ptrdiff_t off,
+                                           const RowsAfter<KV>& after, int hl, int j) {
+  if (j < keys) return rows[j].p + off;
   j -= keys;
-  return next && j < n_next ? next[j].p : nullptr;
+  return j < after.n ? after.rows[j].p + hl * after.stride_head : nullptr;
 }
 
 template <class KV>
@@ -282,8 +293,8 @@ KOKKOS_INLINE_FUNCTION void prefetch_row(const KV* p, int dims) {
 // time whose lane sums come out of one shuffle tree, as score_row's; Q rows are read from L1.
 template <class T, int NQ, class KV, class HeadQ, class HeadOff, class HeadS>
 inline void score_pairs(int t_begin, int t_end, int keys, int heads, int ahead, const HeadQ& head_q,
-                        const HeadOff& head_off, const HeadS& head_s, const RowPtr<KV>* krow, const RowPtr<KV>* knext,
-                        int n_next) {
+                        const HeadOff& head_off, const HeadS& head_s, const RowPtr<KV>* krow,
+                        const RowsAfter<KV>& after) {
   using V = simd::vec<T>;
   constexpr int W = simd::width<T>();
   int j = t_begin / heads, hl = t_begin % heads;
@@ -293,7 +304,7 @@ inline void score_pairs(int t_begin, int t_end, int keys, int heads, int ahead, 
 #pragma GCC unroll 16
     for (int i = 0; i < W; ++i) {
       const std::ptrdiff_t off = head_off(hl);
-      if (const KV* a = row_ahead(krow, keys, knext, n_next, j + ahead)) prefetch_row(a + off, NQ * W);
+      if (const KV* a = row_ahead(krow, keys, off, after, hl, j + ahead)) prefetch_row(a, NQ * W);
       std::array<V, NQ> qv;
       row_simd::load_strided<T, NQ>(qv, head_q(hl), W, 0, std::make_index_sequence<NQ>());
       acc[i] = row_simd::dot_row<T, NQ>(qv, krow[j].p + off, std::make_index_sequence<NQ>());
@@ -311,7 +322,7 @@ inline void score_pairs(int t_begin, int t_end, int keys, int heads, int ahead, 
 template <class T, int NV, class KV, class HeadP, class HeadOff, class HeadO, class HeadAlpha>
 inline void value_pairs(int keys, int h_begin, int h_end, int ahead, const HeadP& head_p, const HeadOff& head_off,
                         const HeadO& head_o, const HeadAlpha& head_alpha, const RowPtr<KV>* vrow,
-                        const RowPtr<KV>* vnext, int n_next) {
+                        const RowsAfter<KV>& after) {
   constexpr int W = simd::width<T>();
   for (int hl = h_begin; hl < h_end; ++hl) {
     T* o = head_o(hl);
@@ -321,7 +332,7 @@ inline void value_pairs(int keys, int h_begin, int h_end, int ahead, const HeadP
   for (int j = 0; j < keys; ++j)
     for (int hl = h_begin; hl < h_end; ++hl) {
       const std::ptrdiff_t off = head_off(hl);
-      if (const KV* a = row_ahead(vrow, keys, vnext, n_next, j + ahead)) prefetch_row(a + off, NV * W);
+      if (const KV* a = row_ahead(vrow, keys, off, after, hl, j + ahead)) prefetch_row(a, NV * W);
       const T a = head_p(hl)[j];
       const KV* vr = vrow[j].p + off;
       T* o = head_o(hl);
@@ -348,7 +359,7 @@ KOKKOS_INLINE_FUNCTION bool pair_order(const RowTileGeometry& g) {
 template <class Member, class T, class HeadQ, class HeadOff, class HeadS, class KV>
 KOKKOS_INLINE_FUNCTION void pair_scores(const Member& member, const RowTileGeometry& g, int keys, int ahead,
                                         const HeadQ& head_q, const HeadOff& head_off, const HeadS& head_s,
-                                        const RowPtr<KV>* krow, const RowPtr<KV>* knext, int n_next) {
+                                        const RowPtr<KV>* krow, const RowsAfter<KV>& after) {
 #if KATTN_HOST_SIMD
   constexpr int W = simd::width<T>();
   const int blocks = keys * g.heads / W;
@@ -360,15 +371,14 @@ KOKKOS_INLINE_FUNCTION void pair_scores(const Member& member, const RowTileGeome
     switch (g.dims_p / W) {
 #define KATTN_PAIR_SCORES(NQ)                                                                                        \
   case NQ:                                                                                                           \
-    return score_pairs<T, NQ>(t_begin, t_end, keys, g.heads, ahead, head_q, head_off, head_s, krow, knext, n_next);
+    return score_pairs<T, NQ>(t_begin, t_end, keys, g.heads, ahead, head_q, head_off, head_s, krow, after);
       KATTN_PAIR_SCORES(1) KATTN_PAIR_SCORES(2) KATTN_PAIR_SCORES(4) KATTN_PAIR_SCORES(6) KATTN_PAIR_SCORES(8)
 #undef KATTN_PAIR_SCORES
       default: break;
     }
   });
 #else
-  (void)member, (void)g, (void)keys, (void)ahead, (void)head_q, (void)head_off, (void)head_s, (void)krow, (void)knext,
-      (void)n_next;
+  (void)member, (void)g, (void)keys, (void)ahead, (void)head_q, (void)head_off, (void)head_s, (void)krow, (void)after;
 #endif
 }
 
@@ -376,8 +386,8 @@ KOKKOS_INLINE_FUNCTION void pair_scores(const Member& member, const RowTileGeome
 template <class Member, class T, class HeadP, class HeadOff, class HeadO, class HeadAlpha, class KV>
 KOKKOS_INLINE_FUNCTION void pair_values(const Member& member, const RowTileGeometry& g, int keys, int ahead,
                                         const HeadP& head_p, const HeadOff& head_off, const HeadO& head_o,
-                                        const HeadAlpha& head_alpha, const RowPtr<KV>* vrow, const RowPtr<KV>* vnext,
-                                        int n_next) {
+                                        const HeadAlpha& head_alpha, const RowPtr<KV>* vrow,
+                                        const RowsAfter<KV>& after) {
 #if KATTN_HOST_SIMD
   constexpr int W = simd::width<T>();
   const int ts = member.team_size();
@@ -386,7 +396,7 @@ KOKKOS_INLINE_FUNCTION void pair_values(const Member& member, const RowTileGeome
     switch (g.dims_p / W) {
 #define KATTN_PAIR_VALUES(NV)                                                                                        \
   case NV:                                                                                                           \
-    return value_pairs<T, NV>(keys, h_begin, h_end, ahead, head_p, head_off, head_o, head_alpha, vrow, vnext, n_next);
+    return value_pairs<T, NV>(keys, h_begin, h_end, ahead, head_p, head_off, head_o, head_alpha, vrow, after);
       KATTN_PAIR_VALUES(1) KATTN_PAIR_VALUES(2) KATTN_PAIR_VALUES(4) KATTN_PAIR_VALUES(6) KATTN_PAIR_VALUES(8)
 #undef KATTN_PAIR_VALUES
       default: break;
@@ -394,7 +404,7 @@ KOKKOS_INLINE_FUNCTION void pair_values(const Member& member, const RowTileGeome
   });
 #else
   (void)member, (void)g, (void)keys, (void)ahead, (void)head_p, (void)head_off, (void)head_o, (void)head_alpha,
-      (void)vrow, (void)vnext, (void)n_next;
+      (void)vrow, (void)after;
 #endif
 }
 

@@ -82,6 +82,23 @@ inline vec<T> load_as(const S* p) {
     return load(p);
   } else if constexpr (std::is_same_v<S, bf16>) {
     static_assert(std::is_same_v<T, float>, "kattn: bf16 widens to float");
+#if defined(__AVX512BW__)
+    if constexpr (kBytes == 64) {
+      // One word permutation puts bf16 i in the high half of lane i and zeroes the low halves.
+      alignas(64) static constexpr std::uint16_t kHigh[32] = {0, 0, 0, 1, 0, 2,  0, 3,  0, 4,  0, 5,  0, 6,  0, 7,
+                                                              0, 8, 0, 9, 0, 10, 0, 11, 0, 12, 0, 13, 0, 14, 0, 15};
+#if defined(__AVX512VBMI2__)
+      const __m512i w = _mm512_maskz_expandloadu_epi16(__mmask32(0xAAAAAAAAu), p);
+      (void)kHigh;
+#else
+      const __m512i x = _mm512_maskz_loadu_epi16(__mmask32(0xFFFFu), p);
+      const __m512i w = _mm512_maskz_permutexvar_epi16(__mmask32(0xAAAAAAAAu), _mm512_load_si512(kHigh), x);
+#endif
+      vec<T> v;
+      std::memcpy(&v, &w, sizeof(v));
+      return v;
+    }
+#endif
     typedef std::uint16_t half_vec __attribute__((vector_size(kBytes / 2)));
     typedef std::uint32_t word_vec __attribute__((vector_size(kBytes)));
     half_vec h;
