@@ -50,7 +50,7 @@ Strided<const U> strided_in(const U* base, std::int64_t sb, std::int64_t sj, std
 // q, o [B][Nq][hq][D], k, v [B][Nk][hkv][D], lse [B][Nq][hq].
 template <class T>
 AttentionParams<T> block_params(AttentionParams<T> a, const HeadSplit& hs, const HeadBlock& blk, std::int64_t Nq,
-                                std::int64_t Nk, const T* q, const T* k, const T* v, T* o, T* lse) {
+                                std::int64_t Nk, const T* q, const T* k, const T* v, T* o, accumulate_t<T>* lse) {
   const int D = a.head_dim, hq = hs.q.count, hkv = hs.kv.count;
   const WholeStrides sq = WholeStrides::of(Nq, hq, D), skv = WholeStrides::of(Nk, hkv, D),
                      sl = WholeStrides::of(Nq, hq, 1);
@@ -65,11 +65,13 @@ AttentionParams<T> block_params(AttentionParams<T> a, const HeadSplit& hs, const
   return a;
 }
 
-// Forward: o (and lse when p.lse is set; every rank alike) of this rank's positions.
+// Forward: o (and lse when p.lse is set; every rank alike) of this rank's positions. q, k, v and o
+// travel in their storage type T (16 bits for bf16 / fp16), lse in the accumulation type.
 template <class ExecSpace, class T>
 void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p,
                           const SequenceLayout& q_layout, const SequenceLayout& kv_layout, DistStats& stats,
                           FailureLatch& latch, const ForwardInner<T>& inner) {
+  using Acc = accumulate_t<T>;
   using Buffer = MessageBuffer<T, typename ExecSpace::memory_space>;
   int rank = 0, P = 1;
   MPI_Comm_rank(comm, &rank);
@@ -80,18 +82,20 @@ void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const Attention
   const std::int64_t Nq = q_layout.length(), Nk = kv_layout.length();
   // The results' buffers before the first transfer, in one collective step, memory-checked with
   // the exchanges' buffers at the call's peak (those are allocated as each exchange is posted).
-  Buffer o, lse;
+  Buffer o;
+  MessageBuffer<Acc, typename ExecSpace::memory_space> lse;
   latch.check([&] {
     const std::uint64_t B = p.batch, nq = q_layout.local_length(rank), nk = kv_layout.local_length(rank);
-    const std::uint64_t results = B * Nq * hs.q.count * (D + 1),
+    const std::uint64_t lse_width = sizeof(Acc) / sizeof(T);  // an lse value in values of T
+    const std::uint64_t results = B * Nq * hs.q.count * (D + lse_width),
                         wholes = B * Nq * hs.q.count * D + 2 * B * Nk * hs.kv.count * D,
                         outs = B * nq * p.heads_q * D + 2 * B * nk * p.heads_kv * D, in = B * nq * p.heads_q * D;
     require_buffers<typename ExecSpace::memory_space>("kattn::dist: head sharding",
                                                       results + wholes + std::max(outs, in), sizeof(T));
     o = Buffer("kattn::dist::heads::o", std::int64_t(p.batch) * Nq * hs.q.count * D, stats.staged);
-    lse = Buffer("kattn::dist::heads::lse", std::int64_t(p.batch) * Nq * hs.q.count, stats.staged);
+    lse = MessageBuffer<Acc, typename ExecSpace::memory_space>("kattn::dist::heads::lse", std::int64_t(p.batch) * Nq * hs.q.count, stats.staged);
   });
-  HeadExchange<ExecSpace, T> ex(comm, space, p.batch, stats);
+  HeadExchange<ExecSpace> ex(comm, space, p.batch, stats);
   // The three gathers in flight together.
   auto pq = ex.post_gather(strided_in(p.q, p.q_stride_batch, p.q_stride_seq, p.q_stride_head), q_layout, qh, D,
                            "kattn::dist::heads::q");
@@ -104,7 +108,7 @@ void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const Attention
     inner(block_params(p, hs, blk, Nq, Nk, q.device(), k.device(), v.device(), o.device(), lse.device()), stats);
   ex.scatter(o, q_layout, qh, D, Strided<T>{p.o, p.o_stride_batch, p.o_stride_seq, p.o_stride_head}, false);
   if (p.lse)
-    ex.scatter(lse, q_layout, qh, 1, Strided<T>{p.lse, p.lse_stride_batch, p.lse_stride_seq, p.lse_stride_head}, false);
+    ex.scatter(lse, q_layout, qh, 1, Strided<Acc>{p.lse, p.lse_stride_batch, p.lse_stride_seq, p.lse_stride_head}, false);
 }
 
 // Backward: dq of this rank's query positions, dk and dv of its key positions (a KV head computed
@@ -137,7 +141,7 @@ void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const Backward
     dk = Buffer("kattn::dist::heads::dk", std::int64_t(f.batch) * Nk * hs.kv.count * D, stats.staged);
     dv = Buffer("kattn::dist::heads::dv", std::int64_t(f.batch) * Nk * hs.kv.count * D, stats.staged);
   });
-  HeadExchange<ExecSpace, T> ex(comm, space, f.batch, stats);
+  HeadExchange<ExecSpace> ex(comm, space, f.batch, stats);
   // The six gathers in flight together.
   auto pq = ex.post_gather(strided_in(f.q, f.q_stride_batch, f.q_stride_seq, f.q_stride_head), q_layout, qh, D,
                            "kattn::dist::heads::q");
