@@ -7,8 +7,11 @@
 // 16-bit storage (kattn::bf16 or kattn::fp16 q, k, v, o; lse float): the forward either widens q
 // (exact), passes k and v as they are stored and rounds the float o once (KV16::as_stored: the
 // ring, which sends K/V in 16 bits), or passes all four as stored (KV16::all_stored: head sharding
-// and hybrid, whose all-to-alls move them in 16 bits and which round o themselves). The backward runs the float implementation on float copies of q, k, v, o and dout and
-// rounds dq, dk and dv once.
+// and hybrid, whose all-to-alls move them in 16 bits and which round o themselves). The backward
+// either runs the float implementation on float copies of q, k, v, o and dout and rounds dq, dk and
+// dv once (Grads16::float_copies: the ring), or passes all nine arrays as stored
+// (Grads16::all_stored: head sharding and hybrid, which widen after their all-to-alls, sum in
+// float and round each gradient once).
 #pragma once
 
 #include <mpi.h>
@@ -98,9 +101,12 @@ DistStats dense_forward(DistCall call, MPI_Comm comm, const ExecSpace& space, co
   }
 }
 
+// How a backward over 16-bit storage hands its arrays to its implementation (see the top).
+enum class Grads16 { float_copies, all_stored };
+
 // impl(comm, space, params, opt, d, bopt) once the backward's arguments pass the checks on every
 // rank; the atomic dQ strategy is refused in deterministic mode.
-template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
+template <Grads16 grads16 = Grads16::float_copies, class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
           class DqView, class DkView, class DvView, class Impl>
 DistStats dense_backward(DistCall call, MPI_Comm comm, const ExecSpace& space, const QView& q,
                          const kv::Dense<KView, VView>& kv, const OView& o, const LseView& lse, const DoView& dout,
@@ -108,9 +114,10 @@ DistStats dense_backward(DistCall call, MPI_Comm comm, const ExecSpace& space, c
                          const BackwardOptions& bopt, const DistOptions& d, const Impl& impl) {
   using S = typename DqView::non_const_value_type;
   comm = library_comm(comm);  // kattn's traffic apart from the caller's
-  if constexpr (is_16bit_v<S>) {
-    static_assert(kattn::detail::same_storage<QView, KView, VView, OView, DoView, DqView, DkView, DvView>,
-                  "kattn::dist: q, k, v, o, dout, dq, dk and dv must have one 16-bit type (lse float)");
+  static_assert(!is_16bit_v<S> ||
+                    kattn::detail::same_storage<QView, KView, VView, OView, DoView, DqView, DkView, DvView>,
+                "kattn::dist: q, k, v, o, dout, dq, dk and dv must have one 16-bit type (lse float)");
+  if constexpr (is_16bit_v<S> && grads16 == Grads16::float_copies) {
     using Float = typename kattn::detail::FloatCopy<ExecSpace, 4>::type;
     const kattn::detail::Widening<ExecSpace> w(space, "kattn::dist");
     Float qf, kf, vf, of, dof, dqf, dkf, dvf;
