@@ -310,17 +310,17 @@ int scale_measure(Args& args) {
     });
     Options shape;
     shape.causal = c.causal;
-    agree_on_command(MPI_COMM_WORLD, c.mode, shape, c.d, false,
-                     {dist::Agreed::integer("--tokens", "tokens", c.tokens), dist::Agreed::integer("--dim", "dim", c.dim),
-                      dist::Agreed::integer("--batch", "batch", c.batch),
-                      dist::Agreed::integer("--heads", "query heads", c.heads_q),
-                      dist::Agreed::integer("--heads", "KV heads", c.heads_kv),
-                      dist::Agreed::integer("--queries", "queries", c.queries),
-                      dist::Agreed::integer("--repeat", "repetitions", c.repeat),
-                      dist::Agreed::integer("--warmup", "warm-up runs", c.warmup),
-                      dist::Agreed::boolean("--nocomm-baseline", "baseline", c.nocomm),
-                      dist::Agreed::boolean("--study", "strong scaling", c.study == "strong"),
-                      with_storage(parse_dtype(c.dtype), [](auto t) { return dist::Agreed::dtype<decltype(t)>("--dtype"); })});
+    agree_on_command(
+        MPI_COMM_WORLD, c.mode, shape, c.d, false,
+        {dist::Agreed::integer("--tokens", "tokens", c.tokens), dist::Agreed::integer("--dim", "dim", c.dim),
+         dist::Agreed::integer("--batch", "batch", c.batch), dist::Agreed::integer("--heads", "query heads", c.heads_q),
+         dist::Agreed::integer("--heads", "KV heads", c.heads_kv),
+         dist::Agreed::integer("--queries", "queries", c.queries),
+         dist::Agreed::integer("--repeat", "repetitions", c.repeat),
+         dist::Agreed::integer("--warmup", "warm-up runs", c.warmup),
+         dist::Agreed::boolean("--nocomm-baseline", "baseline", c.nocomm),
+         dist::Agreed::boolean("--study", "strong scaling", c.study == "strong"),
+         with_storage(parse_dtype(c.dtype), [](auto t) { return dist::Agreed::dtype<decltype(t)>("--dtype"); })});
     // Rank 0 appends to the CSV at the end: a path it cannot write fails on every rank, before the runs.
     dist::collective_check(MPI_COMM_WORLD, [&] {
       if (rank == 0 && !c.csv.empty()) check_output_file("--csv", c.csv);

@@ -88,48 +88,49 @@ void bind_dist(py::module_& m) {
   // call: "ring", "ulysses" or "hybrid" (the package's names); ulysses_size: hybrid's U (0: all
   // ranks). refused: what the Python layer refused on this rank ("" for nothing); q, k, v are then
   // None.
-  m.def("dense_attention", [](const std::string& call, std::int64_t comm_handle, const py::object& q_obj,
-                              const py::object& k_obj, const py::object& v_obj, const std::string& layout,
-                              const py::dict& kw, const std::string& sharding, bool deterministic, std::int64_t chunk,
-                              int ulysses_size, const std::string& refused) {
-    const MPI_Comm comm = comm_of(comm_handle);
-    const MPI_Comm checks = kattn::dist::library_comm(comm);  // kattn's checks apart from the caller's traffic
-    // Whatever one rank refuses, every rank refuses with the same message (no rank left waiting).
-    kattn::Options opt;
-    Layout L{};
-    kattn::dist::DistOptions d;
-    Dtype dtype = Dtype::float32;
-    py::array q, k, v;
-    kattn::dist::collective_check(checks, [&] {
-      if (!refused.empty()) throw kattn::Error(refused);
-      q = py::array::ensure(q_obj), k = py::array::ensure(k_obj), v = py::array::ensure(v_obj);
-      opt = options_of(kw);
-      L = Layout::parse(layout);
-      d.sharding = sharding_of(sharding);
-      d.deterministic = deterministic;
-      d.chunk = chunk;
-      d.ulysses_size = ulysses_size;
-      dtype = storage_of(q, "q");
-      require_same_dtype(k, "k", q, "q");
-      require_same_dtype(v, "v", q, "q");
-    });
-    return with_dtype(dtype, [&](auto t) {
-      using T = decltype(t);
-      kattn::dist::collective_agree(checks, {kattn::dist::Agreed::dtype<T>("q")});
-      return dense_as<T>(call_of(call), comm, q, k, v, L, opt, d);
-    });
-  });
+  m.def("dense_attention",
+        [](const std::string& call, std::int64_t comm_handle, const py::object& q_obj, const py::object& k_obj,
+           const py::object& v_obj, const std::string& layout, const py::dict& kw, const std::string& sharding,
+           bool deterministic, std::int64_t chunk, int ulysses_size, const std::string& refused) {
+          const MPI_Comm comm = comm_of(comm_handle);
+          const MPI_Comm checks = kattn::dist::library_comm(comm);  // kattn's checks apart from the caller's traffic
+          // Whatever one rank refuses, every rank refuses with the same message (no rank left waiting).
+          kattn::Options opt;
+          Layout L{};
+          kattn::dist::DistOptions d;
+          Dtype dtype = Dtype::float32;
+          py::array q, k, v;
+          kattn::dist::collective_check(checks, [&] {
+            if (!refused.empty()) throw kattn::Error(refused);
+            q = py::array::ensure(q_obj), k = py::array::ensure(k_obj), v = py::array::ensure(v_obj);
+            opt = options_of(kw);
+            L = Layout::parse(layout);
+            d.sharding = sharding_of(sharding);
+            d.deterministic = deterministic;
+            d.chunk = chunk;
+            d.ulysses_size = ulysses_size;
+            dtype = storage_of(q, "q");
+            require_same_dtype(k, "k", q, "q");
+            require_same_dtype(v, "v", q, "q");
+          });
+          return with_dtype(dtype, [&](auto t) {
+            using T = decltype(t);
+            kattn::dist::collective_agree(checks, {kattn::dist::Agreed::dtype<T>("q")});
+            return dense_as<T>(call_of(call), comm, q, k, v, L, opt, d);
+          });
+        });
   // ulysses_size > 0: hybrid's layout (kattn::dist::hybrid_layout) for that U.
-  m.def("shard_positions", [](std::int64_t length, int ranks, int rank, const std::string& sharding,
-                              std::int64_t align, int ulysses_size) {
+  m.def("shard_positions", [](std::int64_t length, int ranks, int rank, const std::string& sharding, std::int64_t align,
+                              int ulysses_size) {
     if (length < 0) throw kattn::Error("length: expected >= 0 positions, got " + std::to_string(length));
     if (ranks < 1 || rank < 0 || rank >= ranks)
       throw kattn::Error("rank: expected 0 .. " + std::to_string(ranks - 1) + ", got " + std::to_string(rank));
     if (align < 1) throw kattn::Error("chunk: expected >= 0 keys, got " + std::to_string(align));
     kattn::dist::DistOptions d;
     d.sharding = sharding_of(sharding), d.deterministic = align > 1, d.chunk = align, d.ulysses_size = ulysses_size;
-    const kattn::dist::SequenceLayout layout = ulysses_size > 0 ? kattn::dist::hybrid_layout(length, ranks, d)
-                                                                : kattn::dist::SequenceLayout(length, ranks, d.sharding, align);
+    const kattn::dist::SequenceLayout layout = ulysses_size > 0
+                                                   ? kattn::dist::hybrid_layout(length, ranks, d)
+                                                   : kattn::dist::SequenceLayout(length, ranks, d.sharding, align);
     py::array_t<std::int64_t> pos(layout.local_length(rank));
     auto* out = pos.mutable_data();
     for (const auto& s : layout.segments_of(rank))

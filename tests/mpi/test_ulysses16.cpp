@@ -41,7 +41,8 @@ std::int64_t bytes_sent(Call call, const View4<T>& q, const View4<T>& k, const V
   const auto space = Kokkos::DefaultExecutionSpace();
   const View4<T> o("o", q.extent(0), q.extent(1), q.extent(2), q.extent(3));
   const View3<float> lse = with_lse ? View3<float>("lse", q.extent(0), q.extent(2), q.extent(1)) : View3<float>();
-  if (call == Call::hybrid) return dist::hybrid_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d).bytes_sent;
+  if (call == Call::hybrid)
+    return dist::hybrid_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d).bytes_sent;
   return dist::ulysses_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d).bytes_sent;
 }
 
@@ -53,12 +54,14 @@ void expect_half_of_float(Call call, const Shape& s, const Options& opt, const D
   SCOPED_TRACE(what);
   const Problem16<S> p(s, shared_seed());
   const SequenceLayout layout = layout_of(call, s.Nq, P, d);
-  const View4<S> q = shard(p.q, layout, rank, "q"), k = shard(p.k, layout, rank, "k"), v = shard(p.v, layout, rank, "v");
+  const View4<S> q = shard(p.q, layout, rank, "q"), k = shard(p.k, layout, rank, "k"),
+                 v = shard(p.v, layout, rank, "v");
   const View4<float> qf("qf", q.extent(0), q.extent(1), q.extent(2), q.extent(3)),
       kf("kf", k.extent(0), k.extent(1), k.extent(2), k.extent(3)),
       vf("vf", v.extent(0), v.extent(1), v.extent(2), v.extent(3));
   convert_into(q, qf), convert_into(k, kf), convert_into(v, vf);
-  const std::int64_t half = bytes_sent(call, q, k, v, false, opt, d), full = bytes_sent(call, qf, kf, vf, false, opt, d);
+  const std::int64_t half = bytes_sent(call, q, k, v, false, opt, d),
+                     full = bytes_sent(call, qf, kf, vf, false, opt, d);
   EXPECT_EQ(2 * half, full);
   if (P > 1 && call == Call::ulysses) {  // (a causal ring's last rank may send nothing)
     EXPECT_GT(half, 0);
@@ -108,12 +111,14 @@ Grads run_backward(Call call, MPI_Comm comm, const View4<T>& q_all, const View4<
   Grads g;
   if (call == Call::hybrid) {
     dist::hybrid_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
-    g.bytes_sent = dist::hybrid_attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, {}, d)
-                       .bytes_sent;
+    g.bytes_sent =
+        dist::hybrid_attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, {}, d)
+            .bytes_sent;
   } else {
     dist::ulysses_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
-    g.bytes_sent = dist::ulysses_attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, {}, d)
-                       .bytes_sent;
+    g.bytes_sent =
+        dist::ulysses_attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, {}, d)
+            .bytes_sent;
   }
   Kokkos::fence();
   g.dq = gathered_rows(dq, ql, {B, Nq, Hq, D}, comm);
@@ -186,8 +191,8 @@ enum class Bytes {
 // same at two head dims.
 template <class S>
 void expect_backward_bytes(Call call, const Shape& s, Bytes expect, const DistOptions& d) {
-  const std::string what = std::string(storage_name<S>()) + (call == Call::hybrid ? " hybrid " : " ulysses ") +
-                           describe(s, Options{});
+  const std::string what =
+      std::string(storage_name<S>()) + (call == Call::hybrid ? " hybrid " : " ulysses ") + describe(s, Options{});
   SCOPED_TRACE(what);
   std::int64_t lse_cost[2] = {0, 0};
   for (int dims = 0; dims < 2; ++dims) {
@@ -232,7 +237,9 @@ TEST(Ulysses16, BackwardMovesSixteenBits) {
                               DistOptions{});
   DistOptions grid;
   grid.ulysses_size = P % 2 == 0 ? 2 : 1;
-  const Bytes hybrid = grid.ulysses_size == 1 ? Bytes::same : grid.ulysses_size == P ? Bytes::half_lse_apart : Bytes::less;
+  const Bytes hybrid = grid.ulysses_size == 1   ? Bytes::same
+                       : grid.ulysses_size == P ? Bytes::half_lse_apart
+                                                : Bytes::less;
   expect_backward_bytes<bf16>(Call::hybrid, {1, 70, 70, 12, 6, 16}, hybrid, grid);
 }
 

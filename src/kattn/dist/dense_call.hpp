@@ -106,17 +106,17 @@ enum class Grads16 { float_copies, all_stored };
 
 // impl(comm, space, params, opt, d, bopt) once the backward's arguments pass the checks on every
 // rank; the atomic dQ strategy is refused in deterministic mode.
-template <Grads16 grads16 = Grads16::float_copies, class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
-          class DqView, class DkView, class DvView, class Impl>
+template <Grads16 grads16 = Grads16::float_copies, class ExecSpace, class QView, class KView, class VView, class OView,
+          class LseView, class DoView, class DqView, class DkView, class DvView, class Impl>
 DistStats dense_backward(DistCall call, MPI_Comm comm, const ExecSpace& space, const QView& q,
                          const kv::Dense<KView, VView>& kv, const OView& o, const LseView& lse, const DoView& dout,
                          const DqView& dq, const DkView& dk, const DvView& dv, const Options& opt,
                          const BackwardOptions& bopt, const DistOptions& d, const Impl& impl) {
   using S = typename DqView::non_const_value_type;
   comm = library_comm(comm);  // kattn's traffic apart from the caller's
-  static_assert(!is_16bit_v<S> ||
-                    kattn::detail::same_storage<QView, KView, VView, OView, DoView, DqView, DkView, DvView>,
-                "kattn::dist: q, k, v, o, dout, dq, dk and dv must have one 16-bit type (lse float)");
+  static_assert(
+      !is_16bit_v<S> || kattn::detail::same_storage<QView, KView, VView, OView, DoView, DqView, DkView, DvView>,
+      "kattn::dist: q, k, v, o, dout, dq, dk and dv must have one 16-bit type (lse float)");
   if constexpr (is_16bit_v<S> && grads16 == Grads16::float_copies) {
     using Float = typename kattn::detail::FloatCopy<ExecSpace, 4>::type;
     const kattn::detail::Widening<ExecSpace> w(space, "kattn::dist");

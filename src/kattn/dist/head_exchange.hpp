@@ -51,8 +51,8 @@ class HeadExchange {
   // rank's own part goes through MPI too: one path, staged or not. Several gathers may be in
   // flight: every rank posts them in the same order, so their messages match in that order.
   template <class T>
-  Pending<T> post_gather(const Strided<const T>& src, const SequenceLayout& layout,
-                         const std::vector<HeadRange>& heads, int dim, const char* label) {
+  Pending<T> post_gather(const Strided<const T>& src, const SequenceLayout& layout, const std::vector<HeadRange>& heads,
+                         int dim, const char* label) {
     const double t0 = now();
     const std::int64_t N = layout.length(), n_own = layout.local_length(rank_);
     const int h_own = heads[rank_].count;

@@ -95,7 +95,8 @@ void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const Attention
     require_buffers<typename ExecSpace::memory_space>("kattn::dist: head sharding",
                                                       results + wholes + std::max(outs, in), sizeof(T));
     o = Buffer("kattn::dist::heads::o", std::int64_t(p.batch) * Nq * hs.q.count * D, stats.staged);
-    lse = MessageBuffer<Acc, typename ExecSpace::memory_space>("kattn::dist::heads::lse", std::int64_t(p.batch) * Nq * hs.q.count, stats.staged);
+    lse = MessageBuffer<Acc, typename ExecSpace::memory_space>("kattn::dist::heads::lse",
+                                                               std::int64_t(p.batch) * Nq * hs.q.count, stats.staged);
   });
   HeadExchange<ExecSpace> ex(comm, space, p.batch, stats);
   // The three gathers in flight together.
@@ -110,7 +111,8 @@ void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const Attention
     inner(block_params(p, hs, blk, Nq, Nk, q.device(), k.device(), v.device(), o.device(), lse.device()), stats);
   ex.scatter(o, q_layout, qh, D, Strided<T>{p.o, p.o_stride_batch, p.o_stride_seq, p.o_stride_head}, false);
   if (p.lse)
-    ex.scatter(lse, q_layout, qh, 1, Strided<Acc>{p.lse, p.lse_stride_batch, p.lse_stride_seq, p.lse_stride_head}, false);
+    ex.scatter(lse, q_layout, qh, 1, Strided<Acc>{p.lse, p.lse_stride_batch, p.lse_stride_seq, p.lse_stride_head},
+               false);
 }
 
 // Whether some KV head is computed in parts on several ranks (its dK, dV parts then summed).
@@ -153,7 +155,8 @@ void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const Backward
   latch.check([&] {
     const std::uint64_t w = sizeof(Acc) / sizeof(T), nq = q_layout.local_length(rank);
     const std::uint64_t q_out = std::uint64_t(B) * nq * f.heads_q * D, kv_out = std::uint64_t(B) * nk * f.heads_kv * D;
-    const std::uint64_t copies = widened ? 3 * q_whole + 2 * kv_whole : 0, sum_values = widened && shared ? 2 * kv_out : 0;
+    const std::uint64_t copies = widened ? 3 * q_whole + 2 * kv_whole : 0,
+                        sum_values = widened && shared ? 2 * kv_out : 0;
     const std::uint64_t results = (q_whole + 2 * kv_whole + copies + sum_values) * w,
                         wholes = 3 * q_whole + std::uint64_t(B) * Nq * hs.q.count * w + 2 * kv_whole,
                         outs = 3 * q_out + std::uint64_t(B) * nq * f.heads_q * w + 2 * kv_out,
@@ -162,8 +165,11 @@ void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const Backward
     dq = AccBuffer("kattn::dist::heads::dq", q_whole, stats.staged);
     dk = AccBuffer("kattn::dist::heads::dk", kv_whole, stats.staged);
     dv = AccBuffer("kattn::dist::heads::dv", kv_whole, stats.staged);
-    if (widened) wide = Kokkos::View<Acc*, Mem>(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::heads::widened"), copies);
-    if (sum_values) sums = Kokkos::View<Acc*, Mem>(Kokkos::view_alloc(space, "kattn::dist::heads::dkv_sums"), sum_values);
+    if (widened)
+      wide = Kokkos::View<Acc*, Mem>(
+          Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::heads::widened"), copies);
+    if (sum_values)
+      sums = Kokkos::View<Acc*, Mem>(Kokkos::view_alloc(space, "kattn::dist::heads::dkv_sums"), sum_values);
   });
   HeadExchange<ExecSpace> ex(comm, space, B, stats);
   // The six gathers in flight together.
@@ -233,11 +239,14 @@ void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const Backward
     } else {
       // Parts summed in Acc at their destination, then rounded once.
       const std::int64_t kv_out = std::int64_t(B) * nk * f.heads_kv * D;
-      const Strided<Acc> dk_sum = dense(sums.data(), nk, f.heads_kv, D), dv_sum = dense(sums.data() + kv_out, nk, f.heads_kv, D);
+      const Strided<Acc> dk_sum = dense(sums.data(), nk, f.heads_kv, D),
+                         dv_sum = dense(sums.data() + kv_out, nk, f.heads_kv, D);
       ex.scatter(dk, kv_layout, kvh, D, dk_sum, true);
       ex.scatter(dv, kv_layout, kvh, D, dv_sum, true);
-      copy_rows(space, Strided<const Acc>{dk_sum.base, dk_sum.sb, dk_sum.sj, dk_sum.sh}, 0, dk_out, B, nk, f.heads_kv, D);
-      copy_rows(space, Strided<const Acc>{dv_sum.base, dv_sum.sb, dv_sum.sj, dv_sum.sh}, 0, dv_out, B, nk, f.heads_kv, D);
+      copy_rows(space, Strided<const Acc>{dk_sum.base, dk_sum.sb, dk_sum.sj, dk_sum.sh}, 0, dk_out, B, nk, f.heads_kv,
+                D);
+      copy_rows(space, Strided<const Acc>{dv_sum.base, dv_sum.sb, dv_sum.sj, dv_sum.sh}, 0, dv_out, B, nk, f.heads_kv,
+                D);
       space.fence();
     }
   } else {

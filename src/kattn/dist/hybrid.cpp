@@ -70,11 +70,10 @@ DistStats hybrid_forward_impl(MPI_Comm comm, const ExecSpace& space, const Atten
   // One latch for the whole grid: a failure in any ring group reaches every rank, and the rings
   // run through it (every group member enters every ring, skipping its compute after a failure).
   FailureLatch latch(comm);
-  head_sharded_forward<ExecSpace, T>(
-      grid.heads(), space, p, grid.group_layout(split.Nq), grid.group_layout(split.Nk), stats, latch,
-      [&](const AttentionParams<T>& a, DistStats& s) {
-        latch.capture([&] { accumulate(s, block_ring(grid, space, a, opt, d, latch)); });
-      });
+  head_sharded_forward<ExecSpace, T>(grid.heads(), space, p, grid.group_layout(split.Nq), grid.group_layout(split.Nk),
+                                     stats, latch, [&](const AttentionParams<T>& a, DistStats& s) {
+                                       latch.capture([&] { accumulate(s, block_ring(grid, space, a, opt, d, latch)); });
+                                     });
   space.fence();
   latch.settle();
   stats.seconds = now() - t0;
