@@ -27,7 +27,7 @@ namespace {
 
 const char* kScaleUsage =
     "usage: mpirun -np P kattn scale [--study weak|strong] [--tokens N] [--dist ring|decode]\n"
-    "                 [--batch B] [--heads HQ,HKV] [--dim D] [--queries NQ] [--dtype f32|f64]\n"
+    "                 [--batch B] [--heads HQ,HKV] [--dim D] [--queries NQ] [--dtype f32|f64|bf16|f16]\n"
     "                 [--causal] [--zigzag] [--deterministic] [--chunk KEYS] [--repeat R] [--warmup W]\n"
     "                 [--nocomm-baseline] [--csv FILE] [--json]\n"
     "         weak: --tokens is per rank; strong: --tokens is the whole sequence (ring) or KV cache\n"

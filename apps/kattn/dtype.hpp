@@ -1,7 +1,8 @@
 // The storage type a run computes in (--dtype f32|f64|bf16|f16), named by io::DType (bf16 as
 // npy.hpp's '<u2' convention): parsing the flag, which input files a run takes, rounding values to
-// the type. 16-bit storage reaches `kattn run` (dense, ragged, paged, cascade, and --dist) and
-// `kattn grad` (dense, ragged, and --dist) for now; block-sparse runs take f32 or f64.
+// the type. 16-bit storage reaches `kattn run` (dense, ragged, paged, cascade, and --dist),
+// `kattn grad` (dense, ragged, and --dist) and `kattn scale` for now; block-sparse runs take f32 or
+// f64.
 #pragma once
 
 #include <cstddef>

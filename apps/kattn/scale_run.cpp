@@ -19,6 +19,7 @@
 #include "dist_commands.hpp"
 #include "dist_files.hpp"
 #include "dist_io.hpp"
+#include "dtype.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
 #include "kattn/dist/collective.hpp"
@@ -117,7 +118,7 @@ template <class View>
 void fill_random(const View& v, std::uint64_t seed) {
   auto h = Kokkos::create_mirror_view(v);
   const std::vector<double> x = random_normal(h.span(), seed);
-  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = static_cast<typename View::non_const_value_type>(x[i]);
+  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = narrow<typename View::non_const_value_type>(x[i]);
   Kokkos::deep_copy(v, h);
 }
 
@@ -144,7 +145,7 @@ Result measure(const Config& c, int rank, int P, Progress& progress) {
   V4<T> q("q", c.batch, nq, c.heads_q, c.dim), k("k", c.batch, nk, c.heads_kv, c.dim),
       v("v", c.batch, nk, c.heads_kv, c.dim);
   V4<T> o("o", c.batch, nq, c.heads_q, c.dim);
-  V3<T> lse("lse", c.batch, c.heads_q, nq);
+  V3<accumulate_t<T>> lse("lse", c.batch, c.heads_q, nq);
   fill_random(q, ring ? 100 + 3 * rank : 99);  // decode: the same queries everywhere
   fill_random(k, 101 + 3 * rank);
   fill_random(v, 102 + 3 * rank);
@@ -212,17 +213,21 @@ ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& al
     std::snprintf(buf, sizeof buf, fmt, x);
     return std::string(buf);
   };
-  const int bytes = c.dtype == "f32" ? 4 : 8;
+  // K/V travel in the storage type (16 bits for bf16, f16), decode's partial rows in its
+  // accumulation type.
+  const io::DType dtype = parse_dtype(c.dtype);
+  const int value_bytes = with_storage(dtype, [](auto t) { return int(sizeof(t)); }),
+            row_bytes = with_storage(dtype, [](auto t) { return int(sizeof(accumulate_t<decltype(t)>)); });
   double model_bytes = 0;
   if (c.mode == "ring" && algorithm != "ring-nocomm") {
     // The most any rank sends (the CSV's bytes column is the most any rank sent).
     Options opt;
     opt.causal = c.causal;
-    const dist::TrafficProblem pr{N, N, c.batch, c.heads_kv, c.dim, bytes};
+    const dist::TrafficProblem pr{N, N, c.batch, c.heads_kv, c.dim, value_bytes};
     for (int r = 0; r < P; ++r)
       model_bytes = std::max(model_bytes, double(dist::ring_traffic(pr, opt, c.d, P, r, dist::RingPass::forward).sent));
   } else if (c.mode == "decode" && P > 1) {
-    model_bytes = double(c.batch) * c.queries * c.heads_q * (c.dim + 1) * bytes;  // one contribution of rows
+    model_bytes = double(c.batch) * c.queries * c.heads_q * (c.dim + 1) * row_bytes;  // one contribution of rows
   }
   ScaleRow row;
   row.field = {{"study", c.study},
@@ -295,7 +300,8 @@ int scale_measure(Args& args) {
       args.finish();
       KATTN_REQUIRE(c.study == "weak" || c.study == "strong", "--study: expected weak or strong, got '", c.study, "'");
       KATTN_REQUIRE(c.mode == "ring" || c.mode == "decode", "--dist: expected ring or decode, got '", c.mode, "'");
-      KATTN_REQUIRE(c.dtype == "f32" || c.dtype == "f64", "--dtype: expected f32 or f64, got '", c.dtype, "'");
+      KATTN_REQUIRE(c.dtype == "f32" || c.dtype == "f64" || c.dtype == "bf16" || c.dtype == "f16",
+                    "--dtype: expected f32, f64, bf16 or f16, got '", c.dtype, "'");
       KATTN_REQUIRE(c.heads_q >= 1 && c.heads_kv >= 1 && c.heads_q % c.heads_kv == 0,
                     "--heads: expected HQ,HKV with HQ a multiple of HKV, got ", c.heads_q, ",", c.heads_kv);
       KATTN_REQUIRE(!c.nocomm || (c.mode == "ring" && !c.d.deterministic),
@@ -304,17 +310,17 @@ int scale_measure(Args& args) {
     });
     Options shape;
     shape.causal = c.causal;
-    agree_on_command(MPI_COMM_WORLD, c.mode, shape, c.d, false,
-                     {dist::Agreed::integer("--tokens", "tokens", c.tokens), dist::Agreed::integer("--dim", "dim", c.dim),
-                      dist::Agreed::integer("--batch", "batch", c.batch),
-                      dist::Agreed::integer("--heads", "query heads", c.heads_q),
-                      dist::Agreed::integer("--heads", "KV heads", c.heads_kv),
-                      dist::Agreed::integer("--queries", "queries", c.queries),
-                      dist::Agreed::integer("--repeat", "repetitions", c.repeat),
-                      dist::Agreed::integer("--warmup", "warm-up runs", c.warmup),
-                      dist::Agreed::boolean("--nocomm-baseline", "baseline", c.nocomm),
-                      dist::Agreed::boolean("--study", "strong scaling", c.study == "strong"),
-                      dist::Agreed::boolean("--dtype", "f64", c.dtype == "f64")});
+    agree_on_command(
+        MPI_COMM_WORLD, c.mode, shape, c.d, false,
+        {dist::Agreed::integer("--tokens", "tokens", c.tokens), dist::Agreed::integer("--dim", "dim", c.dim),
+         dist::Agreed::integer("--batch", "batch", c.batch), dist::Agreed::integer("--heads", "query heads", c.heads_q),
+         dist::Agreed::integer("--heads", "KV heads", c.heads_kv),
+         dist::Agreed::integer("--queries", "queries", c.queries),
+         dist::Agreed::integer("--repeat", "repetitions", c.repeat),
+         dist::Agreed::integer("--warmup", "warm-up runs", c.warmup),
+         dist::Agreed::boolean("--nocomm-baseline", "baseline", c.nocomm),
+         dist::Agreed::boolean("--study", "strong scaling", c.study == "strong"),
+         with_storage(parse_dtype(c.dtype), [](auto t) { return dist::Agreed::dtype<decltype(t)>("--dtype"); })});
     // Rank 0 appends to the CSV at the end: a path it cannot write fails on every rank, before the runs.
     dist::collective_check(MPI_COMM_WORLD, [&] {
       if (rank == 0 && !c.csv.empty()) check_output_file("--csv", c.csv);
@@ -326,7 +332,8 @@ int scale_measure(Args& args) {
                              : 1;
     c.load_avg = load_average();
     Progress progress(rank);
-    const Result r = c.dtype == "f32" ? measure<float>(c, rank, P, progress) : measure<double>(c, rank, P, progress);
+    const Result r =
+        with_storage(parse_dtype(c.dtype), [&](auto t) { return measure<decltype(t)>(c, rank, P, progress); });
     progress.done();
     const long long peak_rss = peak_rss_max(MPI_COMM_WORLD);
     return on_rank0(MPI_COMM_WORLD, [&]() -> int {

@@ -1,4 +1,5 @@
-"""kattn across MPI ranks from Python: ring attention over an mpi4py communicator.
+"""kattn across MPI ranks from Python: ring attention, head sharding (Ulysses) and hybrid over an
+mpi4py communicator.
 
     from mpi4py import MPI
     import kattn.dist
@@ -6,7 +7,9 @@
     o = kattn.dist.ring_attention(MPI.COMM_WORLD, q[:, pos], k[:, pos], v[:, pos], causal=True)
 
 Each rank passes its shard (the positions `positions` names, in global order) of q, k and v; o is
-this rank's shard of the output. Collective: every rank calls with the same options; bad input on
+this rank's shard of the output. q, k, v share one dtype: float32, float64, float16 or bfloat16
+(NumPy arrays, or PyTorch CPU tensors; lse is float32 for the 16-bit types), and the 16-bit types
+travel between ranks in 16 bits. Collective: every rank calls with the same options; bad input on
 any rank raises the same kattn.Error on every rank. Needs kattn built with its MPI layer
 (-DKATTN_ENABLE_MPI=ON) and mpi4py on the same MPI.
 """
@@ -14,11 +17,11 @@ any rank raises the same kattn.Error on every rank. Needs kattn built with its M
 from . import _kattn
 from ._arrays import as_array, returner
 
-__all__ = ["positions", "ring_attention"]
+__all__ = ["positions", "ring_attention", "ulysses_attention", "hybrid_attention"]
 
 
 def _require_mpi():
-    if not hasattr(_kattn, "ring_attention"):
+    if not hasattr(_kattn, "dense_attention"):
         raise _kattn.Error("kattn.dist: this kattn was built without its MPI layer (-DKATTN_ENABLE_MPI=ON)")
 
 
@@ -26,13 +29,30 @@ def _align(deterministic, chunk):
     return (chunk if chunk > 0 else 1024) if deterministic else 1
 
 
-def positions(length, comm, *, sharding="contiguous", deterministic=False, chunk=0):
+def positions(length, comm, *, sharding="contiguous", deterministic=False, chunk=0, ulysses_size=None):
     """The global positions (int64, ascending) of a sequence of `length` that this rank's shard
     holds: contiguous (rank r the r-th run) or zigzag (the sequence cut into 2P segments, rank r
     holding segments r and 2P-1-r, which balances a causal mask). In deterministic mode segment
-    boundaries are multiples of the key chunk (default 1024)."""
+    boundaries are multiples of the key chunk (default 1024). ulysses_size: the positions of
+    hybrid_attention with that group size (the ring's layout over the P / ulysses_size groups, each
+    group's share cut over its members); None for ring_attention and ulysses_attention."""
     _require_mpi()
-    return _kattn.shard_positions(length, comm.Get_size(), comm.Get_rank(), sharding, _align(deterministic, chunk))
+    u = comm.Get_size() if ulysses_size == 0 else (ulysses_size or 0)
+    return _kattn.shard_positions(length, comm.Get_size(), comm.Get_rank(), sharding, _align(deterministic, chunk), u)
+
+
+def _dense(call, comm, q, k, v, layout, opts, sharding, deterministic, chunk, ulysses_size, return_lse,
+           return_stats):
+    _require_mpi()
+    out = returner(q)
+    try:  # a refusal here goes to kattn, which raises it on every rank (no rank left in the ring)
+        arrays, refused = [as_array(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v"))], ""
+    except _kattn.Error as e:
+        arrays, refused = [None] * 3, str(e)
+    o, lse, stats = _kattn.dense_attention(call, comm.py2f(), *arrays, layout, opts, sharding, deterministic, chunk,
+                                           ulysses_size, refused)
+    result = (out(o),) + ((out(lse),) if return_lse else ()) + ((stats,) if return_stats else ())
+    return result[0] if len(result) == 1 else result
 
 
 def ring_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout="bnhd",
@@ -44,13 +64,25 @@ def ring_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, sca
     sequence. deterministic: bitwise the same o for every rank count and sharding (keys folded in
     global chunks of `chunk`). Returns o (and lse [B, Hq, nq], and this rank's stats dict).
     """
-    _require_mpi()
-    out = returner(q)
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
-    try:  # a refusal here goes to kattn, which raises it on every rank (no rank left in the ring)
-        arrays, refused = [as_array(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v"))], ""
-    except _kattn.Error as e:
-        arrays, refused = [None] * 3, str(e)
-    o, lse, stats = _kattn.ring_attention(comm.py2f(), *arrays, layout, opts, sharding, deterministic, chunk, refused)
-    result = (out(o),) + ((out(lse),) if return_lse else ()) + ((stats,) if return_stats else ())
-    return result[0] if len(result) == 1 else result
+    return _dense("ring", comm, q, k, v, layout, opts, sharding, deterministic, chunk, 0, return_lse, return_stats)
+
+
+def ulysses_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout="bnhd",
+                      sharding="contiguous", deterministic=False, chunk=0, return_lse=False, return_stats=False):
+    """Exact attention sharded over heads (DeepSpeed-Ulysses): arguments, shards and results as for
+    ring_attention; Hq must be a multiple of the rank count. All-to-alls give each rank the whole
+    sequence of Hq/P heads; deterministic: bitwise the same o for every rank count."""
+    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
+    return _dense("ulysses", comm, q, k, v, layout, opts, sharding, deterministic, chunk, 0, return_lse, return_stats)
+
+
+def hybrid_attention(comm, q, k, v, *, ulysses_size=0, causal=False, window=None, softcap=0.0, scale=None,
+                     layout="bnhd", sharding="contiguous", deterministic=False, chunk=0, return_lse=False,
+                     return_stats=False):
+    """Head sharding inside groups of `ulysses_size` ranks (0: all) and ring attention across the
+    groups. Shards: positions(N, comm, ulysses_size=..., ...); Hq a multiple of ulysses_size.
+    Otherwise as ring_attention; deterministic: the ring's bits for every grid."""
+    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
+    return _dense("hybrid", comm, q, k, v, layout, opts, sharding, deterministic, chunk, ulysses_size, return_lse,
+                  return_stats)

@@ -1,5 +1,7 @@
-// kattn.dist's bindings (built when kattn has its MPI layer): ring attention over the ranks of an
-// mpi4py communicator, and which global positions a rank's shard holds. The communicator comes as
+// kattn.dist's bindings (built when kattn has its MPI layer): ring attention, head sharding
+// (Ulysses) and hybrid over the ranks of an mpi4py communicator, in float32, float64, float16 or
+// bfloat16 (lse in the accumulation type), and which global positions a rank's shard holds. The
+// communicator comes as
 // its Fortran handle (mpi4py's Comm.py2f), so the module needs no mpi4py headers; MPI itself is
 // started and stopped by mpi4py.
 #include <mpi.h>
@@ -12,8 +14,10 @@
 
 #include "arrays.hpp"
 #include "kattn/dist/collective.hpp"
+#include "kattn/dist/hybrid.hpp"
 #include "kattn/dist/layout.hpp"
 #include "kattn/dist/ring.hpp"
+#include "kattn/dist/ulysses.hpp"
 
 namespace {
 
@@ -41,62 +45,92 @@ py::dict stats_dict(const kattn::dist::DistStats& s) {
   return d;
 }
 
+enum class DenseCall { ring, ulysses, hybrid };
+
+DenseCall call_of(const std::string& name) {
+  if (name == "ring") return DenseCall::ring;
+  if (name == "ulysses") return DenseCall::ulysses;
+  return DenseCall::hybrid;
+}
+
 // Array checks run on every rank through collective_check: a bad array on one rank is the same
 // kattn::Error on all of them, never a rank left waiting in the ring.
 template <class T>
-py::tuple ring_as(MPI_Comm comm, const py::array& q, const py::array& k, const py::array& v, const Layout& L,
-                  const kattn::Options& opt, const kattn::dist::DistOptions& d) {
+py::tuple dense_as(DenseCall call, MPI_Comm comm, const py::array& q, const py::array& k, const py::array& v,
+                   const Layout& L, const kattn::Options& opt, const kattn::dist::DistOptions& d) {
+  using Acc = kattn::accumulate_t<T>;
   Strided<T, 4> qv, kv, vv, ov;
-  Strided<T, 3> lv;
+  Strided<Acc, 3> lv;
   py::array o, lse;
   kattn::dist::collective_check(kattn::dist::library_comm(comm), [&] {
     qv = view4<T>(q, "q", L), kv = view4<T>(k, "k", L), vv = view4<T>(v, "v", L);
     o = new4<T>(qv.extent(0), qv.extent(1), qv.extent(2), vv.extent(3), L);
-    lse = new_array<T>({qv.extent(0), qv.extent(2), qv.extent(1)});
+    lse = new_array<Acc>({qv.extent(0), qv.extent(2), qv.extent(1)});
     ov = view4<T>(o, "o", L);
-    lv = view_n<T, 3>(lse, "lse");
+    lv = view_n<Acc, 3>(lse, "lse");
   });
   kattn::dist::DistStats stats;
-  run_released([&] { stats = kattn::dist::ring_attention(comm, Space(), qv, kattn::kv::dense(kv, vv), ov, lv, opt, d); });
+  run_released([&] {
+    const auto dense = kattn::kv::dense(kv, vv);
+    if (call == DenseCall::ring)
+      stats = kattn::dist::ring_attention(comm, Space(), qv, dense, ov, lv, opt, d);
+    else if (call == DenseCall::ulysses)
+      stats = kattn::dist::ulysses_attention(comm, Space(), qv, dense, ov, lv, opt, d);
+    else
+      stats = kattn::dist::hybrid_attention(comm, Space(), qv, dense, ov, lv, opt, d);
+  });
   return py::make_tuple(o, lse, stats_dict(stats));
 }
 
 }  // namespace
 
 void bind_dist(py::module_& m) {
-  // refused: what the Python layer refused on this rank ("" for nothing); q, k, v are then None.
-  m.def("ring_attention", [](std::int64_t comm_handle, const py::object& q_obj, const py::object& k_obj,
-                             const py::object& v_obj, const std::string& layout, const py::dict& kw,
-                             const std::string& sharding, bool deterministic, std::int64_t chunk,
-                             const std::string& refused) {
-    const MPI_Comm comm = comm_of(comm_handle);
-    const MPI_Comm checks = kattn::dist::library_comm(comm);  // kattn's checks apart from the caller's traffic
-    // Whatever one rank refuses, every rank refuses with the same message (no rank left waiting).
-    kattn::Options opt;
-    Layout L{};
-    kattn::dist::DistOptions d;
-    Dtype dtype = Dtype::float32;
-    py::array q, k, v;
-    kattn::dist::collective_check(checks, [&] {
-      if (!refused.empty()) throw kattn::Error(refused);
-      q = py::array::ensure(q_obj), k = py::array::ensure(k_obj), v = py::array::ensure(v_obj);
-      opt = options_of(kw);
-      L = Layout::parse(layout);
-      d.sharding = sharding_of(sharding);
-      d.deterministic = deterministic;
-      d.chunk = chunk;
-      dtype = float_dtype_of(q, k, v);  // 16-bit shards: not in kattn's MPI layer yet
-    });
-    kattn::dist::collective_agree(checks, {kattn::dist::Agreed::dtype("q", dtype == Dtype::float32 ? 4 : 8)});
-    return dtype == Dtype::float32 ? ring_as<float>(comm, q, k, v, L, opt, d) : ring_as<double>(comm, q, k, v, L, opt, d);
-  });
-  m.def("shard_positions", [](std::int64_t length, int ranks, int rank, const std::string& sharding,
-                              std::int64_t align) {
+  // call: "ring", "ulysses" or "hybrid" (the package's names); ulysses_size: hybrid's U (0: all
+  // ranks). refused: what the Python layer refused on this rank ("" for nothing); q, k, v are then
+  // None.
+  m.def("dense_attention",
+        [](const std::string& call, std::int64_t comm_handle, const py::object& q_obj, const py::object& k_obj,
+           const py::object& v_obj, const std::string& layout, const py::dict& kw, const std::string& sharding,
+           bool deterministic, std::int64_t chunk, int ulysses_size, const std::string& refused) {
+          const MPI_Comm comm = comm_of(comm_handle);
+          const MPI_Comm checks = kattn::dist::library_comm(comm);  // kattn's checks apart from the caller's traffic
+          // Whatever one rank refuses, every rank refuses with the same message (no rank left waiting).
+          kattn::Options opt;
+          Layout L{};
+          kattn::dist::DistOptions d;
+          Dtype dtype = Dtype::float32;
+          py::array q, k, v;
+          kattn::dist::collective_check(checks, [&] {
+            if (!refused.empty()) throw kattn::Error(refused);
+            q = py::array::ensure(q_obj), k = py::array::ensure(k_obj), v = py::array::ensure(v_obj);
+            opt = options_of(kw);
+            L = Layout::parse(layout);
+            d.sharding = sharding_of(sharding);
+            d.deterministic = deterministic;
+            d.chunk = chunk;
+            d.ulysses_size = ulysses_size;
+            dtype = storage_of(q, "q");
+            require_same_dtype(k, "k", q, "q");
+            require_same_dtype(v, "v", q, "q");
+          });
+          return with_dtype(dtype, [&](auto t) {
+            using T = decltype(t);
+            kattn::dist::collective_agree(checks, {kattn::dist::Agreed::dtype<T>("q")});
+            return dense_as<T>(call_of(call), comm, q, k, v, L, opt, d);
+          });
+        });
+  // ulysses_size > 0: hybrid's layout (kattn::dist::hybrid_layout) for that U.
+  m.def("shard_positions", [](std::int64_t length, int ranks, int rank, const std::string& sharding, std::int64_t align,
+                              int ulysses_size) {
     if (length < 0) throw kattn::Error("length: expected >= 0 positions, got " + std::to_string(length));
     if (ranks < 1 || rank < 0 || rank >= ranks)
       throw kattn::Error("rank: expected 0 .. " + std::to_string(ranks - 1) + ", got " + std::to_string(rank));
     if (align < 1) throw kattn::Error("chunk: expected >= 0 keys, got " + std::to_string(align));
-    const kattn::dist::SequenceLayout layout(length, ranks, sharding_of(sharding), align);
+    kattn::dist::DistOptions d;
+    d.sharding = sharding_of(sharding), d.deterministic = align > 1, d.chunk = align, d.ulysses_size = ulysses_size;
+    const kattn::dist::SequenceLayout layout = ulysses_size > 0
+                                                   ? kattn::dist::hybrid_layout(length, ranks, d)
+                                                   : kattn::dist::SequenceLayout(length, ranks, d.sharding, align);
     py::array_t<std::int64_t> pos(layout.local_length(rank));
     auto* out = pos.mutable_data();
     for (const auto& s : layout.segments_of(rank))

@@ -1,7 +1,7 @@
 // The element types of kattn's arrays: float32 and float64 everywhere, float16 and bfloat16 in the
-// attention calls, their backward, the merge and the cascade (kattn's 16-bit storage has not reached
-// the MPI layer yet). NumPy has no bfloat16: kattn's is a structured dtype holding kattn::bf16's
-// bits, what the package makes of a torch.bfloat16 tensor (its memory, read in place). Here: which
+// attention calls, their backward, the merge, the cascade and kattn.dist. NumPy has no bfloat16:
+// kattn's is a structured dtype holding kattn::bf16's bits, what the package makes of a
+// torch.bfloat16 tensor (its memory, read in place). Here: which
 // type an array holds, its name in messages, the dtype of new arrays, and the storage combinations
 // of the forward (q's type throughout, or float32 queries over a float16 or bfloat16 cache), of the
 // backward (q's type throughout, lse in its accumulation type) and of the merge (o in any type, the
@@ -79,16 +79,6 @@ inline Dtype storage_of(const py::array& a, const char* name) {
   for (Dtype t : {Dtype::float32, Dtype::float64, Dtype::float16, Dtype::bfloat16})
     if (holds(a, t)) return t;
   throw kattn::Error(std::string(name) + ": expected float32, float64, float16 or bfloat16, got " + dtype_name(a));
-}
-
-// The storage of an argument of a call kattn's 16-bit storage has not reached: float32 or float64,
-// else a kattn::Error naming it (and, for a 16-bit array, saying so).
-inline Dtype float_storage_of(const py::array& a, const char* name) {
-  if (holds(a, Dtype::float32)) return Dtype::float32;
-  if (holds(a, Dtype::float64)) return Dtype::float64;
-  const bool half = holds(a, Dtype::float16) || holds(a, Dtype::bfloat16);
-  throw kattn::Error(std::string(name) + ": expected float32 or float64, got " + dtype_name(a) +
-                     (half ? " (16-bit storage is not in kattn's MPI calls yet)" : ""));
 }
 
 inline void require_same_dtype(const py::array& a, const char* name, const py::array& like, const char* like_name) {
@@ -177,16 +167,6 @@ template <class F>
 auto with_merge_storage(const MergeStorage& s, F&& f) {
   if (s.parts != s.o) return s.o == Dtype::float16 ? f(float{}, kattn::fp16{}) : f(float{}, kattn::bf16{});
   return with_dtype(s.o, [&](auto t) { return f(t, t); });
-}
-
-// The dtype of the calls that take float32 or float64 only, q's, which k and v share.
-inline Dtype float_dtype_of(const py::array& q, const py::array& k, const py::array& v) {
-  const Dtype t = float_storage_of(q, "q");
-  float_storage_of(k, "k");
-  float_storage_of(v, "v");
-  require_same_dtype(k, "k", q, "q");
-  require_same_dtype(v, "v", q, "q");
-  return t;
 }
 
 }  // namespace kattn_python

@@ -11,7 +11,7 @@ MPI = pytest.importorskip("mpi4py.MPI", reason="mpi4py is not installed (Debian:
 import kattn  # noqa: E402
 import kattn.dist  # noqa: E402
 
-if not hasattr(kattn._kattn, "ring_attention"):
+if not hasattr(kattn._kattn, "dense_attention"):
     pytest.skip("kattn was built without its MPI layer (-DKATTN_ENABLE_MPI=ON)", allow_module_level=True)
 
 COMM = MPI.COMM_WORLD
@@ -66,9 +66,9 @@ def test_bad_input_on_one_rank_raises_the_same_error_on_every_rank():
         kattn.dist.ring_attention(COMM, q[:, pos], kk, v[:, pos])
     messages = COMM.allgather(str(e.value))
     assert len(set(messages)) == 1 and "k:" in messages[0]
-    # A float16 shard on one rank (the MPI layer has no 16-bit storage yet): still every rank raises.
-    qq = q[:, pos].astype(np.float16) if COMM.Get_rank() == last else q[:, pos]
-    with pytest.raises(kattn.Error, match=re.escape("q: expected float32 or float64, got float16 (16-bit storage")):
+    # An int32 shard on one rank: still every rank raises.
+    qq = q[:, pos].astype(np.int32) if COMM.Get_rank() == last else q[:, pos]
+    with pytest.raises(kattn.Error, match=re.escape("q: expected float32, float64, float16 or bfloat16, got int32")):
         kattn.dist.ring_attention(COMM, qq, k[:, pos], v[:, pos])
     with pytest.raises(kattn.Error, match=re.escape('sharding: expected "contiguous" or "zigzag"')):
         kattn.dist.ring_attention(COMM, q[:, pos], k[:, pos], v[:, pos], sharding="striped")

@@ -119,14 +119,17 @@ auto writable_alias(const View& view) {
 }
 
 // The backward problem of a filled forward part: the gradient views checked against the inputs
-// (extents, distinct memory, the scalar type of all nine) and their pointers and strides taken.
+// (extents, distinct memory, one storage type T for all but lse, which is in T's accumulation type)
+// and their pointers and strides taken.
 template <class T, class QView, class KView, class VView, class OView, class LseView, class DoView, class DqView,
           class DkView, class DvView>
 BackwardParams<T> with_gradients(const AttentionParams<T>& fwd, const QView& q, const KView& k, const VView& v,
                                  const OView& o, const DoView& dout, const DqView& dq, const DkView& dk,
                                  const DvView& dv) {
-  static_assert(all_of_type<T, QView, KView, VView, OView, LseView, DoView, DqView, DkView, DvView>(),
-                "kattn: q, k, v, o, lse, do, dq, dk and dv must have the same scalar type");
+  static_assert(all_of_type<T, QView, KView, VView, OView, DoView, DqView, DkView, DvView>() &&
+                    all_of_type<accumulate_t<T>, LseView>(),
+                "kattn: q, k, v, o, do, dq, dk and dv must have the same scalar type, and lse its accumulation "
+                "type");
   BackwardParams<T> p;
   p.fwd = fwd;
   check_gradient_views(q, k, v, o, dout, dq, dk, dv);

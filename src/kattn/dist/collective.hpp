@@ -55,10 +55,6 @@ struct Agreed {
   static Agreed dtype(const char* argument) {
     return {argument, "dtype", Kind::dtype, static_cast<std::int64_t>(storage_code<S>())};
   }
-  // A float type by its size in bytes (4: f32, 8: f64), for callers that hold no C++ type.
-  static Agreed dtype(const char* argument, std::int64_t bytes) {
-    return bytes == 8 ? dtype<double>(argument) : dtype<float>(argument);
-  }
 };
 
 // Checks that every rank passed the same values (in the same order); the first difference, in

@@ -4,18 +4,20 @@
 // kattn::Error on every rank), then the call's implementation on the validated params. Internal;
 // the public entry points keep their own static_assert, whose message names them.
 //
-// 16-bit storage (kattn::bf16 or kattn::fp16 q, k, v, o; lse float): the forward widens q (exact)
-// and passes k and v as they are stored (KV16::as_stored: the ring, which sends them in 16 bits) or
-// widened too (KV16::widened: calls whose implementation takes float K/V); the float o is rounded
-// once. The backward runs the float implementation on float copies of q, k, v, o and dout and
-// rounds dq, dk and dv once.
+// 16-bit storage (kattn::bf16 or kattn::fp16 q, k, v, o; lse float): the forward either widens q
+// (exact), passes k and v as they are stored and rounds the float o once (KV16::as_stored: the
+// ring, which sends K/V in 16 bits), or passes all four as stored (KV16::all_stored: head sharding
+// and hybrid, whose all-to-alls move them in 16 bits and which round o themselves). The backward
+// either runs the float implementation on float copies of q, k, v, o and dout and rounds dq, dk and
+// dv once (Grads16::float_copies: the ring), or passes all nine arrays as stored
+// (Grads16::all_stored: head sharding and hybrid, which widen after their all-to-alls, sum in
+// float and round each gradient once).
 #pragma once
 
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
 #include <cstdint>
-#include <type_traits>
 
 #include "kattn/backward.hpp"
 #include "kattn/core/storage.hpp"
@@ -57,8 +59,8 @@ inline void refuse_atomic_if_deterministic(const DistOptions& d, const BackwardO
                 "deterministic");
 }
 
-// How a forward over 16-bit storage hands k and v to its implementation.
-enum class KV16 { as_stored, widened };
+// How a forward over 16-bit storage hands q, k, v and o to its implementation (see the top).
+enum class KV16 { as_stored, all_stored };
 
 // impl(comm, space, params, opt, d) once q, kv, o and lse pass the checks on every rank.
 template <KV16 kv16, class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class Impl>
@@ -69,27 +71,19 @@ DistStats dense_forward(DistCall call, MPI_Comm comm, const ExecSpace& space, co
   // The storage rule, at compile time.
   kattn::detail::params_of<QView, KView, VView, OView, LseView> checked;
   comm = library_comm(comm);  // kattn's traffic apart from the caller's
-  if constexpr (is_16bit_v<S>) {
+  if constexpr (is_16bit_v<S> && kv16 == KV16::as_stored) {
     using Float = typename kattn::detail::FloatCopy<ExecSpace, 4>::type;
     const kattn::detail::Widening<ExecSpace> w(space, "kattn::dist");
-    constexpr bool widen_kv = kv16 == KV16::widened;
-    Float q_float, o_float, k_float, v_float;
-    AttentionParams<float, float, std::conditional_t<widen_kv, float, S>> p;
+    Float q_float, o_float;
+    AttentionParams<float, float, S> p;
     collective_check(comm, [&] {
       validate(opt);
       validate(d);
       checked = dense_params(q, kv.k, kv.v, o, lse);
-      const std::uint64_t kv_values = widen_kv ? kv.k.size() + kv.v.size() : 0;
-      require_float_copies<typename ExecSpace::memory_space>(q.size() + o.size() + kv_values,
-                                                             widen_kv ? "q, k, v and o" : "q and o");
+      require_float_copies<typename ExecSpace::memory_space>(q.size() + o.size(), "q and o");
       q_float = w.in(q, "q");
       o_float = w.out(o, "o");
-      if constexpr (widen_kv) {
-        k_float = w.in(kv.k, "k"), v_float = w.in(kv.v, "v");
-        p = dense_params(q_float, k_float, v_float, o_float, lse);
-      } else {
-        p = dense_params(q_float, kv.k, kv.v, o_float, lse);
-      }
+      p = dense_params(q_float, kv.k, kv.v, o_float, lse);
     });
     agree_call<S>(comm, call);
     const DistStats stats = impl(comm, space, p, opt, d);
@@ -107,19 +101,23 @@ DistStats dense_forward(DistCall call, MPI_Comm comm, const ExecSpace& space, co
   }
 }
 
+// How a backward over 16-bit storage hands its arrays to its implementation (see the top).
+enum class Grads16 { float_copies, all_stored };
+
 // impl(comm, space, params, opt, d, bopt) once the backward's arguments pass the checks on every
 // rank; the atomic dQ strategy is refused in deterministic mode.
-template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
-          class DqView, class DkView, class DvView, class Impl>
+template <Grads16 grads16 = Grads16::float_copies, class ExecSpace, class QView, class KView, class VView, class OView,
+          class LseView, class DoView, class DqView, class DkView, class DvView, class Impl>
 DistStats dense_backward(DistCall call, MPI_Comm comm, const ExecSpace& space, const QView& q,
                          const kv::Dense<KView, VView>& kv, const OView& o, const LseView& lse, const DoView& dout,
                          const DqView& dq, const DkView& dk, const DvView& dv, const Options& opt,
                          const BackwardOptions& bopt, const DistOptions& d, const Impl& impl) {
   using S = typename DqView::non_const_value_type;
   comm = library_comm(comm);  // kattn's traffic apart from the caller's
-  if constexpr (is_16bit_v<S>) {
-    static_assert(kattn::detail::same_storage<QView, KView, VView, OView, DoView, DqView, DkView, DvView>,
-                  "kattn::dist: q, k, v, o, dout, dq, dk and dv must have one 16-bit type (lse float)");
+  static_assert(
+      !is_16bit_v<S> || kattn::detail::same_storage<QView, KView, VView, OView, DoView, DqView, DkView, DvView>,
+      "kattn::dist: q, k, v, o, dout, dq, dk and dv must have one 16-bit type (lse float)");
+  if constexpr (is_16bit_v<S> && grads16 == Grads16::float_copies) {
     using Float = typename kattn::detail::FloatCopy<ExecSpace, 4>::type;
     const kattn::detail::Widening<ExecSpace> w(space, "kattn::dist");
     Float qf, kf, vf, of, dof, dqf, dkf, dvf;

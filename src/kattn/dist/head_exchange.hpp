@@ -2,7 +2,8 @@
 // whole sequence of this rank's heads, and back. Positions follow a SequenceLayout over the
 // communicator's ranks; each rank sends every other rank that rank's heads of its own positions,
 // straight into place (a segment of one sequence is contiguous in the whole-sequence buffer).
-// Internal.
+// Values travel in the type they are given (16-bit storage in its 16 bits, lse in float), and
+// bytes sent count what travels. Internal.
 #pragma once
 
 #include <mpi.h>
@@ -11,21 +12,24 @@
 #include <cstdint>
 #include <vector>
 
+#include "kattn/core/storage.hpp"
 #include "kattn/dist/clock.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/head_split.hpp"
 #include "kattn/dist/layout.hpp"
 #include "kattn/dist/pack.hpp"
 #include "kattn/dist/transport.hpp"
+#include "kattn/errors.hpp"
 
 namespace kattn {
 namespace dist {
 namespace detail {
 
-template <class ExecSpace, class T>
+template <class ExecSpace>
 class HeadExchange {
  public:
   using Mem = typename ExecSpace::memory_space;
+  template <class T>
   using Buffer = MessageBuffer<T, Mem>;
 
   HeadExchange(MPI_Comm comm, const ExecSpace& space, int batch, DistStats& stats)
@@ -35,8 +39,9 @@ class HeadExchange {
   }
 
   // A gather in flight: its messages posted, its buffers held until wait().
+  template <class T>
   struct Pending {
-    Buffer whole, out;
+    Buffer<T> whole, out;
     std::vector<MPI_Request> reqs;
     std::int64_t whole_elems = 0;
   };
@@ -45,19 +50,20 @@ class HeadExchange {
   // from every rank's positions of src (strided (b, local position, head, :), all heads). This
   // rank's own part goes through MPI too: one path, staged or not. Several gathers may be in
   // flight: every rank posts them in the same order, so their messages match in that order.
-  Pending post_gather(const Strided<const T>& src, const SequenceLayout& layout, const std::vector<HeadRange>& heads,
-                      int dim, const char* label) {
+  template <class T>
+  Pending<T> post_gather(const Strided<const T>& src, const SequenceLayout& layout, const std::vector<HeadRange>& heads,
+                         int dim, const char* label) {
     const double t0 = now();
     const std::int64_t N = layout.length(), n_own = layout.local_length(rank_);
     const int h_own = heads[rank_].count;
-    Pending g;
+    Pending<T> g;
     g.whole_elems = std::int64_t(batch_) * N * h_own * dim;
-    g.whole = Buffer(label, g.whole_elems, stats_.staged);
+    g.whole = Buffer<T>(label, g.whole_elems, stats_.staged);
     // Outgoing: per destination r, this rank's positions of r's heads, dense [B][n_own][h_r][dim].
     std::vector<std::int64_t> at(P_, 0);
     std::int64_t total = 0;
     for (int r = 0; r < P_; ++r) at[r] = total, total += std::int64_t(batch_) * n_own * heads[r].count * dim;
-    g.out = Buffer("kattn::dist::heads::out", total, stats_.staged);
+    g.out = Buffer<T>("kattn::dist::heads::out", total, stats_.staged);
     for (int r = 0; r < P_; ++r)
       copy_rows(space_, offset_heads(src, heads[r].first), 0, dense(g.out.device() + at[r], n_own, heads[r].count, dim),
                 batch_, n_own, heads[r].count, dim);
@@ -77,11 +83,12 @@ class HeadExchange {
   }
 
   // Completes a gather: the whole sequence of this rank's heads, on the device.
-  Buffer wait(Pending& g) {
+  template <class T>
+  Buffer<T> wait(Pending<T>& g) {
     const double t0 = now();
     wait_all(g.reqs);
     g.whole.stage_in(space_, g.whole_elems);
-    g.out = Buffer();
+    g.out = Buffer<T>();
     stats_.comm_seconds += now() - t0;
     return g.whole;
   }
@@ -90,7 +97,8 @@ class HeadExchange {
   // this rank, dense [B][N][h][dim]) of this rank's positions into dst (strided (b, local
   // position, head, :)). add == false: copied; add == true: added rank by rank in rank order (dst
   // zeroed by the caller), for KV heads that several ranks computed parts of.
-  void scatter(const Buffer& whole, const SequenceLayout& layout, const std::vector<HeadRange>& heads, int dim,
+  template <class T>
+  void scatter(const Buffer<T>& whole, const SequenceLayout& layout, const std::vector<HeadRange>& heads, int dim,
                const Strided<T>& dst, bool add) {
     const double t0 = now();
     const std::int64_t N = layout.length(), n_own = layout.local_length(rank_);
@@ -99,7 +107,7 @@ class HeadExchange {
     std::vector<std::int64_t> at(P_, 0);
     std::int64_t total = 0;
     for (int r = 0; r < P_; ++r) at[r] = total, total += std::int64_t(batch_) * n_own * heads[r].count * dim;
-    Buffer in("kattn::dist::heads::in", total, stats_.staged);
+    Buffer<T> in("kattn::dist::heads::in", total, stats_.staged);
     std::vector<MPI_Request> reqs;
     for (int r = 0; r < P_; ++r) {
       const std::int64_t row = std::int64_t(heads[r].count) * dim;
@@ -115,9 +123,13 @@ class HeadExchange {
     for (int r = 0; r < P_; ++r) {
       const Strided<const T> part = dense<const T>(in.device() + at[r], n_own, heads[r].count, dim);
       const Strided<T> into = offset_heads(dst, heads[r].first);
-      if (add)
-        add_rows(space_, part, into, 0, batch_, n_own, heads[r].count, dim);
-      else
+      if (add) {
+        // Sums are made in a computing type: 16-bit parts would be rounded twice.
+        if constexpr (is_16bit_v<T>)
+          KATTN_ASSERT(!"head exchange: 16-bit parts are not summed");
+        else
+          add_rows(space_, part, into, 0, batch_, n_own, heads[r].count, dim);
+      } else
         copy_rows(space_, part, 0, into, batch_, n_own, heads[r].count, dim);
     }
     space_.fence();

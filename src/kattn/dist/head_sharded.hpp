@@ -10,6 +10,8 @@
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <functional>
+#include <type_traits>
+#include <vector>
 
 #include "kattn/backward_params.hpp"
 #include "kattn/core/attention_params.hpp"
@@ -50,7 +52,7 @@ Strided<const U> strided_in(const U* base, std::int64_t sb, std::int64_t sj, std
 // q, o [B][Nq][hq][D], k, v [B][Nk][hkv][D], lse [B][Nq][hq].
 template <class T>
 AttentionParams<T> block_params(AttentionParams<T> a, const HeadSplit& hs, const HeadBlock& blk, std::int64_t Nq,
-                                std::int64_t Nk, const T* q, const T* k, const T* v, T* o, T* lse) {
+                                std::int64_t Nk, const T* q, const T* k, const T* v, T* o, accumulate_t<T>* lse) {
   const int D = a.head_dim, hq = hs.q.count, hkv = hs.kv.count;
   const WholeStrides sq = WholeStrides::of(Nq, hq, D), skv = WholeStrides::of(Nk, hkv, D),
                      sl = WholeStrides::of(Nq, hq, 1);
@@ -65,11 +67,13 @@ AttentionParams<T> block_params(AttentionParams<T> a, const HeadSplit& hs, const
   return a;
 }
 
-// Forward: o (and lse when p.lse is set; every rank alike) of this rank's positions.
+// Forward: o (and lse when p.lse is set; every rank alike) of this rank's positions. q, k, v and o
+// travel in their storage type T (16 bits for bf16 / fp16), lse in the accumulation type.
 template <class ExecSpace, class T>
 void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p,
                           const SequenceLayout& q_layout, const SequenceLayout& kv_layout, DistStats& stats,
                           FailureLatch& latch, const ForwardInner<T>& inner) {
+  using Acc = accumulate_t<T>;
   using Buffer = MessageBuffer<T, typename ExecSpace::memory_space>;
   int rank = 0, P = 1;
   MPI_Comm_rank(comm, &rank);
@@ -80,18 +84,21 @@ void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const Attention
   const std::int64_t Nq = q_layout.length(), Nk = kv_layout.length();
   // The results' buffers before the first transfer, in one collective step, memory-checked with
   // the exchanges' buffers at the call's peak (those are allocated as each exchange is posted).
-  Buffer o, lse;
+  Buffer o;
+  MessageBuffer<Acc, typename ExecSpace::memory_space> lse;
   latch.check([&] {
     const std::uint64_t B = p.batch, nq = q_layout.local_length(rank), nk = kv_layout.local_length(rank);
-    const std::uint64_t results = B * Nq * hs.q.count * (D + 1),
+    const std::uint64_t lse_width = sizeof(Acc) / sizeof(T);  // an lse value in values of T
+    const std::uint64_t results = B * Nq * hs.q.count * (D + lse_width),
                         wholes = B * Nq * hs.q.count * D + 2 * B * Nk * hs.kv.count * D,
                         outs = B * nq * p.heads_q * D + 2 * B * nk * p.heads_kv * D, in = B * nq * p.heads_q * D;
     require_buffers<typename ExecSpace::memory_space>("kattn::dist: head sharding",
                                                       results + wholes + std::max(outs, in), sizeof(T));
     o = Buffer("kattn::dist::heads::o", std::int64_t(p.batch) * Nq * hs.q.count * D, stats.staged);
-    lse = Buffer("kattn::dist::heads::lse", std::int64_t(p.batch) * Nq * hs.q.count, stats.staged);
+    lse = MessageBuffer<Acc, typename ExecSpace::memory_space>("kattn::dist::heads::lse",
+                                                               std::int64_t(p.batch) * Nq * hs.q.count, stats.staged);
   });
-  HeadExchange<ExecSpace, T> ex(comm, space, p.batch, stats);
+  HeadExchange<ExecSpace> ex(comm, space, p.batch, stats);
   // The three gathers in flight together.
   auto pq = ex.post_gather(strided_in(p.q, p.q_stride_batch, p.q_stride_seq, p.q_stride_head), q_layout, qh, D,
                            "kattn::dist::heads::q");
@@ -104,40 +111,67 @@ void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const Attention
     inner(block_params(p, hs, blk, Nq, Nk, q.device(), k.device(), v.device(), o.device(), lse.device()), stats);
   ex.scatter(o, q_layout, qh, D, Strided<T>{p.o, p.o_stride_batch, p.o_stride_seq, p.o_stride_head}, false);
   if (p.lse)
-    ex.scatter(lse, q_layout, qh, 1, Strided<T>{p.lse, p.lse_stride_batch, p.lse_stride_seq, p.lse_stride_head}, false);
+    ex.scatter(lse, q_layout, qh, 1, Strided<Acc>{p.lse, p.lse_stride_batch, p.lse_stride_seq, p.lse_stride_head},
+               false);
+}
+
+// Whether some KV head is computed in parts on several ranks (its dK, dV parts then summed).
+inline bool kv_heads_shared(const std::vector<HeadRange>& kv) {
+  for (std::size_t r = 1; r < kv.size(); ++r)
+    if (kv[r].first < kv[r - 1].first + kv[r - 1].count) return true;
+  return false;
 }
 
 // Backward: dq of this rank's query positions, dk and dv of its key positions (a KV head computed
-// in parts on several ranks summed in rank order).
+// in parts on several ranks summed in rank order). q, k, v, o and dout travel in their storage type
+// T, lse in the accumulation type Acc; the inner backward runs in Acc (16-bit wholes widened after
+// the gathers) and each gradient is rounded to T once: dq and unshared dk, dv before they travel
+// back (in T), shared dk, dv after their parts are summed (they travel in Acc).
 template <class ExecSpace, class T>
 void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p,
                            const SequenceLayout& q_layout, const SequenceLayout& kv_layout, DistStats& stats,
-                           FailureLatch& latch, const BackwardInner<T>& inner) {
-  using Buffer = MessageBuffer<T, typename ExecSpace::memory_space>;
+                           FailureLatch& latch, const BackwardInner<accumulate_t<T>>& inner) {
+  using Acc = accumulate_t<T>;
+  using Mem = typename ExecSpace::memory_space;
+  using Buffer = MessageBuffer<T, Mem>;
+  using AccBuffer = MessageBuffer<Acc, Mem>;
+  constexpr bool widened = !std::is_same_v<T, Acc>;
   int rank = 0, P = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &P);
   const AttentionParams<T>& f = p.fwd;
-  const int D = f.head_dim;
+  const int B = f.batch, D = f.head_dim;
   const HeadSplit hs = head_split(f.heads_q, f.heads_kv, P, rank);
   const auto qh = q_ranges(f.heads_q, f.heads_kv, P), kvh = kv_ranges(f.heads_q, f.heads_kv, P);
-  const std::int64_t Nq = q_layout.length(), Nk = kv_layout.length();
-  // The gradients' buffers before the first transfer, in one collective step, memory-checked with
-  // the exchanges' buffers at the call's peak (those are allocated as each exchange is posted).
-  Buffer dq, dk, dv;
+  const bool shared = kv_heads_shared(kvh);
+  const std::int64_t Nq = q_layout.length(), Nk = kv_layout.length(), nk = kv_layout.local_length(rank);
+  const std::int64_t q_whole = std::int64_t(B) * Nq * hs.q.count * D, kv_whole = std::int64_t(B) * Nk * hs.kv.count * D;
+  // The gradients' buffers (in Acc) and the widened copies before the first transfer, in one
+  // collective step, memory-checked with the exchanges' buffers at the call's peak (those are
+  // allocated as each exchange is posted), counted in values of T.
+  AccBuffer dq, dk, dv;
+  Kokkos::View<Acc*, Mem> wide;  // widened q, o, dout, k, v wholes, one after the other
+  Kokkos::View<Acc*, Mem> sums;  // shared 16-bit dk, dv: this rank's positions, summed in Acc
   latch.check([&] {
-    const std::uint64_t B = f.batch, nq = q_layout.local_length(rank), nk = kv_layout.local_length(rank);
-    const std::uint64_t q_whole = B * Nq * hs.q.count * D, kv_whole = B * Nk * hs.kv.count * D,
-                        q_out = B * nq * f.heads_q * D, kv_out = B * nk * f.heads_kv * D;
-    const std::uint64_t results = q_whole + 2 * kv_whole, wholes = 3 * q_whole + B * Nq * hs.q.count + 2 * kv_whole,
-                        outs = 3 * q_out + B * nq * f.heads_q + 2 * kv_out, in = std::max(q_out, kv_out);
-    require_buffers<typename ExecSpace::memory_space>("kattn::dist: head sharding",
-                                                      results + wholes + std::max(outs, in), sizeof(T));
-    dq = Buffer("kattn::dist::heads::dq", std::int64_t(f.batch) * Nq * hs.q.count * D, stats.staged);
-    dk = Buffer("kattn::dist::heads::dk", std::int64_t(f.batch) * Nk * hs.kv.count * D, stats.staged);
-    dv = Buffer("kattn::dist::heads::dv", std::int64_t(f.batch) * Nk * hs.kv.count * D, stats.staged);
+    const std::uint64_t w = sizeof(Acc) / sizeof(T), nq = q_layout.local_length(rank);
+    const std::uint64_t q_out = std::uint64_t(B) * nq * f.heads_q * D, kv_out = std::uint64_t(B) * nk * f.heads_kv * D;
+    const std::uint64_t copies = widened ? 3 * q_whole + 2 * kv_whole : 0,
+                        sum_values = widened && shared ? 2 * kv_out : 0;
+    const std::uint64_t results = (q_whole + 2 * kv_whole + copies + sum_values) * w,
+                        wholes = 3 * q_whole + std::uint64_t(B) * Nq * hs.q.count * w + 2 * kv_whole,
+                        outs = 3 * q_out + std::uint64_t(B) * nq * f.heads_q * w + 2 * kv_out,
+                        in = std::max(q_out, kv_out) * w;
+    require_buffers<Mem>("kattn::dist: head sharding", results + wholes + std::max(outs, in), sizeof(T));
+    dq = AccBuffer("kattn::dist::heads::dq", q_whole, stats.staged);
+    dk = AccBuffer("kattn::dist::heads::dk", kv_whole, stats.staged);
+    dv = AccBuffer("kattn::dist::heads::dv", kv_whole, stats.staged);
+    if (widened)
+      wide = Kokkos::View<Acc*, Mem>(
+          Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::heads::widened"), copies);
+    if (sum_values)
+      sums = Kokkos::View<Acc*, Mem>(Kokkos::view_alloc(space, "kattn::dist::heads::dkv_sums"), sum_values);
   });
-  HeadExchange<ExecSpace, T> ex(comm, space, f.batch, stats);
+  HeadExchange<ExecSpace> ex(comm, space, B, stats);
   // The six gathers in flight together.
   auto pq = ex.post_gather(strided_in(f.q, f.q_stride_batch, f.q_stride_seq, f.q_stride_head), q_layout, qh, D,
                            "kattn::dist::heads::q");
@@ -147,17 +181,36 @@ void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const Backward
                            "kattn::dist::heads::v");
   auto po = ex.post_gather(strided_in<T>(f.o, f.o_stride_batch, f.o_stride_seq, f.o_stride_head), q_layout, qh, D,
                            "kattn::dist::heads::o");
-  auto pl = ex.post_gather(strided_in<T>(f.lse, f.lse_stride_batch, f.lse_stride_seq, f.lse_stride_head), q_layout, qh,
-                           1, "kattn::dist::heads::lse");
+  auto pl = ex.post_gather(strided_in<Acc>(f.lse, f.lse_stride_batch, f.lse_stride_seq, f.lse_stride_head), q_layout,
+                           qh, 1, "kattn::dist::heads::lse");
   auto pd = ex.post_gather(strided_in(p.dout, p.do_stride_batch, p.do_stride_seq, p.do_stride_head), q_layout, qh, D,
                            "kattn::dist::heads::dout");
-  const Buffer q = ex.wait(pq), k = ex.wait(pk), v = ex.wait(pv), o = ex.wait(po), lse = ex.wait(pl),
-               dout = ex.wait(pd);
+  const Buffer q = ex.wait(pq), k = ex.wait(pk), v = ex.wait(pv), o = ex.wait(po), dout = ex.wait(pd);
+  const AccBuffer lse = ex.wait(pl);
+  // The wholes in Acc: as received, or widened.
+  const Acc *q_acc, *do_acc, *k_acc, *v_acc;
+  Acc* o_acc;  // read only (AttentionParams holds o as written)
+  if constexpr (widened) {
+    const auto widen_whole = [&](const T* from, std::int64_t at, std::int64_t N, int heads) {
+      copy_rows(space, dense<const T>(from, N, heads, D), 0, dense(wide.data() + at, N, heads, D), B, N, heads, D);
+      return wide.data() + at;
+    };
+    q_acc = widen_whole(q.device(), 0, Nq, hs.q.count);
+    o_acc = widen_whole(o.device(), q_whole, Nq, hs.q.count);
+    do_acc = widen_whole(dout.device(), 2 * q_whole, Nq, hs.q.count);
+    k_acc = widen_whole(k.device(), 3 * q_whole, Nk, hs.kv.count);
+    v_acc = widen_whole(v.device(), 3 * q_whole + kv_whole, Nk, hs.kv.count);
+    space.fence();
+  } else {
+    q_acc = q.device(), o_acc = o.device(), do_acc = dout.device(), k_acc = k.device(), v_acc = v.device();
+  }
+  AttentionParams<Acc> shape;  // what block_params does not set
+  shape.batch = B, shape.head_dim = D;
   const WholeStrides sq = WholeStrides::of(Nq, hs.q.count, D), skv = WholeStrides::of(Nk, hs.kv.count, D);
   for (const HeadBlock& blk : hs.blocks) {
-    BackwardParams<T> b = p;
-    b.fwd = block_params(f, hs, blk, Nq, Nk, q.device(), k.device(), v.device(), o.device(), lse.device());
-    b.dout = dout.device() + blk.q.first * D;
+    BackwardParams<Acc> b;
+    b.fwd = block_params(shape, hs, blk, Nq, Nk, q_acc, k_acc, v_acc, o_acc, lse.device());
+    b.dout = do_acc + blk.q.first * D;
     b.do_stride_batch = sq.batch, b.do_stride_seq = sq.seq, b.do_stride_head = sq.head;
     b.dq = dq.device() + blk.q.first * D;
     b.dq_stride_batch = sq.batch, b.dq_stride_seq = sq.seq, b.dq_stride_head = sq.head;
@@ -168,13 +221,41 @@ void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const Backward
     b.dk_stride_head = b.dv_stride_head = skv.head;
     inner(b, stats);
   }
-  ex.scatter(dq, q_layout, qh, D, Strided<T>{p.dq, p.dq_stride_batch, p.dq_stride_seq, p.dq_stride_head}, false);
-  const Strided<T> dk_out{p.dk, p.dk_stride_batch, p.dk_stride_seq, p.dk_stride_head},
+  const Strided<T> dq_out{p.dq, p.dq_stride_batch, p.dq_stride_seq, p.dq_stride_head},
+      dk_out{p.dk, p.dk_stride_batch, p.dk_stride_seq, p.dk_stride_head},
       dv_out{p.dv, p.dv_stride_batch, p.dv_stride_seq, p.dv_stride_head};
-  zero_rows(space, dk_out, f.batch, f.kv_len, f.heads_kv, D);
-  zero_rows(space, dv_out, f.batch, f.kv_len, f.heads_kv, D);
-  ex.scatter(dk, kv_layout, kvh, D, dk_out, true);
-  ex.scatter(dv, kv_layout, kvh, D, dv_out, true);
+  if constexpr (widened) {
+    // Rounded once into the gathers' 16-bit buffers (free now), and sent in 16 bits.
+    const auto round_whole = [&](const AccBuffer& from, const Buffer& into, std::int64_t N, int heads) {
+      copy_rows(space, dense<const Acc>(from.device(), N, heads, D), 0, dense(into.device(), N, heads, D), B, N, heads,
+                D);
+      space.fence();
+      return into;
+    };
+    ex.scatter(round_whole(dq, q, Nq, hs.q.count), q_layout, qh, D, dq_out, false);
+    if (!shared) {
+      ex.scatter(round_whole(dk, k, Nk, hs.kv.count), kv_layout, kvh, D, dk_out, false);
+      ex.scatter(round_whole(dv, v, Nk, hs.kv.count), kv_layout, kvh, D, dv_out, false);
+    } else {
+      // Parts summed in Acc at their destination, then rounded once.
+      const std::int64_t kv_out = std::int64_t(B) * nk * f.heads_kv * D;
+      const Strided<Acc> dk_sum = dense(sums.data(), nk, f.heads_kv, D),
+                         dv_sum = dense(sums.data() + kv_out, nk, f.heads_kv, D);
+      ex.scatter(dk, kv_layout, kvh, D, dk_sum, true);
+      ex.scatter(dv, kv_layout, kvh, D, dv_sum, true);
+      copy_rows(space, Strided<const Acc>{dk_sum.base, dk_sum.sb, dk_sum.sj, dk_sum.sh}, 0, dk_out, B, nk, f.heads_kv,
+                D);
+      copy_rows(space, Strided<const Acc>{dv_sum.base, dv_sum.sb, dv_sum.sj, dv_sum.sh}, 0, dv_out, B, nk, f.heads_kv,
+                D);
+      space.fence();
+    }
+  } else {
+    ex.scatter(dq, q_layout, qh, D, dq_out, false);
+    zero_rows(space, dk_out, B, f.kv_len, f.heads_kv, D);
+    zero_rows(space, dv_out, B, f.kv_len, f.heads_kv, D);
+    ex.scatter(dk, kv_layout, kvh, D, dk_out, true);
+    ex.scatter(dv, kv_layout, kvh, D, dv_out, true);
+  }
 }
 
 }  // namespace detail

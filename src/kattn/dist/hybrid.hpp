@@ -33,13 +33,14 @@ DistStats hybrid_forward_impl(MPI_Comm comm, const ExecSpace& space, const Atten
 // (causal, windows, softcap, scale, GQA, zigzag sharding of the ring over the groups). Deterministic
 // mode is the ring's: o and lse bitwise the same as ring_attention's deterministic mode for every
 // grid and sharding. Collective, with collective errors. Returns this rank's measurements (the
-// inner rings' included). 16-bit storage as for ulysses_attention.
+// inner rings' included). 16-bit storage (lse float): the all-to-alls move q, k, v and o in their
+// 16 bits and the rings K/V; each ring computes in float on q widened exactly, o rounded once.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
 DistStats hybrid_attention(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
                            const OView& o, const LseView& lse, const Options& opt = {}, const DistOptions& d = {}) {
   static_assert(kattn::detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>(),
                 "kattn::dist::hybrid_attention: the views must be accessible from the execution space");
-  return detail::dense_forward<detail::KV16::widened>(
+  return detail::dense_forward<detail::KV16::all_stored>(
       detail::DistCall::hybrid_attention, comm, space, q, kv, o, lse, opt, d,
       [](const auto&... a) { return detail::hybrid_forward_impl(a...); });
 }

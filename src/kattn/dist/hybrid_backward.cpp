@@ -33,7 +33,7 @@ DistStats hybrid_backward_impl(MPI_Comm comm, const ExecSpace& space, const Back
   FailureLatch latch(comm);
   head_sharded_backward<ExecSpace, T>(
       grid.heads(), space, p, grid.group_layout(split.Nq), grid.group_layout(split.Nk), stats, latch,
-      [&](const BackwardParams<T>& b, DistStats& s) {
+      [&](const BackwardParams<accumulate_t<T>>& b, DistStats& s) {
         latch.capture([&] { accumulate(s, ring_backward_impl(grid.ring(), space, b, opt, d, bopt, &latch)); });
       });
   space.fence();
@@ -46,6 +46,8 @@ DistStats hybrid_backward_impl(MPI_Comm comm, const ExecSpace& space, const Back
   template DistStats hybrid_backward_impl<Space, T>(MPI_Comm, const Space&, const BackwardParams<T>&, const Options&, \
                                                     const DistOptions&, const BackwardOptions&);
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_HYBRID_BACKWARD)
+KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_HYBRID_BACKWARD, bf16)
+KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_HYBRID_BACKWARD, fp16)
 
 }  // namespace detail
 }  // namespace dist

@@ -30,6 +30,7 @@ DistStats hybrid_backward_impl(MPI_Comm comm, const ExecSpace& space, const Back
 // hybrid_attention (lse the global one). Deterministic mode: the ring's deterministic backward, so
 // the gradients are bitwise those of ring_attention_backward's deterministic mode for every grid
 // whose U divides Hkv (other grids are refused in that mode). Collective, with collective errors.
+// 16-bit storage as for ulysses_attention_backward, the rings computing in float.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
           class DqView, class DkView, class DvView>
 DistStats hybrid_attention_backward(MPI_Comm comm, const ExecSpace& space, const QView& q,
@@ -40,8 +41,9 @@ DistStats hybrid_attention_backward(MPI_Comm comm, const ExecSpace& space, const
   static_assert(
       kattn::detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView, DkView, DvView>(),
       "kattn::dist::hybrid_attention_backward: the views must be accessible from the execution space");
-  return detail::dense_backward(detail::DistCall::hybrid_attention_backward, comm, space, q, kv, o, lse, dout, dq, dk,
-                                dv, opt, bopt, d, [](const auto&... a) { return detail::hybrid_backward_impl(a...); });
+  return detail::dense_backward<detail::Grads16::all_stored>(
+      detail::DistCall::hybrid_attention_backward, comm, space, q, kv, o, lse, dout, dq, dk, dv, opt, bopt, d,
+      [](const auto&... a) { return detail::hybrid_backward_impl(a...); });
 }
 
 }  // namespace dist

@@ -48,6 +48,8 @@ DistStats ulysses_forward_impl(MPI_Comm comm, const ExecSpace& space, const Atte
   template DistStats ulysses_forward_impl<Space, T>(MPI_Comm, const Space&, const AttentionParams<T>&, const Options&, \
                                                     const DistOptions&);
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_ULYSSES)
+KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_ULYSSES, bf16)
+KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_ULYSSES, fp16)
 
 }  // namespace detail
 }  // namespace dist

@@ -36,14 +36,15 @@ DistStats ulysses_forward_impl(MPI_Comm comm, const ExecSpace& space, const Atte
 // the key tile is fixed from the whole problem and split-KV is off (unless Options::split_chunk
 // is set), so o and lse are bitwise the same for every rank count and sharding. Every rank moves
 // about (P-1)/P of its q, k, v, o shards, whatever the mask; memory: the whole sequence of Hq/P
-// heads. Returns this rank's measurements. 16-bit storage (lse float): q, k and v widened to
-// float first (the all-to-alls move float), o rounded once.
+// heads. Returns this rank's measurements. 16-bit storage (lse float): the all-to-alls move q, k, v
+// and o in their 16 bits, and the local attention (kattn::attention's 16-bit path, computing in
+// float) rounds o once.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
 DistStats ulysses_attention(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
                             const OView& o, const LseView& lse, const Options& opt = {}, const DistOptions& d = {}) {
   static_assert(kattn::detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>(),
                 "kattn::dist::ulysses_attention: the views must be accessible from the execution space");
-  return detail::dense_forward<detail::KV16::widened>(
+  return detail::dense_forward<detail::KV16::all_stored>(
       detail::DistCall::ulysses_attention, comm, space, q, kv, o, lse, opt, d,
       [](const auto&... a) { return detail::ulysses_forward_impl(a...); });
 }

@@ -28,14 +28,17 @@ DistStats ulysses_backward_impl(MPI_Comm comm, const ExecSpace& space, const Bac
   const GlobalSplit split = sharded_split(comm, f.q_len, f.kv_len, d);
   DistStats stats;
   stats.staged = needs_staging<typename ExecSpace::memory_space>(d.staging);
-  AttentionParams<T> whole = f;
+  // The whole problem's shape in the type the backward computes in, for its planner.
+  using Acc = accumulate_t<T>;
+  AttentionParams<Acc> whole;
+  whole.batch = f.batch, whole.heads_q = f.heads_q, whole.heads_kv = f.heads_kv, whole.head_dim = f.head_dim;
   whole.q_len = split.Nq, whole.kv_len = split.Nk;
   Options local = opt;
   local.progress = nullptr;  // DistOptions::progress reports the call's progress
   const BackwardOptions local_bopt = local_backward_options(space, whole, opt, d, bopt);
   FailureLatch latch(comm);
   head_sharded_backward<ExecSpace, T>(comm, space, p, split.q_layout, split.kv_layout, stats, latch,
-                                      [&](const BackwardParams<T>& b, DistStats& s) {
+                                      [&](const BackwardParams<Acc>& b, DistStats& s) {
                                         latch.guard([&] {
                                           local_backward(space, b, local, local_bopt, s);
                                           if (d.progress) d.progress(1, 1);
@@ -52,6 +55,8 @@ DistStats ulysses_backward_impl(MPI_Comm comm, const ExecSpace& space, const Bac
   template DistStats ulysses_backward_impl<Space, T>(MPI_Comm, const Space&, const BackwardParams<T>&, const Options&, \
                                                      const DistOptions&, const BackwardOptions&);
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_ULYSSES_BACKWARD)
+KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_ULYSSES_BACKWARD, bf16)
+KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_ULYSSES_BACKWARD, fp16)
 
 }  // namespace detail
 }  // namespace dist

@@ -29,7 +29,10 @@ DistStats ulysses_backward_impl(MPI_Comm comm, const ExecSpace& space, const Bac
 // the global one ulysses_attention or ring_attention returned). dq, dk, dv are overwritten.
 // Deterministic mode: bitwise the same gradients for every rank count that divides Hkv (each rank
 // then holds whole GQA groups); other rank counts are refused in that mode. Collective, with
-// collective errors.
+// collective errors. 16-bit storage (lse float): q, k, v, o and dout travel in their 16 bits, the
+// backward computes in float on widened copies, and each gradient is rounded once (dq, and dk, dv
+// when each KV head is on one rank, then travel back in 16 bits; a KV head computed in parts on
+// several ranks has its float parts summed first).
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
           class DqView, class DkView, class DvView>
 DistStats ulysses_attention_backward(MPI_Comm comm, const ExecSpace& space, const QView& q,
@@ -40,8 +43,9 @@ DistStats ulysses_attention_backward(MPI_Comm comm, const ExecSpace& space, cons
   static_assert(
       kattn::detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView, DkView, DvView>(),
       "kattn::dist::ulysses_attention_backward: the views must be accessible from the execution space");
-  return detail::dense_backward(detail::DistCall::ulysses_attention_backward, comm, space, q, kv, o, lse, dout, dq, dk,
-                                dv, opt, bopt, d, [](const auto&... a) { return detail::ulysses_backward_impl(a...); });
+  return detail::dense_backward<detail::Grads16::all_stored>(
+      detail::DistCall::ulysses_attention_backward, comm, space, q, kv, o, lse, dout, dq, dk, dv, opt, bopt, d,
+      [](const auto&... a) { return detail::ulysses_backward_impl(a...); });
 }
 
 }  // namespace dist
