@@ -7,8 +7,8 @@
 // 16-bit storage (kattn::bf16 or kattn::fp16 q, k, v, o; lse float): the forward widens q (exact)
 // and passes k and v as they are stored (KV16::as_stored: the ring, which sends them in 16 bits) or
 // widened too (KV16::widened: calls whose implementation takes float K/V); the float o is rounded
-// once. The backward runs the float implementation on float copies of q, k, v, o and dout and
-// rounds dq, dk and dv once.
+// once. The backward runs the float implementation on float copies of q, o and dout, with k and v
+// as stored (the ring) or widened too, and rounds dq, dk and dv once.
 #pragma once
 
 #include <mpi.h>
@@ -57,8 +57,17 @@ inline void refuse_atomic_if_deterministic(const DistOptions& d, const BackwardO
                 "deterministic");
 }
 
-// How a forward over 16-bit storage hands k and v to its implementation.
+// How a call over 16-bit storage hands k and v to its implementation.
 enum class KV16 { as_stored, widened };
+
+// A float view with view's extents and strides and no data: the float params of a call that reads
+// k and v as stored take their addressing from it.
+template <class View>
+auto float_shape_of(const View& view) {
+  using Shape = Kokkos::View<float****, typename View::array_layout, typename View::memory_space,
+                             Kokkos::MemoryUnmanaged>;
+  return Shape(static_cast<float*>(nullptr), view.layout());
+}
 
 // impl(comm, space, params, opt, d) once q, kv, o and lse pass the checks on every rank.
 template <KV16 kv16, class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class Impl>
@@ -108,8 +117,9 @@ DistStats dense_forward(DistCall call, MPI_Comm comm, const ExecSpace& space, co
 }
 
 // impl(comm, space, params, opt, d, bopt) once the backward's arguments pass the checks on every
-// rank; the atomic dQ strategy is refused in deterministic mode.
-template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
+// rank; the atomic dQ strategy is refused in deterministic mode. 16-bit k and v as stored:
+// impl(comm, space, params, k, v, opt, d, bopt), params without k and v but with their strides.
+template <KV16 kv16 = KV16::widened, class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
           class DqView, class DkView, class DvView, class Impl>
 DistStats dense_backward(DistCall call, MPI_Comm comm, const ExecSpace& space, const QView& q,
                          const kv::Dense<KView, VView>& kv, const OView& o, const LseView& lse, const DoView& dout,
@@ -122,21 +132,32 @@ DistStats dense_backward(DistCall call, MPI_Comm comm, const ExecSpace& space, c
                   "kattn::dist: q, k, v, o, dout, dq, dk and dv must have one 16-bit type (lse float)");
     using Float = typename kattn::detail::FloatCopy<ExecSpace, 4>::type;
     const kattn::detail::Widening<ExecSpace> w(space, "kattn::dist");
+    constexpr bool widen_kv = kv16 == KV16::widened;
     Float qf, kf, vf, of, dof, dqf, dkf, dvf;
     BackwardParams<float> p;
     collective_check(comm, [&] {
       validate(opt);
       validate(d);
       refuse_atomic_if_deterministic(d, bopt);
+      const std::uint64_t kv_values = widen_kv ? kv.k.size() + kv.v.size() : 0;
       require_float_copies<typename ExecSpace::memory_space>(
-          q.size() + kv.k.size() + kv.v.size() + o.size() + dout.size() + dq.size() + dk.size() + dv.size(),
-          "q, k, v, o, dout and the three gradients");
-      qf = w.in(q, "q"), kf = w.in(kv.k, "k"), vf = w.in(kv.v, "v"), of = w.in(o, "o"), dof = w.in(dout, "dout");
+          q.size() + kv_values + o.size() + dout.size() + dq.size() + dk.size() + dv.size(),
+          widen_kv ? "q, k, v, o, dout and the three gradients" : "q, o, dout and the three gradients");
+      qf = w.in(q, "q"), of = w.in(o, "o"), dof = w.in(dout, "dout");
       dqf = w.out(dq, "dq"), dkf = w.out(dk, "dk"), dvf = w.out(dv, "dv");
-      p = backward_params(qf, kf, vf, of, lse, dof, dqf, dkf, dvf);
+      if constexpr (widen_kv) {
+        kf = w.in(kv.k, "k"), vf = w.in(kv.v, "v");
+        p = backward_params(qf, kf, vf, of, lse, dof, dqf, dkf, dvf);
+      } else {
+        p = backward_params(qf, float_shape_of(kv.k), float_shape_of(kv.v), of, lse, dof, dqf, dkf, dvf);
+      }
     });
     agree_call<S>(comm, call);
-    const DistStats stats = impl(comm, space, p, opt, d, bopt);
+    DistStats stats;
+    if constexpr (widen_kv)
+      stats = impl(comm, space, p, opt, d, bopt);
+    else
+      stats = impl(comm, space, p, kv.k.data(), kv.v.data(), opt, d, bopt);
     w.copy(dqf, dq), w.copy(dkf, dk), w.copy(dvf, dv);
     space.fence();
     return stats;

@@ -4,6 +4,9 @@
 
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <type_traits>
+
+#include "kattn/core/storage.hpp"
 
 namespace kattn {
 namespace dist {
@@ -23,11 +26,11 @@ KOKKOS_INLINE_FUNCTION Strided<T> dense(T* base, std::int64_t n, int H, int D) {
   return Strided<T>{base, n * H * D, std::int64_t(H) * D, D};
 }
 
-// dst(b, j, h, :) = src(b, j0 + j, h, :) for j in [0, n).
-template <class ExecSpace, class T>
+// dst(b, j, h, :) = src(b, j0 + j, h, :) for j in [0, n); from 16-bit S to float T widened (exact).
+template <class ExecSpace, class S, class T = S>
 struct CopyRows {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  Strided<const T> src;
+  Strided<const S> src;
   Strided<T> dst;
   std::int64_t j0 = 0, n = 0;
   int heads = 0, dim = 0;
@@ -35,18 +38,23 @@ struct CopyRows {
     const int b = member.league_rank() / static_cast<int>(n);
     const std::int64_t j = member.league_rank() % n;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, heads), [&](const int h) {
-      const T* s = src.at(b, j0 + j, h);
+      const S* s = src.at(b, j0 + j, h);
       T* d = dst.at(b, j, h);
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, dim), [&](const int x) { d[x] = s[x]; });
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, dim), [&](const int x) {
+        if constexpr (std::is_same_v<S, T>)
+          d[x] = s[x];
+        else
+          d[x] = kattn::widen(s[x]);
+      });
     });
   }
 };
 
-template <class ExecSpace, class T>
-void copy_rows(const ExecSpace& space, Strided<const T> src, std::int64_t j0, Strided<T> dst, int batch, std::int64_t n,
+template <class ExecSpace, class S, class T>
+void copy_rows(const ExecSpace& space, Strided<const S> src, std::int64_t j0, Strided<T> dst, int batch, std::int64_t n,
                int heads, int dim) {
   if (batch == 0 || n == 0 || heads == 0) return;
-  CopyRows<ExecSpace, T> f{src, dst, j0, n, heads, dim};
+  CopyRows<ExecSpace, S, T> f{src, dst, j0, n, heads, dim};
   Kokkos::parallel_for("kattn::dist::copy_rows",
                        Kokkos::TeamPolicy<ExecSpace>(space, static_cast<int>(batch * n), Kokkos::AUTO), f);
 }
