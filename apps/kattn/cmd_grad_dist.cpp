@@ -89,8 +89,9 @@ DistGrads run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, 
   g.comm_seconds = reduce_max(comm, s.comm_seconds);
   g.bytes = static_cast<long long>(reduce_max(comm, double(s.bytes_sent)));
   if (ring) {
-    // 16-bit gradients are the float backward's on widened copies: K/V and dK/dV travel in float.
-    const dist::TrafficProblem pr{in.Nq, in.Nk, int(in.B), int(in.Hkv), int(in.D), int(sizeof(accumulate_t<T>))};
+    // K/V travel as stored, dK/dV in the accumulation type (float for 16-bit storage).
+    const dist::TrafficProblem pr{in.Nq, in.Nk, int(in.B), int(in.Hkv), int(in.D), int(sizeof(T)),
+                                  int(sizeof(accumulate_t<T>))};
     g.model_bytes = static_cast<long long>(
         reduce_max(comm, double(dist::ring_traffic(pr, opt, d, P, rank, dist::RingPass::backward).sent)));
   }

@@ -1,8 +1,9 @@
 // Ring attention in 16-bit storage (bf16, fp16 q, k, v, o; lse float): each rank's shard against
 // the float64 reference of the whole sequence on the same rounded inputs under FlashAttention's
 // rule (storage16_support.hpp), for the forward and the gradients; causal, window, GQA, uneven
-// shards and fewer positions than ranks, contiguous and zigzag; K/V sent in 16 bits (bytes sent
-// equal to ring_traffic's model at 2 bytes a value); deterministic bits the same as one rank
+// shards and fewer positions than ranks, contiguous and zigzag; K/V sent in 16 bits, forward and
+// backward, dK/dV in float (bytes sent equal to ring_traffic's model at 2 and 4 bytes a value;
+// half the K/V bytes of the backward on float copies); deterministic bits the same as one rank
 // alone; head sharding and hybrid, which take 16-bit through the same front door; and ranks that
 // pass different storage types refused alike.
 #include <gtest/gtest.h>
@@ -195,10 +196,24 @@ TEST(Ring16, WithoutLseTheSameO) {
 }
 
 // dq, dk, dv of a 16-bit forward's outputs against the float64 reference gradients and the
-// textbook backward in S; deterministic gradients the same bits as one rank's.
+// textbook backward in S; deterministic gradients the same bits as one rank's; K/V sent in 16
+// bits and dK/dV in float (bytes sent equal to ring_traffic's model at 2 and 4 bytes a value).
 struct Grads16 {
   std::vector<double> dq, dk, dv;
+  dist::DistStats forward, backward;
 };
+
+// The float copy of a 16-bit array (exact).
+template <class S>
+View4<float> as_float(const View4<S>& a) {
+  const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a);
+  const auto f = Kokkos::create_mirror_view(Kokkos::HostSpace(), View4<float>("as_float", a.layout()));
+  for (std::size_t b = 0; b < h.extent(0); ++b)
+    for (std::size_t j = 0; j < h.extent(1); ++j)
+      for (std::size_t x = 0; x < h.extent(2); ++x)
+        for (std::size_t d = 0; d < h.extent(3); ++d) f(b, j, x, d) = widen(h(b, j, x, d));
+  return Kokkos::create_mirror_view_and_copy(Kokkos::DefaultExecutionSpace::memory_space(), f);
+}
 
 template <class S>
 Grads16 run_backward(MPI_Comm comm, const Problem16<S>& p, const View4<S>& dout, const Options& opt,
@@ -213,13 +228,25 @@ Grads16 run_backward(MPI_Comm comm, const Problem16<S>& p, const View4<S>& dout,
                  o("o", s.B, nq, s.Hq, s.D), dout_r = shard(dout, ql, rank, "dout");
   View3<float> lse("lse", s.B, s.Hq, nq);
   const auto space = Kokkos::DefaultExecutionSpace();
-  dist::ring_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
+  Grads16 g;
+  g.forward = dist::ring_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
   poison(dq), poison(dk), poison(dv);
-  dist::ring_attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout_r, dq, dk, dv, opt, {}, d);
+  g.backward = dist::ring_attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout_r, dq, dk, dv, opt, {}, d);
   Kokkos::fence();
   const std::size_t B = s.B, Nq = s.Nq, Nk = s.Nk, Hq = s.Hq, Hkv = s.Hkv, D = s.D;
-  return {gathered(dq, ql, {B, Nq, Hq, D}, comm), gathered(dk, kl, {B, Nk, Hkv, D}, comm),
-          gathered(dv, kl, {B, Nk, Hkv, D}, comm)};
+  g.dq = gathered(dq, ql, {B, Nq, Hq, D}, comm);
+  g.dk = gathered(dk, kl, {B, Nk, Hkv, D}, comm);
+  g.dv = gathered(dv, kl, {B, Nk, Hkv, D}, comm);
+  if (!d.deterministic) {
+    // The same backward on float copies moves its K/V in float: twice the bytes. The ring's K/V
+    // are those its forward sends, so the difference is the forward's 16-bit K/V bytes.
+    const View4<float> dqf("dqf", s.B, nq, s.Hq, s.D), dkf("dkf", s.B, nk, s.Hkv, s.D), dvf("dvf", s.B, nk, s.Hkv, s.D);
+    const dist::DistStats f32 =
+        dist::ring_attention_backward(comm, space, as_float(q), kv::dense(as_float(k), as_float(v)), as_float(o), lse,
+                                      as_float(dout_r), dqf, dkf, dvf, opt, {}, d);
+    EXPECT_EQ(f32.bytes_sent - g.backward.bytes_sent, g.forward.bytes_sent) << "float K/V: twice the bytes";
+  }
+  return g;
 }
 
 template <class S>
@@ -239,6 +266,11 @@ void check_backward(const Shape& s, const Options& opt, const DistOptions& d = {
   std::vector<double> tq, tk, tv;
   textbook_backward_in<S>(p.host().params(), to_host(dout_d), opt, tq, tk, tv);
   const Grads16 g = run_backward(MPI_COMM_WORLD, p, dout, opt, d);
+  dist::TrafficProblem tp;
+  tp.Nq = s.Nq, tp.Nk = s.Nk, tp.batch = s.B, tp.heads_kv = s.Hkv, tp.head_dim = s.D;
+  tp.bytes_per_value = 2, tp.grad_bytes_per_value = 4;
+  const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
+  EXPECT_EQ(g.backward.bytes_sent, dist::ring_traffic(tp, opt, d, P, rank, dist::RingPass::backward).sent) << what;
   expect_within_twice_textbook(g.dq, tq, to_host(dq_r), "dq " + what);
   expect_within_twice_textbook(g.dk, tk, to_host(dk_r), "dk " + what);
   expect_within_twice_textbook(g.dv, tv, to_host(dv_r), "dv " + what);

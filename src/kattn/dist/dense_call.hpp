@@ -8,10 +8,11 @@
 // (exact), passes k and v as they are stored and rounds the float o once (KV16::as_stored: the
 // ring, which sends K/V in 16 bits), or passes all four as stored (KV16::all_stored: head sharding
 // and hybrid, whose all-to-alls move them in 16 bits and which round o themselves). The backward
-// either runs the float implementation on float copies of q, k, v, o and dout and rounds dq, dk and
-// dv once (Grads16::float_copies: the ring), or passes all nine arrays as stored
-// (Grads16::all_stored: head sharding and hybrid, which widen after their all-to-alls, sum in
-// float and round each gradient once).
+// either runs the float implementation on float copies of q, o and dout with k and v as stored,
+// and rounds dq, dk and dv once (Grads16::kv_as_stored: the ring, which sends K/V in 16 bits and
+// accumulates dK/dV in float), or passes all nine arrays as stored (Grads16::all_stored: head
+// sharding and hybrid, which widen after their all-to-alls, sum in float and round each gradient
+// once).
 #pragma once
 
 #include <mpi.h>
@@ -62,6 +63,15 @@ inline void refuse_atomic_if_deterministic(const DistOptions& d, const BackwardO
 // How a forward over 16-bit storage hands q, k, v and o to its implementation (see the top).
 enum class KV16 { as_stored, all_stored };
 
+// A float view with view's extents and strides and no data: the float params of a call that reads
+// k and v as stored take their addressing from it.
+template <class View>
+auto float_shape_of(const View& view) {
+  using Shape = Kokkos::View<float****, typename View::array_layout, typename View::memory_space,
+                             Kokkos::MemoryUnmanaged>;
+  return Shape(static_cast<float*>(nullptr), view.layout());
+}
+
 // impl(comm, space, params, opt, d) once q, kv, o and lse pass the checks on every rank.
 template <KV16 kv16, class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class Impl>
 DistStats dense_forward(DistCall call, MPI_Comm comm, const ExecSpace& space, const QView& q,
@@ -102,12 +112,13 @@ DistStats dense_forward(DistCall call, MPI_Comm comm, const ExecSpace& space, co
 }
 
 // How a backward over 16-bit storage hands its arrays to its implementation (see the top).
-enum class Grads16 { float_copies, all_stored };
+enum class Grads16 { kv_as_stored, all_stored };
 
 // impl(comm, space, params, opt, d, bopt) once the backward's arguments pass the checks on every
-// rank; the atomic dQ strategy is refused in deterministic mode.
-template <Grads16 grads16 = Grads16::float_copies, class ExecSpace, class QView, class KView, class VView, class OView,
-          class LseView, class DoView, class DqView, class DkView, class DvView, class Impl>
+// rank; the atomic dQ strategy is refused in deterministic mode. Grads16::kv_as_stored calls
+// impl(comm, space, params, k, v, opt, d, bopt) with float params whose k and v are strides only.
+template <Grads16 grads16, class ExecSpace, class QView, class KView, class VView, class OView, class LseView,
+          class DoView, class DqView, class DkView, class DvView, class Impl>
 DistStats dense_backward(DistCall call, MPI_Comm comm, const ExecSpace& space, const QView& q,
                          const kv::Dense<KView, VView>& kv, const OView& o, const LseView& lse, const DoView& dout,
                          const DqView& dq, const DkView& dk, const DvView& dv, const Options& opt,
@@ -117,24 +128,23 @@ DistStats dense_backward(DistCall call, MPI_Comm comm, const ExecSpace& space, c
   static_assert(
       !is_16bit_v<S> || kattn::detail::same_storage<QView, KView, VView, OView, DoView, DqView, DkView, DvView>,
       "kattn::dist: q, k, v, o, dout, dq, dk and dv must have one 16-bit type (lse float)");
-  if constexpr (is_16bit_v<S> && grads16 == Grads16::float_copies) {
+  if constexpr (is_16bit_v<S> && grads16 == Grads16::kv_as_stored) {
     using Float = typename kattn::detail::FloatCopy<ExecSpace, 4>::type;
     const kattn::detail::Widening<ExecSpace> w(space, "kattn::dist");
-    Float qf, kf, vf, of, dof, dqf, dkf, dvf;
+    Float qf, of, dof, dqf, dkf, dvf;
     BackwardParams<float> p;
     collective_check(comm, [&] {
       validate(opt);
       validate(d);
       refuse_atomic_if_deterministic(d, bopt);
       require_float_copies<typename ExecSpace::memory_space>(
-          q.size() + kv.k.size() + kv.v.size() + o.size() + dout.size() + dq.size() + dk.size() + dv.size(),
-          "q, k, v, o, dout and the three gradients");
-      qf = w.in(q, "q"), kf = w.in(kv.k, "k"), vf = w.in(kv.v, "v"), of = w.in(o, "o"), dof = w.in(dout, "dout");
+          q.size() + o.size() + dout.size() + dq.size() + dk.size() + dv.size(), "q, o, dout and the three gradients");
+      qf = w.in(q, "q"), of = w.in(o, "o"), dof = w.in(dout, "dout");
       dqf = w.out(dq, "dq"), dkf = w.out(dk, "dk"), dvf = w.out(dv, "dv");
-      p = backward_params(qf, kf, vf, of, lse, dof, dqf, dkf, dvf);
+      p = backward_params(qf, float_shape_of(kv.k), float_shape_of(kv.v), of, lse, dof, dqf, dkf, dvf);
     });
     agree_call<S>(comm, call);
-    const DistStats stats = impl(comm, space, p, opt, d, bopt);
+    const DistStats stats = impl(comm, space, p, kv.k.data(), kv.v.data(), opt, d, bopt);
     w.copy(dqf, dq), w.copy(dkf, dk), w.copy(dvf, dv);
     space.fence();
     return stats;

@@ -33,18 +33,22 @@ enum : int { kTagK = 0, kTagV = 1, kTagDk = 2, kTagDv = 3, kTagTour = 4 };
 // Outgoing packages the tour keeps in flight before it waits for those it safely can (memory).
 constexpr std::size_t kTourWindow = 4;
 
-// ragged: the pieces of a ragged batch whose piece-major rows p and the split stand for
-// (ragged_pieces.hpp).
-template <class ExecSpace, class T>
+// T: q, o, dout, the gradients and the accumulation type; KV: the storage of k and v (k, v, with
+// p.fwd's strides), in which they travel (T, or 16-bit under float T). The dK/dV that travel with
+// them stay in T. ragged: the pieces of a ragged batch whose piece-major rows p and the split
+// stand for (ragged_pieces.hpp).
+template <class ExecSpace, class T, class KV = T>
 class BackwardRunner {
  public:
   using Mem = typename ExecSpace::memory_space;
   using Buffer = MessageBuffer<T, Mem>;
+  using KVBuffer = MessageBuffer<KV, Mem>;
 
-  BackwardRunner(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
-                 const DistOptions& d, const BackwardOptions& bopt, const GlobalSplit& split, FailureLatch& latch,
-                 const RaggedPieces<Mem>* ragged = nullptr)
-      : comm_(comm), space_(space), p_(p), opt_(opt), d_(d), bopt_(bopt), s_(split), latch_(latch), ragged_(ragged) {
+  BackwardRunner(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const KV* k, const KV* v,
+                 const Options& opt, const DistOptions& d, const BackwardOptions& bopt, const GlobalSplit& split,
+                 FailureLatch& latch, const RaggedPieces<Mem>* ragged = nullptr)
+      : comm_(comm), space_(space), p_(p), k_(k), v_(v), opt_(opt), d_(d), bopt_(bopt), s_(split), latch_(latch),
+        ragged_(ragged) {
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &P_);
     stats_.staged = needs_staging<Mem>(d.staging);
@@ -75,13 +79,30 @@ class BackwardRunner {
   Strided<T> dense_kv(T* base, std::int64_t n) const { return dense(base, n, f().heads_kv, f().head_dim); }
 
   Buffer buffer(const char* label, std::int64_t n) const { return Buffer(label, kv_elems(n), stats_.staged); }
+  KVBuffer kv_buffer(const char* label, std::int64_t n) const { return KVBuffer(label, kv_elems(n), stats_.staged); }
 
-  void pack_local(std::int64_t j0, std::int64_t n, const Buffer& k, const Buffer& v) {
+  void pack_local(std::int64_t j0, std::int64_t n, const KVBuffer& k, const KVBuffer& v) {
     const int Hkv = f().heads_kv, D = f().head_dim;
-    copy_rows(space_, Strided<const T>{f().k, f().k_stride_batch, f().k_stride_seq, f().k_stride_head}, j0,
-              dense_kv(k.device(), n), f().batch, n, Hkv, D);
-    copy_rows(space_, Strided<const T>{f().v, f().v_stride_batch, f().v_stride_seq, f().v_stride_head}, j0,
-              dense_kv(v.device(), n), f().batch, n, Hkv, D);
+    copy_rows(space_, Strided<const KV>{k_, f().k_stride_batch, f().k_stride_seq, f().k_stride_head}, j0,
+              dense(k.device(), n, Hkv, D), f().batch, n, Hkv, D);
+    copy_rows(space_, Strided<const KV>{v_, f().v_stride_batch, f().v_stride_seq, f().v_stride_head}, j0,
+              dense(v.device(), n, Hkv, D), f().batch, n, Hkv, D);
+  }
+
+  // The `n` dense K (or V) rows at src as the backward kernels read them: src itself, or their
+  // float copy in ws when they travel in 16 bits. Widening is exact, so the kernels' arithmetic
+  // (products of the stored values, accumulated in float) is that of one process.
+  const T* widened(const KV* src, std::int64_t n, Kokkos::View<T*, Mem>& ws) {
+    if constexpr (std::is_same_v<KV, T>) {
+      return src;
+    } else {
+      const int Hkv = f().heads_kv, D = f().head_dim;
+      if (ws.extent(0) < std::size_t(kv_elems(n)))
+        ws = Kokkos::View<T*, Mem>(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, "kattn::dist::wide_kv"),
+                                   kv_elems(n));
+      copy_rows(space_, dense(src, n, Hkv, D), 0, dense_kv(ws.data(), n), f().batch, n, Hkv, D);
+      return ws.data();
+    }
   }
 
   void ensure_pair_workspace(std::int64_t nq, std::int64_t nk) {
@@ -172,13 +193,16 @@ class BackwardRunner {
     // K/V in (double-buffered), the dK/dV computed here for their owners and those coming back
     // (one per step in flight): all before the first transfer, in one collective step, so that
     // one that does not fit fails on every rank.
-    Buffer own_k, own_v, kb[2], vb[2], gk[2], gv[2], rk[2], rv[2];
+    KVBuffer own_k, own_v, kb[2], vb[2];
+    Buffer gk[2], gv[2], rk[2], rv[2];
     collective_check(comm_, [&] {
-      require_buffers<Mem>("kattn::dist::ring_attention_backward",
-                           2 * kv_elems(n_own) + 8 * kv_elems(cap_in) + 4 * kv_elems(cap_out), sizeof(T));
-      own_k = buffer("kattn::dist::ring_bw::own_k", n_own), own_v = buffer("kattn::dist::ring_bw::own_v", n_own);
+      require_buffers<Mem>("kattn::dist::ring_attention_backward", 2 * kv_elems(n_own) + 4 * kv_elems(cap_in),
+                           sizeof(KV));
+      require_buffers<Mem>("kattn::dist::ring_attention_backward", 4 * kv_elems(cap_in) + 4 * kv_elems(cap_out),
+                           sizeof(T));
+      own_k = kv_buffer("kattn::dist::ring_bw::own_k", n_own), own_v = kv_buffer("kattn::dist::ring_bw::own_v", n_own);
       for (int b = 0; b < 2; ++b) {
-        kb[b] = buffer("kattn::dist::ring_bw::k", cap_in), vb[b] = buffer("kattn::dist::ring_bw::v", cap_in);
+        kb[b] = kv_buffer("kattn::dist::ring_bw::k", cap_in), vb[b] = kv_buffer("kattn::dist::ring_bw::v", cap_in);
         gk[b] = buffer("kattn::dist::ring_bw::dk", cap_in), gv[b] = buffer("kattn::dist::ring_bw::dv", cap_in);
         rk[b] = buffer("kattn::dist::ring_bw::back_dk", cap_out),
         rv[b] = buffer("kattn::dist::ring_bw::back_dv", cap_out);
@@ -233,10 +257,10 @@ class BackwardRunner {
         zero_rows(space_, dense_kv(gv[slot].device(), held), f().batch, held, f().heads_kv, f().head_dim);
       }
       latch_.guard([&] {
+        const T* k = widened(i == 0 ? own_k.device() : kb[cur].device(), held, wide_k_);
+        const T* v = widened(i == 0 ? own_v.device() : vb[cur].device(), held, wide_v_);
         std::int64_t at = 0;
         for (const Segment& ks : plan[i].in) {
-          const T* k = i == 0 ? own_k.device() : kb[cur].device();
-          const T* v = i == 0 ? own_v.device() : vb[cur].device();
           const std::int64_t kj = i == 0 ? ks.local : at;
           at += ks.length;
           for (const Segment& qs : q_segs) {
@@ -283,15 +307,16 @@ class BackwardRunner {
 
   // ---- the deterministic tour ---------------------------------------------------------------
   struct Package {
-    Buffer k, v, dk, dv;
+    KVBuffer k, v;
+    Buffer dk, dv;
     std::int64_t len = 0;
     std::vector<MPI_Request> reqs;
   };
 
   std::unique_ptr<Package> new_package(std::int64_t len) {
     auto pk = std::make_unique<Package>();
-    pk->k = buffer("kattn::dist::tour::k", len);
-    pk->v = buffer("kattn::dist::tour::v", len);
+    pk->k = kv_buffer("kattn::dist::tour::k", len);
+    pk->v = kv_buffer("kattn::dist::tour::v", len);
     pk->dk = buffer("kattn::dist::tour::dk", len);
     pk->dv = buffer("kattn::dist::tour::dv", len);
     pk->len = len;
@@ -456,12 +481,13 @@ class BackwardRunner {
       // query chunks in one fixed order, every dQ row the key chunks (g after g) in order.
       // After a failure the package still travels its tour (its gradients unfinished).
       latch_.guard([&] {
+        const T* k = widened(pk->k.device(), kp.length, wide_k_);
+        const T* v = widened(pk->v.device(), kp.length, wide_v_);
         for (std::int64_t cq = (qs.length - 1) / C * C; cq >= 0; cq -= C) {
           const std::int64_t nq = std::min(C, qs.length - cq);
           for (std::int64_t ck = 0; ck < kp.length; ck += C) {
             const std::int64_t nk = std::min(C, kp.length - ck);
-            if (!pair(qs.local + cq, qs.global + cq, nq, pk->k.device(), pk->v.device(), kp.length, ck, kp.global + ck,
-                      nk))
+            if (!pair(qs.local + cq, qs.global + cq, nq, k, v, kp.length, ck, kp.global + ck, nk))
               continue;
             add_dq(qs.local + cq, nq);
             add_dkv(dense_kv(pk->dk.device(), kp.length), dense_kv(pk->dv.device(), kp.length), ck, nk);
@@ -513,6 +539,8 @@ class BackwardRunner {
   MPI_Comm comm_;
   ExecSpace space_;
   BackwardParams<T> p_;
+  const KV* k_;
+  const KV* v_;
   Options opt_;
   DistOptions d_;
   BackwardOptions bopt_;
@@ -521,6 +549,7 @@ class BackwardRunner {
   const RaggedPieces<Mem>* ragged_;
   int rank_ = 0, P_ = 1;
   Kokkos::View<T*, Mem> pair_dq_, pair_dk_, pair_dv_;
+  Kokkos::View<T*, Mem> wide_k_, wide_v_;  // the float K/V the kernels read when they travel in 16 bits
   DistStats stats_;
 };
 
@@ -538,9 +567,10 @@ std::vector<Agreed> ring_backward_fields(DistCall call, const BackwardParams<T>&
 
 }  // namespace
 
-template <class ExecSpace, class T>
-DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
-                             const DistOptions& d, const BackwardOptions& bopt, FailureLatch* outer) {
+template <class ExecSpace, class T, class KV>
+DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const KV* k,
+                             const KV* v, const Options& opt, const DistOptions& d, const BackwardOptions& bopt,
+                             FailureLatch* outer) {
   // Regions of the area ("kattn::dist", shared helpers) and of this entry point.
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::ring_backward");
@@ -549,10 +579,16 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
   const GlobalSplit split = sharded_split(comm, p.fwd.q_len, p.fwd.kv_len, d);
   std::optional<FailureLatch> own;
   if (!outer) own.emplace(comm);
-  BackwardRunner<ExecSpace, T> runner(comm, space, p, opt, d, bopt, split, outer ? *outer : *own);
+  BackwardRunner<ExecSpace, T, KV> runner(comm, space, p, k, v, opt, d, bopt, split, outer ? *outer : *own);
   const DistStats stats = runner.run();
   if (own) own->settle();
   return stats;
+}
+
+template <class ExecSpace, class T>
+DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
+                             const DistOptions& d, const BackwardOptions& bopt, FailureLatch* outer) {
+  return ring_backward_impl(comm, space, p, p.fwd.k, p.fwd.v, opt, d, bopt, outer);
 }
 
 template <class ExecSpace, class T>
@@ -598,7 +634,7 @@ DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const
   pm.dk_stride_seq = pm.dv_stride_seq = pm.fwd.k_stride_seq;
   pm.dk_stride_head = pm.dv_stride_head = pm.fwd.k_stride_head;
   FailureLatch latch(comm);
-  BackwardRunner<ExecSpace, T> runner(comm, space, pm, opt, d, bopt, rp.split, latch, &rp);
+  BackwardRunner<ExecSpace, T> runner(comm, space, pm, pm.fwd.k, pm.fwd.v, opt, d, bopt, rp.split, latch, &rp);
   const DistStats stats = runner.run();
   latch.settle();
   from_piece_major(space, rp.q_rows, dq.data(), p.dq, p.dq_stride_seq, p.dq_stride_head, H, D);
@@ -608,13 +644,22 @@ DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const
   return stats;
 }
 
+#define KATTN_INSTANTIATE_RING_BACKWARD_KV(Space, T, KV)                                                          \
+  template DistStats ring_backward_impl<Space, T, KV>(MPI_Comm, const Space&, const BackwardParams<T>&, const KV*, \
+                                                      const KV*, const Options&, const DistOptions&,              \
+                                                      const BackwardOptions&, FailureLatch*);
 #define KATTN_INSTANTIATE_RING_BACKWARD(Space, T)                                                                   \
+  KATTN_INSTANTIATE_RING_BACKWARD_KV(Space, T, T)                                                                   \
   template DistStats ring_backward_impl<Space, T>(MPI_Comm, const Space&, const BackwardParams<T>&, const Options&, \
                                                   const DistOptions&, const BackwardOptions&, FailureLatch*);       \
   template DistStats ring_ragged_backward_impl<Space, T>(MPI_Comm, const Space&, const BackwardParams<T>&,          \
                                                          const BatchLengths&, const Options&, const DistOptions&,   \
                                                          const BackwardOptions&);
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_RING_BACKWARD)
+
+#define KATTN_INSTANTIATE_16BIT_RING_BACKWARD(Space, S) KATTN_INSTANTIATE_RING_BACKWARD_KV(Space, float, S)
+KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_RING_BACKWARD, bf16)
+KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_RING_BACKWARD, fp16)
 
 }  // namespace detail
 }  // namespace dist

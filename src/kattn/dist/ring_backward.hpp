@@ -37,6 +37,13 @@ template <class ExecSpace, class T>
 DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
                              const DistOptions& d, const BackwardOptions& bopt, FailureLatch* outer = nullptr);
 
+// K and V stored as KV (T, or bf16 or fp16 under float T), with p.fwd's k and v strides (p.fwd.k
+// and p.fwd.v unused): they travel as stored.
+template <class ExecSpace, class T, class KV>
+DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const KV* k,
+                             const KV* v, const Options& opt, const DistOptions& d, const BackwardOptions& bopt,
+                             FailureLatch* outer = nullptr);
+
 // A ragged batch (ragged_pieces.hpp): p the ragged params of this rank's packed arrays, lengths its
 // local lengths.
 template <class ExecSpace, class T>
@@ -52,8 +59,9 @@ DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const
 //   lse [B, Hq, nq_r], the natural-log LSE that ring_attention returned (the global one).
 // dq, dk, dv are overwritten with this rank's gradients. bopt as for kattn::attention_backward; in
 // deterministic mode the atomic dQ strategy is refused. Collective, with collective errors. 16-bit
-// storage as for ring_attention (lse float): the float backward on float copies (K/V and dK/dV
-// travel in float), dq, dk, dv rounded once.
+// storage as for ring_attention (lse float): K and V travel as stored (half float's bytes) and
+// the float backward reads their exact float widening; q, o and dout are widened once, dK/dV
+// accumulate and travel in float, and dq, dk, dv are rounded once.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
           class DqView, class DkView, class DvView>
 DistStats ring_attention_backward(MPI_Comm comm, const ExecSpace& space, const QView& q,
@@ -64,8 +72,9 @@ DistStats ring_attention_backward(MPI_Comm comm, const ExecSpace& space, const Q
   static_assert(kattn::detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView,
                                                         DkView, DvView>(),
                 "kattn::dist::ring_attention_backward: the views must be accessible from the execution space");
-  return detail::dense_backward(detail::DistCall::ring_attention_backward, comm, space, q, kv, o, lse, dout, dq, dk, dv,
-                                opt, bopt, d, [](const auto&... a) { return detail::ring_backward_impl(a...); });
+  return detail::dense_backward<detail::Grads16::kv_as_stored>(
+      detail::DistCall::ring_attention_backward, comm, space, q, kv, o, lse, dout, dq, dk, dv, opt, bopt, d,
+      [](const auto&... a) { return detail::ring_backward_impl(a...); });
 }
 
 // The gradients of ring_attention over a ragged batch: the arguments of kattn::attention_backward with

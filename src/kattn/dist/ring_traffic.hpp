@@ -19,7 +19,8 @@ namespace dist {
 struct TrafficProblem {
   std::int64_t Nq = 0, Nk = 0;  // global query and key lengths
   int batch = 1, heads_kv = 1, head_dim = 64;
-  int bytes_per_value = 4;
+  int bytes_per_value = 4;       // K and V as they travel
+  int grad_bytes_per_value = 0;  // dK and dV as they travel (the backward); 0: bytes_per_value
 };
 
 struct RingTraffic {
@@ -34,7 +35,9 @@ inline RingTraffic ring_traffic(const TrafficProblem& pr, const Options& opt, co
                                 int rank, RingPass pass) {
   const std::int64_t align = d.deterministic ? chunk_of(d) : 1;
   const SequenceLayout ql(pr.Nq, ranks, d.sharding, align), kl(pr.Nk, ranks, d.sharding, align);
-  const std::int64_t per_key = 2 * std::int64_t(pr.batch) * pr.heads_kv * pr.head_dim * pr.bytes_per_value;
+  const std::int64_t values = 2 * std::int64_t(pr.batch) * pr.heads_kv * pr.head_dim;
+  const std::int64_t per_key = values * pr.bytes_per_value,
+                     per_grad = values * (pr.grad_bytes_per_value > 0 ? pr.grad_bytes_per_value : pr.bytes_per_value);
   RingTraffic t;
   if (!d.communicate && pass == RingPass::forward) return t;  // the backward has no such mode
   if (pass == RingPass::backward && d.deterministic) {
@@ -42,21 +45,21 @@ inline RingTraffic ring_traffic(const TrafficProblem& pr, const Options& opt, co
     // through the ranks of the query segments that see it, in descending order, and home.
     for (const Segment& ks : kl.segments())
       for (const detail::TourPlan& tp : detail::tour_plans(opt, ql, kl, ks, align)) {
-        const std::int64_t n = tp.piece.length * per_key;
+        const std::int64_t kv = tp.piece.length * per_key, grad = tp.piece.length * per_grad;
         int at = ks.owner;
         bool grads = false;  // K/V alone on the first hop, K/V and dK/dV after
         for (int stop : tp.stops) {
           const int owner = ql.segments()[stop].owner;
           if (owner != at) {
-            if (at == rank) t.sent += grads ? 2 * n : n;
-            if (owner == rank) t.received += grads ? 2 * n : n;
+            if (at == rank) t.sent += grads ? kv + grad : kv;
+            if (owner == rank) t.received += grads ? kv + grad : kv;
           }
           at = owner;
           grads = true;
         }
         if (at != ks.owner) {
-          if (at == rank) t.sent += n;
-          if (ks.owner == rank) t.received += n;
+          if (at == rank) t.sent += grad;
+          if (ks.owner == rank) t.received += grad;
         }
       }
     return t;
@@ -64,10 +67,10 @@ inline RingTraffic ring_traffic(const TrafficProblem& pr, const Options& opt, co
   // The backward's gradients go back the way their keys came.
   for (int r = 0; r < ranks; ++r) {
     if (r == rank) continue;
-    const std::int64_t out = detail::total_length(detail::needed_keys(opt, ql, kl, r, rank, align)) * per_key;
-    const std::int64_t in = detail::total_length(detail::needed_keys(opt, ql, kl, rank, r, align)) * per_key;
-    t.sent += pass == RingPass::backward ? out + in : out;
-    t.received += pass == RingPass::backward ? in + out : in;
+    const std::int64_t out = detail::total_length(detail::needed_keys(opt, ql, kl, r, rank, align));
+    const std::int64_t in = detail::total_length(detail::needed_keys(opt, ql, kl, rank, r, align));
+    t.sent += out * per_key + (pass == RingPass::backward ? in * per_grad : 0);
+    t.received += in * per_key + (pass == RingPass::backward ? out * per_grad : 0);
   }
   return t;
 }
