@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dist_support.hpp"
+#include "gather_rows.hpp"
 #include "kattn/dist/hybrid.hpp"
 #include "kattn/dist/ring.hpp"
 #include "kattn/dist/ring_backward.hpp"
@@ -32,33 +33,6 @@ enum class Call { ring, ulysses, hybrid };
 
 SequenceLayout layout_of(std::int64_t n, int P, const DistOptions& d) {
   return SequenceLayout(n, P, d.sharding, d.deterministic ? dist::chunk_of(d) : 1);
-}
-
-// The whole [B, N, H, D] (or [B, H, N] lse) array on every rank from each rank's rows under
-// `layout`: unwritten (poisoned) rows stay NaN, as every position has one owner.
-template <class View>
-std::vector<double> gathered(const View& local, const SequenceLayout& layout, std::vector<std::size_t> global_extents,
-                             MPI_Comm comm = MPI_COMM_WORLD) {
-  const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), local);
-  std::size_t total = 1;
-  for (std::size_t e : global_extents) total *= e;
-  std::vector<double> mine(total, 0.0), all(total);
-  const int rank = rank_of(comm);
-  for (const dist::Segment& s : layout.segments_of(rank))
-    for (std::size_t b = 0; b < h.extent(0); ++b)
-      for (std::int64_t j = 0; j < s.length; ++j) {
-        if constexpr (View::rank == 4) {
-          for (std::size_t x = 0; x < h.extent(2); ++x)
-            for (std::size_t d = 0; d < h.extent(3); ++d)
-              mine[((b * global_extents[1] + s.global + j) * h.extent(2) + x) * h.extent(3) + d] =
-                  widen(h(b, s.local + j, x, d));
-        } else {
-          for (std::size_t x = 0; x < h.extent(1); ++x)
-            mine[(b * global_extents[1] + x) * global_extents[2] + s.global + j] = widen(h(b, x, s.local + j));
-        }
-      }
-  MPI_Allreduce(mine.data(), all.data(), static_cast<int>(total), MPI_DOUBLE, MPI_SUM, comm);
-  return all;
 }
 
 template <class S>
@@ -92,8 +66,8 @@ Run16 run_forward(Call call, MPI_Comm comm, const Problem16<S>& p, const Options
                     opt, d);
   Kokkos::fence();
   const std::size_t B = s.B, Nq = s.Nq, Hq = s.Hq, D = s.D;
-  r.o = gathered(o, ql, {B, Nq, Hq, D}, comm);
-  r.lse = gathered(lse, ql, {B, Hq, Nq}, comm);
+  r.o = gathered_rows(o, ql, {B, Nq, Hq, D}, comm);
+  r.lse = gathered_rows(lse, ql, {B, Hq, Nq}, comm);
   return r;
 }
 
@@ -191,7 +165,7 @@ TEST(Ring16, WithoutLseTheSameO) {
   Kokkos::fence();
   const Run16 with_lse = run_forward(Call::ring, MPI_COMM_WORLD, p, causal, d);
   const std::size_t B = s.B, Nq = s.Nq, Hq = s.Hq, D = s.D;
-  const std::vector<double> alone = gathered(o, ql, {B, Nq, Hq, D});
+  const std::vector<double> alone = gathered_rows(o, ql, {B, Nq, Hq, D});
   EXPECT_EQ(std::memcmp(alone.data(), with_lse.o.data(), alone.size() * sizeof(double)), 0);
 }
 
@@ -234,9 +208,9 @@ Grads16 run_backward(MPI_Comm comm, const Problem16<S>& p, const View4<S>& dout,
   g.backward = dist::ring_attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout_r, dq, dk, dv, opt, {}, d);
   Kokkos::fence();
   const std::size_t B = s.B, Nq = s.Nq, Nk = s.Nk, Hq = s.Hq, Hkv = s.Hkv, D = s.D;
-  g.dq = gathered(dq, ql, {B, Nq, Hq, D}, comm);
-  g.dk = gathered(dk, kl, {B, Nk, Hkv, D}, comm);
-  g.dv = gathered(dv, kl, {B, Nk, Hkv, D}, comm);
+  g.dq = gathered_rows(dq, ql, {B, Nq, Hq, D}, comm);
+  g.dk = gathered_rows(dk, kl, {B, Nk, Hkv, D}, comm);
+  g.dv = gathered_rows(dv, kl, {B, Nk, Hkv, D}, comm);
   if (!d.deterministic) {
     // The same backward on float copies moves its K/V in float: twice the bytes. The ring's K/V
     // are those its forward sends, so the difference is the forward's 16-bit K/V bytes.
