@@ -1,17 +1,21 @@
 // Timing driver for kattn's Kokkos kernels on the default execution space (a GPU when Kokkos has
-// one), without Google Benchmark, for perf/gpu/check_kokkos_cuda.sh:
+// one), without Google Benchmark, for perf/gpu/device_check.sh:
 //   copy   device-to-device copy bandwidth (Kokkos::deep_copy, bytes read + written): the ceiling
 //          the decode is measured against
 //   fwd    kattn::attention (one split), float32 and float64, B=1 H=16 N=16384 D=128, non-causal
 //   decode kattn::attention (planned split), float32 and float64, batch 1, 32 query heads, 8 KV heads, 128K keys
+//   bwd    kattn::attention_backward (deterministic: query-pass dQ), float32 and float64, B=1 H=16 N=4096
+//          D=128, non-causal; its spot check is an identity of dV (below)
 // Each case: one warm-up call, then the median of timed calls (fence before and after each), as
 // many as fit the per-case time budget (at least 1, at most --reps); random inputs, outputs
 // poisoned with NaN first, and a spot check of some rows against a float64 host reference
 // (max abs error; NaN = an unwritten row). One JSON line per case ("JSON {...}").
 //
-//   sweep  (only with --only sweep) forward at N = 4096 with given tile sizes, for the tuning
+//   sweep  (only with --only sweep) forward and backward at N = 4096: the automatic tiles (level-0
+//          scratch), the halving rule's smaller ones, and larger tiles in level 1 (global memory),
+//          for the GPU tiles of tile_search.hpp
 //
-//   bench_kokkos_gpu [--quick] [--reps N] [--budget SECONDS] [--only fwd|decode|copy|sweep]
+//   bench_kokkos_gpu [--quick] [--reps N] [--budget SECONDS] [--only fwd|bwd|decode|copy|sweep]
 #include <Kokkos_Core.hpp>
 #include <Kokkos_Random.hpp>
 
@@ -25,6 +29,7 @@
 #include <vector>
 
 #include "kattn/attention.hpp"
+#include "kattn/backward.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/tiles.hpp"
 
@@ -154,6 +159,49 @@ void bench_forward(const Config& cfg, std::int64_t N, int block_q = 0, int block
   std::fflush(stdout);
 }
 
+// The backward, deterministic. Spot check without a host backward: with dO = 1 everywhere, each
+// column of dV sums to N (the rows of P sum to 1); the relative error of that sum is reported.
+template <class T>
+void bench_backward(const Config& cfg, std::int64_t N, int block_q = 0, int block_k = 0) {
+  const int B = 1, H = 16, D = 128;
+  Space space;
+  View4<T> q("q", B, N, H, D), k("k", B, N, H, D), v("v", B, N, H, D), o("o", B, N, H, D);
+  View4<T> dout("dout", B, N, H, D), dq("dq", B, N, H, D), dk("dk", B, N, H, D), dv("dv", B, N, H, D);
+  View3<T> lse("lse", B, H, N);
+  fill_random(q, 8);
+  fill_random(k, 9);
+  fill_random(v, 10);
+  Kokkos::deep_copy(dout, T(1));
+  kattn::Options opt;
+  opt.splits = 1;
+  kattn::attention(space, q, kattn::kv::dense(k, v), o, lse, opt);
+  opt.block_q = block_q;
+  opt.block_k = block_k;
+  kattn::BackwardOptions bopt;
+  bopt.deterministic = true;
+  poison(dv);
+  kattn::BackwardInfo info;
+  const double s = time_calls(
+      cfg, [&] { info = kattn::attention_backward(space, q, kattn::kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, bopt); });
+  // Every row of P sums to 1, so with dO = 1 each column of dV sums to N over the keys (head 0).
+  auto hdv = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dv);
+  double err = 0;
+  for (int c = 0; c < D; ++c) {
+    double sum = 0;
+    for (std::int64_t j = 0; j < N; ++j) sum += double(hdv(0, j, 0, c));
+    const double d = std::abs(sum - double(N)) / double(N);
+    err = std::isnan(d) ? std::numeric_limits<double>::infinity() : std::max(err, d);
+  }
+  const double flops = 10.0 * B * H * double(N) * double(N) * D;  // 5 products of N x N x D
+  std::printf(
+      "JSON {\"bench\": \"kattn_backward\", \"dtype\": \"%s\", \"B\": %d, \"H\": %d, \"N\": %lld, \"D\": %d, "
+      "\"causal\": false, \"ms\": %.4f, \"tflops\": %.4f, \"block_q\": %d, \"block_k\": %d, \"tiles\": \"%s\", "
+      "\"workspace_bytes\": %zu, \"spot_dv_sum_rel_err\": %.3e}\n",
+      type_name(T()), B, H, static_cast<long long>(N), D, s * 1e3, flops / s / 1e12, info.block_q, info.block_k,
+      block_q ? "given" : "automatic", info.workspace_bytes, err);
+  std::fflush(stdout);
+}
+
 template <class T>
 void bench_decode(const Config& cfg) {
   const int B = 1, Hq = 32, Hkv = 8, D = 128;
@@ -222,12 +270,25 @@ int main(int argc, char* argv[]) {
       bench_forward<double>(cfg, N);
       bench_forward<float>(cfg, N);
     }
-    // Tile sizes for the GPU tuning (detail/tuning.hpp): the automatic ones fit level-0 scratch;
-    // larger ones go to level 1 (global memory). N = 4096 keeps the sweep short.
+    const std::int64_t Nb = cfg.quick ? 1024 : 4096;
+    if (cfg.only.empty() || cfg.only == "bwd") {
+      bench_backward<double>(cfg, Nb);
+      bench_backward<float>(cfg, Nb);
+    }
+    // Tile sizes for the GPU tiles (detail/tile_search.hpp): the automatic ones fit level-0 scratch
+    // (20 x 16 float, 8 x 8 double forward at D = 128 under Kokkos 4.6); the halving rule's (16 x 16,
+    // 8 x 8); larger ones go to level 1 (global memory). N = 4096 keeps the sweep short.
     if (cfg.only == "sweep") {
-      for (const int b : {16, 32, 64}) {
-        bench_forward<double>(cfg, N / 4, b, b);
-        bench_forward<float>(cfg, N / 4, b, b);
+      const std::int64_t Ns = cfg.quick ? 1024 : 4096;
+      bench_forward<float>(cfg, Ns);
+      bench_forward<double>(cfg, Ns);
+      for (const auto& [bq, bk] : std::vector<std::pair<int, int>>{{8, 8}, {16, 16}, {32, 32}, {64, 64}, {128, 64}}) {
+        bench_forward<float>(cfg, Ns, bq, bk);
+        bench_forward<double>(cfg, Ns, bq, bk);
+      }
+      for (const auto& [bq, bk] : std::vector<std::pair<int, int>>{{8, 8}, {16, 16}, {32, 32}, {64, 64}}) {
+        bench_backward<float>(cfg, Ns, bq, bk);
+        bench_backward<double>(cfg, Ns, bq, bk);
       }
     }
   } catch (const std::exception& e) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summary of perf/gpu/check_kokkos_cuda.sh: reads the logs in OUT (argument 1) and writes
+"""Summary of perf/gpu/device_check.sh (the Kokkos kernels): reads the logs in OUT (argument 1) and writes
 OUT/summary.md (also printed): the card and its FMA peaks, the test result, and per target
 kattn (Kokkos, CUDA backend) against PyTorch SDPA on the same shapes, with issue 10's bars:
   float64 forward N=16384 D=128: >= 50% of the float64 FMA peak and >= 5x PyTorch's MATH SDPA
@@ -44,13 +44,25 @@ def card(out):
     return name, clock_mhz, sms
 
 
-def tests(out):
-    path = os.path.join(out, "ctest.log")
-    if not os.path.exists(path):
+def tests(out, suite):
+    """The GoogleTest shards of `suite` (device_check.sh's SUITE.I.log): passed and failed counts."""
+    logs = sorted(f for f in os.listdir(out) if re.fullmatch(re.escape(suite) + r"\.\d+\.log", f))
+    if not logs:
         return "not run"
-    txt = open(path, errors="replace").read()
-    m = re.findall(r"(\d+% tests passed, \d+ tests failed out of \d+)", txt)
-    return m[-1] if m else "no ctest summary (see ctest.log)"
+    passed = failed = 0
+    unfinished = []
+    for f in logs:
+        txt = open(os.path.join(out, f), errors="replace").read()
+        p = re.findall(r"\[  PASSED  \] (\d+) test", txt)
+        q = re.findall(r"\[  FAILED  \] (\d+) test", txt)
+        if not p and not q:
+            unfinished.append(f)
+        passed += int(p[-1]) if p else 0
+        failed += int(q[-1]) if q else 0
+    text = f"{passed} passed, {failed} failed in {len(logs)} shards"
+    if unfinished:
+        text += " (no summary: " + ", ".join(unfinished) + ")"
+    return text
 
 
 def main():
@@ -63,7 +75,8 @@ def main():
     lines = [f"# kattn Kokkos kernels on {name} (CUDA backend)", "",
              f"- card: {name}, {sms} SMs, max SM clock {clock_mhz:.0f} MHz: FMA peaks "
              f"float64 {peak64:.1f} TFLOP/s, float32 {peak32:.1f} TFLOP/s",
-             f"- tests (ctest): {tests(out)}"]
+             f"- tests on the CUDA space (kattn_tests): {tests(out, 'kattn_tests')}",
+             f"- tests on the Serial space of the CUDA build (kattn_tests_serial): {tests(out, 'kattn_tests_serial')}"]
     copy = next((r for r in kat if r.get("bench") == "kokkos_copy"), None)
     tcopy = next((r for r in tor if r.get("bench") == "torch_copy"), None)
     copy_gbs = copy["gbs"] if copy else (tcopy["gbs"] if tcopy else None)
@@ -90,6 +103,12 @@ def main():
         lines.append(f"| forward {dtype} {shape} | {ks} | {tstr} | "
                      f"{'%.2fx' % ratio if ratio else '-'} | {'%.1f%% of FMA peak' % (100 * frac) if frac else '-'} "
                      f"| {bar} |")
+    for dtype, peak in (("float64", peak64), ("float32", peak32)):
+        k = next((r for r in kat if r.get("bench") == "kattn_backward" and r.get("dtype") == dtype), None)
+        if k:
+            lines.append(f"| backward {dtype} B={k['B']} H={k['H']} N={k['N']} D={k['D']} | {k['tflops']:.2f} TFLOP/s "
+                         f"({k['ms']:.1f} ms, tiles {k['block_q']}x{k['block_k']}, dV sum err "
+                         f"{k['spot_dv_sum_rel_err']:.1e}) | - | - | {100 * k['tflops'] / peak:.1f}% of FMA peak | |")
     for dtype in ("float64", "float32"):
         k = next((r for r in kat if r.get("bench") == "kattn_decode" and r.get("dtype") == dtype), None)
         ts = [r for r in tor if r.get("bench") == "torch_decode" and r.get("dtype") == dtype and "gbs" in r]
@@ -111,11 +130,14 @@ def main():
     if f32:
         lines += ["", "PyTorch float32 forward, relative L2 difference from its float64 MATH result: " +
                   ", ".join(f"{r['backend']} {r['rel_l2_vs_float64']:.1e}" for r in f32)]
-    sweep = [r for r in json_lines(os.path.join(out, "bench_sweep.log")) if r.get("bench") == "kattn_forward"]
-    if sweep:
-        lines += ["", "kattn forward with given tiles (N=%d): " % sweep[0]["N"] + ", ".join(
-            f"{r['dtype']} {r['block_q']}x{r['block_k']} (level {r['scratch_level']}) {r['tflops']:.2f} TFLOP/s"
-            for r in sweep)]
+    sweep = json_lines(os.path.join(out, "bench_sweep.log"))
+    for bench in ("kattn_forward", "kattn_backward"):
+        rows = [r for r in sweep if r.get("bench") == bench]
+        if rows:
+            lines += ["", f"{bench} tiles (N={rows[0]['N']}; automatic = tile_search.hpp's): " + ", ".join(
+                f"{r['dtype']} {r['block_q']}x{r['block_k']} {r['tiles']}"
+                + (f" (level {r['scratch_level']})" if "scratch_level" in r else "") + f" {r['tflops']:.2f} TFLOP/s"
+                for r in rows)]
     text = "\n".join(lines) + "\n"
     open(os.path.join(out, "summary.md"), "w").write(text)
     print(text)

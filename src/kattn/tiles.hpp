@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kattn/detail/tile_geometry.hpp"
+#include "kattn/detail/tile_search.hpp"
 #include "kattn/detail/tuning.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/processors.hpp"
@@ -40,21 +41,17 @@ TilePlan plan_tiles(const ExecSpace& space, int head_dim, std::int64_t query_row
   if (bq == 0 || bk == 0) {
     const std::size_t budget = Tn::host ? Tn::host_scratch_budget : level0;
     const int rows_cap = static_cast<int>(std::min<std::int64_t>(std::max<std::int64_t>(query_rows, 1), 1 << 20));
-    int auto_q = bq ? bq : std::min(16 * Tn::micro_rows, detail::round_up(rows_cap, Tn::micro_rows));
-    int auto_k = bk ? bk : 4 * Tn::micro_cols;
-    // Halve the larger automatic tile until the tiles fit the budget.
-    while (bytes(auto_q, auto_k) > budget) {
-      const bool shrink_q = bq == 0 && (auto_q >= auto_k || bk != 0) && auto_q > Tn::micro_rows;
-      const bool shrink_k = bk == 0 && auto_k > Tn::micro_cols;
-      if (shrink_q)
-        auto_q = std::max(Tn::micro_rows, detail::round_up(auto_q / 2, Tn::micro_rows));
-      else if (shrink_k)
-        auto_k = std::max(Tn::micro_cols, detail::round_up(auto_k / 2, Tn::micro_cols));
-      else
-        break;
-    }
-    bq = auto_q;
-    bk = auto_k;
+    detail::TileSearch search;
+    search.fixed_q = bq;
+    search.fixed_k = bk;
+    search.start_q = std::min(Tn::forward_block_q, detail::round_up(rows_cap, Tn::micro_rows));
+    search.start_k = Tn::forward_block_k;
+    search.step_q = Tn::micro_rows;
+    search.step_k = Tn::micro_cols;
+    search.largest_area = !Tn::host;
+    const detail::TileSize t = detail::fit_tiles(bytes, budget, search);
+    bq = t.block_q;
+    bk = t.block_k;
   }
   TilePlan plan;
   plan.geometry = detail::TileGeometry::make(bq, bk, head_dim, Tn::micro_rows, Tn::micro_cols);

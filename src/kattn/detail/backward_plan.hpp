@@ -19,6 +19,7 @@
 
 #include "kattn/backward_options.hpp"
 #include "kattn/detail/tile_geometry.hpp"
+#include "kattn/detail/tile_search.hpp"
 #include "kattn/detail/tuning.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/options.hpp"
@@ -118,21 +119,18 @@ BackwardPlan plan_backward(const ExecSpace& space, int batch, int heads_kv, int 
     const std::size_t budget = Tn::host ? Tn::backward_host_scratch_budget : level0;
     const std::int64_t rows = std::max<std::int64_t>(q_len * group, 1);
     const int rows_cap = static_cast<int>(std::min<std::int64_t>(rows, 1 << 20));
-    int auto_q = bq ? bq : std::min(Tn::backward_block_q, round_up(rows_cap, Tn::micro_rows));
     const int keys_cap = static_cast<int>(std::min<std::int64_t>(std::max<std::int64_t>(kv_len, 1), 1 << 20));
-    int auto_k = bk ? bk : std::min(Tn::backward_block_k, round_up(keys_cap, Tn::micro_cols));
-    while (bytes(auto_q, auto_k) > budget) {
-      const bool shrink_q = bq == 0 && (auto_q >= auto_k || bk != 0) && auto_q > Tn::micro_rows;
-      const bool shrink_k = bk == 0 && auto_k > Tn::micro_cols;
-      if (shrink_q)
-        auto_q = std::max(Tn::micro_rows, round_up(auto_q / 2, Tn::micro_rows));
-      else if (shrink_k)
-        auto_k = std::max(Tn::micro_cols, round_up(auto_k / 2, Tn::micro_cols));
-      else
-        break;
-    }
-    bq = auto_q;
-    bk = auto_k;
+    TileSearch search;
+    search.fixed_q = bq;
+    search.fixed_k = bk;
+    search.start_q = std::min(Tn::backward_block_q, round_up(rows_cap, Tn::micro_rows));
+    search.start_k = std::min(Tn::backward_block_k, round_up(keys_cap, Tn::micro_cols));
+    search.step_q = Tn::micro_rows;
+    search.step_k = Tn::micro_cols;
+    search.largest_area = !Tn::host;
+    const TileSize t = fit_tiles(bytes, budget, search);
+    bq = t.block_q;
+    bk = t.block_k;
   }
   plan.geo = geometry(bq, bk);
   const std::size_t need = bytes(bq, bk);

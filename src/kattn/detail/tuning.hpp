@@ -55,6 +55,11 @@ struct Tuning {
   // fp64 FMA peak on Zen 4, perf/RESULTS.md); on GPUs the limit comes from the policy (about 40 KB
   // of level 0 by default on CUDA).
   static constexpr std::size_t host_scratch_budget = 256 * 1024 / sizeof(float) * sizeof(T);
+  // Largest automatic forward tiles, query rows x keys: the start of the host's halving (128 x 128
+  // in float with AVX-512), the caps of the devices' search (tile_search.hpp), which CUDA's 40 KB
+  // of level 0 bounds first (16 x 16 in float, 8 x 8 in double at D = 128).
+  static constexpr int forward_block_q = host ? 16 * micro_rows : 128;
+  static constexpr int forward_block_k = host ? 4 * micro_cols : 64;
   // Backward (backward_plan.hpp): starting tile sizes, query rows x keys, before they are fitted
   // to the scratch budget. The key pass keeps K^T, V^T, K, dK, dV, Q, dO and two score tiles in
   // scratch: 576 KB at 128 x 128, D = 128, float, inside a 1 MB L2; 128 x 128 was the fastest
@@ -62,8 +67,8 @@ struct Tuning {
   // D = 64 and 128 (perf/RESULTS.md, bench_backward BackwardTiles). Then the number of teams
   // the key-chunk dQ strategy aims for, and the most chunks it uses (each chunk holds a partial
   // dQ: chunks x N x D extra memory).
-  static constexpr int backward_block_q = host ? 128 : 32;
-  static constexpr int backward_block_k = host ? 128 : 32;
+  static constexpr int backward_block_q = host ? 128 : 64;
+  static constexpr int backward_block_k = host ? 128 : 64;
   static constexpr std::size_t backward_host_scratch_budget = 768 * 1024;
   static constexpr int backward_target_teams = 16;
   static constexpr int backward_max_dq_chunks = 8;
