@@ -1,4 +1,4 @@
-// Timing program of the CUDA kernels (perf/gpu/check_cuda.sh runs it on the H200).
+// Timing program of the CUDA kernels (perf/gpu/device_check.sh runs it on the H200).
 //   1. device-to-device copy bandwidth (bytes read + written): the decode ceiling
 //   2. split-KV paged decode, bf16, batch 1, Hq=32, Hkv=8, D=128, page 16 (shuffled
 //      pages), contexts 32K/64K/128K, planned splits: GB/s = K+V bytes / time

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reads the logs check_cuda.sh wrote (JSON lines from bench_cuda and sdpa_bench.py,
+"""Reads the logs device_check.sh wrote (JSON lines from bench_cuda and sdpa_bench.py,
 test logs, sanitizer logs) and prints the short table, last. Usage: report.py OUTDIR"""
 import json
 import os

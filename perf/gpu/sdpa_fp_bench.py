@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch scaled_dot_product_attention in float64 and float32 on the shapes bench_kokkos_gpu
-times (perf/gpu/check_kokkos_cuda.sh); prints JSON lines ("JSON {...}").
+times (perf/gpu/device_check.sh); prints JSON lines ("JSON {...}").
 
 Forward: B=1, H=16, N=16384, D=128, non-causal, contiguous [B, H, N, D] (PyTorch's own layout).
   float64: the MATH backend (the only one that takes float64).

@@ -31,7 +31,7 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
       : "memory");
   return ok != 0;
 }
-// With KATTN_CUDA_TRAP_HANGS (CMake option of the same name, on in perf/gpu/check_cuda.sh)
+// With KATTN_CUDA_TRAP_HANGS (CMake option of the same name, on in perf/gpu/pack.sh's build)
 // a wait longer than about 10 s of SM clock traps, so a pipeline deadlock surfaces as a
 // launch error instead of a hung process.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
