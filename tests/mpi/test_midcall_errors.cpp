@@ -4,6 +4,7 @@
 // the same communicator must succeed (no request or message left behind).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -208,23 +209,39 @@ TEST(DistMidCallErrors, MemoryLimitOnOneRank) {
   }
 }
 
-// The inner local backward's own memory check failing on one rank in the middle of the
-// deterministic tour (which allocates its packages as they travel, past the up-front check): the
-// latch, not the up-front check, must bring that error to every rank.
-// dQ in key chunks, whatever the backend's automatic choice (a GPU's, and a device-shaped build's,
-// is the query pass when deterministic): its partials make the workspace that the limit refuses.
-TEST(DistMidCallErrors, InnerCallMemoryCheckFailsMidTour) {
-  const int rank = rank_of(MPI_COMM_WORLD), failing = size_of(MPI_COMM_WORLD) - 1;
-  BackwardOptions bopt;
-  bopt.dq = DqStrategy::key_chunks;
+// The deterministic tour allocates the packages it receives on the way as they come, past its
+// up-front step (which holds those that start or end on a rank, and one spare to receive into):
+// a package that does not fit on one rank, checked with those the rank holds, must reach every
+// rank through the latch, the tour's messages still all matched (that rank sends empty ones).
+// Non-causal, so each rank's keys make one package that visits every rank, the last rank first;
+// the limit lets the last rank's up-front step through (its home package and the spare, as long
+// as the longest other shard) and refuses the first package it receives, rank 0's.
+TEST(DistMidCallErrors, TourPackageMemoryFailsMidTour) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD), failing = P - 1;
+  const DistOptions d = options_for(Call::ring_backward, true);
+  const SequenceLayout layout(kN, P, d.sharding, kChunk);
+  std::int64_t longest_other = 0;
+  for (int r = 0; r < failing; ++r) longest_other = std::max(longest_other, layout.local_length(r));
+  // K, V, dK, dV of a package: 4 arrays of positions x P KV heads x D = 8 doubles.
+  const auto bytes = [&](std::int64_t positions) { return 4 * positions * P * 8 * std::int64_t(sizeof(double)); };
+  const std::int64_t up_front = bytes(layout.local_length(failing)) + bytes(longest_other);
+  const std::string limit = std::to_string(up_front + bytes(layout.local_length(0)) / 2);
   const std::string msg = expect_same_error(
       [&] {
-        const MemoryLimitHere scope(rank == failing, "2000");
-        run(Call::ring_backward, options_for(Call::ring_backward, true), bopt);
+        const MemoryLimitHere scope(rank == failing, limit.c_str());
+        run(Call::ring_backward, d);
       },
-      "kattn::backward: the workspace");
-  EXPECT_NE(msg.find(ranked(failing, "kattn::backward")), std::string::npos) << msg;
-  expect_all_succeed([&] { run(Call::ring_backward, options_for(Call::ring_backward, true), bopt); });
+      "the deterministic tour's packages needs");
+  EXPECT_NE(msg.find(ranked(failing, "kattn::dist::ring_attention_backward")), std::string::npos) << msg;
+  expect_all_succeed([&] { run(Call::ring_backward, d); });
+  // The same limit on every rank: each may fail, one is reported, none hangs.
+  expect_same_error(
+      [&] {
+        const MemoryLimitHere scope(true, limit.c_str());
+        run(Call::ring_backward, d);
+      },
+      "kattn::dist::ring_attention_backward: the deterministic tour's");
+  expect_all_succeed([&] { run(Call::ring_backward, d); });
 }
 
 }  // namespace

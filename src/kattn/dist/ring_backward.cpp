@@ -306,12 +306,30 @@ class BackwardRunner {
   }
 
   // ---- the deterministic tour ---------------------------------------------------------------
+  // A package's buffers. Packages that start or end on this rank are allocated before the tour,
+  // in one collective step; those received on the way as they come, under the failure latch. One
+  // that cannot be had (or any after a failure is known) is left empty: it travels as empty
+  // messages, and what comes for it lands in the sink, so the tour's schedule, which every peer
+  // follows, goes on to the end and the failure reaches every rank (settle) instead of a hang.
   struct Package {
     KVBuffer k, v;
     Buffer dk, dv;
     std::int64_t len = 0;
+    bool held = false;  // buffers allocated
     std::vector<MPI_Request> reqs;
+    std::uint64_t bytes = 0;         // of the buffers, counted in *live while the package exists
+    std::uint64_t* live = nullptr;
+    Package() = default;
+    Package(const Package&) = delete;
+    Package& operator=(const Package&) = delete;
+    ~Package() {
+      if (live) *live -= bytes;
+    }
   };
+
+  std::uint64_t package_bytes(std::int64_t len) const {
+    return std::uint64_t(kv_elems(len)) * 2 * (sizeof(KV) + sizeof(T));
+  }
 
   std::unique_ptr<Package> new_package(std::int64_t len) {
     auto pk = std::make_unique<Package>();
@@ -320,11 +338,38 @@ class BackwardRunner {
     pk->dk = buffer("kattn::dist::tour::dk", len);
     pk->dv = buffer("kattn::dist::tour::dv", len);
     pk->len = len;
+    pk->held = true;
+    pk->bytes = package_bytes(len);
+    pk->live = &live_bytes_;
+    live_bytes_ += pk->bytes;
+    return pk;
+  }
+
+  // A package received on the way: its buffers, checked against the memory with those of every
+  // package this rank holds, or an empty one when that fails (recorded in the latch) or a failure
+  // is known already.
+  std::unique_ptr<Package> package_on_the_way(std::int64_t len) {
+    std::unique_ptr<Package> pk;
+    latch_.guard([&] {
+      kattn::detail::require_memory<Mem>(
+          live_bytes_ + package_bytes(len), "kattn::dist::ring_attention_backward: the deterministic tour's packages",
+          kattn::detail::concat("those held and one of ", len, " positions"), "spread the sequence over more ranks");
+      pk = new_package(len);
+    });
+    if (!pk) {
+      pk = std::make_unique<Package>();
+      pk->len = len;
+    }
     return pk;
   }
 
   void send(Package& pk, int dest, int tag, bool with_kv, bool with_grads) {
     const std::int64_t n = kv_elems(pk.len);
+    if (!pk.held) {  // as many messages as the receiver posts, empty
+      for (int i = 0; i < 2 && with_kv; ++i) isend_empty<KV>(n, dest, tag, comm_, pk.reqs);
+      for (int i = 0; i < 2 && with_grads; ++i) isend_empty<T>(n, dest, tag, comm_, pk.reqs);
+      return;
+    }
     space_.fence();
     if (with_kv) {
       pk.k.stage_out(space_, n);
@@ -340,18 +385,21 @@ class BackwardRunner {
     }
   }
 
+  // Blocking. An empty package receives into the sink (its contents are never read).
   void receive(Package& pk, int source, int tag, bool with_kv, bool with_grads) {
     const std::int64_t n = kv_elems(pk.len);
+    Package& into = pk.held ? pk : *sink_;
     std::vector<MPI_Request> reqs;
     if (with_kv) {
-      irecv(pk.k.mpi(), n, source, tag, comm_, reqs);
-      irecv(pk.v.mpi(), n, source, tag, comm_, reqs);
+      irecv(into.k.mpi(), n, source, tag, comm_, reqs);
+      irecv(into.v.mpi(), n, source, tag, comm_, reqs);
     }
     if (with_grads) {
-      irecv(pk.dk.mpi(), n, source, tag, comm_, reqs);
-      irecv(pk.dv.mpi(), n, source, tag, comm_, reqs);
+      irecv(into.dk.mpi(), n, source, tag, comm_, reqs);
+      irecv(into.dv.mpi(), n, source, tag, comm_, reqs);
     }
     wait_all(reqs);
+    if (!pk.held) return;
     if (with_kv) {
       pk.k.stage_in(space_, n);
       pk.v.stage_in(space_, n);
@@ -363,6 +411,7 @@ class BackwardRunner {
   }
 
   void zero_grads(Package& pk) {
+    if (!pk.held) return;
     zero_rows(space_, dense_kv(pk.dk.device(), pk.len), f().batch, pk.len, f().heads_kv, f().head_dim);
     zero_rows(space_, dense_kv(pk.dv.device(), pk.len), f().batch, pk.len, f().heads_kv, f().head_dim);
   }
@@ -422,28 +471,51 @@ class BackwardRunner {
       }
     };
     const double tw0 = now();
+    // This rank's items; the packages whose K/V it sends to their first stop, and those whose
+    // gradients come back to it from their last; the longest package it receives on the way.
     std::vector<Item> items;
+    std::vector<int> starts, homes;
+    std::int64_t sink_len = 0;
     for (int g = 0; g < Sk; ++g) {
       const TourPlan& tp = plans[g];
-      const int first = qsegs[tp.stops.front()].owner, last = qsegs[tp.stops.back()].owner;
       if (tp.piece.owner == rank_) {
-        if (first != rank_) {  // K/V to the first stop's owner
-          auto pk = new_package(tp.piece.length);
-          pack_local(tp.piece.local, tp.piece.length, pk->k, pk->v);
-          send(*pk, first, start_tag(g), true, false);
-          outgoing.emplace_back(Item{g, position(tp.stops.front())}, std::move(pk));
-        }
-        if (last != rank_) {  // the finished gradients come back from the last one
-          home[g] = new_package(tp.piece.length);
-          const std::int64_t n = kv_elems(tp.piece.length);
-          irecv(home[g]->dk.mpi(), n, last, home_tag(g), comm_, home[g]->reqs);
-          irecv(home[g]->dv.mpi(), n, last, home_tag(g), comm_, home[g]->reqs);
-        }
+        if (qsegs[tp.stops.front()].owner != rank_) starts.push_back(g);
+        if (qsegs[tp.stops.back()].owner != rank_) homes.push_back(g);
       }
-      for (int stop : tp.stops)
-        if (qsegs[stop].owner == rank_) items.push_back(Item{g, position(stop)});
+      for (std::size_t i = 0; i < tp.stops.size(); ++i) {
+        if (qsegs[tp.stops[i]].owner != rank_) continue;
+        items.push_back(Item{g, position(tp.stops[i])});
+        const int from = i == 0 ? tp.piece.owner : qsegs[tp.stops[i - 1]].owner;
+        if (from != rank_) sink_len = std::max(sink_len, tp.piece.length);
+      }
     }
     std::sort(items.begin(), items.end());
+    std::vector<std::unique_ptr<Package>> start(Sk);
+    collective_check(comm_, [&] {
+      std::uint64_t bytes = package_bytes(sink_len);
+      std::int64_t longest = sink_len;
+      for (const auto* gs : {&starts, &homes})
+        for (int g : *gs) bytes += package_bytes(plans[g].piece.length), longest = std::max(longest, plans[g].piece.length);
+      kattn::detail::require_memory<Mem>(
+          bytes, "kattn::dist::ring_attention_backward: the deterministic tour's buffers",
+          kattn::detail::concat(starts.size() + homes.size() + 1, " packages of up to ", longest, " positions"),
+          "spread the sequence over more ranks");
+      for (int g : starts) start[g] = new_package(plans[g].piece.length);
+      for (int g : homes) home[g] = new_package(plans[g].piece.length);
+      if (sink_len > 0) sink_ = new_package(sink_len);
+    });
+    for (int g : starts) {  // K/V to the first stop's owner
+      const TourPlan& tp = plans[g];
+      pack_local(tp.piece.local, tp.piece.length, start[g]->k, start[g]->v);
+      send(*start[g], qsegs[tp.stops.front()].owner, start_tag(g), true, false);
+      outgoing.emplace_back(Item{g, position(tp.stops.front())}, std::move(start[g]));
+    }
+    for (int g : homes) {  // the finished gradients come back from the last stop's owner
+      const std::int64_t n = kv_elems(plans[g].piece.length);
+      const int last = qsegs[plans[g].stops.back()].owner;
+      irecv(home[g]->dk.mpi(), n, last, home_tag(g), comm_, home[g]->reqs);
+      irecv(home[g]->dv.mpi(), n, last, home_tag(g), comm_, home[g]->reqs);
+    }
     stats_.comm_seconds += now() - tw0;
     for (const Item& item : items) {
       const int g = item.g;
@@ -463,12 +535,13 @@ class BackwardRunner {
         pk = std::move(it->second);
         carried.erase(it);
       } else {
-        pk = new_package(kp.length);
+        pk = package_on_the_way(kp.length);
         if (prev < 0) {
-          if (kp.owner == rank_)
-            pack_local(kp.local, kp.length, pk->k, pk->v);
-          else
+          if (kp.owner == rank_) {
+            if (pk->held) pack_local(kp.local, kp.length, pk->k, pk->v);
+          } else {
             receive(*pk, kp.owner, start_tag(g), true, false);
+          }
           zero_grads(*pk);
         } else {
           receive(*pk, prev, hop_tag(g), true, true);
@@ -508,8 +581,9 @@ class BackwardRunner {
           outgoing.emplace_back(next, std::move(pk));
         }
       } else if (kp.owner == rank_) {
-        add_to_outputs(dense_kv(pk->dk.device(), kp.length), dense_kv(pk->dv.device(), kp.length), 0, kp.local,
-                       kp.length);
+        if (pk->held)
+          add_to_outputs(dense_kv(pk->dk.device(), kp.length), dense_kv(pk->dv.device(), kp.length), 0, kp.local,
+                         kp.length);
       } else {
         send(*pk, kp.owner, home_tag(g), false, true);
         outgoing.emplace_back(Item{g, Sq}, std::move(pk));
@@ -533,6 +607,7 @@ class BackwardRunner {
                      kp.length);
     }
     space_.fence();
+    sink_.reset();
     stats_.comm_seconds += now() - tw1;
   }
 
@@ -550,6 +625,8 @@ class BackwardRunner {
   int rank_ = 0, P_ = 1;
   Kokkos::View<T*, Mem> pair_dq_, pair_dk_, pair_dv_;
   Kokkos::View<T*, Mem> wide_k_, wide_v_;  // the float K/V the kernels read when they travel in 16 bits
+  std::uint64_t live_bytes_ = 0;           // of the tour's packages that exist (before sink_: it counts in it)
+  std::unique_ptr<Package> sink_;          // where an empty package's messages land
   DistStats stats_;
 };
 

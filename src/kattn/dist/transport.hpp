@@ -61,6 +61,17 @@ void isend(const T* data, std::int64_t count, int dest, int tag, MPI_Comm comm, 
   }
 }
 
+// What a rank without the buffers sends instead of `count` values: as many empty messages as
+// isend sends pieces, so that each of the receiver's receives matches one (a receive takes a
+// shorter message). The failure latch has told the receiver, or will, that the contents are void.
+template <class T>
+void isend_empty(std::int64_t count, int dest, int tag, MPI_Comm comm, std::vector<MPI_Request>& reqs) {
+  for (std::int64_t off = 0; off < count; off += kMaxPiece) {
+    reqs.emplace_back();
+    MPI_Isend(nullptr, 0, mpi_type<T>(), dest, tag, comm, &reqs.back());
+  }
+}
+
 template <class T>
 void irecv(T* data, std::int64_t count, int source, int tag, MPI_Comm comm, std::vector<MPI_Request>& reqs) {
   for (std::int64_t off = 0; off < count; off += kMaxPiece) {
