@@ -12,8 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "batch_inputs.hpp"
 #include "dist_commands.hpp"
+#include "dist_ragged_grad.hpp"
 #include "dtype.hpp"
+#include "grad_check.hpp"
 #include "dist_files.hpp"
 #include "dist_io.hpp"
 #include "inputs.hpp"
@@ -118,6 +121,8 @@ int grad_distributed(Args& args, const std::string& mode) {
     std::optional<std::string> dq_path, dk_path, dv_path;
     bool check = false, json = false;
     std::vector<std::string> input_args;  // the input flags, read by every rank (and rank 0's --check)
+    std::optional<BatchInputs> batch;     // a ragged batch (--dist ring): read whole by every rank
+    std::vector<double> batch_dout;       // ... with its dO
     dist::collective_check(comm, [&] {
       KATTN_REQUIRE(shards_sequence(mode), "--dist: grad distributes the sequence (ring, ulysses or hybrid), got '",
                     mode, "'");
@@ -140,6 +145,15 @@ int grad_distributed(Args& args, const std::string& mode) {
       KATTN_REQUIRE(!args.value("--o") && !args.value("--lse"),
                     "--o/--lse: not used with --dist (the distributed forward computes o and the LSE)");
       opt = read_options(args);
+      if (wants_batch_inputs(args)) {
+        KATTN_REQUIRE(mode == "ring", "--dist ", mode, ": a ragged batch goes round the ring only (--dist ring)");
+        const auto do_file = args.value("--do");
+        const auto seed = args.peek("--seed");
+        const bool files = args.has("--q"), dtype_given = args.has("--dtype");
+        batch = read_batch_inputs(args, "--dist ring over a ragged batch runs in f32 or f64");
+        KATTN_REQUIRE(!batch->paged, "--page-size: --dist ring takes a ragged batch, not a paged cache");
+        batch_dout = ragged_dout(do_file, seed, files, dtype_given, *batch);
+      }
       for (const char* f : {"--random", "--seed", "--dtype", "--layout", "--q", "--k", "--v", "--do"})
         if (auto value = args.value(f)) input_args.insert(input_args.end(), {f, *value});
       args.finish();
@@ -153,6 +167,8 @@ int grad_distributed(Args& args, const std::string& mode) {
       if (dk_path) check_output_file("--dk", *dk_path);
       if (dv_path) check_output_file("--dv", *dv_path);
     });
+    if (batch)
+      return grad_ragged_ring(comm, *batch, batch_dout, opt, bopt, d, {dq_path, dk_path, dv_path}, check, json);
 
     DenseSource src;
     const DenseInputs in = describe_on_every_rank(comm, "grad", input_args, "--do", src);
@@ -207,28 +223,9 @@ int grad_distributed(Args& args, const std::string& mode) {
         const auto dov = to_view<T4>(dout, "do", in.B, in.Nq, in.Hq, in.D);
         T4 dq("dq", in.B, in.Nq, in.Hq, in.D), dk("dk", in.B, in.Nk, in.Hkv, in.D), dv("dv", in.B, in.Nk, in.Hkv, in.D);
         reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, dov, dq, dk, dv, opt);
-        const std::vector<double>* mine[3] = {&dq_all, &dk_all, &dv_all};
-        const std::vector<double> ref[3] = {from_view(dq), from_view(dk), from_view(dv)};
-        const char* names[3] = {"dq", "dk", "dv"};
-        double max_abs = 0, rel = 0;
-        std::int64_t nonfinite = 0;
-        for (int i = 0; i < 3; ++i) {
-          const ErrorStats e = compare(*mine[i], ref[i]);
-          std::fprintf(text, "check %s vs float64 textbook backward: max abs err %.3e, rel err %.3e\n", names[i],
-                       e.max_abs, e.rel);
-          j.add(std::string(names[i]) + "_max_abs_err", e.max_abs).add(std::string(names[i]) + "_rel_err", e.rel);
-          report_nonfinite(e, names[i], text, j);
-          max_abs = std::max(max_abs, e.max_abs);
-          rel = std::max(rel, e.rel);
-          nonfinite += e.nonfinite;
-        }
-        const bool failed = nonfinite > 0 || !(rel <= check_tolerance(in.dtype));
-        j.add("max_abs_err", max_abs).add("rel_err", rel).add("nonfinite", (long long)nonfinite);
-        j.add("check", failed ? "fail" : "pass");
-        if (failed) {
-          std::fprintf(stderr, "kattn grad: --check failed against the float64 textbook backward\n");
-          status = 3;
-        }
+        const ErrorStats e[3] = {compare(dq_all, from_view(dq)), compare(dk_all, from_view(dk)),
+                                 compare(dv_all, from_view(dv))};
+        status = gradient_verdict(e, "", "", in.dtype, text, j);
       }
       if (json) std::cout << j.str() << "\n";
       return status;

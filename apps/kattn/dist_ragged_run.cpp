@@ -9,22 +9,15 @@
 #include "dtype.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
-#include "run_check.hpp"
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/ragged_layout.hpp"
 #include "kattn/dist/ring.hpp"
 #include "kattn/reference.hpp"
+#include "run_check.hpp"
 
 namespace kattn {
 namespace cli {
-namespace {
 
-struct RaggedRun {
-  std::vector<double> o, lse;  // this rank's rows
-  dist::DistStats stats;       // worst rank: max of seconds, compute, comm, bytes
-};
-
-// Rows `rows` of a packed [total, width] array.
 std::vector<double> take_rows(const std::vector<double>& all, const std::vector<std::int64_t>& rows,
                               std::int64_t width) {
   std::vector<double> out;
@@ -33,9 +26,8 @@ std::vector<double> take_rows(const std::vector<double>& all, const std::vector<
   return out;
 }
 
-// Rank 0 gets the packed [total, width] array of every rank's rows (others an empty vector).
-std::vector<double> gather_rows(MPI_Comm comm, const std::vector<double>& local, const std::vector<std::int64_t>& rows,
-                                std::int64_t total, std::int64_t width) {
+std::vector<double> gather_packed_rows(MPI_Comm comm, const std::vector<double>& local,
+                                       const std::vector<std::int64_t>& rows, std::int64_t total, std::int64_t width) {
   int rank = 0, P = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &P);
@@ -62,6 +54,13 @@ double max_over(MPI_Comm comm, double x) {
   MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, comm);
   return x;
 }
+
+namespace {
+
+struct RaggedRun {
+  std::vector<double> o, lse;  // this rank's rows
+  dist::DistStats stats;       // worst rank: max of seconds, compute, comm, bytes
+};
 
 template <class T>
 RaggedRun run_as(MPI_Comm comm, const BatchInputs& in, const std::vector<std::int64_t>& q_rows,
@@ -125,8 +124,8 @@ int run_ragged_ring(MPI_Comm comm, const BatchInputs& in, const Options& opt, co
     else
       return {};  // refused when the inputs were read
   });
-  const std::vector<double> o_all = gather_rows(comm, run.o, q_rows, in.total_q(), in.Hq * in.D);
-  const std::vector<double> lse_all = gather_rows(comm, run.lse, q_rows, in.total_q(), in.Hq);
+  const std::vector<double> o_all = gather_packed_rows(comm, run.o, q_rows, in.total_q(), in.Hq * in.D);
+  const std::vector<double> lse_all = gather_packed_rows(comm, run.lse, q_rows, in.total_q(), in.Hq);
   return on_rank0(comm, [&]() -> int {
     std::FILE* text = console.text();
     const double flops = batch_attention_flops(in, opt), secs = run.stats.seconds;

@@ -6,8 +6,10 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "batch_inputs.hpp"
 #include "console.hpp"
@@ -16,6 +18,16 @@
 
 namespace kattn {
 namespace cli {
+
+// Rows `rows` of a packed [total, width] array.
+std::vector<double> take_rows(const std::vector<double>& all, const std::vector<std::int64_t>& rows,
+                              std::int64_t width);
+// Rank 0 gets the packed [total, width] array of every rank's rows (`rows`: their packed
+// indices); the others an empty vector.
+std::vector<double> gather_packed_rows(MPI_Comm comm, const std::vector<double>& local,
+                                       const std::vector<std::int64_t>& rows, std::int64_t total, std::int64_t width);
+// The largest x over the ranks.
+double max_over(MPI_Comm comm, double x);
 
 // After the flags are agreed; returns rank 0's exit status on every rank.
 int run_ragged_ring(MPI_Comm comm, const BatchInputs& in, const Options& opt, const dist::DistOptions& d,

@@ -116,12 +116,20 @@ int check_gradients(const GradientsUnderTest& g, const Options& opt, const Check
     how_q = sample_description(checked_q, f.q_total * f.heads_q, "query rows");
     how_k = sample_description(checked_k, total_k, "key rows");
   }
+  ErrorStats e[3];
+  for (int i = 0; i < 3; ++i) e[i] = c[i].stats();
+  return gradient_verdict(e, how_q, how_k, dtype, text, j, [&](Json& jj) {
+    jj.add("check_mode", sampled ? "sampled" : "full").add("checked_rows", (long long)checked_q);
+    jj.add("checked_key_rows", (long long)checked_k);
+  });
+}
+
+int gradient_verdict(const ErrorStats (&e)[3], const std::string& how_q, const std::string& how_k, io::DType dtype,
+                     std::FILE* text, Json& j, const std::function<void(Json&)>& describe) {
   const char* names[3] = {"dq", "dk", "dv"};
   double max_abs = 0, rel = 0;
   std::int64_t nonfinite = 0;
-  ErrorStats e[3];
   for (int i = 0; i < 3; ++i) {
-    e[i] = c[i].stats();
     const std::string& how = i == 0 ? how_q : how_k;  // empty: every row
     std::fprintf(text, "check %s vs float64 textbook backward%s%s: max abs err %.3e, rel err %.3e\n", names[i],
                  how.empty() ? "" : ", ", how.c_str(), e[i].max_abs, e[i].rel);
@@ -133,8 +141,7 @@ int check_gradients(const GradientsUnderTest& g, const Options& opt, const Check
     report_nonfinite(e[i], names[i], text, j);
     nonfinite += e[i].nonfinite;
   }
-  j.add("check_mode", sampled ? "sampled" : "full").add("checked_rows", (long long)checked_q);
-  j.add("checked_key_rows", (long long)checked_k);
+  if (describe) describe(j);
   j.add("max_abs_err", max_abs).add("rel_err", rel);
   // Non-finite values where the reference has numbers (an unwritten gradient) fail too.
   const bool failed = nonfinite > 0 || !(rel <= check_tolerance(dtype));

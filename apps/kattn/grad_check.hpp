@@ -8,8 +8,10 @@
 
 #include <cstdio>
 #include <functional>
+#include <string>
 #include <vector>
 
+#include "inputs.hpp"
 #include "json.hpp"
 #include "kattn/backward_params.hpp"
 #include "kattn/io/npy.hpp"
@@ -35,6 +37,13 @@ using FullGradients = std::function<void(std::vector<double>& dq, std::vector<do
 
 // Whether --check will sample (refused up front where a sample cannot be taken: under a block mask).
 bool gradient_check_samples(const AttentionParams<double>& inputs, const CheckSettings& settings, bool block_mask);
+
+// The verdict on dq, dk, dv compared with the textbook's (e: their errors; how_q, how_k: how
+// their rows were chosen, empty for every row): a line each on `text`, the errors in j (dq/dk/dv
+// errors, then what `describe` adds, then max_abs_err, rel_err, nonfinite, check). Returns 0, or 3
+// with a line on standard error.
+int gradient_verdict(const ErrorStats (&e)[3], const std::string& how_q, const std::string& how_k, io::DType dtype,
+                     std::FILE* text, Json& j, const std::function<void(Json&)>& describe = {});
 
 // Runs the check, prints its lines on `text`, records it in j (check_mode, checked_rows,
 // checked_key_rows, dq/dk/dv errors, nonfinite, check). Returns 0, or 3 with a line on standard error.

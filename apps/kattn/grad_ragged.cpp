@@ -66,46 +66,10 @@ Grads run(const BatchInputs& in, const std::vector<double>& dout_values, const O
   return g;
 }
 
-// The textbook backward in float64, sequence by sequence (dense [1, N, H, D] each).
-Grads textbook(const BatchInputs& in, const std::vector<double>& dout, const Options& opt) {
-  Grads g;
-  g.dq.assign(in.q.size(), 0.0);
-  g.dk.assign(in.k.size(), 0.0);
-  g.dv.assign(in.v.size(), 0.0);
-  const std::int64_t qrow = in.Hq * in.D, krow = in.Hkv * in.D;
-  for (std::int64_t b = 0; b < in.batch(); ++b) {
-    const std::int64_t q0 = in.q_indptr[b], nq = in.q_indptr[b + 1] - q0;
-    const std::int64_t k0 = in.kv_indptr[b], nk = in.kv_indptr[b + 1] - k0;
-    if (nq == 0 || nk == 0) continue;  // no query sees a key: every gradient is 0
-    const auto part = [](const std::vector<double>& v, std::int64_t first, std::int64_t count, std::int64_t row) {
-      return std::vector<double>(v.begin() + first * row, v.begin() + (first + count) * row);
-    };
-    using T4 = Tensor4<double>;
-    const T4 q = to_view<T4>(part(in.q, q0, nq, qrow), "q", 1, nq, in.Hq, in.D);
-    const T4 k = to_view<T4>(part(in.k, k0, nk, krow), "k", 1, nk, in.Hkv, in.D);
-    const T4 v = to_view<T4>(part(in.v, k0, nk, krow), "v", 1, nk, in.Hkv, in.D);
-    const T4 d = to_view<T4>(part(dout, q0, nq, qrow), "do", 1, nq, in.Hq, in.D);
-    T4 dq("dq", 1, nq, in.Hq, in.D), dk("dk", 1, nk, in.Hkv, in.D), dv("dv", 1, nk, in.Hkv, in.D);
-    reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, d, dq, dk, dv, opt);
-    const std::vector<double> hq = from_view(dq), hk = from_view(dk), hv = from_view(dv);
-    std::copy(hq.begin(), hq.end(), g.dq.begin() + q0 * qrow);
-    std::copy(hk.begin(), hk.end(), g.dk.begin() + k0 * krow);
-    std::copy(hv.begin(), hv.end(), g.dv.begin() + k0 * krow);
-  }
-  return g;
-}
-
 }  // namespace
 
-int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, const CheckSettings& check,
-                const Timing& timing, const Console& console, const GradPaths& paths) {
-  const auto do_file = args.value("--do");
-  const auto seed = args.peek("--seed");
-  const bool files = args.has("--q");
-  const bool dtype_given = args.has("--dtype");
-  const BatchInputs in = read_batch_inputs(args, nullptr);
-  args.finish();
-  KATTN_REQUIRE(!in.paged, "kattn grad: ragged batches only (--kv-indptr), not paged caches");
+std::vector<double> ragged_dout(const std::optional<std::string>& do_file, const std::optional<std::string>& seed,
+                                bool files, bool dtype_given, const BatchInputs& in) {
   std::vector<double> dout;
   if (do_file) {
     const io::NpyArray d = read_input("--do", *do_file);
@@ -122,6 +86,47 @@ int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, con
     dout = random_normal(in.q.size(), 3 * s + 4);
   }
   round_to(in.dtype, dout);
+  return dout;
+}
+
+// Sequence by sequence, dense [1, N, H, D] each.
+void ragged_textbook_backward(const BatchInputs& in, const std::vector<double>& dout, const Options& opt,
+                              std::vector<double>& dq_all, std::vector<double>& dk_all, std::vector<double>& dv_all) {
+  dq_all.assign(in.q.size(), 0.0);
+  dk_all.assign(in.k.size(), 0.0);
+  dv_all.assign(in.v.size(), 0.0);
+  const std::int64_t qrow = in.Hq * in.D, krow = in.Hkv * in.D;
+  for (std::int64_t b = 0; b < in.batch(); ++b) {
+    const std::int64_t q0 = in.q_indptr[b], nq = in.q_indptr[b + 1] - q0;
+    const std::int64_t k0 = in.kv_indptr[b], nk = in.kv_indptr[b + 1] - k0;
+    if (nq == 0 || nk == 0) continue;  // no query sees a key: every gradient is 0
+    const auto part = [](const std::vector<double>& v, std::int64_t first, std::int64_t count, std::int64_t row) {
+      return std::vector<double>(v.begin() + first * row, v.begin() + (first + count) * row);
+    };
+    using T4 = Tensor4<double>;
+    const T4 q = to_view<T4>(part(in.q, q0, nq, qrow), "q", 1, nq, in.Hq, in.D);
+    const T4 k = to_view<T4>(part(in.k, k0, nk, krow), "k", 1, nk, in.Hkv, in.D);
+    const T4 v = to_view<T4>(part(in.v, k0, nk, krow), "v", 1, nk, in.Hkv, in.D);
+    const T4 d = to_view<T4>(part(dout, q0, nq, qrow), "do", 1, nq, in.Hq, in.D);
+    T4 dq("dq", 1, nq, in.Hq, in.D), dk("dk", 1, nk, in.Hkv, in.D), dv("dv", 1, nk, in.Hkv, in.D);
+    reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, d, dq, dk, dv, opt);
+    const std::vector<double> hq = from_view(dq), hk = from_view(dk), hv = from_view(dv);
+    std::copy(hq.begin(), hq.end(), dq_all.begin() + q0 * qrow);
+    std::copy(hk.begin(), hk.end(), dk_all.begin() + k0 * krow);
+    std::copy(hv.begin(), hv.end(), dv_all.begin() + k0 * krow);
+  }
+}
+
+int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, const CheckSettings& check,
+                const Timing& timing, const Console& console, const GradPaths& paths) {
+  const auto do_file = args.value("--do");
+  const auto seed = args.peek("--seed");
+  const bool files = args.has("--q");
+  const bool dtype_given = args.has("--dtype");
+  const BatchInputs in = read_batch_inputs(args, nullptr);
+  args.finish();
+  KATTN_REQUIRE(!in.paged, "kattn grad: ragged batches only (--kv-indptr), not paged caches");
+  const std::vector<double> dout = ragged_dout(do_file, seed, files, dtype_given, in);
   const std::vector<double> unread;  // the check reads no o or lse
   const AttentionParams<double> inputs = host_params(in, unread, unread);
   if (check.enabled) gradient_check_samples(inputs, check, false);
@@ -157,8 +162,7 @@ int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, con
     status = check_gradients(
         host_gradients(inputs, dout, g.dq, g.dk, g.dv), opt, check, in.dtype, false,
         [&](std::vector<double>& rq, std::vector<double>& rk, std::vector<double>& rv) {
-          const Grads ref = textbook(in, dout, opt);
-          rq = ref.dq, rk = ref.dk, rv = ref.dv;
+          ragged_textbook_backward(in, dout, opt, rq, rk, rv);
         },
         text, j);
   }

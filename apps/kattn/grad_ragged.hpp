@@ -7,8 +7,10 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "args.hpp"
+#include "batch_inputs.hpp"
 #include "console.hpp"
 #include "kattn/backward_options.hpp"
 #include "kattn/options.hpp"
@@ -21,6 +23,15 @@ namespace cli {
 struct GradPaths {
   std::optional<std::string> dq, dk, dv;
 };
+
+// dO of a ragged batch: --do DO.npy [total_q, Hq, D] (do_file), or drawn from the seed when the
+// inputs are drawn; rounded to the batch's type.
+std::vector<double> ragged_dout(const std::optional<std::string>& do_file, const std::optional<std::string>& seed,
+                                bool files, bool dtype_given, const BatchInputs& in);
+
+// The float64 textbook backward of a ragged batch, sequence by sequence, in packed order.
+void ragged_textbook_backward(const BatchInputs& in, const std::vector<double>& dout, const Options& opt,
+                              std::vector<double>& dq, std::vector<double>& dk, std::vector<double>& dv);
 
 int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, const CheckSettings& check,
                 const Timing& timing, const Console& console, const GradPaths& paths);

@@ -1,0 +1,126 @@
+#include "dist_ragged_grad.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <type_traits>
+
+#include "dist_io.hpp"
+#include "dist_ragged_run.hpp"
+#include "dtype.hpp"
+#include "grad_check.hpp"
+#include "inputs.hpp"
+#include "json.hpp"
+#include "kattn/dist/collective.hpp"
+#include "kattn/dist/ragged_layout.hpp"
+#include "kattn/dist/ring.hpp"
+#include "kattn/dist/ring_backward.hpp"
+#include "run_check.hpp"
+
+namespace kattn {
+namespace cli {
+namespace {
+
+struct RaggedGrads {
+  std::vector<double> dq, dk, dv;                             // this rank's rows
+  double forward_seconds = 0, seconds = 0, comm_seconds = 0;  // slowest rank
+  long long bytes = 0;                                        // most sent by a rank (backward)
+};
+
+template <class T>
+RaggedGrads grads_as(MPI_Comm comm, const BatchInputs& in, const std::vector<double>& dout,
+                     const std::vector<std::int64_t>& q_rows, const std::vector<std::int64_t>& kv_rows,
+                     const std::vector<std::int64_t>& q_local, const std::vector<std::int64_t>& kv_local,
+                     const Options& opt, const BackwardOptions& bopt, const dist::DistOptions& d) {
+  const std::int64_t nq = q_rows.size(), nk = kv_rows.size();
+  const std::int64_t qw = in.Hq * in.D, kw = in.Hkv * in.D;
+  const auto q = to_view<Tensor3<T>>(take_rows(in.q, q_rows, qw), "q", nq, in.Hq, in.D);
+  const auto k = to_view<Tensor3<T>>(take_rows(in.k, kv_rows, kw), "k", nk, in.Hkv, in.D);
+  const auto v = to_view<Tensor3<T>>(take_rows(in.v, kv_rows, kw), "v", nk, in.Hkv, in.D);
+  const auto dov = to_view<Tensor3<T>>(take_rows(dout, q_rows, qw), "do", nq, in.Hq, in.D);
+  Tensor3<T> o("o", nq, in.Hq, in.D), dq("dq", nq, in.Hq, in.D), dk("dk", nk, in.Hkv, in.D), dv("dv", nk, in.Hkv, in.D);
+  Tensor2<T> lse("lse", nq, in.Hq);
+  poison(dq);
+  poison(dk);
+  poison(dv);
+  const auto layout = make_ragged_layout(index_view(q_local, "q_indptr"), index_view(kv_local, "kv_indptr"));
+  const Kokkos::DefaultExecutionSpace space;
+  space.fence();
+  MPI_Barrier(comm);
+  RaggedGrads g;
+  const auto kvs = kv::ragged(k, v, layout);
+  g.forward_seconds = max_over(comm, dist::ring_attention(comm, space, q, kvs, o, lse, opt, d).seconds);
+  MPI_Barrier(comm);
+  const dist::DistStats s = dist::ring_attention_backward(comm, space, q, kvs, o, lse, dov, dq, dk, dv, opt, bopt, d);
+  g.seconds = max_over(comm, s.seconds);
+  g.comm_seconds = max_over(comm, s.comm_seconds);
+  g.bytes = static_cast<long long>(max_over(comm, double(s.bytes_sent)));
+  g.dq = from_view(dq), g.dk = from_view(dk), g.dv = from_view(dv);
+  return g;
+}
+
+}  // namespace
+
+int grad_ragged_ring(MPI_Comm comm, const BatchInputs& in, const std::vector<double>& dout, const Options& opt,
+                     const BackwardOptions& bopt, const dist::DistOptions& d, const GradPaths& paths, bool check,
+                     bool json) {
+  int rank = 0, P = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &P);
+  std::vector<std::int64_t> q_rows, kv_rows, q_local, kv_local;
+  dist::collective_check(comm, [&] {
+    q_rows = dist::ragged_positions(in.q_indptr, rank, P, d.sharding, "--q-indptr");
+    kv_rows = dist::ragged_positions(in.kv_indptr, rank, P, d.sharding, "--kv-indptr");
+    q_local = dist::ragged_local_indptr(in.q_indptr, P, d.sharding, "--q-indptr");
+    kv_local = dist::ragged_local_indptr(in.kv_indptr, P, d.sharding, "--kv-indptr");
+  });
+  const RaggedGrads g = with_storage(in.dtype, [&](auto t) -> RaggedGrads {
+    using T = decltype(t);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+      return grads_as<T>(comm, in, dout, q_rows, kv_rows, q_local, kv_local, opt, bopt, d);
+    else
+      return {};  // refused when the inputs were read
+  });
+  const std::int64_t qw = in.Hq * in.D, kw = in.Hkv * in.D;
+  const std::vector<double> dq_all = gather_packed_rows(comm, g.dq, q_rows, in.total_q(), qw);
+  const std::vector<double> dk_all = gather_packed_rows(comm, g.dk, kv_rows, in.kv_rows(), kw);
+  const std::vector<double> dv_all = gather_packed_rows(comm, g.dv, kv_rows, in.kv_rows(), kw);
+  return on_rank0(comm, [&]() -> int {
+    std::FILE* text = json ? stderr : stdout;  // --json: standard output holds the JSON alone
+    const char* dtype = dtype_name(in.dtype);
+    const double flops = 2.5 * batch_attention_flops(in, opt);
+    std::fprintf(text,
+                 "kattn grad: dist=ring ranks=%d sharding=%s dtype=%s ragged batch of %lld sequences, %lld queries, "
+                 "%lld keys, Hq=%lld Hkv=%lld D=%lld%s\n",
+                 P, dist::name(d.sharding), dtype, (long long)in.batch(), (long long)in.total_q(),
+                 (long long)in.kv_rows(), (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
+                 opt.causal ? " causal" : "");
+    std::fprintf(text,
+                 "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
+                 "communication %.6f s; bytes sent per rank (max): %lld\n",
+                 g.seconds, g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0, g.forward_seconds, g.comm_seconds, g.bytes);
+    Json j;
+    j.add("algo", "flash").add("dist", "ring").add("ranks", P).add("sharding", dist::name(d.sharding));
+    j.add("dtype", dtype).add("layout", "ragged").add("batch", (long long)in.batch());
+    j.add("shape", std::vector<long long>{in.batch(), in.total_q(), in.kv_rows(), in.Hq, in.Hkv, in.D});
+    j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D").add("causal", opt.causal);
+    j.add("seconds", g.seconds).add("gflops", g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0);
+    j.add("forward_seconds", g.forward_seconds).add("comm_seconds", g.comm_seconds).add("bytes_sent_per_rank", g.bytes);
+    if (paths.dq) write_array(*paths.dq, in.dtype, {in.total_q(), in.Hq, in.D}, dq_all);
+    if (paths.dk) write_array(*paths.dk, in.dtype, {in.kv_rows(), in.Hkv, in.D}, dk_all);
+    if (paths.dv) write_array(*paths.dv, in.dtype, {in.kv_rows(), in.Hkv, in.D}, dv_all);
+    int status = 0;
+    if (check) {
+      std::vector<double> rq, rk, rv;
+      ragged_textbook_backward(in, dout, opt, rq, rk, rv);
+      const ErrorStats e[3] = {compare(dq_all, rq), compare(dk_all, rk), compare(dv_all, rv)};
+      status = gradient_verdict(e, "", "", in.dtype, text, j);
+    }
+    if (json) std::cout << j.str() << "\n";
+    return status;
+  });
+}
+
+}  // namespace cli
+}  // namespace kattn

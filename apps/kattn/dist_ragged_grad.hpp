@@ -1,0 +1,28 @@
+// kattn grad --dist ring over a ragged batch (the one-process grad's ragged inputs, CLI.md): every
+// rank reads or draws the whole batch and dO and keeps its rows (each sequence sharded as the dense
+// ring shards one), runs dist::ring_attention then dist::ring_attention_backward on them, and rank
+// 0 gathers dq, dk and dv in packed order to write them and to --check them against the float64
+// textbook backward, sequence by sequence.
+#pragma once
+
+#include <mpi.h>
+
+#include <vector>
+
+#include "batch_inputs.hpp"
+#include "grad_ragged.hpp"
+#include "kattn/backward_options.hpp"
+#include "kattn/dist/dist_options.hpp"
+#include "kattn/options.hpp"
+
+namespace kattn {
+namespace cli {
+
+// After the flags are agreed; returns rank 0's exit status on every rank. text: where the report
+// goes (standard error under --json, whose JSON alone goes to standard output).
+int grad_ragged_ring(MPI_Comm comm, const BatchInputs& in, const std::vector<double>& dout, const Options& opt,
+                     const BackwardOptions& bopt, const dist::DistOptions& d, const GradPaths& paths, bool check,
+                     bool json);
+
+}  // namespace cli
+}  // namespace kattn
