@@ -12,8 +12,6 @@
 #include "grad_check.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
-#include "kattn/dist/collective.hpp"
-#include "kattn/dist/ragged_layout.hpp"
 #include "kattn/dist/ring.hpp"
 #include "kattn/dist/ring_backward.hpp"
 #include "run_check.hpp"
@@ -29,10 +27,9 @@ struct RaggedGrads {
 };
 
 template <class T>
-RaggedGrads grads_as(MPI_Comm comm, const BatchInputs& in, const std::vector<double>& dout,
-                     const std::vector<std::int64_t>& q_rows, const std::vector<std::int64_t>& kv_rows,
-                     const std::vector<std::int64_t>& q_local, const std::vector<std::int64_t>& kv_local,
+RaggedGrads grads_as(MPI_Comm comm, const BatchInputs& in, const std::vector<double>& dout, const RaggedShard& sh,
                      const Options& opt, const BackwardOptions& bopt, const dist::DistOptions& d) {
+  const std::vector<std::int64_t>&q_rows = sh.q_rows, &kv_rows = sh.kv_rows;
   const std::int64_t nq = q_rows.size(), nk = kv_rows.size();
   const std::int64_t qw = in.Hq * in.D, kw = in.Hkv * in.D;
   const auto q = to_view<Tensor3<T>>(take_rows(in.q, q_rows, qw), "q", nq, in.Hq, in.D);
@@ -44,11 +41,11 @@ RaggedGrads grads_as(MPI_Comm comm, const BatchInputs& in, const std::vector<dou
   poison(dq);
   poison(dk);
   poison(dv);
-  const auto layout = make_ragged_layout(index_view(q_local, "q_indptr"), index_view(kv_local, "kv_indptr"));
   const Kokkos::DefaultExecutionSpace space;
   space.fence();
   MPI_Barrier(comm);
   RaggedGrads g;
+  const auto layout = sh.layout();
   const auto kvs = kv::ragged(k, v, layout);
   g.forward_seconds = max_over(comm, dist::ring_attention(comm, space, q, kvs, o, lse, opt, d).seconds);
   MPI_Barrier(comm);
@@ -65,27 +62,20 @@ RaggedGrads grads_as(MPI_Comm comm, const BatchInputs& in, const std::vector<dou
 int grad_ragged_ring(MPI_Comm comm, const BatchInputs& in, const std::vector<double>& dout, const Options& opt,
                      const BackwardOptions& bopt, const dist::DistOptions& d, const GradPaths& paths, bool check,
                      bool json) {
-  int rank = 0, P = 1;
-  MPI_Comm_rank(comm, &rank);
+  int P = 1;
   MPI_Comm_size(comm, &P);
-  std::vector<std::int64_t> q_rows, kv_rows, q_local, kv_local;
-  dist::collective_check(comm, [&] {
-    q_rows = dist::ragged_positions(in.q_indptr, rank, P, d.sharding, "--q-indptr");
-    kv_rows = dist::ragged_positions(in.kv_indptr, rank, P, d.sharding, "--kv-indptr");
-    q_local = dist::ragged_local_indptr(in.q_indptr, P, d.sharding, "--q-indptr");
-    kv_local = dist::ragged_local_indptr(in.kv_indptr, P, d.sharding, "--kv-indptr");
-  });
+  const RaggedShard sh = ragged_shard(comm, in, d.sharding);
   const RaggedGrads g = with_storage(in.dtype, [&](auto t) -> RaggedGrads {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-      return grads_as<T>(comm, in, dout, q_rows, kv_rows, q_local, kv_local, opt, bopt, d);
+      return grads_as<T>(comm, in, dout, sh, opt, bopt, d);
     else
       return {};  // refused when the inputs were read
   });
   const std::int64_t qw = in.Hq * in.D, kw = in.Hkv * in.D;
-  const std::vector<double> dq_all = gather_packed_rows(comm, g.dq, q_rows, in.total_q(), qw);
-  const std::vector<double> dk_all = gather_packed_rows(comm, g.dk, kv_rows, in.kv_rows(), kw);
-  const std::vector<double> dv_all = gather_packed_rows(comm, g.dv, kv_rows, in.kv_rows(), kw);
+  const std::vector<double> dq_all = gather_packed_rows(comm, g.dq, sh.q_rows, in.total_q(), qw);
+  const std::vector<double> dk_all = gather_packed_rows(comm, g.dk, sh.kv_rows, in.kv_rows(), kw);
+  const std::vector<double> dv_all = gather_packed_rows(comm, g.dv, sh.kv_rows, in.kv_rows(), kw);
   return on_rank0(comm, [&]() -> int {
     std::FILE* text = json ? stderr : stdout;  // --json: standard output holds the JSON alone
     const char* dtype = dtype_name(in.dtype);

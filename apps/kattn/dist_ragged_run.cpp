@@ -50,6 +50,24 @@ std::vector<double> gather_packed_rows(MPI_Comm comm, const std::vector<double>&
   return out;
 }
 
+RaggedLayout<Kokkos::DefaultExecutionSpace::memory_space> RaggedShard::layout() const {
+  return make_ragged_layout(index_view(q_local, "q_indptr"), index_view(kv_local, "kv_indptr"));
+}
+
+RaggedShard ragged_shard(MPI_Comm comm, const BatchInputs& in, dist::Sharding sharding) {
+  int rank = 0, P = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &P);
+  RaggedShard sh;
+  dist::collective_check(comm, [&] {
+    sh.q_rows = dist::ragged_positions(in.q_indptr, rank, P, sharding, "--q-indptr");
+    sh.kv_rows = dist::ragged_positions(in.kv_indptr, rank, P, sharding, "--kv-indptr");
+    sh.q_local = dist::ragged_local_indptr(in.q_indptr, P, sharding, "--q-indptr");
+    sh.kv_local = dist::ragged_local_indptr(in.kv_indptr, P, sharding, "--kv-indptr");
+  });
+  return sh;
+}
+
 double max_over(MPI_Comm comm, double x) {
   MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, comm);
   return x;
@@ -63,9 +81,9 @@ struct RaggedRun {
 };
 
 template <class T>
-RaggedRun run_as(MPI_Comm comm, const BatchInputs& in, const std::vector<std::int64_t>& q_rows,
-                 const std::vector<std::int64_t>& kv_rows, const std::vector<std::int64_t>& q_local,
-                 const std::vector<std::int64_t>& kv_local, const Options& opt, const dist::DistOptions& d) {
+RaggedRun run_as(MPI_Comm comm, const BatchInputs& in, const RaggedShard& sh, const Options& opt,
+                 const dist::DistOptions& d) {
+  const std::vector<std::int64_t>&q_rows = sh.q_rows, &kv_rows = sh.kv_rows;
   const std::int64_t nq = q_rows.size(), nk = kv_rows.size();
   const auto q = to_view<Tensor3<T>>(take_rows(in.q, q_rows, in.Hq * in.D), "q", nq, in.Hq, in.D);
   const auto k = to_view<Tensor3<T>>(take_rows(in.k, kv_rows, in.Hkv * in.D), "k", nk, in.Hkv, in.D);
@@ -74,12 +92,11 @@ RaggedRun run_as(MPI_Comm comm, const BatchInputs& in, const std::vector<std::in
   Tensor2<T> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), nq, in.Hq);
   poison(o);
   poison(lse);
-  const auto layout = make_ragged_layout(index_view(q_local, "q_indptr"), index_view(kv_local, "kv_indptr"));
   const Kokkos::DefaultExecutionSpace space;
   space.fence();
   MPI_Barrier(comm);
   RaggedRun run;
-  run.stats = dist::ring_attention(comm, space, q, kv::ragged(k, v, layout), o, lse, opt, d);
+  run.stats = dist::ring_attention(comm, space, q, kv::ragged(k, v, sh.layout()), o, lse, opt, d);
   run.stats.seconds = max_over(comm, run.stats.seconds);
   run.stats.compute_seconds = max_over(comm, run.stats.compute_seconds);
   run.stats.comm_seconds = max_over(comm, run.stats.comm_seconds);
@@ -107,25 +124,18 @@ void reference_of(const BatchInputs& in, const Options& opt, std::vector<double>
 int run_ragged_ring(MPI_Comm comm, const BatchInputs& in, const Options& opt, const dist::DistOptions& d,
                     const std::optional<std::string>& out_path, const std::optional<std::string>& lse_path, bool check,
                     const Console& console) {
-  int rank = 0, P = 1;
-  MPI_Comm_rank(comm, &rank);
+  int P = 1;
   MPI_Comm_size(comm, &P);
-  std::vector<std::int64_t> q_rows, kv_rows, q_local, kv_local;
-  dist::collective_check(comm, [&] {
-    q_rows = dist::ragged_positions(in.q_indptr, rank, P, d.sharding, "--q-indptr");
-    kv_rows = dist::ragged_positions(in.kv_indptr, rank, P, d.sharding, "--kv-indptr");
-    q_local = dist::ragged_local_indptr(in.q_indptr, P, d.sharding, "--q-indptr");
-    kv_local = dist::ragged_local_indptr(in.kv_indptr, P, d.sharding, "--kv-indptr");
-  });
+  const RaggedShard sh = ragged_shard(comm, in, d.sharding);
   const RaggedRun run = with_storage(in.dtype, [&](auto t) -> RaggedRun {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-      return run_as<T>(comm, in, q_rows, kv_rows, q_local, kv_local, opt, d);
+      return run_as<T>(comm, in, sh, opt, d);
     else
       return {};  // refused when the inputs were read
   });
-  const std::vector<double> o_all = gather_packed_rows(comm, run.o, q_rows, in.total_q(), in.Hq * in.D);
-  const std::vector<double> lse_all = gather_packed_rows(comm, run.lse, q_rows, in.total_q(), in.Hq);
+  const std::vector<double> o_all = gather_packed_rows(comm, run.o, sh.q_rows, in.total_q(), in.Hq * in.D);
+  const std::vector<double> lse_all = gather_packed_rows(comm, run.lse, sh.q_rows, in.total_q(), in.Hq);
   return on_rank0(comm, [&]() -> int {
     std::FILE* text = console.text();
     const double flops = batch_attention_flops(in, opt), secs = run.stats.seconds;
