@@ -8,6 +8,7 @@
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/core/key_window.hpp"
+#include "dtype.hpp"
 #include "paths.hpp"
 
 namespace kattn {
@@ -24,8 +25,8 @@ std::vector<std::int64_t> read_index(const std::string& path, const char* flag) 
   return a.values<std::int64_t>();
 }
 
-io::NpyArray read_floating(const std::string& path, const char* flag, std::size_t rank, const char* layout) {
-  io::NpyArray a = read_input(flag, path);
+io::NpyHeader read_floating(const std::string& path, const char* flag, std::size_t rank, const char* layout) {
+  io::NpyHeader a = read_input_header(flag, path);
   require_input_dtype(flag, path, a.dtype);
   KATTN_REQUIRE(a.shape.size() == rank, flag, " ", path, ": expected a rank-", rank, " array ", layout, ", got rank ",
                 a.shape.size());
@@ -83,6 +84,15 @@ void to_pages(BatchInputs& in, std::int64_t page_size, bool shuffle, std::uint64
   in.paged = true;
 }
 
+// Every value of the array at path (header h), as float64; rows of [N, ...] when given.
+std::vector<double> values_of(const std::string& path, const io::NpyHeader& h,
+                              const std::vector<PositionRun>* runs = nullptr) {
+  const std::int64_t n = h.shape.empty() ? 1 : h.shape[0];
+  std::int64_t inner = 1;
+  for (std::size_t i = 1; i < h.shape.size(); ++i) inner *= h.shape[i];
+  return read_rows(path, h, RowBlock{1, n, inner, runs ? *runs : std::vector<PositionRun>{PositionRun{0, 0, n}}});
+}
+
 void check_total(std::int64_t expected, std::int64_t got, const char* what, const char* from) {
   KATTN_REQUIRE(expected == got, what, ": expected ", expected, " rows (the last offset of ", from, "), got ", got);
 }
@@ -115,7 +125,30 @@ bool wants_batch_inputs(const Args& args) {
   return false;
 }
 
-BatchInputs read_batch_inputs(Args& args, const char* refuse16) {
+std::vector<double> batch_rows(const BatchInputs& in, const BatchSource& src, BatchArray which,
+                               const std::vector<std::int64_t>& rows) {
+  const int i = static_cast<int>(which);
+  const std::int64_t total = which == BatchArray::q ? in.total_q() : in.kv_rows();
+  const std::int64_t width = (which == BatchArray::q ? in.Hq : in.Hkv) * in.D;
+  const std::vector<PositionRun> runs = packed_runs(rows);
+  std::vector<double> values = src.drawn ? random_normal_rows(RowBlock{1, total, width, runs}, 3 * src.seed + 1 + i)
+                                         : values_of(src.paths[i], src.headers[i], &runs);
+  round_to(in.dtype, values);
+  return values;
+}
+
+void load_every_row(BatchInputs& in, const BatchSource& src) {
+  const auto every = [](std::int64_t n) {
+    std::vector<std::int64_t> rows(static_cast<std::size_t>(n));
+    std::iota(rows.begin(), rows.end(), std::int64_t(0));
+    return rows;
+  };
+  in.q = batch_rows(in, src, BatchArray::q, every(in.total_q()));
+  in.k = batch_rows(in, src, BatchArray::k, every(in.kv_rows()));
+  in.v = batch_rows(in, src, BatchArray::v, every(in.kv_rows()));
+}
+
+BatchInputs read_batch_inputs(Args& args, const char* refuse16, BatchSource* rows_later) {
   BatchInputs in;
   const auto seed_opt = args.integer("--seed", 0, std::numeric_limits<std::int64_t>::max());
   const std::uint64_t seed = static_cast<std::uint64_t>(seed_opt.value_or(0));
@@ -155,10 +188,16 @@ BatchInputs read_batch_inputs(Args& args, const char* refuse16) {
     const double elems = std::max(double(in.q_indptr.back()) * double(in.Hq), double(in.kv_indptr.back()) * double(in.Hkv)) *
                          double(in.D);
     KATTN_REQUIRE(elems < 4e9, "--random: ", elems, " elements per array is more than this program will draw");
+    in.dtype = run_dtype(dtype, io::DType::f32, "", refuse16);
+    if (rows_later) {
+      KATTN_REQUIRE(!page_size, "--page-size: --dist ring takes a ragged batch, not a paged cache");
+      rows_later->drawn = true;
+      rows_later->seed = seed;
+      return in;
+    }
     kattn::detail::require_memory<Kokkos::HostSpace>(
         8 * std::uint64_t(in.D * (in.q_indptr.back() * in.Hq + 2 * in.kv_indptr.back() * in.Hkv)),
         "--random: the inputs", "q, k and v as float64", "use smaller shapes");
-    in.dtype = run_dtype(dtype, io::DType::f32, "", refuse16);
     // The same streams as the dense draw: --random with --page-size sees the same numbers.
     in.q = random_normal(in.q_indptr.back() * in.Hq * in.D, 3 * seed + 1);
     in.k = random_normal(in.kv_indptr.back() * in.Hkv * in.D, 3 * seed + 2);
@@ -180,7 +219,8 @@ BatchInputs read_batch_inputs(Args& args, const char* refuse16) {
                                     "--kv-last-page-len");
     else
       KATTN_REQUIRE(qi && ki, "ragged inputs: give --q-indptr and --kv-indptr");
-    const io::NpyArray q0 = read_input("--q", *qf);
+    KATTN_REQUIRE(!(rows_later && in.paged), "--kv-page-indptr: --dist ring takes a ragged batch, not a paged cache");
+    const io::NpyHeader q0 = read_input_header("--q", *qf);
     require_input_dtype("--q", *qf, q0.dtype);
     KATTN_REQUIRE(q0.shape.size() == 3 || (in.paged && !qi && q0.shape.size() == 4), "--q ", *qf,
                   ": expected a rank-3 array [total_q, Hq, D]",
@@ -199,11 +239,10 @@ BatchInputs read_batch_inputs(Args& args, const char* refuse16) {
     }
     in.dtype = run_dtype(dtype, q0.dtype, *qf, refuse16);
     require_bf16_bits_asked("--q", *qf, q0.dtype, in.dtype, dtype.has_value());
-    in.q = q0.values<double>();
     const std::size_t kv_rank = in.paged ? 4 : 3;
     const char* kv_layout = in.paged ? "[num_pages, page_size, Hkv, D]" : "[total_kv, Hkv, D]";
-    const io::NpyArray k = read_floating(*kf, "--k", kv_rank, kv_layout);
-    const io::NpyArray v = read_floating(*vf, "--v", kv_rank, kv_layout);
+    const io::NpyHeader k = read_floating(*kf, "--k", kv_rank, kv_layout);
+    const io::NpyHeader v = read_floating(*vf, "--v", kv_rank, kv_layout);
     // k against q first, then v against k: the message blames the array that differs.
     KATTN_REQUIRE(k.shape[kv_rank - 1] == in.D, "--k ", *kf, ": expected head dim ", in.D, " (from q), got ",
                   k.shape[kv_rank - 1]);
@@ -215,8 +254,6 @@ BatchInputs read_batch_inputs(Args& args, const char* refuse16) {
     require_bf16_bits_asked("--k", *kf, k.dtype, in.dtype, dtype.has_value());
     require_bf16_bits_asked("--v", *vf, v.dtype, in.dtype, dtype.has_value());
     in.Hkv = k.shape[kv_rank - 2];
-    in.k = k.values<double>();
-    in.v = v.values<double>();
     if (in.paged) {
       in.num_pages = k.shape[0];
       in.page_size = k.shape[1];
@@ -228,6 +265,14 @@ BatchInputs read_batch_inputs(Args& args, const char* refuse16) {
       KATTN_REQUIRE(!in.kv_indptr.empty(), "--kv-indptr ", *ki, ": expected B + 1 offsets, got an empty array");
       check_total(in.kv_indptr.back(), k.shape[0], "--k", "--kv-indptr");
     }
+    if (rows_later) {
+      rows_later->paths[0] = *qf, rows_later->paths[1] = *kf, rows_later->paths[2] = *vf;
+      rows_later->headers[0] = q0, rows_later->headers[1] = k, rows_later->headers[2] = v;
+      return in;
+    }
+    in.q = values_of(*qf, q0);
+    in.k = values_of(*kf, k);
+    in.v = values_of(*vf, v);
   }
   round_to(in.dtype, in.q);
   round_to(in.dtype, in.k);

@@ -10,6 +10,7 @@
 #include "args.hpp"
 #include "inputs.hpp"
 #include "kattn/io/npy.hpp"
+#include "npy_rows.hpp"
 
 namespace kattn {
 namespace cli {
@@ -29,8 +30,18 @@ struct BatchInputs {
   std::vector<std::int64_t> q_lens() const;
   std::vector<std::int64_t> kv_lens() const;
   // Rows of k and v: total_kv when ragged, num_pages * page_size when paged.
-  std::int64_t kv_rows() const { return static_cast<std::int64_t>(k.size()) / (Hkv * D); }
+  std::int64_t kv_rows() const { return paged ? num_pages * page_size : kv_indptr.back(); }
 };
+
+// Where a ragged batch's values come from, for reading (or drawing) only some of their rows: the
+// files and their headers, or the seed of the draw.
+struct BatchSource {
+  bool drawn = false;
+  std::uint64_t seed = 0;
+  std::string paths[3];  // q, k, v
+  io::NpyHeader headers[3];
+};
+enum class BatchArray { q = 0, k = 1, v = 2 };
 
 // True when the arguments ask for a ragged or paged batch (then read_batch_inputs applies, else
 // read_dense_inputs): --random-ragged, --page-size, or any of the index array flags.
@@ -41,7 +52,16 @@ bool wants_batch_inputs(const Args& args);
 //   --random-ragged HQ,HKV,D --q-lens L,... --kv-lens L,... [--page-size P [--shuffle-pages]];
 //   --random B,NQ,NK,HQ,HKV,D --page-size P [--shuffle-pages] (the dense draw, paged);
 // with [--seed N] [--dtype f32|f64|bf16|f16] as for dense inputs (`refuse16` as there).
-BatchInputs read_batch_inputs(Args& args, const char* refuse16 = kFloatOnly);
+// rows_later: a ragged batch's values are not loaded (q, k and v stay empty); *rows_later says
+// where they are, for batch_rows. Paged inputs are refused then.
+BatchInputs read_batch_inputs(Args& args, const char* refuse16 = kFloatOnly, BatchSource* rows_later = nullptr);
+
+// Rows `rows` (packed indices) of q, k or v, in that order, with the values read_batch_inputs
+// loads (the same draw), rounded to in.dtype.
+std::vector<double> batch_rows(const BatchInputs& in, const BatchSource& src, BatchArray which,
+                               const std::vector<std::int64_t>& rows);
+// q, k and v whole (what read_batch_inputs would have loaded), from src.
+void load_every_row(BatchInputs& in, const BatchSource& src);
 
 // 4 D x (visible query-key pairs) per query head, summed over the sequences.
 double batch_attention_flops(const BatchInputs& in, const Options& opt);

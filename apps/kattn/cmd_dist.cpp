@@ -137,7 +137,8 @@ int run_distributed(Args& args, const std::string& mode) {
     bool check = false;
     Console console;
     std::vector<std::string> input_args;  // the input flags, read by every rank (and rank 0's --check)
-    std::optional<BatchInputs> batch;     // a ragged batch (--dist ring): read whole by every rank
+    std::optional<BatchInputs> batch;     // a ragged batch (--dist ring): its indices, every rank
+    BatchSource batch_src;                // ... and where each rank reads (or draws) its rows
     dist::collective_check(comm, [&] {
       KATTN_REQUIRE(mode_number(mode) >= 0, "--dist: expected ring, ulysses, hybrid or decode, got '", mode, "'");
       read_grid(args, mode, P, d);
@@ -156,8 +157,7 @@ int run_distributed(Args& args, const std::string& mode) {
       opt = read_options(args);
       if (wants_batch_inputs(args)) {
         KATTN_REQUIRE(mode == "ring", "--dist ", mode, ": a ragged batch goes round the ring only (--dist ring)");
-        batch = read_batch_inputs(args, "--dist ring over a ragged batch runs in f32 or f64");
-        KATTN_REQUIRE(!batch->paged, "--page-size: --dist ring takes a ragged batch, not a paged cache");
+        batch = read_batch_inputs(args, "--dist ring over a ragged batch runs in f32 or f64", &batch_src);
       }
       for (const char* f : {"--random", "--seed", "--dtype", "--layout", "--q", "--k", "--v"})
         if (auto value = args.value(f)) input_args.insert(input_args.end(), {f, *value});
@@ -169,7 +169,7 @@ int run_distributed(Args& args, const std::string& mode) {
       if (out_path) check_output_file("--out", *out_path);
       if (lse_path) check_output_file("--lse", *lse_path);
     });
-    if (batch) return run_ragged_ring(comm, *batch, opt, d, out_path, lse_path, check, console);
+    if (batch) return run_ragged_ring(comm, *batch, batch_src, opt, d, out_path, lse_path, check, console);
 
     DenseSource src;
     const DenseInputs in = describe_on_every_rank(comm, "run", input_args, "", src);

@@ -121,8 +121,9 @@ int grad_distributed(Args& args, const std::string& mode) {
     std::optional<std::string> dq_path, dk_path, dv_path;
     bool check = false, json = false;
     std::vector<std::string> input_args;  // the input flags, read by every rank (and rank 0's --check)
-    std::optional<BatchInputs> batch;     // a ragged batch (--dist ring): read whole by every rank
-    std::vector<double> batch_dout;       // ... with its dO
+    std::optional<BatchInputs> batch;     // a ragged batch (--dist ring): its indices, every rank
+    BatchSource batch_src;                // ... where each rank reads (or draws) its rows
+    RaggedDout batch_dout;                // ... and those of its dO
     dist::collective_check(comm, [&] {
       KATTN_REQUIRE(shards_sequence(mode), "--dist: grad distributes the sequence (ring, ulysses or hybrid), got '",
                     mode, "'");
@@ -150,9 +151,8 @@ int grad_distributed(Args& args, const std::string& mode) {
         const auto do_file = args.value("--do");
         const auto seed = args.peek("--seed");
         const bool files = args.has("--q"), dtype_given = args.has("--dtype");
-        batch = read_batch_inputs(args, "--dist ring over a ragged batch runs in f32 or f64");
-        KATTN_REQUIRE(!batch->paged, "--page-size: --dist ring takes a ragged batch, not a paged cache");
-        batch_dout = ragged_dout(do_file, seed, files, dtype_given, *batch);
+        batch = read_batch_inputs(args, "--dist ring over a ragged batch runs in f32 or f64", &batch_src);
+        batch_dout = ragged_dout_source(do_file, seed, files, dtype_given, *batch);
       }
       for (const char* f : {"--random", "--seed", "--dtype", "--layout", "--q", "--k", "--v", "--do"})
         if (auto value = args.value(f)) input_args.insert(input_args.end(), {f, *value});
@@ -168,7 +168,8 @@ int grad_distributed(Args& args, const std::string& mode) {
       if (dv_path) check_output_file("--dv", *dv_path);
     });
     if (batch)
-      return grad_ragged_ring(comm, *batch, batch_dout, opt, bopt, d, {dq_path, dk_path, dv_path}, check, json);
+      return grad_ragged_ring(comm, *batch, batch_src, batch_dout, opt, bopt, d, {dq_path, dk_path, dv_path}, check,
+                              json);
 
     DenseSource src;
     const DenseInputs in = describe_on_every_rank(comm, "grad", input_args, "--do", src);

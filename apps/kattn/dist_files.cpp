@@ -69,6 +69,13 @@ void write_lse_positions(MPI_Comm comm, const std::string& path, const DenseInpu
   write_positions(comm, path, lse_dtype(in.dtype), {in.B, H, layout.length()}, rows, local);
 }
 
+void write_packed_rows(MPI_Comm comm, const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,
+                       const std::vector<std::int64_t>& rows, const std::vector<double>& local) {
+  std::int64_t width = 1;
+  for (std::size_t i = 1; i < shape.size(); ++i) width *= shape[i];
+  write_positions(comm, path, dtype, shape, RowBlock{1, shape[0], width, packed_runs(rows)}, local);
+}
+
 long long peak_rss_max(MPI_Comm comm) {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);

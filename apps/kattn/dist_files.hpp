@@ -34,6 +34,11 @@ void write_dense_positions(MPI_Comm comm, const std::string& path, const DenseIn
 void write_lse_positions(MPI_Comm comm, const std::string& path, const DenseInputs& in, std::int64_t H,
                          const dist::SequenceLayout& layout, const std::vector<double>& local);
 
+// Writes a packed [total, ...] array `shape` (a ragged batch's outputs) in `dtype`, `local` being
+// this rank's rows `rows` (packed indices) in that order: rank 0 the header, every rank its rows.
+void write_packed_rows(MPI_Comm comm, const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,
+                       const std::vector<std::int64_t>& rows, const std::vector<double>& local);
+
 // The largest peak resident set size of any rank so far, in bytes (every rank gets it).
 long long peak_rss_max(MPI_Comm comm);
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <type_traits>
 
+#include "dist_files.hpp"
 #include "dist_io.hpp"
 #include "dist_ragged_run.hpp"
 #include "dtype.hpp"
@@ -27,15 +28,15 @@ struct RaggedGrads {
 };
 
 template <class T>
-RaggedGrads grads_as(MPI_Comm comm, const BatchInputs& in, const std::vector<double>& dout, const RaggedShard& sh,
-                     const Options& opt, const BackwardOptions& bopt, const dist::DistOptions& d) {
+RaggedGrads grads_as(MPI_Comm comm, const BatchInputs& in, const BatchSource& src, const RaggedDout& dout,
+                     const RaggedShard& sh, const Options& opt, const BackwardOptions& bopt,
+                     const dist::DistOptions& d) {
   const std::vector<std::int64_t>&q_rows = sh.q_rows, &kv_rows = sh.kv_rows;
   const std::int64_t nq = q_rows.size(), nk = kv_rows.size();
-  const std::int64_t qw = in.Hq * in.D, kw = in.Hkv * in.D;
-  const auto q = to_view<Tensor3<T>>(take_rows(in.q, q_rows, qw), "q", nq, in.Hq, in.D);
-  const auto k = to_view<Tensor3<T>>(take_rows(in.k, kv_rows, kw), "k", nk, in.Hkv, in.D);
-  const auto v = to_view<Tensor3<T>>(take_rows(in.v, kv_rows, kw), "v", nk, in.Hkv, in.D);
-  const auto dov = to_view<Tensor3<T>>(take_rows(dout, q_rows, qw), "do", nq, in.Hq, in.D);
+  const auto q = to_view<Tensor3<T>>(batch_rows(in, src, BatchArray::q, q_rows), "q", nq, in.Hq, in.D);
+  const auto k = to_view<Tensor3<T>>(batch_rows(in, src, BatchArray::k, kv_rows), "k", nk, in.Hkv, in.D);
+  const auto v = to_view<Tensor3<T>>(batch_rows(in, src, BatchArray::v, kv_rows), "v", nk, in.Hkv, in.D);
+  const auto dov = to_view<Tensor3<T>>(ragged_dout(dout, in, &q_rows), "do", nq, in.Hq, in.D);
   Tensor3<T> o("o", nq, in.Hq, in.D), dq("dq", nq, in.Hq, in.D), dk("dk", nk, in.Hkv, in.D), dv("dv", nk, in.Hkv, in.D);
   Tensor2<T> lse("lse", nq, in.Hq);
   poison(dq);
@@ -59,23 +60,30 @@ RaggedGrads grads_as(MPI_Comm comm, const BatchInputs& in, const std::vector<dou
 
 }  // namespace
 
-int grad_ragged_ring(MPI_Comm comm, const BatchInputs& in, const std::vector<double>& dout, const Options& opt,
-                     const BackwardOptions& bopt, const dist::DistOptions& d, const GradPaths& paths, bool check,
-                     bool json) {
+int grad_ragged_ring(MPI_Comm comm, const BatchInputs& in, const BatchSource& src, const RaggedDout& dout,
+                     const Options& opt, const BackwardOptions& bopt, const dist::DistOptions& d,
+                     const GradPaths& paths, bool check, bool json) {
   int P = 1;
   MPI_Comm_size(comm, &P);
   const RaggedShard sh = ragged_shard(comm, in, d.sharding);
   const RaggedGrads g = with_storage(in.dtype, [&](auto t) -> RaggedGrads {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-      return grads_as<T>(comm, in, dout, sh, opt, bopt, d);
+      return grads_as<T>(comm, in, src, dout, sh, opt, bopt, d);
     else
       return {};  // refused when the inputs were read
   });
-  const std::int64_t qw = in.Hq * in.D, kw = in.Hkv * in.D;
-  const std::vector<double> dq_all = gather_packed_rows(comm, g.dq, sh.q_rows, in.total_q(), qw);
-  const std::vector<double> dk_all = gather_packed_rows(comm, g.dk, sh.kv_rows, in.kv_rows(), kw);
-  const std::vector<double> dv_all = gather_packed_rows(comm, g.dv, sh.kv_rows, in.kv_rows(), kw);
+  const std::vector<std::int64_t> q_shape{in.total_q(), in.Hq, in.D}, kv_shape{in.kv_rows(), in.Hkv, in.D};
+  if (paths.dq) write_packed_rows(comm, *paths.dq, in.dtype, q_shape, sh.q_rows, g.dq);
+  if (paths.dk) write_packed_rows(comm, *paths.dk, in.dtype, kv_shape, sh.kv_rows, g.dk);
+  if (paths.dv) write_packed_rows(comm, *paths.dv, in.dtype, kv_shape, sh.kv_rows, g.dv);
+  const long long peak_rss = peak_rss_max(comm);  // before --check's rank-0 reference
+  std::vector<double> dq_all, dk_all, dv_all;     // --check: every rank's gradients, on rank 0
+  if (check) {
+    dq_all = gather_packed_rows(comm, g.dq, sh.q_rows, in.total_q(), in.Hq * in.D);
+    dk_all = gather_packed_rows(comm, g.dk, sh.kv_rows, in.kv_rows(), in.Hkv * in.D);
+    dv_all = gather_packed_rows(comm, g.dv, sh.kv_rows, in.kv_rows(), in.Hkv * in.D);
+  }
   return on_rank0(comm, [&]() -> int {
     std::FILE* text = json ? stderr : stdout;  // --json: standard output holds the JSON alone
     const char* dtype = dtype_name(in.dtype);
@@ -88,8 +96,9 @@ int grad_ragged_ring(MPI_Comm comm, const BatchInputs& in, const std::vector<dou
                  opt.causal ? " causal" : "");
     std::fprintf(text,
                  "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
-                 "communication %.6f s; bytes sent per rank (max): %lld\n",
-                 g.seconds, g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0, g.forward_seconds, g.comm_seconds, g.bytes);
+                 "communication %.6f s; bytes sent per rank (max): %lld; peak memory per rank (max): %lld MB\n",
+                 g.seconds, g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0, g.forward_seconds, g.comm_seconds, g.bytes,
+                 peak_rss >> 20);
     Json j;
     j.add("algo", "flash").add("dist", "ring").add("ranks", P).add("sharding", dist::name(d.sharding));
     j.add("dtype", dtype).add("layout", "ragged").add("batch", (long long)in.batch());
@@ -97,13 +106,14 @@ int grad_ragged_ring(MPI_Comm comm, const BatchInputs& in, const std::vector<dou
     j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D").add("causal", opt.causal);
     j.add("seconds", g.seconds).add("gflops", g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0);
     j.add("forward_seconds", g.forward_seconds).add("comm_seconds", g.comm_seconds).add("bytes_sent_per_rank", g.bytes);
-    if (paths.dq) write_array(*paths.dq, in.dtype, {in.total_q(), in.Hq, in.D}, dq_all);
-    if (paths.dk) write_array(*paths.dk, in.dtype, {in.kv_rows(), in.Hkv, in.D}, dk_all);
-    if (paths.dv) write_array(*paths.dv, in.dtype, {in.kv_rows(), in.Hkv, in.D}, dv_all);
+    j.add("peak_rss_bytes_max", peak_rss);
     int status = 0;
     if (check) {
+      // The whole inputs, on rank 0 only and only for the check.
+      BatchInputs whole = in;
+      load_every_row(whole, src);
       std::vector<double> rq, rk, rv;
-      ragged_textbook_backward(in, dout, opt, rq, rk, rv);
+      ragged_textbook_backward(whole, ragged_dout(dout, whole), opt, rq, rk, rv);
       const ErrorStats e[3] = {compare(dq_all, rq), compare(dk_all, rk), compare(dv_all, rv)};
       status = gradient_verdict(e, "", "", in.dtype, text, j);
     }

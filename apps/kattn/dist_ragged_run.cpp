@@ -18,14 +18,6 @@
 namespace kattn {
 namespace cli {
 
-std::vector<double> take_rows(const std::vector<double>& all, const std::vector<std::int64_t>& rows,
-                              std::int64_t width) {
-  std::vector<double> out;
-  out.reserve(rows.size() * width);
-  for (std::int64_t r : rows) out.insert(out.end(), all.begin() + r * width, all.begin() + (r + 1) * width);
-  return out;
-}
-
 std::vector<double> gather_packed_rows(MPI_Comm comm, const std::vector<double>& local,
                                        const std::vector<std::int64_t>& rows, std::int64_t total, std::int64_t width) {
   int rank = 0, P = 1;
@@ -81,13 +73,13 @@ struct RaggedRun {
 };
 
 template <class T>
-RaggedRun run_as(MPI_Comm comm, const BatchInputs& in, const RaggedShard& sh, const Options& opt,
-                 const dist::DistOptions& d) {
+RaggedRun run_as(MPI_Comm comm, const BatchInputs& in, const BatchSource& src, const RaggedShard& sh,
+                 const Options& opt, const dist::DistOptions& d) {
   const std::vector<std::int64_t>&q_rows = sh.q_rows, &kv_rows = sh.kv_rows;
   const std::int64_t nq = q_rows.size(), nk = kv_rows.size();
-  const auto q = to_view<Tensor3<T>>(take_rows(in.q, q_rows, in.Hq * in.D), "q", nq, in.Hq, in.D);
-  const auto k = to_view<Tensor3<T>>(take_rows(in.k, kv_rows, in.Hkv * in.D), "k", nk, in.Hkv, in.D);
-  const auto v = to_view<Tensor3<T>>(take_rows(in.v, kv_rows, in.Hkv * in.D), "v", nk, in.Hkv, in.D);
+  const auto q = to_view<Tensor3<T>>(batch_rows(in, src, BatchArray::q, q_rows), "q", nq, in.Hq, in.D);
+  const auto k = to_view<Tensor3<T>>(batch_rows(in, src, BatchArray::k, kv_rows), "k", nk, in.Hkv, in.D);
+  const auto v = to_view<Tensor3<T>>(batch_rows(in, src, BatchArray::v, kv_rows), "v", nk, in.Hkv, in.D);
   Tensor3<T> o(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), nq, in.Hq, in.D);
   Tensor2<T> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), nq, in.Hq);
   poison(o);
@@ -121,21 +113,27 @@ void reference_of(const BatchInputs& in, const Options& opt, std::vector<double>
 
 }  // namespace
 
-int run_ragged_ring(MPI_Comm comm, const BatchInputs& in, const Options& opt, const dist::DistOptions& d,
-                    const std::optional<std::string>& out_path, const std::optional<std::string>& lse_path, bool check,
-                    const Console& console) {
+int run_ragged_ring(MPI_Comm comm, const BatchInputs& in, const BatchSource& src, const Options& opt,
+                    const dist::DistOptions& d, const std::optional<std::string>& out_path,
+                    const std::optional<std::string>& lse_path, bool check, const Console& console) {
   int P = 1;
   MPI_Comm_size(comm, &P);
   const RaggedShard sh = ragged_shard(comm, in, d.sharding);
   const RaggedRun run = with_storage(in.dtype, [&](auto t) -> RaggedRun {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-      return run_as<T>(comm, in, sh, opt, d);
+      return run_as<T>(comm, in, src, sh, opt, d);
     else
       return {};  // refused when the inputs were read
   });
-  const std::vector<double> o_all = gather_packed_rows(comm, run.o, sh.q_rows, in.total_q(), in.Hq * in.D);
-  const std::vector<double> lse_all = gather_packed_rows(comm, run.lse, sh.q_rows, in.total_q(), in.Hq);
+  if (out_path) write_packed_rows(comm, *out_path, in.dtype, {in.total_q(), in.Hq, in.D}, sh.q_rows, run.o);
+  if (lse_path) write_packed_rows(comm, *lse_path, lse_dtype(in.dtype), {in.total_q(), in.Hq}, sh.q_rows, run.lse);
+  const long long peak_rss = peak_rss_max(comm);  // before --check's rank-0 reference
+  std::vector<double> o_all, lse_all;             // --check: every rank's outputs, on rank 0
+  if (check) {
+    o_all = gather_packed_rows(comm, run.o, sh.q_rows, in.total_q(), in.Hq * in.D);
+    lse_all = gather_packed_rows(comm, run.lse, sh.q_rows, in.total_q(), in.Hq);
+  }
   return on_rank0(comm, [&]() -> int {
     std::FILE* text = console.text();
     const double flops = batch_attention_flops(in, opt), secs = run.stats.seconds;
@@ -147,9 +145,9 @@ int run_ragged_ring(MPI_Comm comm, const BatchInputs& in, const Options& opt, co
                  opt.causal ? " causal" : "");
     std::fprintf(text,
                  "time: %.6f s, %.2f GFLOP/s (%.2f per rank); slowest rank: compute %.6f s, exposed communication "
-                 "%.6f s; bytes sent per rank (max): %lld\n",
+                 "%.6f s; bytes sent per rank (max): %lld; peak memory per rank (max): %lld MB\n",
                  secs, secs > 0 ? flops / secs / 1e9 : 0.0, secs > 0 ? flops / secs / 1e9 / P : 0.0,
-                 run.stats.compute_seconds, run.stats.comm_seconds, (long long)run.stats.bytes_sent);
+                 run.stats.compute_seconds, run.stats.comm_seconds, (long long)run.stats.bytes_sent, peak_rss >> 20);
     Json j;
     j.add("algo", "flash").add("dist", "ring").add("ranks", P).add("sharding", dist::name(d.sharding));
     j.add("dtype", dtype_name(in.dtype)).add("layout", "ragged").add("batch", (long long)in.batch());
@@ -157,13 +155,14 @@ int run_ragged_ring(MPI_Comm comm, const BatchInputs& in, const Options& opt, co
     j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D").add("causal", opt.causal);
     j.add("seconds", secs).add("gflops", secs > 0 ? flops / secs / 1e9 : 0.0);
     j.add("compute_seconds", run.stats.compute_seconds).add("comm_seconds", run.stats.comm_seconds);
-    j.add("bytes_sent_per_rank", (long long)run.stats.bytes_sent);
-    if (out_path) write_array(*out_path, in.dtype, {in.total_q(), in.Hq, in.D}, o_all);
-    if (lse_path) write_array(*lse_path, lse_dtype(in.dtype), {in.total_q(), in.Hq}, lse_all);
+    j.add("bytes_sent_per_rank", (long long)run.stats.bytes_sent).add("peak_rss_bytes_max", peak_rss);
     int status = 0;
     if (check) {
+      // The whole inputs, on rank 0 only and only for the check.
+      BatchInputs whole = in;
+      load_every_row(whole, src);
       std::vector<double> o_ref, lse_ref;
-      reference_of(in, opt, o_ref, lse_ref);
+      reference_of(whole, opt, o_ref, lse_ref);
       status = check_verdict(compare(o_all, o_ref), compare(lse_all, lse_ref), in.dtype,
                              "all " + std::to_string(in.total_q() * in.Hq) + " rows", text, j, "run");
     }

@@ -1,7 +1,7 @@
 // kattn run --dist ring over a ragged batch (the one-process run's ragged inputs, CLI.md): every
-// rank reads or draws the whole batch and keeps its rows (dist::ragged_positions: each sequence
-// sharded as the dense ring shards one), runs dist::ring_attention on them, and rank 0 gathers o
-// and lse in packed order to write them and to --check them against the float64 reference.
+// rank reads (or draws) only its rows of the batch (dist::ragged_positions: each sequence sharded
+// as the dense ring shards one), runs dist::ring_attention on them and writes its rows of o and
+// lse in place; --check gathers them on rank 0 against the float64 reference on the whole batch.
 #pragma once
 
 #include <mpi.h>
@@ -20,9 +20,6 @@
 namespace kattn {
 namespace cli {
 
-// Rows `rows` of a packed [total, width] array.
-std::vector<double> take_rows(const std::vector<double>& all, const std::vector<std::int64_t>& rows,
-                              std::int64_t width);
 // Rank 0 gets the packed [total, width] array of every rank's rows (`rows`: their packed
 // indices); the others an empty vector.
 std::vector<double> gather_packed_rows(MPI_Comm comm, const std::vector<double>& local,
@@ -40,7 +37,8 @@ RaggedShard ragged_shard(MPI_Comm comm, const BatchInputs& in, dist::Sharding sh
 double max_over(MPI_Comm comm, double x);
 
 // After the flags are agreed; returns rank 0's exit status on every rank.
-int run_ragged_ring(MPI_Comm comm, const BatchInputs& in, const Options& opt, const dist::DistOptions& d,
+int run_ragged_ring(MPI_Comm comm, const BatchInputs& in, const BatchSource& src, const Options& opt,
+                    const dist::DistOptions& d,
                     const std::optional<std::string>& out_path, const std::optional<std::string>& lse_path, bool check,
                     const Console& console);
 

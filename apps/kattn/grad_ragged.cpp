@@ -68,23 +68,30 @@ Grads run(const BatchInputs& in, const std::vector<double>& dout_values, const O
 
 }  // namespace
 
-std::vector<double> ragged_dout(const std::optional<std::string>& do_file, const std::optional<std::string>& seed,
-                                bool files, bool dtype_given, const BatchInputs& in) {
-  std::vector<double> dout;
+RaggedDout ragged_dout_source(const std::optional<std::string>& do_file, const std::optional<std::string>& seed,
+                              bool files, bool dtype_given, const BatchInputs& in) {
+  RaggedDout src;
   if (do_file) {
-    const io::NpyArray d = read_input("--do", *do_file);
-    require_input_dtype("--do", *do_file, d.dtype);
-    require_bf16_bits_asked("--do", *do_file, d.dtype, in.dtype, dtype_given);
-    KATTN_REQUIRE(d.shape == std::vector<std::int64_t>({in.total_q(), in.Hq, in.D}), "--do ", *do_file,
+    src.file = do_file;
+    src.header = read_input_header("--do", *do_file);
+    require_input_dtype("--do", *do_file, src.header.dtype);
+    require_bf16_bits_asked("--do", *do_file, src.header.dtype, in.dtype, dtype_given);
+    KATTN_REQUIRE(src.header.shape == std::vector<std::int64_t>({in.total_q(), in.Hq, in.D}), "--do ", *do_file,
                   ": expected shape [", in.total_q(), ", ", in.Hq, ", ", in.D, "] (the shape of q)");
-    dout = d.values<double>();
   } else {
     KATTN_REQUIRE(!files,
                   "--do: give DO.npy [total_q, Hq, D] (the gradient of the loss with respect to o) with "
                   "--q/--k/--v");
-    const std::uint64_t s = seed ? static_cast<std::uint64_t>(parse_integer(*seed, "--seed", 0, INT64_MAX)) : 0;
-    dout = random_normal(in.q.size(), 3 * s + 4);
+    src.seed = seed ? static_cast<std::uint64_t>(parse_integer(*seed, "--seed", 0, INT64_MAX)) : 0;
   }
+  return src;
+}
+
+std::vector<double> ragged_dout(const RaggedDout& src, const BatchInputs& in, const std::vector<std::int64_t>* rows) {
+  const std::int64_t n = in.total_q();
+  const RowBlock block{1, n, in.Hq * in.D, rows ? packed_runs(*rows) : std::vector<PositionRun>{PositionRun{0, 0, n}}};
+  std::vector<double> dout =
+      src.file ? read_rows(*src.file, src.header, block) : random_normal_rows(block, 3 * src.seed + 4);
   round_to(in.dtype, dout);
   return dout;
 }
@@ -126,7 +133,7 @@ int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, con
   const BatchInputs in = read_batch_inputs(args, nullptr);
   args.finish();
   KATTN_REQUIRE(!in.paged, "kattn grad: ragged batches only (--kv-indptr), not paged caches");
-  const std::vector<double> dout = ragged_dout(do_file, seed, files, dtype_given, in);
+  const std::vector<double> dout = ragged_dout(ragged_dout_source(do_file, seed, files, dtype_given, in), in);
   const std::vector<double> unread;  // the check reads no o or lse
   const AttentionParams<double> inputs = host_params(in, unread, unread);
   if (check.enabled) gradient_check_samples(inputs, check, false);

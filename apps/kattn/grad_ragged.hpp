@@ -5,6 +5,7 @@
 // the type, lse float), checked on the same rounded inputs with dense grad's bounds.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,10 +25,18 @@ struct GradPaths {
   std::optional<std::string> dq, dk, dv;
 };
 
-// dO of a ragged batch: --do DO.npy [total_q, Hq, D] (do_file), or drawn from the seed when the
-// inputs are drawn; rounded to the batch's type.
-std::vector<double> ragged_dout(const std::optional<std::string>& do_file, const std::optional<std::string>& seed,
-                                bool files, bool dtype_given, const BatchInputs& in);
+// Where dO of a ragged batch comes from: --do DO.npy [total_q, Hq, D] (its header checked against
+// q), or drawn from the seed when the inputs are drawn.
+struct RaggedDout {
+  std::optional<std::string> file;
+  io::NpyHeader header;
+  std::uint64_t seed = 0;
+};
+RaggedDout ragged_dout_source(const std::optional<std::string>& do_file, const std::optional<std::string>& seed,
+                              bool files, bool dtype_given, const BatchInputs& in);
+// Its rows `rows` (packed indices; every row when null), rounded to the batch's type.
+std::vector<double> ragged_dout(const RaggedDout& src, const BatchInputs& in,
+                                const std::vector<std::int64_t>* rows = nullptr);
 
 // The float64 textbook backward of a ragged batch, sequence by sequence, in packed order.
 void ragged_textbook_backward(const BatchInputs& in, const std::vector<double>& dout, const Options& opt,

@@ -40,6 +40,18 @@ std::int64_t RowBlock::local_length() const {
   return n;
 }
 
+std::vector<PositionRun> packed_runs(const std::vector<std::int64_t>& rows) {
+  std::vector<PositionRun> runs;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (!runs.empty() && runs.back().global + runs.back().length == rows[i] &&
+        runs.back().local + runs.back().length == std::int64_t(i))
+      ++runs.back().length;
+    else
+      runs.push_back(PositionRun{rows[i], std::int64_t(i), 1});
+  }
+  return runs;
+}
+
 std::vector<double> read_rows(const std::string& path, const io::NpyHeader& h, const RowBlock& rows) {
   std::vector<double> out(static_cast<std::size_t>(rows.local_size()));
   if (out.empty()) return out;

@@ -24,6 +24,10 @@ struct RowBlock {
   std::int64_t local_size() const { return outer * local_length() * inner; }
 };
 
+// The runs of consecutive indices in `rows` (positions of the sequence, in the local order: the
+// local index of rows[i] is i), as a ragged rank's packed rows are.
+std::vector<PositionRun> packed_runs(const std::vector<std::int64_t>& rows);
+
 // Calls f(array element, local element, count) for every run of every outer index: where each
 // contiguous span of the local array lies in the whole one.
 template <class F>
