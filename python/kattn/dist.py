@@ -17,7 +17,8 @@ any rank raises the same kattn.Error on every rank. Needs kattn built with its M
 from . import _kattn
 from ._arrays import as_array, returner
 
-__all__ = ["positions", "ring_attention", "ulysses_attention", "hybrid_attention"]
+__all__ = ["positions", "ring_attention", "ulysses_attention", "hybrid_attention", "ragged_positions",
+           "ragged_ring_attention"]
 
 
 def _require_mpi():
@@ -86,3 +87,33 @@ def hybrid_attention(comm, q, k, v, *, ulysses_size=0, causal=False, window=None
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
     return _dense("hybrid", comm, q, k, v, layout, opts, sharding, deterministic, chunk, ulysses_size, return_lse,
                   return_stats)
+
+
+def ragged_positions(indptr, comm, *, sharding="contiguous"):
+    """The packed rows (int64) of a ragged batch that this rank holds, in its order: every sequence
+    (rows indptr[b]:indptr[b+1]) is cut as a sequence is for ring_attention (P equal runs, or 2P
+    zigzag segments), its length a multiple of P (2P for zigzag)."""
+    _require_mpi()
+    return _kattn.ragged_positions(indptr, comm.Get_size(), comm.Get_rank(), sharding)
+
+
+def ragged_ring_attention(comm, q, k, v, q_indptr, kv_indptr, *, causal=False, softcap=0.0, scale=None,
+                          sharding="contiguous", return_lse=False, return_stats=False):
+    """Ring attention over a ragged batch of packed sequences (varlen, cu_seqlens), each one
+    sharded over `comm`'s ranks.
+
+    q_indptr, kv_indptr [B + 1]: the whole batch's offsets, the same on every rank. q [nq, Hq, D],
+    k, v [nk, Hkv, D]: this rank's rows, q[ragged_positions(q_indptr, comm)] of the packed arrays
+    (and so for k, v). float32 or float64; causal (each sequence's keys as many as its queries),
+    softcap and scale; no window, no deterministic mode. Returns o [nq, Hq, D] (and lse [nq, Hq],
+    and this rank's stats dict)."""
+    _require_mpi()
+    out = returner(q)
+    try:
+        arrays, refused = [as_array(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v"))], ""
+    except _kattn.Error as e:
+        arrays, refused = [None] * 3, str(e)
+    opts = dict(causal=causal, softcap=softcap, scale=scale)
+    o, lse, stats = _kattn.ragged_ring_attention(comm.py2f(), *arrays, q_indptr, kv_indptr, opts, sharding, refused)
+    result = (out(o),) + ((out(lse),) if return_lse else ()) + ((stats,) if return_stats else ())
+    return result[0] if len(result) == 1 else result

@@ -72,3 +72,28 @@ def test_bad_input_on_one_rank_raises_the_same_error_on_every_rank():
         kattn.dist.ring_attention(COMM, qq, k[:, pos], v[:, pos])
     with pytest.raises(kattn.Error, match=re.escape('sharding: expected "contiguous" or "zigzag"')):
         kattn.dist.ring_attention(COMM, q[:, pos], k[:, pos], v[:, pos], sharding="striped")
+
+
+@pytest.mark.parametrize("sharding", ["contiguous", "zigzag"])
+@pytest.mark.parametrize("opt", [{}, {"causal": True}, {"causal": True, "softcap": 5.0}])
+def test_ragged_ring_equals_ragged_attention_on_every_rank(sharding, opt):
+    # Lengths multiples of 12: every sequence divides into 2P pieces at 1, 2 and 3 ranks; one is empty.
+    lens = [24, 0, 12, 36]
+    indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    rng = np.random.default_rng(11)  # the same on every rank
+    q, k, v = (rng.standard_normal((indptr[-1], h, 16)) for h in (4, 2, 2))
+    ref_o, ref_lse = kattn.ragged_attention(q, k, v, indptr, indptr, return_lse=True, **opt)
+    rows = kattn.dist.ragged_positions(indptr, COMM, sharding=sharding)
+    o, lse = kattn.dist.ragged_ring_attention(COMM, q[rows], k[rows], v[rows], indptr, indptr, sharding=sharding,
+                                              return_lse=True, **opt)
+    assert o.shape == (len(rows), 4, 16)
+    assert np.abs(o - ref_o[rows]).max(initial=0.0) <= 1e-12
+    assert np.abs(lse - ref_lse[rows]).max(initial=0.0) <= 1e-12
+
+
+def test_ragged_ring_refuses_lengths_the_ranks_cannot_cut_on_every_rank():
+    P = COMM.Get_size()
+    indptr = np.array([0, 2 * P + 1], dtype=np.int64)  # not a multiple of 2P: zigzag refuses it
+    x = np.zeros((1, 1, 8))
+    with pytest.raises(kattn.Error, match="q_indptr: sequence 0 has"):
+        kattn.dist.ragged_ring_attention(COMM, x, x, x, indptr, indptr, sharding="zigzag")
