@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include <sys/resource.h>
 
 #include "dist_support.hpp"
 #include "kattn/dist/decode.hpp"
@@ -178,6 +181,31 @@ struct MemoryLimitHere {
   bool set;
 };
 
+#ifndef __SANITIZE_ADDRESS__
+// RLIMIT_AS on this rank only, for one scope: the address space in use now plus `more` bytes.
+struct AddressSpaceLimitHere {
+  AddressSpaceLimitHere(bool here, std::int64_t more) : set(here) {
+    if (!set) return;
+    getrlimit(RLIMIT_AS, &saved);
+    rlimit r = saved;
+    r.rlim_cur = static_cast<rlim_t>(address_space_in_use() + more);
+    setrlimit(RLIMIT_AS, &r);
+  }
+  ~AddressSpaceLimitHere() {
+    if (set) setrlimit(RLIMIT_AS, &saved);
+  }
+  static std::int64_t address_space_in_use() {  // VmSize, in bytes
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line))
+      if (line.rfind("VmSize:", 0) == 0) return std::stoll(line.substr(7)) * 1024;
+    return 0;
+  }
+  bool set;
+  rlimit saved{};
+};
+#endif
+
 TEST(DistMidCallErrors, MemoryLimitOnOneRank) {
   const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD), failing = P - 1;
   const std::string limit = "allowed (KATTN_MEMORY_LIMIT)";
@@ -243,6 +271,37 @@ TEST(DistMidCallErrors, TourPackageMemoryFailsMidTour) {
       "kattn::dist::ring_attention_backward: the deterministic tour's");
   expect_all_succeed([&] { run(Call::ring_backward, d); });
 }
+
+// Not under AddressSanitizer, whose allocator aborts when the address space runs out, and whose
+// shadow memory makes the process's address space no measure of kattn's (as for
+// mpi.cli.memory_per_rank).
+#ifndef __SANITIZE_ADDRESS__
+// An allocation failing for real on one rank in the middle of head sharding, past the call's
+// memory check (which sees the machine's free memory, not this rank's address-space limit): the
+// exchange's buffers are allocated in a collective step, so every rank throws that rank's error,
+// the gather already in flight completes, and the next call succeeds. The limit leaves room for
+// the result buffers and the first gather (q) and not for the second (k): 8 MB each here.
+TEST(DistMidCallErrors, HeadExchangeAllocationFailsOnOneRank) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD), failing = P - 1;
+  const std::int64_t N = 16384, D = 64;  // one head per rank: every whole sequence is N x D doubles
+  const std::int64_t whole = N * D * std::int64_t(sizeof(double));
+  const SequenceLayout layout(N, P, dist::Sharding::contiguous, 1);
+  const std::size_t n = static_cast<std::size_t>(layout.local_length(rank));
+  View4<double> q("q", 1, n, P, D), k("k", 1, n, P, D), v("v", 1, n, P, D), o("o", 1, n, P, D);
+  View3<double> lse("lse", 1, P, n);
+  fill_normal(q, 1), fill_normal(k, 2), fill_normal(v, 3);
+  const std::string msg = expect_same_error(
+      [&] {
+        // The results (o, lse), then q's whole sequence and its outgoing copy, then 4 MB to spare.
+        const AddressSpaceLimitHere scope(rank == failing, whole + N * 8 + 2 * whole + (4 << 20));
+        dist::ulysses_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse,
+                                Options{}, DistOptions{});
+      },
+      "kattn::dist::heads::");
+  EXPECT_NE(msg.find(ranked(failing, "")), std::string::npos) << msg;
+  expect_all_succeed([&] { run(Call::ulysses, options_for(Call::ulysses, false)); });
+}
+#endif
 
 }  // namespace
 }  // namespace test

@@ -15,6 +15,7 @@
 #include "kattn/core/storage.hpp"
 #include "kattn/dist/clock.hpp"
 #include "kattn/dist/dist_options.hpp"
+#include "kattn/dist/failure_latch.hpp"
 #include "kattn/dist/head_split.hpp"
 #include "kattn/dist/layout.hpp"
 #include "kattn/dist/pack.hpp"
@@ -32,18 +33,29 @@ class HeadExchange {
   template <class T>
   using Buffer = MessageBuffer<T, Mem>;
 
-  HeadExchange(MPI_Comm comm, const ExecSpace& space, int batch, DistStats& stats)
-      : comm_(comm), space_(space), batch_(batch), stats_(stats) {
+  // latch: the call's; each exchange's buffers are allocated in a collective step of it, so one
+  // that cannot be had on one rank (past the call's memory check, which sees free memory only) is
+  // the same error on every rank before any of that exchange's messages is posted.
+  HeadExchange(MPI_Comm comm, const ExecSpace& space, int batch, DistStats& stats, FailureLatch& latch)
+      : comm_(comm), space_(space), batch_(batch), stats_(stats), latch_(latch) {
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &P_);
   }
 
-  // A gather in flight: its messages posted, its buffers held until wait().
+  // A gather in flight: its messages posted, its buffers held until wait(). Left by an exception
+  // (a later exchange failing on every rank), it first completes its messages, which every rank
+  // posted.
   template <class T>
   struct Pending {
     Buffer<T> whole, out;
     std::vector<MPI_Request> reqs;
     std::int64_t whole_elems = 0;
+    Pending() = default;
+    Pending(Pending&&) = default;
+    Pending& operator=(Pending&&) = default;
+    Pending(const Pending&) = delete;
+    Pending& operator=(const Pending&) = delete;
+    ~Pending() { wait_all(reqs); }
   };
 
   // Posts the gather of the whole sequence of this rank's heads, dense [B][N][heads[rank].count][dim],
@@ -58,12 +70,14 @@ class HeadExchange {
     const int h_own = heads[rank_].count;
     Pending<T> g;
     g.whole_elems = std::int64_t(batch_) * N * h_own * dim;
-    g.whole = Buffer<T>(label, g.whole_elems, stats_.staged);
     // Outgoing: per destination r, this rank's positions of r's heads, dense [B][n_own][h_r][dim].
     std::vector<std::int64_t> at(P_, 0);
     std::int64_t total = 0;
     for (int r = 0; r < P_; ++r) at[r] = total, total += std::int64_t(batch_) * n_own * heads[r].count * dim;
-    g.out = Buffer<T>("kattn::dist::heads::out", total, stats_.staged);
+    latch_.check([&] {
+      g.whole = Buffer<T>(label, g.whole_elems, stats_.staged);
+      g.out = Buffer<T>("kattn::dist::heads::out", total, stats_.staged);
+    });
     for (int r = 0; r < P_; ++r)
       copy_rows(space_, offset_heads(src, heads[r].first), 0, dense(g.out.device() + at[r], n_own, heads[r].count, dim),
                 batch_, n_own, heads[r].count, dim);
@@ -107,7 +121,8 @@ class HeadExchange {
     std::vector<std::int64_t> at(P_, 0);
     std::int64_t total = 0;
     for (int r = 0; r < P_; ++r) at[r] = total, total += std::int64_t(batch_) * n_own * heads[r].count * dim;
-    Buffer<T> in("kattn::dist::heads::in", total, stats_.staged);
+    Buffer<T> in;
+    latch_.check([&] { in = Buffer<T>("kattn::dist::heads::in", total, stats_.staged); });
     std::vector<MPI_Request> reqs;
     for (int r = 0; r < P_; ++r) {
       const std::int64_t row = std::int64_t(heads[r].count) * dim;
@@ -149,6 +164,7 @@ class HeadExchange {
   ExecSpace space_;
   int batch_ = 0, rank_ = 0, P_ = 1;
   DistStats& stats_;
+  FailureLatch& latch_;
   DistStats self_;
 };
 

@@ -83,7 +83,8 @@ void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const Attention
   const auto qh = q_ranges(p.heads_q, p.heads_kv, P), kvh = kv_ranges(p.heads_q, p.heads_kv, P);
   const std::int64_t Nq = q_layout.length(), Nk = kv_layout.length();
   // The results' buffers before the first transfer, in one collective step, memory-checked with
-  // the exchanges' buffers at the call's peak (those are allocated as each exchange is posted).
+  // the exchanges' buffers at the call's peak (those are allocated as each exchange is posted, each
+  // in a collective step of its own: HeadExchange).
   Buffer o;
   MessageBuffer<Acc, typename ExecSpace::memory_space> lse;
   latch.check([&] {
@@ -98,7 +99,7 @@ void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const Attention
     lse = MessageBuffer<Acc, typename ExecSpace::memory_space>("kattn::dist::heads::lse",
                                                                std::int64_t(p.batch) * Nq * hs.q.count, stats.staged);
   });
-  HeadExchange<ExecSpace> ex(comm, space, p.batch, stats);
+  HeadExchange<ExecSpace> ex(comm, space, p.batch, stats, latch);
   // The three gathers in flight together.
   auto pq = ex.post_gather(strided_in(p.q, p.q_stride_batch, p.q_stride_seq, p.q_stride_head), q_layout, qh, D,
                            "kattn::dist::heads::q");
@@ -171,7 +172,7 @@ void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const Backward
     if (sum_values)
       sums = Kokkos::View<Acc*, Mem>(Kokkos::view_alloc(space, "kattn::dist::heads::dkv_sums"), sum_values);
   });
-  HeadExchange<ExecSpace> ex(comm, space, B, stats);
+  HeadExchange<ExecSpace> ex(comm, space, B, stats, latch);
   // The six gathers in flight together.
   auto pq = ex.post_gather(strided_in(f.q, f.q_stride_batch, f.q_stride_seq, f.q_stride_head), q_layout, qh, D,
                            "kattn::dist::heads::q");
