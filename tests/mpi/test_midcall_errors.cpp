@@ -151,6 +151,21 @@ TEST(DistMidCallErrors, ProgressThrowsOnOneRank) {
       }
 }
 
+// A callback may throw anything: what is not a std::exception must end every rank alike too.
+TEST(DistMidCallErrors, ProgressThrowsNonStandardOnOneRank) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD), failing = P - 1;
+  for (Call c : kCalls)
+    for (bool det : {false, true}) {
+      SCOPED_TRACE(std::string(name(c)) + (det ? " deterministic" : ""));
+      DistOptions d = options_for(c, det);
+      d.progress = [&](int step, int steps) {
+        if (rank == failing && step == step_of(When::middle, steps)) throw 42;
+      };
+      expect_same_error([&] { run(c, d); }, ranked(failing, "an exception not derived from std::exception"));
+      expect_all_succeed([&] { run(c, options_for(c, det)); });
+    }
+}
+
 // Which ranks fail depends on timing (a rank that has learned of a failure calls its callback no
 // more), so the report is checked for being one of them, the same on every rank.
 TEST(DistMidCallErrors, ProgressThrowsOnEveryRankOneFailureIsReported) {

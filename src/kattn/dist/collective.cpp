@@ -87,6 +87,9 @@ void collective_check(MPI_Comm comm, const std::function<void()>& local) {
   } catch (const std::exception& e) {
     kind = kOther;
     message = strip_prefix(e.what());
+  } catch (...) {  // caller code may throw anything; leaving here alone would hang the other ranks
+    kind = kOther;
+    message = "an exception not derived from std::exception";
   }
   settle(comm, kind, message);
 }

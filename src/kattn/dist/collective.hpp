@@ -30,7 +30,8 @@ constexpr StorageCode storage_code() {
 
 // Runs `local` (local validation) on every rank. When it throws on any rank, every rank throws:
 // the message of the lowest failing rank, prefixed "rank R: " when there are several ranks, as a
-// kattn::Error (or std::runtime_error when the failure was not a kattn::Error).
+// kattn::Error (or std::runtime_error when the failure was not a kattn::Error; one not derived
+// from std::exception reads "an exception not derived from std::exception").
 void collective_check(MPI_Comm comm, const std::function<void()>& local);
 
 // Every rank throws kattn::Error(message of the lowest rank with ok == false) if any has it.
