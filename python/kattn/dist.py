@@ -1,5 +1,5 @@
 """kattn across MPI ranks from Python: ring attention, head sharding (Ulysses) and hybrid over an
-mpi4py communicator.
+mpi4py communicator, and their gradients (kattn.torch's ring_attention etc. wrap them for autograd).
 
     from mpi4py import MPI
     import kattn.dist
@@ -18,7 +18,8 @@ from . import _kattn
 from ._arrays import as_array, returner
 
 __all__ = ["positions", "ring_attention", "ulysses_attention", "hybrid_attention", "ragged_positions",
-           "ragged_ring_attention"]
+           "ragged_ring_attention", "ring_attention_backward", "ulysses_attention_backward",
+           "hybrid_attention_backward", "ragged_ring_attention_backward"]
 
 
 def _require_mpi():
@@ -42,18 +43,36 @@ def positions(length, comm, *, sharding="contiguous", deterministic=False, chunk
     return _kattn.shard_positions(length, comm.Get_size(), comm.Get_rank(), sharding, _align(deterministic, chunk), u)
 
 
+def _arrays(**named):
+    """The arguments as NumPy arrays, and "" or what was refused: a refusal goes to kattn, which
+    raises it on every rank (no rank left in the ring)."""
+    try:
+        return [as_array(x, name) for name, x in named.items()], ""
+    except _kattn.Error as e:
+        return [None] * len(named), str(e)
+
+
+def _results(out, values, stats, return_stats):
+    result = tuple(out(x) for x in values) + ((stats,) if return_stats else ())
+    return result[0] if len(result) == 1 else result
+
+
 def _dense(call, comm, q, k, v, layout, opts, sharding, deterministic, chunk, ulysses_size, return_lse,
            return_stats):
     _require_mpi()
-    out = returner(q)
-    try:  # a refusal here goes to kattn, which raises it on every rank (no rank left in the ring)
-        arrays, refused = [as_array(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v"))], ""
-    except _kattn.Error as e:
-        arrays, refused = [None] * 3, str(e)
+    arrays, refused = _arrays(q=q, k=k, v=v)
     o, lse, stats = _kattn.dense_attention(call, comm.py2f(), *arrays, layout, opts, sharding, deterministic, chunk,
                                            ulysses_size, refused)
-    result = (out(o),) + ((out(lse),) if return_lse else ()) + ((stats,) if return_stats else ())
-    return result[0] if len(result) == 1 else result
+    return _results(returner(q), (o, lse) if return_lse else (o,), stats, return_stats)
+
+
+def _dense_backward(call, comm, q, k, v, o, lse, dout, layout, opts, sharding, deterministic, chunk, ulysses_size,
+                    return_stats):
+    _require_mpi()
+    arrays, refused = _arrays(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
+    dq, dk, dv, stats = _kattn.dense_attention_backward(call, comm.py2f(), *arrays, layout, opts, sharding,
+                                                        deterministic, chunk, ulysses_size, refused)
+    return _results(returner(q), (dq, dk, dv), stats, return_stats)
 
 
 def ring_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout="bnhd",
@@ -69,6 +88,18 @@ def ring_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, sca
     return _dense("ring", comm, q, k, v, layout, opts, sharding, deterministic, chunk, 0, return_lse, return_stats)
 
 
+def ring_attention_backward(comm, q, k, v, o, lse, dout, *, causal=False, window=None, softcap=0.0, scale=None,
+                            layout="bnhd", sharding="contiguous", deterministic=False, chunk=0, return_stats=False):
+    """The gradients of ring_attention: dq, dk, dv, this rank's shards of dL/dq, dL/dk, dL/dv (in
+    q's dtype, shaped as q, k, v), from this rank's shards q, k, v, dout = dL/do, and o, lse as
+    ring_attention returned them (return_lse=True). The options must be the forward's.
+    deterministic: bitwise the same gradients for every rank count and sharding. 16-bit shards:
+    float32 accumulation, k and v travel in 16 bits, the gradients rounded once."""
+    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
+    return _dense_backward("ring", comm, q, k, v, o, lse, dout, layout, opts, sharding, deterministic, chunk, 0,
+                           return_stats)
+
+
 def ulysses_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout="bnhd",
                       sharding="contiguous", deterministic=False, chunk=0, return_lse=False, return_stats=False):
     """Exact attention sharded over heads (DeepSpeed-Ulysses): arguments, shards and results as for
@@ -76,6 +107,15 @@ def ulysses_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, 
     sequence of Hq/P heads; deterministic: bitwise the same o for every rank count."""
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
     return _dense("ulysses", comm, q, k, v, layout, opts, sharding, deterministic, chunk, 0, return_lse, return_stats)
+
+
+def ulysses_attention_backward(comm, q, k, v, o, lse, dout, *, causal=False, window=None, softcap=0.0, scale=None,
+                               layout="bnhd", sharding="contiguous", deterministic=False, chunk=0,
+                               return_stats=False):
+    """The gradients of ulysses_attention, as ring_attention_backward's of ring_attention."""
+    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
+    return _dense_backward("ulysses", comm, q, k, v, o, lse, dout, layout, opts, sharding, deterministic, chunk, 0,
+                           return_stats)
 
 
 def hybrid_attention(comm, q, k, v, *, ulysses_size=0, causal=False, window=None, softcap=0.0, scale=None,
@@ -87,6 +127,15 @@ def hybrid_attention(comm, q, k, v, *, ulysses_size=0, causal=False, window=None
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
     return _dense("hybrid", comm, q, k, v, layout, opts, sharding, deterministic, chunk, ulysses_size, return_lse,
                   return_stats)
+
+
+def hybrid_attention_backward(comm, q, k, v, o, lse, dout, *, ulysses_size=0, causal=False, window=None,
+                              softcap=0.0, scale=None, layout="bnhd", sharding="contiguous", deterministic=False,
+                              chunk=0, return_stats=False):
+    """The gradients of hybrid_attention, as ring_attention_backward's of ring_attention."""
+    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
+    return _dense_backward("hybrid", comm, q, k, v, o, lse, dout, layout, opts, sharding, deterministic, chunk,
+                           ulysses_size, return_stats)
 
 
 def ragged_positions(indptr, comm, *, sharding="contiguous"):
@@ -108,12 +157,20 @@ def ragged_ring_attention(comm, q, k, v, q_indptr, kv_indptr, *, causal=False, s
     softcap and scale; no window, no deterministic mode. Returns o [nq, Hq, D] (and lse [nq, Hq],
     and this rank's stats dict)."""
     _require_mpi()
-    out = returner(q)
-    try:
-        arrays, refused = [as_array(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v"))], ""
-    except _kattn.Error as e:
-        arrays, refused = [None] * 3, str(e)
+    arrays, refused = _arrays(q=q, k=k, v=v)
     opts = dict(causal=causal, softcap=softcap, scale=scale)
     o, lse, stats = _kattn.ragged_ring_attention(comm.py2f(), *arrays, q_indptr, kv_indptr, opts, sharding, refused)
-    result = (out(o),) + ((out(lse),) if return_lse else ()) + ((stats,) if return_stats else ())
-    return result[0] if len(result) == 1 else result
+    return _results(returner(q), (o, lse) if return_lse else (o,), stats, return_stats)
+
+
+def ragged_ring_attention_backward(comm, q, k, v, o, lse, dout, q_indptr, kv_indptr, *, causal=False, softcap=0.0,
+                                   scale=None, sharding="contiguous", return_stats=False):
+    """The gradients of ragged_ring_attention: dq [nq, Hq, D], dk, dv [nk, Hkv, D], this rank's
+    rows, from this rank's rows q, k, v, dout = dL/do, and o, lse as ragged_ring_attention returned
+    them (return_lse=True). The options must be the forward's."""
+    _require_mpi()
+    arrays, refused = _arrays(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
+    opts = dict(causal=causal, softcap=softcap, scale=scale)
+    dq, dk, dv, stats = _kattn.ragged_ring_attention_backward(comm.py2f(), *arrays, q_indptr, kv_indptr, opts,
+                                                              sharding, refused)
+    return _results(returner(q), (dq, dk, dv), stats, return_stats)

@@ -5,6 +5,9 @@
     o.sum().backward()                               # q.grad, k.grad, v.grad from kattn's backward
 
 Layout "bhnd" by default, as torch.nn.functional.scaled_dot_product_attention takes; "bnhd" also.
+Across MPI ranks (kattn built with its MPI layer, mpi4py): ring_attention(comm, q, k, v, ...),
+ulysses_attention, hybrid_attention and ragged_ring_attention take each rank's shard and give its
+gradients; their backward is collective, as their forward.
 The forward keeps o and lse for the backward (not the attention matrix). float32, float64, float16
 and bfloat16 with gradients (16-bit: fp32 accumulation, the gradients rounded once to the inputs'
 dtype); float32 q over a 16-bit k, v runs forward only: kattn's backward has no such mixed storage,
@@ -15,6 +18,25 @@ import torch
 
 from . import _kattn
 from ._arrays import as_array, to_tensor
+
+
+def _saved(ctx, name):
+    """What a forward saved, for a backward that runs outside autograd."""
+    # Grad mode is on here only under create_graph=True: kattn's backward has no graph of its
+    # own, so a second derivative (e.g. a gradient penalty) would silently lose this term.
+    if torch.is_grad_enabled():
+        raise RuntimeError(f"kattn.torch.{name}: second derivatives (create_graph=True) are not supported")
+    return [t.detach() for t in ctx.saved_tensors]  # o comes back as an output needing grad
+
+
+def _prepared_dout(dout, q):
+    """dL/do as kattn's backward reads it: q's dtype, the head dim contiguous."""
+    dout = dout.detach()
+    if dout.dtype != q.dtype:
+        dout = dout.to(q.dtype)
+    if dout.stride(-1) != 1:
+        dout = dout.contiguous()
+    return dout
 
 
 class _Attention(torch.autograd.Function):
@@ -29,16 +51,8 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
-        # Grad mode is on here only under create_graph=True: kattn's backward has no graph of its
-        # own, so a second derivative (e.g. a gradient penalty) would silently lose this term.
-        if torch.is_grad_enabled():
-            raise RuntimeError("kattn.torch.attention: second derivatives (create_graph=True) are not supported")
-        q, k, v, o, lse = (t.detach() for t in ctx.saved_tensors)  # o comes back as an output needing grad
-        dout = dout.detach()
-        if dout.dtype != q.dtype:
-            dout = dout.to(q.dtype)
-        if dout.stride(-1) != 1:  # kattn reads the head dim contiguously
-            dout = dout.contiguous()
+        q, k, v, o, lse = _saved(ctx, "attention")
+        dout = _prepared_dout(dout, q)
         arrays = [as_array(t, name) for t, name in ((q, "q"), (k, "k"), (v, "v"), (o, "o"), (lse, "lse"),
                                                      (dout, "dout"))]
         dq, dk, dv, _ = _kattn.attention_backward(*arrays, ctx.layout, ctx.opts, ctx.deterministic)
@@ -67,3 +81,82 @@ def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, la
                                    f"give them one dtype")
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale, block_q=block_q, block_k=block_k)
     return _Attention.apply(q, k, v, layout, opts, deterministic)
+
+
+class _DistAttention(torch.autograd.Function):
+    """A kattn.dist call and its backward: forward(q, k, v) -> (o, lse), backward(q, k, v, o, lse,
+    dout) -> (dq, dk, dv), both collective over the call's communicator."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, name, forward, backward):
+        q_, k_, v_ = (t.detach() for t in (q, k, v))
+        o, lse = forward(q_, k_, v_)
+        ctx.save_for_backward(q_, k_, v_, o, lse)
+        ctx.name, ctx.backward_call = name, backward
+        return o
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, o, lse = _saved(ctx, ctx.name)
+        dq, dk, dv = ctx.backward_call(q, k, v, o, lse, _prepared_dout(dout, q))
+        return dq, dk, dv, None, None, None
+
+
+def _dist(name, q, k, v, forward, backward):
+    for t, arg in ((q, "q"), (k, "k"), (v, "v")):
+        if not isinstance(t, torch.Tensor):
+            raise _kattn.Error(f"{arg}: expected a torch.Tensor, got {type(t).__name__}")
+    return _DistAttention.apply(q, k, v, name, forward, backward)
+
+
+def ring_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout="bhnd",
+                   sharding="contiguous", deterministic=False, chunk=0):
+    """kattn.dist.ring_attention with gradients for this rank's shards of q, k and v.
+
+    q [B, Hq, nq, D], k, v [B, Hkv, nk, D] (layout "bhnd"; "bnhd" too): this rank's positions,
+    kattn.dist.positions(N, comm, ...) of the sequence axis; float32, float64, float16 or bfloat16
+    CPU tensors. Options as for kattn.dist.ring_attention. The backward is collective like the
+    forward: every rank of `comm` must run it (each rank's loss may be anything of its o).
+    """
+    import kattn.dist as kd
+
+    kw = dict(causal=causal, window=window, softcap=softcap, scale=scale, layout=layout, sharding=sharding,
+              deterministic=deterministic, chunk=chunk)
+    return _dist("ring_attention", q, k, v, lambda *a: kd.ring_attention(comm, *a, return_lse=True, **kw),
+                 lambda *a: kd.ring_attention_backward(comm, *a, **kw))
+
+
+def ulysses_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout="bhnd",
+                      sharding="contiguous", deterministic=False, chunk=0):
+    """kattn.dist.ulysses_attention (head sharding) with gradients, as ring_attention."""
+    import kattn.dist as kd
+
+    kw = dict(causal=causal, window=window, softcap=softcap, scale=scale, layout=layout, sharding=sharding,
+              deterministic=deterministic, chunk=chunk)
+    return _dist("ulysses_attention", q, k, v, lambda *a: kd.ulysses_attention(comm, *a, return_lse=True, **kw),
+                 lambda *a: kd.ulysses_attention_backward(comm, *a, **kw))
+
+
+def hybrid_attention(comm, q, k, v, *, ulysses_size=0, causal=False, window=None, softcap=0.0, scale=None,
+                     layout="bhnd", sharding="contiguous", deterministic=False, chunk=0):
+    """kattn.dist.hybrid_attention (head sharding in groups of ulysses_size, a ring across them)
+    with gradients, as ring_attention; shards: kattn.dist.positions(N, comm, ulysses_size=...)."""
+    import kattn.dist as kd
+
+    kw = dict(ulysses_size=ulysses_size, causal=causal, window=window, softcap=softcap, scale=scale, layout=layout,
+              sharding=sharding, deterministic=deterministic, chunk=chunk)
+    return _dist("hybrid_attention", q, k, v, lambda *a: kd.hybrid_attention(comm, *a, return_lse=True, **kw),
+                 lambda *a: kd.hybrid_attention_backward(comm, *a, **kw))
+
+
+def ragged_ring_attention(comm, q, k, v, q_indptr, kv_indptr, *, causal=False, softcap=0.0, scale=None,
+                          sharding="contiguous"):
+    """kattn.dist.ragged_ring_attention with gradients: q [nq, Hq, D], k, v [nk, Hkv, D], this
+    rank's rows (kattn.dist.ragged_positions) of a packed batch whose offsets q_indptr, kv_indptr
+    every rank gives whole; float32 or float64. The backward is collective, as ring_attention's."""
+    import kattn.dist as kd
+
+    kw = dict(causal=causal, softcap=softcap, scale=scale, sharding=sharding)
+    return _dist("ragged_ring_attention", q, k, v,
+                 lambda *a: kd.ragged_ring_attention(comm, *a, q_indptr, kv_indptr, return_lse=True, **kw),
+                 lambda *a: kd.ragged_ring_attention_backward(comm, *a, q_indptr, kv_indptr, **kw))

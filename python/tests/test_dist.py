@@ -77,8 +77,9 @@ def test_bad_input_on_one_rank_raises_the_same_error_on_every_rank():
 @pytest.mark.parametrize("sharding", ["contiguous", "zigzag"])
 @pytest.mark.parametrize("opt", [{}, {"causal": True}, {"causal": True, "softcap": 5.0}])
 def test_ragged_ring_equals_ragged_attention_on_every_rank(sharding, opt):
-    # Lengths multiples of 12: every sequence divides into 2P pieces at 1, 2 and 3 ranks; one is empty.
-    lens = [24, 0, 12, 36]
+    # Lengths multiples of 2P: every sequence divides into zigzag's pieces; one is empty.
+    P = COMM.Get_size()
+    lens = [4 * P, 0, 2 * P, 6 * P]
     indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     rng = np.random.default_rng(11)  # the same on every rank
     q, k, v = (rng.standard_normal((indptr[-1], h, 16)) for h in (4, 2, 2))

@@ -1,0 +1,182 @@
+"""Gradients across MPI ranks from Python: kattn.dist's *_backward functions and kattn.torch's
+distributed autograd functions give every rank its shard of the one-process gradients (float64, to
+1e-12), deterministic gradients bitwise one rank's, and a bad argument on one rank the same error
+on every rank.
+
+Run by pytest alone (one rank) and by ctest under mpiexec with several ranks (python.dist.np*)."""
+import re
+
+import numpy as np
+import pytest
+
+MPI = pytest.importorskip("mpi4py.MPI", reason="mpi4py is not installed (Debian: python3-mpi4py)")
+import kattn  # noqa: E402
+import kattn.dist  # noqa: E402
+
+if not hasattr(kattn._kattn, "dense_attention_backward"):
+    pytest.skip("kattn was built without its MPI layer (-DKATTN_ENABLE_MPI=ON)", allow_module_level=True)
+
+COMM = MPI.COMM_WORLD
+P = COMM.Get_size()
+U = 2 if P % 2 == 0 else 1  # hybrid's group size
+NAMES = ["ring", "ulysses", "hybrid"]
+
+
+def problem(n, hq, hkv, d, seed):
+    """q, k, v, dout [2, n, H, D] in float64, the same on every rank."""
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((2, n, h, d)) for h in (hq, hkv, hkv, hq)]
+
+
+def group_size(name, comm):
+    return (U if comm.Get_size() == P else 1) if name == "hybrid" else None
+
+
+def forward(name, comm, q, k, v, **kw):
+    extra = {"ulysses_size": group_size(name, comm)} if name == "hybrid" else {}
+    return getattr(kattn.dist, name + "_attention")(comm, q, k, v, return_lse=True, **extra, **kw)
+
+
+def backward(name, comm, q, k, v, o, lse, dout, **kw):
+    extra = {"ulysses_size": group_size(name, comm)} if name == "hybrid" else {}
+    return getattr(kattn.dist, name + "_attention_backward")(comm, q, k, v, o, lse, dout, **extra, **kw)
+
+
+def positions(name, n, comm, **kw):
+    return kattn.dist.positions(n, comm, ulysses_size=group_size(name, comm), **kw)
+
+
+def assert_close(got, ref):
+    assert got.shape == ref.shape
+    assert np.abs(got - ref).max(initial=0.0) <= 1e-12 * max(1.0, np.abs(ref).max(initial=0.0))
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("opt", [{}, {"causal": True}, {"causal": True, "window": (9, 0)}, {"softcap": 5.0}])
+@pytest.mark.parametrize("sharding", ["contiguous", "zigzag"])
+def test_gradients_are_the_shards_of_one_process(name, opt, sharding):
+    n = 37  # not a multiple of 2P at 2 or 3 ranks: uneven shards
+    q, k, v, dout = problem(n, 12, 4, 16, seed=n + len(opt))
+    o, lse = kattn.attention(q, k, v, return_lse=True, **opt)
+    ref = kattn.attention_backward(q, k, v, o, lse, dout, **opt)
+    pos = positions(name, n, COMM, sharding=sharding)
+    o_r, lse_r = forward(name, COMM, q[:, pos], k[:, pos], v[:, pos], sharding=sharding, **opt)
+    grads = backward(name, COMM, q[:, pos], k[:, pos], v[:, pos], o_r, lse_r, dout[:, pos], sharding=sharding, **opt)
+    for got, whole in zip(grads, ref):
+        assert_close(got, whole[:, pos])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_deterministic_gradients_are_bitwise_one_ranks(name):
+    n = 70
+    q, k, v, dout = problem(n, 24, 12, 8, seed=3)  # Ulysses' deterministic mode: whole GQA groups at 1-4 ranks
+    det = dict(causal=True, deterministic=True, chunk=16)
+    pos = positions(name, n, COMM, deterministic=True, chunk=16)
+    o, lse = forward(name, COMM, q[:, pos], k[:, pos], v[:, pos], **det)
+    grads = backward(name, COMM, q[:, pos], k[:, pos], v[:, pos], o, lse, dout[:, pos], **det)
+    alone = COMM.Split(COMM.Get_rank(), 0)
+    o1, lse1 = forward(name, alone, q, k, v, **det)
+    for got, whole in zip(grads, backward(name, alone, q, k, v, o1, lse1, dout, **det)):
+        assert got.tobytes() == np.ascontiguousarray(whole[:, pos]).tobytes()
+
+
+@pytest.mark.parametrize("sharding", ["contiguous", "zigzag"])
+@pytest.mark.parametrize("opt", [{}, {"causal": True}, {"causal": True, "softcap": 5.0}])
+def test_ragged_gradients_are_the_rows_of_one_process(sharding, opt):
+    lens = [4 * P, 0, 2 * P, 6 * P]  # multiples of 2P (zigzag's pieces); one empty sequence
+    indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    rng = np.random.default_rng(17)
+    q, k, v, dout = (rng.standard_normal((indptr[-1], h, 16)) for h in (4, 2, 2, 4))
+    o, lse = kattn.ragged_attention(q, k, v, indptr, indptr, return_lse=True, **opt)
+    ref = kattn.ragged_attention_backward(q, k, v, o, lse, dout, indptr, indptr, **opt)
+    rows = kattn.dist.ragged_positions(indptr, COMM, sharding=sharding)
+    o_r, lse_r = kattn.dist.ragged_ring_attention(COMM, q[rows], k[rows], v[rows], indptr, indptr, sharding=sharding,
+                                                  return_lse=True, **opt)
+    grads = kattn.dist.ragged_ring_attention_backward(COMM, q[rows], k[rows], v[rows], o_r, lse_r, dout[rows], indptr,
+                                                      indptr, sharding=sharding, **opt)
+    for got, whole in zip(grads, ref):
+        assert_close(got, whole[rows])
+
+
+def test_a_bad_dout_or_lse_on_one_rank_is_refused_on_every_rank():
+    n = 16
+    q, k, v, dout = problem(n, 2, 1, 8, seed=5)
+    pos = kattn.dist.positions(n, COMM)
+    o, lse = kattn.dist.ring_attention(COMM, q[:, pos], k[:, pos], v[:, pos], return_lse=True)
+    last = COMM.Get_rank() == P - 1
+    bad_dout = dout[:, pos][..., :4] if last else dout[:, pos]  # the wrong head dim on the last rank
+    with pytest.raises(kattn.Error) as e:
+        kattn.dist.ring_attention_backward(COMM, q[:, pos], k[:, pos], v[:, pos], o, lse, bad_dout)
+    messages = COMM.allgather(str(e.value))
+    assert len(set(messages)) == 1 and "do: expected head dim 8" in messages[0]
+    with pytest.raises(kattn.Error, match=re.escape("lse: expected a NumPy array or a CPU tensor")):
+        kattn.dist.ring_attention_backward(COMM, q[:, pos], k[:, pos], v[:, pos], o, None if last else lse,
+                                           dout[:, pos])
+    with pytest.raises(kattn.Error, match="lse"):  # lse in float32 under float64 shards
+        kattn.dist.ring_attention_backward(COMM, q[:, pos], k[:, pos], v[:, pos], o,
+                                           lse.astype(np.float32) if last else lse, dout[:, pos])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_torch_autograd_gives_each_rank_its_gradients(name):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    import kattn.torch
+
+    n = 45
+    arrays = [torch.from_numpy(x.transpose(0, 2, 1, 3).copy()) for x in problem(n, 6 * U, 3, 16, seed=9)]
+    q, k, v, dout = arrays  # [B, H, N, D]: kattn.torch's default layout
+    whole = [x.clone().requires_grad_() for x in (q, k, v)]
+    (kattn.torch.attention(*whole, causal=True) * dout).sum().backward()
+    pos = torch.from_numpy(positions(name, n, COMM, sharding="zigzag"))
+    shards = [x[:, :, pos].clone().requires_grad_() for x in (q, k, v)]
+    call = getattr(kattn.torch, name + "_attention")
+    extra = {"ulysses_size": U} if name == "hybrid" else {}
+    o = call(COMM, *shards, causal=True, sharding="zigzag", **extra)
+    (o * dout[:, :, pos]).sum().backward()
+    for shard, ref in zip(shards, whole):
+        assert_close(shard.grad.numpy(), ref.grad[:, :, pos].numpy())
+
+
+def test_torch_autograd_over_a_ragged_batch():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    import kattn.torch
+
+    lens = [2 * P, 6 * P, 4 * P]
+    indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    rng = np.random.default_rng(23)
+    q, k, v, dout = (torch.from_numpy(rng.standard_normal((indptr[-1], h, 8))) for h in (2, 1, 1, 2))
+    o, lse = kattn.ragged_attention(q, k, v, indptr, indptr, causal=True, return_lse=True)
+    ref = kattn.ragged_attention_backward(q, k, v, o, lse, dout, indptr, indptr, causal=True)
+    rows = torch.from_numpy(kattn.dist.ragged_positions(indptr, COMM))
+    shards = [x[rows].clone().requires_grad_() for x in (q, k, v)]
+    o_r = kattn.torch.ragged_ring_attention(COMM, *shards, indptr, indptr, causal=True)
+    assert_close(o_r.detach().numpy(), o[rows].numpy())
+    (o_r * dout[rows]).sum().backward()
+    for shard, whole in zip(shards, ref):
+        assert_close(shard.grad.numpy(), whole[rows].numpy())
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_torch_autograd_in_16_bits(dtype):
+    """16-bit shards run the same backward (float accumulation, gradients rounded once; the C++
+    tests hold it to FlashAttention's rule): here, within two 16-bit epsilons (relative to the
+    largest gradient) of float64's gradients on the same rounded inputs."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    import kattn.torch
+
+    n = 40
+    q, k, v, dout = (torch.from_numpy(x.transpose(0, 2, 1, 3).copy()) for x in problem(n, 4, 2, 16, seed=12))
+    tdtype = getattr(torch, dtype)
+    q, k, v, dout = (x.to(tdtype) for x in (q, k, v, dout))  # the inputs as stored, rounded
+    whole = [x.double().requires_grad_() for x in (q, k, v)]
+    (kattn.torch.attention(*whole, causal=True) * dout.double()).sum().backward()
+    pos = torch.from_numpy(kattn.dist.positions(n, COMM, sharding="zigzag"))
+    shards = [x[:, :, pos].clone().requires_grad_() for x in (q, k, v)]
+    o = kattn.torch.ring_attention(COMM, *shards, causal=True, sharding="zigzag")
+    assert o.dtype == tdtype
+    (o * dout[:, :, pos]).sum().backward()
+    for shard, ref in zip(shards, whole):
+        assert shard.grad.dtype == tdtype
+        expected = ref.grad[:, :, pos]
+        bound = 2 * torch.finfo(tdtype).eps * expected.abs().max().item()  # measured: a fifth of it
+        assert (shard.grad.double() - expected).abs().max().item() <= bound
