@@ -86,8 +86,9 @@ struct Tuning {
   static constexpr std::size_t row_tile_head_budget = 256 * 1024;
   // K + V bytes of one key tile (all heads of the team) when the options leave block_k at 0:
   // enough keys to amortise the per-tile softmax bookkeeping, few enough that the tile and the
-  // next one, prefetched, stay in L2 (64 keys at 8 heads x D = 128 in float; 256 at 1 head).
-  static constexpr std::size_t row_tile_kv_bytes = 512 * 1024;
+  // next one, prefetched, stay well inside L2 (32 keys at 8 heads x D = 128 in float; 128 at 1
+  // head). GQA 8:1 decode read 0.65 of the stream with 32 keys, 0.51 with 64 (perf/RESULTS.md).
+  static constexpr std::size_t row_tile_kv_bytes = 256 * 1024;
   static constexpr int row_tile_max_keys = 256;
   // Software prefetch of the next key tile's K and V rows while the current one is folded: a
   // decode reads each row once, scattered (one KV head's rows are head_dim apart in a
