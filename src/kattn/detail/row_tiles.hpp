@@ -105,6 +105,11 @@ inline void fma_block(std::array<simd::vec<T>, RB * KB>& acc, const std::array<s
                       const std::array<simd::vec<T>, KB>& k, std::index_sequence<I...>) {
   ((acc[I] += q[I / KB] * k[I % KB]), ...);
 }
+// N zero vectors, built in registers (a fill() of the array went through a memset on the stack).
+template <class T, std::size_t... I>
+inline std::array<simd::vec<T>, sizeof...(I)> zeros(std::index_sequence<I...>) {
+  return {{(static_cast<void>(I), simd::splat<T>(T(0)))...}};
+}
 template <class T, std::size_t N, class KV, std::size_t... I>
 inline void load_rows(std::array<simd::vec<T>, N>& v, const KV* const* p, std::ptrdiff_t d, std::index_sequence<I...>) {
   ((v[I] = simd::load_as<T>(p[I] + d), simd::pin<T>(v[I])), ...);
@@ -141,8 +146,7 @@ KOKKOS_INLINE_FUNCTION void score_block(int dims_p, const T* KOKKOS_RESTRICT q, 
   using V = simd::vec<T>;
   constexpr int W = simd::width<T>();
   constexpr int KB = W / RB;
-  std::array<V, W> acc;
-  acc.fill(simd::splat<T>(T(0)));
+  std::array<V, W> acc = row_simd::zeros<T>(std::make_index_sequence<W>());
   const KV* kp[KB];
   for (int j = 0; j < KB; ++j) kp[j] = krow[j].p + off;
   for (int d = 0; d < dims_p; d += W) {
