@@ -14,8 +14,8 @@ any rank raises the same kattn.Error on every rank. Needs kattn built with its M
 (-DKATTN_ENABLE_MPI=ON) and mpi4py on the same MPI.
 """
 
-from . import _kattn
-from ._arrays import as_array, returner
+from . import _as_arrays, _kattn
+from ._arrays import returner
 
 __all__ = ["positions", "ring_attention", "ulysses_attention", "hybrid_attention", "ragged_positions",
            "ragged_ring_attention", "ring_attention_backward", "ulysses_attention_backward",
@@ -47,7 +47,7 @@ def _arrays(**named):
     """The arguments as NumPy arrays, and "" or what was refused: a refusal goes to kattn, which
     raises it on every rank (no rank left in the ring)."""
     try:
-        return [as_array(x, name) for name, x in named.items()], ""
+        return _as_arrays(**named), ""
     except _kattn.Error as e:
         return [None] * len(named), str(e)
 

@@ -70,9 +70,7 @@ def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, la
     it); float32 q over a float16 or bfloat16 k, v without gradients. deterministic: a bitwise
     reproducible backward for every thread count.
     """
-    for t, name in ((q, "q"), (k, "k"), (v, "v")):
-        if not isinstance(t, torch.Tensor):
-            raise _kattn.Error(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    _require_tensors(q, k, v)
     if q.dtype == torch.float32 and k.dtype in (torch.float16, torch.bfloat16) and torch.is_grad_enabled():
         for t, name in ((q, "q"), (k, "k"), (v, "v")):
             if t.requires_grad:
@@ -102,11 +100,21 @@ class _DistAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 
-def _dist(name, q, k, v, forward, backward):
-    for t, arg in ((q, "q"), (k, "k"), (v, "v")):
+def _require_tensors(q, k, v):
+    for t, name in ((q, "q"), (k, "k"), (v, "v")):
         if not isinstance(t, torch.Tensor):
-            raise _kattn.Error(f"{arg}: expected a torch.Tensor, got {type(t).__name__}")
-    return _DistAttention.apply(q, k, v, name, forward, backward)
+            raise _kattn.Error(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+
+
+def _dist(name, comm, q, k, v, *index, **kw):
+    """kattn.dist.<name> and its <name>_backward as one autograd call; index: arguments after q, k,
+    v that both take (a ragged batch's indptr)."""
+    import kattn.dist as kd
+
+    _require_tensors(q, k, v)
+    forward, backward = getattr(kd, name), getattr(kd, name + "_backward")
+    return _DistAttention.apply(q, k, v, name, lambda *a: forward(comm, *a, *index, return_lse=True, **kw),
+                                lambda *a: backward(comm, *a, *index, **kw))
 
 
 def ring_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout="bhnd",
@@ -118,35 +126,24 @@ def ring_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, sca
     CPU tensors. Options as for kattn.dist.ring_attention. The backward is collective like the
     forward: every rank of `comm` must run it (each rank's loss may be anything of its o).
     """
-    import kattn.dist as kd
-
-    kw = dict(causal=causal, window=window, softcap=softcap, scale=scale, layout=layout, sharding=sharding,
-              deterministic=deterministic, chunk=chunk)
-    return _dist("ring_attention", q, k, v, lambda *a: kd.ring_attention(comm, *a, return_lse=True, **kw),
-                 lambda *a: kd.ring_attention_backward(comm, *a, **kw))
+    return _dist("ring_attention", comm, q, k, v, causal=causal, window=window, softcap=softcap, scale=scale,
+                 layout=layout, sharding=sharding, deterministic=deterministic, chunk=chunk)
 
 
 def ulysses_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout="bhnd",
                       sharding="contiguous", deterministic=False, chunk=0):
     """kattn.dist.ulysses_attention (head sharding) with gradients, as ring_attention."""
-    import kattn.dist as kd
-
-    kw = dict(causal=causal, window=window, softcap=softcap, scale=scale, layout=layout, sharding=sharding,
-              deterministic=deterministic, chunk=chunk)
-    return _dist("ulysses_attention", q, k, v, lambda *a: kd.ulysses_attention(comm, *a, return_lse=True, **kw),
-                 lambda *a: kd.ulysses_attention_backward(comm, *a, **kw))
+    return _dist("ulysses_attention", comm, q, k, v, causal=causal, window=window, softcap=softcap, scale=scale,
+                 layout=layout, sharding=sharding, deterministic=deterministic, chunk=chunk)
 
 
 def hybrid_attention(comm, q, k, v, *, ulysses_size=0, causal=False, window=None, softcap=0.0, scale=None,
                      layout="bhnd", sharding="contiguous", deterministic=False, chunk=0):
     """kattn.dist.hybrid_attention (head sharding in groups of ulysses_size, a ring across them)
     with gradients, as ring_attention; shards: kattn.dist.positions(N, comm, ulysses_size=...)."""
-    import kattn.dist as kd
-
-    kw = dict(ulysses_size=ulysses_size, causal=causal, window=window, softcap=softcap, scale=scale, layout=layout,
-              sharding=sharding, deterministic=deterministic, chunk=chunk)
-    return _dist("hybrid_attention", q, k, v, lambda *a: kd.hybrid_attention(comm, *a, return_lse=True, **kw),
-                 lambda *a: kd.hybrid_attention_backward(comm, *a, **kw))
+    return _dist("hybrid_attention", comm, q, k, v, ulysses_size=ulysses_size, causal=causal, window=window,
+                 softcap=softcap, scale=scale, layout=layout, sharding=sharding, deterministic=deterministic,
+                 chunk=chunk)
 
 
 def ragged_ring_attention(comm, q, k, v, q_indptr, kv_indptr, *, causal=False, softcap=0.0, scale=None,
@@ -154,9 +151,5 @@ def ragged_ring_attention(comm, q, k, v, q_indptr, kv_indptr, *, causal=False, s
     """kattn.dist.ragged_ring_attention with gradients: q [nq, Hq, D], k, v [nk, Hkv, D], this
     rank's rows (kattn.dist.ragged_positions) of a packed batch whose offsets q_indptr, kv_indptr
     every rank gives whole; float32 or float64. The backward is collective, as ring_attention's."""
-    import kattn.dist as kd
-
-    kw = dict(causal=causal, softcap=softcap, scale=scale, sharding=sharding)
-    return _dist("ragged_ring_attention", q, k, v,
-                 lambda *a: kd.ragged_ring_attention(comm, *a, q_indptr, kv_indptr, return_lse=True, **kw),
-                 lambda *a: kd.ragged_ring_attention_backward(comm, *a, q_indptr, kv_indptr, **kw))
+    return _dist("ragged_ring_attention", comm, q, k, v, q_indptr, kv_indptr, causal=causal, softcap=softcap,
+                 scale=scale, sharding=sharding)
