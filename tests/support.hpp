@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
@@ -81,8 +82,11 @@ inline Options with_mask(Options o, const BlockMask& mask) {
   return o;
 }
 
-// A fresh seed for every call, so every run draws new inputs; printed on failure.
+// A fresh seed for every call, so every run draws new inputs; printed on failure. KATTN_TEST_SEED
+// set replays one: every call returns it (run the failing test alone with --gtest_filter).
 inline std::uint64_t fresh_seed() {
+  static const char* replay = std::getenv("KATTN_TEST_SEED");
+  if (replay && *replay) return std::strtoull(replay, nullptr, 10);
   static std::uint64_t counter = std::random_device{}();
   return ++counter * 0x9E3779B97F4A7C15ull;
 }
