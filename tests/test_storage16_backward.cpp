@@ -37,18 +37,13 @@ void check_backward(const Shape& s, const Options& opt) {
   attention_backward(space, p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq, dk, dv, opt);
   reference_backward(space, p.qd, p.kd, p.vd, dout_d, dq_r, dk_r, dv_r, opt);
   Kokkos::fence();
-  std::vector<double> tq, tk, tv;
-  textbook_backward_in<S>(p.host().params(), to_host(dout_d), opt, tq, tk, tv);
-  expect_within_twice_textbook(to_host(dq), tq, to_host(dq_r), "dq " + what);
-  expect_within_twice_textbook(to_host(dk), tk, to_host(dk_r), "dk " + what);
-  expect_within_twice_textbook(to_host(dv), tv, to_host(dv_r), "dv " + what);
+  const Textbook16Backward tb = textbook16_backward<S>(p.host().params(), to_host(dout_d), opt);
+  expect_16bit_grad_rule({to_host(dq), to_host(dk), to_host(dv)}, tb, {to_host(dq_r), to_host(dk_r), to_host(dv_r)}, what);
 }
 
-// The rule on FlashAttention's own test grid (head dims 32 to 128, lengths that tiles do not
-// divide): there the max error is a stable statistic. kattn's D = rowsum(dO o) reads the o the
-// forward rounded to 16 bits, as FlashAttention's backward does, and on rows of a handful of keys
-// that rounding alone can exceed twice the textbook's error; edge shapes are checked below
-// (DenseEdgeShapesAreTheRoundedFloatBackward).
+// The rule (storage16_support.hpp, expect_16bit_grad_rule) on FlashAttention's own test grid
+// (head dims 32 to 128, lengths that tiles do not divide); edge shapes are checked below against
+// the rounded float backward (DenseEdgeShapesAreTheRoundedFloatBackward).
 TEST(Storage16Backward, DenseMeetsTheRuleForEveryVariantAndGqaRatio) {
   const std::vector<Shape> shapes = {{2, 113, 203, 4, 2, 32}, {1, 128, 217, 2, 1, 128}, {1, 203, 113, 8, 1, 64}};
   for (const Shape& s : shapes)

@@ -117,12 +117,15 @@ def assert_16bit_rule(o, lse, ref_o, ref_lse, tb_o):
     assert lse_err <= 1e-5, f"lse: relative error {lse_err:.3g}"
 
 
-def textbook16_backward(q, k, v, dout, dtype, causal=False, window=None, softcap=0.0, scale=None):
+def textbook16_backward(q, k, v, dout, dtype, causal=False, window=None, softcap=0.0, scale=None,
+                        d_from_o16=False, rounded=True):
     """dq, dk, dv of the textbook backward run in a 16-bit dtype, as autograd runs textbook16:
     S and P rounded to dtype (the cap's tanh taken of the rounded score, its result rounded), dP =
     dO V^T rounded, dS = P (dP - rowsum(P dP)) rounded (times 1 - tanh^2 under softcap, rounded),
     and dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO accumulated in float32 (over the query heads
-    of each KV head too) and rounded once. q, k, v, dout hold dtype's values; [B, N, H, D]."""
+    of each KV head too) and rounded once. q, k, v, dout hold dtype's values; [B, N, H, D].
+    d_from_o16: rowsum(dO o) with o rounded to dtype in place of rowsum(P dP), as FlashAttention's
+    backward and kattn's compute D; rounded=False: the float32 sums before their last rounding."""
     q, k, v, dout = (np.asarray(x, np.float32) for x in (q, k, v, dout))
     B, Nq, Hq, D = q.shape
     Nk, Hkv = k.shape[1], k.shape[2]
@@ -138,15 +141,32 @@ def textbook16_backward(q, k, v, dout, dtype, causal=False, window=None, softcap
     m = np.where(np.isfinite(m), m, np.float32(0))
     p = np.exp(s - m)
     l = p.sum(axis=-1, keepdims=True)
-    p = round16(np.where(l > 0, p / np.where(l > 0, l, 1), 0), dtype)
+    p = np.where(l > 0, p / np.where(l > 0, l, 1), 0).astype(np.float32)
+    if d_from_o16:
+        o = round16(np.einsum("bhij,bjhd->bihd", p, vv), dtype)
+        rowsum = np.einsum("bihd,bihd->bhi", dout, o)[..., None]
+    p = round16(p, dtype)
     dp = round16(np.einsum("bihd,bjhd->bhij", dout, vv), dtype)
-    ds = round16(p * (dp - (p * dp).sum(axis=-1, keepdims=True)), dtype)
+    if not d_from_o16:
+        rowsum = (p * dp).sum(axis=-1, keepdims=True)
+    ds = round16(p * (dp - rowsum), dtype)
     if softcap:
         ds = round16(ds * (1 - t * t), dtype)
-    dq = round16(scale * np.einsum("bhij,bjhd->bihd", ds, kk), dtype)
-    dk = round16(scale * np.einsum("bhij,bihd->bjhd", ds, q).reshape(B, Nk, Hkv, G, D).sum(axis=3), dtype)
-    dv = round16(np.einsum("bhij,bihd->bjhd", p, dout).reshape(B, Nk, Hkv, G, D).sum(axis=3), dtype)
+    last = (lambda a: round16(a, dtype)) if rounded else (lambda a: a)
+    dq = last(scale * np.einsum("bhij,bjhd->bihd", ds, kk))
+    dk = last(scale * np.einsum("bhij,bihd->bjhd", ds, q).reshape(B, Nk, Hkv, G, D).sum(axis=3))
+    dv = last(np.einsum("bhij,bihd->bjhd", p, dout).reshape(B, Nk, Hkv, G, D).sum(axis=3))
     return dq, dk, dv
+
+
+def o16_allowance(q, k, v, dout, dtype, **opt):
+    """What reading o rounded to dtype for D = rowsum(dO o) changes in the 16-bit textbook, per
+    gradient (max |difference| before the last rounding): FlashAttention's backward and kattn's
+    read that o, autograd's does not, and on rows of a handful of keys it alone can reach the
+    textbook's error (a one-key row: exact dS is 0, D = dO o16 against dP = dO v)."""
+    a = textbook16_backward(q, k, v, dout, dtype, rounded=False, **opt)
+    b = textbook16_backward(q, k, v, dout, dtype, d_from_o16=True, rounded=False, **opt)
+    return [float(np.abs(np.asarray(x, np.float64) - y).max(initial=0.0)) for x, y in zip(a, b)]
 
 
 def grad16_errors(grads, ref, tb):
@@ -162,9 +182,11 @@ def grad16_errors(grads, ref, tb):
     return out
 
 
-def assert_16bit_grad_rule(grads, ref, tb):
+def assert_16bit_grad_rule(grads, ref, tb, allowance):
     """FlashAttention's rule for the gradients in 16-bit storage: each of dq, dk, dv within twice
     the max error of the textbook backward run in the 16-bit type (tb, textbook16_backward; 1e-6
-    where that one is exact) against the float64 textbook backward on the same 16-bit inputs."""
-    for name, (err, err_tb) in grad16_errors(grads, ref, tb).items():
-        assert err <= max(2 * err_tb, 1e-6), f"{name}: max error {err:.3g}, the textbook's in 16 bits {err_tb:.3g}"
+    where that one is exact) against the float64 textbook backward on the same 16-bit inputs, plus
+    what the 16-bit o changes in the textbook (allowance, o16_allowance)."""
+    for (name, (err, err_tb)), a in zip(grad16_errors(grads, ref, tb).items(), allowance):
+        assert err <= max(2 * err_tb, 1e-6) + a, \
+            f"{name}: max error {err:.3g}, the textbook's in 16 bits {err_tb:.3g}, o in 16 bits changes it {a:.3g}"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kattn
-from reference import assert_16bit_grad_rule, round16, textbook_backward, textbook16_backward
+from reference import assert_16bit_grad_rule, o16_allowance, round16, textbook_backward, textbook16_backward
 from test_attention import SHAPES, VARIANTS
 from test_kinds import KV_LENS, MASKS, Q_LENS, pages_of, ragged_batch
 
@@ -43,7 +43,7 @@ def expect_grads(grads, inputs, dtype, **opt):
     assert all(g.dtype == inputs[0].dtype for g in grads)
     x = [values(a) for a in inputs]
     assert_16bit_grad_rule([values(g) for g in grads], textbook_backward(*x, **opt),
-                           textbook16_backward(*x, dtype, **opt))
+                           textbook16_backward(*x, dtype, **opt), o16_allowance(*x, dtype, **opt))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -90,10 +90,12 @@ def rows16(q_lens, kv_lens, dtype, seed):
 
 def reference_rows(x, qi, ki, dtype, **opt):
     """The float64 and the 16-bit textbook backward of a ragged batch (x: q, k, v, dout values),
-    sequence by sequence: (dq, dk, dv) of each."""
+    sequence by sequence: (dq, dk, dv) of each, and the rule's allowance (the largest of any
+    sequence)."""
     q, k, v, dout = x
     ref = [np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)]
     tb = [np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)]
+    allowance = [0.0, 0.0, 0.0]
     for b in range(len(qi) - 1):
         rows, keys = slice(qi[b], qi[b + 1]), slice(ki[b], ki[b + 1])
         if qi[b] == qi[b + 1] or ki[b] == ki[b + 1]:
@@ -102,7 +104,8 @@ def reference_rows(x, qi, ki, dtype, **opt):
         for out, grads in ((ref, textbook_backward(*one, **opt)), (tb, textbook16_backward(*one, dtype, **opt))):
             for o, g, at in zip(out, grads, (rows, keys, keys)):
                 o[at] = g[0]
-    return ref, tb
+        allowance = [max(a, b) for a, b in zip(allowance, o16_allowance(*one, dtype, **opt))]
+    return ref, tb, allowance
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

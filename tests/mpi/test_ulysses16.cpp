@@ -141,12 +141,9 @@ void check_backward(Call call, const Shape& s, const Options& opt, const DistOpt
   fill_rounded(dout, dout_d, seed + 3);
   reference_backward(Kokkos::DefaultExecutionSpace(), p.qd, p.kd, p.vd, dout_d, dq_r, dk_r, dv_r, opt);
   Kokkos::fence();
-  std::vector<double> tq, tk, tv;
-  textbook_backward_in<S>(p.host().params(), to_host(dout_d), opt, tq, tk, tv);
+  const Textbook16Backward tb = textbook16_backward<S>(p.host().params(), to_host(dout_d), opt);
   const Grads g = run_backward(call, MPI_COMM_WORLD, p.q, p.k, p.v, dout, opt, d);
-  expect_within_twice_textbook(g.dq, tq, to_host(dq_r), "dq " + what);
-  expect_within_twice_textbook(g.dk, tk, to_host(dk_r), "dk " + what);
-  expect_within_twice_textbook(g.dv, tv, to_host(dv_r), "dv " + what);
+  expect_16bit_grad_rule({g.dq, g.dk, g.dv}, tb, {to_host(dq_r), to_host(dk_r), to_host(dv_r)}, what);
   if (d.deterministic) {
     // One rank alone (hybrid's deterministic backward is the ring's: a 1 x 1 grid).
     DistOptions alone_d = d;
