@@ -157,7 +157,7 @@ int run_distributed(Args& args, const std::string& mode) {
       opt = read_options(args);
       if (wants_batch_inputs(args)) {
         KATTN_REQUIRE(mode == "ring", "--dist ", mode, ": a ragged batch goes round the ring only (--dist ring)");
-        batch = read_batch_inputs(args, "--dist ring over a ragged batch runs in f32 or f64", &batch_src);
+        batch = read_batch_inputs(args, nullptr, &batch_src);
       }
       for (const char* f : {"--random", "--seed", "--dtype", "--layout", "--q", "--k", "--v"})
         if (auto value = args.value(f)) input_args.insert(input_args.end(), {f, *value});

@@ -151,7 +151,7 @@ int grad_distributed(Args& args, const std::string& mode) {
         const auto do_file = args.value("--do");
         const auto seed = args.peek("--seed");
         const bool files = args.has("--q"), dtype_given = args.has("--dtype");
-        batch = read_batch_inputs(args, "--dist ring over a ragged batch runs in f32 or f64", &batch_src);
+        batch = read_batch_inputs(args, nullptr, &batch_src);
         batch_dout = ragged_dout_source(do_file, seed, files, dtype_given, *batch);
       }
       for (const char* f : {"--random", "--seed", "--dtype", "--layout", "--q", "--k", "--v", "--do"})

@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
-#include <type_traits>
 
 #include "dist_files.hpp"
 #include "dist_io.hpp"
@@ -38,7 +37,7 @@ RaggedGrads grads_as(MPI_Comm comm, const BatchInputs& in, const BatchSource& sr
   const auto v = to_view<Tensor3<T>>(batch_rows(in, src, BatchArray::v, kv_rows), "v", nk, in.Hkv, in.D);
   const auto dov = to_view<Tensor3<T>>(ragged_dout(dout, in, &q_rows), "do", nq, in.Hq, in.D);
   Tensor3<T> o("o", nq, in.Hq, in.D), dq("dq", nq, in.Hq, in.D), dk("dk", nk, in.Hkv, in.D), dv("dv", nk, in.Hkv, in.D);
-  Tensor2<T> lse("lse", nq, in.Hq);
+  Tensor2<accumulate_t<T>> lse("lse", nq, in.Hq);
   poison(dq);
   poison(dk);
   poison(dv);
@@ -66,13 +65,8 @@ int grad_ragged_ring(MPI_Comm comm, const BatchInputs& in, const BatchSource& sr
   int P = 1;
   MPI_Comm_size(comm, &P);
   const RaggedShard sh = ragged_shard(comm, in, d.sharding);
-  const RaggedGrads g = with_storage(in.dtype, [&](auto t) -> RaggedGrads {
-    using T = decltype(t);
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-      return grads_as<T>(comm, in, src, dout, sh, opt, bopt, d);
-    else
-      return {};  // refused when the inputs were read
-  });
+  const RaggedGrads g =
+      with_storage(in.dtype, [&](auto t) { return grads_as<decltype(t)>(comm, in, src, dout, sh, opt, bopt, d); });
   const std::vector<std::int64_t> q_shape{in.total_q(), in.Hq, in.D}, kv_shape{in.kv_rows(), in.Hkv, in.D};
   if (paths.dq) write_packed_rows(comm, *paths.dq, in.dtype, q_shape, sh.q_rows, g.dq);
   if (paths.dk) write_packed_rows(comm, *paths.dk, in.dtype, kv_shape, sh.kv_rows, g.dk);

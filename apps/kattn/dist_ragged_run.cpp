@@ -81,7 +81,7 @@ RaggedRun run_as(MPI_Comm comm, const BatchInputs& in, const BatchSource& src, c
   const auto k = to_view<Tensor3<T>>(batch_rows(in, src, BatchArray::k, kv_rows), "k", nk, in.Hkv, in.D);
   const auto v = to_view<Tensor3<T>>(batch_rows(in, src, BatchArray::v, kv_rows), "v", nk, in.Hkv, in.D);
   Tensor3<T> o(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), nq, in.Hq, in.D);
-  Tensor2<T> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), nq, in.Hq);
+  Tensor2<accumulate_t<T>> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), nq, in.Hq);
   poison(o);
   poison(lse);
   const Kokkos::DefaultExecutionSpace space;
@@ -119,13 +119,8 @@ int run_ragged_ring(MPI_Comm comm, const BatchInputs& in, const BatchSource& src
   int P = 1;
   MPI_Comm_size(comm, &P);
   const RaggedShard sh = ragged_shard(comm, in, d.sharding);
-  const RaggedRun run = with_storage(in.dtype, [&](auto t) -> RaggedRun {
-    using T = decltype(t);
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-      return run_as<T>(comm, in, src, sh, opt, d);
-    else
-      return {};  // refused when the inputs were read
-  });
+  const RaggedRun run =
+      with_storage(in.dtype, [&](auto t) { return run_as<decltype(t)>(comm, in, src, sh, opt, d); });
   if (out_path) write_packed_rows(comm, *out_path, in.dtype, {in.total_q(), in.Hq, in.D}, sh.q_rows, run.o);
   if (lse_path) write_packed_rows(comm, *lse_path, lse_dtype(in.dtype), {in.total_q(), in.Hq}, sh.q_rows, run.lse);
   const long long peak_rss = peak_rss_max(comm);  // before --check's rank-0 reference

@@ -153,9 +153,9 @@ def ragged_ring_attention(comm, q, k, v, q_indptr, kv_indptr, *, causal=False, s
 
     q_indptr, kv_indptr [B + 1]: the whole batch's offsets, the same on every rank. q [nq, Hq, D],
     k, v [nk, Hkv, D]: this rank's rows, q[ragged_positions(q_indptr, comm)] of the packed arrays
-    (and so for k, v). float32 or float64; causal (each sequence's keys as many as its queries),
-    softcap and scale; no window, no deterministic mode. Returns o [nq, Hq, D] (and lse [nq, Hq],
-    and this rank's stats dict)."""
+    (and so for k, v). One dtype, as ring_attention's (16-bit k, v travel in 16 bits, o is rounded
+    once); causal (each sequence's keys as many as its queries), softcap and scale; no window, no
+    deterministic mode. Returns o [nq, Hq, D] (and lse [nq, Hq], and this rank's stats dict)."""
     _require_mpi()
     arrays, refused = _arrays(q=q, k=k, v=v)
     opts = dict(causal=causal, softcap=softcap, scale=scale)
@@ -167,7 +167,8 @@ def ragged_ring_attention_backward(comm, q, k, v, o, lse, dout, q_indptr, kv_ind
                                    scale=None, sharding="contiguous", return_stats=False):
     """The gradients of ragged_ring_attention: dq [nq, Hq, D], dk, dv [nk, Hkv, D], this rank's
     rows, from this rank's rows q, k, v, dout = dL/do, and o, lse as ragged_ring_attention returned
-    them (return_lse=True). The options must be the forward's."""
+    them (return_lse=True). The options must be the forward's. 16-bit rows: float32 accumulation,
+    k and v travel in 16 bits, the gradients rounded once."""
     _require_mpi()
     arrays, refused = _arrays(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
     opts = dict(causal=causal, softcap=softcap, scale=scale)

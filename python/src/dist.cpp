@@ -1,9 +1,9 @@
 // kattn.dist's bindings (built when kattn has its MPI layer): ring attention, head sharding
 // (Ulysses) and hybrid over the ranks of an mpi4py communicator, and their gradients, in float32,
-// float64, float16 or bfloat16 (lse in the accumulation type); the ring over a ragged batch; and
-// which global positions or rows a rank's shard holds. The communicator comes as its Fortran
-// handle (mpi4py's Comm.py2f), so the module needs no mpi4py headers; MPI itself is started and
-// stopped by mpi4py.
+// float64, float16 or bfloat16 (lse in the accumulation type), over dense shards or, for the ring,
+// a ragged batch; and which global positions or rows a rank's shard holds. The communicator comes
+// as its Fortran handle (mpi4py's Comm.py2f), so the module needs no mpi4py headers; MPI itself is
+// started and stopped by mpi4py.
 #include <mpi.h>
 
 #include <pybind11/numpy.h>
@@ -157,13 +157,14 @@ py::tuple ragged_backward_as(MPI_Comm comm, const py::array& q, const py::array&
                              const py::array& o, const py::array& lse, const py::array& dout,
                              const std::vector<std::int64_t>& q_local, const std::vector<std::int64_t>& kv_local,
                              const kattn::Options& opt, const kattn::dist::DistOptions& d) {
+  using Acc = kattn::accumulate_t<T>;
   Strided<T, 3> qv, kv, vv, ov, dov, dqv, dkv, dvv;
-  Strided<T, 2> lv;
+  Strided<Acc, 2> lv;
   py::array dq, dk, dv;
   kattn::dist::collective_check(kattn::dist::library_comm(comm), [&] {
     qv = view_n<T, 3>(q, "q"), kv = view_n<T, 3>(k, "k"), vv = view_n<T, 3>(v, "v");
     ov = view_n<T, 3>(o, "o"), dov = view_n<T, 3>(dout, "dout");
-    lv = view_n<T, 2>(lse, "lse");
+    lv = view_n<Acc, 2>(lse, "lse");
     dq = new_array<T>({qv.extent(0), qv.extent(1), qv.extent(2)});
     dk = new_array<T>({kv.extent(0), kv.extent(1), kv.extent(2)});
     dv = new_array<T>({vv.extent(0), vv.extent(1), vv.extent(2)});
@@ -224,14 +225,12 @@ CallArgs read_dense_args(const std::string& refused, const std::vector<std::pair
   return a;
 }
 
-// A ragged batch: float32 or float64, and this rank's indptr from the batch's.
+// A ragged batch: this rank's indptr from the batch's.
 CallArgs read_ragged_args(MPI_Comm comm, const std::string& refused,
                           const std::vector<std::pair<py::object, const char*>>& same, const py::dict& kw,
                           const std::string& sharding, const py::object& q_indptr, const py::object& kv_indptr,
                           std::vector<std::int64_t>& q_local, std::vector<std::int64_t>& kv_local) {
   CallArgs a = read_call_args(refused, same, kw, sharding);
-  if (a.dtype != Dtype::float32 && a.dtype != Dtype::float64)
-    throw kattn::Error("q: the ring over a ragged batch runs in float32 or float64");
   int P = 1;
   MPI_Comm_size(comm, &P);
   q_local = kattn::dist::ragged_local_indptr(indptr_of(q_indptr, "q_indptr"), P, a.d.sharding, "q_indptr");
@@ -239,17 +238,12 @@ CallArgs read_ragged_args(MPI_Comm comm, const std::string& refused,
   return a;
 }
 
-// f(T{}) for a ragged call's storage (refused above unless float or double).
+// f(T{}) for the call's storage, once every rank has agreed on it.
 template <class F>
-py::tuple with_ragged_dtype(MPI_Comm checks, Dtype dtype, F&& f) {
+py::tuple with_agreed_dtype(MPI_Comm checks, Dtype dtype, F&& f) {
   return with_dtype(dtype, [&](auto t) {
-    using T = decltype(t);
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      kattn::dist::collective_agree(checks, {kattn::dist::Agreed::dtype<T>("q")});
-      return f(t);
-    } else {
-      return py::tuple();
-    }
+    kattn::dist::collective_agree(checks, {kattn::dist::Agreed::dtype<decltype(t)>("q")});
+    return f(t);
   });
 }
 
@@ -272,10 +266,8 @@ void bind_dist(py::module_& m) {
                                 ulysses_size);
             L = Layout::parse(layout);
           });
-          return with_dtype(a.dtype, [&](auto t) {
-            using T = decltype(t);
-            kattn::dist::collective_agree(checks, {kattn::dist::Agreed::dtype<T>("q")});
-            return dense_as<T>(call_of(call), comm, a.same[0], a.same[1], a.same[2], L, a.opt, a.d);
+          return with_agreed_dtype(checks, a.dtype, [&](auto t) {
+            return dense_as<decltype(t)>(call_of(call), comm, a.same[0], a.same[1], a.same[2], L, a.opt, a.d);
           });
         });
   // The gradients of dense_attention's call: o and lse as it returned them, dout stored as q.
@@ -295,10 +287,8 @@ void bind_dist(py::module_& m) {
             lse_array = lse_of(lse);
             L = Layout::parse(layout);
           });
-          return with_dtype(a.dtype, [&](auto t) {
-            using T = decltype(t);
-            kattn::dist::collective_agree(checks, {kattn::dist::Agreed::dtype<T>("q")});
-            return dense_backward_as<T>(call_of(call), comm, a.same[0], a.same[1], a.same[2], a.same[3], lse_array,
+          return with_agreed_dtype(checks, a.dtype, [&](auto t) {
+            return dense_backward_as<decltype(t)>(call_of(call), comm, a.same[0], a.same[1], a.same[2], a.same[3], lse_array,
                                         a.same[4], L, a.opt, a.d);
           });
         });
@@ -316,7 +306,7 @@ void bind_dist(py::module_& m) {
             a = read_ragged_args(comm, refused, {{q, "q"}, {k, "k"}, {v, "v"}}, kw, sharding, q_indptr, kv_indptr,
                                  q_local, kv_local);
           });
-          return with_ragged_dtype(checks, a.dtype, [&](auto t) {
+          return with_agreed_dtype(checks, a.dtype, [&](auto t) {
             return ragged_as<decltype(t)>(comm, a.same[0], a.same[1], a.same[2], q_local, kv_local, a.opt, a.d);
           });
         });
@@ -335,7 +325,7 @@ void bind_dist(py::module_& m) {
                                  sharding, q_indptr, kv_indptr, q_local, kv_local);
             lse_array = lse_of(lse);
           });
-          return with_ragged_dtype(checks, a.dtype, [&](auto t) {
+          return with_agreed_dtype(checks, a.dtype, [&](auto t) {
             return ragged_backward_as<decltype(t)>(comm, a.same[0], a.same[1], a.same[2], a.same[3], lse_array,
                                                    a.same[4], q_local, kv_local, a.opt, a.d);
           });

@@ -1,8 +1,8 @@
 """kattn.dist in 16-bit storage: float16 NumPy arrays and torch.float16 / torch.bfloat16 CPU
 tensors through ring_attention, ulysses_attention and hybrid_attention, each rank's shard gathered
 and held to FlashAttention's accuracy rule against the float64 textbook on the same 16-bit inputs;
-deterministic bits equal to one rank's; fewer bytes sent than float32; a rank whose dtype differs
-refused on every rank.
+deterministic bits equal to one rank's; fewer bytes sent than float32; the ring over a ragged
+batch the float32 ring rounded once; a rank whose dtype differs refused on every rank.
 
 Run by pytest alone (one rank) and by ctest under mpiexec with several ranks (python.dist16)."""
 import re
@@ -109,6 +109,45 @@ def test_16bit_sends_fewer_bytes_than_float32(name):
         assert 2 * half["bytes_sent"] == full["bytes_sent"]
     else:  # q, k, v, o in 16 bits, lse in float32 in both
         assert full["bytes_sent"] / 2 < half["bytes_sent"] < full["bytes_sent"] * 0.6
+
+
+@pytest.mark.parametrize("kind", ["numpy-float16", "torch-bfloat16"])
+@pytest.mark.parametrize("sharding", ["contiguous", "zigzag"])
+def test_ragged_ring_in_16_bits_is_the_float32_ring_rounded_once(kind, sharding):
+    """A packed batch (an empty sequence among them) through ragged_ring_attention and its
+    backward in 16 bits: o and the gradients are the float32 ring's on the same values, rounded
+    once, bit for bit; lse is its lse; K/V travel in 16 bits."""
+    unit = P * (2 if sharding == "zigzag" else 1)
+    indptr = np.cumsum([0] + [unit * n for n in (3, 0, 5, 1)])
+    dtype = "bfloat16" if kind.endswith("bfloat16") else "float16"
+    rng = np.random.default_rng(21)
+    rows = kattn.dist.ragged_positions(indptr, COMM, sharding=sharding)
+    exact = [round16(rng.standard_normal((indptr[-1], h, 16)), dtype)[rows] for h in (4, 2, 2, 4)]  # q, k, v, dout
+    if kind == "numpy-float16":
+        x16 = [x.astype(np.float16) for x in exact]
+    else:
+        torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+        x16 = [torch.from_numpy(x).to(torch.bfloat16) for x in exact]
+    kw = dict(causal=True, sharding=sharding)
+    o, lse, s16 = kattn.dist.ragged_ring_attention(COMM, *x16[:3], indptr, indptr, return_lse=True, return_stats=True,
+                                                   **kw)
+    of, lsef, s32 = kattn.dist.ragged_ring_attention(COMM, *exact[:3], indptr, indptr, return_lse=True,
+                                                     return_stats=True, **kw)
+    assert type(o) is type(q := x16[0]) and o.dtype == q.dtype
+    assert np.array_equal(as64(o), round16(of, dtype)) and np.array_equal(as64(lse), as64(lsef))
+    assert 2 * s16["bytes_sent"] == s32["bytes_sent"]
+    grads = kattn.dist.ragged_ring_attention_backward(COMM, *x16[:3], o, lse, x16[3], indptr, indptr, **kw)
+    wide = kattn.dist.ragged_ring_attention_backward(COMM, *exact[:3], as64(o).astype(np.float32), lsef, exact[3],
+                                                     indptr, indptr, **kw)
+    for g, w in zip(grads, wide):
+        assert g.dtype == q.dtype and np.array_equal(as64(g), round16(w, dtype))
+    if kind.startswith("torch"):  # autograd: the same gradients
+        import kattn.torch as kattn_torch
+
+        shards = [x.clone().requires_grad_() for x in x16[:3]]
+        (kattn_torch.ragged_ring_attention(COMM, *shards, indptr, indptr, **kw) * x16[3]).sum().backward()
+        for shard, g in zip(shards, grads):
+            assert shard.grad.dtype == q.dtype and np.array_equal(as64(shard.grad), as64(g))
 
 
 def test_a_rank_with_another_dtype_is_refused_on_every_rank():

@@ -7,6 +7,7 @@
 
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,7 @@ std::vector<std::int64_t> offsets(const std::vector<std::int64_t>& lengths) {
   return indptr;
 }
 
-// Rows `rows` of a packed [total, H, D] array, as a new array of type T.
+// Rows `rows` of a packed [total, H, D] array, as a new array of type T (rounded once to a 16-bit T).
 template <class T, class U>
 View3<T> take_rows(const View3<U>& global, const std::vector<std::int64_t>& rows, const char* label) {
   const int H = global.extent(1), D = global.extent(2);
@@ -46,7 +47,7 @@ View3<T> take_rows(const View3<U>& global, const std::vector<std::int64_t>& rows
   auto l = Kokkos::create_mirror_view(local);
   for (std::size_t r = 0; r < rows.size(); ++r)
     for (int h = 0; h < H; ++h)
-      for (int d = 0; d < D; ++d) l(r, h, d) = static_cast<T>(g(rows[r], h, d));
+      for (int d = 0; d < D; ++d) l(r, h, d) = narrow<T>(widen(g(rows[r], h, d)));
   Kokkos::deep_copy(local, l);
   return local;
 }
@@ -60,8 +61,8 @@ Errors compare_rows(const L& local, const G& global, const std::vector<std::int6
   std::vector<double> a, b;
   for (std::size_t r = 0; r < rows.size(); ++r)
     for (std::size_t x = 0; x < per_row; ++x) {
-      a.push_back(hl.data()[r * per_row + x]);
-      b.push_back(hg.data()[rows[r] * per_row + x]);
+      a.push_back(widen(hl.data()[r * per_row + x]));
+      b.push_back(widen(hg.data()[rows[r] * per_row + x]));
     }
   return compare(a, b);
 }
@@ -180,6 +181,113 @@ TEST(RingRagged, FloatGqaSoftcapLongerSequences) {
     c.q_lengths = c.kv_lengths = lengths_in(pieces_of(s), {40, 1, 0, 67, 12});
     check<float>(c);
   }
+}
+
+// The values of a local array, bit for bit (16-bit ones as their bits).
+template <class T>
+std::vector<T> values_of(const Kokkos::View<T***, Kokkos::LayoutRight, TestMemory>& x) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), x);
+  return std::vector<T>(h.data(), h.data() + h.size());
+}
+template <class S>
+bool same_bits(const std::vector<S>& a, const std::vector<S>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(S)) == 0);
+}
+// x rounded to S once, element by element.
+template <class S>
+std::vector<S> rounded(const std::vector<float>& x) {
+  std::vector<S> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = narrow<S>(x[i]);
+  return out;
+}
+
+// 16-bit storage: the ragged ring in S is the float ragged ring run on the same (widened) values
+// with o and the gradients rounded once, bit for bit, and its K/V travel in 16 bits; o against the
+// one-process float64 ragged attention on those values within S's rounding.
+template <class S>
+void check16(const Case& c) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  const std::uint64_t seed = shared_seed();
+  const std::vector<std::int64_t> gq = offsets(c.q_lengths), gk = offsets(c.kv_lengths);
+  View3<double> q("q", gq.back(), c.Hq, c.D), k("k", gk.back(), c.Hkv, c.D), v("v", gk.back(), c.Hkv, c.D),
+      dout("dout", gq.back(), c.Hq, c.D);
+  fill_normal(q, seed), fill_normal(k, seed + 1), fill_normal(v, seed + 2), fill_normal(dout, seed + 3);
+  const std::vector<std::int64_t> q_rows = dist::ragged_positions(gq, rank, P, c.sharding),
+                                  kv_rows = dist::ragged_positions(gk, rank, P, c.sharding);
+  const auto layout = make_ragged_layout<TestMemory>(indptr_view(dist::ragged_local_indptr(gq, P, c.sharding)),
+                                                     indptr_view(dist::ragged_local_indptr(gk, P, c.sharding)));
+  const std::string what = std::string(storage_name<S>()) + " " + c.describe() + " on rank " + std::to_string(rank) +
+                           " of " + std::to_string(P) + " seed=" + std::to_string(seed);
+  SCOPED_TRACE(what);
+  // This rank's shards in S, and the same values in float.
+  const View3<S> lq = take_rows<S>(q, q_rows, "q"), lk = take_rows<S>(k, kv_rows, "k"),
+                 lv = take_rows<S>(v, kv_rows, "v"), ldout = take_rows<S>(dout, q_rows, "dout");
+  const auto all = [](std::size_t n) {
+    std::vector<std::int64_t> r(n);
+    for (std::size_t i = 0; i < n; ++i) r[i] = std::int64_t(i);
+    return r;
+  };
+  const auto wide = [&](const View3<S>& x) { return take_rows<float>(x, all(x.extent(0)), "wide"); };
+  const std::size_t nq = q_rows.size(), nk = kv_rows.size();
+  View3<S> o("o", nq, c.Hq, c.D), dq("dq", nq, c.Hq, c.D), dk("dk", nk, c.Hkv, c.D), dv("dv", nk, c.Hkv, c.D);
+  View3<float> of("of", nq, c.Hq, c.D), dqf("dqf", nq, c.Hq, c.D), dkf("dkf", nk, c.Hkv, c.D),
+      dvf("dvf", nk, c.Hkv, c.D);
+  View2<float> lse("lse", nq, c.Hq), lsef("lsef", nq, c.Hq);
+  poison(o), poison(dq), poison(dk), poison(dv), poison(lse);
+  dist::DistOptions d;
+  d.sharding = c.sharding;
+  const dist::DistStats f16 =
+      dist::ring_attention(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout), o, lse, c.opt, d);
+  const dist::DistStats f32 = dist::ring_attention(MPI_COMM_WORLD, TestSpace(), wide(lq),
+                                                   kv::ragged(wide(lk), wide(lv), layout), of, lsef, c.opt, d);
+  EXPECT_TRUE(same_bits(values_of(o), rounded<S>(values_of(of)))) << "o: the float ring's, rounded once";
+  auto h16 = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lse);
+  auto h32 = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lsef);
+  EXPECT_EQ(std::memcmp(h16.data(), h32.data(), h16.size() * sizeof(float)), 0) << "lse: the float ring's";
+  EXPECT_EQ(f32.bytes_sent, 2 * f16.bytes_sent) << "K/V travel in 16 bits";
+  // Against float64 on the stored values: o is a float result rounded once.
+  const auto global_layout = make_ragged_layout<TestMemory>(indptr_view(gq), indptr_view(gk));
+  const auto stored = [&](const View3<double>& x) { return take_rows<double>(take_rows<S>(x, all(x.extent(0)), "s"),
+                                                                             all(x.extent(0)), "stored"); };
+  View3<double> o_ref("o_ref", gq.back(), c.Hq, c.D);
+  attention(TestSpace(), stored(q), kv::ragged(stored(k), stored(v), global_layout), o_ref, View2<double>(), c.opt);
+  const double unit_roundoff = std::is_same<S, bf16>::value ? 0x1p-8 : 0x1p-11;
+  auto href = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), o_ref);
+  const std::vector<S> ov = values_of(o);
+  for (std::size_t r = 0; r < nq; ++r)
+    for (std::size_t x = 0; x < std::size_t(c.Hq) * c.D; ++x) {
+      const double ref = href.data()[q_rows[r] * c.Hq * c.D + x], got = widen(ov[r * c.Hq * c.D + x]);
+      ASSERT_LE(std::abs(got - ref), unit_roundoff * std::abs(ref) + 1e-5) << "o row " << q_rows[r];
+    }
+  // The backward: the float ring's on the widened q, o and dout, its gradients rounded once.
+  const dist::DistStats b16 = dist::ring_attention_backward(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout),
+                                                            o, lse, ldout, dq, dk, dv, c.opt, {}, d);
+  const dist::DistStats b32 =
+      dist::ring_attention_backward(MPI_COMM_WORLD, TestSpace(), wide(lq), kv::ragged(wide(lk), wide(lv), layout),
+                                    wide(o), lse, wide(ldout), dqf, dkf, dvf, c.opt, {}, d);
+  EXPECT_TRUE(same_bits(values_of(dq), rounded<S>(values_of(dqf)))) << "dq: the float ring's, rounded once";
+  EXPECT_TRUE(same_bits(values_of(dk), rounded<S>(values_of(dkf)))) << "dk: the float ring's, rounded once";
+  EXPECT_TRUE(same_bits(values_of(dv), rounded<S>(values_of(dvf)))) << "dv: the float ring's, rounded once";
+  EXPECT_EQ(b32.bytes_sent - b16.bytes_sent, f16.bytes_sent) << "the backward's K/V travel in 16 bits";
+}
+
+TEST(RingRagged, SixteenBitsAreTheFloatRingRoundedOnce) {
+  for (Sharding s : {Sharding::contiguous, Sharding::zigzag})
+    for (bool causal : {false, true}) {
+      Case c;
+      c.sharding = s;
+      c.opt.causal = causal;
+      c.Hq = 4, c.Hkv = 2, c.D = 16;
+      c.q_lengths = c.kv_lengths = lengths_in(pieces_of(s), {9, 0, 1, 17, 3});
+      check16<bf16>(c);
+      c.opt.softcap = causal ? 0.0 : 7.0;
+      c.Hkv = 1;
+      check16<fp16>(c);
+    }
+  Case other;
+  other.q_lengths = lengths_in(pieces_of(Sharding::contiguous), {5, 2, 0, 7, 1});
+  other.kv_lengths = lengths_in(pieces_of(Sharding::contiguous), {3, 0, 4, 9, 1});
+  check16<bf16>(other);
 }
 
 TEST(RingRagged, WithoutLse) {

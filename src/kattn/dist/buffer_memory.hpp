@@ -19,6 +19,18 @@ void require_buffers(const char* call, std::uint64_t values, std::uint64_t value
       kattn::detail::concat(values, " values of ", value_bytes, " bytes"), "spread the sequence over more ranks");
 }
 
+// Buffers of two value sizes (a 16-bit call's K/V in 16 bits and its float copies of the rest).
+template <class MemorySpace>
+void require_buffers(const char* call, std::uint64_t values, std::uint64_t value_bytes, std::uint64_t other_values,
+                     std::uint64_t other_bytes) {
+  using kattn::detail::saturating_mul;
+  kattn::detail::require_memory<MemorySpace>(
+      kattn::detail::saturating_add(saturating_mul(values, value_bytes), saturating_mul(other_values, other_bytes)),
+      kattn::detail::concat(call, ": its buffers"),
+      kattn::detail::concat(values, " values of ", value_bytes, " bytes and ", other_values, " of ", other_bytes),
+      "spread the sequence over more ranks");
+}
+
 }  // namespace detail
 }  // namespace dist
 }  // namespace kattn

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kattn/core/attention_params.hpp"
+#include "kattn/core/storage.hpp"
 #include "kattn/dist/agreement.hpp"
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/dist_options.hpp"
@@ -157,12 +158,13 @@ RaggedPieces<MemorySpace> ragged_pieces(MPI_Comm comm, const BatchLengths& local
 }
 
 // dst row r = src row rows[r] (gather) or dst row rows[r] = src row r (scatter), rows of
-// heads x dim values: between the caller's packed order and the piece-major one.
-template <class ExecSpace, class T>
+// heads x dim values: between the caller's packed order and the piece-major one. Src and Dst may
+// differ: a 16-bit value widens to float exactly, a float one is rounded to 16 bits once.
+template <class ExecSpace, class Src, class Dst>
 struct PermuteRows {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  Strided<const T> src;
-  Strided<T> dst;
+  Strided<const Src> src;
+  Strided<Dst> dst;
   const std::int64_t* rows = nullptr;
   bool scatter = false;
   int heads = 0, dim = 0;
@@ -170,36 +172,37 @@ struct PermuteRows {
     const std::int64_t r = member.league_rank();
     const std::int64_t from = scatter ? r : rows[r], to = scatter ? rows[r] : r;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, heads), [&](const int h) {
-      const T* s = src.at(0, from, h);
-      T* d = dst.at(0, to, h);
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, dim), [&](const int x) { d[x] = s[x]; });
+      const Src* s = src.at(0, from, h);
+      Dst* d = dst.at(0, to, h);
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, dim),
+                           [&](const int x) { d[x] = kattn::narrow<Dst>(kattn::widen(s[x])); });
     });
   }
 };
 
-template <class ExecSpace, class T, class Rows>
-void permute_rows(const ExecSpace& space, const Rows& rows, bool scatter, Strided<const T> src, Strided<T> dst,
+template <class ExecSpace, class Src, class Dst, class Rows>
+void permute_rows(const ExecSpace& space, const Rows& rows, bool scatter, Strided<const Src> src, Strided<Dst> dst,
                   int heads, int dim) {
   if (rows.extent(0) == 0 || heads == 0 || dim == 0) return;
   Kokkos::parallel_for("kattn::dist::ragged::permute_rows",
                        Kokkos::TeamPolicy<ExecSpace>(space, static_cast<int>(rows.extent(0)), Kokkos::AUTO),
-                       PermuteRows<ExecSpace, T>{src, dst, rows.data(), scatter, heads, dim});
+                       PermuteRows<ExecSpace, Src, Dst>{src, dst, rows.data(), scatter, heads, dim});
 }
 
 // The caller's rows (row stride sj, head stride sh) into the dense piece-major array `dense`.
-template <class ExecSpace, class T, class Rows>
-void to_piece_major(const ExecSpace& space, const Rows& rows, const T* caller, std::int64_t sj, std::int64_t sh,
-                    T* dense, int heads, int dim) {
-  permute_rows(space, rows, false, Strided<const T>{caller, 0, sj, sh},
-               Strided<T>{dense, 0, std::int64_t(heads) * dim, dim}, heads, dim);
+template <class ExecSpace, class Src, class Dst, class Rows>
+void to_piece_major(const ExecSpace& space, const Rows& rows, const Src* caller, std::int64_t sj, std::int64_t sh,
+                    Dst* dense, int heads, int dim) {
+  permute_rows(space, rows, false, Strided<const Src>{caller, 0, sj, sh},
+               Strided<Dst>{dense, 0, std::int64_t(heads) * dim, dim}, heads, dim);
 }
 
 // And back.
-template <class ExecSpace, class T, class Rows>
-void from_piece_major(const ExecSpace& space, const Rows& rows, const T* dense, T* caller, std::int64_t sj,
+template <class ExecSpace, class Src, class Dst, class Rows>
+void from_piece_major(const ExecSpace& space, const Rows& rows, const Src* dense, Dst* caller, std::int64_t sj,
                       std::int64_t sh, int heads, int dim) {
-  permute_rows(space, rows, true, Strided<const T>{dense, 0, std::int64_t(heads) * dim, dim},
-               Strided<T>{caller, 0, sj, sh}, heads, dim);
+  permute_rows(space, rows, true, Strided<const Src>{dense, 0, std::int64_t(heads) * dim, dim},
+               Strided<Dst>{caller, 0, sj, sh}, heads, dim);
 }
 
 // A flat array of n values for a piece-major copy (inside the caller's collective memory check).
@@ -211,14 +214,15 @@ Kokkos::View<T*, typename ExecSpace::memory_space> piece_major_array(const ExecS
 }
 
 // A ragged call's params over the dense piece-major arrays q, o [nq][Hq][D], k, v [nk][Hkv][D], lse
-// [nq][Hq] (null: none): one dense sequence of batch 1, what the dense ring takes.
-template <class T>
-AttentionParams<T> piece_major_params(const AttentionParams<T>& p, std::int64_t nq, std::int64_t nk, T* q, T* k,
-                                      T* v, T* o, T* lse) {
+// [nq][Hq] (null: none): one dense sequence of batch 1, what the dense ring takes. T: the type the
+// ring computes in (q, o and lse here); KV: the storage K/V travel in (T, or 16 bits under float).
+template <class T, class KV, class Params>
+AttentionParams<T, T, KV> piece_major_params(const Params& p, std::int64_t nq, std::int64_t nk, const T* q,
+                                             const KV* k, const KV* v, T* o, T* lse) {
   const int H = p.heads_q, Hkv = p.heads_kv, D = p.head_dim;
-  AttentionParams<T> pm = p;
-  pm.q_indptr = pm.kv_indptr = nullptr;
+  AttentionParams<T, T, KV> pm;
   pm.batch = 1;
+  pm.heads_q = H, pm.heads_kv = Hkv, pm.head_dim = D;
   pm.q_len = pm.q_total = nq;
   pm.kv_len = nk;
   pm.q = q, pm.o = o;

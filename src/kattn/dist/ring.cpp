@@ -451,10 +451,11 @@ DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const Attenti
   return stats;
 }
 
-template <class ExecSpace, class T>
-DistStats ring_ragged_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p,
+template <class ExecSpace, class S>
+DistStats ring_ragged_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<S>& p,
                                    const BatchLengths& lengths, const Options& opt, const DistOptions& d) {
   using Mem = typename ExecSpace::memory_space;
+  using T = accumulate_t<S>;  // q, o and lse in the ring; K/V travel in S
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::ring");
   collective_agree(comm, problem_fields(DistCall::ring_attention_ragged, p, opt, d));
@@ -462,25 +463,27 @@ DistStats ring_ragged_forward_impl(MPI_Comm comm, const ExecSpace& space, const 
   const RaggedPieces<Mem> rp = ragged_pieces<Mem>(comm, lengths, opt, d);
   const int H = p.heads_q, Hkv = p.heads_kv, D = p.head_dim;
   const std::int64_t nq = rp.q_local.back(), nk = rp.kv_local.back();
-  // Piece-major copies of q, k, v and the outputs, in one collective step.
-  Kokkos::View<T*, Mem> q, k, v, o, lse;
+  // Piece-major copies of q, k, v and the outputs, in one collective step: q widened, o rounded
+  // once on the way back.
+  Kokkos::View<T*, Mem> q, o, lse;
+  Kokkos::View<S*, Mem> k, v;
   collective_check(comm, [&] {
     const std::uint64_t q_elems = std::uint64_t(nq) * H * D, kv_elems = std::uint64_t(nk) * Hkv * D;
-    require_buffers<Mem>("kattn::dist::ring_attention", 2 * q_elems + 2 * kv_elems + std::uint64_t(nq) * H,
-                         sizeof(T));
+    require_buffers<Mem>("kattn::dist::ring_attention", 2 * q_elems + std::uint64_t(nq) * H, sizeof(T),
+                         2 * kv_elems, sizeof(S));
     q = piece_major_array<T>(space, "kattn::dist::ragged::q", q_elems);
     o = piece_major_array<T>(space, "kattn::dist::ragged::o", q_elems);
-    k = piece_major_array<T>(space, "kattn::dist::ragged::k", kv_elems);
-    v = piece_major_array<T>(space, "kattn::dist::ragged::v", kv_elems);
+    k = piece_major_array<S>(space, "kattn::dist::ragged::k", kv_elems);
+    v = piece_major_array<S>(space, "kattn::dist::ragged::v", kv_elems);
     lse = piece_major_array<T>(space, "kattn::dist::ragged::lse", std::uint64_t(nq) * H);
   });
   to_piece_major(space, rp.q_rows, p.q, p.q_stride_seq, p.q_stride_head, q.data(), H, D);
   to_piece_major(space, rp.kv_rows, p.k, p.k_stride_seq, p.k_stride_head, k.data(), Hkv, D);
   to_piece_major(space, rp.kv_rows, p.v, p.v_stride_seq, p.v_stride_head, v.data(), Hkv, D);
-  const AttentionParams<T> pm =
+  const AttentionParams<T, T, S> pm =
       piece_major_params(p, nq, nk, q.data(), k.data(), v.data(), o.data(), p.lse ? lse.data() : nullptr);
   FailureLatch latch(comm);
-  RingRunner<ExecSpace, T, T> runner(comm, space, pm, opt, d, rp.split, latch, &rp);
+  RingRunner<ExecSpace, T, S> runner(comm, space, pm, opt, d, rp.split, latch, &rp);
   const DistStats stats = runner.run();
   latch.settle();
   from_piece_major(space, rp.q_rows, o.data(), p.o, p.o_stride_seq, p.o_stride_head, H, D);
@@ -492,13 +495,18 @@ DistStats ring_ragged_forward_impl(MPI_Comm comm, const ExecSpace& space, const 
 #define KATTN_INSTANTIATE_RING_KV(Space, T, KV)                                                                \
   template DistStats ring_forward_impl<Space, T, KV>(MPI_Comm, const Space&, const AttentionParams<T, T, KV>&, \
                                                      const Options&, const DistOptions&, FailureLatch*);
-#define KATTN_INSTANTIATE_RING(Space, T)                                                                       \
-  KATTN_INSTANTIATE_RING_KV(Space, T, T)                                                                       \
-  template DistStats ring_ragged_forward_impl<Space, T>(MPI_Comm, const Space&, const AttentionParams<T>&,     \
+#define KATTN_INSTANTIATE_RAGGED_RING(Space, S)                                                               \
+  template DistStats ring_ragged_forward_impl<Space, S>(MPI_Comm, const Space&, const AttentionParams<S>&,     \
                                                         const BatchLengths&, const Options&, const DistOptions&);
+#define KATTN_INSTANTIATE_RING(Space, T) \
+  KATTN_INSTANTIATE_RING_KV(Space, T, T) \
+  KATTN_INSTANTIATE_RAGGED_RING(Space, T)
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_RING)
-// 16-bit K/V under float queries (16-bit queries are widened first: dense_call.hpp).
-#define KATTN_INSTANTIATE_16BIT_RING(Space, S) KATTN_INSTANTIATE_RING_KV(Space, float, S)
+// 16-bit K/V under float queries (dense 16-bit queries are widened first: dense_call.hpp; a ragged
+// batch's are widened in its piece-major copy).
+#define KATTN_INSTANTIATE_16BIT_RING(Space, S) \
+  KATTN_INSTANTIATE_RING_KV(Space, float, S) \
+  KATTN_INSTANTIATE_RAGGED_RING(Space, S)
 KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_RING, bf16)
 KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_RING, fp16)
 

@@ -37,9 +37,9 @@ DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const Attenti
                             const Options& opt, const DistOptions& d, FailureLatch* outer = nullptr);
 
 // A ragged batch (ragged_pieces.hpp): p the ragged params of this rank's packed arrays, lengths its
-// local lengths. Float and double.
-template <class ExecSpace, class T>
-DistStats ring_ragged_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p,
+// local lengths. S: float, double, bf16 or fp16 (q, k, v, o; lse float for 16 bits).
+template <class ExecSpace, class S>
+DistStats ring_ragged_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<S>& p,
                                    const BatchLengths& lengths, const Options& opt, const DistOptions& d);
 
 }  // namespace detail
@@ -74,8 +74,10 @@ DistStats ring_attention(MPI_Comm comm, const ExecSpace& space, const QView& q, 
 //   of the local indptr (ragged_local_indptr: the same on every rank), lse [total_q_r, Hq] (or empty).
 // Options: causal (each sequence's own triangle; its keys must be its queries) or full, softcap,
 // scale, GQA; no window, diagonal shift, block mask or deterministic mode (one ragged call has one
-// diagonal shift for every sequence). Zigzag needs every local length even. Float or double.
-// Collective, with collective errors, like the dense call. Returns this rank's measurements.
+// diagonal shift for every sequence). Zigzag needs every local length even. Storage: float or
+// double, or q, k, v, o of one 16-bit type with lse float: as the dense call, K/V travel in 16 bits,
+// the states and merge are in float and o is rounded once. Collective, with collective errors,
+// like the dense call. Returns this rank's measurements.
 template <class ExecSpace, class QView, class KView, class VView, class MemorySpace, class OView, class LseView>
 DistStats ring_attention(MPI_Comm comm, const ExecSpace& space, const QView& q,
                          const kv::Ragged<KView, VView, MemorySpace>& kv, const OView& o, const LseView& lse,
@@ -84,8 +86,9 @@ DistStats ring_attention(MPI_Comm comm, const ExecSpace& space, const QView& q,
                     kattn::detail::layout_accessible_from<ExecSpace, MemorySpace>(),
                 "kattn::dist::ring_attention: the views and the layout must be accessible from the execution space");
   using S = typename OView::non_const_value_type;
-  static_assert(std::is_same_v<S, float> || std::is_same_v<S, double>,
-                "kattn::dist::ring_attention: a ragged batch takes float or double arrays");
+  static_assert(std::is_same_v<S, typename KView::non_const_value_type>,
+                "kattn::dist::ring_attention: a ragged batch takes q, k, v and o of one type (float, double, "
+                "kattn::bf16 or kattn::fp16)");
   comm = library_comm(comm);  // kattn's traffic apart from the caller's
   kattn::detail::params_of<QView, KView, VView, OView, LseView> p;
   collective_check(comm, [&] {

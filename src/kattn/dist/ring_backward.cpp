@@ -668,30 +668,34 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
   return ring_backward_impl(comm, space, p, p.fwd.k, p.fwd.v, opt, d, bopt, outer);
 }
 
-template <class ExecSpace, class T>
-DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p,
+template <class ExecSpace, class S>
+DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<S>& p,
                                     const BatchLengths& lengths, const Options& opt, const DistOptions& d,
                                     const BackwardOptions& bopt) {
   using Mem = typename ExecSpace::memory_space;
+  using T = accumulate_t<S>;  // everything but K/V in the ring; K/V travel in S
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::ring_backward");
   collective_agree(comm, ring_backward_fields(DistCall::ring_attention_backward_ragged, p, opt, d, bopt));
   require_no_block_mask(opt);
   const RaggedPieces<Mem> rp = ragged_pieces<Mem>(comm, lengths, opt, d);
-  const AttentionParams<T>& f = p.fwd;
+  const AttentionParams<S>& f = p.fwd;
   const int H = f.heads_q, Hkv = f.heads_kv, D = f.head_dim;
   const std::int64_t nq = rp.q_local.back(), nk = rp.kv_local.back();
-  // Piece-major copies of every array, in one collective step.
-  Kokkos::View<T*, Mem> q, o, dout, dq, lse, k, v, dk, dv;
+  // Piece-major copies of every array, in one collective step: widened, the gradients rounded once
+  // on the way back.
+  Kokkos::View<T*, Mem> q, o, dout, dq, lse, dk, dv;
+  Kokkos::View<S*, Mem> k, v;
   collective_check(comm, [&] {
     const std::uint64_t q_elems = std::uint64_t(nq) * H * D, kv_elems = std::uint64_t(nk) * Hkv * D;
-    require_buffers<Mem>("kattn::dist::ring_attention_backward",
-                         4 * q_elems + 4 * kv_elems + std::uint64_t(nq) * H, sizeof(T));
+    require_buffers<Mem>("kattn::dist::ring_attention_backward", 4 * q_elems + 2 * kv_elems + std::uint64_t(nq) * H,
+                         sizeof(T), 2 * kv_elems, sizeof(S));
     const auto array = [&](const char* label, std::uint64_t n) { return piece_major_array<T>(space, label, n); };
     q = array("kattn::dist::ragged::q", q_elems), o = array("kattn::dist::ragged::o", q_elems);
     dout = array("kattn::dist::ragged::dout", q_elems), dq = array("kattn::dist::ragged::dq", q_elems);
     lse = array("kattn::dist::ragged::lse", std::uint64_t(nq) * H);
-    k = array("kattn::dist::ragged::k", kv_elems), v = array("kattn::dist::ragged::v", kv_elems);
+    k = piece_major_array<S>(space, "kattn::dist::ragged::k", kv_elems);
+    v = piece_major_array<S>(space, "kattn::dist::ragged::v", kv_elems);
     dk = array("kattn::dist::ragged::dk", kv_elems), dv = array("kattn::dist::ragged::dv", kv_elems);
   });
   to_piece_major(space, rp.q_rows, f.q, f.q_stride_seq, f.q_stride_head, q.data(), H, D);
@@ -700,8 +704,9 @@ DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const
   to_piece_major(space, rp.q_rows, f.lse, f.lse_stride_seq, f.lse_stride_head, lse.data(), H, 1);
   to_piece_major(space, rp.kv_rows, f.k, f.k_stride_seq, f.k_stride_head, k.data(), Hkv, D);
   to_piece_major(space, rp.kv_rows, f.v, f.v_stride_seq, f.v_stride_head, v.data(), Hkv, D);
-  BackwardParams<T> pm = p;
-  pm.fwd = piece_major_params(f, nq, nk, q.data(), k.data(), v.data(), o.data(), lse.data());
+  // The float params' k and v are strides only: the runner reads K/V as stored (ring_backward_impl).
+  BackwardParams<T> pm;
+  pm.fwd = piece_major_params<T, T>(f, nq, nk, q.data(), nullptr, nullptr, o.data(), lse.data());
   pm.dout = dout.data(), pm.dq = dq.data();
   pm.do_stride_batch = pm.dq_stride_batch = pm.fwd.q_stride_batch;
   pm.do_stride_seq = pm.dq_stride_seq = pm.fwd.q_stride_seq;
@@ -711,7 +716,7 @@ DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const
   pm.dk_stride_seq = pm.dv_stride_seq = pm.fwd.k_stride_seq;
   pm.dk_stride_head = pm.dv_stride_head = pm.fwd.k_stride_head;
   FailureLatch latch(comm);
-  BackwardRunner<ExecSpace, T> runner(comm, space, pm, pm.fwd.k, pm.fwd.v, opt, d, bopt, rp.split, latch, &rp);
+  BackwardRunner<ExecSpace, T, S> runner(comm, space, pm, k.data(), v.data(), opt, d, bopt, rp.split, latch, &rp);
   const DistStats stats = runner.run();
   latch.settle();
   from_piece_major(space, rp.q_rows, dq.data(), p.dq, p.dq_stride_seq, p.dq_stride_head, H, D);
@@ -725,16 +730,20 @@ DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const
   template DistStats ring_backward_impl<Space, T, KV>(MPI_Comm, const Space&, const BackwardParams<T>&, const KV*, \
                                                       const KV*, const Options&, const DistOptions&,              \
                                                       const BackwardOptions&, FailureLatch*);
+#define KATTN_INSTANTIATE_RAGGED_RING_BACKWARD(Space, S)                                                      \
+  template DistStats ring_ragged_backward_impl<Space, S>(MPI_Comm, const Space&, const BackwardParams<S>&,   \
+                                                         const BatchLengths&, const Options&, const DistOptions&, \
+                                                         const BackwardOptions&);
 #define KATTN_INSTANTIATE_RING_BACKWARD(Space, T)                                                                   \
   KATTN_INSTANTIATE_RING_BACKWARD_KV(Space, T, T)                                                                   \
   template DistStats ring_backward_impl<Space, T>(MPI_Comm, const Space&, const BackwardParams<T>&, const Options&, \
                                                   const DistOptions&, const BackwardOptions&, FailureLatch*);       \
-  template DistStats ring_ragged_backward_impl<Space, T>(MPI_Comm, const Space&, const BackwardParams<T>&,          \
-                                                         const BatchLengths&, const Options&, const DistOptions&,   \
-                                                         const BackwardOptions&);
+  KATTN_INSTANTIATE_RAGGED_RING_BACKWARD(Space, T)
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_RING_BACKWARD)
 
-#define KATTN_INSTANTIATE_16BIT_RING_BACKWARD(Space, S) KATTN_INSTANTIATE_RING_BACKWARD_KV(Space, float, S)
+#define KATTN_INSTANTIATE_16BIT_RING_BACKWARD(Space, S) \
+  KATTN_INSTANTIATE_RING_BACKWARD_KV(Space, float, S) \
+  KATTN_INSTANTIATE_RAGGED_RING_BACKWARD(Space, S)
 KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_RING_BACKWARD, bf16)
 KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_RING_BACKWARD, fp16)
 

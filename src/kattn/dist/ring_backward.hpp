@@ -45,9 +45,9 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
                              FailureLatch* outer = nullptr);
 
 // A ragged batch (ragged_pieces.hpp): p the ragged params of this rank's packed arrays, lengths its
-// local lengths.
-template <class ExecSpace, class T>
-DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p,
+// local lengths. S: float, double, bf16 or fp16 (every array; lse float for 16 bits).
+template <class ExecSpace, class S>
+DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<S>& p,
                                     const BatchLengths& lengths, const Options& opt, const DistOptions& d,
                                     const BackwardOptions& bopt);
 
@@ -80,7 +80,10 @@ DistStats ring_attention_backward(MPI_Comm comm, const ExecSpace& space, const Q
 // The gradients of ring_attention over a ragged batch: the arguments of kattn::attention_backward with
 // kv::ragged, local and sharded as that ring_attention shards them: q, o, dout, dq [total_q_r, Hq, D];
 // kv::ragged(k, v, layout) and dk, dv [total_kv_r, Hkv, D]; lse [total_q_r, Hq], the one
-// ring_attention returned. Options, rules and errors as for that forward; float or double.
+// ring_attention returned. Options, rules and errors as for that forward. Storage: float or double,
+// or one 16-bit type for every array but lse (float): K and V travel as stored, everything else is
+// widened in the ring's piece-major copies, dK/dV accumulate and travel in float, and dq, dk, dv
+// are rounded once.
 template <class ExecSpace, class QView, class KView, class VView, class MemorySpace, class OView, class LseView,
           class DoView, class DqView, class DkView, class DvView>
 DistStats ring_attention_backward(MPI_Comm comm, const ExecSpace& space, const QView& q,
@@ -94,8 +97,9 @@ DistStats ring_attention_backward(MPI_Comm comm, const ExecSpace& space, const Q
                 "kattn::dist::ring_attention_backward: the views and the layout must be accessible from the execution "
                 "space");
   using S = typename DqView::non_const_value_type;
-  static_assert(std::is_same_v<S, float> || std::is_same_v<S, double>,
-                "kattn::dist::ring_attention_backward: a ragged batch takes float or double arrays");
+  static_assert(kattn::detail::same_storage<QView, KView, VView, OView, DoView, DqView, DkView, DvView>,
+                "kattn::dist::ring_attention_backward: a ragged batch takes q, k, v, o, dout, dq, dk and dv of one "
+                "type (float, double, kattn::bf16 or kattn::fp16)");
   comm = library_comm(comm);  // kattn's traffic apart from the caller's
   BackwardParams<S> p;
   collective_check(comm, [&] {
