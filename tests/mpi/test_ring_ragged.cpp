@@ -86,35 +86,67 @@ struct Case {
   }
 };
 
+// Row indices 0 .. n - 1.
+std::vector<std::int64_t> all_rows(std::size_t n) {
+  std::vector<std::int64_t> rows(n);
+  for (std::size_t i = 0; i < n; ++i) rows[i] = static_cast<std::int64_t>(i);
+  return rows;
+}
+
+// A case's global inputs q, k, v, dout (unit normal, from a seed every rank shares) and which of
+// their rows this rank holds, with its local layout.
+struct Drawn {
+  int rank = 0, P = 1;
+  std::uint64_t seed = 0;
+  std::vector<std::int64_t> gq, gk, q_rows, kv_rows;  // global indptr; this rank's rows
+  View3<double> q, k, v, dout;
+  RaggedLayout<TestMemory> layout;
+  explicit Drawn(const Case& c)
+      : rank(rank_of(MPI_COMM_WORLD)),
+        P(size_of(MPI_COMM_WORLD)),
+        seed(shared_seed()),
+        gq(offsets(c.q_lengths)),
+        gk(offsets(c.kv_lengths)),
+        q_rows(dist::ragged_positions(gq, rank, P, c.sharding)),
+        kv_rows(dist::ragged_positions(gk, rank, P, c.sharding)),
+        q("q", gq.back(), c.Hq, c.D),
+        k("k", gk.back(), c.Hkv, c.D),
+        v("v", gk.back(), c.Hkv, c.D),
+        dout("dout", gq.back(), c.Hq, c.D),
+        layout(make_ragged_layout<TestMemory>(indptr_view(dist::ragged_local_indptr(gq, P, c.sharding)),
+                                              indptr_view(dist::ragged_local_indptr(gk, P, c.sharding)))) {
+    fill_normal(q, seed), fill_normal(k, seed + 1), fill_normal(v, seed + 2), fill_normal(dout, seed + 3);
+  }
+  RaggedLayout<TestMemory> global_layout() const {
+    return make_ragged_layout<TestMemory>(indptr_view(gq), indptr_view(gk));
+  }
+};
+
+// x's values rounded to T, in double.
+template <class T>
+View3<double> stored_as(const View3<double>& x) {
+  const std::vector<std::int64_t> all = all_rows(x.extent(0));
+  return take_rows<double>(take_rows<T>(x, all, "rounded"), all, "rounded");
+}
+
 // Forward and backward of the ragged ring in T against the one-process double reference.
 template <class T>
 void check(const Case& c) {
-  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
-  const std::uint64_t seed = shared_seed();
-  const std::vector<std::int64_t> gq = offsets(c.q_lengths), gk = offsets(c.kv_lengths);
-  // Global inputs, drawn in double and rounded to T, so both sides see the same values.
-  View3<double> q("q", gq.back(), c.Hq, c.D), k("k", gk.back(), c.Hkv, c.D), v("v", gk.back(), c.Hkv, c.D),
-      dout("dout", gq.back(), c.Hq, c.D);
-  fill_normal(q, seed), fill_normal(k, seed + 1), fill_normal(v, seed + 2), fill_normal(dout, seed + 3);
-  const auto round = [](const View3<double>& x) {
-    std::vector<std::int64_t> all(x.extent(0));
-    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
-    return take_rows<double>(take_rows<T>(x, all, "rounded"), all, "rounded");
-  };
-  q = round(q), k = round(k), v = round(v), dout = round(dout);
+  Drawn in(c);
+  const int rank = in.rank, P = in.P;
+  const std::vector<std::int64_t>&q_rows = in.q_rows, &kv_rows = in.kv_rows;
+  const auto& layout = in.layout;
+  // The inputs rounded to T, so both sides see the same values.
+  const View3<double> q = stored_as<T>(in.q), k = stored_as<T>(in.k), v = stored_as<T>(in.v),
+                      dout = stored_as<T>(in.dout);
   // The reference.
-  const auto global_layout = make_ragged_layout<TestMemory>(indptr_view(gq), indptr_view(gk));
-  View3<double> o("o", gq.back(), c.Hq, c.D), dq("dq", gq.back(), c.Hq, c.D), dk("dk", gk.back(), c.Hkv, c.D),
-      dv("dv", gk.back(), c.Hkv, c.D);
-  View2<double> lse("lse", gq.back(), c.Hq);
+  const auto global_layout = in.global_layout();
+  View3<double> o("o", in.gq.back(), c.Hq, c.D), dq("dq", in.gq.back(), c.Hq, c.D), dk("dk", in.gk.back(), c.Hkv, c.D),
+      dv("dv", in.gk.back(), c.Hkv, c.D);
+  View2<double> lse("lse", in.gq.back(), c.Hq);
   attention(TestSpace(), q, kv::ragged(k, v, global_layout), o, lse, c.opt);
   attention_backward(TestSpace(), q, kv::ragged(k, v, global_layout), o, lse, dout, dq, dk, dv, c.opt);
   // This rank's shards.
-  const std::vector<std::int64_t> q_rows = dist::ragged_positions(gq, rank, P, c.sharding),
-                                  kv_rows = dist::ragged_positions(gk, rank, P, c.sharding);
-  const auto layout = make_ragged_layout<TestMemory>(
-      indptr_view(dist::ragged_local_indptr(gq, P, c.sharding)),
-      indptr_view(dist::ragged_local_indptr(gk, P, c.sharding)));
   const View3<T> lq = take_rows<T>(q, q_rows, "q"), lk = take_rows<T>(k, kv_rows, "k"),
                  lv = take_rows<T>(v, kv_rows, "v"), ldout = take_rows<T>(dout, q_rows, "dout");
   View3<T> lo("o", q_rows.size(), c.Hq, c.D), ldq("dq", q_rows.size(), c.Hq, c.D),
@@ -206,28 +238,16 @@ std::vector<S> rounded(const std::vector<float>& x) {
 // one-process float64 ragged attention on those values within S's rounding.
 template <class S>
 void check16(const Case& c) {
-  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
-  const std::uint64_t seed = shared_seed();
-  const std::vector<std::int64_t> gq = offsets(c.q_lengths), gk = offsets(c.kv_lengths);
-  View3<double> q("q", gq.back(), c.Hq, c.D), k("k", gk.back(), c.Hkv, c.D), v("v", gk.back(), c.Hkv, c.D),
-      dout("dout", gq.back(), c.Hq, c.D);
-  fill_normal(q, seed), fill_normal(k, seed + 1), fill_normal(v, seed + 2), fill_normal(dout, seed + 3);
-  const std::vector<std::int64_t> q_rows = dist::ragged_positions(gq, rank, P, c.sharding),
-                                  kv_rows = dist::ragged_positions(gk, rank, P, c.sharding);
-  const auto layout = make_ragged_layout<TestMemory>(indptr_view(dist::ragged_local_indptr(gq, P, c.sharding)),
-                                                     indptr_view(dist::ragged_local_indptr(gk, P, c.sharding)));
-  const std::string what = std::string(storage_name<S>()) + " " + c.describe() + " on rank " + std::to_string(rank) +
-                           " of " + std::to_string(P) + " seed=" + std::to_string(seed);
+  const Drawn in(c);
+  const std::vector<std::int64_t>&q_rows = in.q_rows, &kv_rows = in.kv_rows;
+  const auto& layout = in.layout;
+  const std::string what = std::string(storage_name<S>()) + " " + c.describe() + " on rank " +
+                           std::to_string(in.rank) + " of " + std::to_string(in.P) + " seed=" + std::to_string(in.seed);
   SCOPED_TRACE(what);
   // This rank's shards in S, and the same values in float.
-  const View3<S> lq = take_rows<S>(q, q_rows, "q"), lk = take_rows<S>(k, kv_rows, "k"),
-                 lv = take_rows<S>(v, kv_rows, "v"), ldout = take_rows<S>(dout, q_rows, "dout");
-  const auto all = [](std::size_t n) {
-    std::vector<std::int64_t> r(n);
-    for (std::size_t i = 0; i < n; ++i) r[i] = std::int64_t(i);
-    return r;
-  };
-  const auto wide = [&](const View3<S>& x) { return take_rows<float>(x, all(x.extent(0)), "wide"); };
+  const View3<S> lq = take_rows<S>(in.q, q_rows, "q"), lk = take_rows<S>(in.k, kv_rows, "k"),
+                 lv = take_rows<S>(in.v, kv_rows, "v"), ldout = take_rows<S>(in.dout, q_rows, "dout");
+  const auto wide = [](const View3<S>& x) { return take_rows<float>(x, all_rows(x.extent(0)), "wide"); };
   const std::size_t nq = q_rows.size(), nk = kv_rows.size();
   View3<S> o("o", nq, c.Hq, c.D), dq("dq", nq, c.Hq, c.D), dk("dk", nk, c.Hkv, c.D), dv("dv", nk, c.Hkv, c.D);
   View3<float> of("of", nq, c.Hq, c.D), dqf("dqf", nq, c.Hq, c.D), dkf("dkf", nk, c.Hkv, c.D),
@@ -246,11 +266,9 @@ void check16(const Case& c) {
   EXPECT_EQ(std::memcmp(h16.data(), h32.data(), h16.size() * sizeof(float)), 0) << "lse: the float ring's";
   EXPECT_EQ(f32.bytes_sent, 2 * f16.bytes_sent) << "K/V travel in 16 bits";
   // Against float64 on the stored values: o is a float result rounded once.
-  const auto global_layout = make_ragged_layout<TestMemory>(indptr_view(gq), indptr_view(gk));
-  const auto stored = [&](const View3<double>& x) { return take_rows<double>(take_rows<S>(x, all(x.extent(0)), "s"),
-                                                                             all(x.extent(0)), "stored"); };
-  View3<double> o_ref("o_ref", gq.back(), c.Hq, c.D);
-  attention(TestSpace(), stored(q), kv::ragged(stored(k), stored(v), global_layout), o_ref, View2<double>(), c.opt);
+  View3<double> o_ref("o_ref", in.gq.back(), c.Hq, c.D);
+  attention(TestSpace(), stored_as<S>(in.q), kv::ragged(stored_as<S>(in.k), stored_as<S>(in.v), in.global_layout()),
+            o_ref, View2<double>(), c.opt);
   const double unit_roundoff = std::is_same<S, bf16>::value ? 0x1p-8 : 0x1p-11;
   auto href = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), o_ref);
   const std::vector<S> ov = values_of(o);
