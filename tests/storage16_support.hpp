@@ -189,15 +189,15 @@ void expect_16bit_rule(const AttentionParams<double>& p, const Options& opt, con
 // The textbook backward of a dense problem run in storage type S, as autograd would run the
 // textbook forward in S: S and P rounded to S, dP = dO V^T rounded, dS = P (dP - rowsum(P dP))
 // rounded (times 1 - tanh^2 under softcap), and dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO
-// accumulated in float and rounded once. p holds the exact inputs in double (q, k, v; dense,
-// LayoutRight) and dout is dO [B, Nq, Hq, D] in the same layout as q. Outputs: dq, dk, dv in the
-// layouts of q and k. With d_from_o_in_s, D = rowsum(dO o) reads o rounded to S (fp32
-// accumulation) instead of rowsum(P dP): what FlashAttention's backward and kattn's do. With
-// round_result false, dq, dk, dv are the float sums before their one rounding to S.
+// accumulated in float (their one rounding to S is textbook16_backward's). p holds the exact
+// inputs in double (q, k, v; dense, LayoutRight) and dout is dO [B, Nq, Hq, D] in the same layout
+// as q. Outputs: the float sums dq, dk, dv in the layouts of q and k. With d_from_o_in_s,
+// D = rowsum(dO o) reads o rounded to S (fp32 accumulation) instead of rowsum(P dP): what
+// FlashAttention's backward and kattn's do.
 template <class S>
-void textbook_backward_in(const AttentionParams<double>& p, const std::vector<double>& dout, const Options& opt,
-                          std::vector<double>& dq, std::vector<double>& dk, std::vector<double>& dv,
-                          bool d_from_o_in_s = false, bool round_result = true) {
+void textbook_backward_sums_in(const AttentionParams<double>& p, const std::vector<double>& dout, const Options& opt,
+                               std::vector<double>& dq, std::vector<double>& dk, std::vector<double>& dv,
+                               bool d_from_o_in_s) {
   const int B = p.batch, Hq = p.heads_q, Hkv = p.heads_kv, D = p.head_dim, G = p.group_size();
   const std::int64_t Nq = p.q_len, Nk = p.kv_len;
   const KeyWindow window = KeyWindow::from(opt);
@@ -251,10 +251,9 @@ void textbook_backward_in(const AttentionParams<double>& p, const std::vector<do
           }
         }
       }
-  const auto result = [&](float x) { return round_result ? round(x) : double(x); };
   dq.resize(aq.size()), dk.resize(ak.size()), dv.resize(av.size());
-  for (std::size_t x = 0; x < aq.size(); ++x) dq[x] = result(scale * aq[x]);
-  for (std::size_t x = 0; x < ak.size(); ++x) dk[x] = result(scale * ak[x]), dv[x] = result(av[x]);
+  for (std::size_t x = 0; x < aq.size(); ++x) dq[x] = scale * aq[x];
+  for (std::size_t x = 0; x < ak.size(); ++x) dk[x] = scale * ak[x], dv[x] = av[x];
 }
 
 // FlashAttention's rule for the gradients in S: each of dq, dk, dv within twice the max error of
@@ -273,10 +272,11 @@ Textbook16Backward textbook16_backward(const AttentionParams<double>& p, const s
                                        const Options& opt) {
   Textbook16Backward t;
   std::vector<double> sums[3], o16[3];
-  textbook_backward_in<S>(p, dout, opt, t.grads[0], t.grads[1], t.grads[2]);
-  textbook_backward_in<S>(p, dout, opt, sums[0], sums[1], sums[2], false, /*round_result=*/false);
-  textbook_backward_in<S>(p, dout, opt, o16[0], o16[1], o16[2], /*d_from_o_in_s=*/true, false);
+  textbook_backward_sums_in<S>(p, dout, opt, sums[0], sums[1], sums[2], /*d_from_o_in_s=*/false);
+  textbook_backward_sums_in<S>(p, dout, opt, o16[0], o16[1], o16[2], /*d_from_o_in_s=*/true);
   for (int g = 0; g < 3; ++g) {
+    t.grads[g].resize(sums[g].size());
+    for (std::size_t n = 0; n < sums[g].size(); ++n) t.grads[g][n] = widen(narrow<S>(static_cast<float>(sums[g][n])));
     t.allowance[g] = 0;
     for (std::size_t n = 0; n < o16[g].size(); ++n)
       if (!std::isnan(o16[g][n]) && !std::isnan(sums[g][n]))

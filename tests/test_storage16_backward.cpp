@@ -38,7 +38,8 @@ void check_backward(const Shape& s, const Options& opt) {
   reference_backward(space, p.qd, p.kd, p.vd, dout_d, dq_r, dk_r, dv_r, opt);
   Kokkos::fence();
   const Textbook16Backward tb = textbook16_backward<S>(p.host().params(), to_host(dout_d), opt);
-  expect_16bit_grad_rule({to_host(dq), to_host(dk), to_host(dv)}, tb, {to_host(dq_r), to_host(dk_r), to_host(dv_r)}, what);
+  expect_16bit_grad_rule({to_host(dq), to_host(dk), to_host(dv)}, tb, {to_host(dq_r), to_host(dk_r), to_host(dv_r)},
+                         what);
 }
 
 // The rule (storage16_support.hpp, expect_16bit_grad_rule) on FlashAttention's own test grid

@@ -288,8 +288,8 @@ void bind_dist(py::module_& m) {
             L = Layout::parse(layout);
           });
           return with_agreed_dtype(checks, a.dtype, [&](auto t) {
-            return dense_backward_as<decltype(t)>(call_of(call), comm, a.same[0], a.same[1], a.same[2], a.same[3], lse_array,
-                                        a.same[4], L, a.opt, a.d);
+            return dense_backward_as<decltype(t)>(call_of(call), comm, a.same[0], a.same[1], a.same[2], a.same[3],
+                                                  lse_array, a.same[4], L, a.opt, a.d);
           });
         });
   // Ring attention over a ragged batch: q_indptr, kv_indptr are the whole batch's (every rank the

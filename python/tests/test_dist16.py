@@ -128,12 +128,12 @@ def test_ragged_ring_in_16_bits_is_the_float32_ring_rounded_once(kind, sharding)
     else:
         torch = pytest.importorskip("torch", reason="PyTorch is not installed")
         x16 = [torch.from_numpy(x).to(torch.bfloat16) for x in exact]
-    kw = dict(causal=True, sharding=sharding)
+    q, kw = x16[0], dict(causal=True, sharding=sharding)
     o, lse, s16 = kattn.dist.ragged_ring_attention(COMM, *x16[:3], indptr, indptr, return_lse=True, return_stats=True,
                                                    **kw)
     of, lsef, s32 = kattn.dist.ragged_ring_attention(COMM, *exact[:3], indptr, indptr, return_lse=True,
                                                      return_stats=True, **kw)
-    assert type(o) is type(q := x16[0]) and o.dtype == q.dtype
+    assert type(o) is type(q) and o.dtype == q.dtype
     assert np.array_equal(as64(o), round16(of, dtype)) and np.array_equal(as64(lse), as64(lsef))
     assert 2 * s16["bytes_sent"] == s32["bytes_sent"]
     grads = kattn.dist.ragged_ring_attention_backward(COMM, *x16[:3], o, lse, x16[3], indptr, indptr, **kw)
