@@ -500,19 +500,29 @@ KOKKOS_INLINE_FUNCTION void value_block(int keys, const T* KOKKOS_RESTRICT pr, i
   constexpr int W = simd::width<T>();
   constexpr int line = 64 / static_cast<int>(sizeof(KV));
   V acc[R][NV];
+  KATTN_UNROLL
   for (int r = 0; r < R; ++r)
+    KATTN_UNROLL
     for (int v = 0; v < NV; ++v) acc[r][v] = rescaled_o(simd::load(o + r * ldo + d0 + v * W), alpha[r]);
   for (int k = 0; k < keys; ++k) {
     if (k < n_next)
       for (int d = 0; d < NV * W; d += line) prefetch_line(vnext[k].p + off + d0 + d);
     V b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = simd::load_as<T>(vrow[k].p + off + d0 + v * W);
+    KATTN_UNROLL
+    for (int v = 0; v < NV; ++v) {
+      b[v] = simd::load_as<T>(vrow[k].p + off + d0 + v * W);
+      simd::pin<T>(b[v]);  // loaded once per key, not once per row (tile_gemm.hpp)
+    }
+    KATTN_UNROLL
     for (int r = 0; r < R; ++r) {
       const T a = pr[r * ldp + k];
+      KATTN_UNROLL
       for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
     }
   }
+  KATTN_UNROLL
   for (int r = 0; r < R; ++r)
+    KATTN_UNROLL
     for (int v = 0; v < NV; ++v) simd::store(o + r * ldo + d0 + v * W, acc[r][v]);
 #else
   (void)vnext, (void)n_next;

@@ -28,6 +28,11 @@
 #include <immintrin.h>
 #endif
 
+// Complete unrolling of a loop over a micro-tile's registers (rows, vectors), requested rather than
+// left to GCC's heuristics: inside a large inlined kernel it may keep the loop, and then the
+// accumulator array lives on the stack, loaded and stored around every FMA.
+#define KATTN_UNROLL _Pragma("GCC unroll 32")
+
 namespace kattn {
 namespace detail {
 namespace simd {
@@ -131,6 +136,13 @@ inline void store(T* p, const vec<T>& v) {
 template <class T>
 inline vec<T> splat(T x) {
   return vec<T>{} + x;
+}
+
+// Keeps v in a register: GCC would otherwise fold its load into every instruction that uses it,
+// loading it again each time.
+template <class T>
+inline void pin(vec<T>& v) {
+  asm("" : "+v"(v));
 }
 
 }  // namespace simd

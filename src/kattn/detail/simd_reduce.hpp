@@ -99,13 +99,6 @@ inline T hmax_nan(const vec<T>& v) {
   return all_lanes<T>(v, [](const vec<T>& a, const vec<T>& b) { return (a > b || a != a) ? a : b; })[0];
 }
 
-// Keeps v in a register: GCC would otherwise fold its load into every instruction that uses it,
-// loading it again each time.
-template <class T>
-inline void pin(vec<T>& v) {
-  asm("" : "+v"(v));
-}
-
 }  // namespace simd
 }  // namespace detail
 }  // namespace kattn

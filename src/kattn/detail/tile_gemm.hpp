@@ -32,26 +32,44 @@ KOKKOS_INLINE_FUNCTION void micro_gemm(int K, const T* KOKKOS_RESTRICT A, std::p
     constexpr int NV = J / W;
     V acc[R][NV];
     if (Accumulate) {
+      KATTN_UNROLL
       for (int r = 0; r < R; ++r)
+        KATTN_UNROLL
         for (int v = 0; v < NV; ++v) acc[r][v] = simd::load(C + r * ldc + v * W);
     } else if (col_scale) {
       V s[NV];
+      KATTN_UNROLL
       for (int v = 0; v < NV; ++v) s[v] = simd::load(col_scale + v * W);
+      KATTN_UNROLL
       for (int r = 0; r < R; ++r)
+        KATTN_UNROLL
         for (int v = 0; v < NV; ++v) acc[r][v] = simd::load(C + r * ldc + v * W) * s[v];
     } else {
+      KATTN_UNROLL
       for (int r = 0; r < R; ++r)
+        KATTN_UNROLL
         for (int v = 0; v < NV; ++v) acc[r][v] = simd::splat<T>(T(0));
     }
     for (int k = 0; k < K; ++k) {
       V b[NV];
-      for (int v = 0; v < NV; ++v) b[v] = simd::load(B + k * ldb + v * W);
+      // Each B vector loaded once per step and kept in a register: folded into the FMAs as memory
+      // operands (GCC's choice) they are loaded R times, 1.5 loads per FMA with AVX2, more than
+      // the two a Zen 3 core feeds (0.45 -> 0.85 of the FMA peak there, perf/RESULTS.md).
+      KATTN_UNROLL
+      for (int v = 0; v < NV; ++v) {
+        b[v] = simd::load(B + k * ldb + v * W);
+        simd::pin<T>(b[v]);
+      }
+      KATTN_UNROLL
       for (int r = 0; r < R; ++r) {
         const T a = A[r * a_m + k * a_k];
+        KATTN_UNROLL
         for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
       }
     }
+    KATTN_UNROLL
     for (int r = 0; r < R; ++r)
+      KATTN_UNROLL
       for (int v = 0; v < NV; ++v) simd::store(C + r * ldc + v * W, acc[r][v]);
     return;
   }
