@@ -3,7 +3,7 @@
 // before each case (perf/bandwidth.hpp). BM_Decode: batch x context x GQA (8:1 and 1:1, 8 KV
 // heads; and 1 KV head, where only splitting makes more than one unit of work) x split (none /
 // planned) x cache (dense / paged with 16 keys per page, pages shuffled or in order).
-// BM_DecodeKeyTile: keys per tile (the tuning's row_tile_kv_bytes picks 64 at 8 heads).
+// BM_DecodeKeyTile: keys per tile (the automatic choice: row_tile_kv_bytes, an eighth of L2).
 // BM_DecodePageSize: keys per page, pages shuffled (what a jump between pages costs).
 // BM_DecodePair: the targets as paired ratios (decode / stream, paged / dense, split /
 // no split), robust to a machine whose bandwidth drifts.

@@ -117,7 +117,7 @@ int row_tile_keys(int heads, int head_dim, int lanes, const Options& opt) {
   using Tn = detail::Tuning<ExecSpace, T>;
   if (opt.block_k > 0) return opt.block_k;
   const std::size_t row = 2 * std::size_t(heads) * std::size_t(head_dim) * sizeof(T);
-  const int keys = static_cast<int>(std::min<std::size_t>(Tn::row_tile_kv_bytes / row, Tn::row_tile_max_keys));
+  const int keys = static_cast<int>(std::min<std::size_t>(Tn::row_tile_kv_bytes() / row, Tn::row_tile_max_keys));
   return std::max(lanes, keys / lanes * lanes);
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 
+#include "kattn/detail/host_cache.hpp"
 #include "kattn/detail/simd.hpp"
 
 namespace kattn {
@@ -86,9 +87,10 @@ struct Tuning {
   static constexpr std::size_t row_tile_head_budget = 256 * 1024;
   // K + V bytes of one key tile (all heads of the team) when the options leave block_k at 0:
   // enough keys to amortise the per-tile softmax bookkeeping, few enough that the tile and the
-  // next one, prefetched, stay well inside L2 (32 keys at 8 heads x D = 128 in float; 128 at 1
-  // head). GQA 8:1 decode read 0.65 of the stream with 32 keys, 0.51 with 64 (perf/RESULTS.md).
-  static constexpr std::size_t row_tile_kv_bytes = 256 * 1024;
+  // next one, prefetched, stay well inside L2. An eighth of the core's L2 was the fastest of a
+  // sweep on two cores: 256 KB of a 2 MB L2 (Emerald Rapids: 32 keys at 8 heads x D = 128 in
+  // float) and 64 KB of a 512 KB one (Zen 3: 8 keys); perf/RESULTS.md.
+  static std::size_t row_tile_kv_bytes() { return host_l2_bytes() / 8; }
   static constexpr int row_tile_max_keys = 256;
   // Software prefetch of the next key tile's K and V rows while the current one is folded: a
   // decode reads each row once, scattered (one KV head's rows are head_dim apart in a
