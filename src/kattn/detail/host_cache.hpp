@@ -1,5 +1,5 @@
-// The size of one host core's L2 cache, which the host tile budgets (tuning.hpp) are fractions of:
-// measured once, from the OS (glibc's sysconf, which reads the CPU's cache descriptors).
+// The size of one host core's L2 cache, which decode's automatic key tile (tuning.hpp) is a
+// fraction of: read once, from the OS (glibc's sysconf, which reads the CPU's cache descriptors).
 #pragma once
 
 #include <cstddef>

@@ -53,8 +53,8 @@ KOKKOS_INLINE_FUNCTION void micro_gemm(int K, const T* KOKKOS_RESTRICT A, std::p
     for (int k = 0; k < K; ++k) {
       V b[NV];
       // Each B vector loaded once per step and kept in a register: folded into the FMAs as memory
-      // operands (GCC's choice) they are loaded R times, 1.5 loads per FMA with AVX2, more than
-      // the two a Zen 3 core feeds (0.45 -> 0.85 of the FMA peak there, perf/RESULTS.md).
+      // operands (GCC's choice) they are loaded R times, 1.5 loads per FMA with AVX2 (with the
+      // unrolling, 0.55 -> about 0.8 of the FMA peak on Zen 3, perf/RESULTS.md).
       KATTN_UNROLL
       for (int v = 0; v < NV; ++v) {
         b[v] = simd::load(B + k * ldb + v * W);
