@@ -29,6 +29,8 @@ std::vector<double> random_normal_rows(const RowBlock& rows, std::uint64_t seed)
   std::vector<PositionRun> runs = rows.runs;
   std::sort(runs.begin(), runs.end(), [](const PositionRun& a, const PositionRun& b) { return a.global < b.global; });
   std::vector<double> out(static_cast<std::size_t>(rows.local_size()));
+  // Empty rows draw nothing: return before looping over an outer count that may pass 2^32.
+  if (rows.N == 0 || rows.inner == 0) return out;
   const std::int64_t n = rows.local_length();
   const auto skip = [&](std::int64_t count) {
     for (std::int64_t i = 0; i < count; ++i) dist(gen);
