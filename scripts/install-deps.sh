@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs kattn's build dependencies from Debian 12's packages when any is missing.
-#   scripts/install-deps.sh [fuzz]     (fuzz: also clang and libFuzzer, for scripts/fuzz.sh)
+#   scripts/install-deps.sh [fuzz] [ccache]   (fuzz: also clang and libFuzzer, for scripts/fuzz.sh;
+#                                             ccache: the compiler cache .ci/run builds through)
 set -euo pipefail
 
 packages=(
@@ -11,9 +12,13 @@ packages=(
   python3-dev python3-pybind11 python3-numpy python3-pytest                         # the Python package
   python3-torch python3-mpi4py                                                      # its PyTorch and mpi4py parts
 )
-if [ "${1:-}" = fuzz ]; then
-  packages+=(clang libclang-rt-14-dev)                                              # libFuzzer (scripts/fuzz.sh)
-fi
+for extra in "$@"; do
+  case $extra in
+    fuzz) packages+=(clang libclang-rt-14-dev) ;;                                   # libFuzzer (scripts/fuzz.sh)
+    ccache) packages+=(ccache) ;;                                                   # .ci/run's compiler cache
+    *) echo "install-deps.sh: unknown extra '$extra' (expected fuzz or ccache)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do
