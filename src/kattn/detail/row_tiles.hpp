@@ -110,14 +110,21 @@ template <class T, std::size_t... I>
 inline std::array<simd::vec<T>, sizeof...(I)> zeros(std::index_sequence<I...>) {
   return {{(static_cast<void>(I), simd::splat<T>(T(0)))...}};
 }
-template <class T, std::size_t N, class KV, std::size_t... I>
-inline void load_rows(std::array<simd::vec<T>, N>& v, const KV* const* p, std::ptrdiff_t d, std::index_sequence<I...>) {
-  ((v[I] = simd::load_as<T>(p[I] + d), simd::pin<T>(v[I])), ...);
+// A loaded vector, pinned in a register (Pin: one used by several FMAs) or left for the compiler
+// to fold into the FMA that uses it (pinned, the vectors used once would spill with AVX2).
+template <class T, bool Pin>
+inline simd::vec<T> operand(simd::vec<T> v) {
+  if constexpr (Pin) return simd::pinned<T>(v);
+  return v;
 }
-template <class T, std::size_t N, std::size_t... I>
+template <class T, bool Pin, std::size_t N, class KV, std::size_t... I>
+inline void load_rows(std::array<simd::vec<T>, N>& v, const KV* const* p, std::ptrdiff_t d, std::index_sequence<I...>) {
+  ((v[I] = operand<T, Pin>(simd::load_as<T>(p[I] + d))), ...);
+}
+template <class T, bool Pin, std::size_t N, std::size_t... I>
 inline void load_strided(std::array<simd::vec<T>, N>& v, const T* p, int ld, std::ptrdiff_t d,
                          std::index_sequence<I...>) {
-  ((v[I] = simd::load(p + I * ld + d), simd::pin<T>(v[I])), ...);
+  ((v[I] = operand<T, Pin>(simd::load(p + I * ld + d))), ...);
 }
 template <class T, std::size_t N, class KV, std::size_t... I>
 inline simd::vec<T> dot_row(const std::array<simd::vec<T>, N>& q, const KV* k, std::index_sequence<I...>) {
@@ -154,8 +161,8 @@ KOKKOS_INLINE_FUNCTION void score_block(int dims_p, const T* KOKKOS_RESTRICT q, 
       for (int j = 0; j < KB; ++j) prefetch_line(knext[j].p + off + d);
     std::array<V, KB> kv;
     std::array<V, RB> qv;
-    row_simd::load_rows<T, KB>(kv, kp, d, std::make_index_sequence<KB>());
-    row_simd::load_strided<T, RB>(qv, q, ldq, d, std::make_index_sequence<RB>());
+    row_simd::load_rows<T, (RB > 1)>(kv, kp, d, std::make_index_sequence<KB>());
+    row_simd::load_strided<T, (KB > 1)>(qv, q, ldq, d, std::make_index_sequence<RB>());
     row_simd::fma_block<T, RB, KB>(acc, qv, kv, std::make_index_sequence<W>());
   }
   const V sums = simd::sum_lanes<T>(acc);
@@ -190,7 +197,7 @@ inline void score_row(const T* KOKKOS_RESTRICT q, const RowPtr<KV>* krow, std::p
     for (int j = 0; j < W; ++j)
       for (int d = 0; d < NQ * W; d += 64 / static_cast<int>(sizeof(KV))) prefetch_line(knext[j].p + off + d);
   std::array<V, NQ> qv;
-  row_simd::load_strided<T, NQ>(qv, q, W, 0, std::make_index_sequence<NQ>());
+  row_simd::load_strided<T, true>(qv, q, W, 0, std::make_index_sequence<NQ>());
   simd::store(s, simd::sum_lanes<T>(row_simd::dot_rows<T, NQ>(qv, krow, off, std::make_index_sequence<W>())));
 }
 #endif
@@ -314,7 +321,8 @@ inline void score_pairs(int t_begin, int t_end, int keys, int heads, int ahead, 
       const std::ptrdiff_t off = head_off(hl);
       if (const KV* a = row_ahead(krow, keys, off, after, hl, j + ahead)) prefetch_row(a, NQ * W);
       std::array<V, NQ> qv;
-      row_simd::load_strided<T, NQ>(qv, head_q(hl), W, 0, std::make_index_sequence<NQ>());
+      // Pinned though used once: GCC then keeps the W sums in registers (with AVX-512).
+      row_simd::load_strided<T, true>(qv, head_q(hl), W, 0, std::make_index_sequence<NQ>());
       acc[i] = row_simd::dot_row<T, NQ>(qv, krow[j].p + off, std::make_index_sequence<NQ>());
       js[i] = j, hs[i] = hl;
       if (++hl == heads) hl = 0, ++j;
@@ -509,10 +517,8 @@ KOKKOS_INLINE_FUNCTION void value_block(int keys, const T* KOKKOS_RESTRICT pr, i
       for (int d = 0; d < NV * W; d += line) prefetch_line(vnext[k].p + off + d0 + d);
     V b[NV];
     KATTN_UNROLL
-    for (int v = 0; v < NV; ++v) {
-      b[v] = simd::load_as<T>(vrow[k].p + off + d0 + v * W);
-      simd::pin<T>(b[v]);  // loaded once per key, not once per row (tile_gemm.hpp)
-    }
+    for (int v = 0; v < NV; ++v)  // loaded once per key, not once per row (tile_gemm.hpp)
+      b[v] = row_simd::operand<T, (R > 1)>(simd::load_as<T>(vrow[k].p + off + d0 + v * W));
     KATTN_UNROLL
     for (int r = 0; r < R; ++r) {
       const T a = pr[r * ldp + k];
@@ -559,7 +565,9 @@ KOKKOS_INLINE_FUNCTION void row_values(const Member& member, const RowTileGeomet
     const int pf = vnext && r0 == 0 ? n_next : 0;  // the first row block prefetches
     const T* pr = pm + r0 * g.keys_p;
     T* orow = o + r0 * g.dims_p;
-    // 16 accumulators whatever the row block: one row sweeps 8 vectors of dims per V row load.
+    // 16 accumulators from two rows on, one row sweeping 8 vectors of dims per V row load. (With
+    // AVX2's 16 registers 8 x 2 spills, yet 8 x 1 read 0.86x as fast on Zen 3: twice the passes
+    // over the V rows.)
     if (R == 1)
       value_rows<T, 1, 8>(keys, g.dims_p, pr, g.keys_p, vrow, off, orow, g.dims_p, alpha + r0, vnext, pf);
     else if (R == 2)

@@ -138,11 +138,13 @@ inline vec<T> splat(T x) {
   return vec<T>{} + x;
 }
 
-// Keeps v in a register: GCC would otherwise fold its load into every instruction that uses it,
-// loading it again each time.
+// v, kept in a register: pinned(load(p)). GCC would otherwise fold the load into every
+// instruction that uses it, loading it again each time. (Pinning an array element in place
+// instead kept the array on the stack: a dead store per element and step.)
 template <class T>
-inline void pin(vec<T>& v) {
+inline vec<T> pinned(vec<T> v) {
   asm("" : "+v"(v));
+  return v;
 }
 
 }  // namespace simd

@@ -56,10 +56,7 @@ KOKKOS_INLINE_FUNCTION void micro_gemm(int K, const T* KOKKOS_RESTRICT A, std::p
       // operands (GCC's choice) they are loaded R times, 1.5 loads per FMA with AVX2 (with the
       // unrolling, 0.55 -> about 0.8 of the FMA peak on Zen 3, perf/RESULTS.md).
       KATTN_UNROLL
-      for (int v = 0; v < NV; ++v) {
-        b[v] = simd::load(B + k * ldb + v * W);
-        simd::pin<T>(b[v]);
-      }
+      for (int v = 0; v < NV; ++v) b[v] = simd::pinned<T>(simd::load(B + k * ldb + v * W));
       KATTN_UNROLL
       for (int r = 0; r < R; ++r) {
         const T a = A[r * a_m + k * a_k];
