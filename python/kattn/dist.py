@@ -146,7 +146,7 @@ def ragged_positions(indptr, comm, *, sharding="contiguous"):
     return _kattn.ragged_positions(indptr, comm.Get_size(), comm.Get_rank(), sharding)
 
 
-def ragged_ring_attention(comm, q, k, v, q_indptr, kv_indptr, *, causal=False, softcap=0.0, scale=None,
+def ragged_ring_attention(comm, q, k, v, q_indptr, kv_indptr, *, causal=False, window=None, softcap=0.0, scale=None,
                           sharding="contiguous", return_lse=False, return_stats=False):
     """Ring attention over a ragged batch of packed sequences (varlen, cu_seqlens), each one
     sharded over `comm`'s ranks.
@@ -154,24 +154,25 @@ def ragged_ring_attention(comm, q, k, v, q_indptr, kv_indptr, *, causal=False, s
     q_indptr, kv_indptr [B + 1]: the whole batch's offsets, the same on every rank. q [nq, Hq, D],
     k, v [nk, Hkv, D]: this rank's rows, q[ragged_positions(q_indptr, comm)] of the packed arrays
     (and so for k, v). One dtype, as ring_attention's (16-bit k, v travel in 16 bits, o is rounded
-    once); causal (each sequence's keys as many as its queries), softcap and scale; no window, no
-    deterministic mode. Returns o [nq, Hq, D] (and lse [nq, Hq], and this rank's stats dict)."""
+    once); causal and window (each sequence's own; both need each sequence's keys as many as its
+    queries), softcap and scale; no deterministic mode. Returns o [nq, Hq, D] (and lse [nq, Hq], and
+    this rank's stats dict)."""
     _require_mpi()
     arrays, refused = _arrays(q=q, k=k, v=v)
-    opts = dict(causal=causal, softcap=softcap, scale=scale)
+    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
     o, lse, stats = _kattn.ragged_ring_attention(comm.py2f(), *arrays, q_indptr, kv_indptr, opts, sharding, refused)
     return _results(returner(q), (o, lse) if return_lse else (o,), stats, return_stats)
 
 
-def ragged_ring_attention_backward(comm, q, k, v, o, lse, dout, q_indptr, kv_indptr, *, causal=False, softcap=0.0,
-                                   scale=None, sharding="contiguous", return_stats=False):
+def ragged_ring_attention_backward(comm, q, k, v, o, lse, dout, q_indptr, kv_indptr, *, causal=False, window=None,
+                                   softcap=0.0, scale=None, sharding="contiguous", return_stats=False):
     """The gradients of ragged_ring_attention: dq [nq, Hq, D], dk, dv [nk, Hkv, D], this rank's
     rows, from this rank's rows q, k, v, dout = dL/do, and o, lse as ragged_ring_attention returned
     them (return_lse=True). The options must be the forward's. 16-bit rows: float32 accumulation,
     k and v travel in 16 bits, the gradients rounded once."""
     _require_mpi()
     arrays, refused = _arrays(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
-    opts = dict(causal=causal, softcap=softcap, scale=scale)
+    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
     dq, dk, dv, stats = _kattn.ragged_ring_attention_backward(comm.py2f(), *arrays, q_indptr, kv_indptr, opts,
                                                               sharding, refused)
     return _results(returner(q), (dq, dk, dv), stats, return_stats)

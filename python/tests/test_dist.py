@@ -75,7 +75,8 @@ def test_bad_input_on_one_rank_raises_the_same_error_on_every_rank():
 
 
 @pytest.mark.parametrize("sharding", ["contiguous", "zigzag"])
-@pytest.mark.parametrize("opt", [{}, {"causal": True}, {"causal": True, "softcap": 5.0}])
+@pytest.mark.parametrize("opt", [{}, {"causal": True}, {"causal": True, "softcap": 5.0},
+                                 {"causal": True, "window": (3, 0)}, {"window": (2, 5)}])
 def test_ragged_ring_equals_ragged_attention_on_every_rank(sharding, opt):
     # Lengths multiples of 2P: every sequence divides into zigzag's pieces; one is empty.
     P = COMM.Get_size()

@@ -81,7 +81,8 @@ def test_deterministic_gradients_are_bitwise_one_ranks(name):
 
 
 @pytest.mark.parametrize("sharding", ["contiguous", "zigzag"])
-@pytest.mark.parametrize("opt", [{}, {"causal": True}, {"causal": True, "softcap": 5.0}])
+@pytest.mark.parametrize("opt", [{}, {"causal": True}, {"causal": True, "softcap": 5.0},
+                                 {"causal": True, "window": (3, 0)}, {"window": (2, 5)}])
 def test_ragged_gradients_are_the_rows_of_one_process(sharding, opt):
     lens = [4 * P, 0, 2 * P, 6 * P]  # multiples of 2P (zigzag's pieces); one empty sequence
     indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)

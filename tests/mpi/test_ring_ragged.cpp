@@ -78,7 +78,8 @@ struct Case {
   Options opt;
   Sharding sharding = Sharding::contiguous;
   std::string describe() const {
-    std::string s = std::string(dist::name(sharding)) + (opt.causal ? " causal" : " full") + " Hq=" +
+    std::string s = std::string(dist::name(sharding)) + (opt.causal ? " causal" : " full") + " window " +
+                    std::to_string(opt.window_left) + "," + std::to_string(opt.window_right) + " Hq=" +
                     std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) + " lengths";
     for (std::size_t b = 0; b < q_lengths.size(); ++b)
       s += " " + std::to_string(q_lengths[b]) + "/" + std::to_string(kv_lengths[b]);
@@ -212,6 +213,62 @@ TEST(RingRagged, FloatGqaSoftcapLongerSequences) {
     c.Hq = 4, c.Hkv = 2, c.D = 16;
     c.q_lengths = c.kv_lengths = lengths_in(pieces_of(s), {40, 1, 0, 67, 12});
     check<float>(c);
+  }
+}
+
+// Sliding windows: each sequence's own, whatever its length, so pieces of different sequences
+// are seen from different distances (a short sequence's window spans many of its pieces).
+TEST(RingRagged, WindowsMatchOneProcessRagged) {
+  struct Mask {
+    bool causal;
+    std::int64_t left, right;
+  };
+  const Mask masks[] = {{true, 0, -1}, {true, 1, -1}, {true, 3, -1}, {true, 18, -1}, {true, 200, -1},
+                        {false, 2, 5},  {false, 4, -1}, {false, -1, 3}, {false, 0, 0}};
+  for (Sharding s : {Sharding::contiguous, Sharding::zigzag})
+    for (const Mask& m : masks) {
+      Case c;
+      c.sharding = s;
+      c.opt.causal = m.causal;
+      c.opt.window_left = m.left, c.opt.window_right = m.right;
+      c.Hq = 2, c.Hkv = m.causal ? 1 : 2;
+      c.q_lengths = c.kv_lengths = lengths_in(pieces_of(s), {9, 0, 1, 17, 3, 3});
+      check<double>(c);
+    }
+  Case f;
+  f.opt.causal = true;
+  f.opt.window_left = 5;
+  f.opt.softcap = 20.0;
+  f.Hq = 4, f.Hkv = 2, f.D = 16;
+  f.q_lengths = f.kv_lengths = lengths_in(pieces_of(Sharding::zigzag), {12, 1, 0, 30});
+  f.sharding = Sharding::zigzag;
+  check<float>(f);
+}
+
+// A window moves a key piece only to ranks whose queries of some sequence see it: with
+// contiguous shards and a window shorter than every piece, rank r sends its piece to r + 1 alone;
+// one piece longer than the shortest sequence's piece reaches r + 2 too.
+TEST(RingRagged, WindowMovesOnlyPiecesSomeSequenceSees) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  const std::vector<std::int64_t> pieces{16, 0, 24};  // rows of one piece of each sequence
+  const std::vector<std::int64_t> g = offsets(lengths_in(P, pieces));
+  const std::vector<std::int64_t> local = dist::ragged_local_indptr(g, P, Sharding::contiguous);
+  const auto layout = make_ragged_layout<TestMemory>(indptr_view(local), indptr_view(local));
+  const std::int64_t n = local.back();  // one piece of every sequence: 40 rows
+  View3<double> q("q", n, 2, 8), k("k", n, 1, 8), v("v", n, 1, 8), o("o", n, 2, 8);
+  fill_normal(q, 1), fill_normal(k, 2), fill_normal(v, 3);
+  const std::int64_t piece_bytes = 2 * n * 1 * 8 * std::int64_t(sizeof(double));  // K and V
+  for (std::int64_t window : {5, 17}) {
+    Options opt;
+    opt.causal = true;
+    opt.window_left = window;
+    const int reach = window <= 16 ? 1 : 2;  // pieces back that the 16-row sequence sees
+    std::int64_t expected = 0;
+    for (int t = 1; t <= reach; ++t)
+      if (rank + t < P) expected += piece_bytes;
+    const dist::DistStats st =
+        dist::ring_attention(MPI_COMM_WORLD, TestSpace(), q, kv::ragged(k, v, layout), o, View2<double>(), opt);
+    EXPECT_EQ(st.bytes_sent, expected) << "window " << window << " on rank " << rank << " of " << P;
   }
 }
 
@@ -389,12 +446,8 @@ TEST(DistErrors, RaggedIndptrDiffersAcrossRanks) {
                     "the batch), offset 1 ranges from 2 to 4 over the ranks");
 }
 
-TEST(DistErrors, RaggedMasksNeedOneShiftForEverySequence) {
+TEST(DistErrors, RaggedRefusesDiagonalShiftAndDeterministic) {
   LocalBatch b({0, 2, 6}, {0, 2, 6});
-  Options window;
-  window.window_left = 3;
-  expect_same_error([&] { b.forward(window, {}); },
-                    "window_left, window_right: a ragged batch's ring takes causal or full masks only");
   Options shifted;
   shifted.causal = true;
   shifted.diagonal_shift = 1;
@@ -408,9 +461,13 @@ TEST(DistErrors, RaggedCausalNeedsKeysEqualToQueries) {
   LocalBatch b({0, 2, 6}, {0, 2, 4});
   Options causal;
   causal.causal = true;
-  expect_same_error([&] { b.forward(causal, {}); },
-                    "kv_indptr: a causal mask over a ragged batch's ring needs each sequence's keys to be its queries "
-                    "(kv_indptr == q_indptr); sequence 1 has 4 queries and 2 keys here");
+  const std::string expected = "kv_indptr: a causal mask or a window over a ragged batch's ring needs each "
+                               "sequence's keys to be its queries (kv_indptr == q_indptr); sequence 1 has 4 queries "
+                               "and 2 keys here";
+  expect_same_error([&] { b.forward(causal, {}); }, expected);
+  Options window;
+  window.window_right = 2;
+  expect_same_error([&] { b.backward(window, {}); }, expected);
 }
 
 }  // namespace

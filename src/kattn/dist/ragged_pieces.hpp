@@ -5,13 +5,20 @@
 // of every sequence in sequence order, Uq query and Uk key rows) form a dense sequence of P * units
 // segments whose segment c is piece c. The dense ring's plan, transfers, folds and accumulators
 // run on those rows unchanged (batch 1); only the attention of a (query piece, key piece) pair is
-// a ragged call over the B sequences' parts, with one indptr for every piece. Under a causal mask
-// that pair is whole (key piece before query piece), diagonal (the same piece: causal with no
-// shift, each sequence's part being as long on both sides) or empty, whatever the lengths: one
-// option set for every sequence of the call, which a per-sequence shift (windows, pieces of
-// different lengths) would break. Hence the rules checked here, after the problem is agreed:
-// the same local indptr on every rank, even local lengths under zigzag, keys equal to queries
-// under a causal mask, no window and no diagonal shift, and not deterministic.
+// a ragged call over the B sequences' parts, with one indptr for every piece.
+//
+// Under a mask, sequence b's part of pair (cq, ck) is its queries [cq n_b, (cq + 1) n_b) against
+// its keys [ck n_b, (ck + 1) n_b): the shard arithmetic of the dense ring (shard_math.hpp) per
+// sequence, so a window's shift differs between sequences of different lengths. pair_of groups
+// consecutive sequences whose parts take the same options (every query sees every key; the same
+// shift; nothing visible: left out) into one launch each: one for a causal mask, whatever the
+// lengths, a few for a window. The ring's plan moves whole pieces: a key piece goes where some
+// sequence's queries see some of its keys (plan_options: the window in piece units, exact for the
+// shortest sequence, which sees farthest in pieces).
+//
+// Rules checked here, after the problem is agreed: the same local indptr on every rank, even
+// local lengths under zigzag, keys equal to queries under a causal mask or a window, no diagonal
+// shift, not deterministic.
 #pragma once
 
 #include <mpi.h>
@@ -27,6 +34,7 @@
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/pack.hpp"
+#include "kattn/dist/shard_math.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/options.hpp"
 #include "kattn/ragged.hpp"
@@ -35,36 +43,119 @@ namespace kattn {
 namespace dist {
 namespace detail {
 
+// One launch of a (query piece, key piece) pair: sequences [b0, b1) under the same options.
+struct PieceRun {
+  int b0 = 0, b1 = 0;
+  Options opt;
+};
+
+// A pair's launches, the (query, key) pairs they see per head, and whether they give a partial to
+// every query row (false: some sequence sees nothing of the pair, and its rows must be cleared).
+struct PiecePair {
+  std::vector<PieceRun> runs;
+  double pairs = 0;
+  bool covers_all = true;
+};
+
 template <class MemorySpace>
 struct RaggedPieces {
   int units = 1;                  // pieces of each sequence a rank holds: 1 contiguous, 2 zigzag
+  int pieces = 1;                 // pieces of each sequence over all ranks: P * units
   std::int64_t Uq = 0, Uk = 0;    // rows of one piece of every sequence together
   BatchLengths piece;             // one piece's queries and keys per sequence
-  std::vector<std::int64_t> q_local, kv_local;  // the local indptr
-  Kokkos::View<std::int64_t*, MemorySpace> q_indptr, kv_indptr;  // one piece's: the local ones / units
+  std::vector<std::int64_t> q_local, kv_local;    // the local indptr
+  std::vector<std::int64_t> q_offsets, kv_offsets;  // one piece's indptr (the local one / units)
+  Kokkos::View<std::int64_t*, MemorySpace> q_indptr, kv_indptr;  // the same on the device
   Kokkos::View<std::int64_t*, MemorySpace> q_rows, kv_rows;      // piece-major row r is local row rows[r]
   GlobalSplit split;              // the piece-major rows as the dense ring's shards
 
-  // q (the dense ring's params of one query piece against one key piece, pointers and per-row
-  // strides set) into the ragged call over that pair's B parts; opt whole or, on the diagonal,
-  // causal. Returns the pair's visible (query, key) pairs per head.
-  template <class Q, class T, class KV>
-  double pair_call(AttentionParams<Q, T, KV>& q, Options& opt, bool diagonal) const {
-    q.batch = static_cast<int>(piece.q_len.size());
-    q.q_indptr = q_indptr.data();
-    q.kv_indptr = kv_indptr.data();
-    q.q_len = piece.max_q();
-    q.kv_len = piece.max_kv();
-    q.q_total = Uq;
-    opt.causal = diagonal;
-    opt.diagonal_shift = 0;
-    double pairs = 0;
-    for (std::size_t b = 0; b < piece.q_len.size(); ++b) {
-      const double nq = double(piece.q_len[b]), nk = double(piece.kv_len[b]);
-      pairs += diagonal ? nq * (nq + 1) / 2 : nq * nk;
+  // The launches of query piece cq against key piece ck under the caller's options (pieces are
+  // the dense ring's segments: cq = global row / Uq).
+  PiecePair pair_of(const Options& opt, std::int64_t cq, std::int64_t ck) const {
+    PiecePair pp;
+    const int B = static_cast<int>(piece.q_len.size());
+    bool open = false;
+    bool open_whole = false;
+    std::int64_t open_shift = 0;
+    int next_start = 0;  // sequences before it belong to a run or were left out
+    const auto close = [&] {
+      if (open) next_start = pp.runs.back().b1;
+      open = false;
+    };
+    for (int b = 0; b < B; ++b) {
+      const std::int64_t nq = piece.q_len[b], nk = piece.kv_len[b];
+      if (nq == 0) {  // no rows: any launch may take it
+        if (open) pp.runs.back().b1 = b + 1;
+        continue;
+      }
+      Options o = shard_options(opt, cq * nq, nq, pieces * nq, ck * nk, nk, pieces * nk);
+      const double seen = double(visible_pairs(o, nq, nk));
+      if (seen == 0 && nk > 0) {
+        close();
+        next_start = b + 1;
+        pp.covers_all = false;
+        continue;
+      }
+      pp.pairs += seen;
+      const bool whole = seen == double(nq) * double(nk);
+      if (whole) {  // no mask: then any lengths share the launch
+        o.causal = false;
+        o.window_left = o.window_right = -1;
+        o.diagonal_shift = 0;
+      }
+      if (open && whole == open_whole && (whole || o.diagonal_shift == open_shift)) {
+        pp.runs.back().b1 = b + 1;
+        continue;
+      }
+      close();
+      pp.runs.push_back(PieceRun{next_start, b + 1, o});
+      open = true, open_whole = whole, open_shift = o.diagonal_shift;
     }
-    return pairs;
+    if (open) pp.runs.back().b1 = B;  // trailing sequences without rows
+    return pp;
   }
+
+  // q (the dense ring's params of one query piece against one key piece, pointers and per-row
+  // strides set) as the ragged params of run r: offsets stay those of the whole piece, so q_total
+  // is the run's last offset.
+  template <class Q, class T, class KV>
+  void use_run(AttentionParams<Q, T, KV>& q, const PieceRun& r) const {
+    q.batch = r.b1 - r.b0;
+    q.q_indptr = q_indptr.data() + r.b0;
+    q.kv_indptr = kv_indptr.data() + r.b0;
+    const BatchLengths l = lengths_of(r);
+    q.q_len = l.max_q();
+    q.kv_len = l.max_kv();
+    q.q_total = q_offsets[r.b1];
+  }
+  BatchLengths lengths_of(const PieceRun& r) const {
+    BatchLengths l;
+    l.q_len.assign(piece.q_len.begin() + r.b0, piece.q_len.begin() + r.b1);
+    l.kv_len.assign(piece.kv_len.begin() + r.b0, piece.kv_len.begin() + r.b1);
+    return l;
+  }
+
+  // Options under which the dense ring's plan over the piece-major rows moves a whole key piece
+  // (with keys_aligned_to(): whole segments) exactly where some sequence sees some of it. Without
+  // a window, causal and full masks see whole pieces as one sequence does. With one, sequence b
+  // sees d pieces back (or ahead) when d n_b + 1 <= window: the shortest sequence sees farthest,
+  // and in piece-major rows d U + 1 <= W' holds for the same d when W' = d* U + 1.
+  Options plan_options(const Options& opt) const {
+    Options o = opt;
+    std::int64_t n_min = 0;
+    for (std::int64_t n : piece.q_len)
+      if (n > 0 && (n_min == 0 || n < n_min)) n_min = n;
+    if (n_min == 0) return o;
+    const std::int64_t U = std::max<std::int64_t>(Uk, 1);
+    const auto in_pieces = [&](std::int64_t w) -> std::int64_t {
+      if (w <= 0) return w;  // unbounded, or the diagonal piece alone
+      return (w - 1) / n_min * U + 1;
+    };
+    o.window_left = in_pieces(opt.window_left);
+    o.window_right = in_pieces(opt.window_right);
+    return o;
+  }
+  std::int64_t keys_aligned_to() const { return std::max<std::int64_t>(Uk, 1); }
 };
 
 namespace ragged_detail {
@@ -119,31 +210,32 @@ RaggedPieces<MemorySpace> ragged_pieces(MPI_Comm comm, const BatchLengths& local
   // From here on every rank holds the same offsets, so every check below throws alike.
   KATTN_REQUIRE(!d.deterministic, "deterministic: not available for ragged batches (its fixed key chunks are "
                 "positions of one sequence; a ragged batch's are cut per sequence)");
-  KATTN_REQUIRE(opt.window_left < 0 && opt.window_right < 0, "window_left, window_right: a ragged batch's ring "
-                "takes causal or full masks only (a window needs a shift per sequence), got ", opt.window_left, ", ",
-                opt.window_right);
-  KATTN_REQUIRE(opt.diagonal_shift == 0, "diagonal_shift: a ragged batch's ring takes none (it needs a shift per "
-                "sequence), got ", opt.diagonal_shift);
+  KATTN_REQUIRE(opt.diagonal_shift == 0, "diagonal_shift: a ragged batch's ring takes none (each sequence's "
+                "diagonal is its own), got ", opt.diagonal_shift);
   int P = 1;
   MPI_Comm_size(comm, &P);
   RaggedPieces<MemorySpace> rp;
   rp.units = d.sharding == Sharding::zigzag ? 2 : 1;
+  rp.pieces = P * rp.units;
+  const bool masked = opt.causal || opt.window_left >= 0 || opt.window_right >= 0;
   rp.q_local = q_local, rp.kv_local = kv_local;
   const std::vector<std::int64_t>& q_len = local.q_len, &kv_len = local.kv_len;
   for (std::size_t b = 0; b < q_len.size(); ++b) {
     KATTN_REQUIRE(q_len[b] % rp.units == 0 && kv_len[b] % rp.units == 0, "q_indptr: zigzag sharding holds two "
                   "equal pieces of every sequence on each rank, so local lengths must be even; sequence ", b, " has ",
                   q_len[b], " queries and ", kv_len[b], " keys here");
-    KATTN_REQUIRE(!opt.causal || q_len[b] == kv_len[b], "kv_indptr: a causal mask over a ragged batch's ring needs "
-                  "each sequence's keys to be its queries (kv_indptr == q_indptr); sequence ", b, " has ", q_len[b],
-                  " queries and ", kv_len[b], " keys here");
+    KATTN_REQUIRE(!masked || q_len[b] == kv_len[b], "kv_indptr: a causal mask or a window over a ragged batch's "
+                  "ring needs each sequence's keys to be its queries (kv_indptr == q_indptr); sequence ", b, " has ",
+                  q_len[b], " queries and ", kv_len[b], " keys here");
   }
   rp.Uq = q_local.back() / rp.units;
   rp.Uk = kv_local.back() / rp.units;
   rp.piece.q_len = divided(q_len, rp.units);
   rp.piece.kv_len = divided(kv_len, rp.units);
-  rp.q_indptr = kattn::detail::device_index<MemorySpace>(divided(q_local, rp.units), "dist::ragged::q_indptr");
-  rp.kv_indptr = kattn::detail::device_index<MemorySpace>(divided(kv_local, rp.units), "dist::ragged::kv_indptr");
+  rp.q_offsets = divided(q_local, rp.units);
+  rp.kv_offsets = divided(kv_local, rp.units);
+  rp.q_indptr = kattn::detail::device_index<MemorySpace>(rp.q_offsets, "dist::ragged::q_indptr");
+  rp.kv_indptr = kattn::detail::device_index<MemorySpace>(rp.kv_offsets, "dist::ragged::kv_indptr");
   rp.q_rows = kattn::detail::device_index<MemorySpace>(piece_major_rows(q_local, rp.units), "dist::ragged::q_rows");
   rp.kv_rows = kattn::detail::device_index<MemorySpace>(piece_major_rows(kv_local, rp.units), "dist::ragged::kv_rows");
   GlobalSplit& s = rp.split;
@@ -155,6 +247,28 @@ RaggedPieces<MemorySpace> ragged_pieces(MPI_Comm comm, const BatchLengths& local
   s.q_layout = SequenceLayout(s.Nq, P, d.sharding, std::max<std::int64_t>(rp.Uq, 1));
   s.kv_layout = SequenceLayout(s.Nk, P, d.sharding, std::max<std::int64_t>(rp.Uk, 1));
   return rp;
+}
+
+// The launches of the dense ring's shard pair, query rows [qg, qg + nq) against keys [kg, kg + nk)
+// of the split's sequences: one under the shard's options (shard_math.hpp), or a ragged pair's.
+// No run: nothing visible.
+template <class MemorySpace>
+PiecePair shard_pair(const Options& opt, const GlobalSplit& s, std::int64_t qg, std::int64_t nq, std::int64_t kg,
+                     std::int64_t nk, const RaggedPieces<MemorySpace>* ragged) {
+  if (ragged) return nq == 0 || nk == 0 ? PiecePair{} : ragged->pair_of(opt, qg / ragged->Uq, kg / ragged->Uk);
+  PiecePair pp;
+  const Options o = shard_options(opt, qg, nq, s.Nq, kg, nk, s.Nk);
+  pp.pairs = double(visible_pairs(o, nq, nk));
+  if (pp.pairs > 0) pp.runs.push_back(PieceRun{0, 0, o});
+  return pp;
+}
+
+// The ring's steps for `rank` (ring_steps): a ragged batch's move whole pieces.
+template <class MemorySpace>
+std::vector<RingStep> ring_plan(const Options& opt, const GlobalSplit& s, int rank,
+                                const RaggedPieces<MemorySpace>* ragged) {
+  if (!ragged) return ring_steps(opt, s.q_layout, s.kv_layout, rank);
+  return ring_steps(ragged->plan_options(opt), s.q_layout, s.kv_layout, rank, ragged->keys_aligned_to());
 }
 
 // dst row r = src row rows[r] (gather) or dst row rows[r] = src row r (scatter), rows of

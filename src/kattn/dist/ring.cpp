@@ -115,9 +115,8 @@ class RingRunner {
   void fold_pair(std::int64_t qi, std::int64_t qg, std::int64_t nq, const Held& h, const Segment& ks,
                  std::vector<MPI_Request>& reqs) {
     const int H = p_.heads_q, Hkv = p_.heads_kv, D = p_.head_dim;
-    Options o = shard_options(opt_, qg, nq, s_.Nq, ks.global, ks.length, s_.Nk);
-    double pairs = double(visible_pairs(o, nq, ks.length));
-    if (pairs == 0) return;
+    const PiecePair pp = shard_pair(opt_, s_, qg, nq, ks.global, ks.length, ragged_);
+    if (pp.runs.empty()) return;
     AttentionParams<T, T, KV> q = p_;
     q.q = p_.q + qi * p_.q_stride_seq;
     q.q_len = nq;
@@ -133,12 +132,25 @@ class RingRunner {
     q.o_stride_batch = nq * H * D, q.o_stride_seq = std::int64_t(H) * D, q.o_stride_head = D;
     q.lse = ws_lse_.data();
     q.lse_stride_batch = nq * H, q.lse_stride_head = 1, q.lse_stride_seq = H;
-    if (ragged_) pairs = ragged_->pair_call(q, o, opt_.causal && qg == ks.global);
-    stats_.flops += 4.0 * D * pairs * p_.batch * H;
-    kattn::detail::attention_impl(space_, q, o, ragged_ ? ragged_->piece : BatchLengths{});
+    stats_.flops += 4.0 * D * pp.pairs * p_.batch * H;
+    if (!pp.covers_all) clear_partials(nq);
+    for (const PieceRun& r : pp.runs) {
+      AttentionParams<T, T, KV> run = q;
+      if (ragged_) ragged_->use_run(run, r);
+      kattn::detail::attention_impl(space_, run, r.opt, ragged_ ? ragged_->lengths_of(r) : BatchLengths{});
+    }
     launch_rows(space_, "kattn::dist::ring::fold",
                 FoldPartials<ExecSpace, T>{acc_, PartialRows<T>{ws_o_.data(), ws_lse_.data(), nq, qi, 1}});
     poke(reqs);
+  }
+
+  // The partials of nq rows as those of rows that see no key (o = 0, lse = -inf): what a ragged
+  // pair leaves to the sequences that see none of it.
+  void clear_partials(std::int64_t nq) {
+    const std::size_t rows = std::size_t(p_.batch) * nq * p_.heads_q;
+    Kokkos::deep_copy(space_, Kokkos::subview(ws_o_, std::make_pair(std::size_t(0), rows * p_.head_dim)), T(0));
+    Kokkos::deep_copy(space_, Kokkos::subview(ws_lse_, std::make_pair(std::size_t(0), rows)),
+                      -compat::infinity<T>());
   }
 
   // The accumulator: o in the caller's o, (m, l) per row here.
@@ -180,7 +192,7 @@ class RingRunner {
   // straight from this rank's packed shard. The next step's transfer is in flight while the
   // current one is computed.
   void run_ring() {
-    const std::vector<RingStep> plan = ring_steps(opt_, s_.q_layout, s_.kv_layout, rank_);
+    const std::vector<RingStep> plan = ring_plan(opt_, s_, rank_, ragged_);
     const std::size_t steps = plan.size();
     std::int64_t cap = 0;
     for (std::size_t i = 1; i < steps; ++i) cap = std::max(cap, total_length(plan[i].in));

@@ -124,9 +124,8 @@ class BackwardRunner {
   bool pair(std::int64_t qi, std::int64_t qg, std::int64_t nq, const T* k, const T* v, std::int64_t held,
             std::int64_t kj, std::int64_t kg, std::int64_t nk) {
     const int H = f().heads_q, Hkv = f().heads_kv, D = f().head_dim;
-    Options o = shard_options(opt_, qg, nq, s_.Nq, kg, nk, s_.Nk);
-    double pairs = double(visible_pairs(o, nq, nk));
-    if (pairs == 0) return false;
+    const PiecePair pp = shard_pair(opt_, s_, qg, nq, kg, nk, ragged_);
+    if (pp.runs.empty()) return false;
     ensure_pair_workspace(nq, nk);
     BackwardParams<T> b = p_;
     AttentionParams<T>& a = b.fwd;
@@ -149,9 +148,19 @@ class BackwardRunner {
     b.dk_stride_batch = b.dv_stride_batch = nk * Hkv * D;
     b.dk_stride_seq = b.dv_stride_seq = std::int64_t(Hkv) * D;
     b.dk_stride_head = b.dv_stride_head = D;
-    if (ragged_) pairs = ragged_->pair_call(a, o, opt_.causal && qg == kg);
-    stats_.flops += 10.0 * D * pairs * f().batch * H;  // 5 tile products of 2 D flops per pair
-    kattn::detail::backward_impl(space_, b, o, bopt_);
+    stats_.flops += 10.0 * D * pp.pairs * f().batch * H;  // 5 tile products of 2 D flops per pair
+    // The sequences of a ragged pair that see none of it get zero gradients from it.
+    if (!pp.covers_all) {
+      const int B = f().batch;
+      zero_rows(space_, Strided<T>{b.dq, b.dq_stride_batch, b.dq_stride_seq, b.dq_stride_head}, B, nq, H, D);
+      zero_rows(space_, dense_kv(b.dk, nk), B, nk, Hkv, D);
+      zero_rows(space_, dense_kv(b.dv, nk), B, nk, Hkv, D);
+    }
+    for (const PieceRun& r : pp.runs) {
+      BackwardParams<T> run = b;
+      if (ragged_) ragged_->use_run(run.fwd, r);
+      kattn::detail::backward_impl(space_, run, r.opt, bopt_);
+    }
     return true;
   }
 
@@ -184,7 +193,7 @@ class BackwardRunner {
   // owner, which adds them to its outputs one step later (the return transfer overlaps the next
   // step's work).
   void run_ring() {
-    const std::vector<RingStep> plan = ring_steps(opt_, s_.q_layout, s_.kv_layout, rank_);
+    const std::vector<RingStep> plan = ring_plan(opt_, s_, rank_, ragged_);
     const std::size_t steps = plan.size();
     std::int64_t cap_in = 0, cap_out = 0;
     for (std::size_t i = 1; i < steps; ++i)

@@ -162,20 +162,21 @@ inline std::vector<int> ring_shifts(const Options& opt, const SequenceLayout& ql
   return shifts;
 }
 
-// One step of the ring for `rank`: the keys it receives from `from` and those it sends to `to`.
+// One step of the ring for `rank`: the keys it receives from `from` and those it sends to `to`
+// (widened to multiples of `align` from each segment's start, as needed_keys_of).
 struct RingStep {
   int from = 0, to = 0;
   std::vector<Segment> in, out;
 };
 inline std::vector<RingStep> ring_steps(const Options& opt, const SequenceLayout& ql, const SequenceLayout& kl,
-                                        int rank) {
+                                        int rank, std::int64_t align = 1) {
   const int P = ql.ranks();
   std::vector<RingStep> steps;
   for (int t : ring_shifts(opt, ql, kl)) {
     RingStep s;
     s.from = (rank - t + P) % P, s.to = (rank + t) % P;
-    s.in = needed_keys(opt, ql, kl, rank, s.from, 1);
-    s.out = needed_keys(opt, ql, kl, s.to, rank, 1);
+    s.in = needed_keys(opt, ql, kl, rank, s.from, align);
+    s.out = needed_keys(opt, ql, kl, s.to, rank, align);
     steps.push_back(std::move(s));
   }
   return steps;
