@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -245,30 +246,50 @@ TEST(RingRagged, WindowsMatchOneProcessRagged) {
   check<float>(f);
 }
 
-// A window moves a key piece only to ranks whose queries of some sequence see it: with
-// contiguous shards and a window shorter than every piece, rank r sends its piece to r + 1 alone;
-// one piece longer than the shortest sequence's piece reaches r + 2 too.
-TEST(RingRagged, WindowMovesOnlyPiecesSomeSequenceSees) {
+// A window moves only the keys some query sees: rank r (contiguous shards) sends rank r + t, of
+// each sequence's piece of n keys, the last min(n, window - (t - 1) n) (when positive), the
+// keys the first query of that sequence's piece on rank r + t reaches back to.
+TEST(RingRagged, WindowMovesOnlyTheKeysSomeQuerySees) {
   const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
   const std::vector<std::int64_t> pieces{16, 0, 24};  // rows of one piece of each sequence
   const std::vector<std::int64_t> g = offsets(lengths_in(P, pieces));
   const std::vector<std::int64_t> local = dist::ragged_local_indptr(g, P, Sharding::contiguous);
   const auto layout = make_ragged_layout<TestMemory>(indptr_view(local), indptr_view(local));
+  const std::vector<std::int64_t> rows = dist::ragged_positions(g, rank, P, Sharding::contiguous);
   const std::int64_t n = local.back();  // one piece of every sequence: 40 rows
-  View3<double> q("q", n, 2, 8), k("k", n, 1, 8), v("v", n, 1, 8), o("o", n, 2, 8);
-  fill_normal(q, 1), fill_normal(k, 2), fill_normal(v, 3);
-  const std::int64_t piece_bytes = 2 * n * 1 * 8 * std::int64_t(sizeof(double));  // K and V
-  for (std::int64_t window : {5, 17}) {
+  View3<double> q("q", g.back(), 2, 8), k("k", g.back(), 1, 8), v("v", g.back(), 1, 8), dout("dout", g.back(), 2, 8);
+  fill_normal(q, 1), fill_normal(k, 2), fill_normal(v, 3), fill_normal(dout, 4);
+  const auto global_layout = make_ragged_layout<TestMemory>(indptr_view(g), indptr_view(g));
+  const std::int64_t row_bytes = 2 * 1 * 8 * std::int64_t(sizeof(double));  // a key's K and V
+  for (std::int64_t window : {5, 17, 40}) {
     Options opt;
     opt.causal = true;
     opt.window_left = window;
-    const int reach = window <= 16 ? 1 : 2;  // pieces back that the 16-row sequence sees
-    std::int64_t expected = 0;
-    for (int t = 1; t <= reach; ++t)
-      if (rank + t < P) expected += piece_bytes;
+    std::int64_t keys = 0;
+    for (int t = 1; rank + t < P; ++t)
+      for (std::int64_t m : pieces) keys += std::max<std::int64_t>(0, std::min(m, window - (t - 1) * m));
+    // Against one process, forward and backward (the dK/dV of the parts sent go back as parts).
+    View3<double> o("o", g.back(), 2, 8), dq("dq", g.back(), 2, 8), dk("dk", g.back(), 1, 8), dv("dv", g.back(), 1, 8);
+    View2<double> lse("lse", g.back(), 2);
+    attention(TestSpace(), q, kv::ragged(k, v, global_layout), o, lse, opt);
+    attention_backward(TestSpace(), q, kv::ragged(k, v, global_layout), o, lse, dout, dq, dk, dv, opt);
+    View3<double> lo("o", n, 2, 8), ldq("dq", n, 2, 8), ldk("dk", n, 1, 8), ldv("dv", n, 1, 8);
+    View2<double> llse("lse", n, 2);
+    const View3<double> lq = take_rows<double>(q, rows, "q"), lk = take_rows<double>(k, rows, "k"),
+                        lv = take_rows<double>(v, rows, "v");
     const dist::DistStats st =
-        dist::ring_attention(MPI_COMM_WORLD, TestSpace(), q, kv::ragged(k, v, layout), o, View2<double>(), opt);
-    EXPECT_EQ(st.bytes_sent, expected) << "window " << window << " on rank " << rank << " of " << P;
+        dist::ring_attention(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout), lo, llse, opt);
+    const dist::DistStats bt = dist::ring_attention_backward(MPI_COMM_WORLD, TestSpace(), lq,
+                                                             kv::ragged(lk, lv, layout), lo, llse,
+                                                             take_rows<double>(dout, rows, "dout"), ldq, ldk, ldv, opt);
+    const std::string what = "window " + std::to_string(window) + " on rank " + std::to_string(rank) + " of " +
+                             std::to_string(P);
+    EXPECT_EQ(st.bytes_sent, keys * row_bytes) << what;
+    EXPECT_GE(bt.bytes_sent, keys * row_bytes) << what << ": the backward sends the same keys, then gradients";
+    expect_near(compare_rows(lo, o, rows), kDoubleTol, true, what + ": o");
+    expect_near(compare_rows(ldq, dq, rows), kDoubleTol, true, what + ": dq");
+    expect_near(compare_rows(ldk, dk, rows), kDoubleTol, true, what + ": dk");
+    expect_near(compare_rows(ldv, dv, rows), kDoubleTol, true, what + ": dv");
   }
 }
 

@@ -12,9 +12,10 @@
 // sequence, so a window's shift differs between sequences of different lengths. pair_of groups
 // consecutive sequences whose parts take the same options (every query sees every key; the same
 // shift; nothing visible: left out) into one launch each: one for a causal mask, whatever the
-// lengths, a few for a window. The ring's plan moves whole pieces: a key piece goes where some
-// sequence's queries see some of its keys (plan_options: the window in piece units, exact for the
-// shortest sequence, which sees farthest in pieces).
+// lengths, a few for a window. The ring's steps are those at which whole pieces would move
+// (plan_options: the window in piece units, exact for the shortest sequence, which sees farthest
+// in pieces); each moves only the parts of them that some sequence's queries see (needed), laid
+// out at their offsets in whole pieces on arrival (landing).
 //
 // Rules checked here, after the problem is agreed: the same local indptr on every rank, even
 // local lengths under zigzag, keys equal to queries under a causal mask or a window, no diagonal
@@ -24,8 +25,10 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kattn/core/attention_params.hpp"
@@ -156,7 +159,73 @@ struct RaggedPieces {
     return o;
   }
   std::int64_t keys_aligned_to() const { return std::max<std::int64_t>(Uk, 1); }
+
+  // The keys of key segment ks (one piece of every sequence) that the query segments qsegs see:
+  // per sequence the interval its queries there see of its part, as parts of ks (global, local
+  // in the owner's piece-major array), in order, merged where they touch.
+  std::vector<Segment> needed_of(const Options& opt, const std::vector<Segment>& qsegs, const Segment& ks) const {
+    if (Uq == 0 || Uk == 0 || ks.length == 0) return {};
+    const std::int64_t ck = ks.global / Uk;
+    std::vector<KeyRange> seen;
+    for (const Segment& qs : qsegs) {
+      const std::int64_t cq = qs.global / Uq;
+      for (std::size_t b = 0; b < piece.q_len.size(); ++b) {
+        const std::int64_t nq = piece.q_len[b], nk = piece.kv_len[b];
+        KeyRange r = visible_keys(shard_options(opt, cq * nq, nq, pieces * nq, ck * nk, nk, pieces * nk), nq, nk);
+        if (r.empty()) continue;
+        r.lo += kv_offsets[b], r.hi += kv_offsets[b];
+        seen.push_back(r);
+      }
+    }
+    return parts_of(ks, std::move(seen));
+  }
+  // What `owner` sends `dest`: the parts of its key segments that dest's queries see.
+  std::vector<Segment> needed(const Options& opt, const GlobalSplit& s, int dest, int owner) const {
+    std::vector<Segment> out;
+    const std::vector<Segment> qsegs = s.q_layout.segments_of(dest);
+    for (const Segment& ks : s.kv_layout.segments_of(owner))
+      for (const Segment& p : needed_of(opt, qsegs, ks)) out.push_back(p);
+    return out;
+  }
 };
+
+// Where a step's keys lie in the buffer they are received into ([batch][held][row]). The dense
+// ring packs its pieces one after the other and folds each. A ragged batch's pieces are parts of
+// whole key segments: each segment gets `Uk` rows, in order, every part at its offset there,
+// and the fold runs on whole segments (the ragged call's offsets are a whole piece's), the rows
+// no query sees left zero (`sparse`: the buffer must be cleared before the receive).
+struct Landing {
+  std::vector<Segment> keys;           // what the fold takes, in order
+  std::vector<std::int64_t> keys_at;   // the first row of each
+  std::vector<std::int64_t> pieces_at; // the first row of each received piece
+  std::int64_t held = 0;
+  bool sparse = false;
+};
+
+template <class MemorySpace>
+Landing landing(const std::vector<Segment>& in, const SequenceLayout& kl, const RaggedPieces<MemorySpace>* ragged) {
+  Landing l;
+  if (!ragged) {
+    for (const Segment& pc : in) {
+      l.keys.push_back(pc), l.keys_at.push_back(l.held), l.pieces_at.push_back(l.held);
+      l.held += pc.length;
+    }
+    return l;
+  }
+  std::int64_t received = 0;
+  for (const Segment& pc : in) {
+    if (l.keys.empty() || pc.global >= l.keys.back().global + l.keys.back().length)
+      for (const Segment& seg : kl.segments())
+        if (seg.global <= pc.global && pc.global < seg.global + seg.length) {
+          l.keys.push_back(seg), l.keys_at.push_back(l.held);
+          l.held += seg.length;
+        }
+    l.pieces_at.push_back(l.keys_at.back() + (pc.global - l.keys.back().global));
+    received += pc.length;
+  }
+  l.sparse = received < l.held;
+  return l;
+}
 
 namespace ragged_detail {
 
@@ -263,12 +332,19 @@ PiecePair shard_pair(const Options& opt, const GlobalSplit& s, std::int64_t qg, 
   return pp;
 }
 
-// The ring's steps for `rank` (ring_steps): a ragged batch's move whole pieces.
+// The ring's steps for `rank` (ring_steps). A ragged batch's: the steps at which whole pieces
+// would move, each moving only the parts of them that some sequence's queries see.
 template <class MemorySpace>
 std::vector<RingStep> ring_plan(const Options& opt, const GlobalSplit& s, int rank,
                                 const RaggedPieces<MemorySpace>* ragged) {
   if (!ragged) return ring_steps(opt, s.q_layout, s.kv_layout, rank);
-  return ring_steps(ragged->plan_options(opt), s.q_layout, s.kv_layout, rank, ragged->keys_aligned_to());
+  std::vector<RingStep> steps =
+      ring_steps(ragged->plan_options(opt), s.q_layout, s.kv_layout, rank, ragged->keys_aligned_to());
+  for (RingStep& st : steps) {
+    st.in = ragged->needed(opt, s, rank, st.from);
+    st.out = ragged->needed(opt, s, st.to, rank);
+  }
+  return steps;
 }
 
 // dst row r = src row rows[r] (gather) or dst row rows[r] = src row r (scatter), rows of

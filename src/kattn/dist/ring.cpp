@@ -194,8 +194,12 @@ class RingRunner {
   void run_ring() {
     const std::vector<RingStep> plan = ring_plan(opt_, s_, rank_, ragged_);
     const std::size_t steps = plan.size();
+    std::vector<Landing> lands;
     std::int64_t cap = 0;
-    for (std::size_t i = 1; i < steps; ++i) cap = std::max(cap, total_length(plan[i].in));
+    for (std::size_t i = 0; i < steps; ++i) {
+      lands.push_back(landing(plan[i].in, s_.kv_layout, ragged_));
+      if (i > 0) cap = std::max(cap, lands[i].held);
+    }
     const bool staged = stats_.staged;
     const std::int64_t n_own = p_.kv_len;
     Buffer own_k, own_v, kb[2], vb[2];
@@ -230,17 +234,22 @@ class RingRunner {
       const double tc0 = now();
       if (transfer) {
         const RingStep& next = plan[i + 1];
-        recv_pieces(kb[1 - cur].mpi(), vb[1 - cur].mpi(), row(), p_.batch, next.in, next.from, 0, 1, comm_, reqs);
+        const Landing& into = lands[i + 1];
+        if (into.sparse) {
+          kb[1 - cur].clear(space_, kv_elems(into.held));
+          vb[1 - cur].clear(space_, kv_elems(into.held));
+        }
+        recv_pieces_at(kb[1 - cur].mpi(), vb[1 - cur].mpi(), row(), p_.batch, next.in, into.pieces_at, into.held,
+                       next.from, 0, 1, comm_, reqs);
         send_pieces(own_k.mpi(), own_v.mpi(), n_own, row(), p_.batch, next.out, next.to, 0, 1, comm_, reqs, stats_);
       }
       const double tc1 = now(), cpu1 = cpu_now();
       latch_.guard([&] {
-        std::int64_t at = 0;
-        const std::int64_t held = i == 0 ? n_own : total_length(plan[i].in);
-        for (const Segment& ks : plan[i].in) {
-          const Held h = i == 0 ? Held{own_k.device(), own_v.device(), held, ks.local}
-                                : Held{kb[cur].device(), vb[cur].device(), held, at};
-          at += ks.length;
+        const Landing& l = lands[i];
+        for (std::size_t j = 0; j < l.keys.size(); ++j) {
+          const Segment& ks = l.keys[j];
+          const Held h = i == 0 ? Held{own_k.device(), own_v.device(), n_own, ks.local}
+                                : Held{kb[cur].device(), vb[cur].device(), l.held, l.keys_at[j]};
           for (const Segment& qs : q_segs) {
             const std::int64_t step = rows_per_launch(qs.length);
             for (std::int64_t off = 0; off < qs.length; off += step)
@@ -253,7 +262,7 @@ class RingRunner {
       stats_.compute_cpu_seconds += cpu_now() - cpu1;
       wait_all(reqs);
       if (transfer) {
-        const std::int64_t n_in = kv_elems(total_length(plan[i + 1].in));
+        const std::int64_t n_in = kv_elems(lands[i + 1].held);
         kb[1 - cur].stage_in(space_, n_in);
         vb[1 - cur].stage_in(space_, n_in);
         cur = 1 - cur;

@@ -73,6 +73,7 @@ class BackwardRunner {
 
  private:
   const AttentionParams<T>& f() const { return p_.fwd; }
+  std::int64_t kv_row() const { return std::int64_t(f().heads_kv) * f().head_dim; }  // values per K/V position
   std::int64_t kv_elems(std::int64_t n) const { return std::int64_t(f().batch) * n * f().heads_kv * f().head_dim; }
   Strided<T> dk_out() const { return Strided<T>{p_.dk, p_.dk_stride_batch, p_.dk_stride_seq, p_.dk_stride_head}; }
   Strided<T> dv_out() const { return Strided<T>{p_.dv, p_.dv_stride_batch, p_.dv_stride_seq, p_.dv_stride_head}; }
@@ -195,9 +196,16 @@ class BackwardRunner {
   void run_ring() {
     const std::vector<RingStep> plan = ring_plan(opt_, s_, rank_, ragged_);
     const std::size_t steps = plan.size();
+    // Where each step's keys land (ragged: parts of whole pieces; their dK/dV go back as parts),
+    // and whether the gradients this rank gets back at a step were sent as parts.
+    std::vector<Landing> lands;
+    std::vector<bool> back_in_parts;
     std::int64_t cap_in = 0, cap_out = 0;
-    for (std::size_t i = 1; i < steps; ++i)
-      cap_in = std::max(cap_in, total_length(plan[i].in)), cap_out = std::max(cap_out, total_length(plan[i].out));
+    for (std::size_t i = 0; i < steps; ++i) {
+      lands.push_back(landing(plan[i].in, s_.kv_layout, ragged_));
+      back_in_parts.push_back(landing(plan[i].out, s_.kv_layout, ragged_).sparse);
+      if (i > 0) cap_in = std::max(cap_in, lands[i].held), cap_out = std::max(cap_out, total_length(plan[i].out));
+    }
     const std::int64_t n_own = f().kv_len;
     // K/V in (double-buffered), the dK/dV computed here for their owners and those coming back
     // (one per step in flight): all before the first transfer, in one collective step, so that
@@ -247,20 +255,31 @@ class BackwardRunner {
       std::vector<MPI_Request> kv_reqs;
       if (i + 1 < steps) {
         const RingStep& next = plan[i + 1];
-        const std::int64_t row = std::int64_t(f().heads_kv) * f().head_dim;
-        recv_pieces(kb[1 - cur].mpi(), vb[1 - cur].mpi(), row, f().batch, next.in, next.from, kTagK, kTagV, comm_,
-                    kv_reqs);
+        const std::int64_t row = kv_row();
+        const Landing& into = lands[i + 1];
+        if (into.sparse) {
+          kb[1 - cur].clear(space_, kv_elems(into.held));
+          vb[1 - cur].clear(space_, kv_elems(into.held));
+        }
+        recv_pieces_at(kb[1 - cur].mpi(), vb[1 - cur].mpi(), row, f().batch, next.in, into.pieces_at, into.held,
+                       next.from, kTagK, kTagV, comm_, kv_reqs);
         send_pieces(own_k.mpi(), own_v.mpi(), n_own, row, f().batch, next.out, next.to, kTagK, kTagV, comm_, kv_reqs,
                     stats_);
       }
       if (i >= 2) land(i - 2);  // frees this slot
       const std::int64_t n_back = total_length(plan[i].out);
       if (i > 0 && n_back > 0) {
-        irecv(rk[slot].mpi(), kv_elems(n_back), to, kTagDk, comm_, grads[slot]);
-        irecv(rv[slot].mpi(), kv_elems(n_back), to, kTagDv, comm_, grads[slot]);
+        if (back_in_parts[i]) {
+          recv_pieces(rk[slot].mpi(), rv[slot].mpi(), kv_row(), f().batch, plan[i].out, to, kTagDk, kTagDv, comm_,
+                      grads[slot]);
+        } else {
+          irecv(rk[slot].mpi(), kv_elems(n_back), to, kTagDk, comm_, grads[slot]);
+          irecv(rv[slot].mpi(), kv_elems(n_back), to, kTagDv, comm_, grads[slot]);
+        }
       }
       const double tc0 = now(), cpu0 = cpu_now();
-      const std::int64_t held = i == 0 ? n_own : total_length(plan[i].in);
+      const Landing& l = lands[i];
+      const std::int64_t held = i == 0 ? n_own : l.held;
       if (i > 0) {
         zero_rows(space_, dense_kv(gk[slot].device(), held), f().batch, held, f().heads_kv, f().head_dim);
         zero_rows(space_, dense_kv(gv[slot].device(), held), f().batch, held, f().heads_kv, f().head_dim);
@@ -268,10 +287,9 @@ class BackwardRunner {
       latch_.guard([&] {
         const T* k = widened(i == 0 ? own_k.device() : kb[cur].device(), held, wide_k_);
         const T* v = widened(i == 0 ? own_v.device() : vb[cur].device(), held, wide_v_);
-        std::int64_t at = 0;
-        for (const Segment& ks : plan[i].in) {
-          const std::int64_t kj = i == 0 ? ks.local : at;
-          at += ks.length;
+        for (std::size_t j = 0; j < l.keys.size(); ++j) {
+          const Segment& ks = l.keys[j];
+          const std::int64_t kj = i == 0 ? ks.local : l.keys_at[j];
           for (const Segment& qs : q_segs) {
             if (!pair(qs.local, qs.global, qs.length, k, v, held, kj, ks.global, ks.length)) continue;
             add_dq(qs.local, qs.length);
@@ -290,12 +308,19 @@ class BackwardRunner {
       if (i > 0 && held > 0) {
         gk[slot].stage_out(space_, kv_elems(held));
         gv[slot].stage_out(space_, kv_elems(held));
-        isend(gk[slot].mpi(), kv_elems(held), from, kTagDk, comm_, grads[slot], stats_);
-        isend(gv[slot].mpi(), kv_elems(held), from, kTagDv, comm_, grads[slot], stats_);
+        if (l.sparse) {  // only the parts received: the rest no query here saw
+          std::vector<Segment> parts = plan[i].in;
+          for (std::size_t j = 0; j < parts.size(); ++j) parts[j].local = l.pieces_at[j];
+          send_pieces(gk[slot].mpi(), gv[slot].mpi(), held, kv_row(), f().batch, parts, from, kTagDk, kTagDv, comm_,
+                      grads[slot], stats_);
+        } else {
+          isend(gk[slot].mpi(), kv_elems(held), from, kTagDk, comm_, grads[slot], stats_);
+          isend(gv[slot].mpi(), kv_elems(held), from, kTagDv, comm_, grads[slot], stats_);
+        }
       }
       wait_all(kv_reqs);
       if (i + 1 < steps) {
-        const std::int64_t n_in = kv_elems(total_length(plan[i + 1].in));
+        const std::int64_t n_in = kv_elems(lands[i + 1].held);
         kb[1 - cur].stage_in(space_, n_in);
         vb[1 - cur].stage_in(space_, n_in);
         cur = 1 - cur;

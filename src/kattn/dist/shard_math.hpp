@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "kattn/core/key_window.hpp"
@@ -60,6 +61,19 @@ inline std::int64_t visible_pairs(const Options& o, std::int64_t q_len, std::int
   return pairs;
 }
 
+// Intervals of key segment ks (relative to its start) as pieces of it (global, local, length), in
+// order, intervals that overlap or touch merged.
+inline std::vector<Segment> parts_of(const Segment& ks, std::vector<KeyRange> seen) {
+  std::sort(seen.begin(), seen.end(), [](const KeyRange& a, const KeyRange& b) { return a.lo < b.lo; });
+  std::vector<Segment> pieces;
+  for (std::size_t i = 0; i < seen.size();) {
+    KeyRange r = seen[i++];
+    while (i < seen.size() && seen[i].lo <= r.hi + 1) r.hi = std::max(r.hi, seen[i++].hi);
+    pieces.push_back(Segment{ks.global + r.lo, ks.local + r.lo, r.hi - r.lo + 1, ks.owner});
+  }
+  return pieces;
+}
+
 // The keys of key segment `ks` that some query row of rank `dest` sees, as pieces (global, local
 // in the owner's array, length) in global order. Each query segment sees one interval; each is
 // widened to whole multiples of `align` from the segment start (the deterministic mode's chunks,
@@ -76,14 +90,7 @@ inline std::vector<Segment> needed_keys_of(const Options& opt, const SequenceLay
     r.hi = std::min(ks.length, (r.hi / align + 1) * align) - 1;
     seen.push_back(r);
   }
-  std::sort(seen.begin(), seen.end(), [](const KeyRange& a, const KeyRange& b) { return a.lo < b.lo; });
-  std::vector<Segment> pieces;
-  for (std::size_t i = 0; i < seen.size();) {
-    KeyRange r = seen[i++];
-    while (i < seen.size() && seen[i].lo <= r.hi + 1) r.hi = std::max(r.hi, seen[i++].hi);
-    pieces.push_back(Segment{ks.global + r.lo, ks.local + r.lo, r.hi - r.lo + 1, ks.owner});
-  }
-  return pieces;
+  return parts_of(ks, std::move(seen));
 }
 
 // The same over every key segment of rank `owner`: what `owner` must send to `dest`.

@@ -8,6 +8,7 @@
 #include <Kokkos_Core.hpp>
 #include <climits>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "kattn/core/storage.hpp"
@@ -95,20 +96,27 @@ void send_pieces(const T* k, const T* v, std::int64_t n, std::int64_t row, int b
     }
 }
 
+// The pieces from `source` into dense [batch][held][row] buffers, piece i at position at[i].
+template <class T>
+void recv_pieces_at(T* k, T* v, std::int64_t row, int batch, const std::vector<Segment>& pieces,
+                    const std::vector<std::int64_t>& at, std::int64_t held, int source, int tag_k, int tag_v,
+                    MPI_Comm comm, std::vector<MPI_Request>& reqs) {
+  for (std::size_t i = 0; i < pieces.size(); ++i)
+    for (int b = 0; b < batch; ++b) {
+      const std::int64_t off = (b * held + at[i]) * row;
+      irecv(k + off, pieces[i].length * row, source, tag_k, comm, reqs);
+      irecv(v + off, pieces[i].length * row, source, tag_v, comm, reqs);
+    }
+}
+
 // The pieces from `source`, packed one after the other: dense [batch][sum of lengths][row].
 template <class T>
 void recv_pieces(T* k, T* v, std::int64_t row, int batch, const std::vector<Segment>& pieces, int source, int tag_k,
                  int tag_v, MPI_Comm comm, std::vector<MPI_Request>& reqs) {
-  std::int64_t held = 0, at = 0;
-  for (const Segment& pc : pieces) held += pc.length;
-  for (const Segment& pc : pieces) {
-    for (int b = 0; b < batch; ++b) {
-      const std::int64_t off = (b * held + at) * row;
-      irecv(k + off, pc.length * row, source, tag_k, comm, reqs);
-      irecv(v + off, pc.length * row, source, tag_v, comm, reqs);
-    }
-    at += pc.length;
-  }
+  std::vector<std::int64_t> at;
+  std::int64_t held = 0;
+  for (const Segment& pc : pieces) at.push_back(held), held += pc.length;
+  recv_pieces_at(k, v, row, batch, pieces, at, held, source, tag_k, tag_v, comm, reqs);
 }
 
 // Broadcast of `count` elements from root, non-blocking, in pieces. The root counts what it
@@ -176,6 +184,18 @@ class MessageBuffer {
     if (!staged_ || count == 0) return;
     Kokkos::deep_copy(space, Kokkos::subview(host_, std::pair<std::size_t, std::size_t>(0, count)),
                       Kokkos::subview(device_, std::pair<std::size_t, std::size_t>(0, count)));
+    space.fence();
+  }
+  // Before a receive that leaves gaps: the first `count` elements zero where MPI writes (T{}: +0
+  // in every storage type), so that the gaps read as defined values after stage_in.
+  template <class ExecSpace>
+  void clear(const ExecSpace& space, std::int64_t count) const {
+    if (count == 0) return;
+    const std::pair<std::size_t, std::size_t> first(0, count);
+    if (staged_)
+      Kokkos::deep_copy(Kokkos::subview(host_, first), T{});
+    else
+      Kokkos::deep_copy(space, Kokkos::subview(device_, first), T{});
     space.fence();
   }
   // After a receive: the first `count` elements back to the device.
