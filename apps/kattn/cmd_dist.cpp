@@ -197,7 +197,7 @@ int run_distributed(Args& args, const std::string& mode) {
           mode.c_str(), P, grid_text(mode, P, d).c_str(), dist::name(d.sharding), d.deterministic ? " deterministic" : "",
           dtype, name(in.layout),
           (long long)in.B, (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
-          opt.causal ? " causal" : "");
+          mask_summary(opt).c_str());
       std::fprintf(
           text,
           "time: %.6f s, %.2f GFLOP/s (%.2f per rank); slowest rank: compute %.6f s (fastest %.6f s), "

@@ -260,7 +260,7 @@ int cmd_grad(Args& args) {
   const char* dtype = dtype_name(in.dtype);
   std::fprintf(text, "kattn grad: dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n", dtype,
                name(in.layout), (long long)in.B, (long long)in.Nq, (long long)in.Nk, (long long)in.Hq,
-               (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
+               (long long)in.Hkv, (long long)in.D, mask_summary(opt).c_str());
   if (m)
     std::fprintf(text, "block mask: %lld x %lld blocks of %lld, %s, %.2f%% kept\n", (long long)m->q_blocks(),
                  (long long)m->k_blocks(), (long long)m->block(), m->heads() == 1 ? "shared" : "per head",

@@ -196,7 +196,7 @@ int grad_distributed(Args& args, const std::string& mode) {
           "kattn grad: dist=%s ranks=%d%s sharding=%s%s dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld "
           "D=%lld%s\n",
           mode.c_str(), P, grid_text(mode, P, d).c_str(), dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, (long long)in.B, (long long)in.Nq,
-          (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
+          (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D, mask_summary(opt).c_str());
       std::fprintf(text,
                    "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
                    "communication %.6f s; bytes sent per rank (max): %lld%s; peak memory per rank (max): %lld MB\n",

@@ -278,7 +278,7 @@ int run_batch(const RunFlags& f, const BatchInputs& in, Options opt) {
                "Hq=%lld Hkv=%lld D=%lld%s%s\n",
                f.algo.c_str(), dtype, in.paged ? "paged" : "ragged", (long long)in.batch(), (long long)in.total_q(),
                (long long)total_kv, (long long)max_kv, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
-               in.paged ? (", page size " + std::to_string(in.page_size)).c_str() : "", opt.causal ? " causal" : "");
+               in.paged ? (", page size " + std::to_string(in.page_size)).c_str() : "", mask_summary(opt).c_str());
   std::fflush(text);
   const double flops = batch_attention_flops(in, opt);
   const Outputs out =
@@ -359,7 +359,7 @@ int cmd_run(Args& args) {
   const char* dtype = dtype_name(in.dtype);
   std::fprintf(text, "kattn run: algo=%s dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n",
                f.algo.c_str(), dtype, name(in.layout), (long long)in.B, (long long)in.Nq, (long long)in.Nk,
-               (long long)in.Hq, (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
+               (long long)in.Hq, (long long)in.Hkv, (long long)in.D, mask_summary(opt).c_str());
   std::fflush(text);
   const double flops = attention_flops(in, opt);
   const Outputs out = with_storage(in.dtype, [&](auto t) { return run_algo<decltype(t)>(f.algo, in, opt, f, flops); });

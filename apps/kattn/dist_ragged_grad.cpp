@@ -87,7 +87,7 @@ int grad_ragged_ring(MPI_Comm comm, const BatchInputs& in, const BatchSource& sr
                  "%lld keys, Hq=%lld Hkv=%lld D=%lld%s\n",
                  P, dist::name(d.sharding), dtype, (long long)in.batch(), (long long)in.total_q(),
                  (long long)in.kv_rows(), (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
-                 opt.causal ? " causal" : "");
+                 mask_summary(opt).c_str());
     std::fprintf(text,
                  "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
                  "communication %.6f s; bytes sent per rank (max): %lld; peak memory per rank (max): %lld MB\n",

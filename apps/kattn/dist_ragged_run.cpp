@@ -137,7 +137,7 @@ int run_ragged_ring(MPI_Comm comm, const BatchInputs& in, const BatchSource& src
                  "queries, %lld keys, Hq=%lld Hkv=%lld D=%lld%s\n",
                  P, dist::name(d.sharding), dtype_name(in.dtype), (long long)in.batch(), (long long)in.total_q(),
                  (long long)in.kv_rows(), (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
-                 opt.causal ? " causal" : "");
+                 mask_summary(opt).c_str());
     std::fprintf(text,
                  "time: %.6f s, %.2f GFLOP/s (%.2f per rank); slowest rank: compute %.6f s, exposed communication "
                  "%.6f s; bytes sent per rank (max): %lld; peak memory per rank (max): %lld MB\n",

@@ -148,7 +148,7 @@ int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, con
                "kattn grad: dtype=%s ragged batch of %lld sequences, %lld queries, %lld keys, Hq=%lld Hkv=%lld "
                "D=%lld%s\n",
                dtype, (long long)in.batch(), (long long)in.total_q(), (long long)in.kv_rows(), (long long)in.Hq,
-               (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
+               (long long)in.Hkv, (long long)in.D, mask_summary(opt).c_str());
   std::fprintf(text, "time: backward %.6f s", g.seconds);
   if (g.timing.repeat > 0)
     std::fprintf(text, " (median of %d calls after a warm-up; min %.6f s, max %.6f s)", g.timing.repeat, g.timing.min(),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <random>
 
@@ -193,6 +194,18 @@ Options read_options(Args& args) {
   opt.splits = static_cast<int>(args.integer("--splits", 0, 1 << 24).value_or(0));
   opt.split_chunk = args.integer("--split-chunk", 1, std::int64_t(1) << 40).value_or(0);
   return opt;
+}
+
+std::string mask_summary(const Options& opt) {
+  std::string s = opt.causal ? " causal" : "";
+  if (opt.window_left >= 0 || opt.window_right >= 0)
+    s += " window=" + std::to_string(opt.window_left) + "," + std::to_string(opt.window_right);
+  if (opt.softcap > 0) {
+    char c[32];
+    std::snprintf(c, sizeof c, " softcap=%g", opt.softcap);
+    s += c;
+  }
+  return s;
 }
 
 template <class View>

@@ -61,6 +61,9 @@ DenseInputs read_dense_inputs(Args& args, const std::string& extra = "", std::ve
 
 // --causal, --window L,R, --softcap C, --scale S, --block-q N, --block-k N, --splits N, --split-chunk N.
 Options read_options(Args& args);
+// The mask and score options a run's heading names: " causal", " window=L,R", " softcap=C" (each
+// only when set), empty for a plain full mask.
+std::string mask_summary(const Options& opt);
 
 // Unit-normal values from a seeded generator.
 std::vector<double> random_normal(std::size_t n, std::uint64_t seed);

@@ -136,7 +136,7 @@ int run_block_sparse(Args& args, const std::string& algo, const Options& opt, co
   const double gflops = out.seconds > 0 ? flops / out.seconds / 1e9 : 0.0;
   std::fprintf(text, "kattn run: algo=%s dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n",
                algo.c_str(), dtype, name(in.layout), (long long)in.B, (long long)in.Nq, (long long)in.Nk,
-               (long long)in.Hq, (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
+               (long long)in.Hq, (long long)in.Hkv, (long long)in.D, mask_summary(opt).c_str());
   std::fprintf(text, "block mask: %lld x %lld blocks of %lld, %s, %.2f%% kept\n", (long long)m.q_blocks(),
                (long long)m.k_blocks(), (long long)m.block(), m.heads() == 1 ? "shared" : "per head",
                100.0 * m.density());

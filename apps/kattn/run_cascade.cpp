@@ -134,7 +134,7 @@ int run_cascade(Args& args, const std::string& algo, const Options& opt, const C
                "kattn run: cascade dtype=%s %lld requests, %lld queries, a shared prefix of %lld keys and %lld "
                "suffix keys, Hq=%lld Hkv=%lld D=%lld%s\n",
                dtype, (long long)in.batch(), (long long)in.total_q(), (long long)prefix.keys, (long long)in.kv_rows(),
-               (long long)in.Hq, (long long)in.Hkv, (long long)in.D, opt.causal ? " causal" : "");
+               (long long)in.Hq, (long long)in.Hkv, (long long)in.D, mask_summary(opt).c_str());
   std::fprintf(text, "time: %.6f s, %.2f GFLOP/s\n", seconds, seconds > 0 ? flops / seconds / 1e9 : 0.0);
   Json j;
   j.add("algo", "cascade").add("dtype", dtype).add("causal", opt.causal).add("layout", "ragged");
