@@ -138,7 +138,8 @@ def test_torch_autograd_gives_each_rank_its_gradients(name):
         assert_close(shard.grad.numpy(), ref.grad[:, :, pos].numpy())
 
 
-def test_torch_autograd_over_a_ragged_batch():
+@pytest.mark.parametrize("opt", [{"causal": True}, {"causal": True, "window": (5, 0)}])
+def test_torch_autograd_over_a_ragged_batch(opt):
     torch = pytest.importorskip("torch", reason="PyTorch is not installed")
     import kattn.torch
 
@@ -146,11 +147,11 @@ def test_torch_autograd_over_a_ragged_batch():
     indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     rng = np.random.default_rng(23)
     q, k, v, dout = (torch.from_numpy(rng.standard_normal((indptr[-1], h, 8))) for h in (2, 1, 1, 2))
-    o, lse = kattn.ragged_attention(q, k, v, indptr, indptr, causal=True, return_lse=True)
-    ref = kattn.ragged_attention_backward(q, k, v, o, lse, dout, indptr, indptr, causal=True)
+    o, lse = kattn.ragged_attention(q, k, v, indptr, indptr, return_lse=True, **opt)
+    ref = kattn.ragged_attention_backward(q, k, v, o, lse, dout, indptr, indptr, **opt)
     rows = torch.from_numpy(kattn.dist.ragged_positions(indptr, COMM))
     shards = [x[rows].clone().requires_grad_() for x in (q, k, v)]
-    o_r = kattn.torch.ragged_ring_attention(COMM, *shards, indptr, indptr, causal=True)
+    o_r = kattn.torch.ragged_ring_attention(COMM, *shards, indptr, indptr, **opt)
     assert_close(o_r.detach().numpy(), o[rows].numpy())
     (o_r * dout[rows]).sum().backward()
     for shard, whole in zip(shards, ref):
