@@ -71,6 +71,7 @@ struct RaggedPieces {
   Kokkos::View<std::int64_t*, MemorySpace> q_indptr, kv_indptr;  // the same on the device
   Kokkos::View<std::int64_t*, MemorySpace> q_rows, kv_rows;      // piece-major row r is local row rows[r]
   GlobalSplit split;              // the piece-major rows as the dense ring's shards
+  std::vector<Segment> key_pieces;  // split's key segments by piece index (global / Uk)
 
   // The launches of query piece cq against key piece ck under the caller's options (pieces are
   // the dense ring's segments: cq = global row / Uq).
@@ -203,7 +204,7 @@ struct Landing {
 };
 
 template <class MemorySpace>
-Landing landing(const std::vector<Segment>& in, const SequenceLayout& kl, const RaggedPieces<MemorySpace>* ragged) {
+Landing landing(const std::vector<Segment>& in, const RaggedPieces<MemorySpace>* ragged) {
   Landing l;
   if (!ragged) {
     for (const Segment& pc : in) {
@@ -214,12 +215,11 @@ Landing landing(const std::vector<Segment>& in, const SequenceLayout& kl, const 
   }
   std::int64_t received = 0;
   for (const Segment& pc : in) {
-    if (l.keys.empty() || pc.global >= l.keys.back().global + l.keys.back().length)
-      for (const Segment& seg : kl.segments())
-        if (seg.global <= pc.global && pc.global < seg.global + seg.length) {
-          l.keys.push_back(seg), l.keys_at.push_back(l.held);
-          l.held += seg.length;
-        }
+    if (l.keys.empty() || pc.global >= l.keys.back().global + l.keys.back().length) {
+      const Segment& seg = ragged->key_pieces[pc.global / ragged->Uk];
+      l.keys.push_back(seg), l.keys_at.push_back(l.held);
+      l.held += seg.length;
+    }
     l.pieces_at.push_back(l.keys_at.back() + (pc.global - l.keys.back().global));
     received += pc.length;
   }
@@ -315,6 +315,10 @@ RaggedPieces<MemorySpace> ragged_pieces(MPI_Comm comm, const BatchLengths& local
   // Aligned to a piece, every segment is one piece (the last unit is never short: it divides).
   s.q_layout = SequenceLayout(s.Nq, P, d.sharding, std::max<std::int64_t>(rp.Uq, 1));
   s.kv_layout = SequenceLayout(s.Nk, P, d.sharding, std::max<std::int64_t>(rp.Uk, 1));
+  if (rp.Uk > 0) {
+    rp.key_pieces.resize(s.kv_layout.segments().size());
+    for (const Segment& seg : s.kv_layout.segments()) rp.key_pieces[seg.global / rp.Uk] = seg;
+  }
   return rp;
 }
 

@@ -197,7 +197,7 @@ class RingRunner {
     std::vector<Landing> lands;
     std::int64_t cap = 0;
     for (std::size_t i = 0; i < steps; ++i) {
-      lands.push_back(landing(plan[i].in, s_.kv_layout, ragged_));
+      lands.push_back(landing(plan[i].in, ragged_));
       if (i > 0) cap = std::max(cap, lands[i].held);
     }
     const bool staged = stats_.staged;

@@ -202,8 +202,8 @@ class BackwardRunner {
     std::vector<bool> back_in_parts;
     std::int64_t cap_in = 0, cap_out = 0;
     for (std::size_t i = 0; i < steps; ++i) {
-      lands.push_back(landing(plan[i].in, s_.kv_layout, ragged_));
-      back_in_parts.push_back(landing(plan[i].out, s_.kv_layout, ragged_).sparse);
+      lands.push_back(landing(plan[i].in, ragged_));
+      back_in_parts.push_back(landing(plan[i].out, ragged_).sparse);
       if (i > 0) cap_in = std::max(cap_in, lands[i].held), cap_out = std::max(cap_out, total_length(plan[i].out));
     }
     const std::int64_t n_own = f().kv_len;
