@@ -73,6 +73,13 @@ struct RaggedPieces {
   GlobalSplit split;              // the piece-major rows as the dense ring's shards
   std::vector<Segment> key_pieces;  // split's key segments by piece index (global / Uk)
 
+  // Sequence b's part of query piece cq against key piece ck: the dense ring's shard options on
+  // that sequence's own positions.
+  Options part_options(const Options& opt, std::size_t b, std::int64_t cq, std::int64_t ck) const {
+    const std::int64_t nq = piece.q_len[b], nk = piece.kv_len[b];
+    return shard_options(opt, cq * nq, nq, pieces * nq, ck * nk, nk, pieces * nk);
+  }
+
   // The launches of query piece cq against key piece ck under the caller's options (pieces are
   // the dense ring's segments: cq = global row / Uq).
   PiecePair pair_of(const Options& opt, std::int64_t cq, std::int64_t ck) const {
@@ -92,7 +99,7 @@ struct RaggedPieces {
         if (open) pp.runs.back().b1 = b + 1;
         continue;
       }
-      Options o = shard_options(opt, cq * nq, nq, pieces * nq, ck * nk, nk, pieces * nk);
+      Options o = part_options(opt, b, cq, ck);
       const double seen = double(visible_pairs(o, nq, nk));
       if (seen == 0 && nk > 0) {
         close();
@@ -121,26 +128,23 @@ struct RaggedPieces {
 
   // q (the dense ring's params of one query piece against one key piece, pointers and per-row
   // strides set) as the ragged params of run r: offsets stay those of the whole piece, so q_total
-  // is the run's last offset.
+  // is the run's last offset. Returns the run's lengths.
   template <class Q, class T, class KV>
-  void use_run(AttentionParams<Q, T, KV>& q, const PieceRun& r) const {
-    q.batch = r.b1 - r.b0;
-    q.q_indptr = q_indptr.data() + r.b0;
-    q.kv_indptr = kv_indptr.data() + r.b0;
-    const BatchLengths l = lengths_of(r);
-    q.q_len = l.max_q();
-    q.kv_len = l.max_kv();
-    q.q_total = q_offsets[r.b1];
-  }
-  BatchLengths lengths_of(const PieceRun& r) const {
+  BatchLengths use_run(AttentionParams<Q, T, KV>& q, const PieceRun& r) const {
     BatchLengths l;
     l.q_len.assign(piece.q_len.begin() + r.b0, piece.q_len.begin() + r.b1);
     l.kv_len.assign(piece.kv_len.begin() + r.b0, piece.kv_len.begin() + r.b1);
+    q.batch = r.b1 - r.b0;
+    q.q_indptr = q_indptr.data() + r.b0;
+    q.kv_indptr = kv_indptr.data() + r.b0;
+    q.q_len = l.max_q();
+    q.kv_len = l.max_kv();
+    q.q_total = q_offsets[r.b1];
     return l;
   }
 
-  // Options under which the dense ring's plan over the piece-major rows moves a whole key piece
-  // (with keys_aligned_to(): whole segments) exactly where some sequence sees some of it. Without
+  // Options under which the dense ring's shifts (ring_shifts) over the piece-major rows are those
+  // at which some sequence's queries see some keys of another rank's piece. Without
   // a window, causal and full masks see whole pieces as one sequence does. With one, sequence b
   // sees d pieces back (or ahead) when d n_b + 1 <= window: the shortest sequence sees farthest,
   // and in piece-major rows d U + 1 <= W' holds for the same d when W' = d* U + 1.
@@ -159,7 +163,6 @@ struct RaggedPieces {
     o.window_right = in_pieces(opt.window_right);
     return o;
   }
-  std::int64_t keys_aligned_to() const { return std::max<std::int64_t>(Uk, 1); }
 
   // The keys of key segment ks (one piece of every sequence) that the query segments qsegs see:
   // per sequence the interval its queries there see of its part, as parts of ks (global, local
@@ -171,8 +174,7 @@ struct RaggedPieces {
     for (const Segment& qs : qsegs) {
       const std::int64_t cq = qs.global / Uq;
       for (std::size_t b = 0; b < piece.q_len.size(); ++b) {
-        const std::int64_t nq = piece.q_len[b], nk = piece.kv_len[b];
-        KeyRange r = visible_keys(shard_options(opt, cq * nq, nq, pieces * nq, ck * nk, nk, pieces * nk), nq, nk);
+        KeyRange r = visible_keys(part_options(opt, b, cq, ck), piece.q_len[b], piece.kv_len[b]);
         if (r.empty()) continue;
         r.lo += kv_offsets[b], r.hi += kv_offsets[b];
         seen.push_back(r);
@@ -342,13 +344,8 @@ template <class MemorySpace>
 std::vector<RingStep> ring_plan(const Options& opt, const GlobalSplit& s, int rank,
                                 const RaggedPieces<MemorySpace>* ragged) {
   if (!ragged) return ring_steps(opt, s.q_layout, s.kv_layout, rank);
-  std::vector<RingStep> steps =
-      ring_steps(ragged->plan_options(opt), s.q_layout, s.kv_layout, rank, ragged->keys_aligned_to());
-  for (RingStep& st : steps) {
-    st.in = ragged->needed(opt, s, rank, st.from);
-    st.out = ragged->needed(opt, s, st.to, rank);
-  }
-  return steps;
+  return ring_steps(ring_shifts(ragged->plan_options(opt), s.q_layout, s.kv_layout), s.q_layout.ranks(), rank,
+                    [&](int dest, int owner) { return ragged->needed(opt, s, dest, owner); });
 }
 
 // dst row r = src row rows[r] (gather) or dst row rows[r] = src row r (scatter), rows of

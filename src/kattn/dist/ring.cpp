@@ -136,8 +136,8 @@ class RingRunner {
     if (!pp.covers_all) clear_partials(nq);
     for (const PieceRun& r : pp.runs) {
       AttentionParams<T, T, KV> run = q;
-      if (ragged_) ragged_->use_run(run, r);
-      kattn::detail::attention_impl(space_, run, r.opt, ragged_ ? ragged_->lengths_of(r) : BatchLengths{});
+      const BatchLengths lengths = ragged_ ? ragged_->use_run(run, r) : BatchLengths{};
+      kattn::detail::attention_impl(space_, run, r.opt, lengths);
     }
     launch_rows(space_, "kattn::dist::ring::fold",
                 FoldPartials<ExecSpace, T>{acc_, PartialRows<T>{ws_o_.data(), ws_lse_.data(), nq, qi, 1}});

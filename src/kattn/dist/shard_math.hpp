@@ -169,24 +169,28 @@ inline std::vector<int> ring_shifts(const Options& opt, const SequenceLayout& ql
   return shifts;
 }
 
-// One step of the ring for `rank`: the keys it receives from `from` and those it sends to `to`
-// (widened to multiples of `align` from each segment's start, as needed_keys_of).
+// One step of the ring for `rank`: the keys it receives from `from` and those it sends to `to`.
 struct RingStep {
   int from = 0, to = 0;
   std::vector<Segment> in, out;
 };
-inline std::vector<RingStep> ring_steps(const Options& opt, const SequenceLayout& ql, const SequenceLayout& kl,
-                                        int rank, std::int64_t align = 1) {
-  const int P = ql.ranks();
+// The steps of these shifts of P ranks, needed(dest, owner) the keys owner sends dest.
+template <class Needed>
+std::vector<RingStep> ring_steps(const std::vector<int>& shifts, int P, int rank, const Needed& needed) {
   std::vector<RingStep> steps;
-  for (int t : ring_shifts(opt, ql, kl)) {
+  for (int t : shifts) {
     RingStep s;
     s.from = (rank - t + P) % P, s.to = (rank + t) % P;
-    s.in = needed_keys(opt, ql, kl, rank, s.from, align);
-    s.out = needed_keys(opt, ql, kl, s.to, rank, align);
+    s.in = needed(rank, s.from);
+    s.out = needed(s.to, rank);
     steps.push_back(std::move(s));
   }
   return steps;
+}
+inline std::vector<RingStep> ring_steps(const Options& opt, const SequenceLayout& ql, const SequenceLayout& kl,
+                                        int rank) {
+  return ring_steps(ring_shifts(opt, ql, kl), ql.ranks(), rank,
+                    [&](int dest, int owner) { return needed_keys(opt, ql, kl, dest, owner, 1); });
 }
 
 }  // namespace detail
