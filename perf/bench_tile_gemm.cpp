@@ -2,6 +2,9 @@
 // (detail::TeamTileGemm) against Kokkos Kernels' KokkosBatched::TeamGemm on the same scratch
 // tiles. DESIGN.md: the hand-written loop stays only while it wins here.
 //   S^T = K Q^T   (keys x rows x D)     O^T += V^T P^T  (D x rows x keys)
+// kattn's three micro-tile shapes (tuning.hpp; they differ only with 16 vector registers): the
+// plain R x J, the wide R x 3 vectors (the forward's and the key pass's S and dP), the tall
+// 6 x J (the key pass's dK, dV, dQ). Every shape divides every M and N below.
 #include <Kokkos_Core.hpp>
 #include <KokkosBatched_Gemm_Decl.hpp>
 #include <KokkosBatched_Gemm_Team_Impl.hpp>
@@ -18,7 +21,7 @@ using Member = Kokkos::TeamPolicy<Space>::member_type;
 template <class T>
 using Scratch2 = Kokkos::View<T**, Kokkos::LayoutRight, Space::scratch_memory_space, Kokkos::MemoryUnmanaged>;
 
-enum class Impl { kattn, kk_team_blocked, kk_team_unblocked };
+enum class Impl { kattn, kattn_wide, kattn_tall, kk_team_blocked, kk_team_unblocked };
 
 // Each team computes C (m x n) = A (m x k) B (k x n) `reps` times on its scratch tiles.
 template <class T, Impl impl>
@@ -34,6 +37,12 @@ struct TileProducts {
       if (impl == Impl::kattn) {
         kattn::detail::TeamTileGemm<Tn::micro_rows, Tn::micro_cols>::invoke(member, m, n, k, A.data(), k, 1, B.data(),
                                                                            n, C.data(), n, static_cast<T*>(nullptr));
+      } else if (impl == Impl::kattn_wide) {
+        kattn::detail::TeamTileGemm<Tn::micro_rows, Tn::wide_micro_cols>::invoke(
+            member, m, n, k, A.data(), k, 1, B.data(), n, C.data(), n, static_cast<T*>(nullptr));
+      } else if (impl == Impl::kattn_tall) {
+        kattn::detail::TeamTileGemm<Tn::tall_micro_rows, Tn::micro_cols>::invoke(
+            member, m, n, k, A.data(), k, 1, B.data(), n, C.data(), n, static_cast<T*>(nullptr));
       } else if (impl == Impl::kk_team_blocked) {
         KokkosBatched::TeamGemm<Member, KokkosBatched::Trans::NoTranspose, KokkosBatched::Trans::NoTranspose,
                                 KokkosBatched::Algo::Gemm::Blocked>::invoke(member, T(1), A, B, T(0), C);
@@ -68,14 +77,18 @@ void BM_TileGemm(benchmark::State& state) {
 }
 
 void shapes(benchmark::internal::Benchmark* b) {
-  b->Args({64, 96, 128})->Args({128, 96, 64})->Args({64, 96, 64})->Args({64, 32, 64});
+  b->Args({96, 96, 128})->Args({120, 96, 64})->Args({96, 96, 64})->Args({120, 96, 120});
   b->ArgNames({"M", "N", "K"})->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
 BENCHMARK_TEMPLATE(BM_TileGemm, float, Impl::kattn)->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_TileGemm, float, Impl::kattn_wide)->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_TileGemm, float, Impl::kattn_tall)->Apply(shapes);
 BENCHMARK_TEMPLATE(BM_TileGemm, float, Impl::kk_team_blocked)->Apply(shapes);
 BENCHMARK_TEMPLATE(BM_TileGemm, float, Impl::kk_team_unblocked)->Apply(shapes);
 BENCHMARK_TEMPLATE(BM_TileGemm, double, Impl::kattn)->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_TileGemm, double, Impl::kattn_wide)->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_TileGemm, double, Impl::kattn_tall)->Apply(shapes);
 BENCHMARK_TEMPLATE(BM_TileGemm, double, Impl::kk_team_blocked)->Apply(shapes);
 BENCHMARK_TEMPLATE(BM_TileGemm, double, Impl::kk_team_unblocked)->Apply(shapes);
 

@@ -43,7 +43,8 @@ struct BackwardBytes {
   int head_dim;
   std::size_t value_bytes;
   std::size_t operator()(int q, int k) const {
-    const BackwardGeometry g = BackwardGeometry::make(q, k, head_dim, kMicro, kMicro);
+    const BackwardGeometry g =
+        BackwardGeometry::make(q, k, head_dim, kattn::detail::BackwardMicroTiles{kMicro, kMicro, kMicro, kMicro});
     return std::max(g.key_pass_elements(false, false), g.query_pass_elements()) * value_bytes;
   }
 };

@@ -33,7 +33,7 @@ TilePlan plan_tiles(const ExecSpace& space, int head_dim, std::int64_t query_row
   using ScratchBuffer = Kokkos::View<T*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
   const auto bytes = [&](int bq, int bk) {
     return ScratchBuffer::shmem_size(
-        detail::TileGeometry::make(bq, bk, head_dim, Tn::micro_rows, Tn::micro_cols).scratch_elements());
+        detail::TileGeometry::make(bq, bk, head_dim, Tn::micro_rows, Tn::wide_micro_cols).scratch_elements());
   };
   int bq = opt.block_q, bk = opt.block_k;
   KATTN_REQUIRE(bq >= 0, "block_q: expected a positive tile size or 0 (automatic), got ", bq);
@@ -44,17 +44,17 @@ TilePlan plan_tiles(const ExecSpace& space, int head_dim, std::int64_t query_row
     detail::TileSearch search;
     search.fixed_q = bq;
     search.fixed_k = bk;
-    search.start_q = std::min(Tn::forward_block_q, detail::round_up(rows_cap, Tn::micro_rows));
+    search.start_q = std::min(Tn::forward_block_q, detail::round_up(rows_cap, Tn::wide_micro_cols));
     search.start_k = Tn::forward_block_k;
-    search.step_q = Tn::micro_rows;
-    search.step_k = Tn::micro_cols;
+    search.step_q = Tn::wide_micro_cols;  // query rows are the products' lanes, keys their micro rows
+    search.step_k = Tn::micro_rows;
     search.largest_area = !Tn::host;
     const detail::TileSize t = detail::fit_tiles(bytes, budget, search);
     bq = t.block_q;
     bk = t.block_k;
   }
   TilePlan plan;
-  plan.geometry = detail::TileGeometry::make(bq, bk, head_dim, Tn::micro_rows, Tn::micro_cols);
+  plan.geometry = detail::TileGeometry::make(bq, bk, head_dim, Tn::micro_rows, Tn::wide_micro_cols);
   plan.scratch_bytes = bytes(bq, bk);
   KATTN_REQUIRE(plan.scratch_bytes <= level1, "block_q/block_k: tiles of ", bq, " query rows x ", bk,
                 " keys at head dim ", head_dim, " need ", plan.scratch_bytes, " bytes of scratch, more than the ",

@@ -18,6 +18,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <numeric>
 
 #include "kattn/backward_options.hpp"
 #include "kattn/backward_params.hpp"
@@ -40,8 +41,9 @@ struct BackwardKeyPass {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = typename Policy::member_type;
   using ScratchBuffer = Kokkos::View<T*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
-  using Gemm = TeamTileGemm<Tn::micro_rows, Tn::micro_cols>;
-  static constexpr int R = Tn::micro_rows;
+  using KeyLanesGemm = TeamTileGemm<Tn::micro_rows, Tn::wide_micro_cols>;  // S, dP: keys on the lanes
+  using DimLanesGemm = TeamTileGemm<Tn::tall_micro_rows, Tn::micro_cols>;  // dV, dK, dQ: head dim on the lanes
+  static constexpr int R = std::lcm(Tn::micro_rows, Tn::tall_micro_rows);  // M of S, dP and dQ
 
   BackwardParams<T> p;
   KeyWindow window;
@@ -156,10 +158,10 @@ struct BackwardKeyPass {
     const int m_rows = (n_rows + R - 1) / R * R;  // rows the products compute (padding rows give P = 0)
     load_rows(member, b, hk, t0, m_rows, n_rows, s);
     member.team_barrier();
-    Gemm::invoke(member, m_rows, geo.kp_keys, D, s.q, geo.kp_dims, 1, s.kt, geo.kp_keys, s.s, geo.kp_keys,
-                 static_cast<const T*>(nullptr));
-    Gemm::invoke(member, m_rows, geo.kp_keys, D, s.dout, geo.kp_dims, 1, s.vt, geo.kp_keys, s.dp, geo.kp_keys,
-                 static_cast<const T*>(nullptr));
+    KeyLanesGemm::invoke(member, m_rows, geo.kp_keys, D, s.q, geo.kp_dims, 1, s.kt, geo.kp_keys, s.s, geo.kp_keys,
+                         static_cast<const T*>(nullptr));
+    KeyLanesGemm::invoke(member, m_rows, geo.kp_keys, D, s.dout, geo.kp_dims, 1, s.vt, geo.kp_keys, s.dp, geo.kp_keys,
+                         static_cast<const T*>(nullptr));
     member.team_barrier();
     if (g.cap_log2 != T(0)) {
       softcap_tanh(member, s.s, m_rows * geo.kp_keys, g.inv_cap);
@@ -167,15 +169,15 @@ struct BackwardKeyPass {
     }
     gradient_rows(member, hk, kb, n_keys, t0, m_rows, n_rows, q_len, kv_len, s);
     member.team_barrier();
-    Gemm::accumulate(member, geo.kp_keys, geo.kp_dims, n_rows, s.s, 1, geo.kp_keys, s.dout, geo.kp_dims, s.dv,
-                     geo.kp_dims);
-    Gemm::accumulate(member, geo.kp_keys, geo.kp_dims, n_rows, s.dp, 1, geo.kp_keys, s.q, geo.kp_dims, s.dk,
-                     geo.kp_dims);
+    DimLanesGemm::accumulate(member, geo.kp_keys, geo.kp_dims, n_rows, s.s, 1, geo.kp_keys, s.dout, geo.kp_dims, s.dv,
+                             geo.kp_dims);
+    DimLanesGemm::accumulate(member, geo.kp_keys, geo.kp_dims, n_rows, s.dp, 1, geo.kp_keys, s.q, geo.kp_dims, s.dk,
+                             geo.kp_dims);
     if (dq != DqStrategy::query_pass) {
       // The tile's dQ in scratch first, then one streaming add to memory: accumulating straight
       // into the partial array would make every micro-tile wait for its C rows from memory.
-      Gemm::invoke(member, m_rows, geo.kp_dims, n_keys, s.dp, geo.kp_keys, 1, s.k, geo.kp_dims, s.dq, geo.kp_dims,
-                   static_cast<const T*>(nullptr));
+      DimLanesGemm::invoke(member, m_rows, geo.kp_dims, n_keys, s.dp, geo.kp_keys, 1, s.k, geo.kp_dims, s.dq,
+                           geo.kp_dims, static_cast<const T*>(nullptr));
       member.team_barrier();
       if (dq == DqStrategy::key_chunks)
         add_dq_partial(member, b, hk, c, t0, n_rows, s);

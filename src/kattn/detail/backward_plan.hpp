@@ -1,8 +1,9 @@
 // Tiles and dQ strategy of the backward pass. Two tile layouts share one (block_q, block_k):
 //
 //   key pass (one team per key tile, streaming query tiles): S = Q K^T and dP = dO V^T are
-//     rows x keys with the keys as vector lanes; dV += P^T dO, dK += dS^T Q (and dQ += dS K) have
-//     the head dim as lanes. So keys and dims are padded to the micro-tile columns, rows to its rows.
+//     rows x keys with the keys as vector lanes (the wide micro-tile: R x wide J); dV += P^T dO,
+//     dK += dS^T Q (and dQ += dS K) have the head dim as lanes (the tall one: tall R x J). So keys
+//     are padded to wide J and tall R, dims to J, rows to R and tall R.
 //   query pass (one team per query tile, streaming key tiles; the forward's layout): S^T = K Q^T,
 //     dP^T = V dO^T and dQ^T += K^T dS^T have the query rows as lanes.
 //
@@ -28,25 +29,33 @@
 namespace kattn {
 namespace detail {
 
+// The micro-tile shapes the backward's products use (tuning.hpp): R x J (the query pass), the
+// key pass's R x wide_j (keys on the lanes) and tall_r x J (head dim on the lanes).
+struct BackwardMicroTiles {
+  int r = 4, j = 4, tall_r = 4, wide_j = 4;
+  int key_pass_rows() const { return std::lcm(r, tall_r); }
+  int key_pass_keys() const { return std::lcm(wide_j, tall_r); }
+};
+
 struct BackwardGeometry {
   int block_q = 0, block_k = 0, head_dim = 0;
-  // Key pass: rows padded to micro rows; dims to micro columns (lanes); keys to both, as they are
-  // the lanes of S and dP and the rows of dK and dV.
+  // Key pass: rows padded to R and tall R (M of S, dP and dQ); keys to wide J and tall R (the lanes
+  // of S and dP, M of dK and dV); dims to J (the lanes of dK, dV and dQ).
   int kp_rows = 0, kp_keys = 0, kp_dims = 0;
   // Query pass: rows padded to micro columns (lanes); keys and dims to micro rows.
   int qp_rows = 0, qp_keys = 0, qp_dims = 0;
 
-  static BackwardGeometry make(int block_q, int block_k, int head_dim, int micro_rows, int micro_cols) {
+  static BackwardGeometry make(int block_q, int block_k, int head_dim, const BackwardMicroTiles& m) {
     BackwardGeometry g;
     g.block_q = block_q;
     g.block_k = block_k;
     g.head_dim = head_dim;
-    g.kp_rows = round_up(block_q, micro_rows);
-    g.kp_keys = round_up(block_k, std::lcm(micro_rows, micro_cols));
-    g.kp_dims = round_up(head_dim, micro_cols);
-    g.qp_rows = round_up(block_q, micro_cols);
-    g.qp_keys = round_up(block_k, micro_rows);
-    g.qp_dims = round_up(head_dim, micro_rows);
+    g.kp_rows = round_up(block_q, m.key_pass_rows());
+    g.kp_keys = round_up(block_k, m.key_pass_keys());
+    g.kp_dims = round_up(head_dim, m.j);
+    g.qp_rows = round_up(block_q, m.j);
+    g.qp_keys = round_up(block_k, m.r);
+    g.qp_dims = round_up(head_dim, m.r);
     return g;
   }
 
@@ -66,6 +75,12 @@ struct BackwardGeometry {
            2 * std::size_t(qp_keys) * qp_rows + 2 * std::size_t(qp_rows);
   }
 };
+
+template <class ExecSpace, class T>
+BackwardMicroTiles backward_micro_tiles() {
+  using Tn = Tuning<ExecSpace, T>;
+  return {Tn::micro_rows, Tn::micro_cols, Tn::tall_micro_rows, Tn::wide_micro_cols};
+}
 
 struct BackwardPlan {
   BackwardGeometry geo;
@@ -104,7 +119,7 @@ BackwardPlan plan_backward(const ExecSpace& space, int batch, int heads_kv, int 
   const bool dq_tile = raw_k;  // dQ = dS K of the tile, then added to memory
 
   const auto geometry = [&](int bq, int bk) {
-    return BackwardGeometry::make(bq, bk, head_dim, Tn::micro_rows, Tn::micro_cols);
+    return BackwardGeometry::make(bq, bk, head_dim, backward_micro_tiles<ExecSpace, T>());
   };
   const auto bytes = [&](int bq, int bk) {
     const BackwardGeometry g = geometry(bq, bk);
@@ -123,10 +138,11 @@ BackwardPlan plan_backward(const ExecSpace& space, int batch, int heads_kv, int 
     TileSearch search;
     search.fixed_q = bq;
     search.fixed_k = bk;
-    search.start_q = std::min(Tn::backward_block_q, round_up(rows_cap, Tn::micro_rows));
-    search.start_k = std::min(Tn::backward_block_k, round_up(keys_cap, Tn::micro_cols));
-    search.step_q = Tn::micro_rows;
-    search.step_k = Tn::micro_cols;
+    const BackwardMicroTiles m = backward_micro_tiles<ExecSpace, T>();
+    search.step_q = m.key_pass_rows();
+    search.step_k = m.key_pass_keys();
+    search.start_q = std::min(Tn::backward_block_q, round_up(rows_cap, search.step_q));
+    search.start_k = std::min(Tn::backward_block_k, round_up(keys_cap, search.step_k));
     search.largest_area = !Tn::host;
     const TileSize t = fit_tiles(bytes, budget, search);
     bq = t.block_q;

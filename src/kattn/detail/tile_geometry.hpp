@@ -12,6 +12,7 @@ namespace kattn {
 namespace detail {
 
 constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
+constexpr int round_down(int x, int m) { return x / m * m; }
 
 struct TileGeometry {
   int block_q = 0;   // query rows per tile

@@ -26,7 +26,7 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using ScratchBuffer = Kokkos::View<T*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
   static constexpr int R = Tn::micro_rows;
-  static constexpr int J = Tn::micro_cols;
+  static constexpr int J = Tn::wide_micro_cols;
 
   TileGeometry geo;
 

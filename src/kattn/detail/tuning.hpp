@@ -8,6 +8,7 @@
 
 #include "kattn/detail/host_cache.hpp"
 #include "kattn/detail/simd.hpp"
+#include "kattn/detail/tile_geometry.hpp"
 
 namespace kattn {
 namespace detail {
@@ -40,9 +41,20 @@ struct Tuning {
   // query rows. On the host 8 rows by two vectors keep 16 accumulators, two B vectors and a
   // broadcast A value in the 32 vector registers: per step 16 FMAs against 2 vector loads and
   // 8 broadcasts (perf/bench_tile_gemm measures the shapes). With 16 registers (AVX2) 4 rows:
-  // 8 accumulators, 2 B vectors and a broadcast, no spill.
+  // 8 accumulators, 2 B vectors and a broadcast, no spill (the backward's query pass; the other
+  // products take the two shapes below).
   static constexpr int micro_rows = host ? (vector_registers >= 32 ? 8 : 4) : 4;
   static constexpr int micro_cols = host ? 2 * simd_width : 4;
+  // With 16 vector registers (AVX2) 4 x 2 vectors leave 8 chains of FMAs, barely enough to cover
+  // the FMA latency on two pipes; two other shapes fill the 16 registers with 12 accumulators:
+  // 4 rows x 3 vectors (3 B vectors and the broadcast) for the products whose lanes can be padded
+  // to 3 vectors (query rows, keys), 6 rows x 2 vectors for those with the head dim on the lanes
+  // (64 or 128 is no multiple of 3 vectors). Tile products on Zen 3: 0.68-0.78 of the FMA peak with
+  // 4 x 2, 0.84-0.92 with 6 x 2, 0.88-0.94 with 4 x 3 (perf/RESULTS.md). Elsewhere both are the
+  // plain shape.
+  static constexpr bool sixteen_registers = host && simd_width > 1 && vector_registers == 16;
+  static constexpr int wide_micro_cols = sixteen_registers ? 3 * simd_width : micro_cols;
+  static constexpr int tall_micro_rows = sixteen_registers ? 6 : micro_rows;
   // On the host, full K/V tiles are read in place from the caller's arrays (their rows are
   // contiguous); devices copy every tile into scratch.
   static constexpr bool kv_in_place = host;
@@ -57,19 +69,21 @@ struct Tuning {
   // of level 0 by default on CUDA).
   static constexpr std::size_t host_scratch_budget = 256 * 1024 / sizeof(float) * sizeof(T);
   // Largest automatic forward tiles, query rows x keys: the start of the host's halving (128 x 128
-  // in float with AVX-512), the caps of the devices' search (tile_search.hpp), which CUDA's 40 KB
-  // of level 0 bounds first (16 x 16 in float, 8 x 8 in double at D = 128).
-  static constexpr int forward_block_q = host ? 16 * micro_rows : 128;
+  // in float with AVX-512; 72 x 64 with AVX2: whole 3-vector micro-tiles of rows), the caps of the
+  // devices' search (tile_search.hpp), which CUDA's 40 KB of level 0 bounds first (16 x 16 in
+  // float, 8 x 8 in double at D = 128).
+  static constexpr int forward_block_q = host ? round_up(16 * micro_rows, wide_micro_cols) : 128;
   static constexpr int forward_block_k = host ? 4 * micro_cols : 64;
   // Backward (backward_plan.hpp): starting tile sizes, query rows x keys, before they are fitted
   // to the scratch budget. The key pass keeps K^T, V^T, K, dK, dV, Q, dO and two score tiles in
   // scratch: 576 KB at 128 x 128, D = 128, float, inside a 1 MB L2; 128 x 128 was the fastest
   // or within noise of it among 64..256 x 64..256, 7 to 12% faster than 64 x 64 at N = 4096,
-  // D = 64 and 128 (perf/RESULTS.md, bench_backward BackwardTiles). Then the number of teams
+  // D = 64 and 128 (perf/RESULTS.md, bench_backward BackwardTiles). With AVX2's 3-vector key
+  // lanes, 120 x 120: whole micro-tiles (128 would pad the keys to 144). Then the number of teams
   // the key-chunk dQ strategy aims for, and the most chunks it uses (each chunk holds a partial
   // dQ: chunks x N x D extra memory).
-  static constexpr int backward_block_q = host ? 128 : 64;
-  static constexpr int backward_block_k = host ? 128 : 64;
+  static constexpr int backward_block_q = host ? round_down(128, wide_micro_cols) : 64;
+  static constexpr int backward_block_k = host ? round_down(128, wide_micro_cols) : 64;
   static constexpr std::size_t backward_host_scratch_budget = 768 * 1024;
   static constexpr int backward_target_teams = 16;
   static constexpr int backward_max_dq_chunks = 8;
