@@ -23,6 +23,14 @@ using Scratch2 = Kokkos::View<T**, Kokkos::LayoutRight, Space::scratch_memory_sp
 
 enum class Impl { kattn, kattn_wide, kattn_tall, kk_team_blocked, kk_team_unblocked };
 
+// kattn's micro-tile shape for each of its three variants.
+template <class T, Impl impl>
+struct KattnShape {
+  using Tn = kattn::detail::Tuning<Space, T>;
+  static constexpr int rows = impl == Impl::kattn_tall ? Tn::tall_micro_rows : Tn::micro_rows;
+  static constexpr int cols = impl == Impl::kattn_wide ? Tn::wide_micro_cols : Tn::micro_cols;
+};
+
 // Each team computes C (m x n) = A (m x k) B (k x n) `reps` times on its scratch tiles.
 template <class T, Impl impl>
 struct TileProducts {
@@ -32,23 +40,17 @@ struct TileProducts {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, m * k), [&](int i) { A.data()[i] = T(1) / (1 + i % 7); });
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, k * n), [&](int i) { B.data()[i] = T(1) / (1 + i % 5); });
     member.team_barrier();
-    using Tn = kattn::detail::Tuning<Space, T>;
     for (int r = 0; r < reps; ++r) {
-      if (impl == Impl::kattn) {
-        kattn::detail::TeamTileGemm<Tn::micro_rows, Tn::micro_cols>::invoke(member, m, n, k, A.data(), k, 1, B.data(),
-                                                                           n, C.data(), n, static_cast<T*>(nullptr));
-      } else if (impl == Impl::kattn_wide) {
-        kattn::detail::TeamTileGemm<Tn::micro_rows, Tn::wide_micro_cols>::invoke(
-            member, m, n, k, A.data(), k, 1, B.data(), n, C.data(), n, static_cast<T*>(nullptr));
-      } else if (impl == Impl::kattn_tall) {
-        kattn::detail::TeamTileGemm<Tn::tall_micro_rows, Tn::micro_cols>::invoke(
-            member, m, n, k, A.data(), k, 1, B.data(), n, C.data(), n, static_cast<T*>(nullptr));
-      } else if (impl == Impl::kk_team_blocked) {
+      if (impl == Impl::kk_team_blocked) {
         KokkosBatched::TeamGemm<Member, KokkosBatched::Trans::NoTranspose, KokkosBatched::Trans::NoTranspose,
                                 KokkosBatched::Algo::Gemm::Blocked>::invoke(member, T(1), A, B, T(0), C);
-      } else {
+      } else if (impl == Impl::kk_team_unblocked) {
         KokkosBatched::TeamGemm<Member, KokkosBatched::Trans::NoTranspose, KokkosBatched::Trans::NoTranspose,
                                 KokkosBatched::Algo::Gemm::Unblocked>::invoke(member, T(1), A, B, T(0), C);
+      } else {
+        using Shape = KattnShape<T, impl>;
+        kattn::detail::TeamTileGemm<Shape::rows, Shape::cols>::invoke(member, m, n, k, A.data(), k, 1, B.data(), n,
+                                                                      C.data(), n, static_cast<T*>(nullptr));
       }
       member.team_barrier();
     }

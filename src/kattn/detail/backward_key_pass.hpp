@@ -18,7 +18,6 @@
 
 #include <climits>
 #include <cstdint>
-#include <numeric>
 
 #include "kattn/backward_options.hpp"
 #include "kattn/backward_params.hpp"
@@ -43,7 +42,7 @@ struct BackwardKeyPass {
   using ScratchBuffer = Kokkos::View<T*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
   using KeyLanesGemm = TeamTileGemm<Tn::micro_rows, Tn::wide_micro_cols>;  // S, dP: keys on the lanes
   using DimLanesGemm = TeamTileGemm<Tn::tall_micro_rows, Tn::micro_cols>;  // dV, dK, dQ: head dim on the lanes
-  static constexpr int R = std::lcm(Tn::micro_rows, Tn::tall_micro_rows);  // M of S, dP and dQ
+  static constexpr int R = backward_micro_tiles<ExecSpace, T>().key_pass_rows();  // M of S, dP and dQ
 
   BackwardParams<T> p;
   KeyWindow window;

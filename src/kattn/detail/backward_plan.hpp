@@ -33,8 +33,8 @@ namespace detail {
 // key pass's R x wide_j (keys on the lanes) and tall_r x J (head dim on the lanes).
 struct BackwardMicroTiles {
   int r = 4, j = 4, tall_r = 4, wide_j = 4;
-  int key_pass_rows() const { return std::lcm(r, tall_r); }
-  int key_pass_keys() const { return std::lcm(wide_j, tall_r); }
+  constexpr int key_pass_rows() const { return std::lcm(r, tall_r); }
+  constexpr int key_pass_keys() const { return std::lcm(wide_j, tall_r); }
 };
 
 struct BackwardGeometry {
@@ -77,7 +77,7 @@ struct BackwardGeometry {
 };
 
 template <class ExecSpace, class T>
-BackwardMicroTiles backward_micro_tiles() {
+constexpr BackwardMicroTiles backward_micro_tiles() {
   using Tn = Tuning<ExecSpace, T>;
   return {Tn::micro_rows, Tn::micro_cols, Tn::tall_micro_rows, Tn::wide_micro_cols};
 }
