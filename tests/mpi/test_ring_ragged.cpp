@@ -246,6 +246,43 @@ TEST(RingRagged, WindowsMatchOneProcessRagged) {
   check<float>(f);
 }
 
+// A diagonal shift moves every sequence's diagonal alike, as in one process; and sequences with
+// more keys than queries (a cached prefix) under causal masks and windows, the diagonal
+// bottom-right aligned per sequence.
+TEST(RingRagged, DiagonalShiftAndCachedPrefixes) {
+  struct Mask {
+    bool causal;
+    std::int64_t left, right, shift;
+  };
+  // A shift moves a short sequence's diagonal by several of its pieces: {1, 2} sees only the two
+  // keys after each query's own, pieces ahead that no window of the long sequences reaches.
+  const Mask masks[] = {{true, -1, -1, 3}, {true, -1, -1, -5}, {true, 4, -1, 2}, {true, 1, -1, 2}, {false, 2, 5, -7},
+                        {false, 0, 0, -3}, {true, -1, -1, 0},  {true, 6, -1, 0}, {false, 3, 3, 0}, {true, -1, -1, -40}};
+  for (Sharding s : {Sharding::contiguous, Sharding::zigzag})
+    for (const Mask& m : masks)
+      for (bool prefix : {false, true}) {
+        if (!prefix && m.shift == 0) continue;  // WindowsMatchOneProcessRagged
+        Case c;
+        c.sharding = s;
+        c.opt.causal = m.causal;
+        c.opt.window_left = m.left, c.opt.window_right = m.right;
+        c.opt.diagonal_shift = m.shift;
+        c.Hq = 4, c.Hkv = 2;
+        c.q_lengths = lengths_in(pieces_of(s), {9, 0, 1, 5, 3});
+        c.kv_lengths = prefix ? lengths_in(pieces_of(s), {12, 2, 4, 5, 0}) : c.q_lengths;
+        check<double>(c);
+      }
+  Case f;
+  f.sharding = Sharding::zigzag;
+  f.opt.causal = true;
+  f.opt.diagonal_shift = -3;
+  f.opt.softcap = 20.0;
+  f.Hq = 4, f.Hkv = 1, f.D = 16;
+  f.q_lengths = lengths_in(pieces_of(f.sharding), {12, 1, 0, 20});
+  f.kv_lengths = lengths_in(pieces_of(f.sharding), {30, 3, 2, 20});
+  check<float>(f);
+}
+
 // A window moves only the keys some query sees: rank r (contiguous shards) sends rank r + t, of
 // each sequence's piece of n keys, the last min(n, window - (t - 1) n) (when positive), the
 // keys the first query of that sequence's piece on rank r + t reaches back to.
@@ -467,28 +504,12 @@ TEST(DistErrors, RaggedIndptrDiffersAcrossRanks) {
                     "the batch), offset 1 ranges from 2 to 4 over the ranks");
 }
 
-TEST(DistErrors, RaggedRefusesDiagonalShiftAndDeterministic) {
+TEST(DistErrors, RaggedRefusesDeterministic) {
   LocalBatch b({0, 2, 6}, {0, 2, 6});
-  Options shifted;
-  shifted.causal = true;
-  shifted.diagonal_shift = 1;
-  expect_same_error([&] { b.backward(shifted, {}); }, "diagonal_shift: a ragged batch's ring takes none");
   dist::DistOptions det;
   det.deterministic = true;
   expect_same_error([&] { b.forward({}, det); }, "deterministic: not available for ragged batches");
-}
-
-TEST(DistErrors, RaggedCausalNeedsKeysEqualToQueries) {
-  LocalBatch b({0, 2, 6}, {0, 2, 4});
-  Options causal;
-  causal.causal = true;
-  const std::string expected = "kv_indptr: a causal mask or a window over a ragged batch's ring needs each "
-                               "sequence's keys to be its queries (kv_indptr == q_indptr); sequence 1 has 4 queries "
-                               "and 2 keys here";
-  expect_same_error([&] { b.forward(causal, {}); }, expected);
-  Options window;
-  window.window_right = 2;
-  expect_same_error([&] { b.backward(window, {}); }, expected);
+  expect_same_error([&] { b.backward({}, det); }, "deterministic: not available for ragged batches");
 }
 
 }  // namespace

@@ -12,14 +12,15 @@
 // sequence, so a window's shift differs between sequences of different lengths. pair_of groups
 // consecutive sequences whose parts take the same options (every query sees every key; the same
 // shift; nothing visible: left out) into one launch each: one for a causal mask, whatever the
-// lengths, a few for a window. The ring's steps are those at which whole pieces would move
-// (plan_options: the window in piece units, exact for the shortest sequence, which sees farthest
-// in pieces); each moves only the parts of them that some sequence's queries see (needed), laid
-// out at their offsets in whole pieces on arrival (landing).
+// lengths, a few for a window. A sequence with more keys than queries (a cached prefix) has its
+// diagonal bottom-right aligned, and a diagonal shift moves every sequence's diagonal by as many
+// of its own positions, as in one process. The ring's steps are the shifts at which some
+// sequence's queries see keys of another rank (shifts, exact per sequence); each moves only the
+// parts of the pieces that they see (needed), laid out at their offsets in whole pieces on
+// arrival (landing).
 //
 // Rules checked here, after the problem is agreed: the same local indptr on every rank, even
-// local lengths under zigzag, keys equal to queries under a causal mask or a window, no diagonal
-// shift, not deterministic.
+// local lengths under zigzag, not deterministic.
 #pragma once
 
 #include <mpi.h>
@@ -143,25 +144,35 @@ struct RaggedPieces {
     return l;
   }
 
-  // Options under which the dense ring's shifts (ring_shifts) over the piece-major rows are those
-  // at which some sequence's queries see some keys of another rank's piece. Without
-  // a window, causal and full masks see whole pieces as one sequence does. With one, sequence b
-  // sees d pieces back (or ahead) when d n_b + 1 <= window: the shortest sequence sees farthest,
-  // and in piece-major rows d U + 1 <= W' holds for the same d when W' = d* U + 1.
-  Options plan_options(const Options& opt) const {
-    Options o = opt;
-    std::int64_t n_min = 0;
-    for (std::int64_t n : piece.q_len)
-      if (n > 0 && (n_min == 0 || n < n_min)) n_min = n;
-    if (n_min == 0) return o;
-    const std::int64_t U = std::max<std::int64_t>(Uk, 1);
-    const auto in_pieces = [&](std::int64_t w) -> std::int64_t {
-      if (w <= 0) return w;  // unbounded, or the diagonal piece alone
-      return (w - 1) / n_min * U + 1;
-    };
-    o.window_left = in_pieces(opt.window_left);
-    o.window_right = in_pieces(opt.window_right);
-    return o;
+  // The ring's shifts (ring_steps): t at which some rank receives keys that its queries see, exact
+  // per sequence (its own diagonal, shift and window): each query piece's visible keys of its
+  // sequence, as key pieces and their owners. A short sequence's window or shift reaches more of
+  // its pieces than a long one's, so no single window in piece units stands for every sequence.
+  std::vector<int> shifts(const Options& opt, const GlobalSplit& s) const {
+    const int P = s.q_layout.ranks();
+    std::vector<int> out{0};
+    if (Uq == 0 || Uk == 0) return out;
+    std::vector<int> q_owner(pieces), k_owner(pieces);
+    for (const Segment& seg : s.q_layout.segments()) q_owner[seg.global / Uq] = seg.owner;
+    for (const Segment& seg : s.kv_layout.segments()) k_owner[seg.global / Uk] = seg.owner;
+    std::vector<bool> seen(P, false);
+    int missing = P - 1;
+    for (std::size_t b = 0; b < piece.q_len.size() && missing > 0; ++b) {
+      const std::int64_t nq = piece.q_len[b], nk = piece.kv_len[b];
+      if (nq == 0 || nk == 0) continue;
+      for (int cq = 0; cq < pieces && missing > 0; ++cq) {
+        const KeyRange r =
+            visible_keys(shard_options(opt, cq * nq, nq, pieces * nq, 0, pieces * nk, pieces * nk), nq, pieces * nk);
+        if (r.empty()) continue;
+        for (std::int64_t ck = r.lo / nk; ck <= r.hi / nk && missing > 0; ++ck) {
+          const int t = (q_owner[cq] - k_owner[ck] + P) % P;
+          if (t != 0 && !seen[t]) seen[t] = true, --missing;
+        }
+      }
+    }
+    for (int t = 1; t < P; ++t)
+      if (seen[t]) out.push_back(t);
+    return out;
   }
 
   // The keys of key segment ks (one piece of every sequence) that the query segments qsegs see:
@@ -272,8 +283,7 @@ inline std::vector<std::int64_t> divided(const std::vector<std::int64_t>& v, int
 // collective_agree (the same B everywhere): every rule of the header is checked here, throwing
 // the same kattn::Error on every rank.
 template <class MemorySpace>
-RaggedPieces<MemorySpace> ragged_pieces(MPI_Comm comm, const BatchLengths& local, const Options& opt,
-                                        const DistOptions& d) {
+RaggedPieces<MemorySpace> ragged_pieces(MPI_Comm comm, const BatchLengths& local, const DistOptions& d) {
   using namespace ragged_detail;
   const std::vector<std::int64_t> q_local = offsets(local.q_len), kv_local = offsets(local.kv_len);
   require_same_everywhere(comm, q_local, "q_indptr");
@@ -281,22 +291,16 @@ RaggedPieces<MemorySpace> ragged_pieces(MPI_Comm comm, const BatchLengths& local
   // From here on every rank holds the same offsets, so every check below throws alike.
   KATTN_REQUIRE(!d.deterministic, "deterministic: not available for ragged batches (its fixed key chunks are "
                 "positions of one sequence; a ragged batch's are cut per sequence)");
-  KATTN_REQUIRE(opt.diagonal_shift == 0, "diagonal_shift: a ragged batch's ring takes none (each sequence's "
-                "diagonal is its own), got ", opt.diagonal_shift);
   int P = 1;
   MPI_Comm_size(comm, &P);
   RaggedPieces<MemorySpace> rp;
   rp.units = d.sharding == Sharding::zigzag ? 2 : 1;
   rp.pieces = P * rp.units;
-  const bool masked = opt.causal || opt.window_left >= 0 || opt.window_right >= 0;
   rp.q_local = q_local, rp.kv_local = kv_local;
   const std::vector<std::int64_t>& q_len = local.q_len, &kv_len = local.kv_len;
   for (std::size_t b = 0; b < q_len.size(); ++b) {
     KATTN_REQUIRE(q_len[b] % rp.units == 0 && kv_len[b] % rp.units == 0, "q_indptr: zigzag sharding holds two "
                   "equal pieces of every sequence on each rank, so local lengths must be even; sequence ", b, " has ",
-                  q_len[b], " queries and ", kv_len[b], " keys here");
-    KATTN_REQUIRE(!masked || q_len[b] == kv_len[b], "kv_indptr: a causal mask or a window over a ragged batch's "
-                  "ring needs each sequence's keys to be its queries (kv_indptr == q_indptr); sequence ", b, " has ",
                   q_len[b], " queries and ", kv_len[b], " keys here");
   }
   rp.Uq = q_local.back() / rp.units;
@@ -338,13 +342,13 @@ PiecePair shard_pair(const Options& opt, const GlobalSplit& s, std::int64_t qg, 
   return pp;
 }
 
-// The ring's steps for `rank` (ring_steps). A ragged batch's: the steps at which whole pieces
-// would move, each moving only the parts of them that some sequence's queries see.
+// The ring's steps for `rank` (ring_steps). A ragged batch's: the shifts at which some sequence's
+// queries see keys of another rank, each moving only the parts of its pieces that they see.
 template <class MemorySpace>
 std::vector<RingStep> ring_plan(const Options& opt, const GlobalSplit& s, int rank,
                                 const RaggedPieces<MemorySpace>* ragged) {
   if (!ragged) return ring_steps(opt, s.q_layout, s.kv_layout, rank);
-  return ring_steps(ring_shifts(ragged->plan_options(opt), s.q_layout, s.kv_layout), s.q_layout.ranks(), rank,
+  return ring_steps(ragged->shifts(opt, s), s.q_layout.ranks(), rank,
                     [&](int dest, int owner) { return ragged->needed(opt, s, dest, owner); });
 }
 

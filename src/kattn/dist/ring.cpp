@@ -481,7 +481,7 @@ DistStats ring_ragged_forward_impl(MPI_Comm comm, const ExecSpace& space, const 
   compat::ScopedRegion region("kattn::dist::ring");
   collective_agree(comm, problem_fields(DistCall::ring_attention_ragged, p, opt, d));
   require_no_block_mask(opt);
-  const RaggedPieces<Mem> rp = ragged_pieces<Mem>(comm, lengths, opt, d);
+  const RaggedPieces<Mem> rp = ragged_pieces<Mem>(comm, lengths, d);
   const int H = p.heads_q, Hkv = p.heads_kv, D = p.head_dim;
   const std::int64_t nq = rp.q_local.back(), nk = rp.kv_local.back();
   // Piece-major copies of q, k, v and the outputs, in one collective step: q widened, o rounded

@@ -712,7 +712,7 @@ DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const
   compat::ScopedRegion region("kattn::dist::ring_backward");
   collective_agree(comm, ring_backward_fields(DistCall::ring_attention_backward_ragged, p, opt, d, bopt));
   require_no_block_mask(opt);
-  const RaggedPieces<Mem> rp = ragged_pieces<Mem>(comm, lengths, opt, d);
+  const RaggedPieces<Mem> rp = ragged_pieces<Mem>(comm, lengths, d);
   const AttentionParams<S>& f = p.fwd;
   const int H = f.heads_q, Hkv = f.heads_kv, D = f.head_dim;
   const std::int64_t nq = rp.q_local.back(), nk = rp.kv_local.back();
