@@ -7,17 +7,17 @@
 // run on those rows unchanged (batch 1); only the attention of a (query piece, key piece) pair is
 // a ragged call over the B sequences' parts, with one indptr for every piece.
 //
-// Under a mask, sequence b's part of pair (cq, ck) is its queries [cq n_b, (cq + 1) n_b) against
-// its keys [ck n_b, (ck + 1) n_b): the shard arithmetic of the dense ring (shard_math.hpp) per
-// sequence, so a window's shift differs between sequences of different lengths. pair_of groups
-// consecutive sequences whose parts take the same options (every query sees every key; the same
-// shift; nothing visible: left out) into one launch each: one for a causal mask, whatever the
-// lengths, a few for a window. A sequence with more keys than queries (a cached prefix) has its
-// diagonal bottom-right aligned, and a diagonal shift moves every sequence's diagonal by as many
-// of its own positions, as in one process. The ring's steps are the shifts at which some
-// sequence's queries see keys of another rank (shifts, exact per sequence); each moves only the
-// parts of the pieces that they see (needed), laid out at their offsets in whole pieces on
-// arrival (landing).
+// Under a mask, sequence b's part of pair (cq, ck) is its queries [cq m_b, (cq + 1) m_b) against
+// its keys [ck n_b, (ck + 1) n_b) (m_b, n_b: its query and key piece lengths): the shard
+// arithmetic of the dense ring (shard_math.hpp) per sequence, so a pair's shift differs between
+// sequences of different lengths. pair_of groups consecutive sequences whose parts take the same
+// options (every query sees every key; the same shift; nothing visible: left out) into one launch
+// each: one for a causal mask over equal key and query lengths, whatever the lengths; a few for a
+// window, a diagonal shift or a cached prefix (more keys than queries, the diagonal bottom-right
+// aligned as in one process; a shift moves every sequence's diagonal by as many of its own
+// positions). The ring's steps are the shifts at which some sequence's queries see keys of
+// another rank (shifts, exact per sequence); each moves only the parts of the pieces that they see
+// (needed), laid out at their offsets in whole pieces on arrival (landing).
 //
 // Rules checked here, after the problem is agreed: the same local indptr on every rank, even
 // local lengths under zigzag, not deterministic.
