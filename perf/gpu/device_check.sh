@@ -180,5 +180,9 @@ fi
 log "6. report"
 { python3 "$ROOT/perf/gpu/report.py" "$OUT"; python3 "$ROOT/perf/gpu/report_kokkos.py" "$OUT"; } > "$OUT/report.txt" 2>&1
 cat "$OUT/report.txt"
+# The device tool brings back at most 8 files from $OUT: every log and rc file goes into one archive,
+# beside the three files read first (results.txt, report.txt, summary.md).
+(cd "$OUT" && tar -czf logs.tar.gz --exclude=logs.tar.gz -- * &&
+  find . -maxdepth 1 -type f ! -name logs.tar.gz ! -name results.txt ! -name report.txt ! -name summary.md -delete)
 log "done ($(grep -c 'rc=0' "$OUT/results.txt") steps rc=0, $(grep -cE 'rc=[1-9]' "$OUT/results.txt") failed," \
-    "$(grep -c SKIPPED "$OUT/results.txt") skipped); results in $OUT/results.txt"
+    "$(grep -c SKIPPED "$OUT/results.txt") skipped); results in $OUT/results.txt, logs in $OUT/logs.tar.gz"
