@@ -36,11 +36,12 @@ LAUNCHER=(); command -v ccache > /dev/null && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAU
 log() { echo "[pack] $*"; }
 
 log "kattn with $PREFIX/bin/nvcc_wrapper in $BUILD"
+mkdir -p "$BUILD"  # the configure log goes inside it (an ignored build folder)
 cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" "${LAUNCHER[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_COMPILER="$PREFIX/bin/nvcc_wrapper" -DKokkos_ROOT="$PREFIX" -DKokkosKernels_ROOT="$PREFIX" \
   -DKATTN_ENABLE_TESTS=ON -DKATTN_ENABLE_MPI=OFF -DKATTN_ENABLE_CUDA=ON -DKATTN_CUDA_BENCH=ON \
-  -DKATTN_NATIVE_ARCH=OFF -DKATTN_WERROR=ON -DKATTN_CUDA_TRAP_HANGS=ON -DCMAKE_INSTALL_PREFIX="$BUILD/install" > "$BUILD.configure.log" 2>&1 \
-  || { tail -30 "$BUILD.configure.log"; exit 1; }
+  -DKATTN_NATIVE_ARCH=OFF -DKATTN_WERROR=ON -DKATTN_CUDA_TRAP_HANGS=ON -DCMAKE_INSTALL_PREFIX="$BUILD/install" > "$BUILD/configure.log" 2>&1 \
+  || { tail -30 "$BUILD/configure.log"; exit 1; }
 cuda_tests=(kattn_cuda_test_host kattn_cuda_test_graph_plan kattn_cuda_test_forward kattn_cuda_test_decode
             kattn_cuda_test_graphs)
 cmake --build "$BUILD" -j "$JOBS" --target kattn kattn-cli kattn_tests kattn_tests_serial kattn_cuda_bench \

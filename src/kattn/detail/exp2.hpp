@@ -24,9 +24,9 @@ struct Exp2Traits;
 template <>
 struct Exp2Traits<float> {
   static constexpr int degree = 6;  // of 2^f; q has degree - 1
-  static constexpr float q[degree] = {0.693147188026228781058f, 0.240226507605681269446f, 0.0555035711421907781861f,
-                                      0.00961808255727785149127f, 0.00133908633646712343812f,
-                                      0.00015453162945120690177f};
+  static constexpr float q[degree] = {0.693147188026228781058f,   0.240226507605681269446f,
+                                      0.0555035711421907781861f,  0.00961808255727785149127f,
+                                      0.00133908633646712343812f, 0.00015453162945120690177f};
   static constexpr int mantissa_bits = 23;
   static constexpr int bias = 127;
   static constexpr float lowest = -126.0f;
@@ -36,10 +36,10 @@ struct Exp2Traits<float> {
 template <>
 struct Exp2Traits<double> {
   static constexpr int degree = 11;
-  static constexpr double q[degree] = {0.693147180559945309417,  0.2402265069591009822,    0.0555041086648215943387,
-                                       0.00961812910760688852728, 0.00133335581464169353104, 0.000154035304417360501549,
-                                       1.52527338298361183944e-05, 1.3215442587921689653e-06, 1.01780624458457735207e-07,
-                                       7.07258594926922369986e-09, 4.45496059818651839378e-10};
+  static constexpr double q[degree] = {
+      0.693147180559945309417,    0.2402265069591009822,      0.0555041086648215943387,   0.00961812910760688852728,
+      0.00133335581464169353104,  0.000154035304417360501549, 1.52527338298361183944e-05, 1.3215442587921689653e-06,
+      1.01780624458457735207e-07, 7.07258594926922369986e-09, 4.45496059818651839378e-10};
   static constexpr int mantissa_bits = 52;
   static constexpr int bias = 1023;
   static constexpr double lowest = -1022.0;
