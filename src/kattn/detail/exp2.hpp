@@ -12,8 +12,8 @@ namespace detail {
 
 #if KATTN_HOST_SIMD
 // 2^x = 2^n * 2^f with n = round(x), |f| <= 1/2, and 2^f = 1 + f q(f), q the polynomial that
-// interpolates (2^f - 1) / f at Chebyshev nodes of [-1/2, 1/2] (within a few percent of the best
-// approximation), of the lowest degree whose error stays under the type's rounding: 2^f to a
+// interpolates (2^f - 1) / f at Chebyshev nodes of [-1/2, 1/2] (near the best approximation of
+// its degree), of the lowest degree whose error stays under the type's rounding: 2^f to a
 // relative 5.1e-9 with degree 6 in float, 8.4e-18 with degree 11 in double (a truncated Taylor
 // series needs degrees 7 and 13 for as much: one and two more FMAs per vector of scores). The
 // constant term is exactly 1, so 2^0 = 1. Results below the smallest normal flush to 0, which
