@@ -82,7 +82,7 @@ TEST(ReferenceBackwardRows, RaggedRowsEqualTheTextbook) {
     H2 lse("lse", total_q, Hq);
     const std::uint64_t seed = fresh_seed();
     fill_normal(q, seed), fill_normal(k, seed + 1), fill_normal(v, seed + 2), fill_normal(dout, seed + 3);
-    const auto layout = make_ragged_layout(host_index(q_indptr), host_index(kv_indptr));
+    const auto layout = make_ragged_layout<Host>(host_index(q_indptr), host_index(kv_indptr));
     const BackwardParams<double> p = ragged_backward_params(q, k, v, dout, lse, dout, dq, dk, dv, layout);
     detail::reference_backward_impl(Kokkos::DefaultHostExecutionSpace(), p, opt);
     expect_gradient_rows_match(p, opt, "ragged " + describe(Shape{}, opt));

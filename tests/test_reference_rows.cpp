@@ -69,7 +69,7 @@ TEST(ReferenceRows, RaggedAndPagedRowsEqualTheTextbook) {
     H2 lse("lse", total_q, Hq);
     const std::uint64_t seed = fresh_seed();
     fill_normal(q, seed), fill_normal(k, seed + 1), fill_normal(v, seed + 2);
-    const auto ragged = make_ragged_layout(host_index(q_indptr), host_index(kv_indptr));
+    const auto ragged = make_ragged_layout<Host>(host_index(q_indptr), host_index(kv_indptr));
     reference(Kokkos::DefaultHostExecutionSpace(), q, k, v, o, lse, ragged, opt);
     expect_rows_match(ragged_params(q, k, v, o, lse, ragged), opt, "ragged " + describe(Shape{}, opt));
     // The same keys in pages of 2, in reverse page order.
@@ -92,8 +92,8 @@ TEST(ReferenceRows, RaggedAndPagedRowsEqualTheTextbook) {
             kp(pg, j % page, h, d) = k(kv_indptr[b] + j, h, d);
             vp(pg, j % page, h, d) = v(kv_indptr[b] + j, h, d);
           }
-    const auto paged = make_paged_layout(host_index(q_indptr), host_index(page_indptr), host_index(indices),
-                                         host_index(last_len), page);
+    const auto paged = make_paged_layout<Host>(host_index(q_indptr), host_index(page_indptr), host_index(indices),
+                                               host_index(last_len), page);
     H3 op("op", total_q, Hq, D);
     H2 lp("lp", total_q, Hq);
     reference(Kokkos::DefaultHostExecutionSpace(), q, kp, vp, op, lp, paged, opt);

@@ -41,11 +41,6 @@ inline void require_dense_for_block_mask(const Options& opt, const char* kind) {
   KATTN_REQUIRE(opt.block_mask == nullptr, "block_mask: supported with dense keys and values, not with ", kind);
 }
 
-template <class ExecSpace, class MemorySpace>
-constexpr bool layout_accessible_from() {
-  return Kokkos::SpaceAccessibility<ExecSpace, MemorySpace>::accessible;
-}
-
 }  // namespace detail
 
 // o (and lse) = attention of q over dense keys and values; returns the split it used.

@@ -5,9 +5,10 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "kattn/core/attention_params.hpp"
+#include "kattn/detail/accessible.hpp"
 #include "kattn/options.hpp"
 #include "kattn/paged.hpp"
-#include "kattn/core/attention_params.hpp"
 #include "kattn/ragged.hpp"
 #include "kattn/shapes.hpp"
 
@@ -24,6 +25,8 @@ void reference_impl(const ExecSpace& space, const AttentionParams<T>& p, const O
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
 void reference(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
                const LseView& lse, const Options& opt = {}) {
+  static_assert(detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>(),
+                "kattn::reference: the views must be accessible from the execution space");
   validate(opt);
   detail::reference_impl(space, dense_params(q, k, v, o, lse), opt);
 }
@@ -33,12 +36,18 @@ void reference(const ExecSpace& space, const QView& q, const KView& k, const VVi
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class MemorySpace>
 void reference(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
                const LseView& lse, const RaggedLayout<MemorySpace>& layout, const Options& opt = {}) {
+  static_assert(detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>() &&
+                    detail::layout_accessible_from<ExecSpace, MemorySpace>(),
+                "kattn::reference: the views and the layout must be accessible from the execution space");
   validate(opt);
   detail::reference_impl(space, ragged_params(q, k, v, o, lse, layout), opt);
 }
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class MemorySpace>
 void reference(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
                const LseView& lse, const PagedLayout<MemorySpace>& layout, const Options& opt = {}) {
+  static_assert(detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>() &&
+                    detail::layout_accessible_from<ExecSpace, MemorySpace>(),
+                "kattn::reference: the views and the layout must be accessible from the execution space");
   validate(opt);
   detail::reference_impl(space, paged_params(q, k, v, o, lse, layout), opt);
 }

@@ -11,6 +11,7 @@
 
 #include "kattn/backward_params.hpp"
 #include "kattn/backward_shapes.hpp"
+#include "kattn/detail/accessible.hpp"
 #include "kattn/options.hpp"
 
 namespace kattn {
@@ -27,6 +28,8 @@ template <class ExecSpace, class QView, class KView, class VView, class DoView, 
           class DvView>
 void reference_backward(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const DoView& dout,
                         const DqView& dq, const DkView& dk, const DvView& dv, const Options& opt = {}) {
+  static_assert(detail::accessible_from<ExecSpace, QView, KView, VView, DoView, DqView, DkView, DvView>(),
+                "kattn::reference_backward: the views must be accessible from the execution space");
   using T = typename DqView::non_const_value_type;
   validate(opt);
   // dout stands in for o (same shape) so that the dense validation applies; o is never read.

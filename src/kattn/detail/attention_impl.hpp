@@ -8,16 +8,12 @@
 
 #include "kattn/core/attention_params.hpp"
 #include "kattn/core/split_planner.hpp"
+#include "kattn/detail/accessible.hpp"
 #include "kattn/options.hpp"
 #include "kattn/ragged.hpp"
 
 namespace kattn {
 namespace detail {
-
-template <class ExecSpace, class... Views>
-constexpr bool accessible_from() {
-  return (Kokkos::SpaceAccessibility<ExecSpace, typename Views::memory_space>::accessible && ...);
-}
 
 // Attention for one validated problem, every option included: the split from opt.splits /
 // opt.split_chunk or planned (opt.splits == 0), opt.block_mask (dense problems), opt.progress.
