@@ -6,8 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "kattn/errors.hpp"
 #include "kattn/attention.hpp"
+#include "kattn/detail/tuning.hpp"
+#include "kattn/errors.hpp"
 #include "ragged_support.hpp"
 #include "support.hpp"
 
@@ -134,7 +135,9 @@ TEST(Progress, BackwardPiecesGiveTheBitsOfOneLaunch) {
       };
       const Grads pieces = backward_of(p, dout, with, bopt);
       SCOPED_TRACE(std::string(name(dq)) + " variant " + std::to_string(variant));
-      ASSERT_GE(seen.size(), 3u);
+      // Pieces keep every team of the space busy (BackwardPieces): on a GPU this problem's passes
+      // are one piece each, so the reports are the key pass's end and 1.
+      ASSERT_GE(seen.size(), kattn::detail::is_host_space<TestSpace>() ? 3u : 2u);
       for (std::size_t n = 1; n < seen.size(); ++n) EXPECT_LT(seen[n - 1], seen[n]) << "report " << n;
       EXPECT_GT(seen.front(), 0.0);
       EXPECT_DOUBLE_EQ(seen.back(), 1.0);

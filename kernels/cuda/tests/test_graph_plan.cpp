@@ -74,11 +74,25 @@ int main() {
   int devices = 0;
   const bool have_device = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
   DecodeGraphLadder ladder;
-  const cudaError_t e = ladder.init(c, nullptr);
   if (have_device) {
+    // The captured steps read the cache: init() refuses a config without one (decode()'s checks).
+    DecodeGraphConfig with_cache = c;
+    const size_t cache_bytes = size_t(c.max_pages) * c.page_size * c.heads_kv * c.head_dim * 2;
+    void *k = nullptr, *v = nullptr;
+    const bool allocated = cudaMalloc(&k, cache_bytes) == cudaSuccess && cudaMalloc(&v, cache_bytes) == cudaSuccess;
+    with_cache.k_cache = k;
+    with_cache.v_cache = v;
+    with_cache.k_head_stride = with_cache.v_head_stride = c.head_dim;
+    with_cache.k_token_stride = with_cache.v_token_stride = int64_t(c.heads_kv) * c.head_dim;
+    with_cache.k_page_stride = with_cache.v_page_stride = with_cache.k_token_stride * c.page_size;
+    const cudaError_t e = allocated ? ladder.init(with_cache, nullptr) : cudaErrorMemoryAllocation;
     t.check(e == cudaSuccess && ladder.ladder() == plan.sizes && ladder.num_splits(1) == plan.splits.front(),
             std::string("init captures the planned ladder: ") + cudaGetErrorString(e));
+    ladder.release();
+    cudaFree(k);
+    cudaFree(v);
   } else {
+    const cudaError_t e = ladder.init(c, nullptr);
     t.check(e != cudaSuccess && ladder.ladder().empty(),
             std::string("init without a device returns an error and holds nothing: ") + cudaGetErrorString(e));
   }
