@@ -39,7 +39,9 @@ TilePlan plan_tiles(const ExecSpace& space, int head_dim, std::int64_t query_row
   KATTN_REQUIRE(bq >= 0, "block_q: expected a positive tile size or 0 (automatic), got ", bq);
   KATTN_REQUIRE(bk >= 0, "block_k: expected a positive tile size or 0 (automatic), got ", bk);
   if (bq == 0 || bk == 0) {
-    const std::size_t budget = Tn::host ? Tn::host_scratch_budget : level0;
+    // Devices: the tuning's caps wherever they fit level 1 (the level-0 budget gave tiles several
+    // times slower on the H200, tuning.hpp); level 0 when they fit it.
+    const std::size_t budget = Tn::host ? Tn::host_scratch_budget : level1;
     const int rows_cap = static_cast<int>(std::min<std::int64_t>(std::max<std::int64_t>(query_rows, 1), 1 << 20));
     detail::TileSearch search;
     search.fixed_q = bq;

@@ -131,7 +131,7 @@ BackwardPlan plan_backward(const ExecSpace& space, int batch, int heads_kv, int 
   const std::size_t level1 = scratch_limit(space, 1);
   int bq = opt.block_q, bk = opt.block_k;
   if (bq == 0 || bk == 0) {
-    const std::size_t budget = Tn::host ? Tn::backward_host_scratch_budget : level0;
+    const std::size_t budget = Tn::host ? Tn::backward_host_scratch_budget : level1;  // as plan_tiles()
     const std::int64_t rows = std::max<std::int64_t>(q_len * group, 1);
     const int rows_cap = static_cast<int>(std::min<std::int64_t>(rows, 1 << 20));
     const int keys_cap = static_cast<int>(std::min<std::int64_t>(std::max<std::int64_t>(kv_len, 1), 1 << 20));

@@ -3,11 +3,11 @@
 //
 // Hosts halve the larger side from a cache-sized start until the tiles fit (the shapes the CPU
 // benchmarks chose). Devices search every multiple of the micro-tile up to the caps for the tile
-// of largest area (query rows x keys) that fits the team's fast scratch: the area is the work a
-// team does between two barriers, and each K/V and Q tile read from memory is reused over the
-// other side; halving would leave up to half of CUDA's 40 KB unused (D = 64: 32 x 16 where 48 x 16
-// fits), and with more level-0 scratch (Kokkos releases that opt in to Hopper's 227 KB) the caps,
-// not the halving, bound the tiles.
+// of largest area (query rows x keys) that fits the budget: the area is the work a team does
+// between two barriers, and each K/V and Q tile read from memory is reused over the other side.
+// The planners give devices level 1's limit as the budget (tuning.hpp: on the H200 the tiles
+// that fit level 0 were several times slower), so the caps bound the tiles unless a fixed side
+// or a long head dim makes them too big.
 #pragma once
 
 #include <algorithm>

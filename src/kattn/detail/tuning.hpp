@@ -65,14 +65,16 @@ struct Tuning {
   // Bytes of scratch the automatic tile sizes aim for: what stays in a core's L2 on the host, as
   // many values in double as in float (512 KB, 128 query rows x 64 keys at D = 128 instead of
   // 32 x 64: the per-tile softmax and rescaling amortised over 4x the rows, 0.50 -> 0.64 of the
-  // fp64 FMA peak on Zen 4, perf/RESULTS.md); on GPUs the limit comes from the policy (about 40 KB
-  // of level 0 by default on CUDA).
+  // fp64 FMA peak on Zen 4, perf/RESULTS.md); on GPUs the tiles take the caps below, in level-1
+  // scratch where level 0 (about 40 KB by default on CUDA) is too small for them.
   static constexpr std::size_t host_scratch_budget = 256 * 1024 / sizeof(float) * sizeof(T);
   // Largest automatic forward tiles, query rows x keys: the start of the host's halving (128 x 128
   // in float with AVX-512; 72 x 64 with AVX2: whole 3-vector micro-tiles of rows), the caps of the
-  // devices' search (tile_search.hpp), which CUDA's 40 KB of level 0 bounds first (16 x 16 in
-  // float, 8 x 8 in double at D = 128).
-  static constexpr int forward_block_q = host ? round_up(16 * micro_rows, wide_micro_cols) : 128;
+  // devices' search (tile_search.hpp). On an H200 (Kokkos 4.6 CUDA, N = 4096, D = 128) the tiles
+  // that fit level 0 (20 x 16 in float, 8 x 8 in double) ran at 1.6 and 0.26 TFLOP/s, the fastest
+  // of a sweep in level 1 at 2.65 (64 x 64, float) and 1.97 (128 x 64, double): perf/RESULTS.md.
+  static constexpr int forward_block_q =
+      host ? round_up(16 * micro_rows, wide_micro_cols) : (sizeof(T) == 8 ? 128 : 64);
   static constexpr int forward_block_k = host ? 4 * micro_cols : 64;
   // Backward (backward_plan.hpp): starting tile sizes, query rows x keys, before they are fitted
   // to the scratch budget. The key pass keeps K^T, V^T, K, dK, dV, Q, dO and two score tiles in
@@ -81,7 +83,8 @@ struct Tuning {
   // D = 64 and 128 (perf/RESULTS.md, bench_backward BackwardTiles). With AVX2's 3-vector key
   // lanes, 120 x 120: whole micro-tiles (128 would pad the keys to 144). Then the number of teams
   // the key-chunk dQ strategy aims for, and the most chunks it uses (each chunk holds a partial
-  // dQ: chunks x N x D extra memory).
+  // dQ: chunks x N x D extra memory). Devices: 64 x 64, in level 1 where level 0 is too small: 2.7x
+  // (float) and 9x (double) the level-0 tiles on the H200 (perf/RESULTS.md).
   static constexpr int backward_block_q = host ? round_down(128, wide_micro_cols) : 64;
   static constexpr int backward_block_k = host ? round_down(128, wide_micro_cols) : 64;
   static constexpr std::size_t backward_host_scratch_budget = 768 * 1024;
