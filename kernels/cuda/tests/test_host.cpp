@@ -18,6 +18,10 @@ int main() {
   kt::Tally t;
   // planner
   t.check(plan_num_splits(1, 8, 32768, 132) == 16, "planner: batch 1 x 8 KV heads x 32K on 132 SMs -> 16 splits");
+  t.check(plan_num_splits(1, 8, 32768, 132, 2) == 32, "planner: the same with 2 CTAs per SM -> 32 splits");
+  t.check(plan_num_splits(16, 8, 32768, 132, 2) == 2, "planner: batch 16 x 8 heads, 2 CTAs per SM -> 2 splits");
+  t.check(plan_num_splits(64, 8, 32768, 132, 2) == 1, "planner: batch 64 x 8 heads fills 2 CTAs per SM -> 1 split");
+  t.check(decode_ctas_per_sm(4) == 2 && decode_ctas_per_sm(8) == 1, "two CTAs per SM up to 4 packed heads, one at 8");
   t.check(plan_num_splits(1, 8, 131072, 132) == 16, "planner: 128K context -> 16 splits (one wave)");
   t.check(plan_num_splits(1, 8, 300, 132) == 1, "planner: short context -> 1 split");
   t.check(plan_num_splits(1, 8, 2048, 132) == 8, "planner: 2K keys -> 8 splits of 256");

@@ -99,7 +99,8 @@ int decode_num_splits(const DecodeParams& p) {
   if (p.num_splits > 0) return p.num_splits;
   if (p.heads_kv <= 0 || p.heads_q % p.heads_kv != 0) return 1;
   const int sms = p.num_sms > 0 ? p.num_sms : detail::device_sm_count();
-  return plan_num_splits(p.batch, p.heads_kv * head_groups(p), p.max_seqlen_hint, sms);
+  return plan_num_splits(p.batch, p.heads_kv * head_groups(p), p.max_seqlen_hint, sms,
+                         decode_ctas_per_sm(packed_heads(p.heads_q / p.heads_kv)));
 }
 
 size_t decode_workspace_bytes(const DecodeParams& p, int num_splits) {

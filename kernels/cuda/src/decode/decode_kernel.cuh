@@ -28,7 +28,7 @@ struct DecodeSplitOut {
 };
 
 template <bool kBF16, int D, int GP>
-__global__ void __launch_bounds__(256, 1)
+__global__ void __launch_bounds__(256, DecodeTraits<D, GP>::kMinBlocks)
     decode_kernel(const DecodeParams p, const float scale_log2, const int n_groups, const DecodeSplitOut out) {
   using Tr = DecodeTraits<D, GP>;
   using T = typename Elem<kBF16>::type;

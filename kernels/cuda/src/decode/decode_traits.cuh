@@ -8,6 +8,8 @@
 //   CTA barrier (cp.async.wait_group orders a thread's own copies).
 #pragma once
 
+#include <kattn/cuda/split_planner.hpp>
+
 namespace kattn::cuda::detail {
 
 template <int D, int GP>
@@ -26,6 +28,9 @@ struct DecodeTraits {
   static constexpr int kPipeBytes = kStages * kStageBytes;
   static constexpr int kMergeBytes = kKpp * GP * (D + 2) * 4;
   static constexpr int kSmemBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
+  // CTAs per SM the register allocation must allow (the launch bound's second argument; the
+  // split planner counts on it, split_planner.hpp).
+  static constexpr int kMinBlocks = decode_ctas_per_sm(GP);
 };
 
 }  // namespace kattn::cuda::detail

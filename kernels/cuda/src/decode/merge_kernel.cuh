@@ -27,17 +27,31 @@ __global__ void __launch_bounds__(kMergeWarps * 32) merge_states_kernel(const Me
 
   // The splits' finished states merged in split order with the state algebra (its NaN rule: a
   // split whose weight underflows still carries a NaN in its o). Every lane merges the same
-  // states, over its own dims.
+  // states, over its own dims. The loads of kBatch splits are issued together before they are
+  // merged: one split at a time, each merge waited on its own loads, and a step's time grew with
+  // its splits (H200, one sequence of 32K keys: 90 us at 16 splits, 333 us at 128).
+  constexpr int kBatch = 8;
   RowState<float> st = RowState<float>::empty();
   float o[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) o[i] = 0.f;
-  for (int s = 0; s < p.num_splits; ++s) {
-    const Merge<float> mg = merge(st, from_lse(p.partial_lse[s * rows + row]));
-    const float* po = p.partial_o + (s * rows + row) * D;
+  for (int s0 = 0; s0 < p.num_splits; s0 += kBatch) {
+    float lse[kBatch], po[kBatch][kPerLane];
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) o[i] = merged_o(mg, o[i], po[lane + 32 * i]);
-    st = mg.state;
+    for (int j = 0; j < kBatch; ++j) {
+      const int s = s0 + j < p.num_splits ? s0 + j : s0;  // past the end: a valid address, unused
+      lse[j] = p.partial_lse[s * rows + row];
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) po[j][i] = p.partial_o[(s * rows + row) * D + lane + 32 * i];
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (s0 + j >= p.num_splits) break;
+      const Merge<float> mg = merge(st, from_lse(lse[j]));
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) o[i] = merged_o(mg, o[i], po[j][i]);
+      st = mg.state;
+    }
   }
   const Finish<float> fin = finish(st);
   const bool seen = !st.is_empty();
