@@ -1,9 +1,12 @@
 // Timing program of the CUDA kernels (perf/gpu/device_check.sh runs it on the H200).
 //   1. device-to-device copy bandwidth (bytes read + written): the decode ceiling
 //   2. split-KV paged decode, bf16, batch 1, Hq=32, Hkv=8, D=128, page 16 (shuffled
-//      pages), contexts 32K/64K/128K, planned splits: GB/s = K+V bytes / time
+//      pages), contexts 32K/64K/128K, planned splits: GB/s = K+V bytes / time; then (not with
+//      --quick) the same at 8-128 splits, and batches 4, 16, 64 at 32K keys, planned and 1-8 splits
 //   3. forward, bf16, B=1, H=16, N=16384, D=128, non-causal and causal: every sm90
 //      variant and the sm80 kernel; TFLOP/s = 4*B*H*N^2*D (half of it when causal) / time
+//   4. (not with --quick) the automatic forward at D = 64/128/256, N = 1K/4K/16K, B = 16K / N,
+//      H = 2048 / D, causal and not
 // Median of repeated runs, 3 input sets rotated (each larger than the 60 MB L2 or
 // touching different lines), random N(0,1)-like data (never zeros). Each forward variant is
 // also compared with the sm80 kernel's output (relative L2) as a sanity check at full size.
@@ -156,38 +159,40 @@ int main(int argc, char** argv) {
   std::vector<DecResult> dec;
   {
     const int hq = 32, hkv = 8, D = 128, ps = 16, sets = 3;
-    std::vector<int> ctxs = quick ? std::vector<int>{32768} : std::vector<int>{32768, 65536, 131072};
     std::mt19937_64 rng(7);
-    for (int ctx : ctxs) {
-      const int pages = ctx / ps;
+    // One paged decode step of `batch` sequences of ctx keys each, splits = 0: the planner's.
+    // Prints a JSON line tagged `tag` and returns the median.
+    auto measure = [&](const char* tag, int batch, int ctx, int forced_splits) {
+      const int pages_per_seq = ctx / ps, pages = batch * pages_per_seq;
       const size_t cache_el = size_t(pages) * ps * hkv * D;
       std::vector<void*> kc(sets), vc(sets);
       for (int s = 0; s < sets; ++s) {
         CK(cudaMalloc(&kc[s], cache_el * 2));
         CK(cudaMalloc(&vc[s], cache_el * 2));
-        fill(kc[s], cache_el, 400 + s + ctx);
-        fill(vc[s], cache_el, 500 + s + ctx);
+        fill(kc[s], cache_el, 400 + s + ctx + batch);
+        fill(vc[s], cache_el, 500 + s + ctx + batch);
       }
-      std::vector<int32_t> idx(pages);
+      std::vector<int32_t> idx(pages), indptr(batch + 1), last(batch, ps);
       std::iota(idx.begin(), idx.end(), 0);
       std::shuffle(idx.begin(), idx.end(), rng);
-      std::vector<int32_t> indptr = {0, pages}, last = {ps};
+      for (int b = 0; b <= batch; ++b) indptr[b] = b * pages_per_seq;
       int32_t *d_idx, *d_indptr, *d_last;
       CK(cudaMalloc(&d_idx, pages * 4));
-      CK(cudaMalloc(&d_indptr, 8));
-      CK(cudaMalloc(&d_last, 4));
+      CK(cudaMalloc(&d_indptr, (batch + 1) * 4));
+      CK(cudaMalloc(&d_last, batch * 4));
       CK(cudaMemcpy(d_idx, idx.data(), pages * 4, cudaMemcpyHostToDevice));
-      CK(cudaMemcpy(d_indptr, indptr.data(), 8, cudaMemcpyHostToDevice));
-      CK(cudaMemcpy(d_last, last.data(), 4, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(d_indptr, indptr.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(d_last, last.data(), batch * 4, cudaMemcpyHostToDevice));
       void *q, *o;
       float* lse;
-      CK(cudaMalloc(&q, hq * D * 2));
-      CK(cudaMalloc(&o, hq * D * 2));
-      CK(cudaMalloc(&lse, hq * 4));
-      fill(q, hq * D, 600);
+      const size_t rows = size_t(batch) * hq;
+      CK(cudaMalloc(&q, rows * D * 2));
+      CK(cudaMalloc(&o, rows * D * 2));
+      CK(cudaMalloc(&lse, rows * 4));
+      fill(q, rows * D, 600);
       DecodeParams p;
       p.dtype = DType::kBF16;
-      p.batch = 1;
+      p.batch = batch;
       p.heads_q = hq;
       p.heads_kv = hkv;
       p.head_dim = D;
@@ -200,6 +205,7 @@ int main(int argc, char** argv) {
       p.o = o;
       p.lse = lse;
       p.max_seqlen_hint = ctx;
+      p.num_splits = forced_splits;
       const int splits = decode_num_splits(p);
       p.num_splits = splits;
       const size_t ws_bytes = decode_workspace_bytes(p, splits);
@@ -213,22 +219,21 @@ int main(int argc, char** argv) {
         CK(decode(p, nullptr));
       };
       for (int w = 0; w < 3; ++w) run(w);
-      std::vector<uint16_t> oh(hq * D);
+      std::vector<uint16_t> oh(rows * D);
       CK(cudaDeviceSynchronize());
-      CK(cudaMemcpy(oh.data(), o, hq * D * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(oh.data(), o, rows * D * 2, cudaMemcpyDeviceToHost));
       bool finite = true;
       for (uint16_t h : oh) finite &= ((h & 0x7f80) != 0x7f80);
       std::vector<double> t;
       const int inner = 20;  // back-to-back steps: launch gaps hidden behind device time
       for (int r = 0; r < reps; ++r) t.push_back(timer.ms([&](int i) { run(r + i); }, inner));
       const double ms = median(t);
-      const double bytes = 2.0 * ctx * hkv * D * 2;
+      const double bytes = 2.0 * batch * double(ctx) * hkv * D * 2;
       const double gbs = bytes / (ms * 1e-3) / 1e9;
-      dec.push_back({ctx, splits, ms * 1e3, gbs});
       std::printf(
-          "JSON {\"bench\":\"decode\",\"ctx\":%d,\"B\":1,\"Hq\":%d,\"Hkv\":%d,\"D\":%d,\"page\":%d,\"splits\":%d,"
+          "JSON {\"bench\":\"%s\",\"ctx\":%d,\"B\":%d,\"Hq\":%d,\"Hkv\":%d,\"D\":%d,\"page\":%d,\"splits\":%d,"
           "\"us\":%.2f,\"gbs\":%.1f,\"frac_copy\":%.3f,\"finite\":%s}\n",
-          ctx, hq, hkv, D, ps, splits, ms * 1e3, gbs, gbs / copy_gbs, finite ? "true" : "false");
+          tag, ctx, batch, hq, hkv, D, ps, splits, ms * 1e3, gbs, gbs / copy_gbs, finite ? "true" : "false");
       for (int s = 0; s < sets; ++s) {
         CK(cudaFree(kc[s]));
         CK(cudaFree(vc[s]));
@@ -240,6 +245,19 @@ int main(int argc, char** argv) {
       CK(cudaFree(o));
       CK(cudaFree(lse));
       if (ws) CK(cudaFree(ws));
+      return DecResult{ctx, splits, ms * 1e3, gbs};
+    };
+    const std::vector<int> ctxs = quick ? std::vector<int>{32768} : std::vector<int>{32768, 65536, 131072};
+    for (int ctx : ctxs) dec.push_back(measure("decode", 1, ctx, 0));
+    // The split planner's ground truth: batch 1 at other split counts, and the planned split at
+    // larger batches (the issue's batch 1-64).
+    if (!quick) {
+      for (int ctx : ctxs)
+        for (int s : {8, 16, 32, 64, 128}) measure("decode_splits", 1, ctx, s);
+      for (int batch : {4, 16, 64}) {
+        measure("decode_batch", batch, 32768, 0);
+        for (int s : {1, 2, 4, 8}) measure("decode_batch", batch, 32768, s);
+      }
     }
   }
 
@@ -324,6 +342,56 @@ int main(int argc, char** argv) {
     CK(cudaFree(o));
     CK(cudaFree(o_ref));
     CK(cudaFree(lse));
+  }
+
+  // ---- 4. forward across shapes (not with --quick): the automatic backend at D = 64, 128, 256
+  // and 1K-16K tokens, 16K tokens per batch and 2048 channels (B = 16384 / N, H = 2048 / D), as
+  // FlashAttention's benchmarks; sdpa_bench.py times PyTorch on the same shapes.
+  if (!quick) {
+    for (int D : {64, 128, 256})
+      for (int N : {1024, 4096, 16384}) {
+        const int B = 16384 / N, H = 2048 / D;
+        const size_t el = size_t(B) * N * H * D;
+        void *q, *k, *v, *o;
+        float* lse;
+        CK(cudaMalloc(&q, el * 2));
+        CK(cudaMalloc(&k, el * 2));
+        CK(cudaMalloc(&v, el * 2));
+        CK(cudaMalloc(&o, el * 2));
+        CK(cudaMalloc(&lse, size_t(B) * H * N * 4));
+        fill(q, el, 700 + N + D);
+        fill(k, el, 800 + N + D);
+        fill(v, el, 900 + N + D);
+        for (bool causal : {false, true}) {
+          ForwardParams p;
+          p.dtype = DType::kBF16;
+          p.batch = B;
+          p.seqlen_q = p.seqlen_k = N;
+          p.heads_q = p.heads_kv = H;
+          p.head_dim = D;
+          p.causal = causal;
+          p.set_contiguous_strides();
+          p.q = q;
+          p.k = k;
+          p.v = v;
+          p.o = o;
+          p.lse = lse;
+          for (int w = 0; w < 3; ++w) CK(forward(p, nullptr));
+          std::vector<double> t;
+          for (int r = 0; r < reps; ++r) t.push_back(timer.ms([&](int) { CK(forward(p, nullptr)); }, 1));
+          const double ms = median(t);
+          const double tf = 4.0 * B * H * double(N) * N * D * (causal ? 0.5 : 1.0) / (ms * 1e-3) / 1e12;
+          std::printf(
+              "JSON {\"bench\":\"forward_shapes\",\"causal\":%s,\"B\":%d,\"H\":%d,\"N\":%d,\"D\":%d,"
+              "\"ms\":%.4f,\"tflops\":%.1f}\n",
+              causal ? "true" : "false", B, H, N, D, ms, tf);
+        }
+        CK(cudaFree(q));
+        CK(cudaFree(k));
+        CK(cudaFree(v));
+        CK(cudaFree(o));
+        CK(cudaFree(lse));
+      }
   }
 
   std::printf("\n%-34s %10s %10s %12s\n", "kattn (device events, median)", "ms/us", "rate", "check");

@@ -160,10 +160,10 @@ step cli_forward_f64 20 gpu 'check|error' "$BIN/kattn" run --random 1,777,777,4,
 step cli_grad_f32 20 gpu 'check|error' "$BIN/kattn" grad --random 1,300,300,4,2,64 --causal --check --quiet
 
 log "4. timings"
-step bench_cuda 60 gpu 'decode|fwd' "$BIN/kattn_cuda_bench" $QUICK
+step bench_cuda 100 gpu 'decode|fwd' "$BIN/kattn_cuda_bench" $QUICK
 step bench_kokkos 70 gpu 'kattn_backward' "$BIN/bench_kokkos_gpu" $QUICK --budget 6
 PY=(env PYTHONUNBUFFERED=1 python3)
-step sdpa 40 gpu 'torch' "${PY[@]}" "$ROOT/perf/gpu/sdpa_bench.py" $QUICK
+step sdpa 70 gpu 'torch' "${PY[@]}" "$ROOT/perf/gpu/sdpa_bench.py" $QUICK
 step sdpa_fp 40 gpu 'torch' "${PY[@]}" "$ROOT/perf/gpu/sdpa_fp_bench.py" $QUICK
 step bench_sweep 40 gpu 'kattn_' "$BIN/bench_kokkos_gpu" $QUICK --only sweep --budget 1 --reps 3
 

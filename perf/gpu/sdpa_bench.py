@@ -5,6 +5,7 @@
 Forward: bf16, B=1, H=16, N=16384, D=128, causal and not; inputs are made as [B, N, H, D]
 (kattn's layout) and passed as the transposed view [B, H, N, D]; the contiguous
 [B, H, N, D] layout is timed too, and the best of all is what the report compares with.
+Forward across shapes (not with --quick): bench_cuda's forward_shapes, [B, N, H, D] transposed.
 Decode: q [1, 32, 1, 128], k/v [1, 8, ctx, 128] (enable_gqa=True), ctx 32K/64K/128K;
 per-call time of 20 back-to-back calls, like bench_cuda.
 Median of repeated runs, 3 input sets rotated, random normal data.
@@ -87,6 +88,27 @@ def main():
                 emit(rec)
     del bnhd, bhnd
     torch.cuda.empty_cache()
+
+    # bench_cuda's forward_shapes: D = 64/128/256, N = 1K/4K/16K, B = 16K / N, H = 2048 / D,
+    # [B, N, H, D] inputs passed transposed, one input set (each call reads 12-100 MB).
+    for D2 in ([] if QUICK else [64, 128, 256]):
+        for N2 in (1024, 4096, 16384):
+            B2, H2 = 16384 // N2, 2048 // D2
+            qkv = [torch.randn(B2, N2, H2, D2, device=dev, dtype=torch.bfloat16).transpose(1, 2) for _ in range(3)]
+            for causal in (False, True):
+                flops = 4.0 * B2 * H2 * N2 * N2 * D2 * (0.5 if causal else 1.0)
+                for name, be in BACKENDS.items():
+                    rec = {"bench": "torch_forward_shapes", "backend": name, "causal": causal,
+                           "B": B2, "H": H2, "N": N2, "D": D2}
+                    try:
+                        with sdpa_kernel([be]):
+                            ms = time_ms(lambda i: F.scaled_dot_product_attention(*qkv, is_causal=causal), 1)
+                        rec.update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12)
+                    except Exception as e:
+                        rec.update(error=str(e).splitlines()[0][:160])
+                    emit(rec)
+            del qkv
+            torch.cuda.empty_cache()
 
     hq, hkv = 32, 8
     for ctx in ([32768] if QUICK else [32768, 65536, 131072]):
