@@ -40,4 +40,12 @@ inline int device_sm_count() {
   return n;
 }
 
+// Shared memory of one SM for its resident blocks, in bytes (0 without a device).
+inline int device_smem_per_sm() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess) return 0;
+  return n;
+}
+
 }  // namespace kattn::cuda::detail

@@ -3,6 +3,7 @@
 #include <kattn/cuda/decode.hpp>
 #include <kattn/cuda/split_planner.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 #include "../common/dispatch.hpp"
@@ -99,8 +100,19 @@ int decode_num_splits(const DecodeParams& p) {
   if (p.num_splits > 0) return p.num_splits;
   if (p.heads_kv <= 0 || p.heads_q % p.heads_kv != 0) return 1;
   const int sms = p.num_sms > 0 ? p.num_sms : detail::device_sm_count();
-  return plan_num_splits(p.batch, p.heads_kv * head_groups(p), p.max_seqlen_hint, sms,
-                         decode_ctas_per_sm(packed_heads(p.heads_q / p.heads_kv)));
+  // The registers allow decode_ctas_per_sm CTAs; the shared memory of the device at hand may hold
+  // fewer (two 96 KB CTAs fit Hopper's 228 KB, one an A100's 164 KB). Without a device: Hopper.
+  int ctas = decode_ctas_per_sm(packed_heads(p.heads_q / p.heads_kv));
+  const int smem_per_sm = detail::device_smem_per_sm();
+  if (smem_per_sm > 0) {
+    int cta_smem = 0;
+    with_decode_kernel(p, [&](const void*, int smem, auto) {
+      cta_smem = smem + 1024;  // the 1 KB the runtime reserves per block
+      return cudaSuccess;
+    });
+    if (cta_smem > 0) ctas = std::max(1, std::min(ctas, smem_per_sm / cta_smem));
+  }
+  return plan_num_splits(p.batch, p.heads_kv * head_groups(p), p.max_seqlen_hint, sms, ctas);
 }
 
 size_t decode_workspace_bytes(const DecodeParams& p, int num_splits) {
