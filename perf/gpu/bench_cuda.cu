@@ -106,6 +106,19 @@ double rel_l2(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
+// A dense bf16 forward of B x N tokens, H heads of D, contiguous [B, N, H, D]; pointers unset.
+ForwardParams bf16_forward(int B, int N, int H, int D, bool causal) {
+  ForwardParams p;
+  p.dtype = DType::kBF16;
+  p.batch = B;
+  p.seqlen_q = p.seqlen_k = N;
+  p.heads_q = p.heads_kv = H;
+  p.head_dim = D;
+  p.causal = causal;
+  p.set_contiguous_strides();
+  return p;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -291,14 +304,7 @@ int main(int argc, char** argv) {
     for (bool causal : {false, true}) {
       std::vector<uint16_t> ref;
       for (const Var& var : vars) {
-        ForwardParams p;
-        p.dtype = DType::kBF16;
-        p.batch = B;
-        p.seqlen_q = p.seqlen_k = N;
-        p.heads_q = p.heads_kv = H;
-        p.head_dim = D;
-        p.causal = causal;
-        p.set_contiguous_strides();
+        ForwardParams p = bf16_forward(B, N, H, D, causal);
         p.backend = var.be;
         p.variant = var.variant;
         p.o = o;
@@ -363,14 +369,7 @@ int main(int argc, char** argv) {
         fill(k, el, 800 + N + D);
         fill(v, el, 900 + N + D);
         for (bool causal : {false, true}) {
-          ForwardParams p;
-          p.dtype = DType::kBF16;
-          p.batch = B;
-          p.seqlen_q = p.seqlen_k = N;
-          p.heads_q = p.heads_kv = H;
-          p.head_dim = D;
-          p.causal = causal;
-          p.set_contiguous_strides();
+          ForwardParams p = bf16_forward(B, N, H, D, causal);
           p.q = q;
           p.k = k;
           p.v = v;
