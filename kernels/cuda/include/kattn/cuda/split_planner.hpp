@@ -19,7 +19,8 @@ inline constexpr int kMaxSplits = 128;
 
 // CTAs of the decode kernel an SM holds at once with `packed` query heads per CTA: its launch
 // bound (decode_traits.cuh) caps the registers for two up to 4 heads (4 spill 4 bytes, 8 would
-// spill 856); the 96 KB of shared memory fit two. On the H200 two CTAs per SM streamed the cache
+// spill 856). Hopper's shared memory holds two 96 KB CTAs; decode_num_splits bounds this by the
+// shared memory of the device at hand (an A100 holds one). On the H200 two CTAs per SM streamed the cache
 // 1.24-1.30x faster than one wherever the grid had the CTAs for it, 5% slower where it had one
 // per SM (perf/RESULTS.md).
 constexpr int decode_ctas_per_sm(int packed) { return packed <= 4 ? 2 : 1; }
