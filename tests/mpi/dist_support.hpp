@@ -192,5 +192,22 @@ std::string expect_same_error(F&& f, const std::string& expected) {
   return message;
 }
 
+// Communicators of the first s ranks, s = 1 .. P (MPI_COMM_NULL on ranks outside).
+struct Prefixes {
+  std::vector<MPI_Comm> comms;
+  Prefixes() {
+    const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
+    for (int s = 1; s <= P; ++s) {
+      MPI_Comm c;
+      MPI_Comm_split(MPI_COMM_WORLD, rank < s ? 0 : MPI_UNDEFINED, rank, &c);
+      comms.push_back(c);
+    }
+  }
+  ~Prefixes() {
+    for (MPI_Comm& c : comms)
+      if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+  }
+};
+
 }  // namespace test
 }  // namespace kattn

@@ -423,6 +423,149 @@ TEST(RingRagged, SixteenBitsAreTheFloatRingRoundedOnce) {
   check16<bf16>(other);
 }
 
+// Deterministic mode: every sequence sharded on whole key chunks (any lengths: no piece rule), each
+// rank with its own local indptr (ragged_local_indptr with the call's DistOptions).
+template <class T>
+struct RaggedRun {
+  std::vector<std::int64_t> q_rows, kv_rows;  // the global rows this rank's rows stand for
+  View3<T> o, dq, dk, dv;
+  View2<accumulate_t<T>> lse;
+};
+
+// The deterministic ragged ring over `comm`, forward and backward, on this rank's rows of the
+// global (double) inputs rounded to T.
+template <class T>
+RaggedRun<T> run_deterministic(MPI_Comm comm, const Case& c, const std::vector<std::int64_t>& gq,
+                               const std::vector<std::int64_t>& gk, const View3<double>& q, const View3<double>& k,
+                               const View3<double>& v, const View3<double>& dout, const dist::DistOptions& d) {
+  const int rank = rank_of(comm), P = size_of(comm);
+  RaggedRun<T> r;
+  r.q_rows = dist::ragged_positions(gq, rank, P, d);
+  r.kv_rows = dist::ragged_positions(gk, rank, P, d);
+  const auto layout = make_ragged_layout<TestMemory>(indptr_view(dist::ragged_local_indptr(gq, rank, P, d)),
+                                                     indptr_view(dist::ragged_local_indptr(gk, rank, P, d)));
+  const View3<T> lq = take_rows<T>(q, r.q_rows, "q"), lk = take_rows<T>(k, r.kv_rows, "k"),
+                 lv = take_rows<T>(v, r.kv_rows, "v"), ldout = take_rows<T>(dout, r.q_rows, "dout");
+  const std::size_t nq = r.q_rows.size(), nk = r.kv_rows.size();
+  r.o = View3<T>("o", nq, c.Hq, c.D), r.dq = View3<T>("dq", nq, c.Hq, c.D);
+  r.dk = View3<T>("dk", nk, c.Hkv, c.D), r.dv = View3<T>("dv", nk, c.Hkv, c.D);
+  r.lse = View2<accumulate_t<T>>("lse", nq, c.Hq);
+  poison(r.o), poison(r.lse), poison(r.dq), poison(r.dk), poison(r.dv);
+  dist::ring_attention(comm, TestSpace(), lq, kv::ragged(lk, lv, layout), r.o, r.lse, c.opt, d);
+  dist::ring_attention_backward(comm, TestSpace(), lq, kv::ragged(lk, lv, layout), r.o, r.lse, ldout, r.dq, r.dk, r.dv,
+                                c.opt, {}, d);
+  return r;
+}
+
+// Whether every local row has the bits of the row it stands for in `alone` (one rank: global order).
+template <class V>
+bool same_bits_at(const V& local, const V& alone, const std::vector<std::int64_t>& rows) {
+  auto hl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), local);
+  auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), alone);
+  const std::size_t per_row = local.extent(0) ? local.size() / local.extent(0) : 0;
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    if (std::memcmp(hl.data() + r * per_row, ha.data() + rows[r] * per_row, per_row * sizeof(typename V::value_type)) !=
+        0)
+      return false;
+  return true;
+}
+
+// The deterministic ragged ring in T on every prefix communicator of this run and both shardings:
+// the bits of one rank alone; in double, one rank alone against the one-process ragged attention.
+template <class T>
+void check_deterministic(const Case& c, std::int64_t chunk) {
+  const std::uint64_t seed = shared_seed();
+  SCOPED_TRACE(std::string(storage_name<T>()) + " " + c.describe() + " chunk=" + std::to_string(chunk) +
+               " seed=" + std::to_string(seed));
+  const std::vector<std::int64_t> gq = offsets(c.q_lengths), gk = offsets(c.kv_lengths);
+  View3<double> q("q", gq.back(), c.Hq, c.D), k("k", gk.back(), c.Hkv, c.D), v("v", gk.back(), c.Hkv, c.D),
+      dout("dout", gq.back(), c.Hq, c.D);
+  fill_normal(q, seed), fill_normal(k, seed + 1), fill_normal(v, seed + 2), fill_normal(dout, seed + 3);
+  dist::DistOptions d;
+  d.deterministic = true;
+  d.chunk = chunk;
+  const RaggedRun<T> alone = run_deterministic<T>(MPI_COMM_SELF, c, gq, gk, q, k, v, dout, d);
+  if (std::is_same<T, double>::value) {
+    const auto global_layout = make_ragged_layout<TestMemory>(indptr_view(gq), indptr_view(gk));
+    View3<double> o("o", gq.back(), c.Hq, c.D), dq("dq", gq.back(), c.Hq, c.D), dk("dk", gk.back(), c.Hkv, c.D),
+        dv("dv", gk.back(), c.Hkv, c.D);
+    View2<double> lse("lse", gq.back(), c.Hq);
+    attention(TestSpace(), q, kv::ragged(k, v, global_layout), o, lse, c.opt);
+    attention_backward(TestSpace(), q, kv::ragged(k, v, global_layout), o, lse, dout, dq, dk, dv, c.opt);
+    expect_near(compare_rows(alone.o, o, alone.q_rows), kDoubleTol, true, "one rank: o");
+    expect_near(compare_rows(alone.lse, lse, alone.q_rows), kDoubleTol, true, "one rank: lse");
+    expect_near(compare_rows(alone.dq, dq, alone.q_rows), kDoubleTol, true, "one rank: dq");
+    expect_near(compare_rows(alone.dk, dk, alone.kv_rows), kDoubleTol, true, "one rank: dk");
+    expect_near(compare_rows(alone.dv, dv, alone.kv_rows), kDoubleTol, true, "one rank: dv");
+  }
+  Prefixes prefixes;
+  for (MPI_Comm comm : prefixes.comms) {
+    if (comm == MPI_COMM_NULL) continue;
+    for (Sharding s : {Sharding::contiguous, Sharding::zigzag}) {
+      dist::DistOptions ds = d;
+      ds.sharding = s;
+      const RaggedRun<T> r = run_deterministic<T>(comm, c, gq, gk, q, k, v, dout, ds);
+      const std::string what =
+          "P=" + std::to_string(size_of(comm)) + " " + dist::name(s) + " rank " + std::to_string(rank_of(comm));
+      EXPECT_TRUE(same_bits_at(r.o, alone.o, r.q_rows)) << what << ": o";
+      EXPECT_TRUE(same_bits_at(r.lse, alone.lse, r.q_rows)) << what << ": lse";
+      EXPECT_TRUE(same_bits_at(r.dq, alone.dq, r.q_rows)) << what << ": dq";
+      EXPECT_TRUE(same_bits_at(r.dk, alone.dk, r.kv_rows)) << what << ": dk";
+      EXPECT_TRUE(same_bits_at(r.dv, alone.dv, r.kv_rows)) << what << ": dv";
+    }
+  }
+}
+
+TEST(RingRagged, DeterministicBitsOnEveryRankCount) {
+  struct Mask {
+    bool causal;
+    std::int64_t left, right, shift;
+    bool prefix;  // more keys than queries in some sequences
+  };
+  const Mask masks[] = {{false, -1, -1, 0, true}, {true, -1, -1, 0, false}, {true, 5, -1, 0, false},
+                        {false, 3, 2, 0, false},  {true, -1, -1, -2, true}, {true, 9, -1, 0, true}};
+  for (const Mask& m : masks) {
+    Case c;
+    c.opt.causal = m.causal;
+    c.opt.window_left = m.left, c.opt.window_right = m.right;
+    c.opt.diagonal_shift = m.shift;
+    c.Hq = 4, c.Hkv = m.causal ? 2 : 1;
+    // Lengths that divide by nothing in particular; an empty sequence; with a prefix, a sequence
+    // with keys and no queries and one with queries and no keys (full mask only).
+    c.q_lengths = {37, 0, 1, 70, 16};
+    c.kv_lengths = m.prefix ? std::vector<std::int64_t>{45, 6, 1, 70, m.causal ? 20 : 0} : c.q_lengths;
+    check_deterministic<double>(c, 8);
+  }
+  Case f;
+  f.opt.causal = true;
+  f.opt.softcap = 20.0;
+  f.Hq = 4, f.Hkv = 2, f.D = 16;
+  f.q_lengths = f.kv_lengths = {50, 3, 0, 33};
+  check_deterministic<float>(f, 16);
+  check_deterministic<bf16>(f, 16);
+}
+
+TEST(RingRagged, DeterministicLocalIndptrAndPositions) {
+  // Sequence 0 of 10 positions on chunks of 4 over two ranks: contiguous, 8 + 2; zigzag, 4 pieces
+  // [0, 4) [4, 8) [8, 10) and none, the third one rank 1's.
+  const std::vector<std::int64_t> g{0, 10, 10, 13};
+  dist::DistOptions d;
+  d.deterministic = true;
+  d.chunk = 4;
+  EXPECT_EQ(dist::ragged_local_indptr(g, 0, 2, d), (std::vector<std::int64_t>{0, 8, 8, 11}));
+  EXPECT_EQ(dist::ragged_local_indptr(g, 1, 2, d), (std::vector<std::int64_t>{0, 2, 2, 2}));
+  EXPECT_EQ(dist::ragged_positions(g, 1, 2, d), (std::vector<std::int64_t>{8, 9}));
+  d.sharding = Sharding::zigzag;
+  EXPECT_EQ(dist::ragged_local_indptr(g, 0, 2, d), (std::vector<std::int64_t>{0, 4, 4, 7}));
+  EXPECT_EQ(dist::ragged_positions(g, 0, 2, d), (std::vector<std::int64_t>{0, 1, 2, 3, 10, 11, 12}));
+  EXPECT_EQ(dist::ragged_positions(g, 1, 2, d), (std::vector<std::int64_t>{4, 5, 6, 7, 8, 9}));
+  // Without the deterministic mode, the equal pieces of ragged_local_indptr.
+  d.deterministic = false;
+  EXPECT_EQ(dist::ragged_local_indptr({0, 8, 12}, 1, 2, d), (std::vector<std::int64_t>{0, 4, 6}));
+  EXPECT_THROW(dist::ragged_local_indptr(g, 0, 2, d), Error);
+  EXPECT_THROW(dist::ragged_positions(g, 2, 2, d), Error);
+}
+
 TEST(RingRagged, WithoutLse) {
   const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
   const std::vector<std::int64_t> g = offsets(lengths_in(P, {4, 0, 3}));
@@ -504,12 +647,26 @@ TEST(DistErrors, RaggedIndptrDiffersAcrossRanks) {
                     "the batch), offset 1 ranges from 2 to 4 over the ranks");
 }
 
-TEST(DistErrors, RaggedRefusesDeterministic) {
-  LocalBatch b({0, 2, 6}, {0, 2, 6});
+// Deterministic mode: shards on whole chunks of each sequence, or the same error on every rank.
+TEST(DistErrors, RaggedDeterministicNeedsChunkAlignedShards) {
+  if (size_of(MPI_COMM_WORLD) < 2) GTEST_SKIP() << "needs two ranks";
+  const int P = size_of(MPI_COMM_WORLD);
+  LocalBatch b({0, 2, 6}, {0, 2, 6});  // sequence 0: 2P positions, 2 per rank
   dist::DistOptions det;
   det.deterministic = true;
-  expect_same_error([&] { b.forward({}, det); }, "deterministic: not available for ragged batches");
-  expect_same_error([&] { b.backward({}, det); }, "deterministic: not available for ragged batches");
+  det.chunk = 4;
+  const std::string expected = "q_indptr: sequence 0 expected 4 query positions on rank 0 (a contiguous split of " +
+                               std::to_string(2 * P) + " positions over " + std::to_string(P) + " ranks";
+  expect_same_error([&] { b.forward({}, det); }, expected);
+  expect_same_error([&] { b.backward({}, det); }, expected);
+  BackwardOptions atomic;
+  atomic.dq = DqStrategy::atomic;
+  expect_same_error(
+      [&] {
+        dist::ring_attention_backward(MPI_COMM_WORLD, TestSpace(), b.q, kv::ragged(b.k, b.v, b.layout), b.o, b.lse,
+                                      b.dout, b.dq, b.dk, b.dv, {}, atomic, det);
+      },
+      "dq: the atomic strategy is not deterministic");
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "kattn/dist/agreement.hpp"
 #include "kattn/dist/dist_options.hpp"
+#include "kattn/dist/inner_stats.hpp"
 #include "kattn/dist/layout.hpp"
 #include "kattn/errors.hpp"
 
@@ -56,17 +57,6 @@ inline GlobalSplit hybrid_split(MPI_Comm comm, std::int64_t q_len, std::int64_t 
   require_layout(s.q_lens, s.q_layout, "q", "query positions");
   require_layout(s.kv_lens, s.kv_layout, "k", "key positions");
   return s;
-}
-
-// The inner ring calls' measurements added to the call's.
-inline void accumulate(DistStats& into, const DistStats& s) {
-  into.compute_seconds += s.compute_seconds;
-  into.compute_cpu_seconds += s.compute_cpu_seconds;
-  into.comm_seconds += s.comm_seconds;
-  into.bytes_sent += s.bytes_sent;
-  into.messages_sent += s.messages_sent;
-  into.flops += s.flops;
-  into.steps += s.steps;
 }
 
 // This rank's two sub-communicators of the grid, freed on destruction (collective, like their

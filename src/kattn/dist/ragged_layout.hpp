@@ -5,11 +5,18 @@
 // functions and Megatron's context parallelism shard packed documents so). Every sequence length
 // must divide by the number of pieces: then every rank holds N_b / P positions of sequence b and
 // the local indptr is the same on every rank.
+//
+// The deterministic mode (DistOptions::deterministic) cuts every sequence as it cuts one dense
+// sequence, SequenceLayout(N_b, P, sharding, chunk): shard boundaries on whole key chunks, which
+// are positions of the sequence and so do not move with the rank count. Any lengths are taken;
+// ranks then hold different numbers of positions, and each its own local indptr. The overloads
+// taking DistOptions give either sharding, as the options ask: use them with the call's options.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/layout.hpp"
 
 namespace kattn {
@@ -25,6 +32,16 @@ std::vector<std::int64_t> ragged_local_indptr(const std::vector<std::int64_t>& g
 // rank takes from a whole packed array, and where its rows of a packed result go.
 std::vector<std::int64_t> ragged_positions(const std::vector<std::int64_t>& global_indptr, int rank, int ranks,
                                            Sharding sharding, const char* argument = "indptr");
+
+// Rank `rank`'s local indptr [B + 1] under the sharding `d` asks for: ragged_local_indptr's above,
+// or in deterministic mode every sequence's chunk-aligned shard (any length; the indptr differ
+// between ranks). Throws kattn::Error naming `argument` as above.
+std::vector<std::int64_t> ragged_local_indptr(const std::vector<std::int64_t>& global_indptr, int rank, int ranks,
+                                              const DistOptions& d, const char* argument = "indptr");
+
+// The global packed row of each of rank `rank`'s local rows under the sharding `d` asks for.
+std::vector<std::int64_t> ragged_positions(const std::vector<std::int64_t>& global_indptr, int rank, int ranks,
+                                           const DistOptions& d, const char* argument = "indptr");
 
 }  // namespace dist
 }  // namespace kattn

@@ -20,7 +20,7 @@
 // (needed), laid out at their offsets in whole pieces on arrival (landing).
 //
 // Rules checked here, after the problem is agreed: the same local indptr on every rank, even
-// local lengths under zigzag, not deterministic.
+// local lengths under zigzag. Not for the deterministic mode (ragged_sequences.hpp).
 #pragma once
 
 #include <mpi.h>
@@ -289,8 +289,6 @@ RaggedPieces<MemorySpace> ragged_pieces(MPI_Comm comm, const BatchLengths& local
   require_same_everywhere(comm, q_local, "q_indptr");
   require_same_everywhere(comm, kv_local, "kv_indptr");
   // From here on every rank holds the same offsets, so every check below throws alike.
-  KATTN_REQUIRE(!d.deterministic, "deterministic: not available for ragged batches (its fixed key chunks are "
-                "positions of one sequence; a ragged batch's are cut per sequence)");
   int P = 1;
   MPI_Comm_size(comm, &P);
   RaggedPieces<MemorySpace> rp;

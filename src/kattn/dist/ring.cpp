@@ -9,15 +9,17 @@
 #include <vector>
 
 #include "kattn/compat.hpp"
-#include "kattn/dist/clock.hpp"
 #include "kattn/detail/backends.hpp"
 #include "kattn/dist/agreement.hpp"
 #include "kattn/dist/buffer_memory.hpp"
 #include "kattn/dist/chunk_partials.hpp"
+#include "kattn/dist/clock.hpp"
 #include "kattn/dist/failure_latch.hpp"
 #include "kattn/dist/fold_kernels.hpp"
+#include "kattn/dist/inner_stats.hpp"
 #include "kattn/dist/pack.hpp"
 #include "kattn/dist/ragged_pieces.hpp"
+#include "kattn/dist/ragged_sequences.hpp"
 #include "kattn/dist/shard_math.hpp"
 #include "kattn/dist/transport.hpp"
 
@@ -472,6 +474,48 @@ DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const Attenti
   return stats;
 }
 
+namespace {
+
+// Deterministic mode: the deterministic dense ring on each sequence in turn (ragged_sequences.hpp).
+template <class ExecSpace, class S>
+DistStats ring_ragged_deterministic_forward(MPI_Comm comm, const ExecSpace& space, const AttentionParams<S>& p,
+                                            const BatchLengths& lengths, const Options& opt, const DistOptions& d) {
+  using T = accumulate_t<S>;  // q, o and lse in the ring; K/V travel in S
+  const double t0 = now();
+  const RaggedSequences seqs = ragged_sequences(comm, lengths, d);
+  const int H = p.heads_q, D = p.head_dim;
+  const std::int64_t nq = seqs.q_local.back();
+  RowsAs<T, const S, ExecSpace> q;
+  RowsAs<T, S, ExecSpace> o;
+  collective_check(comm, [&] {
+    if (RowsAs<T, S, ExecSpace>::copies)
+      require_buffers<typename ExecSpace::memory_space>("kattn::dist::ring_attention", 2 * std::uint64_t(nq) * H * D,
+                                                        sizeof(T));
+    q = RowsAs<T, const S, ExecSpace>(space, "kattn::dist::ragged::q", p.q, p.q_stride_seq, p.q_stride_head, nq, H, D);
+    o = RowsAs<T, S, ExecSpace>(space, "kattn::dist::ragged::o", p.o, p.o_stride_seq, p.o_stride_head, nq, H, D);
+  });
+  q.load(space);
+  DistOptions each = d;
+  each.progress = nullptr;  // the call reports sequences, not their steps
+  DistStats stats;
+  FailureLatch latch(comm);
+  for (int b = 0; b < seqs.batch(); ++b) {
+    if (seqs.Nq[b] == 0) continue;
+    const AttentionParams<T, T, S> a = sequence_params<T>(p, seqs, b, q, o, p.k, p.v);
+    latch.capture([&] { accumulate(stats, ring_forward_impl(comm, space, a, opt, each, &latch)); });
+    latch.guard([&] {
+      if (d.progress) d.progress(b + 1, seqs.batch());
+    });
+  }
+  latch.settle();
+  o.store(space);
+  space.fence();
+  stats.seconds = now() - t0;
+  return stats;
+}
+
+}  // namespace
+
 template <class ExecSpace, class S>
 DistStats ring_ragged_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<S>& p,
                                    const BatchLengths& lengths, const Options& opt, const DistOptions& d) {
@@ -481,6 +525,7 @@ DistStats ring_ragged_forward_impl(MPI_Comm comm, const ExecSpace& space, const 
   compat::ScopedRegion region("kattn::dist::ring");
   collective_agree(comm, problem_fields(DistCall::ring_attention_ragged, p, opt, d));
   require_no_block_mask(opt);
+  if (d.deterministic) return ring_ragged_deterministic_forward(comm, space, p, lengths, opt, d);
   const RaggedPieces<Mem> rp = ragged_pieces<Mem>(comm, lengths, d);
   const int H = p.heads_q, Hkv = p.heads_kv, D = p.head_dim;
   const std::int64_t nq = rp.q_local.back(), nk = rp.kv_local.back();

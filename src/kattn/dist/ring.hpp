@@ -72,9 +72,11 @@ DistStats ring_attention(MPI_Comm comm, const ExecSpace& space, const QView& q, 
 // packed in sequence order: the arguments of kattn::attention with kv::ragged, local:
 //   q, o [total_q_r, Hq, D], kv::ragged(k, v, layout) with k, v [total_kv_r, Hkv, D] and the layout
 //   of the local indptr (ragged_local_indptr: the same on every rank), lse [total_q_r, Hq] (or empty).
-// Options: causal (each sequence's own triangle) or full, windows (each sequence's own band; with
-// causal or a window every sequence's keys must be its queries), softcap, scale, GQA; no diagonal
-// shift, block mask or deterministic mode. Zigzag needs every local length even. Storage: float or
+// Options: causal (each sequence's own triangle, bottom-right aligned) or full, windows (each
+// sequence's own band), diagonal shifts, softcap, scale, GQA; no block mask. Zigzag needs every
+// local length even. Deterministic mode: every sequence sharded on whole chunks (the local indptr
+// of ragged_local_indptr with these DistOptions, different on each rank), its bits those of the
+// deterministic dense call on it alone, for every rank count (ragged_sequences.hpp). Storage: float or
 // double, or q, k, v, o of one 16-bit type with lse float: as the dense call, K/V travel in 16 bits,
 // the states and merge are in float and o is rounded once. Collective, with collective errors,
 // like the dense call. Returns this rank's measurements.

@@ -11,13 +11,15 @@
 #include <vector>
 
 #include "kattn/compat.hpp"
-#include "kattn/dist/clock.hpp"
 #include "kattn/detail/backends.hpp"
 #include "kattn/dist/agreement.hpp"
 #include "kattn/dist/buffer_memory.hpp"
+#include "kattn/dist/clock.hpp"
 #include "kattn/dist/failure_latch.hpp"
+#include "kattn/dist/inner_stats.hpp"
 #include "kattn/dist/pack.hpp"
 #include "kattn/dist/ragged_pieces.hpp"
+#include "kattn/dist/ragged_sequences.hpp"
 #include "kattn/dist/shard_math.hpp"
 #include "kattn/dist/transport.hpp"
 
@@ -702,6 +704,72 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
   return ring_backward_impl(comm, space, p, p.fwd.k, p.fwd.v, opt, d, bopt, outer);
 }
 
+namespace {
+
+// Deterministic mode: the deterministic dense ring's backward on each sequence in turn
+// (ragged_sequences.hpp).
+template <class ExecSpace, class S>
+DistStats ring_ragged_deterministic_backward(MPI_Comm comm, const ExecSpace& space, const BackwardParams<S>& p,
+                                             const BatchLengths& lengths, const Options& opt, const DistOptions& d,
+                                             const BackwardOptions& bopt) {
+  using T = accumulate_t<S>;  // everything but K/V in the ring; K/V travel in S
+  using In = RowsAs<T, const S, ExecSpace>;
+  using Out = RowsAs<T, S, ExecSpace>;
+  const double t0 = now();
+  const RaggedSequences seqs = ragged_sequences(comm, lengths, d);
+  const AttentionParams<S>& f = p.fwd;
+  const int H = f.heads_q, Hkv = f.heads_kv, D = f.head_dim;
+  const std::int64_t nq = seqs.q_local.back(), nk = seqs.kv_local.back();
+  In q, dout;
+  Out o, dq, dk, dv;
+  collective_check(comm, [&] {
+    if (Out::copies)
+      require_buffers<typename ExecSpace::memory_space>("kattn::dist::ring_attention_backward",
+                                                        4 * std::uint64_t(nq) * H * D + 2 * std::uint64_t(nk) * Hkv * D,
+                                                        sizeof(T));
+    q = In(space, "kattn::dist::ragged::q", f.q, f.q_stride_seq, f.q_stride_head, nq, H, D);
+    o = Out(space, "kattn::dist::ragged::o", f.o, f.o_stride_seq, f.o_stride_head, nq, H, D);
+    dout = In(space, "kattn::dist::ragged::dout", p.dout, p.do_stride_seq, p.do_stride_head, nq, H, D);
+    dq = Out(space, "kattn::dist::ragged::dq", p.dq, p.dq_stride_seq, p.dq_stride_head, nq, H, D);
+    dk = Out(space, "kattn::dist::ragged::dk", p.dk, p.dk_stride_seq, p.dk_stride_head, nk, Hkv, D);
+    dv = Out(space, "kattn::dist::ragged::dv", p.dv, p.dv_stride_seq, p.dv_stride_head, nk, Hkv, D);
+  });
+  q.load(space), o.load(space), dout.load(space);
+  DistOptions each = d;
+  each.progress = nullptr;  // the call reports sequences, not their steps
+  DistStats stats;
+  FailureLatch latch(comm);
+  for (int b = 0; b < seqs.batch(); ++b) {
+    const std::int64_t q0 = seqs.q_local[b], k0 = seqs.kv_local[b];
+    if (seqs.Nq[b] == 0) {  // keys no query sees: zero gradients
+      for (const Out* g : {&dk, &dv})
+        zero_rows(space, Strided<T>{g->row(k0), 0, g->row_stride(), g->head_stride()}, 1, seqs.kv_local[b + 1] - k0,
+                  Hkv, D);
+      continue;
+    }
+    BackwardParams<T> a;
+    // K and V go to the ring as stored (the float params' are strides only).
+    a.fwd = sequence_params<T>(f, seqs, b, q, o, static_cast<const T*>(nullptr), static_cast<const T*>(nullptr));
+    a.dout = dout.row(q0), a.do_stride_seq = dout.row_stride(), a.do_stride_head = dout.head_stride();
+    a.dq = dq.row(q0), a.dq_stride_seq = dq.row_stride(), a.dq_stride_head = dq.head_stride();
+    a.dk = dk.row(k0), a.dk_stride_seq = dk.row_stride(), a.dk_stride_head = dk.head_stride();
+    a.dv = dv.row(k0), a.dv_stride_seq = dv.row_stride(), a.dv_stride_head = dv.head_stride();
+    const S* k = f.k + k0 * f.k_stride_seq;
+    const S* v = f.v + k0 * f.v_stride_seq;
+    latch.capture([&] { accumulate(stats, ring_backward_impl(comm, space, a, k, v, opt, each, bopt, &latch)); });
+    latch.guard([&] {
+      if (d.progress) d.progress(b + 1, seqs.batch());
+    });
+  }
+  latch.settle();
+  dq.store(space), dk.store(space), dv.store(space);
+  space.fence();
+  stats.seconds = now() - t0;
+  return stats;
+}
+
+}  // namespace
+
 template <class ExecSpace, class S>
 DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<S>& p,
                                     const BatchLengths& lengths, const Options& opt, const DistOptions& d,
@@ -712,6 +780,7 @@ DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const
   compat::ScopedRegion region("kattn::dist::ring_backward");
   collective_agree(comm, ring_backward_fields(DistCall::ring_attention_backward_ragged, p, opt, d, bopt));
   require_no_block_mask(opt);
+  if (d.deterministic) return ring_ragged_deterministic_backward(comm, space, p, lengths, opt, d, bopt);
   const RaggedPieces<Mem> rp = ragged_pieces<Mem>(comm, lengths, d);
   const AttentionParams<S>& f = p.fwd;
   const int H = f.heads_q, Hkv = f.heads_kv, D = f.head_dim;

@@ -105,6 +105,7 @@ DistStats ring_attention_backward(MPI_Comm comm, const ExecSpace& space, const Q
   collective_check(comm, [&] {
     validate(opt);
     detail::validate(d);
+    detail::refuse_atomic_if_deterministic(d, bopt);
     p = ragged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout);
   });
   detail::agree_call<S>(comm, detail::DistCall::ring_attention_backward_ragged);
