@@ -64,7 +64,7 @@ int grad_ragged_ring(MPI_Comm comm, const BatchInputs& in, const BatchSource& sr
                      const GradPaths& paths, bool check, bool json) {
   int P = 1;
   MPI_Comm_size(comm, &P);
-  const RaggedShard sh = ragged_shard(comm, in, d.sharding);
+  const RaggedShard sh = ragged_shard(comm, in, d);
   const RaggedGrads g =
       with_storage(in.dtype, [&](auto t) { return grads_as<decltype(t)>(comm, in, src, dout, sh, opt, bopt, d); });
   const std::vector<std::int64_t> q_shape{in.total_q(), in.Hq, in.D}, kv_shape{in.kv_rows(), in.Hkv, in.D};
@@ -83,10 +83,10 @@ int grad_ragged_ring(MPI_Comm comm, const BatchInputs& in, const BatchSource& sr
     const char* dtype = dtype_name(in.dtype);
     const double flops = 2.5 * batch_attention_flops(in, opt);
     std::fprintf(text,
-                 "kattn grad: dist=ring ranks=%d sharding=%s dtype=%s ragged batch of %lld sequences, %lld queries, "
+                 "kattn grad: dist=ring ranks=%d sharding=%s%s dtype=%s ragged batch of %lld sequences, %lld queries, "
                  "%lld keys, Hq=%lld Hkv=%lld D=%lld%s\n",
-                 P, dist::name(d.sharding), dtype, (long long)in.batch(), (long long)in.total_q(),
-                 (long long)in.kv_rows(), (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
+                 P, dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, (long long)in.batch(),
+                 (long long)in.total_q(), (long long)in.kv_rows(), (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
                  mask_summary(opt).c_str());
     std::fprintf(text,
                  "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
@@ -95,6 +95,7 @@ int grad_ragged_ring(MPI_Comm comm, const BatchInputs& in, const BatchSource& sr
                  peak_rss >> 20);
     Json j;
     j.add("algo", "flash").add("dist", "ring").add("ranks", P).add("sharding", dist::name(d.sharding));
+    j.add("deterministic", d.deterministic);
     j.add("dtype", dtype).add("layout", "ragged").add("batch", (long long)in.batch());
     j.add("shape", std::vector<long long>{in.batch(), in.total_q(), in.kv_rows(), in.Hq, in.Hkv, in.D});
     j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D").add("causal", opt.causal);

@@ -46,16 +46,16 @@ RaggedLayout<Kokkos::DefaultExecutionSpace::memory_space> RaggedShard::layout() 
   return make_ragged_layout(index_view(q_local, "q_indptr"), index_view(kv_local, "kv_indptr"));
 }
 
-RaggedShard ragged_shard(MPI_Comm comm, const BatchInputs& in, dist::Sharding sharding) {
+RaggedShard ragged_shard(MPI_Comm comm, const BatchInputs& in, const dist::DistOptions& d) {
   int rank = 0, P = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &P);
   RaggedShard sh;
   dist::collective_check(comm, [&] {
-    sh.q_rows = dist::ragged_positions(in.q_indptr, rank, P, sharding, "--q-indptr");
-    sh.kv_rows = dist::ragged_positions(in.kv_indptr, rank, P, sharding, "--kv-indptr");
-    sh.q_local = dist::ragged_local_indptr(in.q_indptr, P, sharding, "--q-indptr");
-    sh.kv_local = dist::ragged_local_indptr(in.kv_indptr, P, sharding, "--kv-indptr");
+    sh.q_rows = dist::ragged_positions(in.q_indptr, rank, P, d, "--q-indptr");
+    sh.kv_rows = dist::ragged_positions(in.kv_indptr, rank, P, d, "--kv-indptr");
+    sh.q_local = dist::ragged_local_indptr(in.q_indptr, rank, P, d, "--q-indptr");
+    sh.kv_local = dist::ragged_local_indptr(in.kv_indptr, rank, P, d, "--kv-indptr");
   });
   return sh;
 }
@@ -118,7 +118,7 @@ int run_ragged_ring(MPI_Comm comm, const BatchInputs& in, const BatchSource& src
                     const std::optional<std::string>& lse_path, bool check, const Console& console) {
   int P = 1;
   MPI_Comm_size(comm, &P);
-  const RaggedShard sh = ragged_shard(comm, in, d.sharding);
+  const RaggedShard sh = ragged_shard(comm, in, d);
   const RaggedRun run =
       with_storage(in.dtype, [&](auto t) { return run_as<decltype(t)>(comm, in, src, sh, opt, d); });
   if (out_path) write_packed_rows(comm, *out_path, in.dtype, {in.total_q(), in.Hq, in.D}, sh.q_rows, run.o);
@@ -133,11 +133,11 @@ int run_ragged_ring(MPI_Comm comm, const BatchInputs& in, const BatchSource& src
     std::FILE* text = console.text();
     const double flops = batch_attention_flops(in, opt), secs = run.stats.seconds;
     std::fprintf(text,
-                 "kattn run: dist=ring ranks=%d sharding=%s algo=flash dtype=%s ragged batch of %lld sequences, %lld "
+                 "kattn run: dist=ring ranks=%d sharding=%s%s algo=flash dtype=%s ragged batch of %lld sequences, %lld "
                  "queries, %lld keys, Hq=%lld Hkv=%lld D=%lld%s\n",
-                 P, dist::name(d.sharding), dtype_name(in.dtype), (long long)in.batch(), (long long)in.total_q(),
-                 (long long)in.kv_rows(), (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
-                 mask_summary(opt).c_str());
+                 P, dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype_name(in.dtype),
+                 (long long)in.batch(), (long long)in.total_q(), (long long)in.kv_rows(), (long long)in.Hq,
+                 (long long)in.Hkv, (long long)in.D, mask_summary(opt).c_str());
     std::fprintf(text,
                  "time: %.6f s, %.2f GFLOP/s (%.2f per rank); slowest rank: compute %.6f s, exposed communication "
                  "%.6f s; bytes sent per rank (max): %lld; peak memory per rank (max): %lld MB\n",
@@ -145,6 +145,7 @@ int run_ragged_ring(MPI_Comm comm, const BatchInputs& in, const BatchSource& src
                  run.stats.compute_seconds, run.stats.comm_seconds, (long long)run.stats.bytes_sent, peak_rss >> 20);
     Json j;
     j.add("algo", "flash").add("dist", "ring").add("ranks", P).add("sharding", dist::name(d.sharding));
+    j.add("deterministic", d.deterministic);
     j.add("dtype", dtype_name(in.dtype)).add("layout", "ragged").add("batch", (long long)in.batch());
     j.add("shape", std::vector<long long>{in.batch(), in.total_q(), in.kv_rows(), in.Hq, in.Hkv, in.D});
     j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D").add("causal", opt.causal);

@@ -24,15 +24,15 @@ namespace cli {
 // indices); the others an empty vector.
 std::vector<double> gather_packed_rows(MPI_Comm comm, const std::vector<double>& local,
                                        const std::vector<std::int64_t>& rows, std::int64_t total, std::int64_t width);
-// This rank's part of a ragged batch (each sequence sharded as the dense ring shards one): its
-// packed rows of q and of k/v, and their local indptr. Collective: a batch the ranks cannot
-// shard fails on every rank.
+// This rank's part of a ragged batch (each sequence sharded as the dense ring shards one, on whole
+// chunks in deterministic mode): its packed rows of q and of k/v, and their local indptr.
+// Collective: a batch the ranks cannot shard fails on every rank.
 struct RaggedShard {
   std::vector<std::int64_t> q_rows, kv_rows, q_local, kv_local;
   // The layout of this rank's rows, for kv::ragged.
   RaggedLayout<Kokkos::DefaultExecutionSpace::memory_space> layout() const;
 };
-RaggedShard ragged_shard(MPI_Comm comm, const BatchInputs& in, dist::Sharding sharding);
+RaggedShard ragged_shard(MPI_Comm comm, const BatchInputs& in, const dist::DistOptions& d);
 // The largest x over the ranks.
 double max_over(MPI_Comm comm, double x);
 

@@ -138,16 +138,17 @@ def hybrid_attention_backward(comm, q, k, v, o, lse, dout, *, ulysses_size=0, ca
                            ulysses_size, return_stats)
 
 
-def ragged_positions(indptr, comm, *, sharding="contiguous"):
+def ragged_positions(indptr, comm, *, sharding="contiguous", deterministic=False, chunk=0):
     """The packed rows (int64) of a ragged batch that this rank holds, in its order: every sequence
     (rows indptr[b]:indptr[b+1]) is cut as a sequence is for ring_attention (P equal runs, or 2P
-    zigzag segments), its length a multiple of P (2P for zigzag)."""
+    zigzag segments), its length a multiple of P (2P for zigzag). With deterministic=True (give
+    the call's chunk too), every sequence is cut on whole chunks instead, any length."""
     _require_mpi()
-    return _kattn.ragged_positions(indptr, comm.Get_size(), comm.Get_rank(), sharding)
+    return _kattn.ragged_positions(indptr, comm.Get_size(), comm.Get_rank(), sharding, deterministic, chunk)
 
 
 def ragged_ring_attention(comm, q, k, v, q_indptr, kv_indptr, *, causal=False, window=None, softcap=0.0, scale=None,
-                          sharding="contiguous", return_lse=False, return_stats=False):
+                          sharding="contiguous", deterministic=False, chunk=0, return_lse=False, return_stats=False):
     """Ring attention over a ragged batch of packed sequences (varlen, cu_seqlens), each one
     sharded over `comm`'s ranks.
 
@@ -155,17 +156,21 @@ def ragged_ring_attention(comm, q, k, v, q_indptr, kv_indptr, *, causal=False, w
     k, v [nk, Hkv, D]: this rank's rows, q[ragged_positions(q_indptr, comm)] of the packed arrays
     (and so for k, v). One dtype, as ring_attention's (16-bit k, v travel in 16 bits, o is rounded
     once); causal and window (each sequence's own; both need each sequence's keys as many as its
-    queries), softcap and scale; no deterministic mode. Returns o [nq, Hq, D] (and lse [nq, Hq], and
-    this rank's stats dict)."""
+    queries), softcap and scale. deterministic=True: every sequence's bits the same on any number
+    of ranks (its keys folded in fixed chunks of `chunk`, 0 = 1024); the rows are then
+    ragged_positions(..., deterministic=True, chunk=chunk), any lengths. Returns o [nq, Hq, D] (and
+    lse [nq, Hq], and this rank's stats dict)."""
     _require_mpi()
     arrays, refused = _arrays(q=q, k=k, v=v)
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
-    o, lse, stats = _kattn.ragged_ring_attention(comm.py2f(), *arrays, q_indptr, kv_indptr, opts, sharding, refused)
+    o, lse, stats = _kattn.ragged_ring_attention(comm.py2f(), *arrays, q_indptr, kv_indptr, opts, sharding,
+                                                 deterministic, chunk, refused)
     return _results(returner(q), (o, lse) if return_lse else (o,), stats, return_stats)
 
 
 def ragged_ring_attention_backward(comm, q, k, v, o, lse, dout, q_indptr, kv_indptr, *, causal=False, window=None,
-                                   softcap=0.0, scale=None, sharding="contiguous", return_stats=False):
+                                   softcap=0.0, scale=None, sharding="contiguous", deterministic=False, chunk=0,
+                                   return_stats=False):
     """The gradients of ragged_ring_attention: dq [nq, Hq, D], dk, dv [nk, Hkv, D], this rank's
     rows, from this rank's rows q, k, v, dout = dL/do, and o, lse as ragged_ring_attention returned
     them (return_lse=True). The options must be the forward's. 16-bit rows: float32 accumulation,
@@ -174,5 +179,5 @@ def ragged_ring_attention_backward(comm, q, k, v, o, lse, dout, q_indptr, kv_ind
     arrays, refused = _arrays(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
     dq, dk, dv, stats = _kattn.ragged_ring_attention_backward(comm.py2f(), *arrays, q_indptr, kv_indptr, opts,
-                                                              sharding, refused)
+                                                              sharding, deterministic, chunk, refused)
     return _results(returner(q), (dq, dk, dv), stats, return_stats)

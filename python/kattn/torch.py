@@ -147,10 +147,10 @@ def hybrid_attention(comm, q, k, v, *, ulysses_size=0, causal=False, window=None
 
 
 def ragged_ring_attention(comm, q, k, v, q_indptr, kv_indptr, *, causal=False, window=None, softcap=0.0, scale=None,
-                          sharding="contiguous"):
+                          sharding="contiguous", deterministic=False, chunk=0):
     """kattn.dist.ragged_ring_attention with gradients: q [nq, Hq, D], k, v [nk, Hkv, D], this
-    rank's rows (kattn.dist.ragged_positions) of a packed batch whose offsets q_indptr, kv_indptr
-    every rank gives whole; float32, float64, float16 or bfloat16. The backward is collective, as
-    ring_attention's."""
+    rank's rows (kattn.dist.ragged_positions, with the same deterministic and chunk) of a packed
+    batch whose offsets q_indptr, kv_indptr every rank gives whole; float32, float64, float16 or
+    bfloat16. The backward is collective, as ring_attention's."""
     return _dist("ragged_ring_attention", comm, q, k, v, q_indptr, kv_indptr, causal=causal, window=window,
-                 softcap=softcap, scale=scale, sharding=sharding)
+                 softcap=softcap, scale=scale, sharding=sharding, deterministic=deterministic, chunk=chunk)

@@ -225,16 +225,20 @@ CallArgs read_dense_args(const std::string& refused, const std::vector<std::pair
   return a;
 }
 
-// A ragged batch: this rank's indptr from the batch's.
+// A ragged batch: the mode, and this rank's indptr from the batch's.
 CallArgs read_ragged_args(MPI_Comm comm, const std::string& refused,
                           const std::vector<std::pair<py::object, const char*>>& same, const py::dict& kw,
-                          const std::string& sharding, const py::object& q_indptr, const py::object& kv_indptr,
-                          std::vector<std::int64_t>& q_local, std::vector<std::int64_t>& kv_local) {
+                          const std::string& sharding, bool deterministic, std::int64_t chunk,
+                          const py::object& q_indptr, const py::object& kv_indptr, std::vector<std::int64_t>& q_local,
+                          std::vector<std::int64_t>& kv_local) {
   CallArgs a = read_call_args(refused, same, kw, sharding);
-  int P = 1;
+  a.d.deterministic = deterministic;
+  a.d.chunk = chunk;
+  int P = 1, rank = 0;
   MPI_Comm_size(comm, &P);
-  q_local = kattn::dist::ragged_local_indptr(indptr_of(q_indptr, "q_indptr"), P, a.d.sharding, "q_indptr");
-  kv_local = kattn::dist::ragged_local_indptr(indptr_of(kv_indptr, "kv_indptr"), P, a.d.sharding, "kv_indptr");
+  MPI_Comm_rank(comm, &rank);
+  q_local = kattn::dist::ragged_local_indptr(indptr_of(q_indptr, "q_indptr"), rank, P, a.d, "q_indptr");
+  kv_local = kattn::dist::ragged_local_indptr(indptr_of(kv_indptr, "kv_indptr"), rank, P, a.d, "kv_indptr");
   return a;
 }
 
@@ -297,14 +301,14 @@ void bind_dist(py::module_& m) {
   m.def("ragged_ring_attention",
         [](std::int64_t comm_handle, const py::object& q, const py::object& k, const py::object& v,
            const py::object& q_indptr, const py::object& kv_indptr, const py::dict& kw, const std::string& sharding,
-           const std::string& refused) {
+           bool deterministic, std::int64_t chunk, const std::string& refused) {
           const MPI_Comm comm = comm_of(comm_handle);
           const MPI_Comm checks = kattn::dist::library_comm(comm);
           CallArgs a;
           std::vector<std::int64_t> q_local, kv_local;
           kattn::dist::collective_check(checks, [&] {
-            a = read_ragged_args(comm, refused, {{q, "q"}, {k, "k"}, {v, "v"}}, kw, sharding, q_indptr, kv_indptr,
-                                 q_local, kv_local);
+            a = read_ragged_args(comm, refused, {{q, "q"}, {k, "k"}, {v, "v"}}, kw, sharding, deterministic, chunk,
+                                 q_indptr, kv_indptr, q_local, kv_local);
           });
           return with_agreed_dtype(checks, a.dtype, [&](auto t) {
             return ragged_as<decltype(t)>(comm, a.same[0], a.same[1], a.same[2], q_local, kv_local, a.opt, a.d);
@@ -312,17 +316,18 @@ void bind_dist(py::module_& m) {
         });
   // Its gradients: o and lse as it returned them, dout stored as q.
   m.def("ragged_ring_attention_backward",
-        [](std::int64_t comm_handle, const py::object& q, const py::object& k, const py::object& v,
-           const py::object& o, const py::object& lse, const py::object& dout, const py::object& q_indptr,
-           const py::object& kv_indptr, const py::dict& kw, const std::string& sharding, const std::string& refused) {
+        [](std::int64_t comm_handle, const py::object& q, const py::object& k, const py::object& v, const py::object& o,
+           const py::object& lse, const py::object& dout, const py::object& q_indptr, const py::object& kv_indptr,
+           const py::dict& kw, const std::string& sharding, bool deterministic, std::int64_t chunk,
+           const std::string& refused) {
           const MPI_Comm comm = comm_of(comm_handle);
           const MPI_Comm checks = kattn::dist::library_comm(comm);
           CallArgs a;
           py::array lse_array;
           std::vector<std::int64_t> q_local, kv_local;
           kattn::dist::collective_check(checks, [&] {
-            a = read_ragged_args(comm, refused, {{q, "q"}, {k, "k"}, {v, "v"}, {o, "o"}, {dout, "dout"}}, kw,
-                                 sharding, q_indptr, kv_indptr, q_local, kv_local);
+            a = read_ragged_args(comm, refused, {{q, "q"}, {k, "k"}, {v, "v"}, {o, "o"}, {dout, "dout"}}, kw, sharding,
+                                 deterministic, chunk, q_indptr, kv_indptr, q_local, kv_local);
             lse_array = lse_of(lse);
           });
           return with_agreed_dtype(checks, a.dtype, [&](auto t) {
@@ -330,12 +335,16 @@ void bind_dist(py::module_& m) {
                                                    a.same[4], q_local, kv_local, a.opt, a.d);
           });
         });
-  // The packed rows of a ragged batch (indptr [B + 1]) that `rank` of `ranks` holds, in its local order.
-  m.def("ragged_positions", [](const py::object& indptr, int ranks, int rank, const std::string& sharding) {
-    if (ranks < 1 || rank < 0 || rank >= ranks)
-      throw kattn::Error("rank: expected 0 .. " + std::to_string(ranks - 1) + ", got " + std::to_string(rank));
+  // The packed rows of a ragged batch (indptr [B + 1]) that `rank` of `ranks` holds, in its local
+  // order (on whole chunks of each sequence in deterministic mode).
+  m.def("ragged_positions", [](const py::object& indptr, int ranks, int rank, const std::string& sharding,
+                               bool deterministic, std::int64_t chunk) {
+    kattn::dist::DistOptions d;
+    d.sharding = sharding_of(sharding);
+    d.deterministic = deterministic;
+    d.chunk = chunk;
     const std::vector<std::int64_t> rows =
-        kattn::dist::ragged_positions(indptr_of(indptr, "indptr"), rank, ranks, sharding_of(sharding), "indptr");
+        kattn::dist::ragged_positions(indptr_of(indptr, "indptr"), rank, ranks, d, "indptr");
     py::array_t<std::int64_t> out(static_cast<py::ssize_t>(rows.size()));
     std::copy(rows.begin(), rows.end(), out.mutable_data());
     return out;

@@ -99,6 +99,33 @@ def test_ragged_gradients_are_the_rows_of_one_process(sharding, opt):
         assert_close(got, whole[rows])
 
 
+@pytest.mark.parametrize("opt", [{}, {"causal": True}, {"causal": True, "window": (6, 0)}])
+def test_deterministic_ragged_ring_is_bitwise_one_ranks(opt):
+    """Deterministic mode over a ragged batch: any lengths (each sequence cut on whole chunks), o,
+    lse and the gradients bitwise what one rank alone gets, and close to one process's."""
+    lens = [37, 0, 1, 70, 16]
+    indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    rng = np.random.default_rng(29)
+    q, k, v, dout = (rng.standard_normal((indptr[-1], h, 8)) for h in (4, 2, 2, 4))
+    det = dict(deterministic=True, chunk=8, **opt)
+
+    def run(comm, rows):
+        o, lse = kattn.dist.ragged_ring_attention(comm, q[rows], k[rows], v[rows], indptr, indptr, return_lse=True,
+                                                  **det)
+        grads = kattn.dist.ragged_ring_attention_backward(comm, q[rows], k[rows], v[rows], o, lse, dout[rows], indptr,
+                                                          indptr, **det)
+        return (o, lse, *grads)
+
+    alone = run(COMM.Split(COMM.Get_rank(), 0), np.arange(indptr[-1]))
+    rows = kattn.dist.ragged_positions(indptr, COMM, deterministic=True, chunk=8)
+    for got, one in zip(run(COMM, rows), alone):
+        assert got.tobytes() == np.ascontiguousarray(one[rows]).tobytes()
+    o, lse = kattn.ragged_attention(q, k, v, indptr, indptr, return_lse=True, **opt)
+    for got, whole in zip(alone, (o, lse, *kattn.ragged_attention_backward(q, k, v, o, lse, dout, indptr, indptr,
+                                                                           **opt))):
+        assert_close(got, whole)
+
+
 def test_a_bad_dout_or_lse_on_one_rank_is_refused_on_every_rank():
     n = 16
     q, k, v, dout = problem(n, 2, 1, 8, seed=5)
@@ -138,18 +165,21 @@ def test_torch_autograd_gives_each_rank_its_gradients(name):
         assert_close(shard.grad.numpy(), ref.grad[:, :, pos].numpy())
 
 
-@pytest.mark.parametrize("opt", [{"causal": True}, {"causal": True, "window": (5, 0)}])
+@pytest.mark.parametrize("opt", [{"causal": True}, {"causal": True, "window": (5, 0)},
+                                 {"causal": True, "deterministic": True, "chunk": 4}])
 def test_torch_autograd_over_a_ragged_batch(opt):
     torch = pytest.importorskip("torch", reason="PyTorch is not installed")
     import kattn.torch
 
-    lens = [2 * P, 6 * P, 4 * P]
+    mode = {key: opt.pop(key) for key in ("deterministic", "chunk") if key in opt}
+    lens = [2 * P, 6 * P, 4 * P] if not mode else [5, 27, 9]  # the deterministic mode takes any lengths
     indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     rng = np.random.default_rng(23)
     q, k, v, dout = (torch.from_numpy(rng.standard_normal((indptr[-1], h, 8))) for h in (2, 1, 1, 2))
     o, lse = kattn.ragged_attention(q, k, v, indptr, indptr, return_lse=True, **opt)
     ref = kattn.ragged_attention_backward(q, k, v, o, lse, dout, indptr, indptr, **opt)
-    rows = torch.from_numpy(kattn.dist.ragged_positions(indptr, COMM))
+    opt.update(mode)
+    rows = torch.from_numpy(kattn.dist.ragged_positions(indptr, COMM, **mode))
     shards = [x[rows].clone().requires_grad_() for x in (q, k, v)]
     o_r = kattn.torch.ragged_ring_attention(COMM, *shards, indptr, indptr, **opt)
     assert_close(o_r.detach().numpy(), o[rows].numpy())
