@@ -1,9 +1,10 @@
 // The all-to-all of head sharding: from sequence shards (every head, this rank's positions) to the
 // whole sequence of this rank's heads, and back. Positions follow a SequenceLayout over the
 // communicator's ranks; each rank sends every other rank that rank's heads of its own positions,
-// straight into place (a segment of one sequence is contiguous in the whole-sequence buffer).
-// Values travel in the type they are given (16-bit storage in its 16 bits, lse in float), and
-// bytes sent count what travels. Internal.
+// straight into place (a segment of one sequence is contiguous in the whole-sequence buffer). A
+// rank's own heads of its own positions never go through MPI (nor through host staging): they are
+// copied in place on the device. Values travel in the type they are given (16-bit storage in its
+// 16 bits, lse in float), and bytes sent count what travels. Internal.
 #pragma once
 
 #include <mpi.h>
@@ -50,6 +51,10 @@ class HeadExchange {
     Buffer<T> whole, out;
     std::vector<MPI_Request> reqs;
     std::int64_t whole_elems = 0;
+    Strided<const T> src;  // for this rank's own part, copied in place by wait()
+    SequenceLayout layout;
+    HeadRange own;
+    int dim = 0;
     Pending() = default;
     Pending(Pending&&) = default;
     Pending& operator=(Pending&&) = default;
@@ -59,9 +64,9 @@ class HeadExchange {
   };
 
   // Posts the gather of the whole sequence of this rank's heads, dense [B][N][heads[rank].count][dim],
-  // from every rank's positions of src (strided (b, local position, head, :), all heads). This
-  // rank's own part goes through MPI too: one path, staged or not. Several gathers may be in
-  // flight: every rank posts them in the same order, so their messages match in that order.
+  // from every rank's positions of src (strided (b, local position, head, :), all heads). Several
+  // gathers may be in flight: every rank posts them in the same order, so their messages match in
+  // that order.
   template <class T>
   Pending<T> post_gather(const Strided<const T>& src, const SequenceLayout& layout, const std::vector<HeadRange>& heads,
                          int dim, const char* label) {
@@ -70,20 +75,21 @@ class HeadExchange {
     const int h_own = heads[rank_].count;
     Pending<T> g;
     g.whole_elems = std::int64_t(batch_) * N * h_own * dim;
-    // Outgoing: per destination r, this rank's positions of r's heads, dense [B][n_own][h_r][dim].
-    std::vector<std::int64_t> at(P_, 0);
-    std::int64_t total = 0;
-    for (int r = 0; r < P_; ++r) at[r] = total, total += std::int64_t(batch_) * n_own * heads[r].count * dim;
+    g.src = src, g.layout = layout, g.own = heads[rank_], g.dim = dim;
+    // Outgoing: per other rank r, this rank's positions of r's heads, dense [B][n_own][h_r][dim].
+    const std::vector<std::int64_t> at = part_offsets(n_own, heads, dim);
     latch_.check([&] {
       g.whole = Buffer<T>(label, g.whole_elems, stats_.staged);
-      g.out = Buffer<T>("kattn::dist::heads::out", total, stats_.staged);
+      g.out = Buffer<T>("kattn::dist::heads::out", at.back(), stats_.staged);
     });
     for (int r = 0; r < P_; ++r)
-      copy_rows(space_, offset_heads(src, heads[r].first), 0, dense(g.out.device() + at[r], n_own, heads[r].count, dim),
-                batch_, n_own, heads[r].count, dim);
+      if (r != rank_)
+        copy_rows(space_, offset_heads(src, heads[r].first), 0,
+                  dense(g.out.device() + at[r], n_own, heads[r].count, dim), batch_, n_own, heads[r].count, dim);
     space_.fence();
-    g.out.stage_out(space_, total);
+    g.out.stage_out(space_, at.back());
     for (int r = 0; r < P_; ++r) {
+      if (r == rank_) continue;
       for (const Segment& s : layout.segments_of(r))
         for (int b = 0; b < batch_; ++b)
           irecv(g.whole.mpi() + (b * N + s.global) * h_own * dim, s.length * h_own * dim, r, 0, comm_, g.reqs);
@@ -101,8 +107,13 @@ class HeadExchange {
   Buffer<T> wait(Pending<T>& g) {
     const double t0 = now();
     wait_all(g.reqs);
-    g.whole.stage_in(space_, g.whole_elems);
+    if (P_ > 1) g.whole.stage_in(space_, g.whole_elems);
     g.out = Buffer<T>();
+    const std::int64_t N = g.layout.length();
+    for (const Segment& s : g.layout.segments_of(rank_))
+      copy_rows(space_, offset_heads(g.src, g.own.first), s.local, whole_at(g.whole, N, s.global, g.own.count, g.dim),
+                batch_, s.length, g.own.count, g.dim);
+    space_.fence();
     stats_.comm_seconds += now() - t0;
     return g.whole;
   }
@@ -117,14 +128,14 @@ class HeadExchange {
     const double t0 = now();
     const std::int64_t N = layout.length(), n_own = layout.local_length(rank_);
     const int h_own = heads[rank_].count;
-    whole.stage_out(space_, std::int64_t(batch_) * N * h_own * dim);
-    std::vector<std::int64_t> at(P_, 0);
-    std::int64_t total = 0;
-    for (int r = 0; r < P_; ++r) at[r] = total, total += std::int64_t(batch_) * n_own * heads[r].count * dim;
+    if (P_ > 1) whole.stage_out(space_, std::int64_t(batch_) * N * h_own * dim);
+    // Incoming: per other rank r, r's heads of this rank's positions, dense [B][n_own][h_r][dim].
+    const std::vector<std::int64_t> at = part_offsets(n_own, heads, dim);
     Buffer<T> in;
-    latch_.check([&] { in = Buffer<T>("kattn::dist::heads::in", total, stats_.staged); });
+    latch_.check([&] { in = Buffer<T>("kattn::dist::heads::in", at.back(), stats_.staged); });
     std::vector<MPI_Request> reqs;
     for (int r = 0; r < P_; ++r) {
+      if (r == rank_) continue;
       const std::int64_t row = std::int64_t(heads[r].count) * dim;
       for (const Segment& s : layout.segments_of(rank_))
         for (int b = 0; b < batch_; ++b)
@@ -134,18 +145,19 @@ class HeadExchange {
           isend(whole.mpi() + (b * N + s.global) * h_own * dim, s.length * h_own * dim, r, 0, comm_, reqs, counted(r));
     }
     wait_all(reqs);
-    in.stage_in(space_, total);
+    in.stage_in(space_, at.back());
     for (int r = 0; r < P_; ++r) {
-      const Strided<const T> part = dense<const T>(in.device() + at[r], n_own, heads[r].count, dim);
       const Strided<T> into = offset_heads(dst, heads[r].first);
-      if (add) {
-        // Sums are made in a computing type: 16-bit parts would be rounded twice.
-        if constexpr (is_16bit_v<T>)
-          KATTN_ASSERT(!"head exchange: 16-bit parts are not summed");
-        else
-          add_rows(space_, part, into, 0, batch_, n_own, heads[r].count, dim);
-      } else
-        copy_rows(space_, part, 0, into, batch_, n_own, heads[r].count, dim);
+      if (r != rank_) {
+        place(dense<const T>(in.device() + at[r], n_own, heads[r].count, dim), into, n_own, heads[r].count, dim, add);
+        continue;
+      }
+      // This rank's own part, from `whole` in place: segment by segment (each at its global position).
+      for (const Segment& s : layout.segments_of(rank_)) {
+        const Strided<T> own = whole_at(whole, N, s.global, h_own, dim);
+        const Strided<T> to{into.base + s.local * into.sj, into.sb, into.sj, into.sh};
+        place(Strided<const T>{own.base, own.sb, own.sj, own.sh}, to, s.length, h_own, dim, add);
+      }
     }
     space_.fence();
     stats_.comm_seconds += now() - t0;
@@ -155,6 +167,36 @@ class HeadExchange {
   template <class U>
   static Strided<U> offset_heads(const Strided<U>& s, int first) {
     return Strided<U>{s.base + first * s.sh, s.sb, s.sj, s.sh};
+  }
+
+  // Offsets of the per-rank parts of an outgoing (gather) or incoming (scatter) buffer, dense
+  // [B][n_own][heads[r].count][dim] each, this rank's own part empty; the last entry is the total.
+  std::vector<std::int64_t> part_offsets(std::int64_t n_own, const std::vector<HeadRange>& heads, int dim) const {
+    std::vector<std::int64_t> at(P_ + 1, 0);
+    for (int r = 0; r < P_; ++r)
+      at[r + 1] = at[r] + (r == rank_ ? 0 : std::int64_t(batch_) * n_own * heads[r].count * dim);
+    return at;
+  }
+
+  // Rows from global position j of a whole-sequence buffer [B][N][h][dim].
+  template <class T>
+  static Strided<T> whole_at(const Buffer<T>& whole, std::int64_t N, std::int64_t j, int h, int dim) {
+    const Strided<T> d = dense(whole.device(), N, h, dim);
+    return Strided<T>{d.base + j * d.sj, d.sb, d.sj, d.sh};
+  }
+
+  // n rows of a part into dst: copied, or added (scatter's add: parts summed in rank order).
+  template <class T>
+  void place(const Strided<const T>& part, const Strided<T>& into, std::int64_t n, int h, int dim, bool add) const {
+    if (add) {
+      // Sums are made in a computing type: 16-bit parts would be rounded twice.
+      if constexpr (is_16bit_v<T>)
+        KATTN_ASSERT(!"head exchange: 16-bit parts are not summed");
+      else
+        add_rows(space_, part, into, 0, batch_, n, h, dim);
+    } else {
+      copy_rows(space_, part, 0, into, batch_, n, h, dim);
+    }
   }
 
   // Where a send to r is counted: this rank's messages to itself are not traffic.
