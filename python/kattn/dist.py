@@ -155,8 +155,8 @@ def ragged_ring_attention(comm, q, k, v, q_indptr, kv_indptr, *, causal=False, w
     q_indptr, kv_indptr [B + 1]: the whole batch's offsets, the same on every rank. q [nq, Hq, D],
     k, v [nk, Hkv, D]: this rank's rows, q[ragged_positions(q_indptr, comm)] of the packed arrays
     (and so for k, v). One dtype, as ring_attention's (16-bit k, v travel in 16 bits, o is rounded
-    once); causal and window (each sequence's own; both need each sequence's keys as many as its
-    queries), softcap and scale. deterministic=True: every sequence's bits the same on any number
+    once); causal and window (each sequence's own, bottom-right aligned when a sequence has more
+    keys than queries), softcap and scale. deterministic=True: every sequence's bits the same on any number
     of ranks (its keys folded in fixed chunks of `chunk`, 0 = 1024); the rows are then
     ragged_positions(..., deterministic=True, chunk=chunk), any lengths. Returns o [nq, Hq, D] (and
     lse [nq, Hq], and this rank's stats dict)."""

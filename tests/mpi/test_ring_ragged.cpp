@@ -564,6 +564,10 @@ TEST(RingRagged, DeterministicLocalIndptrAndPositions) {
   EXPECT_EQ(dist::ragged_local_indptr({0, 8, 12}, 1, 2, d), (std::vector<std::int64_t>{0, 4, 6}));
   EXPECT_THROW(dist::ragged_local_indptr(g, 0, 2, d), Error);
   EXPECT_THROW(dist::ragged_positions(g, 2, 2, d), Error);
+  EXPECT_THROW(dist::ragged_local_indptr({0, 8, 12}, 2, 2, d), Error);  // rank out of range
+  d.deterministic = true;
+  d.chunk = -5;
+  EXPECT_THROW(dist::ragged_positions(g, 0, 2, d), Error);  // as the call would refuse it
 }
 
 TEST(RingRagged, WithoutLse) {
@@ -615,16 +619,17 @@ struct LocalBatch {
         layout(make_ragged_layout<TestMemory>(indptr_view(q_local), indptr_view(kv_local))) {
     fill_normal(q, 1), fill_normal(k, 2), fill_normal(v, 3), fill_normal(dout, 4);
   }
-  void forward(const Options& opt, const dist::DistOptions& d) {
-    dist::ring_attention(MPI_COMM_WORLD, TestSpace(), q, kv::ragged(k, v, layout), o, lse, opt, d);
+  dist::DistStats forward(const Options& opt, const dist::DistOptions& d) {
+    return dist::ring_attention(MPI_COMM_WORLD, TestSpace(), q, kv::ragged(k, v, layout), o, lse, opt, d);
   }
-  void backward(const Options& opt, const dist::DistOptions& d) {
-    dist::ring_attention_backward(MPI_COMM_WORLD, TestSpace(), q, kv::ragged(k, v, layout), o, lse, dout, dq, dk, dv,
-                                  opt, {}, d);
+  dist::DistStats backward(const Options& opt, const dist::DistOptions& d) {
+    return dist::ring_attention_backward(MPI_COMM_WORLD, TestSpace(), q, kv::ragged(k, v, layout), o, lse, dout, dq, dk,
+                                         dv, opt, {}, d);
   }
 };
 
-// In deterministic mode the progress callback counts sequences, empty ones too.
+// In deterministic mode the progress callback counts sequences, empty ones too; the stats say
+// whether buffers were staged.
 TEST(RingRagged, DeterministicProgressCountsSequences) {
   const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
   const std::vector<std::int64_t> g{0, 20, 33, 33};
@@ -636,10 +641,11 @@ TEST(RingRagged, DeterministicProgressCountsSequences) {
   const std::vector<std::int64_t> local = dist::ragged_local_indptr(g, rank, P, d),
                                   rows = dist::ragged_positions(g, rank, P, d);
   LocalBatch b(local, local);
-  b.forward({}, d);
+  d.staging = dist::Staging::host;
+  EXPECT_TRUE(b.forward({}, d).staged);
   EXPECT_EQ(seen, (std::vector<std::pair<int, int>>{{1, 3}, {2, 3}, {3, 3}}));
   seen.clear();
-  b.backward({}, d);
+  EXPECT_TRUE(b.backward({}, d).staged);
   EXPECT_EQ(seen, (std::vector<std::pair<int, int>>{{1, 3}, {2, 3}, {3, 3}}));
   EXPECT_EQ(rows.size(), static_cast<std::size_t>(local.back()));
 }

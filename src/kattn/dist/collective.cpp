@@ -35,7 +35,7 @@ enum FailureKind : int { kNone = 0, kError = 1, kOther = 2 };
   MPI_Bcast(&len, 1, MPI_LONG_LONG, lowest, comm);
   message.resize(static_cast<std::size_t>(len));
   MPI_Bcast(&message[0], static_cast<int>(len), MPI_CHAR, lowest, comm);
-  const std::string text = size_of(comm) > 1 ? detail::concat("rank ", lowest, ": ", message) : message;
+  const std::string text = size_of(comm) > 1 ? kattn::detail::concat("rank ", lowest, ": ", message) : message;
   if (kind == kError) throw Error(text);
   throw std::runtime_error("kattn: " + text);
 }
@@ -63,14 +63,14 @@ std::string format(const Agreed& f, std::int64_t v) {
         case StorageCode::f16:
           return "f16";
       }
-      return detail::concat("storage ", v);
+      return kattn::detail::concat("storage ", v);
     case Agreed::Kind::real: {
       double d;
       std::memcpy(&d, &v, sizeof d);
-      return detail::concat(d);
+      return kattn::detail::concat(d);
     }
     default:
-      return detail::concat(v);
+      return kattn::detail::concat(v);
   }
 }
 
@@ -150,12 +150,12 @@ void collective_agree(MPI_Comm comm, const std::vector<Agreed>& fields) {
   for (int r = 1; r < size; ++r) {
     if (n > 0 && heads[2 * r] > 0 && heads[2 * r + 1] != heads[1]) {
       const Agreed& f = fields[0];
-      throw Error(detail::concat(f.argument, ": expected ", f.what, " ", format(f, heads[1]), " (from rank 0), got ",
-                                 format(f, heads[2 * r + 1]), " on rank ", r));
+      throw Error(kattn::detail::concat(f.argument, ": expected ", f.what, " ", format(f, heads[1]),
+                                        " (from rank 0), got ", format(f, heads[2 * r + 1]), " on rank ", r));
     }
     if (heads[2 * r] != heads[0])
-      throw Error(detail::concat("call: the ranks are in different collective calls (rank 0 compares ", heads[0],
-                                 " values, rank ", r, " ", heads[2 * r], ")"));
+      throw Error(kattn::detail::concat("call: the ranks are in different collective calls (rank 0 compares ", heads[0],
+                                        " values, rank ", r, " ", heads[2 * r], ")"));
   }
   std::vector<long long> mine(fields.size()), all(fields.size() * size);
   for (int i = 0; i < n; ++i) mine[i] = fields[i].value;
@@ -165,8 +165,9 @@ void collective_agree(MPI_Comm comm, const std::vector<Agreed>& fields) {
     for (int r = 1; r < size; ++r)
       if (all[r * n + i] != all[i]) {
         const Agreed& f = fields[i];
-        const std::string text = detail::concat(f.argument, ": expected ", f.what, " ", format(f, all[i]),
-                                                " (from rank 0), got ", format(f, all[r * n + i]), " on rank ", r);
+        const std::string text =
+            kattn::detail::concat(f.argument, ": expected ", f.what, " ", format(f, all[i]), " (from rank 0), got ",
+                                  format(f, all[r * n + i]), " on rank ", r);
         throw Error(text);
       }
 }

@@ -30,8 +30,6 @@ namespace kattn {
 namespace dist {
 namespace detail {
 
-void validate(const DistOptions& d);
-
 // Instantiated for (Q, T, KV) = (float, float, float), (double, double, double), (float, float, bf16)
 // and (float, float, fp16).
 template <class ExecSpace, class Q, class T, class KV>

@@ -36,8 +36,6 @@ namespace kattn {
 namespace dist {
 namespace detail {
 
-void validate(const DistOptions& d);
-
 // The float copies a 16-bit call makes (`values` of them): refused, naming them, when they do not fit.
 template <class MemorySpace>
 void require_float_copies(std::uint64_t values, const char* arrays) {

@@ -66,5 +66,11 @@ struct DistStats {
 // Keys per deterministic chunk for these options.
 inline std::int64_t chunk_of(const DistOptions& d) { return d.chunk > 0 ? d.chunk : kDefaultChunk; }
 
+namespace detail {
+// Throws kattn::Error naming the field when d holds a value no call takes (a negative chunk,
+// root or group size). Every entry point checks it first (on every rank, collectively).
+void validate(const DistOptions& d);
+}  // namespace detail
+
 }  // namespace dist
 }  // namespace kattn

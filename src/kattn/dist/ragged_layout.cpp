@@ -64,8 +64,9 @@ std::vector<std::int64_t> ragged_positions(const std::vector<std::int64_t>& glob
 
 std::vector<std::int64_t> ragged_local_indptr(const std::vector<std::int64_t>& global_indptr, int rank, int ranks,
                                               const DistOptions& d, const char* argument) {
-  if (!d.deterministic) return ragged_local_indptr(global_indptr, ranks, d.sharding, argument);
   require_rank(rank, ranks);
+  detail::validate(d);
+  if (!d.deterministic) return ragged_local_indptr(global_indptr, ranks, d.sharding, argument);
   require_offsets(global_indptr, argument);
   std::vector<std::int64_t> local(global_indptr.size(), 0);
   for (std::size_t b = 0; b + 1 < global_indptr.size(); ++b)
@@ -75,8 +76,9 @@ std::vector<std::int64_t> ragged_local_indptr(const std::vector<std::int64_t>& g
 
 std::vector<std::int64_t> ragged_positions(const std::vector<std::int64_t>& global_indptr, int rank, int ranks,
                                            const DistOptions& d, const char* argument) {
-  if (!d.deterministic) return ragged_positions(global_indptr, rank, ranks, d.sharding, argument);
   require_rank(rank, ranks);
+  detail::validate(d);
+  if (!d.deterministic) return ragged_positions(global_indptr, rank, ranks, d.sharding, argument);
   require_offsets(global_indptr, argument);
   return rows_of(global_indptr, rank, ranks, d.sharding, chunk_of(d));
 }

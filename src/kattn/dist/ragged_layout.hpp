@@ -35,7 +35,7 @@ std::vector<std::int64_t> ragged_positions(const std::vector<std::int64_t>& glob
 
 // Rank `rank`'s local indptr [B + 1] under the sharding `d` asks for: ragged_local_indptr's above,
 // or in deterministic mode every sequence's chunk-aligned shard (any length; the indptr differ
-// between ranks). Throws kattn::Error naming `argument` as above.
+// between ranks). Throws kattn::Error naming `argument` as above, or the field of d no call takes.
 std::vector<std::int64_t> ragged_local_indptr(const std::vector<std::int64_t>& global_indptr, int rank, int ranks,
                                               const DistOptions& d, const char* argument = "indptr");
 

@@ -498,6 +498,7 @@ DistStats ring_ragged_deterministic_forward(MPI_Comm comm, const ExecSpace& spac
   DistOptions each = d;
   each.progress = nullptr;  // the call reports sequences, not their steps
   DistStats stats;
+  stats.staged = needs_staging<typename ExecSpace::memory_space>(d.staging);
   FailureLatch latch(comm);
   for (int b = 0; b < seqs.batch(); ++b) {
     if (seqs.Nq[b] > 0) {  // else no rows to compute

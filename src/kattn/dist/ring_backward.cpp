@@ -738,6 +738,7 @@ DistStats ring_ragged_deterministic_backward(MPI_Comm comm, const ExecSpace& spa
   DistOptions each = d;
   each.progress = nullptr;  // the call reports sequences, not their steps
   DistStats stats;
+  stats.staged = needs_staging<typename ExecSpace::memory_space>(d.staging);
   FailureLatch latch(comm);
   for (int b = 0; b < seqs.batch(); ++b) {
     const std::int64_t q0 = seqs.q_local[b], k0 = seqs.kv_local[b];
