@@ -19,8 +19,11 @@
 
 #include "kattn/core/storage.hpp"
 #include "kattn/dist/dist_options.hpp"
+#include "kattn/dist/failure_latch.hpp"
+#include "kattn/dist/inner_stats.hpp"
 #include "kattn/dist/layout.hpp"
 #include "kattn/dist/pack.hpp"
+#include "kattn/dist/transport.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/ragged.hpp"
 
@@ -67,6 +70,27 @@ inline RaggedSequences ragged_sequences(MPI_Comm comm, const BatchLengths& local
                       len(r, keys, b));
     }
   return s;
+}
+
+// The sequences in turn: run(b, each, latch) makes sequence b's inner distributed call with `each`
+// (d without the progress callback: the call reports sequences) through `latch`, the one every
+// rank shares, and returns its stats; they are summed (the wall clock is the caller's). Settles
+// the latch: a failure anywhere is the same error on every rank.
+template <class MemorySpace, class Run>
+DistStats for_each_sequence(MPI_Comm comm, const RaggedSequences& seqs, const DistOptions& d, const Run& run) {
+  DistOptions each = d;
+  each.progress = nullptr;
+  DistStats stats;
+  stats.staged = needs_staging<MemorySpace>(d.staging);
+  FailureLatch latch(comm);
+  for (int b = 0; b < seqs.batch(); ++b) {
+    latch.capture([&] { accumulate(stats, run(b, each, latch)); });
+    latch.guard([&] {
+      if (d.progress) d.progress(b + 1, seqs.batch());
+    });
+  }
+  latch.settle();
+  return stats;
 }
 
 // n rows of heads x dim values of the caller's (row stride sj, head stride sh) as the ring reads or

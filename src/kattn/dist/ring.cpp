@@ -495,21 +495,11 @@ DistStats ring_ragged_deterministic_forward(MPI_Comm comm, const ExecSpace& spac
     o = RowsAs<T, S, ExecSpace>(space, "kattn::dist::ragged::o", p.o, p.o_stride_seq, p.o_stride_head, nq, H, D);
   });
   q.load(space);
-  DistOptions each = d;
-  each.progress = nullptr;  // the call reports sequences, not their steps
-  DistStats stats;
-  stats.staged = needs_staging<typename ExecSpace::memory_space>(d.staging);
-  FailureLatch latch(comm);
-  for (int b = 0; b < seqs.batch(); ++b) {
-    if (seqs.Nq[b] > 0) {  // else no rows to compute
-      const AttentionParams<T, T, S> a = sequence_params<T>(p, seqs, b, q, o, p.k, p.v);
-      latch.capture([&] { accumulate(stats, ring_forward_impl(comm, space, a, opt, each, &latch)); });
-    }
-    latch.guard([&] {
-      if (d.progress) d.progress(b + 1, seqs.batch());
-    });
-  }
-  latch.settle();
+  DistStats stats = for_each_sequence<typename ExecSpace::memory_space>(
+      comm, seqs, d, [&](int b, const DistOptions& each, FailureLatch& latch) {
+        if (seqs.Nq[b] == 0) return DistStats();  // no rows to compute
+        return ring_forward_impl(comm, space, sequence_params<T>(p, seqs, b, q, o, p.k, p.v), opt, each, &latch);
+      });
   o.store(space);
   space.fence();
   stats.seconds = now() - t0;

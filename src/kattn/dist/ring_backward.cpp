@@ -735,34 +735,25 @@ DistStats ring_ragged_deterministic_backward(MPI_Comm comm, const ExecSpace& spa
     dv = Out(space, "kattn::dist::ragged::dv", p.dv, p.dv_stride_seq, p.dv_stride_head, nk, Hkv, D);
   });
   q.load(space), o.load(space), dout.load(space);
-  DistOptions each = d;
-  each.progress = nullptr;  // the call reports sequences, not their steps
-  DistStats stats;
-  stats.staged = needs_staging<typename ExecSpace::memory_space>(d.staging);
-  FailureLatch latch(comm);
-  for (int b = 0; b < seqs.batch(); ++b) {
-    const std::int64_t q0 = seqs.q_local[b], k0 = seqs.kv_local[b];
-    if (seqs.Nq[b] == 0) {  // keys no query sees: zero gradients
-      for (const Out* g : {&dk, &dv})
-        zero_rows(space, Strided<T>{g->row(k0), 0, g->row_stride(), g->head_stride()}, 1, seqs.kv_local[b + 1] - k0,
-                  Hkv, D);
-    } else {
-      BackwardParams<T> a;
-      // K and V go to the ring as stored (the float params' are strides only).
-      a.fwd = sequence_params<T>(f, seqs, b, q, o, static_cast<const T*>(nullptr), static_cast<const T*>(nullptr));
-      a.dout = dout.row(q0), a.do_stride_seq = dout.row_stride(), a.do_stride_head = dout.head_stride();
-      a.dq = dq.row(q0), a.dq_stride_seq = dq.row_stride(), a.dq_stride_head = dq.head_stride();
-      a.dk = dk.row(k0), a.dk_stride_seq = dk.row_stride(), a.dk_stride_head = dk.head_stride();
-      a.dv = dv.row(k0), a.dv_stride_seq = dv.row_stride(), a.dv_stride_head = dv.head_stride();
-      const S* k = f.k + k0 * f.k_stride_seq;
-      const S* v = f.v + k0 * f.v_stride_seq;
-      latch.capture([&] { accumulate(stats, ring_backward_impl(comm, space, a, k, v, opt, each, bopt, &latch)); });
-    }
-    latch.guard([&] {
-      if (d.progress) d.progress(b + 1, seqs.batch());
-    });
-  }
-  latch.settle();
+  DistStats stats = for_each_sequence<typename ExecSpace::memory_space>(
+      comm, seqs, d, [&](int b, const DistOptions& each, FailureLatch& latch) {
+        const std::int64_t q0 = seqs.q_local[b], k0 = seqs.kv_local[b];
+        if (seqs.Nq[b] == 0) {  // keys no query sees: zero gradients
+          for (const Out* g : {&dk, &dv})
+            zero_rows(space, Strided<T>{g->row(k0), 0, g->row_stride(), g->head_stride()}, 1, seqs.kv_local[b + 1] - k0,
+                      Hkv, D);
+          return DistStats();
+        }
+        BackwardParams<T> a;
+        // K and V go to the ring as stored (the float params' are strides only).
+        a.fwd = sequence_params<T>(f, seqs, b, q, o, static_cast<const T*>(nullptr), static_cast<const T*>(nullptr));
+        a.dout = dout.row(q0), a.do_stride_seq = dout.row_stride(), a.do_stride_head = dout.head_stride();
+        a.dq = dq.row(q0), a.dq_stride_seq = dq.row_stride(), a.dq_stride_head = dq.head_stride();
+        a.dk = dk.row(k0), a.dk_stride_seq = dk.row_stride(), a.dk_stride_head = dk.head_stride();
+        a.dv = dv.row(k0), a.dv_stride_seq = dv.row_stride(), a.dv_stride_head = dv.head_stride();
+        return ring_backward_impl(comm, space, a, f.k + k0 * f.k_stride_seq, f.v + k0 * f.v_stride_seq, opt, each, bopt,
+                                  &latch);
+      });
   dq.store(space), dk.store(space), dv.store(space);
   space.fence();
   stats.seconds = now() - t0;
