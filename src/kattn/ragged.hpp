@@ -86,6 +86,12 @@ inline void check_indptr(const std::vector<std::int64_t>& indptr, const char* na
                   indptr[b], " at positions ", b - 1, " and ", b);
 }
 
+// The offsets of sequences of these lengths (B + 1, from 0), and back.
+inline std::vector<std::int64_t> indptr_of(const std::vector<std::int64_t>& lengths) {
+  std::vector<std::int64_t> indptr(lengths.size() + 1, 0);
+  for (std::size_t b = 0; b < lengths.size(); ++b) indptr[b + 1] = indptr[b] + lengths[b];
+  return indptr;
+}
 inline std::vector<std::int64_t> lengths_of(const std::vector<std::int64_t>& indptr) {
   std::vector<std::int64_t> len(indptr.size() - 1);
   for (std::size_t b = 0; b + 1 < indptr.size(); ++b) len[b] = indptr[b + 1] - indptr[b];

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kattn/core/attention_params.hpp"
@@ -88,12 +89,13 @@ struct GlobalSplit {
   SequenceLayout q_layout, kv_layout;
 };
 
-// Throws the same kattn::Error on every rank when a rank's lengths are not those of the layout.
+// Throws the same kattn::Error on every rank when a rank's lengths (every rank's, lens[r]) are not
+// those of the layout. `where` ("sequence 3 ") and `hint` (how to get them right) go into the message.
 inline void require_layout(const std::vector<std::int64_t>& lens, const SequenceLayout& layout, const char* argument,
-                           const char* what) {
+                           const char* what, const std::string& where = {}, const char* hint = "") {
   for (int r = 0; r < layout.ranks(); ++r)
-    KATTN_REQUIRE(lens[r] == layout.local_length(r), argument, ": expected ", layout.local_length(r), " ", what,
-                  " on rank ", r, " (", layout.describe(), "), got ", lens[r]);
+    KATTN_REQUIRE(lens[r] == layout.local_length(r), argument, ": ", where, "expected ", layout.local_length(r), " ",
+                  what, " on rank ", r, " (", layout.describe(), hint, "), got ", lens[r]);
 }
 
 inline GlobalSplit sharded_split(MPI_Comm comm, std::int64_t q_len, std::int64_t kv_len, const DistOptions& d) {

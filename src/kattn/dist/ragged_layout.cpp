@@ -1,6 +1,7 @@
 #include "kattn/dist/ragged_layout.hpp"
 
 #include "kattn/errors.hpp"
+#include "kattn/ragged.hpp"
 
 namespace kattn {
 namespace dist {
@@ -9,11 +10,9 @@ namespace {
 
 int ragged_pieces(int ranks, Sharding sharding) { return sharding == Sharding::zigzag ? 2 * ranks : ranks; }
 
+// Offsets from 0, non-decreasing (any number of sequences).
 void require_offsets(const std::vector<std::int64_t>& global_indptr, const char* argument) {
-  KATTN_REQUIRE(!global_indptr.empty() && global_indptr[0] == 0, argument, ": expected B + 1 offsets starting at 0");
-  for (std::size_t b = 0; b + 1 < global_indptr.size(); ++b)
-    KATTN_REQUIRE(global_indptr[b + 1] >= global_indptr[b], argument, ": expected non-decreasing offsets, got ",
-                  global_indptr[b], " then ", global_indptr[b + 1], " at positions ", b, " and ", b + 1);
+  kattn::detail::check_indptr(global_indptr, argument, -1, "");
 }
 
 void require_rank(int rank, int ranks) {

@@ -265,12 +265,6 @@ inline std::vector<std::int64_t> piece_major_rows(const std::vector<std::int64_t
   return rows;
 }
 
-inline std::vector<std::int64_t> offsets(const std::vector<std::int64_t>& lengths) {
-  std::vector<std::int64_t> indptr(lengths.size() + 1, 0);
-  for (std::size_t b = 0; b < lengths.size(); ++b) indptr[b + 1] = indptr[b] + lengths[b];
-  return indptr;
-}
-
 inline std::vector<std::int64_t> divided(const std::vector<std::int64_t>& v, int units) {
   std::vector<std::int64_t> out(v);
   for (std::int64_t& x : out) x /= units;
@@ -285,7 +279,8 @@ inline std::vector<std::int64_t> divided(const std::vector<std::int64_t>& v, int
 template <class MemorySpace>
 RaggedPieces<MemorySpace> ragged_pieces(MPI_Comm comm, const BatchLengths& local, const DistOptions& d) {
   using namespace ragged_detail;
-  const std::vector<std::int64_t> q_local = offsets(local.q_len), kv_local = offsets(local.kv_len);
+  const std::vector<std::int64_t> q_local = kattn::detail::indptr_of(local.q_len),
+                                  kv_local = kattn::detail::indptr_of(local.kv_len);
   require_same_everywhere(comm, q_local, "q_indptr");
   require_same_everywhere(comm, kv_local, "kv_indptr");
   // From here on every rank holds the same offsets, so every check below throws alike.

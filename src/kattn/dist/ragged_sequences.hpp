@@ -14,10 +14,12 @@
 
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "kattn/core/storage.hpp"
+#include "kattn/dist/agreement.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/failure_latch.hpp"
 #include "kattn/dist/inner_stats.hpp"
@@ -49,25 +51,19 @@ inline RaggedSequences ragged_sequences(MPI_Comm comm, const BatchLengths& local
   std::vector<std::int64_t> all(mine.size() * P);
   MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(), static_cast<int>(mine.size()),
                 MPI_INT64_T, comm);
-  const auto len = [&](int r, bool keys, std::size_t b) { return all[r * 2 * B + (keys ? B : 0) + b]; };
   RaggedSequences s;
-  s.q_local.assign(B + 1, 0), s.kv_local.assign(B + 1, 0);
+  s.q_local = kattn::detail::indptr_of(local.q_len);
+  s.kv_local = kattn::detail::indptr_of(local.kv_len);
   s.Nq.assign(B, 0), s.Nk.assign(B, 0);
-  for (std::size_t b = 0; b < B; ++b) {
-    s.q_local[b + 1] = s.q_local[b] + local.q_len[b];
-    s.kv_local[b + 1] = s.kv_local[b] + local.kv_len[b];
-    for (int r = 0; r < P; ++r) s.Nq[b] += len(r, false, b), s.Nk[b] += len(r, true, b);
-  }
+  std::vector<std::int64_t> lens(P);
   for (std::size_t b = 0; b < B; ++b)
     for (const bool keys : {false, true}) {
-      const SequenceLayout layout(keys ? s.Nk[b] : s.Nq[b], P, d.sharding, chunk_of(d));
-      for (int r = 0; r < P; ++r)
-        KATTN_REQUIRE(len(r, keys, b) == layout.local_length(r), keys ? "kv_indptr" : "q_indptr", ": sequence ", b,
-                      " expected ", layout.local_length(r), keys ? " key" : " query", " positions on rank ", r, " (",
-                      layout.describe(),
-                      ": the deterministic mode cuts every sequence on whole chunks; dist::ragged_local_indptr with "
-                      "the call's DistOptions gives each rank its local indptr), got ",
-                      len(r, keys, b));
+      std::int64_t& N = keys ? s.Nk[b] : s.Nq[b];
+      for (int r = 0; r < P; ++r) N += lens[r] = all[r * 2 * B + (keys ? B : 0) + b];
+      require_layout(lens, SequenceLayout(N, P, d.sharding, chunk_of(d)), keys ? "kv_indptr" : "q_indptr",
+                     keys ? "key positions" : "query positions", "sequence " + std::to_string(b) + " ",
+                     ": the deterministic mode cuts every sequence on whole chunks; dist::ragged_local_indptr with "
+                     "the call's DistOptions gives each rank its local indptr");
     }
   return s;
 }
