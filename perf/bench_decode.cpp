@@ -6,7 +6,9 @@
 // BM_DecodeKeyTile: keys per tile (the automatic choice: row_tile_kv_bytes, an eighth of L2).
 // BM_DecodePageSize: keys per page, pages shuffled (what a jump between pages costs).
 // BM_DecodePair: the targets as paired ratios (decode / stream, paged / dense, split /
-// no split), robust to a machine whose bandwidth drifts.
+// no split), robust to a machine whose bandwidth drifts; and decode / the same decode over a
+// cache that stays in L2 (its compute rate, against the FMA peak measured in the same run), which
+// says how much of a decode's time is the arithmetic and how much the memory.
 // BM_DecodeStorage: a cache stored in bf16 or fp16 (under float or 16-bit queries) against the
 // float cache and against a streaming read of the bytes it holds, paired in one run.
 //
@@ -14,10 +16,10 @@
 // and the best of four stream trials, so that ratios compare like with like; `cpu_` counters use
 // the process's CPU time per thread instead of the wall clock (what the threads reach while
 // they run; on one thread the fairer measure when other jobs take the core part of the time).
-#include <Kokkos_Core.hpp>
-#include <Kokkos_Random.hpp>
 #include <benchmark/benchmark.h>
 
+#include <Kokkos_Core.hpp>
+#include <Kokkos_Random.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -29,6 +31,7 @@
 
 #include "bandwidth.hpp"
 #include "kattn/attention.hpp"
+#include "machine.hpp"
 
 namespace {
 
@@ -65,7 +68,9 @@ Index index_view(const std::vector<std::int64_t>& values, const char* label) {
 }
 
 // One decode problem: q [B, 1, Hq, D] (storage T) against a dense or paged (page > 0 keys per
-// page, pages shuffled or in order) cache of N keys per sequence (storage KV).
+// page, pages shuffled or in order) cache of N keys per sequence (storage KV). resident > 0 (paged
+// only): the page table cycles over that many pages, so the same N keys are folded from a cache
+// small enough to stay in L2.
 template <class T, class KV = T>
 struct DecodeCase {
   using Acc = kattn::accumulate_t<T>;
@@ -79,7 +84,8 @@ struct DecodeCase {
   int page = 0;
   double bytes = 0;  // K and V
 
-  DecodeCase(int B, std::int64_t N, int Hkv, int G, int page_size, bool shuffled, int block_k = 0) : page(page_size) {
+  DecodeCase(int B, std::int64_t N, int Hkv, int G, int page_size, bool shuffled, int block_k = 0, int resident = 0)
+      : page(page_size) {
     const int Hq = Hkv * G, D = kHeadDim;
     opt.block_k = block_k;
     q = View4<T>("q", B, 1, Hq, D);
@@ -91,11 +97,13 @@ struct DecodeCase {
       v = View4<KV>("v", B, N, Hkv, D);
     } else {
       const std::int64_t per_seq = (N + page - 1) / page, pages = B * per_seq;
-      k = View4<KV>("k", pages, page, Hkv, D);
-      v = View4<KV>("v", pages, page, Hkv, D);
+      const std::int64_t stored = resident > 0 ? std::min<std::int64_t>(resident, pages) : pages;
+      k = View4<KV>("k", stored, page, Hkv, D);
+      v = View4<KV>("v", stored, page, Hkv, D);
       std::vector<std::int64_t> perm(pages), q_indptr(B + 1), page_indptr(B + 1), last(B, N - (per_seq - 1) * page);
       std::iota(perm.begin(), perm.end(), 0);
       if (shuffled) std::shuffle(perm.begin(), perm.end(), std::mt19937_64(42));
+      for (std::int64_t& x : perm) x %= stored;
       for (int b = 0; b <= B; ++b) q_indptr[b] = b, page_indptr[b] = b * per_seq;
       layout = kattn::make_paged_layout(index_view(q_indptr, "q_indptr"), index_view(page_indptr, "page_indptr"),
                                         index_view(perm, "page_indices"), index_view(last, "last_page_len"), page);
@@ -162,8 +170,12 @@ void BM_Decode(benchmark::State& state) {
 //           buffer as large as K + V: ratio = fraction of the stream bandwidth;
 //   pair 1: A = paged decode (16 keys per page, shuffled), B = dense decode: ratio = paged speed
 //           relative to dense;
-//   pair 2: A = planned split, B = no split: ratio = speed-up of splitting.
-enum Pair { kStream = 0, kPagedVsDense = 1, kSplitVsNone = 2 };
+//   pair 2: A = planned split, B = no split: ratio = speed-up of splitting;
+//   pair 3: A = paged decode (16 keys per page, in order: dense's addresses), B = the same over 4
+//           pages cycled (K + V of 512 KB at 8 heads, in L2): ratio = the fraction of the kernel's
+//           own compute rate that it keeps when streaming; B's rate is also given as a fraction of
+//           the FMA peak (4 G D flops per key and KV head: S = Q K^T and P V).
+enum Pair { kStream = 0, kPagedVsDense = 1, kSplitVsNone = 2, kResident = 3 };
 
 template <class T>
 void BM_DecodePair(benchmark::State& state) {
@@ -172,17 +184,23 @@ void BM_DecodePair(benchmark::State& state) {
   const Pair pair = static_cast<Pair>(state.range(3));
   const Kokkos::DefaultExecutionSpace space;
   DecodeCase<T> dense(1, N, Hkv, G, 0, false);
-  std::unique_ptr<DecodeCase<T>> paged;
+  std::unique_ptr<DecodeCase<T>> paged, resident;
   std::unique_ptr<kattn::perf::StreamBuffer<Kokkos::DefaultExecutionSpace>> stream;
   if (pair == kPagedVsDense) paged = std::make_unique<DecodeCase<T>>(1, N, Hkv, G, 16, true);
+  if (pair == kResident) {
+    paged = std::make_unique<DecodeCase<T>>(1, N, Hkv, G, 16, false);
+    resident = std::make_unique<DecodeCase<T>>(1, N, Hkv, G, 16, false, 0, 4);
+  }
   if (pair == kStream) stream = std::make_unique<kattn::perf::StreamBuffer<Kokkos::DefaultExecutionSpace>>(space, dense.bytes);
   const auto run_a = [&]() {
-    if (pair == kPagedVsDense) return paged->run(0).splits;
+    if (pair == kPagedVsDense || pair == kResident) return paged->run(0).splits;
     return dense.run(0).splits;
   };
   const auto run_b = [&]() {
     if (pair == kStream)
       stream->pass();
+    else if (pair == kResident)
+      resident->run(0);
     else
       dense.run(pair == kSplitVsNone ? 1 : 0);
   };
@@ -206,6 +224,11 @@ void BM_DecodePair(benchmark::State& state) {
   state.counters["ratio_of_best"] = tb.front() / ta.front();
   state.counters["A_GB/s"] = dense.bytes / ta.front() / 1e9;
   state.counters["B_GB/s"] = dense.bytes / tb.front() / 1e9;
+  if (pair == kResident) {
+    const double flops = 4.0 * N * Hkv * G * kHeadDim;
+    const double peak = kattn::perf::fma_peak_gflops_float() * space.concurrency();  // per core, one run
+    state.counters["B_frac_fma_peak"] = flops / tb.front() / 1e9 / peak;
+  }
   state.counters["splits"] = splits;
   state.counters["threads"] = space.concurrency();
 }
@@ -215,6 +238,7 @@ void pair_cases(benchmark::internal::Benchmark* b) {
     b->Args({65536, 8, G, kStream});
     b->Args({65536, 8, G, kPagedVsDense});
     b->Args({65536, 1, G, kSplitVsNone});
+    b->Args({65536, 8, G, kResident});
   }
   b->ArgNames({"N", "Hkv", "G", "pair"})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 }
