@@ -139,11 +139,13 @@ struct RowTiles : TileArgs<T, Q, KV> {
 
   // One row per head: S and P V over (key, head) pairs in memory order (row_tiles.hpp).
   KOKKOS_INLINE_FUNCTION bool values_of_heads_together() const { return pair_order<T>(geo); }
-  // Keys the pair order prefetches ahead: about row_tile_prefetch_bytes of K (or V) rows.
+  // Keys the pair order prefetches ahead: about row_tile_prefetch_bytes of K (or V) rows, and no
+  // more than a tile's keys: key j's rows then prefetch key j's of the rows read next, never past
+  // them (a 16-bit cache or a small tile would otherwise prefetch nothing).
   KOKKOS_INLINE_FUNCTION int keys_ahead() const {
     const std::size_t key_bytes = std::size_t(geo.heads) * geo.dims_p * sizeof(KV);
     const std::size_t ahead = Tn::row_tile_prefetch_bytes / key_bytes;
-    return ahead > 0 ? static_cast<int>(ahead) : 1;
+    return ahead < 1 ? 1 : ahead > std::size_t(geo.keys_p) ? geo.keys_p : static_cast<int>(ahead);
   }
 
   // S = Q K^T for every head of the team, keys in memory order.
