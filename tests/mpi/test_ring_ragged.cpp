@@ -17,6 +17,7 @@
 #include "kattn/dist/ragged_layout.hpp"
 #include "kattn/dist/ring.hpp"
 #include "kattn/dist/ring_backward.hpp"
+#include "ragged_support.hpp"
 #include "support.hpp"
 
 namespace kattn {
@@ -31,12 +32,6 @@ Kokkos::View<std::int64_t*, TestMemory> indptr_view(const std::vector<std::int64
   for (std::size_t i = 0; i < v.size(); ++i) h(i) = v[i];
   Kokkos::deep_copy(d, h);
   return d;
-}
-
-std::vector<std::int64_t> offsets(const std::vector<std::int64_t>& lengths) {
-  std::vector<std::int64_t> indptr{0};
-  for (std::int64_t n : lengths) indptr.push_back(indptr.back() + n);
-  return indptr;
 }
 
 // Rows `rows` of a packed [total, H, D] array, as a new array of type T (rounded once to a 16-bit T).
@@ -107,8 +102,8 @@ struct Drawn {
       : rank(rank_of(MPI_COMM_WORLD)),
         P(size_of(MPI_COMM_WORLD)),
         seed(shared_seed()),
-        gq(offsets(c.q_lengths)),
-        gk(offsets(c.kv_lengths)),
+        gq(indptr_of(c.q_lengths)),
+        gk(indptr_of(c.kv_lengths)),
         q_rows(dist::ragged_positions(gq, rank, P, c.sharding)),
         kv_rows(dist::ragged_positions(gk, rank, P, c.sharding)),
         q("q", gq.back(), c.Hq, c.D),
@@ -289,7 +284,7 @@ TEST(RingRagged, DiagonalShiftAndCachedPrefixes) {
 TEST(RingRagged, WindowMovesOnlyTheKeysSomeQuerySees) {
   const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
   const std::vector<std::int64_t> pieces{16, 0, 24};  // rows of one piece of each sequence
-  const std::vector<std::int64_t> g = offsets(lengths_in(P, pieces));
+  const std::vector<std::int64_t> g = indptr_of(lengths_in(P, pieces));
   const std::vector<std::int64_t> local = dist::ragged_local_indptr(g, P, Sharding::contiguous);
   const auto layout = make_ragged_layout<TestMemory>(indptr_view(local), indptr_view(local));
   const std::vector<std::int64_t> rows = dist::ragged_positions(g, rank, P, Sharding::contiguous);
@@ -477,7 +472,7 @@ void check_deterministic(const Case& c, std::int64_t chunk) {
   const std::uint64_t seed = shared_seed();
   SCOPED_TRACE(std::string(storage_name<T>()) + " " + c.describe() + " chunk=" + std::to_string(chunk) +
                " seed=" + std::to_string(seed));
-  const std::vector<std::int64_t> gq = offsets(c.q_lengths), gk = offsets(c.kv_lengths);
+  const std::vector<std::int64_t> gq = indptr_of(c.q_lengths), gk = indptr_of(c.kv_lengths);
   View3<double> q("q", gq.back(), c.Hq, c.D), k("k", gk.back(), c.Hkv, c.D), v("v", gk.back(), c.Hkv, c.D),
       dout("dout", gq.back(), c.Hq, c.D);
   fill_normal(q, seed), fill_normal(k, seed + 1), fill_normal(v, seed + 2), fill_normal(dout, seed + 3);
@@ -572,7 +567,7 @@ TEST(RingRagged, DeterministicLocalIndptrAndPositions) {
 
 TEST(RingRagged, WithoutLse) {
   const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
-  const std::vector<std::int64_t> g = offsets(lengths_in(P, {4, 0, 3}));
+  const std::vector<std::int64_t> g = indptr_of(lengths_in(P, {4, 0, 3}));
   const auto global_layout = make_ragged_layout<TestMemory>(indptr_view(g), indptr_view(g));
   View3<double> q("q", g.back(), 2, 8), k("k", g.back(), 1, 8), v("v", g.back(), 1, 8), o("o", g.back(), 2, 8);
   View2<double> lse("lse", g.back(), 2);
