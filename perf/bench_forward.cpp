@@ -121,6 +121,43 @@ void head_shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK_TEMPLATE(BM_InterleavedHeads, float)->Apply(head_shapes);
 BENCHMARK_TEMPLATE(BM_InterleavedHeads, double)->Apply(head_shapes);
 
+// Many short sequences: a batch of B sequences of N tokens, 8 heads in [B, N, H, D], B N = 16384
+// tokens in all, non-causal or causal. GFLOP/s and the fraction of the FMA peak, to read against
+// BM_Attention's long sequence: a team's fixed work (Q in, O out, a short last key tile) weighs on
+// a few tiles here.
+template <class T>
+void BM_ShortSequences(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0)), d = static_cast<int>(state.range(1));
+  const int heads = 8, batch = 16384 / n;
+  kattn::Options opt;
+  opt.causal = state.range(2) != 0;
+  const double peak = fma_peak<T>();
+  const auto q = random_view<T>("q", n, d, 1, batch, heads), k = random_view<T>("k", n, d, 2, batch, heads),
+             v = random_view<T>("v", n, d, 3, batch, heads);
+  View4<T> o("o", batch, n, heads, d);
+  View3<T> lse("lse", batch, heads, n);
+  const Kokkos::DefaultExecutionSpace space;
+  kattn::perf::LoopTimer timer;
+  timer.start();
+  for (auto _ : state) {
+    kattn::attention(space, q, kattn::kv::dense(k, v), o, lse, opt);
+    space.fence();
+  }
+  const double flops = 4.0 * batch * heads * n * double(n) * d * (opt.causal ? 0.5 : 1.0);
+  const double gflops = flops / timer.seconds(state.iterations()) / 1e9;
+  state.counters["GFLOP/s"] = gflops;
+  state.counters["frac_peak"] = gflops / peak / space.concurrency();
+}
+
+void short_shapes(benchmark::internal::Benchmark* b) {
+  for (int causal : {0, 1})
+    for (int d : {64, 128})
+      for (int n : {64, 128, 256, 512, 1024}) b->Args({n, d, causal});
+  b->ArgNames({"N", "D", "causal"})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.5);
+}
+BENCHMARK_TEMPLATE(BM_ShortSequences, float)->Apply(short_shapes);
+BENCHMARK_TEMPLATE(BM_ShortSequences, double)->Apply(short_shapes);
+
 // 16-bit storage against float, paired in one run (B = 1, one head, no split): each iteration times
 // the float forward (A) and the forward in S (B); ratio_median is the median of time(B) / time(A)
 // (the target: at most 1, 16-bit prefill at least as fast as float's).

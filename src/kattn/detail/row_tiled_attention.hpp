@@ -114,6 +114,16 @@ struct RowTiles : TileArgs<T, Q, KV> {
     mask_row(h.s + r * geo.keys_p, keys, begin, end);
   }
 
+  // Q, O and the finished rows go through TileLoop's element loops.
+  template <class QRow>
+  KOKKOS_INLINE_FUNCTION bool load_query_block(const Member&, const Head&, const QRow&) const {
+    return false;
+  }
+  template <class OutRow>
+  KOKKOS_INLINE_FUNCTION bool store_row_block(const Member&, const Head&, int, const OutRow&) const {
+    return false;
+  }
+
   // In place, the rows of the next tile are found (and prefetched) while this one is folded, in
   // two pointer buffers; copied rows have one buffer and are found just before their tile.
   KOKKOS_INLINE_FUNCTION void first_tile(const Member& member, const TileWork& w, std::int64_t kb, const Tiles& s,

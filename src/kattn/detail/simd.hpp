@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "kattn/core/storage.hpp"
 #if defined(__F16C__) || defined(__AVX512F__)
@@ -143,6 +144,45 @@ template <class T>
 inline vec<T> pinned(vec<T> v) {
   asm("" : "+v"(v));
   return v;
+}
+
+namespace transpose_detail {
+// One round of the block swap for rows a (bit B of its index clear) and b = a + B: lane k of a
+// with bit B set and lane k - B of b trade places. The lane maps are vectors built from a pack
+// (__builtin_shuffle: GCC, nvcc's host pass; __builtin_shufflevector: Clang).
+template <int B, class T, int... K>
+inline void swap_blocks(vec<T>& a, vec<T>& b, std::integer_sequence<int, K...>) {
+  constexpr int W = sizeof...(K);
+#if defined(__clang__)
+  const vec<T> lo = __builtin_shufflevector(a, b, ((K & B) == 0 ? K : W + K - B)...);
+  const vec<T> hi = __builtin_shufflevector(a, b, ((K & B) == 0 ? K + B : W + K)...);
+#else
+  using Lane = std::remove_reference_t<decltype(ivec<T>{}[0])>;
+  const ivec<T> lo_lanes = {Lane((K & B) == 0 ? K : W + K - B)...};
+  const ivec<T> hi_lanes = {Lane((K & B) == 0 ? K + B : W + K)...};
+  const vec<T> lo = __builtin_shuffle(a, b, lo_lanes);
+  const vec<T> hi = __builtin_shuffle(a, b, hi_lanes);
+#endif
+  a = lo;
+  b = hi;
+}
+template <int B, int I, class T>
+inline void swap_pair(vec<T> (&v)[width<T>()]) {
+  if constexpr ((I & B) == 0) swap_blocks<B, T>(v[I], v[I + B], std::make_integer_sequence<int, width<T>()>());
+}
+template <int B, class T, int... I>
+inline void swap_round(vec<T> (&v)[width<T>()], std::integer_sequence<int, I...> rows) {
+  (swap_pair<B, I, T>(v), ...);
+  if constexpr (B > 1) swap_round<B / 2, T>(v, rows);
+}
+}  // namespace transpose_detail
+
+// v[i][k] <- v[k][i]: a W x W block (W = width<T>() rows of one vector) transposed in registers by
+// swapping its off-diagonal blocks at every size, log2(W) rounds of two-vector shuffles. Moves
+// rows of q and o into the transposed tiles and back without a strided scalar access.
+template <class T>
+inline void transpose(vec<T> (&v)[width<T>()]) {
+  transpose_detail::swap_round<width<T>() / 2, T>(v, std::make_integer_sequence<int, width<T>()>());
 }
 
 }  // namespace simd

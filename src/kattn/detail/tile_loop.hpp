@@ -161,17 +161,23 @@ struct TileLoop : Layout {
   }
 
   // Q of KV head hk scaled into scratch (padding rows, and dims past head_dim, zero), O = 0, the
-  // rows' states empty.
+  // rows' states empty. Layouts that move whole vectors do Q and O themselves (load_query_block).
   KOKKOS_INLINE_FUNCTION void load_queries(const Member& member, const TileWork& w, const Head& h, int hk) const {
     const auto& p = this->p;
     const int G = p.group_size();
+    const auto q_row = [&](int r) {  // null past the tile's rows
+      return r < w.n_rows ? p.q_ptr(w.b, (w.t0 + r) / G, hk * G + static_cast<int>((w.t0 + r) % G)) : nullptr;
+    };
+    const bool blocked = this->load_query_block(member, h, q_row);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, this->geo.rows_p), [&](const int r) {
-      const auto* q = r < w.n_rows ? p.q_ptr(w.b, (w.t0 + r) / G, hk * G + static_cast<int>((w.t0 + r) % G)) : nullptr;
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, this->q_dims()), [&](const int d) {
-        this->q_at(h, r, d) = (q && d < p.head_dim) ? T(widen(q[d])) * this->q_scale : T(0);
-      });
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, this->geo.dims_p),
-                           [&](const int d) { this->out(h, r, d) = T(0); });
+      if (!blocked) {
+        const auto* q = q_row(r);
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, this->q_dims()), [&](const int d) {
+          this->q_at(h, r, d) = (q && d < p.head_dim) ? T(widen(q[d])) * this->q_scale : T(0);
+        });
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, this->geo.dims_p),
+                             [&](const int d) { this->out(h, r, d) = T(0); });
+      }
       Kokkos::single(Kokkos::PerThread(member), [&]() {
         const RowState<T> e = RowState<T>::empty();
         h.m[r] = e.m;
@@ -222,24 +228,37 @@ struct TileLoop : Layout {
   KOKKOS_INLINE_FUNCTION void write_rows(const Member& member, const TileWork& w, const Head& h, int hk) const {
     const auto& p = this->p;
     const int G = p.group_size();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, w.n_rows), [&](const int r) {
-      const std::int64_t i = (w.t0 + r) / G;
-      const int hq = hk * G + static_cast<int>((w.t0 + r) % G);
+    const auto position = [&](int r) { return (w.t0 + r) / G; };
+    const auto head = [&](int r) { return hk * G + static_cast<int>((w.t0 + r) % G); };
+    if (this->ws.o) {  // a split's partial: in the accumulation type
+      const auto row = [&](int r) { return w.split * this->ws.rows + p.q_row(w.b, position(r)) * p.heads_q + head(r); };
+      write_finished(
+          member, w.n_rows, h, [&](int r) { return this->ws.o + row(r) * p.head_dim; },
+          [&](int r) { return this->ws.lse + row(r); });
+    } else {
+      write_finished(
+          member, w.n_rows, h, [&](int r) { return p.o_ptr(w.b, position(r), head(r)); },
+          [&](int r) { return p.lse ? p.lse_ptr(w.b, position(r), head(r)) : nullptr; });
+    }
+  }
+
+  // Row r's o / l to out_row(r), its lse to lse_at(r) (when not null). Layouts that move whole
+  // vectors write o themselves (store_row_block).
+  template <class OutRow, class LseAt>
+  KOKKOS_INLINE_FUNCTION void write_finished(const Member& member, int n_rows, const Head& h, const OutRow& out_row,
+                                             const LseAt& lse_at) const {
+    const bool blocked = this->store_row_block(member, h, n_rows, out_row);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n_rows), [&](const int r) {
       const Finish<T> fin = finish(RowState<T>{h.m[r], h.l[r]});
-      const auto write = [&](auto* out, T* lse) {
+      if (!blocked) {
+        auto* out = out_row(r);
         using S = std::remove_pointer_t<decltype(out)>;
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.head_dim),
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, this->p.head_dim),
                              [&](const int d) { out[d] = narrow<S>(finished_o(this->out(h, r, d), fin)); });
-        Kokkos::single(Kokkos::PerThread(member), [&]() {
-          if (lse) *lse = fin.lse;
-        });
-      };
-      if (this->ws.o) {  // a split's partial: in the accumulation type
-        const std::int64_t row = p.q_row(w.b, i) * p.heads_q + hq;
-        write(this->ws.o + (w.split * this->ws.rows + row) * p.head_dim, this->ws.lse + w.split * this->ws.rows + row);
-      } else {
-        write(p.o_ptr(w.b, i, hq), p.lse ? p.lse_ptr(w.b, i, hq) : nullptr);
       }
+      Kokkos::single(Kokkos::PerThread(member), [&]() {
+        if (auto* lse = lse_at(r)) *lse = fin.lse;
+      });
     });
   }
 };

@@ -6,12 +6,13 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
-
 #include <cstdint>
 #include <type_traits>
 
 #include "kattn/compat.hpp"
+#include "kattn/core/state.hpp"
 #include "kattn/detail/online_softmax.hpp"
+#include "kattn/detail/simd.hpp"
 #include "kattn/detail/tile_gemm.hpp"
 #include "kattn/detail/tile_geometry.hpp"
 #include "kattn/detail/tile_loop.hpp"
@@ -74,10 +75,82 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
   KOKKOS_INLINE_FUNCTION T& score(const Head& h, int r, int j) const { return h.st[j * geo.rows_p + r]; }
   KOKKOS_INLINE_FUNCTION T& out(const Head& h, int r, int d) const { return h.ot[d * geo.rows_p + r]; }
   KOKKOS_INLINE_FUNCTION const T* v_row(const Cursor& c, int, int j) const { return c.v + std::ptrdiff_t(j) * c.v_row; }
-  KOKKOS_INLINE_FUNCTION int score_keys(int) const { return geo.keys_p; }
+  // Keys scored: n_keys rounded up to the micro-tile rows, not the whole padded tile, so a short
+  // sequence (or a split's last tile) costs its keys (the copy's padding keys are zero and masked).
+  KOKKOS_INLINE_FUNCTION int score_keys(int n_keys) const { return (n_keys + R - 1) / R * R; }
   KOKKOS_INLINE_FUNCTION int masked_rows(int n_rows) const { return n_rows; }
-  KOKKOS_INLINE_FUNCTION void mask_span(const Head& h, int r, int, int begin, int end) const {
-    mask_column(h.st, geo.keys_p, geo.rows_p, r, begin, end);
+  KOKKOS_INLINE_FUNCTION void mask_span(const Head& h, int r, int keys, int begin, int end) const {
+    mask_column(h.st, keys, geo.rows_p, r, begin, end);
+  }
+
+  // Q^T of the team's rows (pre-scaled, padding rows zero) and O^T = 0, on the host with whole
+  // vectors: W x W blocks of W rows moved through registers (simd::transpose) instead of one
+  // strided element at a time, which cost a short sequence a third of its time. False where the
+  // head dim is not whole vectors: TileLoop's element loops do it.
+  template <class QRow>
+  KOKKOS_INLINE_FUNCTION bool load_query_block(const Member& member, const Head& h, const QRow& q_row) const {
+#if KATTN_HOST_SIMD
+    if constexpr (Tn::host) {
+      using V = simd::vec<T>;
+      constexpr int W = simd::width<T>();
+      const int D = this->p.head_dim;
+      if (D % W == 0) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(member, geo.rows_p / W), [&](const int blk) {
+          const int r0 = blk * W;
+          decltype(q_row(0)) rows[W];
+          for (int i = 0; i < W; ++i) rows[i] = q_row(r0 + i);
+          for (int d0 = 0; d0 < D; d0 += W) {
+            V v[W];
+            KATTN_UNROLL
+            for (int i = 0; i < W; ++i) v[i] = rows[i] ? simd::load_as<T>(rows[i] + d0) * this->q_scale : V{};
+            simd::transpose<T>(v);
+            KATTN_UNROLL
+            for (int k = 0; k < W; ++k) simd::store(h.qt + (d0 + k) * geo.rows_p + r0, v[k]);
+          }
+        });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(member, int(geo.o_elements() / W)),
+                             [&](const int i) { simd::store(h.ot + i * W, V{}); });
+        return true;
+      }
+    }
+#endif
+    return false;
+  }
+
+  // The finished rows o / l from O^T to out_row(r) (null past the tile's rows), on the host with
+  // whole vectors and outputs in T: W x W blocks, finished across the rows' lanes, then transposed.
+  template <class OutRow>
+  KOKKOS_INLINE_FUNCTION bool store_row_block(const Member& member, const Head& h, int n_rows,
+                                              const OutRow& out_row) const {
+#if KATTN_HOST_SIMD
+    using S = std::remove_pointer_t<decltype(out_row(0))>;
+    if constexpr (Tn::host && std::is_same_v<S, T>) {
+      using V = simd::vec<T>;
+      constexpr int W = simd::width<T>();
+      const int D = this->p.head_dim;
+      if (D % W == 0) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(member, (n_rows + W - 1) / W), [&](const int blk) {
+          const int r0 = blk * W;
+          Finish<V> fin{};
+          S* rows[W];
+          for (int i = 0; i < W; ++i) {
+            fin.inv_l[i] = finish(RowState<T>{h.m[r0 + i], h.l[r0 + i]}).inv_l;
+            rows[i] = r0 + i < n_rows ? out_row(r0 + i) : nullptr;
+          }
+          for (int d0 = 0; d0 < D; d0 += W) {
+            V v[W];
+            KATTN_UNROLL
+            for (int k = 0; k < W; ++k) v[k] = finished_o(simd::load(h.ot + (d0 + k) * geo.rows_p + r0), fin);
+            simd::transpose<T>(v);
+            for (int i = 0; i < W; ++i)
+              if (rows[i]) simd::store(rows[i] + d0, v[i]);
+          }
+        });
+        return true;
+      }
+    }
+#endif
+    return false;
   }
 
   KOKKOS_INLINE_FUNCTION void first_tile(const Member&, const TileWork&, std::int64_t, const Tiles&, Cursor&) const {}
@@ -100,16 +173,16 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
       }
     }
 #if KATTN_HOST_SIMD
-    if constexpr (!std::is_same_v<KV, T> && Tn::host) {
-      // Full tiles of a 16-bit cache, rows widened a vector at a time.
+    if constexpr (Tn::host) {
+      // Rows copied (a 16-bit cache: widened) a vector at a time, padding keys zero.
       constexpr int W = simd::width<T>();
-      if (n_keys == geo.keys_p && geo.dims_p == D && D % W == 0) {
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n_keys), [&](const int j) {
-          const KV* k = p.k_ptr(w.b, kb + j, w.hk);
-          const KV* v = p.v_ptr(w.b, kb + j, w.hk);
+      if (geo.dims_p == D && D % W == 0) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(member, score_keys(n_keys)), [&](const int j) {
+          const KV* k = j < n_keys ? p.k_ptr(w.b, kb + j, w.hk) : nullptr;
+          const KV* v = j < n_keys ? p.v_ptr(w.b, kb + j, w.hk) : nullptr;
           for (int d = 0; d < D; d += W) {
-            simd::store(s.k + j * D + d, simd::load_as<T>(k + d));
-            simd::store(s.v + j * D + d, simd::load_as<T>(v + d));
+            simd::store(s.k + j * D + d, k ? simd::load_as<T>(k + d) : simd::vec<T>{});
+            simd::store(s.v + j * D + d, v ? simd::load_as<T>(v + d) : simd::vec<T>{});
           }
         });
         c.k = s.k;
@@ -120,7 +193,7 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
       }
     }
 #endif
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, geo.keys_p), [&](const int j) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, score_keys(n_keys)), [&](const int j) {
       const KV* k = j < n_keys ? p.k_ptr(w.b, kb + j, w.hk) : nullptr;
       const KV* v = j < n_keys ? p.v_ptr(w.b, kb + j, w.hk) : nullptr;
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, geo.dims_p), [&](const int d) {
@@ -137,25 +210,25 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
   }
 
   // S^T = K Q^T.
-  KOKKOS_INLINE_FUNCTION void scores(const Member& member, const Tiles& s, const Cursor& c, int) const {
-    TeamTileGemm<R, J>::invoke(member, geo.keys_p, geo.rows_p, this->p.head_dim, c.k, c.k_row, 1, s.qt, geo.rows_p,
-                               s.st, geo.rows_p, static_cast<const T*>(nullptr));
+  KOKKOS_INLINE_FUNCTION void scores(const Member& member, const Tiles& s, const Cursor& c, int keys) const {
+    TeamTileGemm<R, J>::invoke(member, keys, geo.rows_p, this->p.head_dim, c.k, c.k_row, 1, s.qt, geo.rows_p, s.st,
+                               geo.rows_p, static_cast<const T*>(nullptr));
   }
-  KOKKOS_INLINE_FUNCTION void softcap(const Member& member, const Head& h, int) const {
-    softcap_tile(member, h.st, geo.keys_p * geo.rows_p, this->cap_log2, this->inv_cap);
+  KOKKOS_INLINE_FUNCTION void softcap(const Member& member, const Head& h, int keys) const {
+    softcap_tile(member, h.st, keys * geo.rows_p, this->cap_log2, this->inv_cap);
   }
-  KOKKOS_INLINE_FUNCTION void tile_max(const Member& member, const Head& h, int) const {
-    column_max(member, h.st, geo.keys_p, geo.rows_p, h.tile_max);
+  KOKKOS_INLINE_FUNCTION void tile_max(const Member& member, const Head& h, int keys) const {
+    column_max(member, h.st, keys, geo.rows_p, h.tile_max);
   }
-  KOKKOS_INLINE_FUNCTION void exponentiate(const Member& member, const Head& h, int) const {
-    exponentiate_columns(member, h.st, geo.keys_p, geo.rows_p, h.tile_max, h.l);
+  KOKKOS_INLINE_FUNCTION void exponentiate(const Member& member, const Head& h, int keys) const {
+    exponentiate_columns(member, h.st, keys, geo.rows_p, h.tile_max, h.l);
   }
   // Values are folded head by head (TileLoop).
   KOKKOS_INLINE_FUNCTION bool values_of_heads_together() const { return false; }
   KOKKOS_INLINE_FUNCTION void values_of_heads(const Member&, const Tiles&, const Cursor&, int) const {}
   // O^T = O^T diag(alpha) + V^T P^T.
-  KOKKOS_INLINE_FUNCTION void values(const Member& member, const Head& h, const Cursor& c, int, int) const {
-    TeamTileGemm<R, J>::invoke(member, geo.dims_p, geo.rows_p, geo.keys_p, c.v, 1, c.v_row, h.st, geo.rows_p, h.ot,
+  KOKKOS_INLINE_FUNCTION void values(const Member& member, const Head& h, const Cursor& c, int, int n_keys) const {
+    TeamTileGemm<R, J>::invoke(member, geo.dims_p, geo.rows_p, n_keys, c.v, 1, c.v_row, h.st, geo.rows_p, h.ot,
                                geo.rows_p, static_cast<const T*>(h.alpha));
   }
 };
