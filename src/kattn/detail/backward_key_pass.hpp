@@ -15,21 +15,21 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
-
 #include <climits>
 #include <cstdint>
 
 #include "kattn/backward_options.hpp"
 #include "kattn/backward_params.hpp"
 #include "kattn/compat.hpp"
-#include "kattn/detail/backward_plan.hpp"
-#include "kattn/detail/block_sparse.hpp"
+#include "kattn/core/key_window.hpp"
 #include "kattn/detail/backward_nonfinite.hpp"
+#include "kattn/detail/backward_plan.hpp"
 #include "kattn/detail/backward_steps.hpp"
 #include "kattn/detail/backward_workspace.hpp"
+#include "kattn/detail/block_sparse.hpp"
+#include "kattn/detail/simd.hpp"
 #include "kattn/detail/tile_gemm.hpp"
 #include "kattn/detail/tuning.hpp"
-#include "kattn/core/key_window.hpp"
 
 namespace kattn {
 namespace detail {
@@ -215,6 +215,51 @@ struct BackwardKeyPass {
   KOKKOS_INLINE_FUNCTION void load_keys(const Member& member, int b, int hk, std::int64_t kb, int n_keys,
                                         const Tiles& s) const {
     const int D = p.fwd.head_dim;
+#if KATTN_HOST_SIMD
+    if constexpr (Tn::host) {
+      // On the host with whole vectors: K^T and V^T by W x W blocks through registers
+      // (simd::transpose), not one strided element at a time.
+      using V = simd::vec<T>;
+      constexpr int W = simd::width<T>();
+      if (D % W == 0 && geo.kp_dims == D && geo.kp_keys % W == 0) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(member, geo.kp_keys / W), [&](const int blk) {
+          const int j0 = blk * W;
+          const T* k[W];
+          const T* v[W];
+          for (int i = 0; i < W; ++i) {
+            k[i] = j0 + i < n_keys ? p.fwd.k_ptr(b, kb + j0 + i, hk) : nullptr;
+            v[i] = j0 + i < n_keys ? p.fwd.v_ptr(b, kb + j0 + i, hk) : nullptr;
+            if (k[i] && !all_finite(k[i], D))
+              for (int d = 0; d < D; ++d)
+                if (!is_finite(k[i][d])) Kokkos::atomic_add(ws.bad_keys_of(p.fwd, b, hk) + d, 1);
+          }
+          for (int d0 = 0; d0 < D; d0 += W) {
+            V kr[W], vr[W];
+            KATTN_UNROLL
+            for (int i = 0; i < W; ++i) {
+              kr[i] = k[i] ? simd::load(k[i] + d0) : V{};
+              vr[i] = v[i] ? simd::load(v[i] + d0) : V{};
+              if (s.k) simd::store(s.k + (j0 + i) * D + d0, kr[i]);
+              kr[i] *= k_scale;
+            }
+            simd::transpose<T>(kr);
+            simd::transpose<T>(vr);
+            KATTN_UNROLL
+            for (int i = 0; i < W; ++i) {
+              simd::store(s.kt + (d0 + i) * geo.kp_keys + j0, kr[i]);
+              simd::store(s.vt + (d0 + i) * geo.kp_keys + j0, vr[i]);
+            }
+          }
+        });
+        const int kd = geo.kp_keys * geo.kp_dims;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(member, kd / W), [&](const int i) {
+          simd::store(s.dk + i * W, V{});
+          simd::store(s.dv + i * W, V{});
+        });
+        return;
+      }
+    }
+#endif
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, geo.kp_keys), [&](const int j) {
       const T* k = j < n_keys ? p.fwd.k_ptr(b, kb + j, hk) : nullptr;
       const T* v = j < n_keys ? p.fwd.v_ptr(b, kb + j, hk) : nullptr;
@@ -268,6 +313,28 @@ struct BackwardKeyPass {
       T* dk = p.dk_ptr(b, kb + j, hk);
       T* dv = p.dv_ptr(b, kb + j, hk);
       const bool k_nan = nan.dk.nan_at(kb + j), v_nan = nan.dv.nan_at(kb + j);
+      if (!nan.dk_q.nan_at(kb + j) && !nan.dv_do.nan_at(kb + j)) {  // no element of key j to check: a plain copy
+        const T* sk = s.dk + j * geo.kp_dims;
+        const T* sv = s.dv + j * geo.kp_dims;
+#if KATTN_HOST_SIMD
+        if constexpr (Tn::host) {
+          constexpr int W = simd::width<T>();
+          if (p.fwd.head_dim % W == 0) {
+            const simd::vec<T> nan_row = simd::splat(nan_value<T>());
+            for (int d = 0; d < p.fwd.head_dim; d += W) {
+              simd::store(dk + d, k_nan ? nan_row : simd::load(sk + d));
+              simd::store(dv + d, v_nan ? nan_row : simd::load(sv + d));
+            }
+            return;
+          }
+        }
+#endif
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.fwd.head_dim), [&](const int d) {
+          dk[d] = k_nan ? nan_value<T>() : sk[d];
+          dv[d] = v_nan ? nan_value<T>() : sv[d];
+        });
+        return;
+      }
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.fwd.head_dim), [&](const int d) {
         const bool kd_nan = k_nan || element_nan<T>(nan.dk_q, window, G, q_len, kv_len, kb + j, d, q_row);
         const bool vd_nan = v_nan || element_nan<T>(nan.dv_do, window, G, q_len, kv_len, kb + j, d, do_row);
