@@ -114,6 +114,7 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
       }
     }
 #endif
+    (void)member, (void)h, (void)q_row;
     return false;
   }
 
@@ -150,6 +151,7 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
       }
     }
 #endif
+    (void)member, (void)h, (void)n_rows, (void)out_row;
     return false;
   }
 
