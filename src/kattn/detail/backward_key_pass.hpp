@@ -233,23 +233,11 @@ struct BackwardKeyPass {
               for (int d = 0; d < D; ++d)
                 if (!is_finite(k[i][d])) Kokkos::atomic_add(ws.bad_keys_of(p.fwd, b, hk) + d, 1);
           }
-          for (int d0 = 0; d0 < D; d0 += W) {
-            V kr[W], vr[W];
-            KATTN_UNROLL
-            for (int i = 0; i < W; ++i) {
-              kr[i] = k[i] ? simd::load(k[i] + d0) : V{};
-              vr[i] = v[i] ? simd::load(v[i] + d0) : V{};
-              if (s.k) simd::store(s.k + (j0 + i) * D + d0, kr[i]);
-              kr[i] *= k_scale;
-            }
-            simd::transpose<T>(kr);
-            simd::transpose<T>(vr);
-            KATTN_UNROLL
-            for (int i = 0; i < W; ++i) {
-              simd::store(s.kt + (d0 + i) * geo.kp_keys + j0, kr[i]);
-              simd::store(s.vt + (d0 + i) * geo.kp_keys + j0, vr[i]);
-            }
-          }
+          simd::store_columns<T>(k, D, k_scale, s.kt + j0, geo.kp_keys);
+          simd::store_columns<T>(v, D, T(1), s.vt + j0, geo.kp_keys);
+          if (s.k)
+            for (int i = 0; i < W; ++i)
+              for (int d = 0; d < D; d += W) simd::store(s.k + (j0 + i) * D + d, k[i] ? simd::load(k[i] + d) : V{});
         });
         const int kd = geo.kp_keys * geo.kp_dims;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(member, kd / W), [&](const int i) {

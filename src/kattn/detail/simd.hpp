@@ -179,10 +179,26 @@ inline void swap_round(vec<T> (&v)[width<T>()], std::integer_sequence<int, I...>
 
 // v[i][k] <- v[k][i]: a W x W block (W = width<T>() rows of one vector) transposed in registers by
 // swapping its off-diagonal blocks at every size, log2(W) rounds of two-vector shuffles. Moves
-// rows of q and o into the transposed tiles and back without a strided scalar access.
+// rows of q, k, v and o into the transposed tiles and back without a strided scalar access.
 template <class T>
 inline void transpose(vec<T> (&v)[width<T>()]) {
   transpose_detail::swap_round<width<T>() / 2, T>(v, std::make_integer_sequence<int, width<T>()>());
+}
+
+// dst[d * ld + i] = scale * rows[i][d] for the W = width<T>() rows and d < D (a multiple of W):
+// W rows (storage S, widened; a null row gives zeros) stored as D columns of W lanes, a W x W
+// block at a time through transpose().
+template <class T, class S>
+inline void store_columns(const S* const (&rows)[width<T>()], int D, T scale, T* dst, int ld) {
+  constexpr int W = width<T>();
+  for (int d0 = 0; d0 < D; d0 += W) {
+    vec<T> v[W];
+    KATTN_UNROLL
+    for (int i = 0; i < W; ++i) v[i] = rows[i] ? load_as<T>(rows[i] + d0) * scale : vec<T>{};
+    transpose<T>(v);
+    KATTN_UNROLL
+    for (int k = 0; k < W; ++k) store(dst + (d0 + k) * ld, v[k]);
+  }
 }
 
 }  // namespace simd

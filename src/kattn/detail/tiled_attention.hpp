@@ -99,14 +99,7 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
           const int r0 = blk * W;
           decltype(q_row(0)) rows[W];
           for (int i = 0; i < W; ++i) rows[i] = q_row(r0 + i);
-          for (int d0 = 0; d0 < D; d0 += W) {
-            V v[W];
-            KATTN_UNROLL
-            for (int i = 0; i < W; ++i) v[i] = rows[i] ? simd::load_as<T>(rows[i] + d0) * this->q_scale : V{};
-            simd::transpose<T>(v);
-            KATTN_UNROLL
-            for (int k = 0; k < W; ++k) simd::store(h.qt + (d0 + k) * geo.rows_p + r0, v[k]);
-          }
+          simd::store_columns<T>(rows, D, this->q_scale, h.qt + r0, geo.rows_p);
         });
         Kokkos::parallel_for(Kokkos::TeamThreadRange(member, int(geo.o_elements() / W)),
                              [&](const int i) { simd::store(h.ot + i * W, V{}); });
