@@ -106,6 +106,32 @@ TEST(Backward, KeyChunksFromOneToMoreThanTheKeyTiles) {
   check_backward<double>({2, 33, 41, 4, 2, 16}, o, chunked);
 }
 
+TEST(Backward, OneKeyChunkAddsStraightIntoDqWithoutPartials) {
+  // 16 (sequence, KV head) pairs plan one chunk on the host: no partial dQ array, only D and lse.
+  const Shape s{8, 70, 90, 4, 2, 32};
+  GradProblem<float> p(s, fresh_seed());
+  Options o;
+  o.causal = true;
+  o.block_k = 16;  // 6 key tiles, so that 3 chunks can be asked for
+  p.forward(o);
+  const std::size_t row_values = std::size_t(s.B) * s.Nq * s.Hq;
+  BackwardOptions one;
+  one.dq = DqStrategy::key_chunks;
+  p.poison_gradients();
+  const BackwardInfo planned = p.backward(o, one);
+  EXPECT_EQ(planned.chunks, 1);
+  EXPECT_EQ(planned.workspace_bytes, 2 * row_values * sizeof(float));
+  expect_gradients_close(p, textbook_gradients(p, o), kGradFloatTol, "one chunk");
+  BackwardOptions three = one;
+  three.dq_chunks = 3;  // chunk 0 in dQ, chunks 1 and 2 in partials
+  p.poison_gradients();
+  const BackwardInfo chunked = p.backward(o, three);
+  EXPECT_EQ(chunked.chunks, 3);
+  EXPECT_GE(chunked.workspace_bytes, (2 + 2 * std::size_t(s.D)) * row_values * sizeof(float));
+  EXPECT_LT(chunked.workspace_bytes, (2 + 3 * std::size_t(s.D)) * row_values * sizeof(float));
+  expect_gradients_close(p, textbook_gradients(p, o), kGradFloatTol, "three chunks");
+}
+
 TEST(Backward, FloatWithinRelativeBound) {
   const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 1},       {2, 31, 97, 4, 2, 32}, {1, 97, 31, 8, 1, 64},
                                      {1, 130, 257, 2, 1, 128}, {1, 65, 1000, 1, 1, 256}};

@@ -223,7 +223,7 @@ TEST(Limits, BackwardAndReferenceWorkspacesOverTheLimitAreRefused) {
   MemoryLimit limit("100000");
   BackwardOptions bopt;
   bopt.dq = DqStrategy::key_chunks;
-  bopt.dq_chunks = 8;  // 8 chunks x 600 rows x 16 dims x 4 bytes = 300 KiB of dQ partials
+  bopt.dq_chunks = 8;  // 7 partial chunks x 600 rows x 16 dims x 4 bytes = 262 KiB of dQ partials
   const std::string bw = error_of([&] { p.backward(Options{}, bopt); });
   EXPECT_NE(bw.find("kattn::backward: the workspace (D, lse and dQ partials) needs"), std::string::npos) << bw;
   EXPECT_NE(bw.find("use the query-pass or atomic dQ strategy"), std::string::npos) << bw;

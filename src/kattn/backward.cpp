@@ -50,21 +50,24 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
   const std::size_t rows = std::size_t(f.heads_kv) * plan.ws_rows;
   {
     const std::uint64_t row_values = saturating_mul(f.heads_kv, plan.ws_rows);
-    const bool partials = plan.dq == DqStrategy::key_chunks && f.q_len > 0;
-    const std::uint64_t values = saturating_add(
-        saturating_mul(2, row_values), partials ? saturating_mul(saturating_mul(plan.chunks, row_values), plan.geo.kp_dims) : 0);
+    const bool partials = plan.dq == DqStrategy::key_chunks && plan.chunks > 1 && f.q_len > 0;
+    const std::uint64_t values =
+        saturating_add(saturating_mul(2, row_values),
+                       partials ? saturating_mul(saturating_mul(plan.chunks - 1, row_values), plan.geo.kp_dims) : 0);
     require_memory<typename ExecSpace::memory_space>(
         saturating_mul(values, sizeof(T)), "kattn::backward: the workspace (D, lse and dQ partials)",
-        concat(f.q_total, " query rows x ", f.heads_q, " heads x (2", partials ? concat(" + ", plan.chunks, " chunks x ", plan.geo.kp_dims, " dims") : std::string(),
+        concat(f.q_total, " query rows x ", f.heads_q, " heads x (2",
+               partials ? concat(" + ", plan.chunks - 1, " chunks x ", plan.geo.kp_dims, " dims") : std::string(),
                ") values of ", sizeof(T), " bytes"),
         "use the query-pass or atomic dQ strategy (no dQ partials) or fewer sequences");
   }
   Array lse2(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::backward::lse2"), rows);
   Array di(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::backward::D"), rows);
   Array dq_partials;
-  if (plan.dq == DqStrategy::key_chunks && f.q_len > 0)  // zero-initialised: the key pass adds into it
+  if (plan.dq == DqStrategy::key_chunks && plan.chunks > 1 &&
+      f.q_len > 0)  // zero-initialised: the key pass adds into it
     dq_partials = Array(Kokkos::view_alloc(space, "kattn::backward::dq_partials"),
-                        std::size_t(plan.chunks) * rows * plan.geo.kp_dims);
+                        std::size_t(plan.chunks - 1) * rows * plan.geo.kp_dims);
   Kokkos::View<int*, typename ExecSpace::memory_space> bad_keys(Kokkos::view_alloc(space, "kattn::backward::bad_keys"),
                                                                 std::size_t(f.batch) * f.heads_kv * f.head_dim);
   BackwardWorkspace<T> ws;
@@ -84,7 +87,7 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
   const KeyWindow window = KeyWindow::from(opt);
 
   if (f.q_len > 0) {
-    BackwardPrepare<ExecSpace, T> prep{p, ws, plan.dq == DqStrategy::atomic};
+    BackwardPrepare<ExecSpace, T> prep{p, ws, plan.dq != DqStrategy::query_pass};
     Kokkos::parallel_for("kattn::backward::prepare", Policy(space, prep.league_size(), Kokkos::AUTO), prep);
   }
   // Options::progress on a dense problem: each pass in pieces of tiles, reported after each;

@@ -5,7 +5,8 @@
 //   S = Q K^T, dP = dO V^T                 (rows x keys: the keys are the vector lanes)
 //   P = 2^(S - lse2), dS = scale P (dP - D) [x softcap derivative]   (backward_steps.hpp)
 //   dV += P^T dO, dK += dS^T Q             (keys x dims: the head dim is the lanes)
-//   dQ = dS K, added to memory             (rows x dims; key_chunks / atomic only)
+//   dQ = dS K, added to memory             (rows x dims; key_chunks / atomic only: chunk 0 into
+//                                          dQ itself, chunks 1, 2, ... into partials)
 //
 // Rows are (position, head) pairs of the KV head's GQA group, so dK and dV sum over the group's
 // query heads inside the team, with no atomics and in a fixed order. Query tiles are aligned to
@@ -178,10 +179,12 @@ struct BackwardKeyPass {
       DimLanesGemm::invoke(member, m_rows, geo.kp_dims, n_keys, s.dp, geo.kp_keys, 1, s.k, geo.kp_dims, s.dq,
                            geo.kp_dims, static_cast<const T*>(nullptr));
       member.team_barrier();
-      if (dq == DqStrategy::key_chunks)
-        add_dq_partial(member, b, hk, c, t0, n_rows, s);
-      else
+      if (dq == DqStrategy::atomic)
         add_dq_atomically(member, b, hk, t0, n_rows, s);
+      else if (c == 0)
+        add_dq_in_place(member, b, hk, t0, n_rows, s);
+      else
+        add_dq_partial(member, b, hk, c, t0, n_rows, s);
     }
     member.team_barrier();
   }
@@ -332,7 +335,20 @@ struct BackwardKeyPass {
     });
   }
 
-  // Only this team writes chunk c's rows of (b, hk): a plain read-modify-write, in tile order.
+  // Only this team writes chunk 0's rows of (b, hk), straight into dQ (zeroed by the prepare pass):
+  // a plain read-modify-write, in tile order. With one chunk there is no partial array to allocate,
+  // zero and sum.
+  KOKKOS_INLINE_FUNCTION void add_dq_in_place(const Member& member, int b, int hk, std::int64_t t0, int n_rows,
+                                              const Tiles& s) const {
+    const int G = p.fwd.group_size();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n_rows), [&](const int r) {
+      T* out = p.dq_ptr(b, (t0 + r) / G, hk * G + static_cast<int>((t0 + r) % G));
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.fwd.head_dim),
+                           [&](const int d) { out[d] += s.dq[r * geo.kp_dims + d]; });
+    });
+  }
+
+  // Only this team writes chunk c's (c >= 1) rows of (b, hk): as above, into its partial array.
   KOKKOS_INLINE_FUNCTION void add_dq_partial(const Member& member, int b, int hk, int c, std::int64_t t0, int n_rows,
                                              const Tiles& s) const {
     T* part = ws.dq_row(p.fwd, c, b, hk, t0);  // rows t0 .. t0 + n_rows are contiguous

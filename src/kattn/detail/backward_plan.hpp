@@ -92,7 +92,7 @@ struct BackwardPlan {
   std::int64_t ws_rows = 0;   // rows per KV head of the row-indexed workspaces
   int key_scratch_level = 0, query_scratch_level = 0;
   std::size_t key_scratch_bytes = 0, query_scratch_bytes = 0;
-  std::size_t workspace_bytes = 0;  // dQ partials, D and lse2 arrays
+  std::size_t workspace_bytes = 0;  // D and lse2 arrays, dQ partials of chunks 1 .. chunks - 1
 };
 
 template <class ExecSpace, class T>
@@ -162,7 +162,7 @@ BackwardPlan plan_backward(const ExecSpace& space, int batch, int heads_kv, int 
   plan.row_tiles = static_cast<int>((q_len * group + bq - 1) / bq);
   if (plan.dq == DqStrategy::key_chunks) {
     // Enough teams to fill a node when the batch has few heads, never more than the key tiles,
-    // and at most backward_max_dq_chunks partial dQ arrays. Depends on the problem only, so the
+    // and at most backward_max_dq_chunks chunks. Depends on the problem only, so the
     // result is the same for every thread count.
     const int teams = static_cast<int>(
         std::min<std::int64_t>(INT32_MAX, std::max<std::int64_t>(1, std::int64_t(batch) * heads_kv)));
@@ -176,7 +176,9 @@ BackwardPlan plan_backward(const ExecSpace& space, int batch, int heads_kv, int 
   plan.ws_rows = q_total * group;
   const std::size_t rows = std::size_t(heads_kv) * plan.ws_rows;
   plan.workspace_bytes = 2 * rows * sizeof(T);
-  if (plan.dq == DqStrategy::key_chunks) plan.workspace_bytes += std::size_t(plan.chunks) * rows * plan.geo.kp_dims * sizeof(T);
+  // Chunk 0 adds straight into dQ: one chunk needs no partials.
+  if (plan.dq == DqStrategy::key_chunks)
+    plan.workspace_bytes += std::size_t(plan.chunks - 1) * rows * plan.geo.kp_dims * sizeof(T);
   return plan;
 }
 

@@ -1,10 +1,10 @@
 // The backward's two per-row kernels around the tile passes, one team per (sequence, query
 // position), a thread per head:
 //   BackwardPrepare: D = rowsum(dO * O) and lse2 (the LSE in log2 units, +inf for a row that saw
-//     no key) into the workspace; for the atomic strategy also dQ = 0.
-//   BackwardSumDq: dQ = the chunks' partial dQ summed in chunk order (key_chunks; with 0 chunks
-//     the atomic strategy's dQ stays in place), element d NaN for every row of a KV head that has a
-//     key whose k[d] is not finite (backward_nonfinite.hpp).
+//     no key) into the workspace; dQ = 0 where the key pass adds into it (key_chunks, atomic).
+//   BackwardSumDq: dQ (chunk 0's sum, key_chunks) plus the partial dQ of chunks 1, 2, ... in chunk
+//     order (with 1 chunk, or 0 for the atomic strategy, dQ stays in place), element d NaN for every
+//     row of a KV head that has a key whose k[d] is not finite (backward_nonfinite.hpp).
 // Every sum runs in a fixed order on one thread, so the results never depend on the schedule.
 #pragma once
 
@@ -75,8 +75,8 @@ struct BackwardSumDq {
       const std::int64_t t = i * G + h % G;
       const int* bad_k = ws.bad_keys_of(p.fwd, b, h / G);
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.fwd.head_dim), [&](const int d) {
-        if (chunks > 0) {
-          T sum = ws.dq_row(p.fwd, 0, b, h / G, t)[d];
+        if (chunks > 1) {
+          T sum = dq[d];
           for (int c = 1; c < chunks; ++c) sum += ws.dq_row(p.fwd, c, b, h / G, t)[d];
           dq[d] = sum;
         }
