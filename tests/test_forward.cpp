@@ -1,10 +1,12 @@
 // The tiled forward against the float64 textbook reference: shapes, GQA, masks, tile sizes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 #include <vector>
 
 #include "kattn/attention.hpp"
+#include "kattn/core/key_window.hpp"
 #include "support.hpp"
 
 namespace kattn {
@@ -57,6 +59,48 @@ TEST(Forward, DoubleMatchesReferenceForTilesFromOneKeyToTheWholeSequence) {
         check_forward<double>(s, o);
       }
     }
+}
+
+// Tiles the window cuts compute only the keys each block of rows may see (the rest is masked):
+// tiles of many row blocks, rows that are (position, head) pairs of a GQA group, diagonals moved
+// by Nq != Nk and by a shift, head dims that are whole vectors and not.
+TEST(Forward, TilesTheWindowCutsMatchReference) {
+  const std::vector<Shape> shapes = {{2, 300, 280, 8, 2, 64}, {1, 77, 333, 4, 4, 72}, {1, 260, 260, 2, 1, 128}};
+  const std::vector<Options> variants = option_variants();
+  for (const Shape& s : shapes)
+    for (int v : {1, 2, 4, 5, 9, 10})
+      for (int bq : {64, 256})
+        for (int bk : {32, 128}) {
+          Options o = variants[v];
+          o.block_q = bq;
+          o.block_k = bk;
+          check_forward<float>(s, o);
+          if (bq == 64) check_forward<double>(s, o);
+        }
+}
+
+TEST(KeyWindow, TileKeysOfRowsHoldEveryKeyTheRowsSee) {
+  for (const Options& o : option_variants()) {
+    const KeyWindow window = KeyWindow::from(o);
+    for (std::int64_t q_len : {1, 20, 45})
+      for (std::int64_t kv_len : {1, 20, 45})
+        for (std::int64_t kb = 0; kb < kv_len; kb += 7)
+          for (std::int64_t i0 = 0; i0 < q_len; i0 += 3)
+            for (std::int64_t i1 = i0; i1 < q_len; i1 += 5) {
+              const int n_keys = static_cast<int>(std::min<std::int64_t>(7, kv_len - kb));
+              int lo = 0, hi = 0;
+              window.tile_keys_of_rows(i0, i1, kb, n_keys, q_len, kv_len, lo, hi);
+              ASSERT_LE(0, lo);
+              ASSERT_LE(lo, hi);
+              ASSERT_LE(hi, n_keys);
+              for (std::int64_t i = i0; i <= i1; ++i)
+                for (int j = 0; j < n_keys; ++j)
+                  if (window.visible(i, kb + j, q_len, kv_len)) {
+                    ASSERT_TRUE(lo <= j && j < hi) << "query " << i << " key " << kb + j << " outside [" << lo << ", "
+                                                   << hi << ") of rows " << i0 << ".." << i1;
+                  }
+            }
+  }
 }
 
 TEST(Forward, FloatWithinRelativeBound) {

@@ -64,6 +64,14 @@ struct KeyWindow {
     begin = static_cast<int>(f < 0 ? 0 : (f > n_keys ? n_keys : f));
     end = static_cast<int>(l < begin ? begin : (l > n_keys ? n_keys : l));
   }
+  // The keys of that tile some query of [i_first, i_last] may see lie in [begin, end): from the
+  // first query's first key to the last query's last (both move right with i). A superset.
+  KATTN_CORE_INLINE void tile_keys_of_rows(std::int64_t i_first, std::int64_t i_last, std::int64_t kb, int n_keys,
+                                           std::int64_t q_len, std::int64_t kv_len, int& begin, int& end) const {
+    int unused = 0;
+    tile_keys(i_first, kb, n_keys, q_len, kv_len, begin, unused);
+    tile_keys(i_last, kb, n_keys, q_len, kv_len, unused, end);
+  }
   // Whether every query of [i_first, i_last] sees all n_keys keys from kb (then no mask is needed).
   KATTN_CORE_INLINE bool rows_see_whole_tile(std::int64_t i_first, std::int64_t i_last, std::int64_t kb, int n_keys,
                                              std::int64_t q_len, std::int64_t kv_len) const {

@@ -159,7 +159,10 @@ struct RowTiles : TileArgs<T, Q, KV> {
   }
 
   // S = Q K^T for every head of the team, keys in memory order.
-  KOKKOS_INLINE_FUNCTION void scores(const Member& member, const Tiles& s, const Cursor& c, int keys) const {
+  // The keys each row sees (the trimming of the column layout) are not used: a row tile is one row per head.
+  template <class Seen>
+  KOKKOS_INLINE_FUNCTION void scores(const Member& member, const Tiles& s, const Cursor& c, int keys, bool,
+                                     const Seen&) const {
     if (pair_order<T>(geo)) {
       pair_scores<Member, T>(
           member, geo, keys, keys_ahead(), [&](int hl) { return static_cast<const T*>(head(s, hl).q); },
@@ -181,7 +184,9 @@ struct RowTiles : TileArgs<T, Q, KV> {
     exponentiate_rows(member, geo, keys, h.s, h.tile_max, h.l);
   }
   // O = diag(alpha) O + P V, the next tile's V rows prefetched.
-  KOKKOS_INLINE_FUNCTION void values(const Member& member, const Head& h, const Cursor& c, int hl, int n_keys) const {
+  template <class Seen>
+  KOKKOS_INLINE_FUNCTION void values(const Member& member, const Head& h, const Cursor& c, int hl, int n_keys, bool,
+                                     const Seen&) const {
     row_values(member, geo, n_keys, h.s, c.vrow, v_head_offset(hl), h.o, h.alpha, c.vnext, c.n_next);
   }
 

@@ -88,6 +88,7 @@ struct TileLoop : Layout {
                                      this->chunk, g.block_q, g.block_k, this->heads());
     if (w.n_rows == 0) return;
     const Tiles s = this->carve(member);
+    const int G = this->p.group_size();
     for (int hl = 0; hl < this->heads(); ++hl) load_queries(member, w, this->head(s, hl), w.hk + hl);
     member.team_barrier();
     const BlockSparse::Rows mrows =
@@ -103,15 +104,24 @@ struct TileLoop : Layout {
       this->stage(member, w, kb, n_keys, next, n_next, s, c);
       const int keys = this->score_keys(n_keys);  // scored keys: n_keys and the padding
       // Only tiles that some row does not see whole need masking (padding keys included).
-      const bool masked = keys != n_keys ||
-                          !this->window.rows_see_whole_tile(w.i_first, w.i_last, kb, n_keys, w.q_len, w.kv_len) ||
-                          (this->bs.active() && !this->bs.all_listed(mrows, kb, kb + n_keys - 1));
-      this->scores(member, s, c, keys);
+      const bool windowed = !this->window.rows_see_whole_tile(w.i_first, w.i_last, kb, n_keys, w.q_len, w.kv_len);
+      const bool masked =
+          keys != n_keys || windowed || (this->bs.active() && !this->bs.all_listed(mrows, kb, kb + n_keys - 1));
+      // On a tile the window cuts (the causal diagonal), the keys rows [r0, r1) may see: layouts
+      // skip the products' parts outside them, which the mask sets to -inf (and P to 0) anyway.
+      const auto seen = [&](int r0, int r1, int& lo, int& hi) {
+        r1 = r1 < w.n_rows ? r1 : w.n_rows;
+        lo = hi = 0;  // padding rows see nothing
+        if (r0 < r1)
+          this->window.tile_keys_of_rows((w.t0 + r0) / G, (w.t0 + r1 - 1) / G, kb, n_keys, w.q_len, w.kv_len, lo, hi);
+      };
+      this->scores(member, s, c, keys, windowed, seen);
       member.team_barrier();
       // Layouts that read V in one pass for all heads (one-row-per-head decode) fold P V after
       // every head's softmax; masked tiles take the per-head path with its NaN policy.
       const bool together = !masked && this->values_of_heads_together();
-      for (int hl = 0; hl < this->heads(); ++hl) fold_head(member, w, kb, n_keys, keys, masked, !together, s, c, hl);
+      for (int hl = 0; hl < this->heads(); ++hl)
+        fold_head(member, w, kb, n_keys, keys, masked, windowed, seen, !together, s, c, hl);
       if (together) {
         this->values_of_heads(member, s, c, n_keys);
         member.team_barrier();
@@ -134,8 +144,10 @@ struct TileLoop : Layout {
   }
 
   // The scores of KV head hl of the team folded into its rows' states and output.
+  template <class Seen>
   KOKKOS_INLINE_FUNCTION void fold_head(const Member& member, const TileWork& w, std::int64_t kb, int n_keys, int keys,
-                                        bool masked, bool fold_values, const Tiles& s, const Cursor& c, int hl) const {
+                                        bool masked, bool windowed, const Seen& seen, bool fold_values, const Tiles& s,
+                                        const Cursor& c, int hl) const {
     const Head h = this->head(s, hl);
     if (this->cap_log2 != T(0)) {
       this->softcap(member, h, keys);
@@ -156,7 +168,7 @@ struct TileLoop : Layout {
     if (masked && !values_finite<Member, T>(member, n_keys, this->p.head_dim, v_at))
       values_over_seen_keys(member, w, kb, n_keys, h, w.hk + hl, v_at);
     else
-      this->values(member, h, c, hl, n_keys);
+      this->values(member, h, c, hl, n_keys, windowed, seen);
     member.team_barrier();
   }
 
