@@ -179,10 +179,8 @@ struct BackwardKeyPass {
       DimLanesGemm::invoke(member, m_rows, geo.kp_dims, n_keys, s.dp, geo.kp_keys, 1, s.k, geo.kp_dims, s.dq,
                            geo.kp_dims, static_cast<const T*>(nullptr));
       member.team_barrier();
-      if (dq == DqStrategy::atomic)
-        add_dq_atomically(member, b, hk, t0, n_rows, s);
-      else if (c == 0)
-        add_dq_in_place(member, b, hk, t0, n_rows, s);
+      if (dq == DqStrategy::atomic || c == 0)
+        add_dq_to_output(member, b, hk, t0, n_rows, s, dq == DqStrategy::atomic);
       else
         add_dq_partial(member, b, hk, c, t0, n_rows, s);
     }
@@ -335,36 +333,31 @@ struct BackwardKeyPass {
     });
   }
 
-  // Only this team writes chunk 0's rows of (b, hk), straight into dQ (zeroed by the prepare pass):
-  // a plain read-modify-write, in tile order. With one chunk there is no partial array to allocate,
-  // zero and sum.
-  KOKKOS_INLINE_FUNCTION void add_dq_in_place(const Member& member, int b, int hk, std::int64_t t0, int n_rows,
-                                              const Tiles& s) const {
+  // The tile's dQ added to dQ itself (zeroed by the prepare pass): by atomics, or for key chunk 0,
+  // whose rows of (b, hk) only this team writes, a plain read-modify-write in tile order (with one
+  // chunk there is no partial array to allocate, zero and sum).
+  KOKKOS_INLINE_FUNCTION void add_dq_to_output(const Member& member, int b, int hk, std::int64_t t0, int n_rows,
+                                               const Tiles& s, bool atomic) const {
     const int G = p.fwd.group_size();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n_rows), [&](const int r) {
       T* out = p.dq_ptr(b, (t0 + r) / G, hk * G + static_cast<int>((t0 + r) % G));
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.fwd.head_dim),
-                           [&](const int d) { out[d] += s.dq[r * geo.kp_dims + d]; });
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.fwd.head_dim), [&](const int d) {
+        if (atomic)
+          Kokkos::atomic_add(out + d, s.dq[r * geo.kp_dims + d]);
+        else
+          out[d] += s.dq[r * geo.kp_dims + d];
+      });
     });
   }
 
-  // Only this team writes chunk c's (c >= 1) rows of (b, hk): as above, into its partial array.
+  // Only this team writes chunk c's (c >= 1) rows of (b, hk): a plain read-modify-write in tile
+  // order, into its partial array.
   KOKKOS_INLINE_FUNCTION void add_dq_partial(const Member& member, int b, int hk, int c, std::int64_t t0, int n_rows,
                                              const Tiles& s) const {
     T* part = ws.dq_row(p.fwd, c, b, hk, t0);  // rows t0 .. t0 + n_rows are contiguous
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n_rows), [&](const int r) {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, geo.kp_dims),
                            [&](const int d) { part[r * geo.kp_dims + d] += s.dq[r * geo.kp_dims + d]; });
-    });
-  }
-
-  KOKKOS_INLINE_FUNCTION void add_dq_atomically(const Member& member, int b, int hk, std::int64_t t0, int n_rows,
-                                                const Tiles& s) const {
-    const int G = p.fwd.group_size();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n_rows), [&](const int r) {
-      T* out = p.dq_ptr(b, (t0 + r) / G, hk * G + static_cast<int>((t0 + r) % G));
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, p.fwd.head_dim),
-                           [&](const int d) { Kokkos::atomic_add(out + d, s.dq[r * geo.kp_dims + d]); });
     });
   }
 };
