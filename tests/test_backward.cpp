@@ -106,6 +106,25 @@ TEST(Backward, KeyChunksFromOneToMoreThanTheKeyTiles) {
   check_backward<double>({2, 33, 41, 4, 2, 16}, o, chunked);
 }
 
+// Tiles the window cuts compute only the keys (and rows) the other side sees: tiles of many
+// micro-tiles, GQA rows, diagonals moved by Nq != Nk and a shift, every dQ strategy.
+TEST(Backward, TilesTheWindowCutsMatchTextbook) {
+  const std::vector<Shape> shapes = {{2, 200, 180, 8, 2, 64}, {1, 77, 233, 4, 4, 72}};
+  const std::vector<Options> all = option_variants();
+  for (const Shape& s : shapes)
+    for (int v : {1, 2, 4, 5, 9, 10})
+      for (int bk : {32, 128}) {
+        Options o = all[v];
+        o.block_q = 128;
+        o.block_k = bk;
+        check_backward<float>(s, o);
+        if (bk == 32) {
+          o.block_q = 64;
+          check_backward<double>(s, o);
+        }
+      }
+}
+
 TEST(Backward, OneKeyChunkAddsStraightIntoDqWithoutPartials) {
   // 16 (sequence, KV head) pairs plan one chunk on the host: no partial dQ array, only D and lse.
   const Shape s{8, 70, 90, 4, 2, 32};

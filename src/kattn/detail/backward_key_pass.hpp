@@ -158,10 +158,50 @@ struct BackwardKeyPass {
     const int m_rows = (n_rows + R - 1) / R * R;  // rows the products compute (padding rows give P = 0)
     load_rows(member, b, hk, t0, m_rows, n_rows, s);
     member.team_barrier();
-    KeyLanesGemm::invoke(member, m_rows, geo.kp_keys, D, s.q, geo.kp_dims, 1, s.kt, geo.kp_keys, s.s, geo.kp_keys,
-                         static_cast<const T*>(nullptr));
-    KeyLanesGemm::invoke(member, m_rows, geo.kp_keys, D, s.dout, geo.kp_dims, 1, s.vt, geo.kp_keys, s.dp, geo.kp_keys,
-                         static_cast<const T*>(nullptr));
+    // On a tile the window cuts (the causal diagonal), each product computes only the keys (or
+    // rows) the other side can see: the gradient rows set the rest of S to -inf, so P = dS = 0.
+    const int G = p.fwd.group_size();
+    const bool windowed = !window.rows_see_whole_tile(t0 / G, (t0 + n_rows - 1) / G, kb, n_keys, q_len, kv_len);
+    const auto keys_of_rows = [&](int r0, int r1, int& lo, int& hi) {  // keys rows [r0, r1) see
+      r1 = r1 < n_rows ? r1 : n_rows;
+      lo = hi = 0;
+      if (r0 < r1) window.tile_keys_of_rows((t0 + r0) / G, (t0 + r1 - 1) / G, kb, n_keys, q_len, kv_len, lo, hi);
+      return lo < hi;
+    };
+    const auto rows_of_keys = [&](int j0, int j1, int& lo, int& hi) {  // rows that see keys [j0, j1)
+      j1 = j1 < n_keys ? j1 : n_keys;
+      lo = hi = 0;
+      if (j0 >= j1) return false;
+      const std::int64_t first = window.first_query(kb + j0, q_len, kv_len) * G - t0;
+      const std::int64_t last = (window.last_query(kb + j1 - 1, q_len, kv_len) + 1) * G - t0;
+      lo = static_cast<int>(first < 0 ? 0 : (first < n_rows ? first : n_rows));
+      hi = static_cast<int>(last < lo ? lo : (last < n_rows ? last : n_rows));
+      return lo < hi;
+    };
+    const auto scores_span = [&](int m, int n, int&, int&) {
+      int lo = 0, hi = 0;
+      return keys_of_rows(m, m + KeyLanesGemm::rows, lo, hi) && n < hi && n + KeyLanesGemm::cols > lo;
+    };
+    const auto key_grads_span = [&](int m, int, int& lo, int& hi) {
+      return rows_of_keys(m, m + DimLanesGemm::rows, lo, hi);
+    };
+    const auto dq_span = [&](int m, int, int& lo, int& hi) {
+      keys_of_rows(m, m + DimLanesGemm::rows, lo, hi);
+      return true;  // rows that see no key get dQ = 0
+    };
+    if (windowed) {
+      KeyLanesGemm::template invoke_blocks<false>(member, m_rows, geo.kp_keys, D, s.q, geo.kp_dims, 1, s.kt,
+                                                  geo.kp_keys, s.s, geo.kp_keys, static_cast<const T*>(nullptr),
+                                                  scores_span);
+      KeyLanesGemm::template invoke_blocks<false>(member, m_rows, geo.kp_keys, D, s.dout, geo.kp_dims, 1, s.vt,
+                                                  geo.kp_keys, s.dp, geo.kp_keys, static_cast<const T*>(nullptr),
+                                                  scores_span);
+    } else {
+      KeyLanesGemm::invoke(member, m_rows, geo.kp_keys, D, s.q, geo.kp_dims, 1, s.kt, geo.kp_keys, s.s, geo.kp_keys,
+                           static_cast<const T*>(nullptr));
+      KeyLanesGemm::invoke(member, m_rows, geo.kp_keys, D, s.dout, geo.kp_dims, 1, s.vt, geo.kp_keys, s.dp, geo.kp_keys,
+                           static_cast<const T*>(nullptr));
+    }
     member.team_barrier();
     if (g.cap_log2 != T(0)) {
       softcap_tanh(member, s.s, m_rows * geo.kp_keys, g.inv_cap);
@@ -169,15 +209,29 @@ struct BackwardKeyPass {
     }
     gradient_rows(member, hk, kb, n_keys, t0, m_rows, n_rows, q_len, kv_len, s);
     member.team_barrier();
-    DimLanesGemm::accumulate(member, geo.kp_keys, geo.kp_dims, n_rows, s.s, 1, geo.kp_keys, s.dout, geo.kp_dims, s.dv,
-                             geo.kp_dims);
-    DimLanesGemm::accumulate(member, geo.kp_keys, geo.kp_dims, n_rows, s.dp, 1, geo.kp_keys, s.q, geo.kp_dims, s.dk,
-                             geo.kp_dims);
+    if (windowed) {
+      DimLanesGemm::template invoke_blocks<true>(member, geo.kp_keys, geo.kp_dims, n_rows, s.s, 1, geo.kp_keys, s.dout,
+                                                 geo.kp_dims, s.dv, geo.kp_dims, static_cast<const T*>(nullptr),
+                                                 key_grads_span);
+      DimLanesGemm::template invoke_blocks<true>(member, geo.kp_keys, geo.kp_dims, n_rows, s.dp, 1, geo.kp_keys, s.q,
+                                                 geo.kp_dims, s.dk, geo.kp_dims, static_cast<const T*>(nullptr),
+                                                 key_grads_span);
+    } else {
+      DimLanesGemm::accumulate(member, geo.kp_keys, geo.kp_dims, n_rows, s.s, 1, geo.kp_keys, s.dout, geo.kp_dims, s.dv,
+                               geo.kp_dims);
+      DimLanesGemm::accumulate(member, geo.kp_keys, geo.kp_dims, n_rows, s.dp, 1, geo.kp_keys, s.q, geo.kp_dims, s.dk,
+                               geo.kp_dims);
+    }
     if (dq != DqStrategy::query_pass) {
       // The tile's dQ in scratch first, then one streaming add to memory: accumulating straight
       // into the partial array would make every micro-tile wait for its C rows from memory.
-      DimLanesGemm::invoke(member, m_rows, geo.kp_dims, n_keys, s.dp, geo.kp_keys, 1, s.k, geo.kp_dims, s.dq,
-                           geo.kp_dims, static_cast<const T*>(nullptr));
+      if (windowed)
+        DimLanesGemm::template invoke_blocks<false>(member, m_rows, geo.kp_dims, n_keys, s.dp, geo.kp_keys, 1, s.k,
+                                                    geo.kp_dims, s.dq, geo.kp_dims, static_cast<const T*>(nullptr),
+                                                    dq_span);
+      else
+        DimLanesGemm::invoke(member, m_rows, geo.kp_dims, n_keys, s.dp, geo.kp_keys, 1, s.k, geo.kp_dims, s.dq,
+                             geo.kp_dims, static_cast<const T*>(nullptr));
       member.team_barrier();
       if (dq == DqStrategy::atomic || c == 0)
         add_dq_to_output(member, b, hk, t0, n_rows, s, dq == DqStrategy::atomic);
@@ -200,6 +254,7 @@ struct BackwardKeyPass {
       if (!full) {
         const std::int64_t i = (t0 + (r < n_rows ? r : 0)) / G;
         window.tile_keys(i, kb, n_keys, q_len, kv_len, begin, end);
+        if (r >= n_rows) begin = end = 0;  // a padding row sees nothing (its scores may not be computed)
         if (bs.active() && r < n_rows) {
           T* row = s.s + r * geo.kp_keys;
           bs.for_unlisted(hk * G + static_cast<int>((t0 + r) % G), i, kb, n_keys, [&](const int a, const int z) {

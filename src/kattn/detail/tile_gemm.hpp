@@ -87,6 +87,7 @@ KOKKOS_INLINE_FUNCTION void micro_gemm(int K, const T* KOKKOS_RESTRICT A, std::p
 
 template <int R, int J>
 struct TeamTileGemm {
+  static constexpr int rows = R, cols = J;  // of a micro-tile
   template <class Member, class T>
   KOKKOS_INLINE_FUNCTION static void invoke(const Member& member, int M, int N, int K, const T* A, std::ptrdiff_t a_m,
                                             std::ptrdiff_t a_k, const T* B, int ldb, T* C, int ldc,
@@ -102,44 +103,27 @@ struct TeamTileGemm {
     });
   }
 
-  // invoke() where the columns [n, n + J) of C are needed only in rows [lo, hi), from
-  // rows(n, n + J, lo, hi): micro-tiles wholly outside are not computed (the caller overwrites
-  // that part of C, as a mask does).
-  template <class Member, class T, class Rows>
-  KOKKOS_INLINE_FUNCTION static void invoke_rows(const Member& member, int M, int N, int K, const T* A,
-                                                 std::ptrdiff_t a_m, std::ptrdiff_t a_k, const T* B, int ldb, T* C,
-                                                 int ldc, const Rows& rows) {
-    const int row_blocks = M / R;
-    const int col_blocks = N / J;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, row_blocks * col_blocks), [&](const int blk) {
-      const int cb = blk / row_blocks;
-      const int rb = blk - cb * row_blocks;
-      int lo = 0, hi = 0;
-      rows(cb * J, cb * J + J, lo, hi);
-      if (rb * R >= hi || rb * R + R <= lo) return;
-      micro_gemm<T, R, J>(K, A + rb * R * a_m, a_m, a_k, B + cb * J, ldb, C + rb * R * ldc + cb * J, ldc,
-                          static_cast<const T*>(nullptr));
-    });
-  }
-
-  // invoke() where the rows of B outside [lo, hi) are zero in columns [n, n + J), from
-  // inner(n, n + J, lo, hi): each column block sums over its k in [lo, hi) only. The terms left
-  // out are exact zeros, so C is what invoke() gives (up to the sign of a zero).
-  template <class Member, class T, class Inner>
-  KOKKOS_INLINE_FUNCTION static void invoke_inner(const Member& member, int M, int N, int K, const T* A,
-                                                  std::ptrdiff_t a_m, std::ptrdiff_t a_k, const T* B, int ldb, T* C,
-                                                  int ldc, const T* col_scale, const Inner& inner) {
+  // invoke() (or accumulate()) where the caller knows parts of the product are not needed:
+  // span(m, n, lo, hi) for the R x J micro-tile at row m, column n returns false when its C is
+  // not needed (left as it was: the caller overwrites it, as a mask does), else narrows its sum
+  // to k in [lo, hi) (preset to [0, K)), where the caller knows the other terms are exact zeros,
+  // so C is what invoke() gives, up to the sign of a zero. Masked tiles use it to compute only
+  // the keys their rows see.
+  template <bool Accumulate, class Member, class T, class Span>
+  KOKKOS_INLINE_FUNCTION static void invoke_blocks(const Member& member, int M, int N, int K, const T* A,
+                                                   std::ptrdiff_t a_m, std::ptrdiff_t a_k, const T* B, int ldb, T* C,
+                                                   int ldc, const T* col_scale, const Span& span) {
     const int row_blocks = M / R;
     const int col_blocks = N / J;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, row_blocks * col_blocks), [&](const int blk) {
       const int cb = blk / row_blocks;
       const int rb = blk - cb * row_blocks;
       int lo = 0, hi = K;
-      inner(cb * J, cb * J + J, lo, hi);
+      if (!span(rb * R, cb * J, lo, hi)) return;
       hi = hi < K ? hi : K;
-      lo = lo < hi ? lo : hi;
-      micro_gemm<T, R, J>(hi - lo, A + rb * R * a_m + lo * a_k, a_m, a_k, B + lo * ldb + cb * J, ldb,
-                          C + rb * R * ldc + cb * J, ldc, col_scale ? col_scale + cb * J : nullptr);
+      lo = lo < 0 ? 0 : (lo < hi ? lo : hi);
+      micro_gemm<T, R, J, Accumulate>(hi - lo, A + rb * R * a_m + lo * a_k, a_m, a_k, B + lo * ldb + cb * J, ldb,
+                                      C + rb * R * ldc + cb * J, ldc, col_scale ? col_scale + cb * J : nullptr);
     });
   }
 
