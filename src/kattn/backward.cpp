@@ -64,8 +64,8 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
   Array lse2(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::backward::lse2"), rows);
   Array di(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::backward::D"), rows);
   Array dq_partials;
-  if (plan.dq == DqStrategy::key_chunks && plan.chunks > 1 &&
-      f.q_len > 0)  // zero-initialised: the key pass adds into it
+  // Chunks 1.. only (chunk 0 adds into dQ), zero-initialised: the key pass adds into them.
+  if (plan.dq == DqStrategy::key_chunks && plan.chunks > 1 && f.q_len > 0)
     dq_partials = Array(Kokkos::view_alloc(space, "kattn::backward::dq_partials"),
                         std::size_t(plan.chunks - 1) * rows * plan.geo.kp_dims);
   Kokkos::View<int*, typename ExecSpace::memory_space> bad_keys(Kokkos::view_alloc(space, "kattn::backward::bad_keys"),

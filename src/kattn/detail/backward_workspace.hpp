@@ -1,6 +1,7 @@
 // The backward pass's row-indexed workspaces: lse2 and D per query row, and (key_chunks) the
-// partial dQ of key chunks 1, 2, ... (chunk 0 adds straight into dQ). Rows are (position, head of the GQA group) pairs,
-// position-major as in the tiled kernels, so the rows of one tile are contiguous.
+// partial dQ of key chunks 1, 2, ... (chunk 0 adds straight into dQ). Rows are (position, head
+// of the GQA group) pairs, position-major as in the tiled kernels, so the rows of one tile are
+// contiguous.
 #pragma once
 
 #include <Kokkos_Core.hpp>

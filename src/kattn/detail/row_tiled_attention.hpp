@@ -158,8 +158,8 @@ struct RowTiles : TileArgs<T, Q, KV> {
     return ahead < 1 ? 1 : ahead > std::size_t(geo.keys_p) ? geo.keys_p : static_cast<int>(ahead);
   }
 
-  // S = Q K^T for every head of the team, keys in memory order.
-  // The keys each row sees (the trimming of the column layout) are not used: a row tile is one row per head.
+  // S = Q K^T for every head of the team, keys in memory order. The keys each row sees (which
+  // the column layout uses to trim its products) are not used: a row tile is one row per head.
   template <class Seen>
   KOKKOS_INLINE_FUNCTION void scores(const Member& member, const Tiles& s, const Cursor& c, int keys, bool,
                                      const Seen&) const {
