@@ -23,6 +23,7 @@
 #include "kattn/backward_params.hpp"
 #include "kattn/compat.hpp"
 #include "kattn/core/key_window.hpp"
+#include "kattn/core/tile_visibility.hpp"
 #include "kattn/detail/backward_nonfinite.hpp"
 #include "kattn/detail/backward_plan.hpp"
 #include "kattn/detail/backward_steps.hpp"
@@ -160,33 +161,17 @@ struct BackwardKeyPass {
     member.team_barrier();
     // On a tile the window cuts (the causal diagonal), each product computes only the keys (or
     // rows) the other side can see: the gradient rows set the rest of S to -inf, so P = dS = 0.
-    const int G = p.fwd.group_size();
-    const bool windowed = !window.rows_see_whole_tile(t0 / G, (t0 + n_rows - 1) / G, kb, n_keys, q_len, kv_len);
-    const auto keys_of_rows = [&](int r0, int r1, int& lo, int& hi) {  // keys rows [r0, r1) see
-      r1 = r1 < n_rows ? r1 : n_rows;
-      lo = hi = 0;
-      if (r0 < r1) window.tile_keys_of_rows((t0 + r0) / G, (t0 + r1 - 1) / G, kb, n_keys, q_len, kv_len, lo, hi);
-      return lo < hi;
-    };
-    const auto rows_of_keys = [&](int j0, int j1, int& lo, int& hi) {  // rows that see keys [j0, j1)
-      j1 = j1 < n_keys ? j1 : n_keys;
-      lo = hi = 0;
-      if (j0 >= j1) return false;
-      const std::int64_t first = window.first_query(kb + j0, q_len, kv_len) * G - t0;
-      const std::int64_t last = (window.last_query(kb + j1 - 1, q_len, kv_len) + 1) * G - t0;
-      lo = static_cast<int>(first < 0 ? 0 : (first < n_rows ? first : n_rows));
-      hi = static_cast<int>(last < lo ? lo : (last < n_rows ? last : n_rows));
-      return lo < hi;
-    };
+    const TileVisibility vis{window, t0, p.fwd.group_size(), n_rows, kb, n_keys, q_len, kv_len};
+    const bool windowed = !vis.whole();
     const auto scores_span = [&](int m, int n, int&, int&) {
       int lo = 0, hi = 0;
-      return keys_of_rows(m, m + KeyLanesGemm::rows, lo, hi) && n < hi && n + KeyLanesGemm::cols > lo;
+      return vis.keys_of_rows(m, m + KeyLanesGemm::rows, lo, hi) && n < hi && n + KeyLanesGemm::cols > lo;
     };
     const auto key_grads_span = [&](int m, int, int& lo, int& hi) {
-      return rows_of_keys(m, m + DimLanesGemm::rows, lo, hi);
+      return vis.rows_of_keys(m, m + DimLanesGemm::rows, lo, hi);
     };
     const auto dq_span = [&](int m, int, int& lo, int& hi) {
-      keys_of_rows(m, m + DimLanesGemm::rows, lo, hi);
+      vis.keys_of_rows(m, m + DimLanesGemm::rows, lo, hi);
       return true;  // rows that see no key get dQ = 0
     };
     if (windowed) {

@@ -14,10 +14,10 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
-
 #include <cstdint>
 
 #include "kattn/compat.hpp"
+#include "kattn/core/tile_visibility.hpp"
 #include "kattn/detail/row_tiles.hpp"
 #include "kattn/detail/tile_loop.hpp"
 #include "kattn/detail/tuning.hpp"
@@ -160,9 +160,8 @@ struct RowTiles : TileArgs<T, Q, KV> {
 
   // S = Q K^T for every head of the team, keys in memory order. The keys each row sees (which
   // the column layout uses to trim its products) are not used: a row tile is one row per head.
-  template <class Seen>
   KOKKOS_INLINE_FUNCTION void scores(const Member& member, const Tiles& s, const Cursor& c, int keys, bool,
-                                     const Seen&) const {
+                                     const TileVisibility&) const {
     if (pair_order<T>(geo)) {
       pair_scores<Member, T>(
           member, geo, keys, keys_ahead(), [&](int hl) { return static_cast<const T*>(head(s, hl).q); },
@@ -184,9 +183,8 @@ struct RowTiles : TileArgs<T, Q, KV> {
     exponentiate_rows(member, geo, keys, h.s, h.tile_max, h.l);
   }
   // O = diag(alpha) O + P V, the next tile's V rows prefetched.
-  template <class Seen>
   KOKKOS_INLINE_FUNCTION void values(const Member& member, const Head& h, const Cursor& c, int hl, int n_keys, bool,
-                                     const Seen&) const {
+                                     const TileVisibility&) const {
     row_values(member, geo, n_keys, h.s, c.vrow, v_head_offset(hl), h.o, h.alpha, c.vnext, c.n_next);
   }
 

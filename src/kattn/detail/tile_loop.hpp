@@ -21,19 +21,19 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
-
 #include <cstdint>
 #include <type_traits>
 
 #include "kattn/compat.hpp"
+#include "kattn/core/attention_params.hpp"
 #include "kattn/core/key_window.hpp"
 #include "kattn/core/state.hpp"
 #include "kattn/core/storage.hpp"
+#include "kattn/core/tile_visibility.hpp"
 #include "kattn/detail/block_sparse.hpp"
 #include "kattn/detail/masked_values.hpp"
 #include "kattn/detail/online_softmax.hpp"
 #include "kattn/detail/tile_schedule.hpp"
-#include "kattn/core/attention_params.hpp"
 
 namespace kattn {
 namespace detail {
@@ -103,25 +103,20 @@ struct TileLoop : Layout {
       const int n_next = next <= w.hi ? w.keys_at(next, g.block_k) : 0;
       this->stage(member, w, kb, n_keys, next, n_next, s, c);
       const int keys = this->score_keys(n_keys);  // scored keys: n_keys and the padding
-      // Only tiles that some row does not see whole need masking (padding keys included).
-      const bool windowed = !this->window.rows_see_whole_tile(w.i_first, w.i_last, kb, n_keys, w.q_len, w.kv_len);
+      // Only tiles that some row does not see whole need masking (padding keys included). On a
+      // tile the window cuts (the causal diagonal), layouts skip the products' parts outside what
+      // vis says the rows and keys see, which the mask sets to -inf (and P to 0) anyway.
+      const TileVisibility vis{this->window, w.t0, G, w.n_rows, kb, n_keys, w.q_len, w.kv_len};
+      const bool windowed = !vis.whole();
       const bool masked =
           keys != n_keys || windowed || (this->bs.active() && !this->bs.all_listed(mrows, kb, kb + n_keys - 1));
-      // On a tile the window cuts (the causal diagonal), the keys rows [r0, r1) may see: layouts
-      // skip the products' parts outside them, which the mask sets to -inf (and P to 0) anyway.
-      const auto seen = [&](int r0, int r1, int& lo, int& hi) {
-        r1 = r1 < w.n_rows ? r1 : w.n_rows;
-        lo = hi = 0;  // padding rows see nothing
-        if (r0 < r1)
-          this->window.tile_keys_of_rows((w.t0 + r0) / G, (w.t0 + r1 - 1) / G, kb, n_keys, w.q_len, w.kv_len, lo, hi);
-      };
-      this->scores(member, s, c, keys, windowed, seen);
+      this->scores(member, s, c, keys, windowed, vis);
       member.team_barrier();
       // Layouts that read V in one pass for all heads (one-row-per-head decode) fold P V after
       // every head's softmax; masked tiles take the per-head path with its NaN policy.
       const bool together = !masked && this->values_of_heads_together();
       for (int hl = 0; hl < this->heads(); ++hl)
-        fold_head(member, w, kb, n_keys, keys, masked, windowed, seen, !together, s, c, hl);
+        fold_head(member, w, kb, n_keys, keys, masked, windowed, vis, !together, s, c, hl);
       if (together) {
         this->values_of_heads(member, s, c, n_keys);
         member.team_barrier();
@@ -144,10 +139,9 @@ struct TileLoop : Layout {
   }
 
   // The scores of KV head hl of the team folded into its rows' states and output.
-  template <class Seen>
   KOKKOS_INLINE_FUNCTION void fold_head(const Member& member, const TileWork& w, std::int64_t kb, int n_keys, int keys,
-                                        bool masked, bool windowed, const Seen& seen, bool fold_values, const Tiles& s,
-                                        const Cursor& c, int hl) const {
+                                        bool masked, bool windowed, const TileVisibility& vis, bool fold_values,
+                                        const Tiles& s, const Cursor& c, int hl) const {
     const Head h = this->head(s, hl);
     if (this->cap_log2 != T(0)) {
       this->softcap(member, h, keys);
@@ -168,7 +162,7 @@ struct TileLoop : Layout {
     if (masked && !values_finite<Member, T>(member, n_keys, this->p.head_dim, v_at))
       values_over_seen_keys(member, w, kb, n_keys, h, w.hk + hl, v_at);
     else
-      this->values(member, h, c, hl, n_keys, windowed, seen);
+      this->values(member, h, c, hl, n_keys, windowed, vis);
     member.team_barrier();
   }
 

@@ -11,6 +11,7 @@
 
 #include "kattn/compat.hpp"
 #include "kattn/core/state.hpp"
+#include "kattn/core/tile_visibility.hpp"
 #include "kattn/detail/online_softmax.hpp"
 #include "kattn/detail/simd.hpp"
 #include "kattn/detail/tile_gemm.hpp"
@@ -205,17 +206,16 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
   }
 
   // S^T = K Q^T; on a tile the window cuts (windowed), only the micro-tiles holding a key some
-  // query of their columns sees (seen(r0, r1, lo, hi)): the mask sets the rest.
-  template <class Seen>
+  // query of their columns sees: the mask sets the rest.
   KOKKOS_INLINE_FUNCTION void scores(const Member& member, const Tiles& s, const Cursor& c, int keys, bool windowed,
-                                     const Seen& seen) const {
+                                     const TileVisibility& vis) const {
     if (windowed)
       TeamTileGemm<R, J>::template invoke_blocks<false>(member, keys, geo.rows_p, this->p.head_dim, c.k, c.k_row, 1,
                                                         s.qt, geo.rows_p, s.st, geo.rows_p,
                                                         static_cast<const T*>(nullptr), [&](int m, int n, int&, int&) {
                                                           int lo = 0, hi = 0;
-                                                          seen(n, n + J, lo, hi);
-                                                          return m < hi && m + R > lo;
+                                                          return vis.keys_of_rows(n, n + J, lo, hi) && m < hi &&
+                                                                 m + R > lo;
                                                         });
     else
       TeamTileGemm<R, J>::invoke(member, keys, geo.rows_p, this->p.head_dim, c.k, c.k_row, 1, s.qt, geo.rows_p, s.st,
@@ -235,14 +235,13 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
   KOKKOS_INLINE_FUNCTION void values_of_heads(const Member&, const Tiles&, const Cursor&, int) const {}
   // O^T = O^T diag(alpha) + V^T P^T; on a tile the window cuts, each block of query columns sums
   // over the keys its queries see (P^T is 0 elsewhere).
-  template <class Seen>
   KOKKOS_INLINE_FUNCTION void values(const Member& member, const Head& h, const Cursor& c, int, int n_keys,
-                                     bool windowed, const Seen& seen) const {
+                                     bool windowed, const TileVisibility& vis) const {
     if (windowed)
       TeamTileGemm<R, J>::template invoke_blocks<false>(member, geo.dims_p, geo.rows_p, n_keys, c.v, 1, c.v_row, h.st,
                                                         geo.rows_p, h.ot, geo.rows_p, static_cast<const T*>(h.alpha),
                                                         [&](int, int n, int& lo, int& hi) {
-                                                          seen(n, n + J, lo, hi);
+                                                          vis.keys_of_rows(n, n + J, lo, hi);
                                                           return true;
                                                         });
     else
