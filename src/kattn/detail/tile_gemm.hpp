@@ -20,11 +20,12 @@ namespace kattn {
 namespace detail {
 
 // One R x J micro-tile. col_scale == nullptr: C = A B; else C = C diag(col_scale) + A B.
-// Accumulate: C = C + A B (col_scale ignored).
+// Accumulate: C = C + A B (col_scale ignored). Always inlined, as are the team products below:
+// left to GCC, whether the micro-kernel is inlined changes with the size of the calling kernel.
 template <class T, int R, int J, bool Accumulate = false>
-KOKKOS_INLINE_FUNCTION void micro_gemm(int K, const T* KOKKOS_RESTRICT A, std::ptrdiff_t a_m, std::ptrdiff_t a_k,
-                                       const T* KOKKOS_RESTRICT B, int ldb, T* KOKKOS_RESTRICT C, int ldc,
-                                       const T* KOKKOS_RESTRICT col_scale) {
+KOKKOS_FORCEINLINE_FUNCTION void micro_gemm(int K, const T* KOKKOS_RESTRICT A, std::ptrdiff_t a_m, std::ptrdiff_t a_k,
+                                            const T* KOKKOS_RESTRICT B, int ldb, T* KOKKOS_RESTRICT C, int ldc,
+                                            const T* KOKKOS_RESTRICT col_scale) {
 #if KATTN_HOST_SIMD
   if constexpr (J % simd::width<T>() == 0) {
     using V = simd::vec<T>;
@@ -88,19 +89,25 @@ KOKKOS_INLINE_FUNCTION void micro_gemm(int K, const T* KOKKOS_RESTRICT A, std::p
 template <int R, int J>
 struct TeamTileGemm {
   static constexpr int rows = R, cols = J;  // of a micro-tile
+
+  // The span of invoke_blocks that keeps every micro-tile and its whole sum.
+  struct EveryBlock {
+    KOKKOS_INLINE_FUNCTION bool operator()(int, int, int&, int&) const { return true; }
+  };
+
   template <class Member, class T>
-  KOKKOS_INLINE_FUNCTION static void invoke(const Member& member, int M, int N, int K, const T* A, std::ptrdiff_t a_m,
-                                            std::ptrdiff_t a_k, const T* B, int ldb, T* C, int ldc,
-                                            const T* col_scale) {
-    const int row_blocks = M / R;
-    const int col_blocks = N / J;
-    // Column panels outer, rows inner: one K x J panel of B stays in L1 while A streams.
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, row_blocks * col_blocks), [&](const int blk) {
-      const int cb = blk / row_blocks;
-      const int rb = blk - cb * row_blocks;
-      micro_gemm<T, R, J>(K, A + rb * R * a_m, a_m, a_k, B + cb * J, ldb, C + rb * R * ldc + cb * J, ldc,
-                          col_scale ? col_scale + cb * J : nullptr);
-    });
+  KOKKOS_FORCEINLINE_FUNCTION static void invoke(const Member& member, int M, int N, int K, const T* A,
+                                                 std::ptrdiff_t a_m, std::ptrdiff_t a_k, const T* B, int ldb, T* C,
+                                                 int ldc, const T* col_scale) {
+    invoke_blocks<false>(member, M, N, K, A, a_m, a_k, B, ldb, C, ldc, col_scale, EveryBlock{});
+  }
+
+  // C (M x N) += A (M x K) B (K x N), same addressing and barrier contract as invoke().
+  template <class Member, class T>
+  KOKKOS_FORCEINLINE_FUNCTION static void accumulate(const Member& member, int M, int N, int K, const T* A,
+                                                     std::ptrdiff_t a_m, std::ptrdiff_t a_k, const T* B, int ldb, T* C,
+                                                     int ldc) {
+    invoke_blocks<true>(member, M, N, K, A, a_m, a_k, B, ldb, C, ldc, static_cast<const T*>(nullptr), EveryBlock{});
   }
 
   // invoke() (or accumulate()) where the caller knows parts of the product are not needed:
@@ -110,11 +117,12 @@ struct TeamTileGemm {
   // so C is what invoke() gives, up to the sign of a zero. Masked tiles use it to compute only
   // the keys their rows see.
   template <bool Accumulate, class Member, class T, class Span>
-  KOKKOS_INLINE_FUNCTION static void invoke_blocks(const Member& member, int M, int N, int K, const T* A,
-                                                   std::ptrdiff_t a_m, std::ptrdiff_t a_k, const T* B, int ldb, T* C,
-                                                   int ldc, const T* col_scale, const Span& span) {
+  KOKKOS_FORCEINLINE_FUNCTION static void invoke_blocks(const Member& member, int M, int N, int K, const T* A,
+                                                        std::ptrdiff_t a_m, std::ptrdiff_t a_k, const T* B, int ldb,
+                                                        T* C, int ldc, const T* col_scale, const Span& span) {
     const int row_blocks = M / R;
     const int col_blocks = N / J;
+    // Column panels outer, rows inner: one K x J panel of B stays in L1 while A streams.
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, row_blocks * col_blocks), [&](const int blk) {
       const int cb = blk / row_blocks;
       const int rb = blk - cb * row_blocks;
@@ -124,21 +132,6 @@ struct TeamTileGemm {
       lo = lo < 0 ? 0 : (lo < hi ? lo : hi);
       micro_gemm<T, R, J, Accumulate>(hi - lo, A + rb * R * a_m + lo * a_k, a_m, a_k, B + lo * ldb + cb * J, ldb,
                                       C + rb * R * ldc + cb * J, ldc, col_scale ? col_scale + cb * J : nullptr);
-    });
-  }
-
-  // C (M x N) += A (M x K) B (K x N), same addressing and barrier contract as invoke().
-  template <class Member, class T>
-  KOKKOS_INLINE_FUNCTION static void accumulate(const Member& member, int M, int N, int K, const T* A,
-                                                std::ptrdiff_t a_m, std::ptrdiff_t a_k, const T* B, int ldb, T* C,
-                                                int ldc) {
-    const int row_blocks = M / R;
-    const int col_blocks = N / J;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, row_blocks * col_blocks), [&](const int blk) {
-      const int cb = blk / row_blocks;
-      const int rb = blk - cb * row_blocks;
-      micro_gemm<T, R, J, true>(K, A + rb * R * a_m, a_m, a_k, B + cb * J, ldb, C + rb * R * ldc + cb * J, ldc,
-                                static_cast<const T*>(nullptr));
     });
   }
 };
