@@ -25,8 +25,9 @@ inline void report_progress(const Options& opt, double fraction) {
 class BackwardPieces {
  public:
   // Sequences of q_len queries and kv_len keys; key tiles of block_k keys, query tiles of block_q
-  // rows (positions x group); `chunks` key-pass teams per (sequence, KV head), each taking tiles
-  // c, c + chunks, ...; `heads` = batch x KV heads; `concurrency`: the execution space's.
+  // rows (positions x group); `chunks` key-pass teams per (sequence, KV head), each taking one
+  // tile of every round of `chunks` tiles; `heads` = batch x KV heads; `concurrency`: the execution
+  // space's.
   BackwardPieces(const KeyWindow& window, std::int64_t q_len, std::int64_t kv_len, int group, int block_q,
                  int block_k, int chunks, DqStrategy dq, std::int64_t heads, int concurrency)
       : key_share_(dq == DqStrategy::query_pass ? 4.0 / 7.0 : 1.0) {  // 4 of the 7 tile products
