@@ -11,9 +11,10 @@ namespace kattn {
 enum class DqStrategy {
   // Host: key_chunks. Devices: query_pass when deterministic, else atomic.
   automatic,
-  // One pass: the keys of each (sequence, KV head) are dealt round-robin, by tile, to a fixed
-  // number of chunks; each chunk's team adds its dQ into its own partial array, and the
-  // partials are summed in chunk order. Deterministic; extra memory chunks x Nq x Hq x D.
+  // One pass: the key tiles of each (sequence, KV head) are dealt to a fixed number of chunks,
+  // one tile of each round of `chunks` tiles, in snake order (under a causal mask the chunks get
+  // about the same work); chunk 0's team adds its dQ into dQ itself, the others into their own
+  // partial arrays, summed in chunk order. Deterministic; extra memory (chunks - 1) x Nq x Hq x D.
   key_chunks,
   // Two passes: dK, dV per key tile, then one team per query tile recomputes P and dS and sums
   // dQ over the key tiles in order. Deterministic, no extra memory, 7 tile products instead of 5.
