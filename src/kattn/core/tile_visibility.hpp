@@ -33,6 +33,11 @@ struct TileVisibility {
     if (r0 < r1) window.tile_keys_of_rows((t0 + r0) / G, (t0 + r1 - 1) / G, kb, n_keys, q_len, kv_len, lo, hi);
     return lo < hi;
   }
+  // Whether some row of [r0, r1) may see some key of [j0, j1) (a block of a product to compute).
+  KATTN_CORE_INLINE bool sees(int r0, int r1, int j0, int j1) const {
+    int lo = 0, hi = 0;
+    return keys_of_rows(r0, r1, lo, hi) && j0 < hi && j1 > lo;
+  }
   // The rows [lo, hi) that see some key of [j0, j1) of the tile (a superset); false when none.
   KATTN_CORE_INLINE bool rows_of_keys(int j0, int j1, int& lo, int& hi) const {
     j1 = j1 < n_keys ? j1 : n_keys;

@@ -177,8 +177,7 @@ struct BackwardKeyPass {
     const TileVisibility vis{window, t0, p.fwd.group_size(), n_rows, kb, n_keys, q_len, kv_len};
     const bool windowed = !vis.whole();
     const auto scores_span = [&](int m, int n, int&, int&) {
-      int lo = 0, hi = 0;
-      return vis.keys_of_rows(m, m + KeyLanesGemm::rows, lo, hi) && n < hi && n + KeyLanesGemm::cols > lo;
+      return vis.sees(m, m + KeyLanesGemm::rows, n, n + KeyLanesGemm::cols);
     };
     const auto key_grads_span = [&](int m, int, int& lo, int& hi) {
       return vis.rows_of_keys(m, m + DimLanesGemm::rows, lo, hi);
@@ -205,7 +204,7 @@ struct BackwardKeyPass {
       softcap_tanh(member, s.s, m_rows * geo.kp_keys, g.inv_cap);
       member.team_barrier();
     }
-    gradient_rows(member, hk, kb, n_keys, t0, m_rows, n_rows, q_len, kv_len, s);
+    gradient_rows(member, hk, kb, n_keys, t0, m_rows, n_rows, windowed, q_len, kv_len, s);
     member.team_barrier();
     if (windowed) {
       DimLanesGemm::template invoke_blocks<true>(member, geo.kp_keys, geo.kp_dims, n_rows, s.s, 1, geo.kp_keys, s.dout,
@@ -239,13 +238,13 @@ struct BackwardKeyPass {
     member.team_barrier();
   }
 
-  // P and dS for each row: masked (window, block mask, padding keys) where some row does not see the whole tile.
+  // P and dS for each row: masked (window, block mask, padding keys) where some row does not see
+  // the whole tile (windowed: the window cuts it, TileVisibility::whole).
   KOKKOS_INLINE_FUNCTION void gradient_rows(const Member& member, int hk, std::int64_t kb, int n_keys, std::int64_t t0,
-                                            int m_rows, int n_rows, std::int64_t q_len, std::int64_t kv_len,
-                                            const Tiles& s) const {
+                                            int m_rows, int n_rows, bool windowed, std::int64_t q_len,
+                                            std::int64_t kv_len, const Tiles& s) const {
     const int G = p.fwd.group_size();
-    const std::int64_t i_first = t0 / G, i_last = (t0 + n_rows - 1) / G;
-    const bool full = n_keys == geo.kp_keys && window.rows_see_whole_tile(i_first, i_last, kb, n_keys, q_len, kv_len) &&
+    const bool full = n_keys == geo.kp_keys && !windowed &&
                       (!bs.active() || bs.all_listed(bs.rows_of(hk, G, t0, n_rows), kb, kb + n_keys - 1));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, m_rows), [&](const int r) {
       int begin = 0, end = geo.kp_keys;

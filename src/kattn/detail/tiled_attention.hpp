@@ -210,13 +210,9 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
   KOKKOS_INLINE_FUNCTION void scores(const Member& member, const Tiles& s, const Cursor& c, int keys, bool windowed,
                                      const TileVisibility& vis) const {
     if (windowed)
-      TeamTileGemm<R, J>::template invoke_blocks<false>(member, keys, geo.rows_p, this->p.head_dim, c.k, c.k_row, 1,
-                                                        s.qt, geo.rows_p, s.st, geo.rows_p,
-                                                        static_cast<const T*>(nullptr), [&](int m, int n, int&, int&) {
-                                                          int lo = 0, hi = 0;
-                                                          return vis.keys_of_rows(n, n + J, lo, hi) && m < hi &&
-                                                                 m + R > lo;
-                                                        });
+      TeamTileGemm<R, J>::template invoke_blocks<false>(
+          member, keys, geo.rows_p, this->p.head_dim, c.k, c.k_row, 1, s.qt, geo.rows_p, s.st, geo.rows_p,
+          static_cast<const T*>(nullptr), [&](int m, int n, int&, int&) { return vis.sees(n, n + J, m, m + R); });
     else
       TeamTileGemm<R, J>::invoke(member, keys, geo.rows_p, this->p.head_dim, c.k, c.k_row, 1, s.qt, geo.rows_p, s.st,
                                  geo.rows_p, static_cast<const T*>(nullptr));
