@@ -13,6 +13,7 @@
 #include "kattn/attention.hpp"
 #include "kattn/dist/hybrid.hpp"
 #include "kattn/dist/hybrid_backward.hpp"
+#include "kattn/dist/hybrid_traffic.hpp"
 #include "kattn/dist/ring.hpp"
 #include "kattn/dist/ring_backward.hpp"
 
@@ -111,6 +112,34 @@ TEST(HybridBackward, DoubleMatchesOneRankOnEveryGrid) {
 }
 
 // Deterministic: the bits of ring attention's deterministic mode on one rank, on every grid.
+// The traffic model (dist/hybrid_traffic.hpp: the group's head exchanges and the ring's K/V) is
+// what the calls send, forward and backward, on every grid, with masks that cut the ring's traffic.
+template <class T>
+void expect_traffic(const Shape& s, const Options& o, const DistOptions& d) {
+  SCOPED_TRACE(describe(s, o) + " U=" + std::to_string(d.ulysses_size) + " sharding=" + dist::name(d.sharding));
+  const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
+  dist::HeadTrafficProblem pr;
+  pr.batch = s.B, pr.heads_q = s.Hq, pr.heads_kv = s.Hkv, pr.head_dim = s.D;
+  pr.bytes_per_value = pr.accumulate_bytes = sizeof(T);
+  Grads<T> g(s, shared_seed(), o);
+  EXPECT_EQ(run_hybrid(g.p, o, d).stats.bytes_sent,
+            dist::head_sharded_sent(pr, s.Nq, s.Nk, o, d, P, rank, dist::HeadPass::forward, true));
+  EXPECT_EQ(run_hybrid_backward(g, o, d).stats.bytes_sent,
+            dist::head_sharded_sent(pr, s.Nq, s.Nk, o, d, P, rank, dist::HeadPass::backward, true));
+}
+
+TEST(HybridTraffic, BytesSentEqualTheModelOnEveryGrid) {
+  for (int U : grid_sizes())
+    for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {
+      DistOptions d;
+      d.sharding = sh, d.ulysses_size = U;
+      for (const Options& o : {variants()[0], variants()[1], variants()[2]}) {
+        for (int hkv : {12, 3, 1}) expect_traffic<double>({2, 37, 37, 12, hkv, 8}, o, d);
+        expect_traffic<float>({1, 23, 41, 12, 4, 16}, o, d);
+      }
+    }
+}
+
 TEST(Deterministic, HybridBitwiseEqualToTheDeterministicRing) {
   const Shape s{1, 77, 77, 24, 12, 16};
   for (const Options& o : variants()) {

@@ -13,6 +13,7 @@
 #include "dist_support.hpp"
 #include "kattn/attention.hpp"
 #include "kattn/dist/head_split.hpp"
+#include "kattn/dist/hybrid_traffic.hpp"
 #include "kattn/dist/ulysses.hpp"
 #include "kattn/dist/ulysses_backward.hpp"
 
@@ -161,6 +162,37 @@ LocalGrads<T> run_ulysses_backward(MPI_Comm comm, const Grads<T>& g, const Optio
     r.stats = dist::ulysses_attention_backward(comm, Kokkos::DefaultExecutionSpace(), x.q, kv::dense(x.k, x.v), x.o,
                                                x.lse, x.dout, r.dq, r.dk, r.dv, opt, b, d);
   });
+}
+
+// The traffic model (dist/hybrid_traffic.hpp) is what the calls send: forward and backward, GQA
+// ratios with KV heads sharded and shared, uneven and crossed lengths, both shardings, float and
+// double, deterministic mode.
+template <class T>
+void expect_traffic(const Shape& s, const DistOptions& d) {
+  SCOPED_TRACE(describe(s, Options{}) + " sharding=" + dist::name(d.sharding) +
+               " deterministic=" + std::to_string(d.deterministic));
+  const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
+  dist::HeadTrafficProblem pr;
+  pr.batch = s.B, pr.heads_q = s.Hq, pr.heads_kv = s.Hkv, pr.head_dim = s.D;
+  pr.bytes_per_value = pr.accumulate_bytes = sizeof(T);
+  Grads<T> g(s, shared_seed(), Options{});
+  EXPECT_EQ(run_ulysses(MPI_COMM_WORLD, g.p, Options{}, d).stats.bytes_sent,
+            dist::head_sharded_sent(pr, s.Nq, s.Nk, Options{}, d, P, rank, dist::HeadPass::forward, false));
+  EXPECT_EQ(run_ulysses_backward(MPI_COMM_WORLD, g, Options{}, d).stats.bytes_sent,
+            dist::head_sharded_sent(pr, s.Nq, s.Nk, Options{}, d, P, rank, dist::HeadPass::backward, false));
+}
+
+TEST(UlyssesTraffic, BytesSentEqualTheModel) {
+  for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {
+    DistOptions d;
+    d.sharding = sh;
+    for (int hkv : kKvHeads) expect_traffic<double>({2, 29, 29, kHeads, hkv, 8}, d);
+    expect_traffic<float>({1, 23, 41, kHeads, 3, 16}, d);
+    expect_traffic<double>({1, 2, 2, kHeads, 2, 8}, d);
+  }
+  DistOptions d;
+  d.deterministic = true, d.chunk = 4;
+  expect_traffic<double>({1, 37, 37, kHeads, 12, 8}, d);
 }
 
 // Float runs compare with the one-rank backward in double on the same (rounded) inputs.

@@ -116,13 +116,6 @@ void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const Attention
                false);
 }
 
-// Whether some KV head is computed in parts on several ranks (its dK, dV parts then summed).
-inline bool kv_heads_shared(const std::vector<HeadRange>& kv) {
-  for (std::size_t r = 1; r < kv.size(); ++r)
-    if (kv[r].first < kv[r - 1].first + kv[r - 1].count) return true;
-  return false;
-}
-
 // Backward: dq of this rank's query positions, dk and dv of its key positions (a KV head computed
 // in parts on several ranks summed in rank order). q, k, v, o and dout travel in their storage type
 // T, lse in the accumulation type Acc; the inner backward runs in Acc (16-bit wholes widened after

@@ -84,6 +84,13 @@ inline std::vector<HeadRange> kv_ranges(int heads_q, int heads_kv, int ranks) {
   return r;
 }
 
+// Whether some KV head is computed in parts on several ranks (its dK, dV parts then summed).
+inline bool kv_heads_shared(const std::vector<HeadRange>& kv) {
+  for (std::size_t r = 1; r < kv.size(); ++r)
+    if (kv[r].first < kv[r - 1].first + kv[r - 1].count) return true;
+  return false;
+}
+
 }  // namespace detail
 }  // namespace dist
 }  // namespace kattn
