@@ -26,15 +26,18 @@ namespace cli {
 namespace {
 
 const char* kScaleUsage =
-    "usage: mpirun -np P kattn scale [--study weak|strong] [--tokens N] [--dist ring|decode]\n"
-    "                 [--batch B] [--heads HQ,HKV] [--dim D] [--queries NQ] [--dtype f32|f64|bf16|f16]\n"
+    "usage: mpirun -np P kattn scale [--study weak|strong] [--tokens N] [--dist ring|decode|ulysses|hybrid]\n"
+    "                 [--ulysses-size U] [--batch B] [--heads HQ,HKV] [--dim D] [--queries NQ]\n"
+    "                 [--dtype f32|f64|bf16|f16]\n"
     "                 [--causal] [--zigzag] [--deterministic] [--chunk KEYS] [--repeat R] [--warmup W]\n"
     "                 [--nocomm-baseline] [--csv FILE] [--json]\n"
-    "         weak: --tokens is per rank; strong: --tokens is the whole sequence (ring) or KV cache\n"
-    "         (decode). Appends one row per timed repetition to --csv (and as many for the\n"
+    "         weak: --tokens is per rank; strong: --tokens is the whole sequence (ring, ulysses,\n"
+    "         hybrid) or KV cache (decode). Hybrid: groups of U ranks share heads (fewer ranks: one\n"
+    "         group). Appends one row per timed repetition to --csv (and as many for the\n"
     "         comm-removed ring with --nocomm-baseline).\n"
     "       kattn scale --report A.csv[,B.csv...] [--table T.md] [--plot P.svg]\n"
-    "       kattn scale --model [--dist ring|decode] [--study weak|strong] --tokens N [--heads HQ,HKV]\n"
+    "       kattn scale --model [--dist ring|decode|ulysses|hybrid] [--ulysses-size U] [--study weak|strong]\n"
+    "                 --tokens N [--heads HQ,HKV]\n"
     "                 [--dim D] [--batch B] [--queries NQ] [--dtype f32|f64|bf16|f16] [--causal]\n"
     "                 [--sharding zigzag|contiguous]\n"
     "                 (--tflops-per-rank F | --rate-curve TOKENS:TFLOPS,... | --from-csv FILE)\n"

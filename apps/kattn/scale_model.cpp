@@ -5,12 +5,14 @@
 // parameters and prints the published efficiency beside the model's.
 #include "scale_model.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "kattn/dist/head_sharding_model.hpp"
 #include "kattn/dist/scaling_anchors.hpp"
 #include "kattn/dist/scaling_calibration.hpp"
 #include "kattn/dist/scaling_model.hpp"
@@ -52,8 +54,18 @@ dist::KernelRate parse_rate_curve(const std::string& text) {
   return dist::KernelRate(points);
 }
 
-// The kernel's rate per rank at each measured shard size of a scaling CSV: the work over the
-// compute's process CPU time (times the threads per rank), the median over the rows of a size.
+// The sequence length a row's kernel calls work on: the shard (ring, decode), the whole sequence
+// (Ulysses), a ring group's share (hybrid over U ranks: "hybrid-uU").
+double kernel_tokens(const ScaleRow& r) {
+  const std::string a = r.str("algorithm");
+  const double ranks = r.num("ranks"), tokens = r.num("tokens");
+  if (a.rfind("ulysses", 0) == 0) return tokens;
+  if (a.rfind("hybrid-u", 0) == 0) return tokens * std::min(ranks, std::stod(a.substr(8))) / ranks;
+  return r.num("tokens_per_rank");
+}
+
+// The kernel's rate per rank at each measured size of a scaling CSV (kernel_tokens): the work over
+// the compute's process CPU time (times the threads per rank), the median over the rows of a size.
 // CPU time, not wall time: on a loaded machine the wall clock counts other jobs' turns. Rows of
 // older CSVs without CPU time give their wall-clock compute time.
 dist::KernelRate rate_from_csv(const std::string& path, const std::string& algorithm) {
@@ -64,7 +76,7 @@ dist::KernelRate rate_from_csv(const std::string& path, const std::string& algor
     const double cpu = r.num(has_cpu ? "compute_cpu_seconds" : "compute_seconds");
     const double threads = !has_cpu || r.str("threads_per_rank").empty() ? 1.0 : r.num("threads_per_rank");
     const double flops = r.num("tflops_per_rank") * 1e12 * r.num("seconds");
-    if (cpu > 0 && flops > 0) by_size[r.num("tokens_per_rank")].push_back(flops / cpu * threads);
+    if (cpu > 0 && flops > 0) by_size[kernel_tokens(r)].push_back(flops / cpu * threads);
   }
   KATTN_REQUIRE(!by_size.empty(), "--from-csv ", path, ": no row of algorithm '", algorithm, "' with a compute time");
   std::vector<dist::RatePoint> points;
@@ -104,6 +116,19 @@ void describe_cluster(const dist::KernelRate& rate, const dist::Cluster& c, doub
       c.merge_passes, c.memory_bytes_per_second / 1e9, backward_ratio);
 }
 
+void print_heads_header() {
+  std::printf("%8s %9s %14s %12s %12s %12s %12s %14s %10s %12s %6s %6s\n", "ranks", "U x R", "tokens", "tokens/rank",
+              "exchange s", "attention s", "seconds", "exposed comm s", "efficiency", "MB sent/rank", "a2a", "ring");
+}
+
+void print_heads_row(int P, double N, const dist::HeadShardedModel& m) {
+  const std::string grid = std::to_string(m.ulysses_ranks) + " x " + std::to_string(m.ring_ranks);
+  std::printf("%8d %9s %14.0f %12.0f %12.4g %12.4g %12.4g %14.4g %10.3f %12.4g %6s %6s\n", P, grid.c_str(), N,
+              m.tokens_per_rank, m.exchange_seconds, m.ring.seconds, m.seconds, m.exposed_comm_seconds, m.efficiency,
+              m.bytes_per_rank / 1e6, m.ulysses_ranks == 1 ? "-" : (m.exchange_crosses_nodes ? "inter" : "intra"),
+              m.ring_ranks == 1 ? "-" : (m.ring.crosses_nodes ? "inter" : "intra"));
+}
+
 int run_anchor(const std::string& name, int max_ranks) {
   for (const dist::ScalingAnchor& a : dist::scaling_anchors()) {
     if (a.name != name) continue;
@@ -140,7 +165,14 @@ int scale_model(Args& args) {
     return run_anchor(*anchor, max_ranks);
   }
   const std::string mode = args.value("--dist").value_or("ring");
-  KATTN_REQUIRE(mode == "ring" || mode == "decode", "--dist: expected ring or decode, got '", mode, "'");
+  KATTN_REQUIRE(mode == "ring" || mode == "decode" || mode == "ulysses" || mode == "hybrid",
+                "--dist: expected ring, decode, ulysses or hybrid, got '", mode, "'");
+  const bool heads_sharded = mode == "ulysses" || mode == "hybrid";
+  // Hybrid: U ranks share heads (a node's worth, typically); fewer ranks than U are one group.
+  const int ulysses_size = static_cast<int>(args.integer("--ulysses-size", 1, 1 << 20).value_or(0));
+  KATTN_REQUIRE(mode == "hybrid" ? ulysses_size > 0 : ulysses_size == 0,
+                mode == "hybrid" ? "--ulysses-size: required with --dist hybrid (the ranks of one head-sharding group)"
+                                 : "--ulysses-size: only for --dist hybrid");
   if (mode == "decode")  // one reduction, no ring steps: these describe the ring
     refuse_out_of_mode(args, {{"--ranks-per-node", "--dist ring"},
                               {"--inter-bandwidth", "--dist ring"},
@@ -189,17 +221,23 @@ int scale_model(Args& args) {
                 "nodes");
   KATTN_REQUIRE(cl.step_overhead_seconds >= 0 && cl.merge_passes >= 0 && backward_ratio >= 0,
                 "--step-overhead/--merge-passes/--backward-ratio: expected values >= 0");
+  KATTN_REQUIRE(mode != "hybrid" || heads[0] % ulysses_size == 0, "--ulysses-size: expected a divisor of the ",
+                heads[0], " query heads (each member of a group computes Hq / U of them), got ", ulysses_size);
+  const std::string algorithm = mode == "hybrid" ? "hybrid-u" + std::to_string(ulysses_size) : mode;
   const dist::KernelRate rate = tflops  ? dist::KernelRate(*tflops * 1e12)
                                 : curve ? parse_rate_curve(*curve)
-                                        : rate_from_csv(*from_csv, mode);
+                                        : rate_from_csv(*from_csv, algorithm);
 
   std::printf("kattn scale --model: %s %s scaling, %s, B=%d Hq=%lld Hkv=%lld D=%d%s%s\n", mode.c_str(), study.c_str(),
               dtype.c_str(), B, (long long)heads[0], (long long)heads[1], D,
               causal ? (" causal (" + sharding + ")").c_str() : "",
               backward_ratio > 0 ? ", forward + backward" : ", forward");
-  if (mode == "ring") {
+  if (mode == "ring" || heads_sharded) {
     describe_cluster(rate, cl, backward_ratio);
-    print_ring_header();
+    if (heads_sharded)
+      print_heads_header();
+    else
+      print_ring_header();
   } else {
     std::printf(
         "kernel %.4g TFLOP/s per rank (at %.0f keys per rank), link %.4g GB/s, latency %.3g us, memory %.4g GB/s\n",
@@ -210,29 +248,51 @@ int scale_model(Args& args) {
   }
   double overlap_tokens = 0;
   bool extrapolated = false;
-  for (int P = 1; P <= max_ranks; P *= 2) {
+  int heads_limit = 0;  // Ulysses: the first rank count the query heads do not divide over
+  // Powers of two; hybrid also at U, then U times powers of two (the grid needs U | P).
+  const auto next = [&](int P) {
+    return mode == "hybrid" && P < ulysses_size && 2 * P > ulysses_size ? ulysses_size : 2 * P;
+  };
+  for (int P = 1; P <= max_ranks; P = next(P)) {
+    const int U = mode == "ulysses" ? P : std::min(ulysses_size, P);
+    if (heads_sharded && heads[0] % U != 0) {
+      heads_limit = P;
+      break;
+    }
     const std::int64_t N = study == "weak" ? *tokens * P : *tokens;
-    extrapolated = extrapolated || rate.extrapolates(double(N) / P);
+    if (!heads_sharded) extrapolated = extrapolated || rate.extrapolates(double(N) / P);
     ScaleRow row;
     row.field = {{"study", study},
                  {"ranks", std::to_string(P)},
                  {"tokens", std::to_string(N)},
                  {"tokens_per_rank", fmt("%.0f", double(N) / P)},
-                 {"algorithm", mode + "-model"},
+                 {"algorithm", algorithm + "-model"},
                  {"dtype", dtype},
                  {"batch", std::to_string(B)},
                  {"heads_q", std::to_string(heads[0])},
                  {"heads_kv", std::to_string(heads[1])},
                  {"dim", std::to_string(D)},
                  {"causal", causal ? "1" : "0"},
-                 {"sharding", mode == "ring" ? sharding : "contiguous"},
+                 {"sharding", mode == "decode" ? "contiguous" : sharding},
                  {"baseline", "model"}};
-    if (mode == "ring") {
-      dist::RingModelInput in;
-      in.tokens = N, in.ranks = P, in.batch = B, in.heads_q = int(heads[0]), in.heads_kv = int(heads[1]);
-      in.head_dim = D, in.bytes_per_value = bytes, in.causal = causal, in.zigzag = sharding == "zigzag";
-      in.rate = rate, in.cluster = cl, in.backward_ratio = backward_ratio;
-      in.baseline_tokens = study == "strong" ? double(N) : 0.0;
+    dist::RingModelInput in;
+    in.tokens = N, in.ranks = P, in.batch = B, in.heads_q = int(heads[0]), in.heads_kv = int(heads[1]);
+    in.head_dim = D, in.bytes_per_value = bytes, in.causal = causal, in.zigzag = sharding == "zigzag";
+    in.rate = rate, in.cluster = cl, in.backward_ratio = backward_ratio;
+    in.baseline_tokens = study == "strong" ? double(N) : 0.0;
+    if (heads_sharded) {
+      const dist::HeadShardedModel m = dist::model_head_sharded(in, U);
+      // The kernel calls work on a ring group's share of the sequence.
+      extrapolated = extrapolated || rate.extrapolates(double(N) / m.ring_ranks);
+      print_heads_row(P, double(N), m);
+      row.field["seconds"] = fmt("%.6g", m.seconds);
+      row.field["compute_seconds"] = fmt("%.6g", m.ring.compute_seconds);
+      row.field["exposed_comm_seconds"] = fmt("%.6g", m.exposed_comm_seconds);
+      row.field["bytes_sent_per_rank"] = fmt("%.0f", m.bytes_per_rank);
+      row.field["model_bytes_per_rank"] = fmt("%.0f", m.bytes_per_rank);
+      row.field["tflops_per_rank"] = fmt("%.6g", m.flops_per_rank * (1 + backward_ratio) / m.seconds / 1e12);
+      row.field["efficiency"] = fmt("%.6f", m.efficiency);
+    } else if (mode == "ring") {
       const dist::RingModel m = dist::model_ring(in);
       print_ring_row(P, double(N), m);
       row.field["seconds"] = fmt("%.6g", m.seconds);
@@ -264,15 +324,23 @@ int scale_model(Args& args) {
     }
     if (csv) append_scale_csv(*csv, {row});
   }
-  if (mode == "ring")
+  if (heads_sharded) {
+    std::printf(
+        "the all-to-alls run before and after the attention, none hidden behind it; the attention inside is the ring "
+        "model over the R groups (R = 1: one call over the whole sequence)\n");
+    if (heads_limit > 0)
+      std::printf("stops at %d ranks: %lld query heads do not divide over %d ranks sharing them\n", heads_limit,
+                  (long long)heads[0], mode == "ulysses" ? heads_limit : std::min(ulysses_size, heads_limit));
+  } else if (mode == "ring") {
     std::printf(
         "overlap condition: a step's K/V transfer hides behind its work (kernel, merge, overhead) from %.0f tokens "
         "per rank\n",
         overlap_tokens);
-  else
+  } else {
     std::printf(
         "decode moves D + 1 numbers per query row per round (ceil(log2 P) rounds of recursive doubling), "
         "whatever the context length\n");
+  }
   if (extrapolated)
     std::printf(
         "note: some sizes lie outside the measured kernel rates (%.0f to %.0f tokens per rank); the nearest "

@@ -24,8 +24,11 @@
 #include "json.hpp"
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/decode.hpp"
+#include "kattn/dist/hybrid.hpp"
+#include "kattn/dist/hybrid_traffic.hpp"
 #include "kattn/dist/ring.hpp"
 #include "kattn/dist/ring_traffic.hpp"
+#include "kattn/dist/ulysses.hpp"
 #include "kattn/errors.hpp"
 #include "machine_load.hpp"
 #include "mpi_session.hpp"
@@ -38,6 +41,7 @@ namespace {
 
 struct Config {
   std::string study = "weak", mode = "ring", dtype = "f32";
+  int ulysses_size = 0;  // hybrid: the ranks of a head-sharding group (fewer ranks: one group of them all)
   std::int64_t tokens = 4096;
   int batch = 1, heads_q = 1, heads_kv = 1, dim = 64, queries = 1, repeat = 3, warmup = 1;
   bool causal = false, nocomm = false, json = false;
@@ -134,19 +138,33 @@ struct Result {
   int repetitions = 0;
 };
 
+// The options of the call at P ranks: hybrid's groups of min(U, P) ranks.
+dist::DistOptions call_options(const Config& c, int P) {
+  dist::DistOptions d = c.d;
+  if (c.mode == "hybrid") d.ulysses_size = std::min(c.ulysses_size, P);
+  return d;
+}
+
+// The positions each rank holds (keys; queries too but in decode).
+dist::SequenceLayout key_layout(const Config& c, std::int64_t N, int P) {
+  const dist::DistOptions d = call_options(c, P);
+  if (c.mode == "hybrid") return dist::hybrid_layout(N, P, d);
+  const std::int64_t align = d.deterministic ? dist::chunk_of(d) : 1;
+  return dist::SequenceLayout(N, P, c.mode == "decode" ? dist::Sharding::contiguous : d.sharding, align);
+}
+
 template <class T>
 Result measure(const Config& c, int rank, int P, Progress& progress) {
   const std::int64_t N = c.study == "weak" ? c.tokens * P : c.tokens;
-  const std::int64_t align = c.d.deterministic ? dist::chunk_of(c.d) : 1;
-  const bool ring = c.mode == "ring";
-  const dist::SequenceLayout kl(N, P, ring ? c.d.sharding : dist::Sharding::contiguous, align);
+  const bool ring = c.mode == "ring", decode = c.mode == "decode";
+  const dist::SequenceLayout kl = key_layout(c, N, P);
   const std::size_t nk = static_cast<std::size_t>(kl.local_length(rank));
-  const std::size_t nq = ring ? nk : static_cast<std::size_t>(c.queries);
+  const std::size_t nq = decode ? static_cast<std::size_t>(c.queries) : nk;
   V4<T> q("q", c.batch, nq, c.heads_q, c.dim), k("k", c.batch, nk, c.heads_kv, c.dim),
       v("v", c.batch, nk, c.heads_kv, c.dim);
   V4<T> o("o", c.batch, nq, c.heads_q, c.dim);
   V3<accumulate_t<T>> lse("lse", c.batch, c.heads_q, nq);
-  fill_random(q, ring ? 100 + 3 * rank : 99);  // decode: the same queries everywhere
+  fill_random(q, decode ? 99 : 100 + 3 * rank);  // decode: the same queries everywhere
   fill_random(k, 101 + 3 * rank);
   fill_random(v, 102 + 3 * rank);
   Options opt;
@@ -156,7 +174,7 @@ Result measure(const Config& c, int rank, int P, Progress& progress) {
   const int total = c.warmup + c.repeat;
   for (int r = 0; r < total; ++r) {
     for (int variant = 0; variant < (c.nocomm ? 2 : 1); ++variant) {
-      dist::DistOptions d = c.d;
+      dist::DistOptions d = call_options(c, P);
       d.communicate = variant == 0;
       const std::string what = std::string(r < c.warmup ? "warm-up" : "repetition") + " " +
                                std::to_string(r < c.warmup ? r + 1 : r - c.warmup + 1) + "/" +
@@ -167,8 +185,11 @@ Result measure(const Config& c, int rank, int P, Progress& progress) {
       space.fence();
       MPI_Barrier(MPI_COMM_WORLD);
       const double cpu0 = cpu_now();
-      const dist::DistStats s = ring ? dist::ring_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d)
-                                     : dist::decode_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d);
+      const dist::DistStats s =
+          ring                  ? dist::ring_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d)
+          : decode              ? dist::decode_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d)
+          : c.mode == "ulysses" ? dist::ulysses_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d)
+                                : dist::hybrid_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d);
       const Sample sample = reduce_sample(s, cpu_now() - cpu0, P);
       progress.update(what + " done");
       if (r >= c.warmup) (variant ? nocomm : real).push_back(sample);
@@ -228,6 +249,15 @@ ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& al
       model_bytes = std::max(model_bytes, double(dist::ring_traffic(pr, opt, c.d, P, r, dist::RingPass::forward).sent));
   } else if (c.mode == "decode" && P > 1) {
     model_bytes = double(c.batch) * c.queries * c.heads_q * (c.dim + 1) * row_bytes;  // one contribution of rows
+  } else if (c.mode == "ulysses" || c.mode == "hybrid") {
+    Options opt;
+    opt.causal = c.causal;
+    dist::HeadTrafficProblem pr;
+    pr.batch = c.batch, pr.heads_q = c.heads_q, pr.heads_kv = c.heads_kv, pr.head_dim = c.dim;
+    pr.bytes_per_value = value_bytes, pr.accumulate_bytes = row_bytes;
+    for (int r = 0; r < P; ++r)
+      model_bytes = std::max(model_bytes, double(dist::head_sharded_sent(pr, N, N, opt, call_options(c, P), P, r,
+                                                                         dist::HeadPass::forward, c.mode == "hybrid")));
   }
   ScaleRow row;
   row.field = {{"study", c.study},
@@ -241,7 +271,7 @@ ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& al
                {"heads_kv", std::to_string(c.heads_kv)},
                {"dim", std::to_string(c.dim)},
                {"causal", c.causal ? "1" : "0"},
-               {"sharding", dist::name(c.mode == "ring" ? c.d.sharding : dist::Sharding::contiguous)},
+               {"sharding", dist::name(c.mode == "decode" ? dist::Sharding::contiguous : c.d.sharding)},
                {"seconds", f("%.6g", s.seconds)},
                {"compute_seconds", f("%.6g", s.compute_max)},
                {"compute_seconds_min", f("%.6g", s.compute_min)},
@@ -282,6 +312,7 @@ int scale_measure(Args& args) {
     dist::collective_check(MPI_COMM_WORLD, [&] {
       c.study = args.value("--study").value_or(c.study);
       c.mode = args.value("--dist").value_or(c.mode);
+      c.ulysses_size = static_cast<int>(args.integer("--ulysses-size", 1, 1 << 20).value_or(0));
       c.tokens = args.integer("--tokens", 1, std::int64_t(1) << 40).value_or(c.tokens);
       c.batch = static_cast<int>(args.integer("--batch", 1, 1 << 20).value_or(c.batch));
       if (auto h = args.integers("--heads", 2)) c.heads_q = int((*h)[0]), c.heads_kv = int((*h)[1]);
@@ -299,14 +330,20 @@ int scale_measure(Args& args) {
       c.json = args.flag("--json");
       args.finish();
       KATTN_REQUIRE(c.study == "weak" || c.study == "strong", "--study: expected weak or strong, got '", c.study, "'");
-      KATTN_REQUIRE(c.mode == "ring" || c.mode == "decode", "--dist: expected ring or decode, got '", c.mode, "'");
+      KATTN_REQUIRE(c.mode == "ring" || c.mode == "decode" || c.mode == "ulysses" || c.mode == "hybrid",
+                    "--dist: expected ring, decode, ulysses or hybrid, got '", c.mode, "'");
+      KATTN_REQUIRE(c.mode == "hybrid" ? c.ulysses_size > 0 : c.ulysses_size == 0,
+                    c.mode == "hybrid" ? "--ulysses-size: required with --dist hybrid (the ranks of one head-sharding "
+                                         "group, all of them when fewer)"
+                                       : "--ulysses-size: only for --dist hybrid");
       KATTN_REQUIRE(c.dtype == "f32" || c.dtype == "f64" || c.dtype == "bf16" || c.dtype == "f16",
                     "--dtype: expected f32, f64, bf16 or f16, got '", c.dtype, "'");
       KATTN_REQUIRE(c.heads_q >= 1 && c.heads_kv >= 1 && c.heads_q % c.heads_kv == 0,
                     "--heads: expected HQ,HKV with HQ a multiple of HKV, got ", c.heads_q, ",", c.heads_kv);
       KATTN_REQUIRE(!c.nocomm || (c.mode == "ring" && !c.d.deterministic),
                     "--nocomm-baseline: only for the ring (not --deterministic, not decode)");
-      KATTN_REQUIRE(c.mode == "ring" || c.d.sharding == dist::Sharding::contiguous, "--zigzag: only for --dist ring");
+      KATTN_REQUIRE(c.mode != "decode" || c.d.sharding == dist::Sharding::contiguous,
+                    "--zigzag: not for --dist decode");
     });
     Options shape;
     shape.causal = c.causal;
@@ -316,6 +353,7 @@ int scale_measure(Args& args) {
          dist::Agreed::integer("--batch", "batch", c.batch), dist::Agreed::integer("--heads", "query heads", c.heads_q),
          dist::Agreed::integer("--heads", "KV heads", c.heads_kv),
          dist::Agreed::integer("--queries", "queries", c.queries),
+         dist::Agreed::integer("--ulysses-size", "head-sharding group", c.ulysses_size),
          dist::Agreed::integer("--repeat", "repetitions", c.repeat),
          dist::Agreed::integer("--warmup", "warm-up runs", c.warmup),
          dist::Agreed::boolean("--nocomm-baseline", "baseline", c.nocomm),
@@ -337,7 +375,9 @@ int scale_measure(Args& args) {
     progress.done();
     const long long peak_rss = peak_rss_max(MPI_COMM_WORLD);
     return on_rank0(MPI_COMM_WORLD, [&]() -> int {
-      const std::string algorithm = c.mode + (c.d.deterministic ? "-deterministic" : "");
+      // Hybrid's rows name their group size: studies of different U are different studies.
+      const std::string algorithm = (c.mode == "hybrid" ? "hybrid-u" + std::to_string(c.ulysses_size) : c.mode) +
+                                    (c.d.deterministic ? "-deterministic" : "");
       std::vector<ScaleRow> existing;
       if (!c.csv.empty() && P > 1) {
         try {
