@@ -174,31 +174,24 @@ struct BackwardKeyPass {
     member.team_barrier();
     // On a tile the window cuts (the causal diagonal), each product computes only the keys (or
     // rows) the other side can see: the gradient rows set the rest of S to -inf, so P = dS = 0.
+    // A whole tile computes every micro-tile and its whole sum.
     const TileVisibility vis{window, t0, p.fwd.group_size(), n_rows, kb, n_keys, q_len, kv_len};
     const bool windowed = !vis.whole();
     const auto scores_span = [&](int m, int n, int&, int&) {
-      return vis.sees(m, m + KeyLanesGemm::rows, n, n + KeyLanesGemm::cols);
+      return !windowed || vis.sees(m, m + KeyLanesGemm::rows, n, n + KeyLanesGemm::cols);
     };
     const auto key_grads_span = [&](int m, int, int& lo, int& hi) {
-      return vis.rows_of_keys(m, m + DimLanesGemm::rows, lo, hi);
+      return !windowed || vis.rows_of_keys(m, m + DimLanesGemm::rows, lo, hi);
     };
     const auto dq_span = [&](int m, int, int& lo, int& hi) {
-      vis.keys_of_rows(m, m + DimLanesGemm::rows, lo, hi);
+      if (windowed) vis.keys_of_rows(m, m + DimLanesGemm::rows, lo, hi);
       return true;  // rows that see no key get dQ = 0
     };
-    if (windowed) {
-      KeyLanesGemm::template invoke_blocks<false>(member, m_rows, geo.kp_keys, D, s.q, geo.kp_dims, 1, s.kt,
-                                                  geo.kp_keys, s.s, geo.kp_keys, static_cast<const T*>(nullptr),
-                                                  scores_span);
-      KeyLanesGemm::template invoke_blocks<false>(member, m_rows, geo.kp_keys, D, s.dout, geo.kp_dims, 1, s.vt,
-                                                  geo.kp_keys, s.dp, geo.kp_keys, static_cast<const T*>(nullptr),
-                                                  scores_span);
-    } else {
-      KeyLanesGemm::invoke(member, m_rows, geo.kp_keys, D, s.q, geo.kp_dims, 1, s.kt, geo.kp_keys, s.s, geo.kp_keys,
-                           static_cast<const T*>(nullptr));
-      KeyLanesGemm::invoke(member, m_rows, geo.kp_keys, D, s.dout, geo.kp_dims, 1, s.vt, geo.kp_keys, s.dp, geo.kp_keys,
-                           static_cast<const T*>(nullptr));
-    }
+    KeyLanesGemm::template invoke_blocks<false>(member, m_rows, geo.kp_keys, D, s.q, geo.kp_dims, 1, s.kt, geo.kp_keys,
+                                                s.s, geo.kp_keys, static_cast<const T*>(nullptr), scores_span);
+    KeyLanesGemm::template invoke_blocks<false>(member, m_rows, geo.kp_keys, D, s.dout, geo.kp_dims, 1, s.vt,
+                                                geo.kp_keys, s.dp, geo.kp_keys, static_cast<const T*>(nullptr),
+                                                scores_span);
     member.team_barrier();
     if (g.cap_log2 != T(0)) {
       softcap_tanh(member, s.s, m_rows * geo.kp_keys, g.inv_cap);
@@ -206,29 +199,18 @@ struct BackwardKeyPass {
     }
     gradient_rows(member, hk, kb, n_keys, t0, m_rows, n_rows, windowed, q_len, kv_len, s);
     member.team_barrier();
-    if (windowed) {
-      DimLanesGemm::template invoke_blocks<true>(member, geo.kp_keys, geo.kp_dims, n_rows, s.s, 1, geo.kp_keys, s.dout,
-                                                 geo.kp_dims, s.dv, geo.kp_dims, static_cast<const T*>(nullptr),
-                                                 key_grads_span);
-      DimLanesGemm::template invoke_blocks<true>(member, geo.kp_keys, geo.kp_dims, n_rows, s.dp, 1, geo.kp_keys, s.q,
-                                                 geo.kp_dims, s.dk, geo.kp_dims, static_cast<const T*>(nullptr),
-                                                 key_grads_span);
-    } else {
-      DimLanesGemm::accumulate(member, geo.kp_keys, geo.kp_dims, n_rows, s.s, 1, geo.kp_keys, s.dout, geo.kp_dims, s.dv,
-                               geo.kp_dims);
-      DimLanesGemm::accumulate(member, geo.kp_keys, geo.kp_dims, n_rows, s.dp, 1, geo.kp_keys, s.q, geo.kp_dims, s.dk,
-                               geo.kp_dims);
-    }
+    DimLanesGemm::template invoke_blocks<true>(member, geo.kp_keys, geo.kp_dims, n_rows, s.s, 1, geo.kp_keys, s.dout,
+                                               geo.kp_dims, s.dv, geo.kp_dims, static_cast<const T*>(nullptr),
+                                               key_grads_span);
+    DimLanesGemm::template invoke_blocks<true>(member, geo.kp_keys, geo.kp_dims, n_rows, s.dp, 1, geo.kp_keys, s.q,
+                                               geo.kp_dims, s.dk, geo.kp_dims, static_cast<const T*>(nullptr),
+                                               key_grads_span);
     if (dq != DqStrategy::query_pass) {
       // The tile's dQ in scratch first, then one streaming add to memory: accumulating straight
       // into the partial array would make every micro-tile wait for its C rows from memory.
-      if (windowed)
-        DimLanesGemm::template invoke_blocks<false>(member, m_rows, geo.kp_dims, n_keys, s.dp, geo.kp_keys, 1, s.k,
-                                                    geo.kp_dims, s.dq, geo.kp_dims, static_cast<const T*>(nullptr),
-                                                    dq_span);
-      else
-        DimLanesGemm::invoke(member, m_rows, geo.kp_dims, n_keys, s.dp, geo.kp_keys, 1, s.k, geo.kp_dims, s.dq,
-                             geo.kp_dims, static_cast<const T*>(nullptr));
+      DimLanesGemm::template invoke_blocks<false>(member, m_rows, geo.kp_dims, n_keys, s.dp, geo.kp_keys, 1, s.k,
+                                                  geo.kp_dims, s.dq, geo.kp_dims, static_cast<const T*>(nullptr),
+                                                  dq_span);
       member.team_barrier();
       if (dq == DqStrategy::atomic || c == 0)
         add_dq_to_output(member, b, hk, t0, n_rows, s, dq == DqStrategy::atomic);

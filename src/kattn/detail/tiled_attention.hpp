@@ -209,13 +209,10 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
   // query of their columns sees: the mask sets the rest.
   KOKKOS_INLINE_FUNCTION void scores(const Member& member, const Tiles& s, const Cursor& c, int keys, bool windowed,
                                      const TileVisibility& vis) const {
-    if (windowed)
-      TeamTileGemm<R, J>::template invoke_blocks<false>(
-          member, keys, geo.rows_p, this->p.head_dim, c.k, c.k_row, 1, s.qt, geo.rows_p, s.st, geo.rows_p,
-          static_cast<const T*>(nullptr), [&](int m, int n, int&, int&) { return vis.sees(n, n + J, m, m + R); });
-    else
-      TeamTileGemm<R, J>::invoke(member, keys, geo.rows_p, this->p.head_dim, c.k, c.k_row, 1, s.qt, geo.rows_p, s.st,
-                                 geo.rows_p, static_cast<const T*>(nullptr));
+    TeamTileGemm<R, J>::template invoke_blocks<false>(
+        member, keys, geo.rows_p, this->p.head_dim, c.k, c.k_row, 1, s.qt, geo.rows_p, s.st, geo.rows_p,
+        static_cast<const T*>(nullptr),
+        [&](int m, int n, int&, int&) { return !windowed || vis.sees(n, n + J, m, m + R); });
   }
   KOKKOS_INLINE_FUNCTION void softcap(const Member& member, const Head& h, int keys) const {
     softcap_tile(member, h.st, keys * geo.rows_p, this->cap_log2, this->inv_cap);
@@ -233,16 +230,12 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
   // over the keys its queries see (P^T is 0 elsewhere).
   KOKKOS_INLINE_FUNCTION void values(const Member& member, const Head& h, const Cursor& c, int, int n_keys,
                                      bool windowed, const TileVisibility& vis) const {
-    if (windowed)
-      TeamTileGemm<R, J>::template invoke_blocks<false>(member, geo.dims_p, geo.rows_p, n_keys, c.v, 1, c.v_row, h.st,
-                                                        geo.rows_p, h.ot, geo.rows_p, static_cast<const T*>(h.alpha),
-                                                        [&](int, int n, int& lo, int& hi) {
-                                                          vis.keys_of_rows(n, n + J, lo, hi);
-                                                          return true;
-                                                        });
-    else
-      TeamTileGemm<R, J>::invoke(member, geo.dims_p, geo.rows_p, n_keys, c.v, 1, c.v_row, h.st, geo.rows_p, h.ot,
-                                 geo.rows_p, static_cast<const T*>(h.alpha));
+    TeamTileGemm<R, J>::template invoke_blocks<false>(member, geo.dims_p, geo.rows_p, n_keys, c.v, 1, c.v_row, h.st,
+                                                      geo.rows_p, h.ot, geo.rows_p, static_cast<const T*>(h.alpha),
+                                                      [&](int, int n, int& lo, int& hi) {
+                                                        if (windowed) vis.keys_of_rows(n, n + J, lo, hi);
+                                                        return true;
+                                                      });
   }
 };
 
