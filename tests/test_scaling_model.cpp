@@ -138,17 +138,18 @@ TEST(ScalingAnchors, RingFlashAttentionWithinFivePoints) {
   }
 }
 
-// Meta's 93% is the whole 405B prefill against a baseline the paper does not give in full; at 65K
-// tokens per rank the attention ring has nothing left to lose under this model (every transfer
-// hides, merges are a fraction of a percent), so it predicts 0.98: above the anchor by more than
-// five points. The test pins that known gap so a change in the model shows.
+// Meta's 93% is the whole 405B prefill's FLOP rate (GEMMs included) over a standalone attention
+// kernel's (the paper's Appendix A); at 65K tokens per rank the attention ring has nothing left to
+// lose under this model (every transfer hides, merges are a fraction of a percent), so it predicts
+// 0.99: above the anchor by more than five points. The test pins that known gap so a change in the
+// model shows.
 TEST(ScalingAnchors, MetaMillionTokensIsAnUpperBound) {
   for (const ScalingAnchor& a : scaling_anchors()) {
     if (a.name != "meta-cp-1m") continue;
     const RingModel m = model_ring(a.input);
     EXPECT_TRUE(m.hidden);
     EXPECT_GT(m.efficiency, a.published_efficiency);
-    EXPECT_LT(m.efficiency, a.published_efficiency + 0.06);
+    EXPECT_LT(m.efficiency, a.published_efficiency + 0.07);
   }
 }
 
