@@ -223,6 +223,12 @@ int scale_model(Args& args) {
                 "--step-overhead/--merge-passes/--backward-ratio: expected values >= 0");
   KATTN_REQUIRE(mode != "hybrid" || heads[0] % ulysses_size == 0, "--ulysses-size: expected a divisor of the ",
                 heads[0], " query heads (each member of a group computes Hq / U of them), got ", ulysses_size);
+  // The model places groups of U consecutive ranks on nodes of --ranks-per-node: whole groups in a
+  // node, or whole nodes in a group.
+  KATTN_REQUIRE(mode != "hybrid" || cl.ranks_per_node == 0 || cl.ranks_per_node % ulysses_size == 0 ||
+                    ulysses_size % cl.ranks_per_node == 0,
+                "--ulysses-size: expected a divisor or a multiple of the ", cl.ranks_per_node,
+                " ranks per node (groups that straddle nodes unevenly are not modelled), got ", ulysses_size);
   const std::string algorithm = mode == "hybrid" ? "hybrid-u" + std::to_string(ulysses_size) : mode;
   const dist::KernelRate rate = tflops  ? dist::KernelRate(*tflops * 1e12)
                                 : curve ? parse_rate_curve(*curve)
@@ -248,7 +254,8 @@ int scale_model(Args& args) {
   }
   double overlap_tokens = 0;
   bool extrapolated = false;
-  int heads_limit = 0;  // Ulysses: the first rank count the query heads do not divide over
+  int heads_limit = 0;       // Ulysses: the first rank count the query heads do not divide over
+  std::vector<int> skipped;  // hybrid below U: rank counts (one group) the heads do not divide over
   // Powers of two; hybrid also at U, then U times powers of two (the grid needs U | P).
   const auto next = [&](int P) {
     return mode == "hybrid" && P < ulysses_size && 2 * P > ulysses_size ? ulysses_size : 2 * P;
@@ -256,6 +263,10 @@ int scale_model(Args& args) {
   for (int P = 1; P <= max_ranks; P = next(P)) {
     const int U = mode == "ulysses" ? P : std::min(ulysses_size, P);
     if (heads_sharded && heads[0] % U != 0) {
+      if (mode == "hybrid") {  // only below U (U itself divides the heads): the larger grids follow
+        skipped.push_back(P);
+        continue;
+      }
       heads_limit = P;
       break;
     }
@@ -330,7 +341,10 @@ int scale_model(Args& args) {
         "model over the R groups (R = 1: one call over the whole sequence)\n");
     if (heads_limit > 0)
       std::printf("stops at %d ranks: %lld query heads do not divide over %d ranks sharing them\n", heads_limit,
-                  (long long)heads[0], mode == "ulysses" ? heads_limit : std::min(ulysses_size, heads_limit));
+                  (long long)heads[0], heads_limit);
+    for (int P : skipped)
+      std::printf("no row at %d ranks: %lld query heads do not divide over one group of %d\n", P, (long long)heads[0],
+                  P);
   } else if (mode == "ring") {
     std::printf(
         "overlap condition: a step's K/V transfer hides behind its work (kernel, merge, overhead) from %.0f tokens "

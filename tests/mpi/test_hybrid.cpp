@@ -111,9 +111,9 @@ TEST(HybridBackward, DoubleMatchesOneRankOnEveryGrid) {
     }
 }
 
-// Deterministic: the bits of ring attention's deterministic mode on one rank, on every grid.
 // The traffic model (dist/hybrid_traffic.hpp: the group's head exchanges and the ring's K/V) is
-// what the calls send, forward and backward, on every grid, with masks that cut the ring's traffic.
+// what the calls send, forward and backward, on every grid, with masks that cut the ring's traffic
+// and in deterministic mode (the ring's tours).
 template <class T>
 void expect_traffic(const Shape& s, const Options& o, const DistOptions& d) {
   SCOPED_TRACE(describe(s, o) + " U=" + std::to_string(d.ulysses_size) + " sharding=" + dist::name(d.sharding));
@@ -137,9 +137,13 @@ TEST(HybridTraffic, BytesSentEqualTheModelOnEveryGrid) {
         for (int hkv : {12, 3, 1}) expect_traffic<double>({2, 37, 37, 12, hkv, 8}, o, d);
         expect_traffic<float>({1, 23, 41, 12, 4, 16}, o, d);
       }
+      DistOptions det = d;
+      det.deterministic = true, det.chunk = 8;
+      expect_traffic<double>({1, 45, 45, 12, 12, 8}, variants()[1], det);  // whole GQA groups per rank
     }
 }
 
+// Deterministic: the bits of ring attention's deterministic mode on one rank, on every grid.
 TEST(Deterministic, HybridBitwiseEqualToTheDeterministicRing) {
   const Shape s{1, 77, 77, 24, 12, 16};
   for (const Options& o : variants()) {

@@ -80,7 +80,10 @@ inline double exchange_seconds(const HeadTrafficProblem& pr, int U, double n, He
 }  // namespace detail
 
 // Hybrid attention on in.ranks = U x R ranks (ulysses_ranks = U; U = P: Ulysses alone, U = 1: the
-// ring alone). in.heads_q must be a multiple of U (the caller checks, as the library does).
+// ring alone). in.heads_q must be a multiple of U (the caller checks, as the library does). Nodes
+// hold in.cluster.ranks_per_node consecutive ranks; U divides that or is a multiple of it (the
+// caller checks): group 0 then stands for every group, and a node holds ranks_per_node / U
+// members of each ring.
 // Forward, or forward + backward when in.backward_ratio > 0 (each call with its own exchanges;
 // the backward's inner ring moves K/V and dK/dV in the accumulation type, as it computes in it).
 inline HeadShardedModel model_head_sharded(const RingModelInput& in, int ulysses_ranks) {

@@ -50,8 +50,8 @@ inline RingModelInput ring_flash_attn_h800(bool backward) {
 // 1 KV head per GPU, D = 128) and the pass-KV ring across nodes, every hop over RDMA (400 Gb/s per
 // GPU), bf16, causal with load-balanced sharding. The kernel at 540 TFLOP/s, the paper's own
 // standalone FlashAttention-3 causal benchmark at 8K tokens on one of its H100s (power-limited to
-// 500 W, 96 GB of HBM2e at 2.4 TB/s): its Appendix A divides the whole prefill's 502 TFLOP/s per
-// GPU (GEMMs included) by that rate for the 93% (docs/distributed.md).
+// 500 W, 96 GB of HBM2e at 2.4 TB/s): its Appendix A counts the whole prefill's 502 TFLOP/s per
+// GPU (GEMMs included) and Section 4.2.3 divides that by this rate for the 93% (docs/distributed.md).
 inline RingModelInput meta_cp_1m_h100() {
   RingModelInput in;
   in.ranks = 16, in.tokens = std::int64_t(1) << 20;
