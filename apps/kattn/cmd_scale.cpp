@@ -44,7 +44,7 @@ const char* kScaleUsage =
     "                 [--bandwidth BYTES_PER_S] [--latency S] (intra-node; from --pingpong)\n"
     "                 [--ranks-per-node K --inter-bandwidth BYTES_PER_S --inter-latency S]\n"
     "                 [--step-overhead S] [--mem-bandwidth BYTES_PER_S] [--merge-passes X]\n"
-    "                 [--backward-ratio R] [--max-ranks P] [--csv FILE]\n"
+    "                 [--backward-ratio R] [--max-ranks P] [--csv FILE] [--compare STUDY.csv]\n"
     "       kattn scale --model --anchor ring-flash-attn-fwd|ring-flash-attn-fwd-bwd|meta-cp-1m [--max-ranks P]\n"
     "       mpirun -np 2 kattn scale --pingpong [--sizes BYTES,...] [--repeat R] [--json]\n";
 

@@ -156,6 +156,26 @@ int run_anchor(const std::string& name, int max_ranks) {
   return 2;
 }
 
+// The measured study a model run can be compared with: the rows of `compare` with the model
+// row's study, algorithm, dtype, shape and fixed size (the sharding too where it changes the work;
+// head sharding alone is indifferent to it).
+const ScaleStudy* matching_study(const std::vector<ScaleStudy>& studies, const ScaleRow& model,
+                                 const std::string& algorithm) {
+  const ScaleStudy* found = nullptr;
+  for (const ScaleStudy& st : studies) {
+    const ScaleRow& r = *st.points.front().rows.front();
+    bool same = r.str("algorithm") == algorithm;
+    for (const char* col : {"study", "dtype", "batch", "heads_q", "heads_kv", "dim", "causal"})
+      same = same && r.str(col) == model.str(col);
+    const char* size = model.str("study") == "weak" ? "tokens_per_rank" : "tokens";
+    same = same && r.num(size) == model.num(size);
+    if (!same) continue;
+    if (r.str("sharding") == model.str("sharding")) return &st;
+    if (algorithm == "ulysses") found = &st;
+  }
+  return found;
+}
+
 }  // namespace
 
 int scale_model(Args& args) {
@@ -207,8 +227,13 @@ int scale_model(Args& args) {
   cl.merge_passes = args.number("--merge-passes").value_or(3);
   const double backward_ratio = args.number("--backward-ratio").value_or(0);
   const auto csv = args.value("--csv");
+  const auto compare = args.value("--compare");
   args.finish();
   if (csv) check_output_file("--csv", *csv);
+  const std::vector<ScaleRow> measured = compare ? read_scale_csv(*compare) : std::vector<ScaleRow>{};
+  const std::vector<ScaleStudy> measured_studies = group_studies(measured);
+  std::map<int, double> model_efficiency;  // by rank count
+  ScaleRow model_row;                      // the shape and fixed size of the model's rows
   KATTN_REQUIRE(heads[0] >= 1 && heads[1] >= 1 && heads[0] % heads[1] == 0,
                 "--heads: expected HQ,HKV with HQ a multiple of HKV, got ", heads[0], ",", heads[1]);
   KATTN_REQUIRE(int(tflops.has_value()) + int(curve.has_value()) + int(from_csv.has_value()) == 1,
@@ -333,6 +358,8 @@ int scale_model(Args& args) {
       row.field["tflops_per_rank"] = fmt("%.6g", flops / m.seconds / 1e12);
       row.field["efficiency"] = fmt("%.6f", m.efficiency);
     }
+    model_efficiency[P] = row.num("efficiency");
+    model_row = row;
     if (csv) append_scale_csv(*csv, {row});
   }
   if (heads_sharded) {
@@ -354,6 +381,26 @@ int scale_model(Args& args) {
     std::printf(
         "decode moves D + 1 numbers per query row per round (ceil(log2 P) rounds of recursive doubling), "
         "whatever the context length\n");
+  }
+  if (compare) {
+    // Each side against its own one-rank point: the measured rows' efficiency is against the
+    // one-rank run (which pays what a call costs besides the kernel), the model's against the bare
+    // kernel rate.
+    const ScaleStudy* st = model_efficiency.count(1) ? matching_study(measured_studies, model_row, algorithm) : nullptr;
+    KATTN_REQUIRE(st && st->has_baseline(), "--compare ", *compare, ": no measured study of algorithm '", algorithm,
+                  "' with this study, dtype, shape and fixed size and a one-rank point");
+    std::printf("against %s (%s), each side relative to its one-rank point:\n", compare->c_str(), st->label.c_str());
+    std::printf("%8s %14s %14s %10s %14s %12s\n", "ranks", "measured wall", "measured CPU", "model", "points (CPU)",
+                "repetitions");
+    for (const ScalePoint& pt : st->points) {
+      const int P = static_cast<int>(pt.ranks);
+      if (!model_efficiency.count(P)) continue;
+      const double wall = spread_of(st->efficiencies(pt)).median, model = model_efficiency[P] / model_efficiency[1];
+      const std::vector<double> cpu = st->cpu_efficiencies(pt);
+      const double cpu_median = cpu.empty() ? 0.0 : spread_of(cpu).median;
+      std::printf("%8d %14.3f %14s %10.3f %14s %12zu\n", P, wall, cpu.empty() ? "-" : fmt("%.3f", cpu_median).c_str(),
+                  model, cpu.empty() ? "-" : fmt("%+.1f", 100 * (model - cpu_median)).c_str(), pt.rows.size());
+    }
   }
   if (extrapolated)
     std::printf(
