@@ -46,7 +46,7 @@ const char* kScaleUsage =
     "                 [--step-overhead S] [--mem-bandwidth BYTES_PER_S] [--merge-passes X]\n"
     "                 [--backward-ratio R] [--max-ranks P] [--csv FILE] [--compare STUDY.csv]\n"
     "       kattn scale --model --anchor ring-flash-attn-fwd|ring-flash-attn-fwd-bwd|meta-cp-1m [--max-ranks P]\n"
-    "       mpirun -np 2 kattn scale --pingpong [--sizes BYTES,...] [--repeat R] [--json]\n";
+    "       mpirun -np 2 kattn scale --pingpong [--both-ways] [--sizes BYTES,...] [--repeat R] [--json]\n";
 
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;

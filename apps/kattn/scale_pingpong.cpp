@@ -1,8 +1,10 @@
 // kattn scale --pingpong: the link between ranks 0 and 1, for the scaling model. Rank 0 sends a
 // message of each size, rank 1 returns it; the one-way time is half the median round trip, and
 // a least-squares line through the sizes gives latency + bytes / bandwidth (dist::fit_link).
-// Run the two ranks on one node for the intra-node link (--bandwidth/--latency of --model), on
-// two nodes for the inter-node one (--inter-bandwidth/--inter-latency).
+// With --both-ways the two ranks send each other a message of each size at once, as a ring step
+// or an all-to-all does, and the time is the median exchange's. Run the two ranks on one node for
+// the intra-node link (--bandwidth/--latency of --model), on two nodes for the inter-node one
+// (--inter-bandwidth/--inter-latency).
 #include <mpi.h>
 
 #include <algorithm>
@@ -45,6 +47,25 @@ double one_way_seconds(int rank, std::vector<char>& buffer, std::size_t bytes, i
   return spread_of(round_trips).median / 2;
 }
 
+// The time of ranks 0 and 1 sending each other `bytes` at once: the median of `repeat`
+// exchanges, after two untimed ones. Other ranks wait.
+double exchange_seconds(int rank, std::vector<char>& out, std::vector<char>& in, std::size_t bytes, int repeat) {
+  std::vector<double> times;
+  const int count = static_cast<int>(bytes);
+  for (int r = 0; r < repeat + 2; ++r) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime();
+    if (rank < 2)
+      MPI_Sendrecv(out.data(), count, MPI_BYTE, 1 - rank, 0, in.data(), count, MPI_BYTE, 1 - rank, 0, MPI_COMM_WORLD,
+                   MPI_STATUS_IGNORE);
+    // The slower of the two: an exchange is done when both are.
+    double t = MPI_Wtime() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (r >= 2) times.push_back(t);
+  }
+  return spread_of(times).median;
+}
+
 }  // namespace
 
 int scale_pingpong(Args& args) {
@@ -53,11 +74,12 @@ int scale_pingpong(Args& args) {
     const int rank = mpi.rank(), P = mpi.size();
     std::vector<std::int64_t> sizes;
     int repeat = 20;
-    bool json = false;
+    bool json = false, both_ways = false;
     dist::collective_check(MPI_COMM_WORLD, [&] {
       const std::string list = args.value("--sizes").value_or("8,1024,65536,1048576,16777216");
       repeat = static_cast<int>(args.integer("--repeat", 1, 100000).value_or(repeat));
       json = args.flag("--json");
+      both_ways = args.flag("--both-ways");
       args.finish();
       for (std::size_t at = 0; at <= list.size();) {
         const std::size_t end = std::min(list.find(',', at), list.size());
@@ -68,14 +90,23 @@ int scale_pingpong(Args& args) {
       KATTN_REQUIRE(P >= 2, "--pingpong: needs two ranks (mpirun -np 2), got ", P);
     });
     const double load = load_average();
-    std::vector<char> buffer(static_cast<std::size_t>(*std::max_element(sizes.begin(), sizes.end())), 1);
+    const std::size_t largest = static_cast<std::size_t>(*std::max_element(sizes.begin(), sizes.end()));
+    std::vector<char> buffer(largest, 1), received(both_ways ? largest : 0, 0);
     std::vector<dist::LinkSample> samples;
-    for (std::int64_t b : sizes) samples.push_back({double(b), one_way_seconds(rank, buffer, std::size_t(b), repeat)});
+    for (std::int64_t b : sizes)
+      samples.push_back({double(b), both_ways ? exchange_seconds(rank, buffer, received, std::size_t(b), repeat)
+                                              : one_way_seconds(rank, buffer, std::size_t(b), repeat)});
     return on_rank0(MPI_COMM_WORLD, [&]() -> int {
       const dist::Link link = dist::fit_link(samples);
-      std::printf("kattn scale --pingpong: ranks 0 and 1 of %d, median of %d round trips per size, load %.2f\n", P,
-                  repeat, load);
-      std::printf("%14s %14s %14s\n", "bytes", "one-way us", "GB/s");
+      if (both_ways)
+        std::printf(
+            "kattn scale --pingpong --both-ways: ranks 0 and 1 of %d sending each other at once, median of %d "
+            "exchanges per size, load %.2f\n",
+            P, repeat, load);
+      else
+        std::printf("kattn scale --pingpong: ranks 0 and 1 of %d, median of %d round trips per size, load %.2f\n", P,
+                    repeat, load);
+      std::printf("%14s %14s %14s\n", "bytes", both_ways ? "exchange us" : "one-way us", "GB/s each way");
       for (const dist::LinkSample& s : samples)
         std::printf("%14.0f %14.3f %14.4g\n", s.bytes, s.seconds * 1e6, s.bytes / s.seconds / 1e9);
       std::printf("fit: latency %.3g us, bandwidth %.4g GB/s (model: --latency %.3g --bandwidth %.4g)\n",
@@ -86,6 +117,7 @@ int scale_pingpong(Args& args) {
         for (std::int64_t b : sizes) bytes.push_back(b);
         j.add("latency_seconds", link.latency_seconds).add("bytes_per_second", link.bytes_per_second);
         j.add("sizes", bytes).add("repetitions", repeat).add("load_avg", load).add("ranks", P);
+        j.add("both_ways", both_ways);
         std::cout << j.str() << "\n";
       }
       return 0;
