@@ -316,7 +316,7 @@ inline void score_pairs(int t_begin, int t_end, int keys, int heads, int ahead, 
   for (int t0 = t_begin; t0 < t_end; t0 += W) {
     std::array<V, W> acc;
     int js[W], hs[W];
-#pragma GCC unroll 16
+    KATTN_UNROLL
     for (int i = 0; i < W; ++i) {
       const std::ptrdiff_t off = head_off(hl);
       if (const KV* a = row_ahead(krow, keys, off, after, hl, j + ahead)) prefetch_row(a, NQ * W);

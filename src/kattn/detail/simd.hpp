@@ -31,8 +31,14 @@
 
 // Complete unrolling of a loop over a micro-tile's registers (rows, vectors), requested rather than
 // left to GCC's heuristics: inside a large inlined kernel it may keep the loop, and then the
-// accumulator array lives on the stack, loaded and stored around every FMA.
+// accumulator array lives on the stack, loaded and stored around every FMA. nvcc's front end does
+// not know the pragma (its warning 1675) but hands it to the host compiler, which does: the
+// warning is silenced around each use only.
+#if defined(__NVCC__) && (__CUDACC_VER_MAJOR__ > 11 || (__CUDACC_VER_MAJOR__ == 11 && __CUDACC_VER_MINOR__ >= 5))
+#define KATTN_UNROLL _Pragma("nv_diag_suppress 1675") _Pragma("GCC unroll 32") _Pragma("nv_diag_default 1675")
+#else
 #define KATTN_UNROLL _Pragma("GCC unroll 32")
+#endif
 
 namespace kattn {
 namespace detail {
