@@ -171,7 +171,7 @@ const ScaleStudy* matching_study(const std::vector<ScaleStudy>& studies, const S
     same = same && r.num(size) == model.num(size);
     if (!same) continue;
     if (r.str("sharding") == model.str("sharding")) return &st;
-    if (algorithm == "ulysses") found = &st;
+    if (algorithm.rfind("ulysses", 0) == 0) found = &st;
   }
   return found;
 }
@@ -386,9 +386,12 @@ int scale_model(Args& args) {
     // Each side against its own one-rank point: the measured rows' efficiency is against the
     // one-rank run (which pays what a call costs besides the kernel), the model's against the bare
     // kernel rate.
-    const ScaleStudy* st = model_efficiency.count(1) ? matching_study(measured_studies, model_row, algorithm) : nullptr;
-    KATTN_REQUIRE(st && st->has_baseline(), "--compare ", *compare, ": no measured study of algorithm '", algorithm,
-                  "' with this study, dtype, shape and fixed size and a one-rank point");
+    // (Forward + backward: the rows of `kattn scale --backward`.)
+    const std::string measured_algorithm = algorithm + (backward_ratio > 0 ? "-fwd-bwd" : "");
+    const ScaleStudy* st =
+        model_efficiency.count(1) ? matching_study(measured_studies, model_row, measured_algorithm) : nullptr;
+    KATTN_REQUIRE(st && st->has_baseline(), "--compare ", *compare, ": no measured study of algorithm '",
+                  measured_algorithm, "' with this study, dtype, shape and fixed size and a one-rank point");
     std::printf("against %s (%s), each side relative to its one-rank point:\n", compare->c_str(), st->label.c_str());
     std::printf("%8s %14s %14s %10s %14s %12s\n", "ranks", "measured wall", "measured CPU", "model", "points (CPU)",
                 "repetitions");

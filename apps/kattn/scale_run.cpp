@@ -25,10 +25,13 @@
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/decode.hpp"
 #include "kattn/dist/hybrid.hpp"
+#include "kattn/dist/hybrid_backward.hpp"
 #include "kattn/dist/hybrid_traffic.hpp"
 #include "kattn/dist/ring.hpp"
+#include "kattn/dist/ring_backward.hpp"
 #include "kattn/dist/ring_traffic.hpp"
 #include "kattn/dist/ulysses.hpp"
+#include "kattn/dist/ulysses_backward.hpp"
 #include "kattn/errors.hpp"
 #include "machine_load.hpp"
 #include "mpi_session.hpp"
@@ -45,6 +48,7 @@ struct Config {
   std::int64_t tokens = 4096;
   int batch = 1, heads_q = 1, heads_kv = 1, dim = 64, queries = 1, repeat = 3, warmup = 1;
   bool causal = false, nocomm = false, json = false;
+  bool backward = false;     // each repetition a forward and its backward (training's pair of calls)
   int threads_per_rank = 1;  // host threads computing: process CPU time counts every one
   double load_avg = -1;      // rank 0's one-minute load average when the runs start
   dist::DistOptions d;
@@ -167,6 +171,12 @@ Result measure(const Config& c, int rank, int P, Progress& progress) {
   fill_random(q, decode ? 99 : 100 + 3 * rank);  // decode: the same queries everywhere
   fill_random(k, 101 + 3 * rank);
   fill_random(v, 102 + 3 * rank);
+  V4<T> dout, dq, dk, dv;  // --backward
+  if (c.backward) {
+    dout = V4<T>("dout", c.batch, nq, c.heads_q, c.dim), dq = V4<T>("dq", c.batch, nq, c.heads_q, c.dim);
+    dk = V4<T>("dk", c.batch, nk, c.heads_kv, c.dim), dv = V4<T>("dv", c.batch, nk, c.heads_kv, c.dim);
+    fill_random(dout, 103 + 3 * rank);
+  }
   Options opt;
   opt.causal = c.causal;
   const Kokkos::DefaultExecutionSpace space;
@@ -185,11 +195,25 @@ Result measure(const Config& c, int rank, int P, Progress& progress) {
       space.fence();
       MPI_Barrier(MPI_COMM_WORLD);
       const double cpu0 = cpu_now();
-      const dist::DistStats s =
-          ring                  ? dist::ring_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d)
-          : decode              ? dist::decode_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d)
-          : c.mode == "ulysses" ? dist::ulysses_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d)
-                                : dist::hybrid_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d);
+      dist::DistStats s = ring     ? dist::ring_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d)
+                          : decode ? dist::decode_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d)
+                          : c.mode == "ulysses"
+                              ? dist::ulysses_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d)
+                              : dist::hybrid_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d);
+      if (c.backward) {
+        const BackwardOptions b;
+        const dist::DistStats g = ring ? dist::ring_attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o,
+                                                                       lse, dout, dq, dk, dv, opt, b, d)
+                                  : c.mode == "ulysses"
+                                      ? dist::ulysses_attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o,
+                                                                         lse, dout, dq, dk, dv, opt, b, d)
+                                      : dist::hybrid_attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o,
+                                                                        lse, dout, dq, dk, dv, opt, b, d);
+        // The pair of calls as one sample.
+        s.seconds += g.seconds, s.compute_seconds += g.compute_seconds;
+        s.compute_cpu_seconds += g.compute_cpu_seconds, s.comm_seconds += g.comm_seconds;
+        s.flops += g.flops, s.bytes_sent += g.bytes_sent;
+      }
       const Sample sample = reduce_sample(s, cpu_now() - cpu0, P);
       progress.update(what + " done");
       if (r >= c.warmup) (variant ? nocomm : real).push_back(sample);
@@ -244,9 +268,13 @@ ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& al
     // The most any rank sends (the CSV's bytes column is the most any rank sent).
     Options opt;
     opt.causal = c.causal;
-    const dist::TrafficProblem pr{N, N, c.batch, c.heads_kv, c.dim, value_bytes};
+    // (The backward's dK/dV travel in the accumulation type.)
+    const dist::TrafficProblem pr{N, N, c.batch, c.heads_kv, c.dim, value_bytes, row_bytes};
     for (int r = 0; r < P; ++r)
-      model_bytes = std::max(model_bytes, double(dist::ring_traffic(pr, opt, c.d, P, r, dist::RingPass::forward).sent));
+      model_bytes =
+          std::max(model_bytes,
+                   double(dist::ring_traffic(pr, opt, c.d, P, r, dist::RingPass::forward).sent +
+                          (c.backward ? dist::ring_traffic(pr, opt, c.d, P, r, dist::RingPass::backward).sent : 0)));
   } else if (c.mode == "decode" && P > 1) {
     model_bytes = double(c.batch) * c.queries * c.heads_q * (c.dim + 1) * row_bytes;  // one contribution of rows
   } else if (c.mode == "ulysses" || c.mode == "hybrid") {
@@ -255,9 +283,14 @@ ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& al
     dist::HeadTrafficProblem pr;
     pr.batch = c.batch, pr.heads_q = c.heads_q, pr.heads_kv = c.heads_kv, pr.head_dim = c.dim;
     pr.bytes_per_value = value_bytes, pr.accumulate_bytes = row_bytes;
+    const bool hybrid = c.mode == "hybrid";
     for (int r = 0; r < P; ++r)
-      model_bytes = std::max(model_bytes, double(dist::head_sharded_sent(pr, N, N, opt, call_options(c, P), P, r,
-                                                                         dist::HeadPass::forward, c.mode == "hybrid")));
+      model_bytes = std::max(
+          model_bytes,
+          double(dist::head_sharded_sent(pr, N, N, opt, call_options(c, P), P, r, dist::HeadPass::forward, hybrid) +
+                 (c.backward ? dist::head_sharded_sent(pr, N, N, opt, call_options(c, P), P, r,
+                                                       dist::HeadPass::backward, hybrid)
+                             : 0)));
   }
   ScaleRow row;
   row.field = {{"study", c.study},
@@ -326,6 +359,7 @@ int scale_measure(Args& args) {
       c.repeat = static_cast<int>(args.integer("--repeat", 1, 1000).value_or(c.repeat));
       c.warmup = static_cast<int>(args.integer("--warmup", 0, 1000).value_or(c.warmup));
       c.nocomm = args.flag("--nocomm-baseline");
+      c.backward = args.flag("--backward");
       c.csv = args.value("--csv").value_or("");
       c.json = args.flag("--json");
       args.finish();
@@ -340,8 +374,9 @@ int scale_measure(Args& args) {
                     "--dtype: expected f32, f64, bf16 or f16, got '", c.dtype, "'");
       KATTN_REQUIRE(c.heads_q >= 1 && c.heads_kv >= 1 && c.heads_q % c.heads_kv == 0,
                     "--heads: expected HQ,HKV with HQ a multiple of HKV, got ", c.heads_q, ",", c.heads_kv);
-      KATTN_REQUIRE(!c.nocomm || (c.mode == "ring" && !c.d.deterministic),
-                    "--nocomm-baseline: only for the ring (not --deterministic, not decode)");
+      KATTN_REQUIRE(!c.nocomm || (c.mode == "ring" && !c.d.deterministic && !c.backward),
+                    "--nocomm-baseline: only for the ring's forward (not --deterministic, --backward or decode)");
+      KATTN_REQUIRE(!c.backward || c.mode != "decode", "--backward: not for --dist decode (no gradients)");
       KATTN_REQUIRE(c.mode != "decode" || c.d.sharding == dist::Sharding::contiguous,
                     "--zigzag: not for --dist decode");
     });
@@ -357,6 +392,7 @@ int scale_measure(Args& args) {
          dist::Agreed::integer("--repeat", "repetitions", c.repeat),
          dist::Agreed::integer("--warmup", "warm-up runs", c.warmup),
          dist::Agreed::boolean("--nocomm-baseline", "baseline", c.nocomm),
+         dist::Agreed::boolean("--backward", "backward", c.backward),
          dist::Agreed::boolean("--study", "strong scaling", c.study == "strong"),
          with_storage(parse_dtype(c.dtype), [](auto t) { return dist::Agreed::dtype<decltype(t)>("--dtype"); })});
     // Rank 0 appends to the CSV at the end: a path it cannot write fails on every rank, before the runs.
@@ -377,7 +413,7 @@ int scale_measure(Args& args) {
     return on_rank0(MPI_COMM_WORLD, [&]() -> int {
       // Hybrid's rows name their group size: studies of different U are different studies.
       const std::string algorithm = (c.mode == "hybrid" ? "hybrid-u" + std::to_string(c.ulysses_size) : c.mode) +
-                                    (c.d.deterministic ? "-deterministic" : "");
+                                    (c.d.deterministic ? "-deterministic" : "") + (c.backward ? "-fwd-bwd" : "");
       std::vector<ScaleRow> existing;
       if (!c.csv.empty() && P > 1) {
         try {
