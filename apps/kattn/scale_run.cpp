@@ -263,34 +263,33 @@ ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& al
   const io::DType dtype = parse_dtype(c.dtype);
   const int value_bytes = with_storage(dtype, [](auto t) { return int(sizeof(t)); }),
             row_bytes = with_storage(dtype, [](auto t) { return int(sizeof(accumulate_t<decltype(t)>)); });
+  // The most any rank sends (the CSV's bytes column is the most any rank sent): forward, and with
+  // --backward the backward too; sent(rank, backward) is the traffic model's.
+  Options opt;
+  opt.causal = c.causal;
+  const auto most_sent = [&](const auto& sent) {
+    double most = 0;
+    for (int r = 0; r < P; ++r) most = std::max(most, double(sent(r, false) + (c.backward ? sent(r, true) : 0)));
+    return most;
+  };
   double model_bytes = 0;
   if (c.mode == "ring" && algorithm != "ring-nocomm") {
-    // The most any rank sends (the CSV's bytes column is the most any rank sent).
-    Options opt;
-    opt.causal = c.causal;
     // (The backward's dK/dV travel in the accumulation type.)
     const dist::TrafficProblem pr{N, N, c.batch, c.heads_kv, c.dim, value_bytes, row_bytes};
-    for (int r = 0; r < P; ++r)
-      model_bytes =
-          std::max(model_bytes,
-                   double(dist::ring_traffic(pr, opt, c.d, P, r, dist::RingPass::forward).sent +
-                          (c.backward ? dist::ring_traffic(pr, opt, c.d, P, r, dist::RingPass::backward).sent : 0)));
+    model_bytes = most_sent([&](int r, bool backward) {
+      return dist::ring_traffic(pr, opt, c.d, P, r, backward ? dist::RingPass::backward : dist::RingPass::forward).sent;
+    });
   } else if (c.mode == "decode" && P > 1) {
     model_bytes = double(c.batch) * c.queries * c.heads_q * (c.dim + 1) * row_bytes;  // one contribution of rows
   } else if (c.mode == "ulysses" || c.mode == "hybrid") {
-    Options opt;
-    opt.causal = c.causal;
     dist::HeadTrafficProblem pr;
     pr.batch = c.batch, pr.heads_q = c.heads_q, pr.heads_kv = c.heads_kv, pr.head_dim = c.dim;
     pr.bytes_per_value = value_bytes, pr.accumulate_bytes = row_bytes;
-    const bool hybrid = c.mode == "hybrid";
-    for (int r = 0; r < P; ++r)
-      model_bytes = std::max(
-          model_bytes,
-          double(dist::head_sharded_sent(pr, N, N, opt, call_options(c, P), P, r, dist::HeadPass::forward, hybrid) +
-                 (c.backward ? dist::head_sharded_sent(pr, N, N, opt, call_options(c, P), P, r,
-                                                       dist::HeadPass::backward, hybrid)
-                             : 0)));
+    const dist::DistOptions d = call_options(c, P);
+    model_bytes = most_sent([&](int r, bool backward) {
+      return dist::head_sharded_sent(pr, N, N, opt, d, P, r,
+                                     backward ? dist::HeadPass::backward : dist::HeadPass::forward, c.mode == "hybrid");
+    });
   }
   ScaleRow row;
   row.field = {{"study", c.study},

@@ -129,9 +129,8 @@ inline HeadShardedModel model_head_sharded(const RingModelInput& in, int ulysses
   m.bytes_per_rank += m.ring.bytes_per_rank;
   m.seconds = m.exchange_seconds + m.ring.seconds;
   m.exposed_comm_seconds = m.exchange_seconds + m.ring.exposed_comm_seconds;
-  m.flops_per_rank = 4.0 * in.head_dim * in.heads_q * in.batch * n * N * (in.causal ? 0.5 : 1.0);
-  const double baseline = in.baseline_tokens > 0 ? in.baseline_tokens : n;
-  m.ideal_seconds = m.flops_per_rank * (1.0 + in.backward_ratio) / in.rate.at(baseline);
+  m.flops_per_rank = m.ring.flops_per_rank;  // Hq / U heads over N / R positions: the same work as the ring's
+  m.ideal_seconds = detail::ideal_seconds(in, m.flops_per_rank, n);
   m.efficiency = m.seconds > 0 ? m.ideal_seconds / m.seconds : 1.0;
   return m;
 }

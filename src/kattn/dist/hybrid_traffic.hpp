@@ -24,7 +24,7 @@ inline std::int64_t head_sharded_sent(const HeadTrafficProblem& pr, std::int64_t
                                       bool hybrid) {
   const int U = hybrid ? detail::ulysses_ranks(ranks, d) : ranks, R = ranks / U;
   const int group = rank / U, member = rank % U;
-  const std::int64_t align = d.deterministic ? chunk_of(d) : 1;
+  const std::int64_t align = detail::ring_align(d);
   const SequenceLayout ql = hybrid ? hybrid_layout(Nq, ranks, d) : SequenceLayout(Nq, ranks, d.sharding, align),
                        kl = hybrid ? hybrid_layout(Nk, ranks, d) : SequenceLayout(Nk, ranks, d.sharding, align);
   std::vector<double> nq, nk;

@@ -113,6 +113,13 @@ inline double ring_pass(int P, double first_kernel, double kernel, double extra,
   return t;
 }
 
+// The rank's work (forward flops, and the backward's at backward_ratio times their time) at the
+// one-rank baseline's kernel rate: tokens per rank for weak scaling, in.baseline_tokens for strong.
+inline double ideal_seconds(const RingModelInput& in, double flops_per_rank, double tokens_per_rank) {
+  const double baseline = in.baseline_tokens > 0 ? in.baseline_tokens : tokens_per_rank;
+  return flops_per_rank * (1.0 + in.backward_ratio) / in.rate.at(baseline);
+}
+
 }  // namespace detail
 
 // The step's work equals its transfer here (bisection in log n over the modelled step).
@@ -165,8 +172,7 @@ inline RingModel model_ring(const RingModelInput& in) {
   }
   m.compute_seconds = s.first_forward + s.first_backward + (P - 1) * (s.forward + s.backward);
   m.overhead_seconds = m.seconds - m.compute_seconds - m.exposed_comm_seconds;
-  const double baseline = in.baseline_tokens > 0 ? in.baseline_tokens : n;
-  m.ideal_seconds = m.flops_per_rank * (1.0 + in.backward_ratio) / in.rate.at(baseline);
+  m.ideal_seconds = detail::ideal_seconds(in, m.flops_per_rank, n);
   m.efficiency = m.seconds > 0 ? m.ideal_seconds / m.seconds : 1.0;
   m.overlap_tokens_per_rank = ring_overlap_tokens(in);
   m.hidden = P == 1 || (s.kv <= s.forward + s.merge + overhead &&
