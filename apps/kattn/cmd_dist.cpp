@@ -56,13 +56,13 @@ DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, co
   int rank = 0, P = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &P);
-  const std::int64_t align = d.deterministic ? dist::chunk_of(d) : 1;
   const bool sharded = shards_sequence(mode);
   // decode: every rank takes all the queries and its contiguous part of the keys.
   const dist::SequenceLayout ql =
-      sharded ? sequence_layout(mode, in.Nq, P, d) : dist::SequenceLayout(in.Nq, 1, d.sharding, align);
-  const dist::SequenceLayout kl = sharded ? sequence_layout(mode, in.Nk, P, d)
-                                          : dist::SequenceLayout(in.Nk, P, dist::Sharding::contiguous, align);
+      sharded ? sequence_layout(mode, in.Nq, P, d) : dist::SequenceLayout(in.Nq, 1, d.sharding, dist::shard_align(d));
+  const dist::SequenceLayout kl =
+      sharded ? sequence_layout(mode, in.Nk, P, d)
+              : dist::SequenceLayout(in.Nk, P, dist::Sharding::contiguous, dist::shard_align(d));
   const std::int64_t nq = sharded ? ql.local_length(rank) : in.Nq, nk = kl.local_length(rank);
   const auto qv = to_view<Tensor4<T>>(dense_rows(in, src, DenseArray::q, runs_of(ql, sharded ? rank : 0)), "q", in.B,
                                       nq, in.Hq, in.D);

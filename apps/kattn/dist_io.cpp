@@ -54,7 +54,7 @@ int mode_number(const std::string& mode) {
 
 dist::SequenceLayout sequence_layout(const std::string& mode, std::int64_t N, int P, const dist::DistOptions& d) {
   if (mode == "hybrid") return dist::hybrid_layout(N, P, d);
-  return dist::SequenceLayout(N, P, d.sharding, d.deterministic ? dist::chunk_of(d) : 1);
+  return dist::sharded_layout(N, P, d);
 }
 
 void read_grid(Args& args, const std::string& mode, int ranks, dist::DistOptions& d) {

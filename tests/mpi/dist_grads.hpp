@@ -143,9 +143,8 @@ LocalGrads<T> sharded_backward(MPI_Comm comm, const Grads<T>& g, const SequenceL
 template <class T, class Run>
 LocalGrads<T> sharded_backward(MPI_Comm comm, const Grads<T>& g, const DistOptions& d, Run&& run) {
   const int P = size_of(comm);
-  const std::int64_t align = d.deterministic ? dist::chunk_of(d) : 1;
-  return sharded_backward(comm, g, SequenceLayout(g.p.shape.Nq, P, d.sharding, align),
-                          SequenceLayout(g.p.shape.Nk, P, d.sharding, align), std::forward<Run>(run));
+  return sharded_backward(comm, g, dist::sharded_layout(g.p.shape.Nq, P, d), dist::sharded_layout(g.p.shape.Nk, P, d),
+                          std::forward<Run>(run));
 }
 
 // Communicators of the first s ranks, s = 1 .. P.

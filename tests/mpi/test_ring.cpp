@@ -33,8 +33,7 @@ struct RingRun {
 template <class T>
 RingRun<T> run_ring(MPI_Comm comm, const Problem<T>& g, const Options& opt, const DistOptions& d) {
   const int rank = rank_of(comm), P = size_of(comm);
-  const std::int64_t align = d.deterministic ? dist::chunk_of(d) : 1;
-  const SequenceLayout ql(g.shape.Nq, P, d.sharding, align), kl(g.shape.Nk, P, d.sharding, align);
+  const SequenceLayout ql = dist::sharded_layout(g.shape.Nq, P, d), kl = dist::sharded_layout(g.shape.Nk, P, d);
   const View4<T> q = shard(g.q, ql, rank, "q"), k = shard(g.k, kl, rank, "k"), v = shard(g.v, kl, rank, "v");
   RingRun<T> r;
   r.q_layout = ql;

@@ -31,9 +31,7 @@ using dist::SequenceLayout;
 
 enum class Call { ring, ulysses, hybrid };
 
-SequenceLayout layout_of(std::int64_t n, int P, const DistOptions& d) {
-  return SequenceLayout(n, P, d.sharding, d.deterministic ? dist::chunk_of(d) : 1);
-}
+SequenceLayout layout_of(std::int64_t n, int P, const DistOptions& d) { return dist::sharded_layout(n, P, d); }
 
 template <class S>
 dist::DistStats forward(Call call, MPI_Comm comm, const View4<S>& q, const View4<S>& k, const View4<S>& v,

@@ -27,8 +27,7 @@ using HeadShardedRun = ShardedRun<T>;
 template <class T>
 HeadShardedRun<T> run_ulysses(MPI_Comm comm, const Problem<T>& g, const Options& opt, const DistOptions& d) {
   const int P = size_of(comm);
-  const std::int64_t align = d.deterministic ? dist::chunk_of(d) : 1;
-  const SequenceLayout ql(g.shape.Nq, P, d.sharding, align), kl(g.shape.Nk, P, d.sharding, align);
+  const SequenceLayout ql = dist::sharded_layout(g.shape.Nq, P, d), kl = dist::sharded_layout(g.shape.Nk, P, d);
   return sharded_forward(
       comm, g, ql, kl, [&](const auto& q, const auto& k, const auto& v, const auto& o, const auto& lse) {
         return dist::ulysses_attention(comm, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, opt, d);

@@ -31,7 +31,7 @@ enum class Call { ulysses, hybrid };
 
 SequenceLayout layout_of(Call call, std::int64_t n, int P, const DistOptions& d) {
   if (call == Call::hybrid) return dist::hybrid_layout(n, P, d);
-  return SequenceLayout(n, P, d.sharding, d.deterministic ? dist::chunk_of(d) : 1);
+  return dist::sharded_layout(n, P, d);
 }
 
 // Bytes this rank sent in one call of `call` on its shards of q, k, v (storage T), with or without

@@ -104,9 +104,8 @@ inline GlobalSplit sharded_split(MPI_Comm comm, std::int64_t q_len, std::int64_t
   s.kv_lens = allgather(comm, kv_len);
   for (std::size_t r = 0; r < s.q_lens.size(); ++r) s.Nq += s.q_lens[r], s.Nk += s.kv_lens[r];
   const int P = static_cast<int>(s.q_lens.size());
-  const std::int64_t align = d.deterministic ? chunk_of(d) : 1;
-  s.q_layout = SequenceLayout(s.Nq, P, d.sharding, align);
-  s.kv_layout = SequenceLayout(s.Nk, P, d.sharding, align);
+  s.q_layout = sharded_layout(s.Nq, P, d);
+  s.kv_layout = sharded_layout(s.Nk, P, d);
   require_layout(s.q_lens, s.q_layout, "q", "query positions");
   require_layout(s.kv_lens, s.kv_layout, "k", "key positions");
   return s;

@@ -66,6 +66,15 @@ struct DistStats {
 // Keys per deterministic chunk for these options.
 inline std::int64_t chunk_of(const DistOptions& d) { return d.chunk > 0 ? d.chunk : kDefaultChunk; }
 
+// Shard boundaries fall on multiples of this: the chunk in deterministic mode, else anywhere.
+inline std::int64_t shard_align(const DistOptions& d) { return d.deterministic ? chunk_of(d) : 1; }
+
+// The positions of a sequence of N that each of P ranks holds in ring attention and head
+// sharding (hybrid: hybrid_layout in hybrid_grid.hpp; decode: the caller's split of the keys).
+inline SequenceLayout sharded_layout(std::int64_t N, int P, const DistOptions& d) {
+  return SequenceLayout(N, P, d.sharding, shard_align(d));
+}
+
 namespace detail {
 // Throws kattn::Error naming the field when d holds a value no call takes (a negative chunk,
 // root or group size). Every entry point checks it first (on every rank, collectively).

@@ -21,9 +21,6 @@ namespace detail {
 // U, the ranks of one head-sharding group, of a grid of `ranks` ranks.
 inline int ulysses_ranks(int ranks, const DistOptions& d) { return d.ulysses_size > 0 ? d.ulysses_size : ranks; }
 
-// The alignment of the ring layout over the groups: the chunk in deterministic mode.
-inline std::int64_t ring_align(const DistOptions& d) { return d.deterministic ? chunk_of(d) : 1; }
-
 }  // namespace detail
 
 // The positions each of the P ranks holds in hybrid attention (d.ulysses_size, d.sharding, and the
@@ -31,7 +28,7 @@ inline std::int64_t ring_align(const DistOptions& d) { return d.deterministic ? 
 inline SequenceLayout hybrid_layout(std::int64_t length, int ranks, const DistOptions& d) {
   const int U = detail::ulysses_ranks(ranks, d);
   KATTN_REQUIRE(U <= ranks && ranks % U == 0, "ulysses_size: expected a divisor of the ", ranks, " ranks, got ", U);
-  return SequenceLayout(length, ranks / U, d.sharding, detail::ring_align(d)).split_each(U);
+  return SequenceLayout(length, ranks / U, d.sharding, shard_align(d)).split_each(U);
 }
 
 namespace detail {
@@ -64,7 +61,7 @@ inline GlobalSplit hybrid_split(MPI_Comm comm, std::int64_t q_len, std::int64_t 
 // groups. Made after require_grid.
 class HybridGrid {
  public:
-  HybridGrid(MPI_Comm comm, const DistOptions& d) : sharding_(d.sharding), align_(ring_align(d)) {
+  HybridGrid(MPI_Comm comm, const DistOptions& d) : sharding_(d.sharding), align_(shard_align(d)) {
     int rank = 0, P = 1;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &P);

@@ -24,9 +24,8 @@ inline std::int64_t head_sharded_sent(const HeadTrafficProblem& pr, std::int64_t
                                       bool hybrid) {
   const int U = hybrid ? detail::ulysses_ranks(ranks, d) : ranks, R = ranks / U;
   const int group = rank / U, member = rank % U;
-  const std::int64_t align = detail::ring_align(d);
-  const SequenceLayout ql = hybrid ? hybrid_layout(Nq, ranks, d) : SequenceLayout(Nq, ranks, d.sharding, align),
-                       kl = hybrid ? hybrid_layout(Nk, ranks, d) : SequenceLayout(Nk, ranks, d.sharding, align);
+  const SequenceLayout ql = hybrid ? hybrid_layout(Nq, ranks, d) : sharded_layout(Nq, ranks, d),
+                       kl = hybrid ? hybrid_layout(Nk, ranks, d) : sharded_layout(Nk, ranks, d);
   std::vector<double> nq, nk;
   for (int u = 0; u < U; ++u)
     nq.push_back(double(ql.local_length(group * U + u))), nk.push_back(double(kl.local_length(group * U + u)));

@@ -45,7 +45,7 @@ DistStats ring_ragged_forward_impl(MPI_Comm comm, const ExecSpace& space, const 
 }  // namespace detail
 
 // Forward attention of a sequence of Nq queries and Nk keys (the sums of the local lengths),
-// sharded over `comm` as SequenceLayout(N, P, d.sharding, d.deterministic ? chunk : 1) says: the
+// sharded over `comm` as sharded_layout(N, P, d) says (dist_options.hpp): the
 // arguments of kattn::attention with kv::dense shards, plus the communicator and DistOptions:
 //   q [B, nq_r, Hq, D], kv::dense(k, v) with k, v [B, nk_r, Hkv, D] (this rank's positions, in
 //   global order), o [B, nq_r, Hq, D], lse [B, Hq, nq_r] (natural log; -inf for a row that sees no

@@ -33,8 +33,8 @@ enum class RingPass { forward, backward };
 // `ranks` sends and receives in ring_attention / ring_attention_backward.
 inline RingTraffic ring_traffic(const TrafficProblem& pr, const Options& opt, const DistOptions& d, int ranks,
                                 int rank, RingPass pass) {
-  const std::int64_t align = d.deterministic ? chunk_of(d) : 1;
-  const SequenceLayout ql(pr.Nq, ranks, d.sharding, align), kl(pr.Nk, ranks, d.sharding, align);
+  const std::int64_t align = shard_align(d);
+  const SequenceLayout ql = sharded_layout(pr.Nq, ranks, d), kl = sharded_layout(pr.Nk, ranks, d);
   const std::int64_t values = 2 * std::int64_t(pr.batch) * pr.heads_kv * pr.head_dim;
   const std::int64_t per_key = values * pr.bytes_per_value,
                      per_grad = values * (pr.grad_bytes_per_value > 0 ? pr.grad_bytes_per_value : pr.bytes_per_value);

@@ -30,8 +30,8 @@ DistStats ulysses_forward_impl(MPI_Comm comm, const ExecSpace& space, const Atte
 
 // Forward attention sharded over heads. Arguments, shards and collective errors as for
 // ring_attention (q [B, nq_r, Hq, D], kv::dense(k, v) with k, v [B, nk_r, Hkv, D], o [B, nq_r, Hq,
-// D], lse [B, Hq, nq_r] or empty; rank r holds SequenceLayout(N, P, d.sharding, d.deterministic ?
-// chunk : 1).segments_of(r)), and Hq must be a multiple of the rank count. Options as for
+// D], lse [B, Hq, nq_r] or empty; rank r holds sharded_layout(N, P, d).segments_of(r),
+// dist_options.hpp), and Hq must be a multiple of the rank count. Options as for
 // kattn::attention (no block mask): the local call sees the whole sequence. Deterministic mode:
 // the key tile is fixed from the whole problem and split-KV is off (unless Options::split_chunk
 // is set), so o and lse are bitwise the same for every rank count and sharding. Every rank moves
