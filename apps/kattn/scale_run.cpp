@@ -33,6 +33,7 @@
 #include "kattn/dist/ulysses.hpp"
 #include "kattn/dist/ulysses_backward.hpp"
 #include "kattn/errors.hpp"
+#include "kattn/workspace.hpp"
 #include "machine_load.hpp"
 #include "mpi_session.hpp"
 #include "paths.hpp"
@@ -49,6 +50,7 @@ struct Config {
   int batch = 1, heads_q = 1, heads_kv = 1, dim = 64, queries = 1, repeat = 3, warmup = 1;
   bool causal = false, nocomm = false, json = false;
   bool backward = false;     // each repetition a forward and its backward (training's pair of calls)
+  bool workspace = true;     // the calls share one kattn::Workspace, as a loop of calls would (--no-workspace: not)
   int threads_per_rank = 1;  // host threads computing: process CPU time counts every one
   double load_avg = -1;      // rank 0's one-minute load average when the runs start
   dist::DistOptions d;
@@ -153,8 +155,7 @@ dist::DistOptions call_options(const Config& c, int P) {
 dist::SequenceLayout key_layout(const Config& c, std::int64_t N, int P) {
   const dist::DistOptions d = call_options(c, P);
   if (c.mode == "hybrid") return dist::hybrid_layout(N, P, d);
-  const std::int64_t align = d.deterministic ? dist::chunk_of(d) : 1;
-  return dist::SequenceLayout(N, P, c.mode == "decode" ? dist::Sharding::contiguous : d.sharding, align);
+  return dist::SequenceLayout(N, P, c.mode == "decode" ? dist::Sharding::contiguous : d.sharding, dist::shard_align(d));
 }
 
 template <class T>
@@ -182,10 +183,12 @@ Result measure(const Config& c, int rank, int P, Progress& progress) {
   const Kokkos::DefaultExecutionSpace space;
   std::vector<Sample> real, nocomm;
   const int total = c.warmup + c.repeat;
+  Workspace workspace;  // the buffers of every call (the warm-up allocates them)
   for (int r = 0; r < total; ++r) {
     for (int variant = 0; variant < (c.nocomm ? 2 : 1); ++variant) {
       dist::DistOptions d = call_options(c, P);
       d.communicate = variant == 0;
+      if (c.workspace) d.workspace = &workspace;
       const std::string what = std::string(r < c.warmup ? "warm-up" : "repetition") + " " +
                                std::to_string(r < c.warmup ? r + 1 : r - c.warmup + 1) + "/" +
                                std::to_string(r < c.warmup ? c.warmup : c.repeat) + (variant ? " (comm removed)" : "");
@@ -359,6 +362,7 @@ int scale_measure(Args& args) {
       c.warmup = static_cast<int>(args.integer("--warmup", 0, 1000).value_or(c.warmup));
       c.nocomm = args.flag("--nocomm-baseline");
       c.backward = args.flag("--backward");
+      c.workspace = !args.flag("--no-workspace");
       c.csv = args.value("--csv").value_or("");
       c.json = args.flag("--json");
       args.finish();
@@ -392,6 +396,7 @@ int scale_measure(Args& args) {
          dist::Agreed::integer("--warmup", "warm-up runs", c.warmup),
          dist::Agreed::boolean("--nocomm-baseline", "baseline", c.nocomm),
          dist::Agreed::boolean("--backward", "backward", c.backward),
+         dist::Agreed::boolean("--no-workspace", "buffers per call", !c.workspace),
          dist::Agreed::boolean("--study", "strong scaling", c.study == "strong"),
          with_storage(parse_dtype(c.dtype), [](auto t) { return dist::Agreed::dtype<decltype(t)>("--dtype"); })});
     // Rank 0 appends to the CSV at the end: a path it cannot write fails on every rank, before the runs.
@@ -412,7 +417,8 @@ int scale_measure(Args& args) {
     return on_rank0(MPI_COMM_WORLD, [&]() -> int {
       // Hybrid's rows name their group size: studies of different U are different studies.
       const std::string algorithm = (c.mode == "hybrid" ? "hybrid-u" + std::to_string(c.ulysses_size) : c.mode) +
-                                    (c.d.deterministic ? "-deterministic" : "") + (c.backward ? "-fwd-bwd" : "");
+                                    (c.d.deterministic ? "-deterministic" : "") + (c.backward ? "-fwd-bwd" : "") +
+                                    (c.workspace ? "" : "-no-workspace");
       std::vector<ScaleRow> existing;
       if (!c.csv.empty() && P > 1) {
         try {

@@ -97,12 +97,10 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
     // Every local step (buffers, the local attention) comes before the reduction: one collective
     // step turns a failure on any rank into the same error on every rank.
     collective_check(comm, [&] {
-      require_buffers<Mem>("kattn::dist::decode_attention", rows * (D + 1), sizeof(T));
-      rec = Kokkos::View<T*, Mem>(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::decode::rows"),
-                                  rows * (D + 1));
+      require_buffers<Mem>(d.workspace, "kattn::dist::decode_attention", rows * (D + 1), sizeof(T));
+      rec = take_buffer<T, Mem>(d.workspace, space, "kattn::dist::decode::rows", rows * (D + 1));
       if (staged)
-        host = Kokkos::View<T*, Kokkos::HostSpace>(
-            Kokkos::view_alloc(Kokkos::WithoutInitializing, "kattn::dist::decode::rows_host"), rec.extent(0));
+        host = take_buffer<T, Kokkos::HostSpace>(d.workspace, "kattn::dist::decode::rows_host", rec.extent(0));
       AttentionParams<Q, T, KV> pr = p;
       pr.o = rec.data() + 1;
       pr.o_stride_batch = p.q_len * p.heads_q * w, pr.o_stride_seq = p.heads_q * w, pr.o_stride_head = w;
@@ -159,17 +157,12 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
     // Every buffer and the local chunk partials before the chain's first transfer: one collective
     // step turns a failure on any rank into the same error on every rank.
     collective_check(comm, [&] {
-      require_buffers<Mem>("kattn::dist::decode_attention", std::uint64_t(chunks) * rows * (D + 1) + rows * w,
-                           sizeof(T));
-      ws_o =
-          Kokkos::View<T*, Mem>(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::decode::part_o"),
-                                std::size_t(chunks) * rows * D);
-      ws_lse =
-          Kokkos::View<T*, Mem>(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::decode::part_lse"),
-                                std::size_t(chunks) * rows);
-      acc_rows = Kokkos::View<T*, Mem>(
-          Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::decode::acc"), rows * w);
-      if (staged) link = MessageBuffer<T, Mem>("kattn::dist::decode::link", rows * w, true);
+      require_buffers<Mem>(d.workspace, "kattn::dist::decode_attention",
+                           std::uint64_t(chunks) * rows * (D + 1) + rows * w, sizeof(T));
+      ws_o = take_buffer<T, Mem>(d.workspace, space, "kattn::dist::decode::part_o", std::size_t(chunks) * rows * D);
+      ws_lse = take_buffer<T, Mem>(d.workspace, space, "kattn::dist::decode::part_lse", std::size_t(chunks) * rows);
+      acc_rows = take_buffer<T, Mem>(d.workspace, space, "kattn::dist::decode::acc", rows * w);
+      if (staged) link = MessageBuffer<T, Mem>(d.workspace, "kattn::dist::decode::link", rows * w, true);
       chunk_partials(space, p, det, chunks, C, ws_o.data(), ws_lse.data());
       space.fence();
     });

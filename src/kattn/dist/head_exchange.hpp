@@ -37,8 +37,9 @@ class HeadExchange {
   // latch: the call's; each exchange's buffers are allocated in a collective step of it, so one
   // that cannot be had on one rank (past the call's memory check, which sees free memory only) is
   // the same error on every rank before any of that exchange's messages is posted.
-  HeadExchange(MPI_Comm comm, const ExecSpace& space, int batch, DistStats& stats, FailureLatch& latch)
-      : comm_(comm), space_(space), batch_(batch), stats_(stats), latch_(latch) {
+  // ws: where the buffers come from (DistOptions::workspace; null: allocated per exchange).
+  HeadExchange(MPI_Comm comm, const ExecSpace& space, int batch, DistStats& stats, FailureLatch& latch, Workspace* ws)
+      : comm_(comm), space_(space), batch_(batch), stats_(stats), latch_(latch), ws_(ws) {
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &P_);
   }
@@ -79,8 +80,8 @@ class HeadExchange {
     // Outgoing: per other rank r, this rank's positions of r's heads, dense [B][n_own][h_r][dim].
     const std::vector<std::int64_t> at = part_offsets(n_own, heads, dim);
     latch_.check([&] {
-      g.whole = Buffer<T>(label, g.whole_elems, stats_.staged);
-      g.out = Buffer<T>("kattn::dist::heads::out", at.back(), stats_.staged);
+      g.whole = Buffer<T>(ws_, label, g.whole_elems, stats_.staged);
+      g.out = Buffer<T>(ws_, "kattn::dist::heads::out", at.back(), stats_.staged);
     });
     for (int r = 0; r < P_; ++r)
       if (r != rank_)
@@ -132,7 +133,7 @@ class HeadExchange {
     // Incoming: per other rank r, r's heads of this rank's positions, dense [B][n_own][h_r][dim].
     const std::vector<std::int64_t> at = part_offsets(n_own, heads, dim);
     Buffer<T> in;
-    latch_.check([&] { in = Buffer<T>("kattn::dist::heads::in", at.back(), stats_.staged); });
+    latch_.check([&] { in = Buffer<T>(ws_, "kattn::dist::heads::in", at.back(), stats_.staged); });
     std::vector<MPI_Request> reqs;
     for (int r = 0; r < P_; ++r) {
       if (r == rank_) continue;
@@ -207,6 +208,7 @@ class HeadExchange {
   int batch_ = 0, rank_ = 0, P_ = 1;
   DistStats& stats_;
   FailureLatch& latch_;
+  Workspace* ws_;
   DistStats self_;
 };
 

@@ -72,7 +72,7 @@ AttentionParams<T> block_params(AttentionParams<T> a, const HeadSplit& hs, const
 template <class ExecSpace, class T>
 void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p,
                           const SequenceLayout& q_layout, const SequenceLayout& kv_layout, DistStats& stats,
-                          FailureLatch& latch, const ForwardInner<T>& inner) {
+                          FailureLatch& latch, Workspace* ws, const ForwardInner<T>& inner) {
   using Acc = accumulate_t<T>;
   using Buffer = MessageBuffer<T, typename ExecSpace::memory_space>;
   int rank = 0, P = 1;
@@ -93,13 +93,13 @@ void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const Attention
     const std::uint64_t results = B * Nq * hs.q.count * (D + lse_width),
                         wholes = B * Nq * hs.q.count * D + 2 * B * Nk * hs.kv.count * D,
                         outs = B * nq * p.heads_q * D + 2 * B * nk * p.heads_kv * D, in = B * nq * p.heads_q * D;
-    require_buffers<typename ExecSpace::memory_space>("kattn::dist: head sharding",
+    require_buffers<typename ExecSpace::memory_space>(ws, "kattn::dist: head sharding",
                                                       results + wholes + std::max(outs, in), sizeof(T));
-    o = Buffer("kattn::dist::heads::o", std::int64_t(p.batch) * Nq * hs.q.count * D, stats.staged);
-    lse = MessageBuffer<Acc, typename ExecSpace::memory_space>("kattn::dist::heads::lse",
+    o = Buffer(ws, "kattn::dist::heads::o", std::int64_t(p.batch) * Nq * hs.q.count * D, stats.staged);
+    lse = MessageBuffer<Acc, typename ExecSpace::memory_space>(ws, "kattn::dist::heads::lse",
                                                                std::int64_t(p.batch) * Nq * hs.q.count, stats.staged);
   });
-  HeadExchange<ExecSpace> ex(comm, space, p.batch, stats, latch);
+  HeadExchange<ExecSpace> ex(comm, space, p.batch, stats, latch, ws);
   // The three gathers in flight together.
   auto pq = ex.post_gather(strided_in(p.q, p.q_stride_batch, p.q_stride_seq, p.q_stride_head), q_layout, qh, D,
                            "kattn::dist::heads::q");
@@ -124,7 +124,7 @@ void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const Attention
 template <class ExecSpace, class T>
 void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p,
                            const SequenceLayout& q_layout, const SequenceLayout& kv_layout, DistStats& stats,
-                           FailureLatch& latch, const BackwardInner<accumulate_t<T>>& inner) {
+                           FailureLatch& latch, Workspace* ws, const BackwardInner<accumulate_t<T>>& inner) {
   using Acc = accumulate_t<T>;
   using Mem = typename ExecSpace::memory_space;
   using Buffer = MessageBuffer<T, Mem>;
@@ -155,17 +155,17 @@ void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const Backward
                         wholes = 3 * q_whole + std::uint64_t(B) * Nq * hs.q.count * w + 2 * kv_whole,
                         outs = 3 * q_out + std::uint64_t(B) * nq * f.heads_q * w + 2 * kv_out,
                         in = std::max(q_out, kv_out) * w;
-    require_buffers<Mem>("kattn::dist: head sharding", results + wholes + std::max(outs, in), sizeof(T));
-    dq = AccBuffer("kattn::dist::heads::dq", q_whole, stats.staged);
-    dk = AccBuffer("kattn::dist::heads::dk", kv_whole, stats.staged);
-    dv = AccBuffer("kattn::dist::heads::dv", kv_whole, stats.staged);
-    if (widened)
-      wide = Kokkos::View<Acc*, Mem>(
-          Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::dist::heads::widened"), copies);
-    if (sum_values)
-      sums = Kokkos::View<Acc*, Mem>(Kokkos::view_alloc(space, "kattn::dist::heads::dkv_sums"), sum_values);
+    require_buffers<Mem>(ws, "kattn::dist: head sharding", results + wholes + std::max(outs, in), sizeof(T));
+    dq = AccBuffer(ws, "kattn::dist::heads::dq", q_whole, stats.staged);
+    dk = AccBuffer(ws, "kattn::dist::heads::dk", kv_whole, stats.staged);
+    dv = AccBuffer(ws, "kattn::dist::heads::dv", kv_whole, stats.staged);
+    if (widened) wide = take_buffer<Acc, Mem>(ws, space, "kattn::dist::heads::widened", copies);
+    if (sum_values) {
+      sums = take_buffer<Acc, Mem>(ws, space, "kattn::dist::heads::dkv_sums", sum_values);
+      Kokkos::deep_copy(space, sums, Acc(0));
+    }
   });
-  HeadExchange<ExecSpace> ex(comm, space, B, stats, latch);
+  HeadExchange<ExecSpace> ex(comm, space, B, stats, latch, ws);
   // The six gathers in flight together.
   auto pq = ex.post_gather(strided_in(f.q, f.q_stride_batch, f.q_stride_seq, f.q_stride_head), q_layout, qh, D,
                            "kattn::dist::heads::q");

@@ -35,6 +35,7 @@
 #include "kattn/core/attention_params.hpp"
 #include "kattn/core/storage.hpp"
 #include "kattn/dist/agreement.hpp"
+#include "kattn/dist/buffer_memory.hpp"
 #include "kattn/dist/collective.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/pack.hpp"
@@ -395,10 +396,9 @@ void from_piece_major(const ExecSpace& space, const Rows& rows, const Src* dense
 
 // A flat array of n values for a piece-major copy (inside the caller's collective memory check).
 template <class T, class ExecSpace>
-Kokkos::View<T*, typename ExecSpace::memory_space> piece_major_array(const ExecSpace& space, const char* label,
-                                                                     std::uint64_t n) {
-  return Kokkos::View<T*, typename ExecSpace::memory_space>(
-      Kokkos::view_alloc(space, Kokkos::WithoutInitializing, std::string(label)), n);
+Kokkos::View<T*, typename ExecSpace::memory_space> piece_major_array(Workspace* ws, const ExecSpace& space,
+                                                                     const char* label, std::uint64_t n) {
+  return take_buffer<T, typename ExecSpace::memory_space>(ws, space, label, n);
 }
 
 // A ragged call's params over the dense piece-major arrays q, o [nq][Hq][D], k, v [nk][Hkv][D], lse

@@ -20,6 +20,7 @@
 
 #include "kattn/core/storage.hpp"
 #include "kattn/dist/agreement.hpp"
+#include "kattn/dist/buffer_memory.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/failure_latch.hpp"
 #include "kattn/dist/inner_stats.hpp"
@@ -100,12 +101,11 @@ class RowsAs {
 
   RowsAs() = default;
   // Allocates the copy (inside the caller's collective memory check) without filling it.
-  RowsAs(const ExecSpace& space, const char* label, S* caller, std::int64_t sj, std::int64_t sh, std::int64_t n,
-         int heads, int dim)
+  RowsAs(Workspace* ws, const ExecSpace& space, const char* label, S* caller, std::int64_t sj, std::int64_t sh,
+         std::int64_t n, int heads, int dim)
       : caller_{caller, 0, sj, sh}, n_(n), heads_(heads), dim_(dim) {
     if constexpr (copies) {
-      copy_ = Kokkos::View<T*, typename ExecSpace::memory_space>(
-          Kokkos::view_alloc(space, Kokkos::WithoutInitializing, std::string(label)), n * heads * dim);
+      copy_ = take_buffer<T, typename ExecSpace::memory_space>(ws, space, label, n * heads * dim);
       const Strided<T> rows = dense(copy_.data(), n, heads, dim);
       rows_ = Strided<Value>{rows.base, 0, rows.sj, rows.sh};
     } else {

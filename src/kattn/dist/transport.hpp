@@ -14,6 +14,7 @@
 #include "kattn/core/storage.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/layout.hpp"
+#include "kattn/workspace.hpp"
 
 namespace kattn {
 namespace dist {
@@ -166,10 +167,11 @@ class MessageBuffer {
   using HostView = Kokkos::View<T*, Kokkos::HostSpace>;
 
   MessageBuffer() = default;
-  MessageBuffer(const std::string& label, std::int64_t capacity, bool staged)
-      : device_(Kokkos::view_alloc(label, Kokkos::WithoutInitializing), static_cast<std::size_t>(capacity)),
+  // From the workspace when ws is not null (workspace.hpp).
+  MessageBuffer(Workspace* ws, const std::string& label, std::int64_t capacity, bool staged)
+      : device_(kattn::detail::take_buffer<T, MemSpace>(ws, label, static_cast<std::size_t>(capacity))),
         staged_(staged) {
-    if (staged_) host_ = HostView(Kokkos::view_alloc(label + "_host", Kokkos::WithoutInitializing), capacity);
+    if (staged_) host_ = kattn::detail::take_buffer<T, Kokkos::HostSpace>(ws, label + "_host", capacity);
   }
 
   T* device() const { return device_.data(); }

@@ -1,0 +1,237 @@
+// Distributed calls given a kattn::Workspace (DistOptions::workspace): the same bits as without
+// one, on the first call and on repeated ones; a repeated call allocates nothing; a call of a
+// larger problem grows what it needs; release() frees it all; a call that fails gives its buffers
+// back; and a workspace holding idle buffers does not make the memory check refuse a call whose
+// buffers it holds.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dist_forward.hpp"
+#include "dist_grads.hpp"
+#include "dist_support.hpp"
+#include "kattn/dist/decode.hpp"
+#include "kattn/dist/hybrid.hpp"
+#include "kattn/dist/hybrid_backward.hpp"
+#include "kattn/dist/ring.hpp"
+#include "kattn/dist/ring_backward.hpp"
+#include "kattn/dist/ulysses.hpp"
+#include "kattn/dist/ulysses_backward.hpp"
+#include "kattn/workspace.hpp"
+#include "storage16_support.hpp"
+
+namespace kattn {
+namespace test {
+namespace {
+
+// The raw bytes of a View's values, for bitwise comparisons in any storage type.
+template <class V>
+std::string bytes_of(const V& v) {
+  const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  return std::string(reinterpret_cast<const char*>(h.data()), h.span() * sizeof(typename V::value_type));
+}
+
+// One distributed call on a fixed problem: the bytes of its outputs.
+using Run = std::function<std::string(const DistOptions&)>;
+
+enum class Kind { ring, ulysses, hybrid };
+
+template <class T>
+std::string forward_bytes(Kind kind, const Problem<T>& g, const Options& opt, const DistOptions& d) {
+  const int P = size_of(MPI_COMM_WORLD);
+  const auto layout = [&](std::int64_t n) {
+    return kind == Kind::hybrid ? dist::hybrid_layout(n, P, d) : dist::sharded_layout(n, P, d);
+  };
+  const SequenceLayout ql = layout(g.shape.Nq), kl = layout(g.shape.Nk);
+  const ShardedRun<T> r =
+      sharded_forward(MPI_COMM_WORLD, g, ql, kl, [&](const auto& q, const auto& k, const auto& v, const auto& o,
+                                                     const auto& lse) {
+        const auto space = Kokkos::DefaultExecutionSpace();
+        if (kind == Kind::ring) return dist::ring_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d);
+        if (kind == Kind::ulysses)
+          return dist::ulysses_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d);
+        return dist::hybrid_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d);
+      });
+  return bytes_of(r.o) + bytes_of(r.lse);
+}
+
+template <class T>
+std::string backward_bytes(Kind kind, const Grads<T>& g, const Options& opt, const DistOptions& d) {
+  const int P = size_of(MPI_COMM_WORLD);
+  const auto run = [&](const ShardedGrads<T>& x, LocalGrads<T>& r) {
+    const auto space = Kokkos::DefaultExecutionSpace();
+    const BackwardOptions b;
+    if (kind == Kind::ring)
+      r.stats = dist::ring_attention_backward(MPI_COMM_WORLD, space, x.q, kv::dense(x.k, x.v), x.o, x.lse, x.dout,
+                                              r.dq, r.dk, r.dv, opt, b, d);
+    else if (kind == Kind::ulysses)
+      r.stats = dist::ulysses_attention_backward(MPI_COMM_WORLD, space, x.q, kv::dense(x.k, x.v), x.o, x.lse, x.dout,
+                                                 r.dq, r.dk, r.dv, opt, b, d);
+    else
+      r.stats = dist::hybrid_attention_backward(MPI_COMM_WORLD, space, x.q, kv::dense(x.k, x.v), x.o, x.lse, x.dout,
+                                                r.dq, r.dk, r.dv, opt, b, d);
+  };
+  const LocalGrads<T> r = kind == Kind::hybrid
+                              ? sharded_backward(MPI_COMM_WORLD, g, dist::hybrid_layout(g.p.shape.Nq, P, d),
+                                                 dist::hybrid_layout(g.p.shape.Nk, P, d), run)
+                              : sharded_backward(MPI_COMM_WORLD, g, d, run);
+  return bytes_of(r.dq) + bytes_of(r.dk) + bytes_of(r.dv);
+}
+
+template <class T>
+std::string decode_bytes(const Problem<T>& g, const Options& opt, const DistOptions& d) {
+  const SequenceLayout kl(g.shape.Nk, size_of(MPI_COMM_WORLD), Sharding::contiguous, dist::shard_align(d));
+  const int rank = rank_of(MPI_COMM_WORLD);
+  const View4<T> k = shard(g.k, kl, rank, "k"), v = shard(g.v, kl, rank, "v");
+  View4<T> o("o", g.shape.B, g.shape.Nq, g.shape.Hq, g.shape.D);
+  View3<T> lse("lse", g.shape.B, g.shape.Hq, g.shape.Nq);
+  dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), g.q, kv::dense(k, v), o, lse, opt, d);
+  return bytes_of(o) + bytes_of(lse);
+}
+
+// run without a workspace, then twice with one: the same bits each time, and the second call with
+// the workspace allocates nothing.
+// The deterministic ring backward's tour (hybrid's rings too) holds each package it receives until its messages are sent on,
+// so how many are alive at once (and so allocated) depends on message timing: `timed`.
+void expect_reused(const std::string& what, const Run& run, const DistOptions& base, bool timed = false) {
+  SCOPED_TRACE(what);
+  const std::string fresh = run(base);
+  Workspace ws;
+  DistOptions d = base;
+  d.workspace = &ws;
+  const std::string first = run(d);
+  const std::int64_t allocated = ws.allocations();
+  const std::uint64_t held = ws.bytes();
+  const std::string again = run(d);
+  EXPECT_TRUE(first == fresh) << "the first call with a workspace differs from one without";
+  EXPECT_TRUE(again == fresh) << "a repeated call with a workspace differs from one without";
+  EXPECT_GT(allocated, 0) << "the call took nothing from the workspace";
+  if (!timed) {
+    EXPECT_EQ(ws.allocations(), allocated) << "the repeated call allocated";
+    EXPECT_EQ(ws.bytes(), held);
+  }
+  EXPECT_EQ(ws.idle_bytes<Kokkos::DefaultExecutionSpace::memory_space>(), ws.bytes()) << "a buffer is still held";
+  ws.release();
+  EXPECT_EQ(ws.bytes(), 0u);
+}
+
+std::vector<DistOptions> modes() {
+  std::vector<DistOptions> m(3);
+  m[1].sharding = Sharding::zigzag;
+  m[2].deterministic = true, m[2].chunk = 16;
+  return m;
+}
+
+std::string name_of(const DistOptions& d) {
+  return std::string(d.deterministic ? "deterministic" : dist::name(d.sharding)) +
+         (d.staging == dist::Staging::host ? " staged" : "");
+}
+
+TEST(Workspace, RingUlyssesHybridForwardAndBackwardReuseItBitwise) {
+  Options causal;
+  causal.causal = true, causal.window_left = 40;
+  const Shape s{2, 97, 97, 24, 12, 8};
+  const std::uint64_t seed = shared_seed();
+  const Problem<double> g(s, seed);
+  Grads<double> gr(s, seed, causal);
+  for (DistOptions d : modes()) {
+    for (const auto staging : {dist::Staging::automatic, dist::Staging::host}) {
+      d.staging = staging;
+      for (Kind kind : {Kind::ring, Kind::ulysses, Kind::hybrid}) {
+        if (kind != Kind::ring && d.sharding == Sharding::zigzag) continue;
+        DistOptions k = d;
+        if (kind == Kind::hybrid) k.ulysses_size = size_of(MPI_COMM_WORLD) % 2 == 0 ? 2 : 1;
+        const std::string what = std::string(kind == Kind::ring ? "ring" : kind == Kind::ulysses ? "ulysses" : "hybrid") +
+                                 " " + name_of(k);
+        expect_reused(what + " forward", [&](const DistOptions& x) { return forward_bytes(kind, g, causal, x); }, k);
+        expect_reused(what + " backward", [&](const DistOptions& x) { return backward_bytes(kind, gr, causal, x); },
+                      k, k.deterministic && kind != Kind::ulysses);
+      }
+    }
+  }
+}
+
+TEST(Workspace, DecodeAndSixteenBitHybridReuseItBitwise) {
+  const Shape s{2, 3, 150, 8, 2, 16};
+  const Problem<float> g(s, shared_seed());
+  for (const DistOptions& d : modes())
+    expect_reused("decode " + name_of(d), [&](const DistOptions& x) { return decode_bytes(g, Options{}, x); }, d);
+  // A 16-bit hybrid widens its blocks' queries into float buffers of the workspace.
+  const Shape h{1, 70, 70, 12, 6, 16};
+  const Problem16<bf16> p(h, shared_seed());
+  DistOptions grid;
+  grid.ulysses_size = size_of(MPI_COMM_WORLD) % 2 == 0 ? 2 : 1;
+  expect_reused(
+      "bf16 hybrid",
+      [&](const DistOptions& x) {
+        const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
+        const SequenceLayout layout = dist::hybrid_layout(h.Nq, P, x);
+        const View4<bf16> q = shard(p.q, layout, rank, "q"), k = shard(p.k, layout, rank, "k"),
+                          v = shard(p.v, layout, rank, "v");
+        const View4<bf16> o("o", q.extent(0), q.extent(1), q.extent(2), q.extent(3));
+        const View3<float> lse("lse", q.extent(0), q.extent(2), q.extent(1));
+        Options causal;
+        causal.causal = true;
+        dist::hybrid_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, causal, x);
+        return bytes_of(o) + bytes_of(lse);
+      },
+      grid);
+}
+
+TEST(Workspace, GrowsForALargerProblemAndKeepsItsSize) {
+  Workspace ws;
+  DistOptions d;
+  d.workspace = &ws;
+  const Problem<float> small({1, 40, 40, 2, 2, 16}, shared_seed()), large({1, 90, 90, 2, 2, 16}, shared_seed());
+  forward_bytes(Kind::ring, small, Options{}, d);
+  const std::uint64_t small_bytes = ws.bytes();
+  const std::int64_t small_allocations = ws.allocations();
+  const std::string want = forward_bytes(Kind::ring, large, Options{}, DistOptions{});
+  EXPECT_TRUE(forward_bytes(Kind::ring, large, Options{}, d) == want);
+  EXPECT_GT(ws.bytes(), small_bytes);
+  const std::int64_t grown = ws.allocations();
+  EXPECT_GT(grown, small_allocations);
+  // Smaller again: served from the larger buffers.
+  forward_bytes(Kind::ring, small, Options{}, d);
+  EXPECT_EQ(ws.allocations(), grown);
+}
+
+TEST(Workspace, ACallThatFailsGivesItsBuffersBack) {
+  Workspace ws;
+  DistOptions d;
+  d.workspace = &ws;
+  const Problem<double> g({1, 64, 64, 2, 2, 8}, shared_seed());
+  const std::string want = forward_bytes(Kind::ring, g, Options{}, DistOptions{});
+  DistOptions failing = d;
+  failing.progress = [](int step, int) {
+    if (step == 1) throw std::runtime_error("stop here");
+  };
+  EXPECT_THROW(forward_bytes(Kind::ring, g, Options{}, failing), std::exception);
+  EXPECT_EQ(ws.idle_bytes<Kokkos::DefaultExecutionSpace::memory_space>(), ws.bytes());
+  EXPECT_TRUE(forward_bytes(Kind::ring, g, Options{}, d) == want);
+}
+
+TEST(Workspace, IdleBuffersCountAsHadInTheMemoryCheck) {
+  // Under a limit of half what the ring's buffers take, the call fails without a workspace and
+  // runs with one that already holds them: the check counts only what must be allocated anew.
+  Workspace ws;
+  DistOptions d;
+  d.workspace = &ws;
+  const Problem<double> g({1, 2048, 2048, 4, 4, 64}, shared_seed());
+  const std::string want = forward_bytes(Kind::ring, g, Options{}, d);
+  const std::string limit = std::to_string(ws.bytes() / 2);
+  setenv("KATTN_MEMORY_LIMIT", limit.c_str(), 1);
+  EXPECT_THROW(forward_bytes(Kind::ring, g, Options{}, DistOptions{}), Error);
+  std::string got;
+  EXPECT_NO_THROW(got = forward_bytes(Kind::ring, g, Options{}, d));
+  unsetenv("KATTN_MEMORY_LIMIT");
+  EXPECT_TRUE(got == want);
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace kattn
