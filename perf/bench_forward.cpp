@@ -116,6 +116,7 @@ void BM_InterleavedHeads(benchmark::State& state) {
 
 void head_shapes(benchmark::internal::Benchmark* b) {
   for (int heads : {7, 8, 9, 16, 17}) b->Args({2048, 128, heads});
+  for (int heads : {8, 16}) b->Args({4096, 128, heads});  // the gate's length
   b->ArgNames({"N", "D", "H"})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 }
 BENCHMARK_TEMPLATE(BM_InterleavedHeads, float)->Apply(head_shapes);

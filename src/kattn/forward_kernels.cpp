@@ -11,6 +11,7 @@
 #include "kattn/detail/backends.hpp"
 #include "kattn/detail/block_sparse_launch.hpp"
 #include "kattn/detail/cuda_dispatch.hpp"
+#include "kattn/detail/head_major_kv.hpp"
 #include "kattn/detail/launch.hpp"
 #include "kattn/plan_splits.hpp"
 #include "kattn/tiles.hpp"
@@ -62,10 +63,14 @@ SplitPlan attention_impl(const ExecSpace& space, const AttentionParams<Q, T, KV>
   if (SplitPlan cuda_plan; ran_on_cuda_kernels(space, p, opt, lengths, cuda_plan)) return cuda_plan;
   const SplitPlan plan = plan_splits(space, p, opt, lengths);
   const SplitSpec split{plan.splits, plan.chunk};
+  AttentionParams<Q, T, KV> run = p;
+  const HeadMajorKV<ExecSpace, KV> head_major =
+      lengths.q_len.empty() ? make_head_major(space, run) : HeadMajorKV<ExecSpace, KV>{};
   if (opt.progress)
-    run_attention_with_progress(space, p, opt, split, "kattn::attention");
+    run_attention_with_progress(space, run, opt, split, "kattn::attention");
   else
-    run_attention(space, p, opt, split, "kattn::attention");
+    run_attention(space, run, opt, split, "kattn::attention");
+  if (head_major) compat::fence(space, "kattn::attention: the head-major K and V are freed on return");
   return plan;
 }
 

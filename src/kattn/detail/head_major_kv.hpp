@@ -1,0 +1,94 @@
+// K and V of interleaved heads ([B, N, H, D], H > 1: one head's rows H D values apart, 4 KB for 8
+// heads of 128 floats) copied head-major ([B, H, N, D]) before a long forward on a host backend,
+// in float and 16-bit storage.
+// A key tile's rows then fill consecutive L1 sets instead of the few that addresses 4 KB apart
+// share (and one page per row), which costs the tile loop 4-6% of its rate at 8 and 16 heads
+// (perf/RESULTS.md, "Many heads: K and V copied head-major"). The copy reads and writes K and V
+// once; the kernel then reads each key tile once per query tile, so it pays only for long
+// queries, and it is made only within a memory budget. The kernel reads the same values: the
+// results' bits do not change.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "kattn/core/attention_params.hpp"
+#include "kattn/detail/memory_check.hpp"
+
+namespace kattn {
+namespace detail {
+
+// Query rows per KV head (queries x GQA group) from which the copy pays. Its cost grows with the
+// keys, the forward's with keys x rows: measured on a Zen 4 core (8 heads of 128 floats), the copy
+// and the page faults of its fresh memory cost more than it saves at 2048 rows (0.97 of the rate
+// without it) and save 3.7% at 4096.
+constexpr std::int64_t kHeadMajorMinRows = 4096;
+// At most this much memory, and an eighth of what is available.
+constexpr std::uint64_t kHeadMajorMaxBytes = std::uint64_t(1) << 30;
+
+// The head-major copies a forward reads instead of the caller's K and V (empty when not made).
+template <class ExecSpace, class KV>
+struct HeadMajorKV {
+  Kokkos::View<KV*, typename ExecSpace::memory_space> k, v;
+  explicit operator bool() const { return k.extent(0) > 0; }
+};
+
+template <class ExecSpace, class KV>
+struct HeadMajorCopy {
+  const KV* src;
+  std::int64_t sb, sj, sh;
+  KV* dst;
+  std::int64_t n;
+  int heads, dim;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t r) const {
+    const std::int64_t b = r / (heads * n), h = (r / n) % heads, j = r % n;
+    const KV* from = src + b * sb + j * sj + h * sh;
+    KV* to = dst + r * dim;
+    for (int d = 0; d < dim; ++d) to[d] = from[d];
+  }
+};
+
+// Whether a dense forward of p on this backend reads head-major copies (see above).
+template <class ExecSpace, class Q, class T, class KV>
+bool wants_head_major(const AttentionParams<Q, T, KV>& p) {
+  if constexpr (!std::is_same_v<typename ExecSpace::memory_space, Kokkos::HostSpace>) {
+    return false;  // GPUs have no such cache sets to alias
+  } else if constexpr (sizeof(KV) > 4) {
+    return false;  // double: the same rate with the copy as without (within the noise), at twice the bytes
+  } else {
+    if (p.heads_kv < 2 || p.kv_len == 0 || p.q_len * p.group_size() < kHeadMajorMinRows) return false;
+    if (p.k_stride_seq == p.head_dim && p.v_stride_seq == p.head_dim) return false;  // already head-major
+    const std::uint64_t bytes = 2 * std::uint64_t(p.batch) * p.heads_kv * p.kv_len * p.head_dim * sizeof(KV);
+    const std::uint64_t available = memory_capacity<Kokkos::HostSpace>();
+    return bytes <= kHeadMajorMaxBytes && (available == 0 || bytes <= available / 8);
+  }
+}
+
+// Makes the copies and points p's K and V at them; leaves p alone when !wants_head_major(p).
+template <class ExecSpace, class Q, class T, class KV>
+HeadMajorKV<ExecSpace, KV> make_head_major(const ExecSpace& space, AttentionParams<Q, T, KV>& p) {
+  HeadMajorKV<ExecSpace, KV> c;
+  if (!wants_head_major<ExecSpace>(p)) return c;
+  const std::int64_t rows = std::int64_t(p.batch) * p.heads_kv * p.kv_len;
+  using Buffer = Kokkos::View<KV*, typename ExecSpace::memory_space>;
+  c.k = Buffer(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::attention::head_major_k"),
+               rows * p.head_dim);
+  c.v = Buffer(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::attention::head_major_v"),
+               rows * p.head_dim);
+  const Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>> rows_policy(space, 0, rows);
+  Kokkos::parallel_for("kattn::attention::head_major_kv", rows_policy,
+                       HeadMajorCopy<ExecSpace, KV>{p.k, p.k_stride_batch, p.k_stride_seq, p.k_stride_head, c.k.data(),
+                                                    p.kv_len, p.heads_kv, p.head_dim});
+  Kokkos::parallel_for("kattn::attention::head_major_kv", rows_policy,
+                       HeadMajorCopy<ExecSpace, KV>{p.v, p.v_stride_batch, p.v_stride_seq, p.v_stride_head, c.v.data(),
+                                                    p.kv_len, p.heads_kv, p.head_dim});
+  const std::int64_t per_head = p.kv_len * p.head_dim, per_batch = p.heads_kv * per_head;
+  p.k = c.k.data(), p.k_stride_batch = per_batch, p.k_stride_seq = p.head_dim, p.k_stride_head = per_head;
+  p.v = c.v.data(), p.v_stride_batch = per_batch, p.v_stride_seq = p.head_dim, p.v_stride_head = per_head;
+  return c;
+}
+
+}  // namespace detail
+}  // namespace kattn
