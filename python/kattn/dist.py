@@ -17,9 +17,17 @@ any rank raises the same kattn.Error on every rank. Needs kattn built with its M
 from . import _as_arrays, _kattn
 from ._arrays import returner
 
-__all__ = ["positions", "ring_attention", "ulysses_attention", "hybrid_attention", "ragged_positions",
+__all__ = ["Workspace", "positions", "ring_attention", "ulysses_attention", "hybrid_attention", "ragged_positions",
            "ragged_ring_attention", "ring_attention_backward", "ulysses_attention_backward",
            "hybrid_attention_backward", "ragged_ring_attention_backward"]
+
+
+def Workspace():
+    """Buffers kept between calls: pass the same workspace= to the calls of a loop (forward and
+    backward alike), and after the first they allocate nothing (docs/distributed.md). One per
+    rank, one call at a time; .bytes, .allocations, .release()."""
+    _require_mpi()
+    return _kattn.Workspace()
 
 
 def _require_mpi():
@@ -58,25 +66,26 @@ def _results(out, values, stats, return_stats):
 
 
 def _dense(call, comm, q, k, v, layout, opts, sharding, deterministic, chunk, ulysses_size, return_lse,
-           return_stats):
+           return_stats, workspace):
     _require_mpi()
     arrays, refused = _arrays(q=q, k=k, v=v)
     o, lse, stats = _kattn.dense_attention(call, comm.py2f(), *arrays, layout, opts, sharding, deterministic, chunk,
-                                           ulysses_size, refused)
+                                           ulysses_size, refused, workspace)
     return _results(returner(q), (o, lse) if return_lse else (o,), stats, return_stats)
 
 
 def _dense_backward(call, comm, q, k, v, o, lse, dout, layout, opts, sharding, deterministic, chunk, ulysses_size,
-                    return_stats):
+                    return_stats, workspace):
     _require_mpi()
     arrays, refused = _arrays(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
     dq, dk, dv, stats = _kattn.dense_attention_backward(call, comm.py2f(), *arrays, layout, opts, sharding,
-                                                        deterministic, chunk, ulysses_size, refused)
+                                                        deterministic, chunk, ulysses_size, refused, workspace)
     return _results(returner(q), (dq, dk, dv), stats, return_stats)
 
 
 def ring_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout="bnhd",
-                   sharding="contiguous", deterministic=False, chunk=0, return_lse=False, return_stats=False):
+                   sharding="contiguous", deterministic=False, chunk=0, return_lse=False, return_stats=False,
+                   workspace=None):
     """Exact attention over a sequence sharded over `comm`'s ranks (ring attention).
 
     q [B, nq, Hq, D], k, v [B, nk, Hkv, D] (layout "bnhd"; "bhnd" too): this rank's positions, as
@@ -85,11 +94,12 @@ def ring_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, sca
     global chunks of `chunk`). Returns o (and lse [B, Hq, nq], and this rank's stats dict).
     """
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
-    return _dense("ring", comm, q, k, v, layout, opts, sharding, deterministic, chunk, 0, return_lse, return_stats)
+    return _dense("ring", comm, q, k, v, layout, opts, sharding, deterministic, chunk, 0, return_lse, return_stats,
+                  workspace)
 
 
 def ring_attention_backward(comm, q, k, v, o, lse, dout, *, causal=False, window=None, softcap=0.0, scale=None,
-                            layout="bnhd", sharding="contiguous", deterministic=False, chunk=0, return_stats=False):
+                            layout="bnhd", sharding="contiguous", deterministic=False, chunk=0, return_stats=False, workspace=None):
     """The gradients of ring_attention: dq, dk, dv, this rank's shards of dL/dq, dL/dk, dL/dv (in
     q's dtype, shaped as q, k, v), from this rank's shards q, k, v, dout = dL/do, and o, lse as
     ring_attention returned them (return_lse=True). The options must be the forward's.
@@ -97,45 +107,47 @@ def ring_attention_backward(comm, q, k, v, o, lse, dout, *, causal=False, window
     float32 accumulation, k and v travel in 16 bits, the gradients rounded once."""
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
     return _dense_backward("ring", comm, q, k, v, o, lse, dout, layout, opts, sharding, deterministic, chunk, 0,
-                           return_stats)
+                           return_stats, workspace)
 
 
 def ulysses_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout="bnhd",
-                      sharding="contiguous", deterministic=False, chunk=0, return_lse=False, return_stats=False):
+                      sharding="contiguous", deterministic=False, chunk=0, return_lse=False, return_stats=False,
+                   workspace=None):
     """Exact attention sharded over heads (DeepSpeed-Ulysses): arguments, shards and results as for
     ring_attention; Hq must be a multiple of the rank count. All-to-alls give each rank the whole
     sequence of Hq/P heads; deterministic: bitwise the same o for every rank count."""
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
-    return _dense("ulysses", comm, q, k, v, layout, opts, sharding, deterministic, chunk, 0, return_lse, return_stats)
+    return _dense("ulysses", comm, q, k, v, layout, opts, sharding, deterministic, chunk, 0, return_lse, return_stats,
+                  workspace)
 
 
 def ulysses_attention_backward(comm, q, k, v, o, lse, dout, *, causal=False, window=None, softcap=0.0, scale=None,
                                layout="bnhd", sharding="contiguous", deterministic=False, chunk=0,
-                               return_stats=False):
+                               return_stats=False, workspace=None):
     """The gradients of ulysses_attention, as ring_attention_backward's of ring_attention."""
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
     return _dense_backward("ulysses", comm, q, k, v, o, lse, dout, layout, opts, sharding, deterministic, chunk, 0,
-                           return_stats)
+                           return_stats, workspace)
 
 
 def hybrid_attention(comm, q, k, v, *, ulysses_size=0, causal=False, window=None, softcap=0.0, scale=None,
                      layout="bnhd", sharding="contiguous", deterministic=False, chunk=0, return_lse=False,
-                     return_stats=False):
+                     return_stats=False, workspace=None):
     """Head sharding inside groups of `ulysses_size` ranks (0: all) and ring attention across the
     groups. Shards: positions(N, comm, ulysses_size=..., ...); Hq a multiple of ulysses_size.
     Otherwise as ring_attention; deterministic: the ring's bits for every grid."""
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
     return _dense("hybrid", comm, q, k, v, layout, opts, sharding, deterministic, chunk, ulysses_size, return_lse,
-                  return_stats)
+                  return_stats, workspace)
 
 
 def hybrid_attention_backward(comm, q, k, v, o, lse, dout, *, ulysses_size=0, causal=False, window=None,
                               softcap=0.0, scale=None, layout="bnhd", sharding="contiguous", deterministic=False,
-                              chunk=0, return_stats=False):
+                              chunk=0, return_stats=False, workspace=None):
     """The gradients of hybrid_attention, as ring_attention_backward's of ring_attention."""
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
     return _dense_backward("hybrid", comm, q, k, v, o, lse, dout, layout, opts, sharding, deterministic, chunk,
-                           ulysses_size, return_stats)
+                           ulysses_size, return_stats, workspace)
 
 
 def ragged_positions(indptr, comm, *, sharding="contiguous", deterministic=False, chunk=0):
@@ -148,7 +160,8 @@ def ragged_positions(indptr, comm, *, sharding="contiguous", deterministic=False
 
 
 def ragged_ring_attention(comm, q, k, v, q_indptr, kv_indptr, *, causal=False, window=None, softcap=0.0, scale=None,
-                          sharding="contiguous", deterministic=False, chunk=0, return_lse=False, return_stats=False):
+                          sharding="contiguous", deterministic=False, chunk=0, return_lse=False, return_stats=False,
+                   workspace=None):
     """Ring attention over a ragged batch of packed sequences (varlen, cu_seqlens), each one
     sharded over `comm`'s ranks.
 
@@ -164,13 +177,13 @@ def ragged_ring_attention(comm, q, k, v, q_indptr, kv_indptr, *, causal=False, w
     arrays, refused = _arrays(q=q, k=k, v=v)
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
     o, lse, stats = _kattn.ragged_ring_attention(comm.py2f(), *arrays, q_indptr, kv_indptr, opts, sharding,
-                                                 deterministic, chunk, refused)
+                                                 deterministic, chunk, refused, workspace)
     return _results(returner(q), (o, lse) if return_lse else (o,), stats, return_stats)
 
 
 def ragged_ring_attention_backward(comm, q, k, v, o, lse, dout, q_indptr, kv_indptr, *, causal=False, window=None,
                                    softcap=0.0, scale=None, sharding="contiguous", deterministic=False, chunk=0,
-                                   return_stats=False):
+                                   return_stats=False, workspace=None):
     """The gradients of ragged_ring_attention: dq [nq, Hq, D], dk, dv [nk, Hkv, D], this rank's
     rows, from this rank's rows q, k, v, dout = dL/do, and o, lse as ragged_ring_attention returned
     them (return_lse=True). The options must be the forward's. 16-bit rows: float32 accumulation,
@@ -179,5 +192,5 @@ def ragged_ring_attention_backward(comm, q, k, v, o, lse, dout, q_indptr, kv_ind
     arrays, refused = _arrays(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
     dq, dk, dv, stats = _kattn.ragged_ring_attention_backward(comm.py2f(), *arrays, q_indptr, kv_indptr, opts,
-                                                              sharding, deterministic, chunk, refused)
+                                                              sharding, deterministic, chunk, refused, workspace)
     return _results(returner(q), (dq, dk, dv), stats, return_stats)

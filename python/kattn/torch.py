@@ -118,39 +118,41 @@ def _dist(name, comm, q, k, v, *index, **kw):
 
 
 def ring_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout="bhnd",
-                   sharding="contiguous", deterministic=False, chunk=0):
+                   sharding="contiguous", deterministic=False, chunk=0, workspace=None):
     """kattn.dist.ring_attention with gradients for this rank's shards of q, k and v.
 
     q [B, Hq, nq, D], k, v [B, Hkv, nk, D] (layout "bhnd"; "bnhd" too): this rank's positions,
     kattn.dist.positions(N, comm, ...) of the sequence axis; float32, float64, float16 or bfloat16
     CPU tensors. Options as for kattn.dist.ring_attention. The backward is collective like the
     forward: every rank of `comm` must run it (each rank's loss may be anything of its o).
+    workspace: a kattn.dist.Workspace the forward and the backward take their buffers from.
     """
     return _dist("ring_attention", comm, q, k, v, causal=causal, window=window, softcap=softcap, scale=scale,
-                 layout=layout, sharding=sharding, deterministic=deterministic, chunk=chunk)
+                 layout=layout, sharding=sharding, deterministic=deterministic, chunk=chunk, workspace=workspace)
 
 
 def ulysses_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout="bhnd",
-                      sharding="contiguous", deterministic=False, chunk=0):
+                      sharding="contiguous", deterministic=False, chunk=0, workspace=None):
     """kattn.dist.ulysses_attention (head sharding) with gradients, as ring_attention."""
     return _dist("ulysses_attention", comm, q, k, v, causal=causal, window=window, softcap=softcap, scale=scale,
-                 layout=layout, sharding=sharding, deterministic=deterministic, chunk=chunk)
+                 layout=layout, sharding=sharding, deterministic=deterministic, chunk=chunk, workspace=workspace)
 
 
 def hybrid_attention(comm, q, k, v, *, ulysses_size=0, causal=False, window=None, softcap=0.0, scale=None,
-                     layout="bhnd", sharding="contiguous", deterministic=False, chunk=0):
+                     layout="bhnd", sharding="contiguous", deterministic=False, chunk=0, workspace=None):
     """kattn.dist.hybrid_attention (head sharding in groups of ulysses_size, a ring across them)
     with gradients, as ring_attention; shards: kattn.dist.positions(N, comm, ulysses_size=...)."""
     return _dist("hybrid_attention", comm, q, k, v, ulysses_size=ulysses_size, causal=causal, window=window,
                  softcap=softcap, scale=scale, layout=layout, sharding=sharding, deterministic=deterministic,
-                 chunk=chunk)
+                 chunk=chunk, workspace=workspace)
 
 
 def ragged_ring_attention(comm, q, k, v, q_indptr, kv_indptr, *, causal=False, window=None, softcap=0.0, scale=None,
-                          sharding="contiguous", deterministic=False, chunk=0):
+                          sharding="contiguous", deterministic=False, chunk=0, workspace=None):
     """kattn.dist.ragged_ring_attention with gradients: q [nq, Hq, D], k, v [nk, Hkv, D], this
     rank's rows (kattn.dist.ragged_positions, with the same deterministic and chunk) of a packed
     batch whose offsets q_indptr, kv_indptr every rank gives whole; float32, float64, float16 or
     bfloat16. The backward is collective, as ring_attention's."""
     return _dist("ragged_ring_attention", comm, q, k, v, q_indptr, kv_indptr, causal=causal, window=window,
-                 softcap=softcap, scale=scale, sharding=sharding, deterministic=deterministic, chunk=chunk)
+                 softcap=softcap, scale=scale, sharding=sharding, deterministic=deterministic, chunk=chunk,
+                 workspace=workspace)

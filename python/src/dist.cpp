@@ -5,14 +5,14 @@
 // as its Fortran handle (mpi4py's Comm.py2f), so the module needs no mpi4py headers; MPI itself is
 // started and stopped by mpi4py.
 #include <mpi.h>
-
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
+#include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "arrays.hpp"
@@ -25,6 +25,7 @@
 #include "kattn/dist/ring_backward.hpp"
 #include "kattn/dist/ulysses.hpp"
 #include "kattn/dist/ulysses_backward.hpp"
+#include "kattn/workspace.hpp"
 
 namespace {
 
@@ -184,6 +185,41 @@ std::vector<std::int64_t> indptr_of(const py::object& obj, const char* name) {
   return std::vector<std::int64_t>(a.view.data(), a.view.data() + a.view.extent(0));
 }
 
+// kattn.dist.Workspace: a kattn::Workspace that Kokkos::finalize (at the interpreter's exit, or
+// kattn.finalize) empties first, so that no buffer outlives Kokkos whenever Python frees the object.
+class PyWorkspace {
+ public:
+  PyWorkspace() {
+    static const bool hooked = [] {
+      Kokkos::push_finalize_hook([] {
+        for (PyWorkspace* w : live()) w->ws.release();
+      });
+      return true;
+    }();
+    (void)hooked;
+    live().insert(this);
+  }
+  ~PyWorkspace() { live().erase(this); }
+  PyWorkspace(const PyWorkspace&) = delete;
+  PyWorkspace& operator=(const PyWorkspace&) = delete;
+  kattn::Workspace ws;
+
+ private:
+  static std::set<PyWorkspace*>& live() {
+    static std::set<PyWorkspace*> s;
+    return s;
+  }
+};
+
+// The workspace argument: None, or a kattn.dist.Workspace.
+kattn::Workspace* workspace_of(const py::object& workspace) {
+  if (workspace.is_none()) return nullptr;
+  if (!py::isinstance<PyWorkspace>(workspace))
+    throw kattn::Error("workspace: expected a kattn.dist.Workspace or None, got " +
+                       std::string(py::str(workspace.get_type().attr("__name__"))));
+  return &workspace.cast<PyWorkspace&>().ws;
+}
+
 // What a distributed binding reads before its call, inside collective_check so that whatever one
 // rank refuses every rank refuses with the same message (no rank left waiting): what the Python
 // layer refused, the options, the sharding, and the storage of q, which `same` (q first, then
@@ -196,9 +232,10 @@ struct CallArgs {
 };
 
 CallArgs read_call_args(const std::string& refused, const std::vector<std::pair<py::object, const char*>>& same,
-                        const py::dict& kw, const std::string& sharding) {
+                        const py::dict& kw, const std::string& sharding, const py::object& workspace) {
   if (!refused.empty()) throw kattn::Error(refused);
   CallArgs a;
+  a.d.workspace = workspace_of(workspace);
   for (const auto& [obj, name] : same) a.same.push_back(py::array::ensure(obj));
   a.opt = options_of(kw);
   a.d.sharding = sharding_of(sharding);
@@ -217,8 +254,8 @@ py::array lse_of(const py::object& lse) {
 // Dense calls: the mode (deterministic, chunk) and hybrid's group size on top.
 CallArgs read_dense_args(const std::string& refused, const std::vector<std::pair<py::object, const char*>>& same,
                          const py::dict& kw, const std::string& sharding, bool deterministic, std::int64_t chunk,
-                         int ulysses_size) {
-  CallArgs a = read_call_args(refused, same, kw, sharding);
+                         int ulysses_size, const py::object& workspace) {
+  CallArgs a = read_call_args(refused, same, kw, sharding, workspace);
   a.d.deterministic = deterministic;
   a.d.chunk = chunk;
   a.d.ulysses_size = ulysses_size;
@@ -230,8 +267,8 @@ CallArgs read_ragged_args(MPI_Comm comm, const std::string& refused,
                           const std::vector<std::pair<py::object, const char*>>& same, const py::dict& kw,
                           const std::string& sharding, bool deterministic, std::int64_t chunk,
                           const py::object& q_indptr, const py::object& kv_indptr, std::vector<std::int64_t>& q_local,
-                          std::vector<std::int64_t>& kv_local) {
-  CallArgs a = read_call_args(refused, same, kw, sharding);
+                          std::vector<std::int64_t>& kv_local, const py::object& workspace) {
+  CallArgs a = read_call_args(refused, same, kw, sharding, workspace);
   a.d.deterministic = deterministic;
   a.d.chunk = chunk;
   int P = 1, rank = 0;
@@ -254,20 +291,30 @@ py::tuple with_agreed_dtype(MPI_Comm checks, Dtype dtype, F&& f) {
 }  // namespace
 
 void bind_dist(py::module_& m) {
+  py::class_<PyWorkspace>(m, "Workspace",
+                          "Buffers kept between distributed calls: pass the same one as workspace= to calls in a loop")
+      .def(py::init<>())
+      .def_property_readonly(
+          "bytes", [](const PyWorkspace& w) { return w.ws.bytes(); }, "bytes held")
+      .def_property_readonly(
+          "allocations", [](const PyWorkspace& w) { return w.ws.allocations(); }, "buffers allocated so far")
+      .def(
+          "release", [](PyWorkspace& w) { w.ws.release(); }, "frees every buffer no call holds");
   // call: "ring", "ulysses" or "hybrid" (the package's names); ulysses_size: hybrid's U (0: all
   // ranks). refused: what the Python layer refused on this rank ("" for nothing); the arrays are
   // then None.
   m.def("dense_attention",
         [](const std::string& call, std::int64_t comm_handle, const py::object& q, const py::object& k,
            const py::object& v, const std::string& layout, const py::dict& kw, const std::string& sharding,
-           bool deterministic, std::int64_t chunk, int ulysses_size, const std::string& refused) {
+           bool deterministic, std::int64_t chunk, int ulysses_size, const std::string& refused,
+           const py::object& workspace) {
           const MPI_Comm comm = comm_of(comm_handle);
           const MPI_Comm checks = kattn::dist::library_comm(comm);  // kattn's checks apart from the caller's traffic
           CallArgs a;
           Layout L{};
           kattn::dist::collective_check(checks, [&] {
             a = read_dense_args(refused, {{q, "q"}, {k, "k"}, {v, "v"}}, kw, sharding, deterministic, chunk,
-                                ulysses_size);
+                                ulysses_size, workspace);
             L = Layout::parse(layout);
           });
           return with_agreed_dtype(checks, a.dtype, [&](auto t) {
@@ -279,7 +326,7 @@ void bind_dist(py::module_& m) {
         [](const std::string& call, std::int64_t comm_handle, const py::object& q, const py::object& k,
            const py::object& v, const py::object& o, const py::object& lse, const py::object& dout,
            const std::string& layout, const py::dict& kw, const std::string& sharding, bool deterministic,
-           std::int64_t chunk, int ulysses_size, const std::string& refused) {
+           std::int64_t chunk, int ulysses_size, const std::string& refused, const py::object& workspace) {
           const MPI_Comm comm = comm_of(comm_handle);
           const MPI_Comm checks = kattn::dist::library_comm(comm);
           CallArgs a;
@@ -287,7 +334,7 @@ void bind_dist(py::module_& m) {
           py::array lse_array;
           kattn::dist::collective_check(checks, [&] {
             a = read_dense_args(refused, {{q, "q"}, {k, "k"}, {v, "v"}, {o, "o"}, {dout, "dout"}}, kw, sharding,
-                                deterministic, chunk, ulysses_size);
+                                deterministic, chunk, ulysses_size, workspace);
             lse_array = lse_of(lse);
             L = Layout::parse(layout);
           });
@@ -301,14 +348,14 @@ void bind_dist(py::module_& m) {
   m.def("ragged_ring_attention",
         [](std::int64_t comm_handle, const py::object& q, const py::object& k, const py::object& v,
            const py::object& q_indptr, const py::object& kv_indptr, const py::dict& kw, const std::string& sharding,
-           bool deterministic, std::int64_t chunk, const std::string& refused) {
+           bool deterministic, std::int64_t chunk, const std::string& refused, const py::object& workspace) {
           const MPI_Comm comm = comm_of(comm_handle);
           const MPI_Comm checks = kattn::dist::library_comm(comm);
           CallArgs a;
           std::vector<std::int64_t> q_local, kv_local;
           kattn::dist::collective_check(checks, [&] {
             a = read_ragged_args(comm, refused, {{q, "q"}, {k, "k"}, {v, "v"}}, kw, sharding, deterministic, chunk,
-                                 q_indptr, kv_indptr, q_local, kv_local);
+                                 q_indptr, kv_indptr, q_local, kv_local, workspace);
           });
           return with_agreed_dtype(checks, a.dtype, [&](auto t) {
             return ragged_as<decltype(t)>(comm, a.same[0], a.same[1], a.same[2], q_local, kv_local, a.opt, a.d);
@@ -319,7 +366,7 @@ void bind_dist(py::module_& m) {
         [](std::int64_t comm_handle, const py::object& q, const py::object& k, const py::object& v, const py::object& o,
            const py::object& lse, const py::object& dout, const py::object& q_indptr, const py::object& kv_indptr,
            const py::dict& kw, const std::string& sharding, bool deterministic, std::int64_t chunk,
-           const std::string& refused) {
+           const std::string& refused, const py::object& workspace) {
           const MPI_Comm comm = comm_of(comm_handle);
           const MPI_Comm checks = kattn::dist::library_comm(comm);
           CallArgs a;
@@ -327,7 +374,7 @@ void bind_dist(py::module_& m) {
           std::vector<std::int64_t> q_local, kv_local;
           kattn::dist::collective_check(checks, [&] {
             a = read_ragged_args(comm, refused, {{q, "q"}, {k, "k"}, {v, "v"}, {o, "o"}, {dout, "dout"}}, kw, sharding,
-                                 deterministic, chunk, q_indptr, kv_indptr, q_local, kv_local);
+                                 deterministic, chunk, q_indptr, kv_indptr, q_local, kv_local, workspace);
             lse_array = lse_of(lse);
           });
           return with_agreed_dtype(checks, a.dtype, [&](auto t) {

@@ -99,3 +99,32 @@ def test_ragged_ring_refuses_lengths_the_ranks_cannot_cut_on_every_rank():
     x = np.zeros((1, 1, 8))
     with pytest.raises(kattn.Error, match="q_indptr: sequence 0 has"):
         kattn.dist.ragged_ring_attention(COMM, x, x, x, indptr, indptr, sharding="zigzag")
+
+
+@pytest.mark.parametrize("name", ["ring", "ulysses", "hybrid"])
+def test_a_workspace_serves_a_loop_of_calls_with_the_same_results(name):
+    # Hq = 12 divides over 1-4 ranks; each call's forward and backward take their buffers from ws.
+    q, k, v = global_problem(64, 64, 12, 6, 8, seed=12)
+    dout = np.random.default_rng(13).standard_normal(q.shape)
+    size = {"ulysses_size": 0} if name == "hybrid" else {}
+    pos = kattn.dist.positions(64, COMM, **size)
+    fwd = getattr(kattn.dist, name + "_attention")
+    bwd = getattr(kattn.dist, name + "_attention_backward")
+    args = (COMM, q[:, pos], k[:, pos], v[:, pos])
+
+    def step(**kw):
+        o, lse = fwd(*args, causal=True, return_lse=True, **size, **kw)
+        return (o, lse) + bwd(*args, o, lse, dout[:, pos], causal=True, **size, **kw)
+
+    fresh = step()
+    ws = kattn.dist.Workspace()
+    first = step(workspace=ws)
+    allocated, held = ws.allocations, ws.bytes
+    again = step(workspace=ws)
+    for a, b, c in zip(fresh, first, again):
+        assert np.array_equal(a, b) and np.array_equal(a, c)
+    assert allocated > 0 and ws.allocations == allocated and ws.bytes == held > 0
+    ws.release()
+    assert ws.bytes == 0
+    with pytest.raises(kattn.Error, match="workspace: expected a kattn.dist.Workspace or None, got dict"):
+        fwd(*args, workspace={})

@@ -10,8 +10,8 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
-#include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <type_traits>
 
 #include "kattn/core/attention_params.hpp"
@@ -73,10 +73,14 @@ HeadMajorKV<ExecSpace, KV> make_head_major(const ExecSpace& space, AttentionPara
   if (!wants_head_major<ExecSpace>(p)) return c;
   const std::int64_t rows = std::int64_t(p.batch) * p.heads_kv * p.kv_len;
   using Buffer = Kokkos::View<KV*, typename ExecSpace::memory_space>;
-  c.k = Buffer(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::attention::head_major_k"),
-               rows * p.head_dim);
-  c.v = Buffer(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::attention::head_major_v"),
-               rows * p.head_dim);
+  try {
+    c.k = Buffer(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::attention::head_major_k"),
+                 rows * p.head_dim);
+    c.v = Buffer(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::attention::head_major_v"),
+                 rows * p.head_dim);
+  } catch (const std::exception&) {
+    return HeadMajorKV<ExecSpace, KV>{};  // no memory for the copies: the kernel reads K and V in place
+  }
   const Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>> rows_policy(space, 0, rows);
   Kokkos::parallel_for("kattn::attention::head_major_kv", rows_policy,
                        HeadMajorCopy<ExecSpace, KV>{p.k, p.k_stride_batch, p.k_stride_seq, p.k_stride_head, c.k.data(),
