@@ -39,9 +39,10 @@ void set(const View& v, int b, int i, int h, int d, double x) {
   Kokkos::deep_copy(v, h_v);
 }
 
-// The same NaN positions as the reference, and the same values elsewhere (1e-12, relative to
+// The same NaN positions as the reference, and the same values elsewhere (tol, relative to
 // values above 1: the lse of rows with scores of 1e5).
-void expect_same_nans(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+void expect_same_nans(const std::vector<double>& got, const std::vector<double>& want, const std::string& what,
+                      double tol = kDoubleTol) {
   ASSERT_EQ(got.size(), want.size());
   int mismatches = 0, nans = 0;
   double max_abs = 0;
@@ -56,7 +57,7 @@ void expect_same_nans(const std::vector<double>& got, const std::vector<double>&
     max_abs = std::max(max_abs, std::abs(got[i] - want[i]) / std::max(1.0, std::abs(want[i])));
   }
   EXPECT_EQ(mismatches, 0) << what << ": elements whose NaN-ness differs from the textbook's (" << nans << " NaN there)";
-  EXPECT_LE(max_abs, kDoubleTol) << what;
+  EXPECT_LE(max_abs, tol) << what;
 }
 
 enum class Algo { forward, splitkv2, splitkv7 };
@@ -78,9 +79,10 @@ void run(Algo a, const Problem<double>& p, Options opt) {
 const std::vector<std::pair<int, int>> kTiles = {{0, 0}, {64, 64}, {8, 8}, {5, 7}, {16, 4}};
 
 // Runs every algorithm at every tile size on p (after `poke` has put its non-finite values in)
-// against the textbook.
+// against the textbook, o within tol.
 template <class Poke>
-void check_against_textbook(const Shape& s, const Options& mask, const Poke& poke, const std::string& what) {
+void check_against_textbook(const Shape& s, const Options& mask, const Poke& poke, const std::string& what,
+                            double tol = kDoubleTol) {
   const std::uint64_t seed = fresh_seed();
   for (const auto& tile : kTiles)
     for (Algo a : {Algo::forward, Algo::splitkv2, Algo::splitkv7}) {
@@ -92,7 +94,7 @@ void check_against_textbook(const Shape& s, const Options& mask, const Poke& pok
       poke(p);
       Problem<double> ref = reference_of(p, mask);
       run(a, p, opt);
-      expect_same_nans(to_host(p.o), to_host(ref.o), "o");
+      expect_same_nans(to_host(p.o), to_host(ref.o), "o", tol);
       expect_same_nans(to_host(p.lse), to_host(ref.lse), "lse");
     }
 }
@@ -133,13 +135,18 @@ TEST(NonFinite, InfInAValueRowReachesOnlyTheRowsThatSeeIt) {
 
 // A NaN value whose key's weight underflows to exactly 0 still makes the row NaN (0 * NaN).
 TEST(NonFinite, NaNValueUnderAZeroWeightStillPropagates) {
+  // Scores of 1e5 are rounded by up to 1e5 x 2^-53 = 1.1e-11 in both algorithms, which moves a
+  // row's weights, and so its o, by as much relative: o is checked at 1e-10 (seen: 1.14e-12).
   for (const Options& opt : masks())
-    check_against_textbook(kShape, opt, [](const Problem<double>& p) {
-      auto k = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.k);
-      for (int d = 0; d < 16; ++d) k(0, 5, 0, d) = -1e4 * (d % 2 ? 1 : -1);  // score ~ -1e5 for some rows
-      Kokkos::deep_copy(p.k, k);
-      set(p.v, 0, 5, 0, 2, kNaN);
-    }, "v NaN under p = 0");
+    check_against_textbook(
+        kShape, opt,
+        [](const Problem<double>& p) {
+          auto k = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.k);
+          for (int d = 0; d < 16; ++d) k(0, 5, 0, d) = -1e4 * (d % 2 ? 1 : -1);  // score ~ -1e5 for some rows
+          Kokkos::deep_copy(p.k, k);
+          set(p.v, 0, 5, 0, 2, kNaN);
+        },
+        "v NaN under p = 0", 1e-10);
 }
 
 // q row (b, i, h) = (+-inf, finite...) and key 0 components all positive: scores +-inf.
