@@ -144,6 +144,9 @@ struct Result {
   int repetitions = 0;
 };
 
+// The rows of --nocomm-baseline's comm-removed ring.
+std::string nocomm_name(const Config& c) { return c.workspace ? "ring-nocomm" : "ring-nocomm-no-workspace"; }
+
 // The options of the call at P ranks: hybrid's groups of min(U, P) ranks.
 dist::DistOptions call_options(const Config& c, int P) {
   dist::DistOptions d = c.d;
@@ -276,7 +279,7 @@ ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& al
     return most;
   };
   double model_bytes = 0;
-  if (c.mode == "ring" && algorithm != "ring-nocomm") {
+  if (c.mode == "ring" && algorithm != nocomm_name(c)) {
     // (The backward's dK/dV travel in the accumulation type.)
     const dist::TrafficProblem pr{N, N, c.batch, c.heads_kv, c.dim, value_bytes, row_bytes};
     model_bytes = most_sent([&](int r, bool backward) {
@@ -432,7 +435,7 @@ int scale_measure(Args& args) {
       for (std::size_t i = 0; i < r.real.size(); ++i)
         rows.push_back(make_row(c, P, r.real[i], algorithm, int(i) + 1, existing));
       for (std::size_t i = 0; i < r.nocomm.size(); ++i)
-        rows.push_back(make_row(c, P, r.nocomm[i], "ring-nocomm", int(i) + 1, existing));
+        rows.push_back(make_row(c, P, r.nocomm[i], nocomm_name(c), int(i) + 1, existing));
       const ScaleRow row = make_row(c, P, r.best, algorithm, 0, existing);
       const auto print = [&](const ScaleRow& w, double median) {
         std::printf(
@@ -454,7 +457,7 @@ int scale_measure(Args& args) {
         if (col != "repetition") j.add(col, row.str(col));
       j.add("seconds_median", r.median).add("repetitions", r.repetitions).add("peak_rss_bytes_max", peak_rss);
       if (c.nocomm) {
-        print(make_row(c, P, r.best_nocomm, "ring-nocomm", 0, existing), r.median_nocomm);
+        print(make_row(c, P, r.best_nocomm, nocomm_name(c), 0, existing), r.median_nocomm);
         const double loss = r.best.seconds / r.best_nocomm.seconds - 1.0;
         const double loss_median = r.median / r.median_nocomm - 1.0;
         std::printf(

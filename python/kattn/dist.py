@@ -22,12 +22,15 @@ __all__ = ["Workspace", "positions", "ring_attention", "ulysses_attention", "hyb
            "hybrid_attention_backward", "ragged_ring_attention_backward"]
 
 
-def Workspace():
-    """Buffers kept between calls: pass the same workspace= to the calls of a loop (forward and
-    backward alike), and after the first they allocate nothing (docs/distributed.md). One per
-    rank, one call at a time; .bytes, .allocations, .release()."""
-    _require_mpi()
-    return _kattn.Workspace()
+# Workspace(): buffers kept between calls; pass the same workspace= to the calls of a loop (forward
+# and backward alike) and after the first they take their buffers from it instead of allocating
+# them (docs/distributed.md). One per rank, one call at a time; .bytes, .allocations, .release().
+if hasattr(_kattn, "Workspace"):
+    Workspace = _kattn.Workspace
+else:
+    def Workspace():
+        """Needs kattn built with its MPI layer."""
+        _require_mpi()
 
 
 def _require_mpi():

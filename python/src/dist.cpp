@@ -292,7 +292,8 @@ py::tuple with_agreed_dtype(MPI_Comm checks, Dtype dtype, F&& f) {
 
 void bind_dist(py::module_& m) {
   py::class_<PyWorkspace>(m, "Workspace",
-                          "Buffers kept between distributed calls: pass the same one as workspace= to calls in a loop")
+                          "Buffers kept between distributed calls: pass the same one as workspace= to the calls of "
+                          "a loop (forward and backward alike); one per rank, one call at a time")
       .def(py::init<>())
       .def_property_readonly(
           "bytes", [](const PyWorkspace& w) { return w.ws.bytes(); }, "bytes held")

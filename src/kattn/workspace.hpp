@@ -1,9 +1,9 @@
 // Buffers kept from one call to the next. A distributed call given a Workspace
 // (DistOptions::workspace) takes its message buffers, accumulators and partial states from it
-// instead of allocating them: a second call of the same shapes allocates nothing, so a training
-// or time-stepping loop pays neither the page faults of fresh host memory nor a device
-// allocation and free (which synchronises a GPU) per call. Without one, each call allocates and
-// frees its own, as before.
+// instead of allocating them: a second call of the same shapes takes them all again, so a
+// training or time-stepping loop pays neither the page faults of fresh host memory nor a device
+// allocation and free (which synchronises a GPU) per call for them (docs/distributed.md lists
+// what still is allocated per call). Without one, each call allocates and frees its own.
 //
 // A buffer is the workspace's while no call holds it; a call holds it from when it takes it until
 // it lets it go (the call's own lifetime at most), so buffers one call holds at once are distinct,
@@ -41,14 +41,11 @@ class Workspace {
       for (const auto& s : kind.second) sum += s->bytes();
     return sum;
   }
-  // Bytes held in MemorySpace that no call holds now.
+  // Bytes held that no call holds now: in every memory space, or in MemorySpace.
+  std::uint64_t idle_bytes() const { return idle_bytes_in(nullptr); }
   template <class MemorySpace>
   std::uint64_t idle_bytes() const {
-    std::uint64_t sum = 0;
-    for (const auto& kind : slots_)
-      for (const auto& s : kind.second)
-        if (!s->in_use() && s->space() == MemorySpace::name()) sum += s->bytes();
-    return sum;
+    return idle_bytes_in(MemorySpace::name());
   }
   // Buffers allocated (or grown) since construction: a repeated call of the same shapes adds none.
   std::int64_t allocations() const { return allocations_; }
@@ -68,7 +65,7 @@ class Workspace {
   // only ever taken by requests of that kind.
   template <class T, class MemorySpace>
   Kokkos::View<T*, MemorySpace> take(const std::string& label, std::size_t n) {
-    if (n == 0) return Kokkos::View<T*, MemorySpace>(label, 0);  // nothing to keep
+    if (n == 0) return Kokkos::View<T*, MemorySpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), 0);
     auto& list = slots_[label + '@' + MemorySpace::name() + '@' + typeid(T).name()];
     SlotOf<T, MemorySpace>* fit = nullptr;
     SlotOf<T, MemorySpace>* grow = nullptr;
@@ -78,7 +75,11 @@ class Workspace {
       if (t->view.extent(0) >= n && (!fit || t->view.extent(0) < fit->view.extent(0))) fit = t;
       if (!grow || t->view.extent(0) > grow->view.extent(0)) grow = t;
     }
-    if (!fit) {
+    if (fit) {
+      // Kernels of the call that gave it back may still read it (on a GPU, queued): they finish
+      // before its new holder writes it, by a kernel or by MPI straight into device memory.
+      Kokkos::fence();
+    } else {
       if (!grow) {
         list.push_back(std::make_unique<SlotOf<T, MemorySpace>>());
         grow = static_cast<SlotOf<T, MemorySpace>*>(list.back().get());
@@ -92,6 +93,14 @@ class Workspace {
   }
 
  private:
+  std::uint64_t idle_bytes_in(const char* space) const {
+    std::uint64_t sum = 0;
+    for (const auto& kind : slots_)
+      for (const auto& s : kind.second)
+        if (!s->in_use() && (!space || s->space() == space)) sum += s->bytes();
+    return sum;
+  }
+
   struct Slot {
     virtual ~Slot() = default;
     virtual bool in_use() const = 0;  // a call holds a View of it

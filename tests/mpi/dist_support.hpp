@@ -158,6 +158,13 @@ void expect_shard_bitwise(const View4<T>& o, const View3<T>& lse, const View4<T>
   EXPECT_EQ(diff_l, 0u) << what << ": lse elements that differ in their bits (of " << v.lse.size() << ")";
 }
 
+// The raw bytes of a View's values, for bitwise comparisons in any storage type.
+template <class V>
+std::string bytes_of(const V& v) {
+  const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  return std::string(reinterpret_cast<const char*>(h.data()), h.span() * sizeof(typename V::value_type));
+}
+
 // Every rank's string, in rank order.
 inline std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& s) {
   const int P = size_of(comm);

@@ -16,6 +16,7 @@
 
 #include "kattn/core/attention_params.hpp"
 #include "kattn/detail/memory_check.hpp"
+#include "kattn/workspace.hpp"
 
 namespace kattn {
 namespace detail {
@@ -25,7 +26,7 @@ namespace detail {
 // and the page faults of its fresh memory cost more than it saves at 2048 rows (0.97 of the rate
 // without it) and save 3.7% at 4096.
 constexpr std::int64_t kHeadMajorMinRows = 4096;
-// At most this much memory, and an eighth of what is available.
+// At most this much memory, and an eighth of what is available (and of KATTN_MEMORY_LIMIT).
 constexpr std::uint64_t kHeadMajorMaxBytes = std::uint64_t(1) << 30;
 
 // The head-major copies a forward reads instead of the caller's K and V (empty when not made).
@@ -61,23 +62,23 @@ bool wants_head_major(const AttentionParams<Q, T, KV>& p) {
     if (p.heads_kv < 2 || p.kv_len == 0 || p.q_len * p.group_size() < kHeadMajorMinRows) return false;
     if (p.k_stride_seq == p.head_dim && p.v_stride_seq == p.head_dim) return false;  // already head-major
     const std::uint64_t bytes = 2 * std::uint64_t(p.batch) * p.heads_kv * p.kv_len * p.head_dim * sizeof(KV);
-    const std::uint64_t available = memory_capacity<Kokkos::HostSpace>();
-    return bytes <= kHeadMajorMaxBytes && (available == 0 || bytes <= available / 8);
+    const std::uint64_t available = memory_capacity<Kokkos::HostSpace>(), limit = memory_limit_override();
+    return bytes <= kHeadMajorMaxBytes && (available == 0 || bytes <= available / 8) &&
+           (limit == 0 || bytes <= limit / 8);
   }
 }
 
-// Makes the copies and points p's K and V at them; leaves p alone when !wants_head_major(p).
+// Makes the copies (from ws when not null) and points p's K and V at them; leaves p alone when
+// !wants_head_major(p) or when their memory cannot be had.
 template <class ExecSpace, class Q, class T, class KV>
-HeadMajorKV<ExecSpace, KV> make_head_major(const ExecSpace& space, AttentionParams<Q, T, KV>& p) {
+HeadMajorKV<ExecSpace, KV> make_head_major(const ExecSpace& space, AttentionParams<Q, T, KV>& p, Workspace* ws) {
+  using Mem = typename ExecSpace::memory_space;
   HeadMajorKV<ExecSpace, KV> c;
   if (!wants_head_major<ExecSpace>(p)) return c;
   const std::int64_t rows = std::int64_t(p.batch) * p.heads_kv * p.kv_len;
-  using Buffer = Kokkos::View<KV*, typename ExecSpace::memory_space>;
   try {
-    c.k = Buffer(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::attention::head_major_k"),
-                 rows * p.head_dim);
-    c.v = Buffer(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::attention::head_major_v"),
-                 rows * p.head_dim);
+    c.k = take_buffer<KV, Mem>(ws, space, "kattn::attention::head_major_k", rows * p.head_dim);
+    c.v = take_buffer<KV, Mem>(ws, space, "kattn::attention::head_major_v", rows * p.head_dim);
   } catch (const std::exception&) {
     return HeadMajorKV<ExecSpace, KV>{};  // no memory for the copies: the kernel reads K and V in place
   }

@@ -1,14 +1,15 @@
 // The memory check of the buffers a distributed call allocates up front (message buffers,
 // accumulators, partial workspaces), made inside the call's collective allocation step: a buffer
 // that does not fit on one rank (its memory, or KATTN_MEMORY_LIMIT there) fails on every rank
-// before any transfer. With a workspace, the bytes it holds idle in the space count as had: the
-// call takes them first. Internal.
+// before any transfer. With a workspace, a request that does not fit first frees the buffers the
+// workspace holds idle (kinds this call may not take) and is checked again. Internal.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
+#include <functional>
 
 #include "kattn/detail/memory_check.hpp"
+#include "kattn/errors.hpp"
 #include "kattn/workspace.hpp"
 
 namespace kattn {
@@ -17,32 +18,40 @@ namespace detail {
 
 using kattn::detail::take_buffer;
 
-// Bytes of a request the memory space must still give: what the workspace holds idle there is had.
+// check(), and when it refuses while ws holds idle buffers in MemorySpace, check() again after
+// freeing them.
 template <class MemorySpace>
-std::uint64_t new_bytes(const Workspace* ws, std::uint64_t bytes) {
-  const std::uint64_t idle = ws ? ws->idle_bytes<MemorySpace>() : 0;
-  return bytes == UINT64_MAX ? bytes : bytes - std::min(bytes, idle);
+void check_freeing_idle(Workspace* ws, const std::function<void()>& check) {
+  try {
+    check();
+  } catch (const Error&) {
+    if (!ws || ws->idle_bytes<MemorySpace>() == 0) throw;
+    ws->release();
+    check();
+  }
 }
 
 template <class MemorySpace>
-void require_buffers(const Workspace* ws, const char* call, std::uint64_t values, std::uint64_t value_bytes) {
-  kattn::detail::require_memory<MemorySpace>(
-      new_bytes<MemorySpace>(ws, kattn::detail::saturating_mul(values, value_bytes)),
-      kattn::detail::concat(call, ": its buffers"), kattn::detail::concat(values, " values of ", value_bytes, " bytes"),
-      "spread the sequence over more ranks");
+void require_buffers(Workspace* ws, const char* call, std::uint64_t values, std::uint64_t value_bytes) {
+  check_freeing_idle<MemorySpace>(ws, [&] {
+    kattn::detail::require_memory<MemorySpace>(
+        kattn::detail::saturating_mul(values, value_bytes), kattn::detail::concat(call, ": its buffers"),
+        kattn::detail::concat(values, " values of ", value_bytes, " bytes"), "spread the sequence over more ranks");
+  });
 }
 
 // Buffers of two value sizes (a 16-bit call's K/V in 16 bits and its float copies of the rest).
 template <class MemorySpace>
-void require_buffers(const Workspace* ws, const char* call, std::uint64_t values, std::uint64_t value_bytes,
+void require_buffers(Workspace* ws, const char* call, std::uint64_t values, std::uint64_t value_bytes,
                      std::uint64_t other_values, std::uint64_t other_bytes) {
   using kattn::detail::saturating_mul;
-  kattn::detail::require_memory<MemorySpace>(
-      new_bytes<MemorySpace>(ws, kattn::detail::saturating_add(saturating_mul(values, value_bytes),
-                                                               saturating_mul(other_values, other_bytes))),
-      kattn::detail::concat(call, ": its buffers"),
-      kattn::detail::concat(values, " values of ", value_bytes, " bytes and ", other_values, " of ", other_bytes),
-      "spread the sequence over more ranks");
+  check_freeing_idle<MemorySpace>(ws, [&] {
+    kattn::detail::require_memory<MemorySpace>(
+        kattn::detail::saturating_add(saturating_mul(values, value_bytes), saturating_mul(other_values, other_bytes)),
+        kattn::detail::concat(call, ": its buffers"),
+        kattn::detail::concat(values, " values of ", value_bytes, " bytes and ", other_values, " of ", other_bytes),
+        "spread the sequence over more ranks");
+  });
 }
 
 }  // namespace detail

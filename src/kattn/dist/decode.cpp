@@ -108,7 +108,7 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
       pr.lse_stride_batch = p.q_len * p.heads_q * w, pr.lse_stride_seq = p.heads_q * w, pr.lse_stride_head = w;
       Options split = local;
       split.splits = kattn::plan_splits(space, p, opt).splits;
-      kattn::detail::attention_impl(space, pr, split, BatchLengths{});
+      kattn::detail::attention_impl(space, pr, split, BatchLengths{}, d.workspace);
       space.fence();
     });
     const double tc1 = now();

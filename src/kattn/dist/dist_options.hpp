@@ -49,8 +49,8 @@ struct DistOptions {
   // once a rank knows of a failure, it calls it no more.
   std::function<void(int step, int steps)> progress;
   // Where the call takes its buffers (kattn/workspace.hpp): calls repeated with one workspace
-  // allocate nothing after the first. nullptr: each call allocates and frees its own. Per rank:
-  // each rank passes its own (or none); one call at a time uses it.
+  // take them from it after the first (docs/distributed.md: what is still allocated per call). nullptr: each call
+  // allocates and frees its own. Per rank: each rank passes its own (or none); one call at a time uses it.
   Workspace* workspace = nullptr;
 };
 

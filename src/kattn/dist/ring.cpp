@@ -140,7 +140,7 @@ class RingRunner {
     for (const PieceRun& r : pp.runs) {
       AttentionParams<T, T, KV> run = q;
       const BatchLengths lengths = ragged_ ? ragged_->use_run(run, r) : BatchLengths{};
-      kattn::detail::attention_impl(space_, run, r.opt, lengths);
+      kattn::detail::attention_impl(space_, run, r.opt, lengths, d_.workspace);
     }
     launch_rows(space_, "kattn::dist::ring::fold",
                 FoldPartials<ExecSpace, T>{acc_, PartialRows<T>{ws_o_.data(), ws_lse_.data(), nq, qi, 1}});

@@ -247,6 +247,9 @@ class BackwardRunner {
         add_to_outputs(dense_kv(rk[slot].device(), n), dense_kv(rv[slot].device(), n), at, pc.local, pc.length);
         at += pc.length;
       }
+      // The slot's next receive may write into it as soon as this returns (MPI straight into device
+      // memory when GPU-aware): the adds that read it finish first.
+      space_.fence();
     };
     int cur = 0;
     for (std::size_t i = 0; i < steps; ++i) {
@@ -386,10 +389,11 @@ class BackwardRunner {
   std::unique_ptr<Package> package_on_the_way(std::int64_t len) {
     std::unique_ptr<Package> pk;
     latch_.guard([&] {
-      kattn::detail::require_memory<Mem>(
-          new_bytes<Mem>(d_.workspace, live_bytes_ + package_bytes(len)),
-          "kattn::dist::ring_attention_backward: the deterministic tour's packages",
-          kattn::detail::concat("those held and one of ", len, " positions"), "spread the sequence over more ranks");
+      check_freeing_idle<Mem>(d_.workspace, [&] {
+        kattn::detail::require_memory<Mem>(
+            live_bytes_ + package_bytes(len), "kattn::dist::ring_attention_backward: the deterministic tour's packages",
+            kattn::detail::concat("those held and one of ", len, " positions"), "spread the sequence over more ranks");
+      });
       pk = new_package(len);
     });
     if (!pk) {
@@ -617,9 +621,13 @@ class BackwardRunner {
           outgoing.emplace_back(next, std::move(pk));
         }
       } else if (kp.owner == rank_) {
-        if (pk->held)
+        if (pk->held) {
           add_to_outputs(dense_kv(pk->dk.device(), kp.length), dense_kv(pk->dv.device(), kp.length), 0, kp.local,
                          kp.length);
+          // pk's buffers go back to the workspace with it, and the next package's receive may
+          // write into them at once: the adds that read them finish first.
+          space_.fence();
+        }
       } else {
         send(*pk, kp.owner, home_tag(g), false, true);
         outgoing.emplace_back(Item{g, Sq}, std::move(pk));

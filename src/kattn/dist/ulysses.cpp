@@ -33,7 +33,7 @@ DistStats ulysses_forward_impl(MPI_Comm comm, const ExecSpace& space, const Atte
   head_sharded_forward<ExecSpace, T>(comm, space, p, split.q_layout, split.kv_layout, stats, latch, d.workspace,
                                      [&](const AttentionParams<T>& a, DistStats& s) {
                                        latch.guard([&] {
-                                         local_forward(space, a, local, s);
+                                         local_forward(space, a, local, d.workspace, s);
                                          if (d.progress) d.progress(1, 1);
                                        });
                                      });
