@@ -621,13 +621,9 @@ class BackwardRunner {
           outgoing.emplace_back(next, std::move(pk));
         }
       } else if (kp.owner == rank_) {
-        if (pk->held) {
+        if (pk->held)
           add_to_outputs(dense_kv(pk->dk.device(), kp.length), dense_kv(pk->dv.device(), kp.length), 0, kp.local,
                          kp.length);
-          // pk's buffers go back to the workspace with it, and the next package's receive may
-          // write into them at once: the adds that read them finish first.
-          space_.fence();
-        }
       } else {
         send(*pk, kp.owner, home_tag(g), false, true);
         outgoing.emplace_back(Item{g, Sq}, std::move(pk));
