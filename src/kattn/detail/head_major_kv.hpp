@@ -16,6 +16,7 @@
 
 #include "kattn/core/attention_params.hpp"
 #include "kattn/detail/memory_check.hpp"
+#include "kattn/detail/strided_rows.hpp"
 #include "kattn/workspace.hpp"
 
 namespace kattn {
@@ -34,21 +35,6 @@ template <class ExecSpace, class KV>
 struct HeadMajorKV {
   Kokkos::View<KV*, typename ExecSpace::memory_space> k, v;
   explicit operator bool() const { return k.extent(0) > 0; }
-};
-
-template <class ExecSpace, class KV>
-struct HeadMajorCopy {
-  const KV* src;
-  std::int64_t sb, sj, sh;
-  KV* dst;
-  std::int64_t n;
-  int heads, dim;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t r) const {
-    const std::int64_t b = r / (heads * n), h = (r / n) % heads, j = r % n;
-    const KV* from = src + b * sb + j * sj + h * sh;
-    KV* to = dst + r * dim;
-    for (int d = 0; d < dim; ++d) to[d] = from[d];
-  }
 };
 
 // Whether a dense forward of p on this backend reads head-major copies (see above).
@@ -82,14 +68,13 @@ HeadMajorKV<ExecSpace, KV> make_head_major(const ExecSpace& space, AttentionPara
   } catch (const std::exception&) {
     return HeadMajorKV<ExecSpace, KV>{};  // no memory for the copies: the kernel reads K and V in place
   }
-  const Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>> rows_policy(space, 0, rows);
-  Kokkos::parallel_for("kattn::attention::head_major_kv", rows_policy,
-                       HeadMajorCopy<ExecSpace, KV>{p.k, p.k_stride_batch, p.k_stride_seq, p.k_stride_head, c.k.data(),
-                                                    p.kv_len, p.heads_kv, p.head_dim});
-  Kokkos::parallel_for("kattn::attention::head_major_kv", rows_policy,
-                       HeadMajorCopy<ExecSpace, KV>{p.v, p.v_stride_batch, p.v_stride_seq, p.v_stride_head, c.v.data(),
-                                                    p.kv_len, p.heads_kv, p.head_dim});
   const std::int64_t per_head = p.kv_len * p.head_dim, per_batch = p.heads_kv * per_head;
+  const auto copy = [&](const KV* from, std::int64_t sb, std::int64_t sj, std::int64_t sh, KV* to) {
+    copy_rows(space, Strided<const KV>{from, sb, sj, sh}, 0, Strided<KV>{to, per_batch, p.head_dim, per_head}, p.batch,
+              p.kv_len, p.heads_kv, p.head_dim);
+  };
+  copy(p.k, p.k_stride_batch, p.k_stride_seq, p.k_stride_head, c.k.data());
+  copy(p.v, p.v_stride_batch, p.v_stride_seq, p.v_stride_head, c.v.data());
   p.k = c.k.data(), p.k_stride_batch = per_batch, p.k_stride_seq = p.head_dim, p.k_stride_head = per_head;
   p.v = c.v.data(), p.v_stride_batch = per_batch, p.v_stride_seq = p.head_dim, p.v_stride_head = per_head;
   return c;

@@ -1,0 +1,56 @@
+// Row copies between strided [B, n, H, D] arrays: the caller's tensors, the MPI layer's flat
+// message buffers, head-major copies. Internal.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <type_traits>
+
+#include "kattn/core/storage.hpp"
+
+namespace kattn {
+namespace detail {
+
+// Strided 4-D addressing of (b, j, h, d): base[b * sb + j * sj + h * sh + d].
+template <class T>
+struct Strided {
+  T* base = nullptr;
+  std::int64_t sb = 0, sj = 0, sh = 0;
+  KOKKOS_INLINE_FUNCTION T* at(int b, std::int64_t j, int h) const { return base + b * sb + j * sj + h * sh; }
+};
+
+// dst(b, j, h, :) = src(b, j0 + j, h, :) for j in [0, n), widened or rounded once (to nearest even)
+// when the types differ: 16-bit storage to float and back around a float computation.
+template <class ExecSpace, class From, class To>
+struct CopyRows {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  Strided<const From> src;
+  Strided<To> dst;
+  std::int64_t j0 = 0, n = 0;
+  int heads = 0, dim = 0;
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& member) const {
+    const int b = member.league_rank() / static_cast<int>(n);
+    const std::int64_t j = member.league_rank() % n;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, heads), [&](const int h) {
+      const From* s = src.at(b, j0 + j, h);
+      To* d = dst.at(b, j, h);
+      if constexpr (std::is_same_v<From, To>)
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, dim), [&](const int x) { d[x] = s[x]; });
+      else
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, dim),
+                             [&](const int x) { d[x] = narrow<To>(widen(s[x])); });
+    });
+  }
+};
+
+template <class ExecSpace, class From, class To>
+void copy_rows(const ExecSpace& space, Strided<const From> src, std::int64_t j0, Strided<To> dst, int batch,
+               std::int64_t n, int heads, int dim) {
+  if (batch == 0 || n == 0 || heads == 0) return;
+  CopyRows<ExecSpace, From, To> f{src, dst, j0, n, heads, dim};
+  Kokkos::parallel_for("kattn::copy_rows",
+                       Kokkos::TeamPolicy<ExecSpace>(space, static_cast<int>(batch * n), Kokkos::AUTO), f);
+}
+
+}  // namespace detail
+}  // namespace kattn
