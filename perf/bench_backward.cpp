@@ -5,18 +5,20 @@
 // fraction of this core's FMA peak (measured in the same run) and the extra memory (peak RSS
 // above the inputs and outputs) are reported too. bwd/fwd_cpu is the same ratio in process CPU
 // time, which other processes on a shared machine do not inflate.
-#include <Kokkos_Core.hpp>
 #include <benchmark/benchmark.h>
+#include <sys/resource.h>
 
+#include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <string>
 #include <vector>
 
-#include "kattn/backward.hpp"
 #include "kattn/attention.hpp"
+#include "kattn/backward.hpp"
 #include "kattn/reference_backward.hpp"
+#include "kattn/workspace.hpp"
 #include "machine.hpp"
 #include "random_view.hpp"
 
@@ -200,6 +202,77 @@ BENCHMARK_TEMPLATE(BM_BackwardForwardRatio, float)
     ->ArgNames({"N", "D", "causal", "bq", "bk"})
     ->ArgsProduct({{4096}, {64, 128}, {0}, {64, 128, 256}, {64, 128, 256}})
     ->Iterations(7)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// A training step (forward and backward, causal) of `heads` heads in storage S, with its scratch
+// from one kattn::Workspace against allocated per call: the 16-bit backward's float copies of q,
+// k, v, o, dout and the gradients, its row sums and any dQ partials. Each iteration times one
+// step each way, in alternating order; the counters are the median of the per-iteration ratios
+// (with / without) and the minor page faults per step each way. Args: N, D, heads.
+template <class S>
+void BM_TrainingStepWorkspace(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0)), d = static_cast<int>(state.range(1));
+  const int heads = static_cast<int>(state.range(2));
+  auto q = random_view<S>("q", n, d, 1, 1, heads), k = random_view<S>("k", n, d, 2, 1, heads);
+  auto v = random_view<S>("v", n, d, 3, 1, heads), dout = random_view<S>("do", n, d, 4, 1, heads);
+  View4<S> o("o", 1, n, heads, d), dq("dq", 1, n, heads, d), dk("dk", 1, n, heads, d), dv("dv", 1, n, heads, d);
+  View3<float> lse("lse", 1, heads, n);
+  const Kokkos::DefaultExecutionSpace space;
+  kattn::Workspace ws;
+  kattn::Options plain;
+  plain.causal = true;
+  kattn::Options kept = plain;
+  kept.workspace = &ws;
+  const auto faults = [] {
+    rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return double(u.ru_minflt);
+  };
+  struct Cost {
+    double seconds, faults;
+  };
+  const auto step = [&](const kattn::Options& opt) {
+    const double f0 = faults();
+    const auto t0 = std::chrono::steady_clock::now();
+    kattn::attention(space, q, kattn::kv::dense(k, v), o, lse, opt);
+    kattn::attention_backward(space, q, kattn::kv::dense(k, v), o, lse, dout, dq, dk, dv, opt);
+    space.fence();
+    return Cost{std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), faults() - f0};
+  };
+  step(kept), step(plain);  // warm-up: the workspace's buffers are allocated here
+  std::vector<double> ratio, with_s, without_s;
+  double with_faults = 0, without_faults = 0;
+  bool kept_first = true;
+  for (auto _ : state) {
+    Cost a{}, b{};
+    if (kept_first)
+      a = step(kept), b = step(plain);
+    else
+      b = step(plain), a = step(kept);
+    kept_first = !kept_first;
+    ratio.push_back(a.seconds / b.seconds);
+    with_s.push_back(a.seconds), without_s.push_back(b.seconds);
+    with_faults += a.faults, without_faults += b.faults;
+  }
+  const auto median = [](std::vector<double> x) {
+    std::sort(x.begin(), x.end());
+    return x[x.size() / 2];
+  };
+  const double steps = double(state.iterations());
+  state.counters["ratio_median"] = median(ratio);
+  state.counters["ms_with"] = 1e3 * median(with_s);
+  state.counters["ms_without"] = 1e3 * median(without_s);
+  state.counters["faults_with"] = with_faults / steps;
+  state.counters["faults_without"] = without_faults / steps;
+  state.counters["workspace_MB"] = double(ws.bytes()) / 1e6;
+}
+
+BENCHMARK_TEMPLATE(BM_TrainingStepWorkspace, kattn::bf16)
+    ->ArgNames({"N", "D", "heads"})
+    ->Args({512, 128, 8})
+    ->Args({2048, 128, 8})
+    ->Iterations(8)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -187,11 +187,11 @@ Result measure(const Config& c, int rank, int P, Progress& progress) {
   std::vector<Sample> real, nocomm;
   const int total = c.warmup + c.repeat;
   Workspace workspace;  // the buffers of every call (the warm-up allocates them)
+  if (c.workspace) opt.workspace = &workspace;
   for (int r = 0; r < total; ++r) {
     for (int variant = 0; variant < (c.nocomm ? 2 : 1); ++variant) {
       dist::DistOptions d = call_options(c, P);
       d.communicate = variant == 0;
-      if (c.workspace) d.workspace = &workspace;
       const std::string what = std::string(r < c.warmup ? "warm-up" : "repetition") + " " +
                                std::to_string(r < c.warmup ? r + 1 : r - c.warmup + 1) + "/" +
                                std::to_string(r < c.warmup ? c.warmup : c.repeat) + (variant ? " (comm removed)" : "");

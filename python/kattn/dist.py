@@ -24,7 +24,7 @@ __all__ = ["Workspace", "positions", "ring_attention", "ulysses_attention", "hyb
 
 # Workspace(): buffers kept between calls; pass the same workspace= to the calls of a loop (forward
 # and backward alike) and after the first they take their buffers from it instead of allocating
-# them (docs/distributed.md). One per rank, one call at a time; .bytes, .allocations, .release().
+# them (docs/workspace.md). One per rank, one call at a time; .bytes, .allocations, .release().
 if hasattr(_kattn, "Workspace"):
     Workspace = _kattn.Workspace
 else:

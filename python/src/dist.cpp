@@ -235,9 +235,9 @@ CallArgs read_call_args(const std::string& refused, const std::vector<std::pair<
                         const py::dict& kw, const std::string& sharding, const py::object& workspace) {
   if (!refused.empty()) throw kattn::Error(refused);
   CallArgs a;
-  a.d.workspace = workspace_of(workspace);
   for (const auto& [obj, name] : same) a.same.push_back(py::array::ensure(obj));
   a.opt = options_of(kw);
+  a.opt.workspace = workspace_of(workspace);
   a.d.sharding = sharding_of(sharding);
   a.dtype = storage_of(a.same[0], same[0].second);
   for (std::size_t i = 1; i < same.size(); ++i) require_same_dtype(a.same[i], same[i].second, a.same[0], "q");

@@ -107,7 +107,7 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q, const kv
       "kattn::attention_backward: the views must be accessible from the execution space");
   validate(opt);
   if constexpr (detail::is_16bit_view<QView>) {
-    return detail::widened_backward(space, q, kv.k, kv.v, o, dout, dq, dk, dv,
+    return detail::widened_backward(space, q, kv.k, kv.v, o, dout, dq, dk, dv, opt.workspace,
                                     [&](auto qf, auto kf, auto vf, auto of, auto df, auto dqf, auto dkf, auto dvf) {
                                       return attention_backward(space, qf, kv::dense(kf, vf), of, lse, df, dqf, dkf,
                                                                 dvf, opt, bopt);
@@ -130,7 +130,7 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q, const kv
   validate(opt);
   detail::require_dense_for_block_mask(opt, "a ragged batch");
   if constexpr (detail::is_16bit_view<QView>) {
-    return detail::widened_backward(space, q, kv.k, kv.v, o, dout, dq, dk, dv,
+    return detail::widened_backward(space, q, kv.k, kv.v, o, dout, dq, dk, dv, opt.workspace,
                                     [&](auto qf, auto kf, auto vf, auto of, auto df, auto dqf, auto dkf, auto dvf) {
                                       return attention_backward(space, qf, kv::ragged(kf, vf, kv.layout), of, lse, df,
                                                                 dqf, dkf, dvf, opt, bopt);
@@ -156,7 +156,7 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q, const kv
   validate(opt);
   detail::require_dense_for_block_mask(opt, "a paged cache");
   if constexpr (detail::is_16bit_view<QView>) {
-    return detail::widened_backward(space, q, kv.k, kv.v, o, dout, dq, dk, dv,
+    return detail::widened_backward(space, q, kv.k, kv.v, o, dout, dq, dk, dv, opt.workspace,
                                     [&](auto qf, auto kf, auto vf, auto of, auto df, auto dqf, auto dkf, auto dvf) {
                                       return attention_backward(space, qf, kv::paged(kf, vf, kv.layout), of, lse, df,
                                                                 dqf, dkf, dvf, opt, bopt);

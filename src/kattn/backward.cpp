@@ -7,6 +7,9 @@
 
 #include "kattn/block_mask.hpp"
 #include "kattn/compat.hpp"
+#include "kattn/core/key_window.hpp"
+#include "kattn/core/score_scaling.hpp"
+#include "kattn/core/state.hpp"
 #include "kattn/detail/backends.hpp"
 #include "kattn/detail/backward_key_pass.hpp"
 #include "kattn/detail/backward_plan.hpp"
@@ -15,9 +18,7 @@
 #include "kattn/detail/block_sparse_launch.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/progress.hpp"
-#include "kattn/core/key_window.hpp"
-#include "kattn/core/score_scaling.hpp"
-#include "kattn/core/state.hpp"
+#include "kattn/workspace.hpp"
 
 namespace kattn {
 namespace detail {
@@ -46,7 +47,9 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
   }
 
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
-  using Array = Kokkos::View<T*, typename ExecSpace::memory_space>;
+  using Mem = typename ExecSpace::memory_space;
+  using Array = Kokkos::View<T*, Mem>;
+  Workspace* const held = opt.workspace;
   const std::size_t rows = std::size_t(f.heads_kv) * plan.ws_rows;
   {
     const std::uint64_t row_values = saturating_mul(f.heads_kv, plan.ws_rows);
@@ -54,22 +57,24 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
     const std::uint64_t values =
         saturating_add(saturating_mul(2, row_values),
                        partials ? saturating_mul(saturating_mul(plan.chunks - 1, row_values), plan.geo.kp_dims) : 0);
-    require_memory<typename ExecSpace::memory_space>(
-        saturating_mul(values, sizeof(T)), "kattn::backward: the workspace (D, lse and dQ partials)",
-        concat(f.q_total, " query rows x ", f.heads_q, " heads x (2",
-               partials ? concat(" + ", plan.chunks - 1, " chunks x ", plan.geo.kp_dims, " dims") : std::string(),
-               ") values of ", sizeof(T), " bytes"),
-        "use the query-pass or atomic dQ strategy (no dQ partials) or fewer sequences");
+    check_freeing_idle<Mem>(held, [&] {
+      require_memory<Mem>(
+          saturating_mul(values, sizeof(T)), "kattn::backward: the workspace (D, lse and dQ partials)",
+          concat(f.q_total, " query rows x ", f.heads_q, " heads x (2",
+                 partials ? concat(" + ", plan.chunks - 1, " chunks x ", plan.geo.kp_dims, " dims") : std::string(),
+                 ") values of ", sizeof(T), " bytes"),
+          "use the query-pass or atomic dQ strategy (no dQ partials) or fewer sequences");
+    });
   }
-  Array lse2(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::backward::lse2"), rows);
-  Array di(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "kattn::backward::D"), rows);
+  const Array lse2 = take_buffer<T, Mem>(held, space, "kattn::backward::lse2", rows);
+  const Array di = take_buffer<T, Mem>(held, space, "kattn::backward::D", rows);
   Array dq_partials;
   // Chunks 1.. only (chunk 0 adds into dQ), zero-initialised: the key pass adds into them.
   if (plan.dq == DqStrategy::key_chunks && plan.chunks > 1 && f.q_len > 0)
-    dq_partials = Array(Kokkos::view_alloc(space, "kattn::backward::dq_partials"),
-                        std::size_t(plan.chunks - 1) * rows * plan.geo.kp_dims);
-  Kokkos::View<int*, typename ExecSpace::memory_space> bad_keys(Kokkos::view_alloc(space, "kattn::backward::bad_keys"),
-                                                                std::size_t(f.batch) * f.heads_kv * f.head_dim);
+    dq_partials = take_zeroed<T, Mem>(held, space, "kattn::backward::dq_partials",
+                                      std::size_t(plan.chunks - 1) * rows * plan.geo.kp_dims);
+  const Kokkos::View<int*, Mem> bad_keys =
+      take_zeroed<int, Mem>(held, space, "kattn::backward::bad_keys", std::size_t(f.batch) * f.heads_kv * f.head_dim);
   BackwardWorkspace<T> ws;
   ws.bad_keys = bad_keys.data();
   ws.lse2 = lse2.data();

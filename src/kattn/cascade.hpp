@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "kattn/core/storage.hpp"
 #include "kattn/detail/attention_impl.hpp"
@@ -30,6 +31,7 @@
 #include "kattn/paged.hpp"
 #include "kattn/ragged.hpp"
 #include "kattn/shapes.hpp"
+#include "kattn/workspace.hpp"
 
 namespace kattn {
 namespace detail {
@@ -123,12 +125,14 @@ void cascade_impl(const ExecSpace& space, const QView& q, const KPView& k_prefix
   run_suffix.check(q, o, lse);
   check_prefix(q, k_prefix, v_prefix);
   const std::int64_t N = q.extent(0), Hq = q.extent(1), D = q.extent(2);
-  require_cascade_workspace<Mem>(N, Hq, D, sizeof(Acc), widened);
-  const auto workspace = [&](const char* label) {
-    return Kokkos::view_alloc(space, Kokkos::WithoutInitializing, std::string(label));
+  check_freeing_idle<Mem>(opt.workspace, [&] { require_cascade_workspace<Mem>(N, Hq, D, sizeof(Acc), widened); });
+  std::vector<Kokkos::View<Acc*, Mem>> held;  // the buffers of the views below (from opt.workspace when set)
+  const auto buffer = [&](const char* label, std::int64_t values) {
+    held.push_back(take_buffer<Acc, Mem>(opt.workspace, space, label, std::size_t(values)));
+    return held.back().data();
   };
-  const Rows o_prefix(workspace("kattn::cascade::o_prefix"), N, Hq, D);
-  const RowLse lse_prefix(workspace("kattn::cascade::lse_prefix"), N, Hq);
+  const Rows o_prefix(buffer("kattn::cascade::o_prefix", N * Hq * D), N, Hq, D);
+  const RowLse lse_prefix(buffer("kattn::cascade::lse_prefix", N * Hq), N, Hq);
   // Every check is above, before any kernel: the suffix's (its pass runs after the prefix pass)
   // and the prefix's.
   Options prefix_opt = opt;
@@ -145,12 +149,12 @@ void cascade_impl(const ExecSpace& space, const QView& q, const KPView& k_prefix
     if (wanted(lse))
       passes(q_pass, o_suffix, lse);
     else
-      passes(q_pass, o_suffix, RowLse(workspace("kattn::cascade::lse_suffix"), N, Hq));
+      passes(q_pass, o_suffix, RowLse(buffer("kattn::cascade::lse_suffix", N * Hq), N, Hq));
   };
   if constexpr (widened) {
-    const Rows q_widened(workspace("kattn::cascade::q_widened"), N, Hq, D);
+    const Rows q_widened(buffer("kattn::cascade::q_widened", N * Hq * D), N, Hq, D);
     Widening<ExecSpace>(space).copy(q, q_widened);
-    with_lse(q_widened, Rows(workspace("kattn::cascade::o_suffix"), N, Hq, D));
+    with_lse(q_widened, Rows(buffer("kattn::cascade::o_suffix", N * Hq * D), N, Hq, D));
   } else {
     with_lse(q, o);
   }

@@ -47,7 +47,7 @@ SplitPlan block_sparse_attention(const ExecSpace& space, const AttentionParams<Q
       plan.splits = static_cast<int>((p.kv_len + plan.chunk - 1) / plan.chunk);
       plan.reason += "; chunks rounded to " + std::to_string(plan.chunk) + " keys (whole mask blocks)";
     }
-    launch_tiles(space, p, kern, SplitSpec{plan.splits, plan.splits > 1 ? plan.chunk : 0}, name);
+    launch_tiles(space, p, kern, SplitSpec{plan.splits, plan.splits > 1 ? plan.chunk : 0}, name, opt.workspace);
   });
   compat::fence(space, "kattn::attention::block_sparse: the mask copy is freed on return");
   return plan;
@@ -57,7 +57,7 @@ SplitPlan block_sparse_attention(const ExecSpace& space, const AttentionParams<Q
 
 template <class ExecSpace, class Q, class T, class KV>
 SplitPlan attention_impl(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, const Options& opt,
-                         const BatchLengths& lengths, Workspace* ws) {
+                         const BatchLengths& lengths) {
   if (opt.block_mask) return block_sparse_attention(space, p, opt, *opt.block_mask);
   if (p.batch == 0 || p.q_len == 0 || p.heads_q == 0) return SplitPlan{};
   if (SplitPlan cuda_plan; ran_on_cuda_kernels(space, p, opt, lengths, cuda_plan)) return cuda_plan;
@@ -65,7 +65,7 @@ SplitPlan attention_impl(const ExecSpace& space, const AttentionParams<Q, T, KV>
   const SplitSpec split{plan.splits, plan.chunk};
   AttentionParams<Q, T, KV> run = p;
   const HeadMajorKV<ExecSpace, KV> head_major =
-      lengths.q_len.empty() ? make_head_major(space, run, ws) : HeadMajorKV<ExecSpace, KV>{};
+      lengths.q_len.empty() ? make_head_major(space, run, opt.workspace) : HeadMajorKV<ExecSpace, KV>{};
   if (opt.progress)
     run_attention_with_progress(space, run, opt, split, "kattn::attention");
   else
@@ -93,7 +93,7 @@ void chunk_partials(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, 
 
 #define KATTN_INSTANTIATE_ATTENTION(Space, Q, KV)                   \
   template SplitPlan attention_impl<Space, Q, accumulate_t<Q>, KV>( \
-      const Space&, const AttentionParams<Q, accumulate_t<Q>, KV>&, const Options&, const BatchLengths&, Workspace*);
+      const Space&, const AttentionParams<Q, accumulate_t<Q>, KV>&, const Options&, const BatchLengths&);
 #define KATTN_INSTANTIATE_CHUNK_PARTIALS(Space, Q, KV)                                                 \
   template void chunk_partials<Space, Q, accumulate_t<Q>, KV>(                                         \
       const Space&, const AttentionParams<Q, accumulate_t<Q>, KV>&, const Options&, int, std::int64_t, \

@@ -8,6 +8,7 @@
 namespace kattn {
 
 class BlockMask;  // block_mask.hpp
+class Workspace;  // workspace.hpp
 
 struct Options {
   // Causal mask, aligned to the bottom right when the key count Nk exceeds the query count Nq:
@@ -46,6 +47,12 @@ struct Options {
   // left as they were); an exception it throws propagates likewise. Unset: one launch. Dense
   // inputs; ragged and paged batches report 1 once, at the end.
   std::function<bool(double fraction)> progress;
+  // Where the call takes its scratch buffers (workspace.hpp): calls repeated with one workspace
+  // take them from it after the first, instead of allocating and freeing them each time (the
+  // split partials, the backward's row sums and dQ partials, 16-bit calls' float copies, the
+  // distributed calls' message buffers). Not owned; one call at a time uses it. nullptr: each
+  // call allocates its own. The results are the same either way, bit for bit.
+  Workspace* workspace = nullptr;
 };
 
 }  // namespace kattn

@@ -1,9 +1,10 @@
-// Buffers kept from one call to the next. A distributed call given a Workspace
-// (DistOptions::workspace) takes its message buffers, accumulators and partial states from it
-// instead of allocating them: a second call of the same shapes takes them all again, so a
+// Buffers kept from one call to the next. A call given a Workspace (Options::workspace) takes its
+// scratch buffers from it instead of allocating them: the split-KV partials, the backward's row
+// sums and dQ partials, 16-bit calls' float copies, and a distributed call's message buffers,
+// accumulators and partial states. A second call of the same shapes takes them all again, so a
 // training or time-stepping loop pays neither the page faults of fresh host memory nor a device
-// allocation and free (which synchronises a GPU) per call for them (docs/distributed.md lists
-// what still is allocated per call). Without one, each call allocates and frees its own.
+// allocation and free (which synchronises a GPU) per call for them (docs/workspace.md lists what
+// still is allocated per call). Without one, each call allocates and frees its own.
 //
 // A buffer is the workspace's while no call holds it; a call holds it from when it takes it until
 // it lets it go (the call's own lifetime at most), so buffers one call holds at once are distinct,
@@ -19,12 +20,15 @@
 #include <Kokkos_Core.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <typeinfo>
 #include <utility>
 #include <vector>
+
+#include "kattn/errors.hpp"
 
 namespace kattn {
 
@@ -77,8 +81,14 @@ class Workspace {
     }
     if (fit) {
       // Kernels of the call that gave it back may still read it (on a GPU, queued): they finish
-      // before its new holder writes it, by a kernel or by MPI straight into device memory.
-      Kokkos::fence();
+      // before its new holder writes it, by a kernel or by MPI straight into device memory. After
+      // the fence no buffer idle now has work queued on it: one fence serves a call's takes.
+      if (fit->dirty) {
+        Kokkos::fence();
+        for (auto& kind : slots_)
+          for (auto& s : kind.second)
+            if (!s->in_use()) s->dirty = false;
+      }
     } else {
       if (!grow) {
         list.push_back(std::make_unique<SlotOf<T, MemorySpace>>());
@@ -89,6 +99,7 @@ class Workspace {
       ++allocations_;
       fit = grow;
     }
+    fit->dirty = true;  // its holder may queue work on it
     return Kokkos::subview(fit->view, std::pair<std::size_t, std::size_t>(0, n));
   }
 
@@ -102,6 +113,7 @@ class Workspace {
   }
 
   struct Slot {
+    bool dirty = false;  // taken since the last fence: work may still be queued on it
     virtual ~Slot() = default;
     virtual bool in_use() const = 0;  // a call holds a View of it
     virtual std::uint64_t bytes() const = 0;
@@ -133,6 +145,28 @@ template <class T, class MemorySpace>
 Kokkos::View<T*, MemorySpace> take_buffer(Workspace* ws, const std::string& label, std::size_t n) {
   if (ws) return ws->take<T, MemorySpace>(label, n);
   return Kokkos::View<T*, MemorySpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n);
+}
+
+// n values of T in MemorySpace, zero: as take_buffer, then filled with zeros on `space`.
+template <class T, class MemorySpace, class ExecSpace>
+Kokkos::View<T*, MemorySpace> take_zeroed(Workspace* ws, const ExecSpace& space, const std::string& label,
+                                          std::size_t n) {
+  auto v = take_buffer<T, MemorySpace>(ws, space, label, n);
+  if (n > 0) Kokkos::deep_copy(space, v, T(0));
+  return v;
+}
+
+// check(), a memory check that throws kattn::Error when a call's buffers do not fit; when it
+// refuses while ws holds idle buffers in MemorySpace, it frees them and checks again.
+template <class MemorySpace>
+void check_freeing_idle(Workspace* ws, const std::function<void()>& check) {
+  try {
+    check();
+  } catch (const Error&) {
+    if (!ws || ws->idle_bytes<MemorySpace>() == 0) throw;
+    ws->release();
+    check();
+  }
 }
 
 }  // namespace detail

@@ -159,16 +159,16 @@ void check(const Case& c) {
   // The same calls taking their buffers from a workspace, twice: the same bits.
   const std::string want = bytes_of(lo) + bytes_of(llse) + bytes_of(ldq) + bytes_of(ldk) + bytes_of(ldv);
   Workspace ws;
-  dist::DistOptions dw = d;
-  dw.workspace = &ws;
+  Options ow = c.opt;
+  ow.workspace = &ws;
   for (int repeat = 0; repeat < 2; ++repeat) {
     View3<T> wo("o", q_rows.size(), c.Hq, c.D), wdq("dq", q_rows.size(), c.Hq, c.D),
         wdk("dk", kv_rows.size(), c.Hkv, c.D), wdv("dv", kv_rows.size(), c.Hkv, c.D);
     View2<T> wlse("lse", q_rows.size(), c.Hq);
     poison(wo), poison(wlse), poison(wdq), poison(wdk), poison(wdv);
-    dist::ring_attention(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout), wo, wlse, c.opt, dw);
+    dist::ring_attention(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout), wo, wlse, ow, d);
     dist::ring_attention_backward(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout), wo, wlse, ldout, wdq,
-                                  wdk, wdv, c.opt, {}, dw);
+                                  wdk, wdv, ow, {}, d);
     EXPECT_TRUE(bytes_of(wo) + bytes_of(wlse) + bytes_of(wdq) + bytes_of(wdk) + bytes_of(wdv) == want)
         << c.describe() << ": with a workspace (call " << repeat + 1 << ") the bits differ";
   }

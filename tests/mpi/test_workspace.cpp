@@ -1,4 +1,4 @@
-// Distributed calls given a kattn::Workspace (DistOptions::workspace): the same bits as without
+// Distributed calls given a kattn::Workspace (Options::workspace): the same bits as without
 // one, on the first call and on repeated ones; a repeated call allocates nothing; a call of a
 // larger problem grows what it needs; release() frees it all; a call that fails gives its buffers
 // back; and a workspace holding idle buffers does not make the memory check refuse a call whose
@@ -28,9 +28,15 @@ namespace kattn {
 namespace test {
 namespace {
 
-// One distributed call on problem `which` (0 or 1: the same shapes, other values): the bytes of
-// its outputs.
-using Run = std::function<std::string(const DistOptions&, int which)>;
+// One distributed call on problem `which` (0 or 1: the same shapes, other values) taking its
+// buffers from ws (or none): the bytes of its outputs.
+using Run = std::function<std::string(Workspace* ws, int which)>;
+
+// opt taking its buffers from ws.
+Options using_workspace(Options opt, Workspace* ws) {
+  opt.workspace = ws;
+  return opt;
+}
 
 enum class Kind { ring, ulysses, hybrid };
 
@@ -94,17 +100,15 @@ std::string decode_bytes(const Problem<T>& g, const Options& opt, const DistOpti
 // repeated call allocates nothing. The deterministic ring backward's tour (hybrid's rings too)
 // holds each package it receives until its messages are sent on, so how many are alive at once
 // (and so allocated) depends on message timing: `timed`.
-void expect_reused(const std::string& what, const Run& run, const DistOptions& base, bool timed = false) {
+void expect_reused(const std::string& what, const Run& run, bool timed = false) {
   SCOPED_TRACE(what);
-  const std::string fresh = run(base, 0);
+  const std::string fresh = run(nullptr, 0);
   Workspace ws;
-  DistOptions d = base;
-  d.workspace = &ws;
-  const std::string first = run(d, 0);
-  run(d, 1);
+  const std::string first = run(&ws, 0);
+  run(&ws, 1);
   const std::int64_t allocated = ws.allocations();
   const std::uint64_t held = ws.bytes();
-  const std::string again = run(d, 0);
+  const std::string again = run(&ws, 0);
   EXPECT_TRUE(first == fresh) << "the first call with a workspace differs from one without";
   EXPECT_TRUE(again == fresh) << "a repeated call with a workspace differs from one without";
   EXPECT_GT(allocated, 0) << "the call took nothing from the workspace";
@@ -145,10 +149,11 @@ TEST(Workspace, RingUlyssesHybridForwardAndBackwardReuseItBitwise) {
         if (kind == Kind::hybrid) k.ulysses_size = size_of(MPI_COMM_WORLD) % 2 == 0 ? 2 : 1;
         const std::string what = std::string(kind == Kind::ring ? "ring" : kind == Kind::ulysses ? "ulysses" : "hybrid") +
                                  " " + name_of(k);
+        expect_reused(what + " forward",
+                      [&](Workspace* ws, int i) { return forward_bytes(kind, g[i], using_workspace(causal, ws), k); });
         expect_reused(
-            what + " forward", [&](const DistOptions& x, int i) { return forward_bytes(kind, g[i], causal, x); }, k);
-        expect_reused(
-            what + " backward", [&](const DistOptions& x, int i) { return backward_bytes(kind, gr[i], causal, x); }, k,
+            what + " backward",
+            [&](Workspace* ws, int i) { return backward_bytes(kind, gr[i], using_workspace(causal, ws), k); },
             k.deterministic && kind != Kind::ulysses);
       }
     }
@@ -160,62 +165,61 @@ TEST(Workspace, DecodeAndSixteenBitHybridReuseItBitwise) {
   const std::uint64_t seed = shared_seed();
   const Problem<float> g[2] = {Problem<float>(s, seed), Problem<float>(s, seed + 10)};
   for (const DistOptions& d : modes())
-    expect_reused(
-        "decode " + name_of(d), [&](const DistOptions& x, int i) { return decode_bytes(g[i], Options{}, x); }, d);
+    expect_reused("decode " + name_of(d),
+                  [&](Workspace* ws, int i) { return decode_bytes(g[i], using_workspace(Options{}, ws), d); });
   // A 16-bit hybrid widens its blocks' queries into float buffers of the workspace.
   const Shape h{1, 70, 70, 12, 6, 16};
   const Problem16<bf16> p16[2] = {Problem16<bf16>(h, seed + 20), Problem16<bf16>(h, seed + 30)};
   DistOptions grid;
   grid.ulysses_size = size_of(MPI_COMM_WORLD) % 2 == 0 ? 2 : 1;
-  expect_reused(
-      "bf16 hybrid",
-      [&](const DistOptions& x, int i) {
-        const Problem16<bf16>& p = p16[i];
-        const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
-        const SequenceLayout layout = dist::hybrid_layout(h.Nq, P, x);
-        const View4<bf16> q = shard(p.q, layout, rank, "q"), k = shard(p.k, layout, rank, "k"),
-                          v = shard(p.v, layout, rank, "v");
-        const View4<bf16> o("o", q.extent(0), q.extent(1), q.extent(2), q.extent(3));
-        const View3<float> lse("lse", q.extent(0), q.extent(2), q.extent(1));
-        Options causal;
-        causal.causal = true;
-        dist::hybrid_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, causal, x);
-        return bytes_of(o) + bytes_of(lse);
-      },
-      grid);
+  expect_reused("bf16 hybrid", [&](Workspace* ws, int i) {
+    const DistOptions& x = grid;
+    const Problem16<bf16>& p = p16[i];
+    const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
+    const SequenceLayout layout = dist::hybrid_layout(h.Nq, P, x);
+    const View4<bf16> q = shard(p.q, layout, rank, "q"), k = shard(p.k, layout, rank, "k"),
+                      v = shard(p.v, layout, rank, "v");
+    const View4<bf16> o("o", q.extent(0), q.extent(1), q.extent(2), q.extent(3));
+    const View3<float> lse("lse", q.extent(0), q.extent(2), q.extent(1));
+    Options causal;
+    causal.causal = true;
+    causal.workspace = ws;
+    dist::hybrid_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, causal, x);
+    return bytes_of(o) + bytes_of(lse);
+  });
 }
 
 TEST(Workspace, GrowsForALargerProblemAndKeepsItsSize) {
   Workspace ws;
-  DistOptions d;
-  d.workspace = &ws;
+  const Options opt = using_workspace(Options{}, &ws);
+  const DistOptions d;
   const Problem<float> small({1, 40, 40, 2, 2, 16}, shared_seed()), large({1, 90, 90, 2, 2, 16}, shared_seed());
-  forward_bytes(Kind::ring, small, Options{}, d);
+  forward_bytes(Kind::ring, small, opt, d);
   const std::uint64_t small_bytes = ws.bytes();
   const std::int64_t small_allocations = ws.allocations();
   const std::string want = forward_bytes(Kind::ring, large, Options{}, DistOptions{});
-  EXPECT_TRUE(forward_bytes(Kind::ring, large, Options{}, d) == want);
+  EXPECT_TRUE(forward_bytes(Kind::ring, large, opt, d) == want);
   EXPECT_GT(ws.bytes(), small_bytes);
   const std::int64_t grown = ws.allocations();
   EXPECT_GT(grown, small_allocations);
   // Smaller again: served from the larger buffers.
-  forward_bytes(Kind::ring, small, Options{}, d);
+  forward_bytes(Kind::ring, small, opt, d);
   EXPECT_EQ(ws.allocations(), grown);
 }
 
 TEST(Workspace, ACallThatFailsGivesItsBuffersBack) {
   Workspace ws;
-  DistOptions d;
-  d.workspace = &ws;
+  const Options opt = using_workspace(Options{}, &ws);
+  const DistOptions d;
   const Problem<double> g({1, 64, 64, 2, 2, 8}, shared_seed());
   const std::string want = forward_bytes(Kind::ring, g, Options{}, DistOptions{});
   DistOptions failing = d;
   failing.progress = [](int step, int) {
     if (step == 1) throw std::runtime_error("stop here");
   };
-  EXPECT_THROW(forward_bytes(Kind::ring, g, Options{}, failing), std::exception);
+  EXPECT_THROW(forward_bytes(Kind::ring, g, opt, failing), std::exception);
   EXPECT_EQ(ws.idle_bytes(), ws.bytes());
-  EXPECT_TRUE(forward_bytes(Kind::ring, g, Options{}, d) == want);
+  EXPECT_TRUE(forward_bytes(Kind::ring, g, opt, d) == want);
 }
 
 TEST(Workspace, ACallThatDoesNotFitFreesTheIdleBuffersFirst) {
@@ -223,11 +227,11 @@ TEST(Workspace, ACallThatDoesNotFitFreesTheIdleBuffersFirst) {
   // workspace the backward fails alike, and with one it has freed the forward's idle buffers (no
   // credit for buffers of other kinds, which it could not take).
   Workspace ws;
-  DistOptions d;
-  d.workspace = &ws;
+  const Options opt = using_workspace(Options{}, &ws);
+  const DistOptions d;
   const Shape s{1, 1024, 1024, 2, 2, 64};
   Grads<double> gr(s, shared_seed(), Options{});
-  forward_bytes(Kind::ring, gr.p, Options{}, d);
+  forward_bytes(Kind::ring, gr.p, opt, d);
   EXPECT_GT(ws.bytes(), 0u);
   // The backward asks for more than the forward held in all: 4 of its K/V-sized buffers per ring
   // slot and the forward's 6 in all (K/V of 2 heads of 64 doubles per position).
@@ -240,7 +244,7 @@ TEST(Workspace, ACallThatDoesNotFitFreesTheIdleBuffersFirst) {
     without = e.what();
   }
   try {
-    backward_bytes(Kind::ring, gr, Options{}, d);
+    backward_bytes(Kind::ring, gr, opt, d);
   } catch (const Error& e) {
     with = e.what();
   }

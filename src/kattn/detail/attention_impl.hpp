@@ -13,21 +13,18 @@
 #include "kattn/ragged.hpp"
 
 namespace kattn {
-
-class Workspace;  // kattn/workspace.hpp
-
 namespace detail {
 
 // Attention for one validated problem, every option included: the split from opt.splits /
 // opt.split_chunk or planned (opt.splits == 0), opt.block_mask (dense problems), opt.progress.
 // `lengths` holds each sequence's queries and keys for ragged and paged batches; empty when
-// dense. Returns the split it used. ws: where the call's own copies come from (the head-major K
-// and V of head_major_kv.hpp); null: allocated for the call.
+// dense. Returns the split it used. Its scratch (split partials, the head-major K and V of
+// head_major_kv.hpp) comes from opt.workspace when set.
 // Instantiated for storage (Q, KV) = (float, float), (double, double), (bf16, bf16), (fp16, fp16),
 // (float, bf16) and (float, fp16), T = accumulate_t<Q>.
 template <class ExecSpace, class Q, class T, class KV>
 SplitPlan attention_impl(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, const Options& opt,
-                         const BatchLengths& lengths, Workspace* ws = nullptr);
+                         const BatchLengths& lengths);
 
 // Finished partial states of the query rows over `chunks` consecutive chunks of `chunk` keys (the
 // last may be short; p.kv_len covers them all), unmerged, mask placed by opt.diagonal_shift: the

@@ -17,6 +17,7 @@
 #include "kattn/core/storage.hpp"
 #include "kattn/options.hpp"
 #include "kattn/ragged.hpp"
+#include "kattn/workspace.hpp"
 
 #if KATTN_ENABLE_CUDA && defined(KOKKOS_ENABLE_CUDA)
 #include <kattn/cuda/library_dispatch.hpp>
@@ -47,8 +48,9 @@ bool ran_on_cuda_forward(const Kokkos::Cuda& space, const AttentionParams<S, flo
 }
 
 // The decode reads int32 page tables and a workspace for its split partials: both are made here,
-// on the space's stream, for a problem the decode takes (freed on return, as the portable
-// kernels' workspaces are; the host tables are staged by the copy before it returns).
+// on the space's stream, for a problem the decode takes (from opt.workspace when set, else freed
+// on return, as the portable kernels' buffers are; the host tables are staged by the copy before
+// it returns).
 template <class S>
 bool ran_on_cuda_decode(const Kokkos::Cuda& space, const AttentionParams<S, float>& p, const Options& opt,
                         const BatchLengths& lengths, SplitPlan& plan) {
@@ -57,12 +59,12 @@ bool ran_on_cuda_decode(const Kokkos::Cuda& space, const AttentionParams<S, floa
   if (cuda::dispatch_decode_params(p, opt, lengths.q_len, lengths.kv_len, d, table) != nullptr) return false;
   using Mem = Kokkos::Cuda::memory_space;
   using Host = Kokkos::View<const std::int32_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
-  const auto alloc = [&](const char* label) {
-    return Kokkos::view_alloc(space, Kokkos::WithoutInitializing, std::string("kattn::cuda_decode::") + label);
+  const auto take = [&](const char* label, std::size_t n) {
+    return take_buffer<std::int32_t, Mem>(opt.workspace, space, std::string("kattn::cuda_decode::") + label, n);
   };
-  const Kokkos::View<std::int32_t*, Mem> indptr(alloc("page_indptr"), table.indptr.size());
-  const Kokkos::View<std::int32_t*, Mem> last(alloc("last_page_len"), table.last_page_len.size());
-  const Kokkos::View<std::int32_t*, Mem> indices(alloc("page_indices"), static_cast<std::size_t>(table.entries()));
+  const auto indptr = take("page_indptr", table.indptr.size());
+  const auto last = take("last_page_len", table.last_page_len.size());
+  const auto indices = take("page_indices", static_cast<std::size_t>(table.entries()));
   Kokkos::deep_copy(space, indptr, Host(table.indptr.data(), table.indptr.size()));
   Kokkos::deep_copy(space, last, Host(table.last_page_len.data(), table.last_page_len.size()));
   Kokkos::parallel_for("kattn::cuda_decode::page_indices",
@@ -73,8 +75,9 @@ bool ran_on_cuda_decode(const Kokkos::Cuda& space, const AttentionParams<S, floa
   d.kv_page_indices = indices.data();
   d.num_splits = cuda::decode_num_splits(d);
   d.workspace_bytes = cuda::decode_workspace_bytes(d, d.num_splits);
-  const Kokkos::View<unsigned char*, Mem> workspace(alloc("workspace"), d.workspace_bytes);
-  d.workspace = workspace.data();
+  const auto scratch =
+      take_buffer<unsigned char, Mem>(opt.workspace, space, "kattn::cuda_decode::workspace", d.workspace_bytes);
+  d.workspace = scratch.data();
   if (cuda::decode(d, space.cuda_stream()) != cudaSuccess) return false;
   plan = SplitPlan{};
   plan.splits = d.num_splits;

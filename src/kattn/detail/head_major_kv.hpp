@@ -14,6 +14,7 @@
 #include <exception>
 #include <type_traits>
 
+#include "kattn/compat.hpp"
 #include "kattn/core/attention_params.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/strided_rows.hpp"
@@ -61,6 +62,7 @@ HeadMajorKV<ExecSpace, KV> make_head_major(const ExecSpace& space, AttentionPara
   using Mem = typename ExecSpace::memory_space;
   HeadMajorKV<ExecSpace, KV> c;
   if (!wants_head_major<ExecSpace>(p)) return c;
+  compat::ScopedRegion region("kattn::attention");
   const std::int64_t rows = std::int64_t(p.batch) * p.heads_kv * p.kv_len;
   try {
     c.k = take_buffer<KV, Mem>(ws, space, "kattn::attention::head_major_k", rows * p.head_dim);
@@ -71,7 +73,7 @@ HeadMajorKV<ExecSpace, KV> make_head_major(const ExecSpace& space, AttentionPara
   const std::int64_t per_head = p.kv_len * p.head_dim, per_batch = p.heads_kv * per_head;
   const auto copy = [&](const KV* from, std::int64_t sb, std::int64_t sj, std::int64_t sh, KV* to) {
     copy_rows(space, Strided<const KV>{from, sb, sj, sh}, 0, Strided<KV>{to, per_batch, p.head_dim, per_head}, p.batch,
-              p.kv_len, p.heads_kv, p.head_dim);
+              p.kv_len, p.heads_kv, p.head_dim, "kattn::attention::head_major_kv");
   };
   copy(p.k, p.k_stride_batch, p.k_stride_seq, p.k_stride_head, c.k.data());
   copy(p.v, p.v_stride_batch, p.v_stride_seq, p.v_stride_head, c.v.data());

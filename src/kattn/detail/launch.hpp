@@ -3,24 +3,24 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "kattn/compat.hpp"
-#include "kattn/errors.hpp"
+#include "kattn/core/attention_params.hpp"
+#include "kattn/core/key_window.hpp"
+#include "kattn/core/score_scaling.hpp"
+#include "kattn/core/state.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/merge_partials.hpp"
 #include "kattn/detail/progress.hpp"
 #include "kattn/detail/row_tiled_attention.hpp"
 #include "kattn/detail/tiled_attention.hpp"
-#include "kattn/core/key_window.hpp"
-#include "kattn/core/score_scaling.hpp"
+#include "kattn/errors.hpp"
 #include "kattn/options.hpp"
-#include "kattn/core/attention_params.hpp"
-#include "kattn/core/state.hpp"
 #include "kattn/tiles.hpp"
+#include "kattn/workspace.hpp"
 
 namespace kattn {
 namespace detail {
@@ -61,9 +61,11 @@ struct SplitSpec {
 };
 
 // Launches a tiled kernel (TiledAttention or RowTiledAttention) and, for more than one split,
-// the merge of its partial states from a workspace.
+// the merge of its partial states (held in ws when set).
 template <class ExecSpace, class P, class Kernel>
-void launch_tiles(const ExecSpace& space, const P& p, Kernel& kern, const SplitSpec& split, const std::string& name) {
+void launch_tiles(const ExecSpace& space, const P& p, Kernel& kern, const SplitSpec& split, const std::string& name,
+                  Workspace* ws) {
+  using Mem = typename ExecSpace::memory_space;
   using T = typename P::acc_type;
   const std::int64_t units = std::int64_t(p.batch) * p.heads_kv * kern.row_tiles * split.splits;
   KATTN_REQUIRE(units <= INT32_MAX, "splits: ", p.batch, " sequences x ", p.heads_kv, " KV heads x ", kern.row_tiles,
@@ -71,24 +73,23 @@ void launch_tiles(const ExecSpace& space, const P& p, Kernel& kern, const SplitS
   (void)units;
   kern.splits = split.splits;
   kern.chunk = split.chunk;
-  Kokkos::View<T*, typename ExecSpace::memory_space> part_o, part_lse;
+  Kokkos::View<T*, Mem> part_o, part_lse;
   if (split.splits > 1) {
     // Rows of the workspace: every (query row, head) of the batch.
     kern.ws.rows = p.q_total * p.heads_q;
     KATTN_REQUIRE(std::int64_t(p.batch) * p.q_len <= INT32_MAX, "splits: the merge of ", p.batch, " sequences x ",
                   p.q_len, " query positions needs more teams than a league holds (2^31 - 1); use one split");
     const std::uint64_t values = saturating_mul(saturating_mul(split.splits, kern.ws.rows), p.head_dim + 1);
-    require_memory<typename ExecSpace::memory_space>(
-        saturating_mul(values, sizeof(T)), name + ": the split-KV workspace",
-        concat(split.splits, " splits x ", p.q_total, " query rows x ", p.heads_q, " heads x (", p.head_dim,
-               " + 1) values of ", sizeof(T), " bytes"),
-        "use fewer splits (Options::splits, or a larger split_chunk) or a smaller batch");
-    part_o = Kokkos::View<T*, typename ExecSpace::memory_space>(
-        Kokkos::view_alloc(space, Kokkos::WithoutInitializing, name + "::partial_o"),
-        static_cast<std::size_t>(split.splits * kern.ws.rows * p.head_dim));
-    part_lse = Kokkos::View<T*, typename ExecSpace::memory_space>(
-        Kokkos::view_alloc(space, Kokkos::WithoutInitializing, name + "::partial_lse"),
-        static_cast<std::size_t>(split.splits * kern.ws.rows));
+    check_freeing_idle<Mem>(ws, [&] {
+      require_memory<Mem>(saturating_mul(values, sizeof(T)), name + ": the split-KV workspace",
+                          concat(split.splits, " splits x ", p.q_total, " query rows x ", p.heads_q, " heads x (",
+                                 p.head_dim, " + 1) values of ", sizeof(T), " bytes"),
+                          "use fewer splits (Options::splits, or a larger split_chunk) or a smaller batch");
+    });
+    part_o = take_buffer<T, Mem>(ws, space, name + "::partial_o",
+                                 static_cast<std::size_t>(split.splits * kern.ws.rows * p.head_dim));
+    part_lse =
+        take_buffer<T, Mem>(ws, space, name + "::partial_lse", static_cast<std::size_t>(split.splits * kern.ws.rows));
     kern.ws.o = part_o.data();
     kern.ws.lse = part_lse.data();
   }
@@ -150,7 +151,7 @@ void run_attention(const ExecSpace& space, const P& p, const Options& opt, const
   compat::ScopedRegion region(name);
   if (p.batch == 0 || p.q_len == 0 || p.heads_q == 0) return;
   KATTN_ASSERT(split.splits >= 1);
-  with_tiled_kernel(space, p, opt, [&](auto& kern) { launch_tiles(space, p, kern, split, name); });
+  with_tiled_kernel(space, p, opt, [&](auto& kern) { launch_tiles(space, p, kern, split, name, opt.workspace); });
 }
 
 }  // namespace detail

@@ -43,13 +43,13 @@ struct CopyRows {
   }
 };
 
+// label: the kernel's, in its caller's area ("kattn::<area>::<step>").
 template <class ExecSpace, class From, class To>
 void copy_rows(const ExecSpace& space, Strided<const From> src, std::int64_t j0, Strided<To> dst, int batch,
-               std::int64_t n, int heads, int dim) {
+               std::int64_t n, int heads, int dim, const char* label) {
   if (batch == 0 || n == 0 || heads == 0) return;
   CopyRows<ExecSpace, From, To> f{src, dst, j0, n, heads, dim};
-  Kokkos::parallel_for("kattn::copy_rows",
-                       Kokkos::TeamPolicy<ExecSpace>(space, static_cast<int>(batch * n), Kokkos::AUTO), f);
+  Kokkos::parallel_for(label, Kokkos::TeamPolicy<ExecSpace>(space, static_cast<int>(batch * n), Kokkos::AUTO), f);
 }
 
 }  // namespace detail

@@ -1,16 +1,19 @@
 // The backward for 16-bit storage: q, k, v, o and dO widened into float copies, the float
 // backward (fp32 accumulation throughout, FlashAttention's convention), and dq, dk, dv rounded
 // once into the caller's 16-bit views. The copies cost O((Nq Hq + Nk Hkv) D) floats, checked
-// against the memory space before they are made; the O(N^2 D) work runs in float either way.
+// against the memory space before they are made (taken from a Workspace when given); the O(N^2 D)
+// work runs in float either way.
 #pragma once
 
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "kattn/core/storage.hpp"
 #include "kattn/detail/memory_check.hpp"
+#include "kattn/workspace.hpp"
 
 namespace kattn {
 namespace detail {
@@ -35,18 +38,23 @@ struct FloatCopy<ExecSpace, 4> {
 template <class ExecSpace>
 class Widening {
  public:
-  // owner names the copies' allocations ("<owner>::widened_q").
-  explicit Widening(const ExecSpace& space, const char* owner = "kattn::backward") : space_(space), owner_(owner) {}
+  // owner names the copies' allocations ("<owner>::widened_q"); they come from ws when set, and
+  // are this object's to hand out until it is destroyed: the views out() and in() return must not
+  // outlive it.
+  explicit Widening(const ExecSpace& space, const char* owner = "kattn::backward", Workspace* ws = nullptr)
+      : space_(space), owner_(owner), ws_(ws) {}
 
   // Refuses, naming the copies, when they do not fit: call with every view to be copied.
   template <class... Views>
   void require_fits(const Views&... views) const {
     std::uint64_t values = 0;
     ((values = saturating_add(values, views.size())), ...);
-    require_memory<typename ExecSpace::memory_space>(
-        saturating_mul(values, sizeof(float)), "kattn::attention_backward: float copies of the 16-bit arrays",
-        concat(values, " values of 4 bytes (q, k, v, o, dout and the three gradients)"),
-        "run the backward on float arrays, or on fewer sequences at a time");
+    check_freeing_idle<Mem>(ws_, [&] {
+      require_memory<Mem>(saturating_mul(values, sizeof(float)),
+                          "kattn::attention_backward: float copies of the 16-bit arrays",
+                          concat(values, " values of 4 bytes (q, k, v, o, dout and the three gradients)"),
+                          "run the backward on float arrays, or on fewer sequences at a time");
+    });
   }
 
   // A float copy of v (rank 3 or 4, any layout, any storage type).
@@ -61,6 +69,13 @@ class Widening {
   auto out(const View& v, const char* label) const {
     using F = typename FloatCopy<ExecSpace, View::rank>::type;
     const std::string name = std::string(owner_) + "::widened_" + label;
+    if (ws_) {  // an unmanaged view of a workspace buffer this object holds
+      held_.push_back(ws_->take<float, Mem>(name, v.size()));
+      if constexpr (View::rank == 3)
+        return F(held_.back().data(), v.extent(0), v.extent(1), v.extent(2));
+      else
+        return F(held_.back().data(), v.extent(0), v.extent(1), v.extent(2), v.extent(3));
+    }
     if constexpr (View::rank == 3)
       return F(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, name), v.extent(0), v.extent(1), v.extent(2));
     else
@@ -94,19 +109,24 @@ class Widening {
   }
 
  private:
+  using Mem = typename ExecSpace::memory_space;
   ExecSpace space_;
   const char* owner_;
+  Workspace* ws_;
+  mutable std::vector<Kokkos::View<float*, Mem>> held_;  // the workspace buffers out() handed out
 };
 
 // The 16-bit backward: run(q, k, v, o, dout, dq, dk, dv) (the float backward of the caller's kv
-// kind) on float copies, the gradients rounded once into dq, dk, dv. Returns what run returns.
+// kind) on float copies (from ws when set), the gradients rounded once into dq, dk, dv. Returns
+// what run returns.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class DoView, class DqView, class DkView,
           class DvView, class Run>
 auto widened_backward(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
-                      const DoView& dout, const DqView& dq, const DkView& dk, const DvView& dv, const Run& run) {
+                      const DoView& dout, const DqView& dq, const DkView& dk, const DvView& dv, Workspace* ws,
+                      const Run& run) {
   static_assert(same_storage<QView, KView, VView, OView, DoView, DqView, DkView, DvView>,
                 "kattn::attention_backward: q, k, v, o, dout, dq, dk and dv must have one 16-bit type");
-  const Widening<ExecSpace> w(space);
+  const Widening<ExecSpace> w(space, "kattn::backward", ws);
   w.require_fits(q, k, v, o, dout, dq, dk, dv);
   // One declaration each: dq and dk have different ranks for ragged and paged keys.
   const auto dqf = w.out(dq, "dq");
@@ -114,6 +134,7 @@ auto widened_backward(const ExecSpace& space, const QView& q, const KView& k, co
   const auto dvf = w.out(dv, "dv");
   const auto info = run(w.in(q, "q"), w.in(k, "k"), w.in(v, "v"), w.in(o, "o"), w.in(dout, "dout"), dqf, dkf, dvf);
   w.copy(dqf, dq), w.copy(dkf, dk), w.copy(dvf, dv);
+  space.fence();  // the gradients are written on return (workspace copies are not freed, so nothing else waits)
   return info;
 }
 

@@ -18,18 +18,7 @@ namespace detail {
 
 using kattn::detail::take_buffer;
 
-// check(), and when it refuses while ws holds idle buffers in MemorySpace, check() again after
-// freeing them.
-template <class MemorySpace>
-void check_freeing_idle(Workspace* ws, const std::function<void()>& check) {
-  try {
-    check();
-  } catch (const Error&) {
-    if (!ws || ws->idle_bytes<MemorySpace>() == 0) throw;
-    ws->release();
-    check();
-  }
-}
+using kattn::detail::check_freeing_idle;
 
 template <class MemorySpace>
 void require_buffers(Workspace* ws, const char* call, std::uint64_t values, std::uint64_t value_bytes) {

@@ -97,10 +97,10 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
     // Every local step (buffers, the local attention) comes before the reduction: one collective
     // step turns a failure on any rank into the same error on every rank.
     collective_check(comm, [&] {
-      require_buffers<Mem>(d.workspace, "kattn::dist::decode_attention", rows * (D + 1), sizeof(T));
-      rec = take_buffer<T, Mem>(d.workspace, space, "kattn::dist::decode::rows", rows * (D + 1));
+      require_buffers<Mem>(opt.workspace, "kattn::dist::decode_attention", rows * (D + 1), sizeof(T));
+      rec = take_buffer<T, Mem>(opt.workspace, space, "kattn::dist::decode::rows", rows * (D + 1));
       if (staged)
-        host = take_buffer<T, Kokkos::HostSpace>(d.workspace, "kattn::dist::decode::rows_host", rec.extent(0));
+        host = take_buffer<T, Kokkos::HostSpace>(opt.workspace, "kattn::dist::decode::rows_host", rec.extent(0));
       AttentionParams<Q, T, KV> pr = p;
       pr.o = rec.data() + 1;
       pr.o_stride_batch = p.q_len * p.heads_q * w, pr.o_stride_seq = p.heads_q * w, pr.o_stride_head = w;
@@ -108,7 +108,7 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
       pr.lse_stride_batch = p.q_len * p.heads_q * w, pr.lse_stride_seq = p.heads_q * w, pr.lse_stride_head = w;
       Options split = local;
       split.splits = kattn::plan_splits(space, p, opt).splits;
-      kattn::detail::attention_impl(space, pr, split, BatchLengths{}, d.workspace);
+      kattn::detail::attention_impl(space, pr, split, BatchLengths{});
       space.fence();
     });
     const double tc1 = now();
@@ -157,12 +157,12 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
     // Every buffer and the local chunk partials before the chain's first transfer: one collective
     // step turns a failure on any rank into the same error on every rank.
     collective_check(comm, [&] {
-      require_buffers<Mem>(d.workspace, "kattn::dist::decode_attention",
+      require_buffers<Mem>(opt.workspace, "kattn::dist::decode_attention",
                            std::uint64_t(chunks) * rows * (D + 1) + rows * w, sizeof(T));
-      ws_o = take_buffer<T, Mem>(d.workspace, space, "kattn::dist::decode::part_o", std::size_t(chunks) * rows * D);
-      ws_lse = take_buffer<T, Mem>(d.workspace, space, "kattn::dist::decode::part_lse", std::size_t(chunks) * rows);
-      acc_rows = take_buffer<T, Mem>(d.workspace, space, "kattn::dist::decode::acc", rows * w);
-      if (staged) link = MessageBuffer<T, Mem>(d.workspace, "kattn::dist::decode::link", rows * w, true);
+      ws_o = take_buffer<T, Mem>(opt.workspace, space, "kattn::dist::decode::part_o", std::size_t(chunks) * rows * D);
+      ws_lse = take_buffer<T, Mem>(opt.workspace, space, "kattn::dist::decode::part_lse", std::size_t(chunks) * rows);
+      acc_rows = take_buffer<T, Mem>(opt.workspace, space, "kattn::dist::decode::acc", rows * w);
+      if (staged) link = MessageBuffer<T, Mem>(opt.workspace, "kattn::dist::decode::link", rows * w, true);
       chunk_partials(space, p, det, chunks, C, ws_o.data(), ws_lse.data());
       space.fence();
     });

@@ -38,10 +38,13 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
 
 // The float copies of 16-bit q and o: refused, naming them, when they do not fit.
 template <class MemorySpace>
-void require_widened_rows(std::uint64_t values) {
-  kattn::detail::require_memory<MemorySpace>(
-      kattn::detail::saturating_mul(values, sizeof(float)), "kattn::dist::decode_attention: float copies of q and o",
-      kattn::detail::concat(values, " values of 4 bytes"), "decode fewer query rows at a time, or give float queries");
+void require_widened_rows(Workspace* ws, std::uint64_t values) {
+  kattn::detail::check_freeing_idle<MemorySpace>(ws, [&] {
+    kattn::detail::require_memory<MemorySpace>(kattn::detail::saturating_mul(values, sizeof(float)),
+                                               "kattn::dist::decode_attention: float copies of q and o",
+                                               kattn::detail::concat(values, " values of 4 bytes"),
+                                               "decode fewer query rows at a time, or give float queries");
+  });
 }
 
 }  // namespace detail
@@ -67,10 +70,10 @@ DistStats decode_attention(MPI_Comm comm, const ExecSpace& space, const QView& q
   if constexpr (is_16bit_v<typename Params::q_type>) {
     // 16-bit q: the float-query decode over the 16-bit cache on widened q (exact), its float o
     // rounded once into o where the result lands.
-    const kattn::detail::Widening<ExecSpace> w(space, "kattn::dist::decode");
+    const kattn::detail::Widening<ExecSpace> w(space, "kattn::dist::decode", opt.workspace);
     collective_check(lib, [&] {
       (void)dense_params(q, kv.k, kv.v, o, lse);
-      detail::require_widened_rows<typename ExecSpace::memory_space>(q.size() + o.size());
+      detail::require_widened_rows<typename ExecSpace::memory_space>(opt.workspace, q.size() + o.size());
     });
     const auto o_float = w.out(o, "o");
     const DistStats stats = decode_attention(comm, space, w.in(q, "q"), kv, o_float, lse, opt, d);

@@ -38,11 +38,14 @@ namespace detail {
 
 // The float copies a 16-bit call makes (`values` of them): refused, naming them, when they do not fit.
 template <class MemorySpace>
-void require_float_copies(std::uint64_t values, const char* arrays) {
-  kattn::detail::require_memory<MemorySpace>(kattn::detail::saturating_mul(values, sizeof(float)),
-                                             kattn::detail::concat("kattn::dist: float copies of the 16-bit ", arrays),
-                                             kattn::detail::concat(values, " values of 4 bytes"),
-                                             "give float arrays, or spread the sequence over more ranks");
+void require_float_copies(Workspace* ws, std::uint64_t values, const char* arrays) {
+  kattn::detail::check_freeing_idle<MemorySpace>(ws, [&] {
+    kattn::detail::require_memory<MemorySpace>(
+        kattn::detail::saturating_mul(values, sizeof(float)),
+        kattn::detail::concat("kattn::dist: float copies of the 16-bit ", arrays),
+        kattn::detail::concat(values, " values of 4 bytes"),
+        "give float arrays, or spread the sequence over more ranks");
+  });
 }
 
 // The same call and storage type on every rank, agreed before the call's own checks: the ranks
@@ -81,14 +84,14 @@ DistStats dense_forward(DistCall call, MPI_Comm comm, const ExecSpace& space, co
   comm = library_comm(comm);  // kattn's traffic apart from the caller's
   if constexpr (is_16bit_v<S> && kv16 == KV16::as_stored) {
     using Float = typename kattn::detail::FloatCopy<ExecSpace, 4>::type;
-    const kattn::detail::Widening<ExecSpace> w(space, "kattn::dist");
+    const kattn::detail::Widening<ExecSpace> w(space, "kattn::dist", opt.workspace);
     Float q_float, o_float;
     AttentionParams<float, float, S> p;
     collective_check(comm, [&] {
       validate(opt);
       validate(d);
       checked = dense_params(q, kv.k, kv.v, o, lse);
-      require_float_copies<typename ExecSpace::memory_space>(q.size() + o.size(), "q and o");
+      require_float_copies<typename ExecSpace::memory_space>(opt.workspace, q.size() + o.size(), "q and o");
       q_float = w.in(q, "q");
       o_float = w.out(o, "o");
       p = dense_params(q_float, kv.k, kv.v, o_float, lse);
@@ -128,7 +131,7 @@ DistStats dense_backward(DistCall call, MPI_Comm comm, const ExecSpace& space, c
       "kattn::dist: q, k, v, o, dout, dq, dk and dv must have one 16-bit type (lse float)");
   if constexpr (is_16bit_v<S> && grads16 == Grads16::kv_as_stored) {
     using Float = typename kattn::detail::FloatCopy<ExecSpace, 4>::type;
-    const kattn::detail::Widening<ExecSpace> w(space, "kattn::dist");
+    const kattn::detail::Widening<ExecSpace> w(space, "kattn::dist", opt.workspace);
     Float qf, of, dof, dqf, dkf, dvf;
     BackwardParams<float> p;
     collective_check(comm, [&] {
@@ -136,7 +139,8 @@ DistStats dense_backward(DistCall call, MPI_Comm comm, const ExecSpace& space, c
       validate(d);
       refuse_atomic_if_deterministic(d, bopt);
       require_float_copies<typename ExecSpace::memory_space>(
-          q.size() + o.size() + dout.size() + dq.size() + dk.size() + dv.size(), "q, o, dout and the three gradients");
+          opt.workspace, q.size() + o.size() + dout.size() + dq.size() + dk.size() + dv.size(),
+          "q, o, dout and the three gradients");
       qf = w.in(q, "q"), of = w.in(o, "o"), dof = w.in(dout, "dout");
       dqf = w.out(dq, "dq"), dkf = w.out(dk, "dk"), dvf = w.out(dv, "dv");
       p = backward_params(qf, float_shape_of(kv.k), float_shape_of(kv.v), of, lse, dof, dqf, dkf, dvf);

@@ -8,9 +8,6 @@
 #include "kattn/dist/layout.hpp"
 
 namespace kattn {
-
-class Workspace;  // kattn/workspace.hpp
-
 namespace dist {
 
 // How device buffers reach MPI: `automatic` passes device pointers when the MPI is GPU-aware
@@ -48,10 +45,6 @@ struct DistOptions {
   // An exception from it ends the call on every rank with that error (docs/distributed.md, Errors);
   // once a rank knows of a failure, it calls it no more.
   std::function<void(int step, int steps)> progress;
-  // Where the call takes its buffers (kattn/workspace.hpp): calls repeated with one workspace
-  // take them from it after the first (docs/distributed.md: what is still allocated per call). nullptr: each call
-  // allocates and frees its own. Per rank: each rank passes its own (or none); one call at a time uses it.
-  Workspace* workspace = nullptr;
 };
 
 // What one call did on this rank.

@@ -37,7 +37,7 @@ class HeadExchange {
   // latch: the call's; each exchange's buffers are allocated in a collective step of it, so one
   // that cannot be had on one rank (past the call's memory check, which sees free memory only) is
   // the same error on every rank before any of that exchange's messages is posted.
-  // ws: where the buffers come from (DistOptions::workspace; null: allocated per exchange).
+  // ws: where the buffers come from (Options::workspace; null: allocated per exchange).
   HeadExchange(MPI_Comm comm, const ExecSpace& space, int batch, DistStats& stats, FailureLatch& latch, Workspace* ws)
       : comm_(comm), space_(space), batch_(batch), stats_(stats), latch_(latch), ws_(ws) {
     MPI_Comm_rank(comm, &rank_);

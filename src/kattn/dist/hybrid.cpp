@@ -25,8 +25,8 @@ DistStats block_ring(const HybridGrid& grid, const ExecSpace& space, const Atten
     using Floats = Kokkos::View<float*, Mem>;
     const int hq = a.heads_q, D = a.head_dim;
     const std::int64_t values = std::int64_t(a.batch) * a.q_len * hq * D;
-    const Floats q = take_buffer<float, Mem>(d.workspace, space, "kattn::dist::hybrid::q_float", values),
-                 o = take_buffer<float, Mem>(d.workspace, space, "kattn::dist::hybrid::o_float", values);
+    const Floats q = take_buffer<float, Mem>(opt.workspace, space, "kattn::dist::hybrid::q_float", values),
+                 o = take_buffer<float, Mem>(opt.workspace, space, "kattn::dist::hybrid::o_float", values);
     const Strided<float> q_dense = dense(q.data(), a.q_len, hq, D), o_dense = dense(o.data(), a.q_len, hq, D);
     copy_rows(space, Strided<const T>{a.q, a.q_stride_batch, a.q_stride_seq, a.q_stride_head}, 0, q_dense, a.batch,
               a.q_len, hq, D);
@@ -72,7 +72,7 @@ DistStats hybrid_forward_impl(MPI_Comm comm, const ExecSpace& space, const Atten
   // run through it (every group member enters every ring, skipping its compute after a failure).
   FailureLatch latch(comm);
   head_sharded_forward<ExecSpace, T>(grid.heads(), space, p, grid.group_layout(split.Nq), grid.group_layout(split.Nk),
-                                     stats, latch, d.workspace, [&](const AttentionParams<T>& a, DistStats& s) {
+                                     stats, latch, opt.workspace, [&](const AttentionParams<T>& a, DistStats& s) {
                                        latch.capture([&] { accumulate(s, block_ring(grid, space, a, opt, d, latch)); });
                                      });
   space.fence();

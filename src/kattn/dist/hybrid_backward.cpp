@@ -32,7 +32,7 @@ DistStats hybrid_backward_impl(MPI_Comm comm, const ExecSpace& space, const Back
   // One latch for the whole grid, as in the forward.
   FailureLatch latch(comm);
   head_sharded_backward<ExecSpace, T>(
-      grid.heads(), space, p, grid.group_layout(split.Nq), grid.group_layout(split.Nk), stats, latch, d.workspace,
+      grid.heads(), space, p, grid.group_layout(split.Nq), grid.group_layout(split.Nk), stats, latch, opt.workspace,
       [&](const BackwardParams<accumulate_t<T>>& b, DistStats& s) {
         latch.capture([&] { accumulate(s, ring_backward_impl(grid.ring(), space, b, opt, d, bopt, &latch)); });
       });

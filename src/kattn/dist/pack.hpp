@@ -11,8 +11,13 @@ namespace kattn {
 namespace dist {
 namespace detail {
 
-using ::kattn::detail::copy_rows;
 using ::kattn::detail::Strided;
+
+template <class ExecSpace, class From, class To>
+void copy_rows(const ExecSpace& space, Strided<const From> src, std::int64_t j0, Strided<To> dst, int batch,
+               std::int64_t n, int heads, int dim) {
+  kattn::detail::copy_rows(space, src, j0, dst, batch, n, heads, dim, "kattn::dist::copy_rows");
+}
 
 // Dense [B][n][H][D] addressing of a flat buffer.
 template <class T>

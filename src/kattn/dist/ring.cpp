@@ -72,7 +72,7 @@ class RingRunner {
     collective_check(comm_, [&] {
       const std::uint64_t rows = std::uint64_t(p_.batch) * p_.q_len * p_.heads_q,
                           piece = std::uint64_t(p_.batch) * max_piece_rows() * p_.heads_q;
-      require_buffers<Mem>(d_.workspace, "kattn::dist::ring_attention", 2 * rows + piece * (p_.head_dim + 1),
+      require_buffers<Mem>(opt_.workspace, "kattn::dist::ring_attention", 2 * rows + piece * (p_.head_dim + 1),
                            sizeof(T));
       allocate_accumulator();
       ensure_workspace(max_piece_rows());
@@ -140,7 +140,7 @@ class RingRunner {
     for (const PieceRun& r : pp.runs) {
       AttentionParams<T, T, KV> run = q;
       const BatchLengths lengths = ragged_ ? ragged_->use_run(run, r) : BatchLengths{};
-      kattn::detail::attention_impl(space_, run, r.opt, lengths, d_.workspace);
+      kattn::detail::attention_impl(space_, run, r.opt, lengths);
     }
     launch_rows(space_, "kattn::dist::ring::fold",
                 FoldPartials<ExecSpace, T>{acc_, PartialRows<T>{ws_o_.data(), ws_lse_.data(), nq, qi, 1}});
@@ -159,7 +159,8 @@ class RingRunner {
   // The accumulator: o in the caller's o, (m, l) per row here.
   void allocate_accumulator() {
     const int H = p_.heads_q;
-    ml_ = take_buffer<T, Mem>(d_.workspace, space_, "kattn::dist::ring::ml", 2 * std::size_t(p_.batch) * p_.q_len * H);
+    ml_ =
+        take_buffer<T, Mem>(opt_.workspace, space_, "kattn::dist::ring::ml", 2 * std::size_t(p_.batch) * p_.q_len * H);
     acc_.o = p_.o;
     acc_.o_b = p_.o_stride_batch, acc_.o_i = p_.o_stride_seq, acc_.o_h = p_.o_stride_head;
     acc_.m = ml_.data();
@@ -183,8 +184,8 @@ class RingRunner {
   void ensure_workspace(std::int64_t nq) {
     const std::size_t rows = std::size_t(p_.batch) * nq * p_.heads_q;
     if (ws_lse_.extent(0) >= rows) return;
-    ws_o_ = take_buffer<T, Mem>(d_.workspace, space_, "kattn::dist::partial_o", rows * p_.head_dim);
-    ws_lse_ = take_buffer<T, Mem>(d_.workspace, space_, "kattn::dist::partial_lse", rows);
+    ws_o_ = take_buffer<T, Mem>(opt_.workspace, space_, "kattn::dist::partial_o", rows * p_.head_dim);
+    ws_lse_ = take_buffer<T, Mem>(opt_.workspace, space_, "kattn::dist::partial_lse", rows);
   }
 
   // The ring over the shifts of ring_shifts: at step t this rank receives from rank r - t the keys
@@ -206,13 +207,15 @@ class RingRunner {
     // Every buffer before the first transfer, in one collective step: one that does not fit fails
     // on every rank.
     collective_check(comm_, [&] {
-      require_buffers<Mem>(d_.workspace, "kattn::dist::ring_attention", 2 * kv_elems(n_own) + 4 * kv_elems(cap),
+      require_buffers<Mem>(opt_.workspace, "kattn::dist::ring_attention", 2 * kv_elems(n_own) + 4 * kv_elems(cap),
                            sizeof(KV));
-      own_k = Buffer(d_.workspace, "kattn::dist::ring::own_k", kv_elems(n_own), staged);
-      own_v = Buffer(d_.workspace, "kattn::dist::ring::own_v", kv_elems(n_own), staged);
+      own_k = Buffer(opt_.workspace, "kattn::dist::ring::own_k", kv_elems(n_own), staged);
+      own_v = Buffer(opt_.workspace, "kattn::dist::ring::own_v", kv_elems(n_own), staged);
       for (int b = 0; b < 2; ++b) {
-        kb[b] = Buffer(d_.workspace, b == 0 ? "kattn::dist::ring::k0" : "kattn::dist::ring::k1", kv_elems(cap), staged);
-        vb[b] = Buffer(d_.workspace, b == 0 ? "kattn::dist::ring::v0" : "kattn::dist::ring::v1", kv_elems(cap), staged);
+        kb[b] =
+            Buffer(opt_.workspace, b == 0 ? "kattn::dist::ring::k0" : "kattn::dist::ring::k1", kv_elems(cap), staged);
+        vb[b] =
+            Buffer(opt_.workspace, b == 0 ? "kattn::dist::ring::v0" : "kattn::dist::ring::v1", kv_elems(cap), staged);
       }
     });
     pack_own(own_k, own_v);
@@ -325,13 +328,13 @@ class RingRunner {
     // Every buffer before the first transfer, in one collective step: one that does not fit fails
     // on every rank.
     collective_check(comm_, [&] {
-      require_buffers<Mem>(d_.workspace, "kattn::dist::ring_attention", 2 * kv_elems(n_own) + 2 * W * kv_elems(cap),
+      require_buffers<Mem>(opt_.workspace, "kattn::dist::ring_attention", 2 * kv_elems(n_own) + 2 * W * kv_elems(cap),
                            sizeof(KV));
-      own_k = Buffer(d_.workspace, "kattn::dist::det::own_k", kv_elems(n_own), stats_.staged);
-      own_v = Buffer(d_.workspace, "kattn::dist::det::own_v", kv_elems(n_own), stats_.staged);
+      own_k = Buffer(opt_.workspace, "kattn::dist::det::own_k", kv_elems(n_own), stats_.staged);
+      own_v = Buffer(opt_.workspace, "kattn::dist::det::own_v", kv_elems(n_own), stats_.staged);
       for (std::size_t w = 0; w < W; ++w) {
-        kb[w] = Buffer(d_.workspace, "kattn::dist::det::k", kv_elems(cap), stats_.staged);
-        vb[w] = Buffer(d_.workspace, "kattn::dist::det::v", kv_elems(cap), stats_.staged);
+        kb[w] = Buffer(opt_.workspace, "kattn::dist::det::k", kv_elems(cap), stats_.staged);
+        vb[w] = Buffer(opt_.workspace, "kattn::dist::det::v", kv_elems(cap), stats_.staged);
       }
     });
     pack_own(own_k, own_v);
@@ -489,12 +492,12 @@ DistStats ring_ragged_deterministic_forward(MPI_Comm comm, const ExecSpace& spac
   RowsAs<T, S, ExecSpace> o;
   collective_check(comm, [&] {
     if (RowsAs<T, S, ExecSpace>::copies)
-      require_buffers<typename ExecSpace::memory_space>(d.workspace, "kattn::dist::ring_attention",
+      require_buffers<typename ExecSpace::memory_space>(opt.workspace, "kattn::dist::ring_attention",
                                                         2 * std::uint64_t(nq) * H * D, sizeof(T));
-    q = RowsAs<T, const S, ExecSpace>(d.workspace, space, "kattn::dist::ragged::q", p.q, p.q_stride_seq,
+    q = RowsAs<T, const S, ExecSpace>(opt.workspace, space, "kattn::dist::ragged::q", p.q, p.q_stride_seq,
                                       p.q_stride_head, nq, H, D);
-    o = RowsAs<T, S, ExecSpace>(d.workspace, space, "kattn::dist::ragged::o", p.o, p.o_stride_seq, p.o_stride_head, nq,
-                                H, D);
+    o = RowsAs<T, S, ExecSpace>(opt.workspace, space, "kattn::dist::ragged::o", p.o, p.o_stride_seq, p.o_stride_head,
+                                nq, H, D);
   });
   q.load(space);
   DistStats stats = for_each_sequence<typename ExecSpace::memory_space>(
@@ -529,13 +532,13 @@ DistStats ring_ragged_forward_impl(MPI_Comm comm, const ExecSpace& space, const 
   Kokkos::View<S*, Mem> k, v;
   collective_check(comm, [&] {
     const std::uint64_t q_elems = std::uint64_t(nq) * H * D, kv_elems = std::uint64_t(nk) * Hkv * D;
-    require_buffers<Mem>(d.workspace, "kattn::dist::ring_attention", 2 * q_elems + std::uint64_t(nq) * H, sizeof(T),
+    require_buffers<Mem>(opt.workspace, "kattn::dist::ring_attention", 2 * q_elems + std::uint64_t(nq) * H, sizeof(T),
                          2 * kv_elems, sizeof(S));
-    q = piece_major_array<T>(d.workspace, space, "kattn::dist::ragged::q", q_elems);
-    o = piece_major_array<T>(d.workspace, space, "kattn::dist::ragged::o", q_elems);
-    k = piece_major_array<S>(d.workspace, space, "kattn::dist::ragged::k", kv_elems);
-    v = piece_major_array<S>(d.workspace, space, "kattn::dist::ragged::v", kv_elems);
-    lse = piece_major_array<T>(d.workspace, space, "kattn::dist::ragged::lse", std::uint64_t(nq) * H);
+    q = piece_major_array<T>(opt.workspace, space, "kattn::dist::ragged::q", q_elems);
+    o = piece_major_array<T>(opt.workspace, space, "kattn::dist::ragged::o", q_elems);
+    k = piece_major_array<S>(opt.workspace, space, "kattn::dist::ragged::k", kv_elems);
+    v = piece_major_array<S>(opt.workspace, space, "kattn::dist::ragged::v", kv_elems);
+    lse = piece_major_array<T>(opt.workspace, space, "kattn::dist::ragged::lse", std::uint64_t(nq) * H);
   });
   to_piece_major(space, rp.q_rows, p.q, p.q_stride_seq, p.q_stride_head, q.data(), H, D);
   to_piece_major(space, rp.kv_rows, p.k, p.k_stride_seq, p.k_stride_head, k.data(), Hkv, D);

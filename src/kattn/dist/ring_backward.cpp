@@ -82,10 +82,10 @@ class BackwardRunner {
   Strided<T> dense_kv(T* base, std::int64_t n) const { return dense(base, n, f().heads_kv, f().head_dim); }
 
   Buffer buffer(const char* label, std::int64_t n) const {
-    return Buffer(d_.workspace, label, kv_elems(n), stats_.staged);
+    return Buffer(opt_.workspace, label, kv_elems(n), stats_.staged);
   }
   KVBuffer kv_buffer(const char* label, std::int64_t n) const {
-    return KVBuffer(d_.workspace, label, kv_elems(n), stats_.staged);
+    return KVBuffer(opt_.workspace, label, kv_elems(n), stats_.staged);
   }
 
   void pack_local(std::int64_t j0, std::int64_t n, const KVBuffer& k, const KVBuffer& v) {
@@ -105,7 +105,7 @@ class BackwardRunner {
     } else {
       const int Hkv = f().heads_kv, D = f().head_dim;
       if (ws.extent(0) < std::size_t(kv_elems(n)))
-        ws = take_buffer<T, Mem>(d_.workspace, space_, "kattn::dist::wide_kv", kv_elems(n));
+        ws = take_buffer<T, Mem>(opt_.workspace, space_, "kattn::dist::wide_kv", kv_elems(n));
       copy_rows(space_, dense(src, n, Hkv, D), 0, dense_kv(ws.data(), n), f().batch, n, Hkv, D);
       return ws.data();
     }
@@ -113,10 +113,10 @@ class BackwardRunner {
 
   void ensure_pair_workspace(std::int64_t nq, std::int64_t nk) {
     const std::size_t q = std::size_t(f().batch) * nq * f().heads_q * f().head_dim, k = std::size_t(kv_elems(nk));
-    if (pair_dq_.extent(0) < q) pair_dq_ = take_buffer<T, Mem>(d_.workspace, space_, "kattn::dist::pair_dq", q);
+    if (pair_dq_.extent(0) < q) pair_dq_ = take_buffer<T, Mem>(opt_.workspace, space_, "kattn::dist::pair_dq", q);
     if (pair_dk_.extent(0) < k) {
-      pair_dk_ = take_buffer<T, Mem>(d_.workspace, space_, "kattn::dist::pair_dk", k);
-      pair_dv_ = take_buffer<T, Mem>(d_.workspace, space_, "kattn::dist::pair_dv", k);
+      pair_dk_ = take_buffer<T, Mem>(opt_.workspace, space_, "kattn::dist::pair_dk", k);
+      pair_dv_ = take_buffer<T, Mem>(opt_.workspace, space_, "kattn::dist::pair_dv", k);
     }
   }
 
@@ -214,9 +214,9 @@ class BackwardRunner {
     KVBuffer own_k, own_v, kb[2], vb[2];
     Buffer gk[2], gv[2], rk[2], rv[2];
     collective_check(comm_, [&] {
-      require_buffers<Mem>(d_.workspace, "kattn::dist::ring_attention_backward",
+      require_buffers<Mem>(opt_.workspace, "kattn::dist::ring_attention_backward",
                            2 * kv_elems(n_own) + 4 * kv_elems(cap_in), sizeof(KV));
-      require_buffers<Mem>(d_.workspace, "kattn::dist::ring_attention_backward",
+      require_buffers<Mem>(opt_.workspace, "kattn::dist::ring_attention_backward",
                            4 * kv_elems(cap_in) + 4 * kv_elems(cap_out), sizeof(T));
       own_k = kv_buffer("kattn::dist::ring_bw::own_k", n_own), own_v = kv_buffer("kattn::dist::ring_bw::own_v", n_own);
       for (int b = 0; b < 2; ++b) {
@@ -389,7 +389,7 @@ class BackwardRunner {
   std::unique_ptr<Package> package_on_the_way(std::int64_t len) {
     std::unique_ptr<Package> pk;
     latch_.guard([&] {
-      check_freeing_idle<Mem>(d_.workspace, [&] {
+      check_freeing_idle<Mem>(opt_.workspace, [&] {
         kattn::detail::require_memory<Mem>(
             live_bytes_ + package_bytes(len), "kattn::dist::ring_attention_backward: the deterministic tour's packages",
             kattn::detail::concat("those held and one of ", len, " positions"), "spread the sequence over more ranks");
@@ -728,15 +728,15 @@ DistStats ring_ragged_deterministic_backward(MPI_Comm comm, const ExecSpace& spa
   Out o, dq, dk, dv;
   collective_check(comm, [&] {
     if (Out::copies)
-      require_buffers<typename ExecSpace::memory_space>(d.workspace, "kattn::dist::ring_attention_backward",
+      require_buffers<typename ExecSpace::memory_space>(opt.workspace, "kattn::dist::ring_attention_backward",
                                                         4 * std::uint64_t(nq) * H * D + 2 * std::uint64_t(nk) * Hkv * D,
                                                         sizeof(T));
-    q = In(d.workspace, space, "kattn::dist::ragged::q", f.q, f.q_stride_seq, f.q_stride_head, nq, H, D);
-    o = Out(d.workspace, space, "kattn::dist::ragged::o", f.o, f.o_stride_seq, f.o_stride_head, nq, H, D);
-    dout = In(d.workspace, space, "kattn::dist::ragged::dout", p.dout, p.do_stride_seq, p.do_stride_head, nq, H, D);
-    dq = Out(d.workspace, space, "kattn::dist::ragged::dq", p.dq, p.dq_stride_seq, p.dq_stride_head, nq, H, D);
-    dk = Out(d.workspace, space, "kattn::dist::ragged::dk", p.dk, p.dk_stride_seq, p.dk_stride_head, nk, Hkv, D);
-    dv = Out(d.workspace, space, "kattn::dist::ragged::dv", p.dv, p.dv_stride_seq, p.dv_stride_head, nk, Hkv, D);
+    q = In(opt.workspace, space, "kattn::dist::ragged::q", f.q, f.q_stride_seq, f.q_stride_head, nq, H, D);
+    o = Out(opt.workspace, space, "kattn::dist::ragged::o", f.o, f.o_stride_seq, f.o_stride_head, nq, H, D);
+    dout = In(opt.workspace, space, "kattn::dist::ragged::dout", p.dout, p.do_stride_seq, p.do_stride_head, nq, H, D);
+    dq = Out(opt.workspace, space, "kattn::dist::ragged::dq", p.dq, p.dq_stride_seq, p.dq_stride_head, nq, H, D);
+    dk = Out(opt.workspace, space, "kattn::dist::ragged::dk", p.dk, p.dk_stride_seq, p.dk_stride_head, nk, Hkv, D);
+    dv = Out(opt.workspace, space, "kattn::dist::ragged::dv", p.dv, p.dv_stride_seq, p.dv_stride_head, nk, Hkv, D);
   });
   q.load(space), o.load(space), dout.load(space);
   DistStats stats = for_each_sequence<typename ExecSpace::memory_space>(
@@ -787,16 +787,16 @@ DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const
   Kokkos::View<S*, Mem> k, v;
   collective_check(comm, [&] {
     const std::uint64_t q_elems = std::uint64_t(nq) * H * D, kv_elems = std::uint64_t(nk) * Hkv * D;
-    require_buffers<Mem>(d.workspace, "kattn::dist::ring_attention_backward",
+    require_buffers<Mem>(opt.workspace, "kattn::dist::ring_attention_backward",
                          4 * q_elems + 2 * kv_elems + std::uint64_t(nq) * H, sizeof(T), 2 * kv_elems, sizeof(S));
     const auto array = [&](const char* label, std::uint64_t n) {
-      return piece_major_array<T>(d.workspace, space, label, n);
+      return piece_major_array<T>(opt.workspace, space, label, n);
     };
     q = array("kattn::dist::ragged::q", q_elems), o = array("kattn::dist::ragged::o", q_elems);
     dout = array("kattn::dist::ragged::dout", q_elems), dq = array("kattn::dist::ragged::dq", q_elems);
     lse = array("kattn::dist::ragged::lse", std::uint64_t(nq) * H);
-    k = piece_major_array<S>(d.workspace, space, "kattn::dist::ragged::k", kv_elems);
-    v = piece_major_array<S>(d.workspace, space, "kattn::dist::ragged::v", kv_elems);
+    k = piece_major_array<S>(opt.workspace, space, "kattn::dist::ragged::k", kv_elems);
+    v = piece_major_array<S>(opt.workspace, space, "kattn::dist::ragged::v", kv_elems);
     dk = array("kattn::dist::ragged::dk", kv_elems), dv = array("kattn::dist::ragged::dv", kv_elems);
   });
   to_piece_major(space, rp.q_rows, f.q, f.q_stride_seq, f.q_stride_head, q.data(), H, D);

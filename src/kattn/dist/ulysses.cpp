@@ -30,10 +30,10 @@ DistStats ulysses_forward_impl(MPI_Comm comm, const ExecSpace& space, const Atte
   stats.staged = needs_staging<typename ExecSpace::memory_space>(d.staging);
   const Options local = local_options<ExecSpace, T>(space, p.head_dim, split.Nq * p.group_size(), opt, d);
   FailureLatch latch(comm);
-  head_sharded_forward<ExecSpace, T>(comm, space, p, split.q_layout, split.kv_layout, stats, latch, d.workspace,
+  head_sharded_forward<ExecSpace, T>(comm, space, p, split.q_layout, split.kv_layout, stats, latch, opt.workspace,
                                      [&](const AttentionParams<T>& a, DistStats& s) {
                                        latch.guard([&] {
-                                         local_forward(space, a, local, d.workspace, s);
+                                         local_forward(space, a, local, s);
                                          if (d.progress) d.progress(1, 1);
                                        });
                                      });

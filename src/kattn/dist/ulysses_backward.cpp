@@ -37,7 +37,7 @@ DistStats ulysses_backward_impl(MPI_Comm comm, const ExecSpace& space, const Bac
   local.progress = nullptr;  // DistOptions::progress reports the call's progress
   const BackwardOptions local_bopt = local_backward_options(space, whole, opt, d, bopt);
   FailureLatch latch(comm);
-  head_sharded_backward<ExecSpace, T>(comm, space, p, split.q_layout, split.kv_layout, stats, latch, d.workspace,
+  head_sharded_backward<ExecSpace, T>(comm, space, p, split.q_layout, split.kv_layout, stats, latch, opt.workspace,
                                       [&](const BackwardParams<Acc>& b, DistStats& s) {
                                         latch.guard([&] {
                                           local_backward(space, b, local, local_bopt, s);

@@ -56,10 +56,9 @@ BackwardOptions local_backward_options(const ExecSpace& space, const AttentionPa
 }
 
 template <class ExecSpace, class T>
-void local_forward(const ExecSpace& space, const AttentionParams<T>& a, const Options& opt, Workspace* ws,
-                   DistStats& stats) {
+void local_forward(const ExecSpace& space, const AttentionParams<T>& a, const Options& opt, DistStats& stats) {
   const double t0 = now(), c0 = cpu_now();
-  kattn::detail::attention_impl(space, a, opt, BatchLengths{}, ws);
+  kattn::detail::attention_impl(space, a, opt, BatchLengths{});
   space.fence();
   stats.compute_seconds += now() - t0;
   stats.compute_cpu_seconds += cpu_now() - c0;
