@@ -19,24 +19,25 @@ Bad input raises kattn.Error (a ValueError) with kattn's message, which names th
 
 Options every call takes: causal (bottom-right aligned), window=(left, right) (-1: unbounded),
 softcap, scale (None: 1/sqrt(head_dim)), splits / split_chunk (split-KV; 0: planned), block_q /
-block_k (tile sizes; 0: tuned).
+block_k (tile sizes; 0: tuned), workspace (a kattn.Workspace() that the calls of a loop share: after
+the first they take their scratch buffers from it instead of allocating them; the same results).
 """
 
 import numpy as np
 
 from . import _kattn
 from ._arrays import as_array, dtype_name, index_array, returner
-from ._kattn import Error, build_info, version
+from ._kattn import Error, Workspace, build_info, version
 
 __all__ = [
-    "Error", "attention", "attention_backward", "build_info", "cascade_attention", "decode", "merge_states", "paged_attention",
+    "Error", "Workspace", "attention", "attention_backward", "build_info", "cascade_attention", "decode", "merge_states", "paged_attention",
     "paged_attention_backward", "plan", "ragged_attention", "ragged_attention_backward", "version",
 ]
 
 
-def _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k):
+def _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace=None):
     return dict(causal=causal, window=window, softcap=softcap, scale=scale, splits=splits, split_chunk=split_chunk,
-                block_q=block_q, block_k=block_k)
+                block_q=block_q, block_k=block_k, workspace=workspace)
 
 
 def _as_arrays(**named):
@@ -44,7 +45,7 @@ def _as_arrays(**named):
 
 
 def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout="bnhd", return_lse=False,
-              splits=0, split_chunk=0, block_q=0, block_k=0):
+              splits=0, split_chunk=0, block_q=0, block_k=0, workspace=None):
     """o = softmax(scale * q k^T + mask) v over dense keys.
 
     q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D] (layout "bnhd"; "bhnd": [B, H, N, D]), Hq a multiple of
@@ -53,24 +54,24 @@ def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, la
     """
     out = returner(q)
     o, lse, _ = _kattn.attention(*_as_arrays(q=q, k=k, v=v), layout,
-                                 _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k))
+                                 _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace))
     return (out(o), out(lse)) if return_lse else out(o)
 
 
 def attention_backward(q, k, v, o, lse, dout, *, causal=False, window=None, softcap=0.0, scale=None, layout="bnhd",
-                       deterministic=False, block_q=0, block_k=0):
+                       deterministic=False, block_q=0, block_k=0, workspace=None):
     """dq, dk, dv of sum(o * dout), for the o and lse kattn.attention returned with the same options.
 
     q, k, v, o, dout of one dtype (float16 and bfloat16 too: the gradients in it, lse float32)."""
     out = returner(q)
     dq, dk, dv, _ = _kattn.attention_backward(*_as_arrays(q=q, k=k, v=v, o=o, lse=lse, dout=dout), layout,
-                                              _options(causal, window, softcap, scale, 0, 0, block_q, block_k),
+                                              _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace),
                                               deterministic)
     return out(dq), out(dk), out(dv)
 
 
 def ragged_attention(q, k, v, q_indptr, kv_indptr, *, causal=False, window=None, softcap=0.0, scale=None,
-                     return_lse=False, splits=0, split_chunk=0, block_q=0, block_k=0):
+                     return_lse=False, splits=0, split_chunk=0, block_q=0, block_k=0, workspace=None):
     """Attention over a batch of sequences packed without padding (FlashInfer's ragged layout).
 
     Sequence b owns rows q_indptr[b]:q_indptr[b+1] of q [total_q, Hq, D] and rows
@@ -80,17 +81,17 @@ def ragged_attention(q, k, v, q_indptr, kv_indptr, *, causal=False, window=None,
     out = returner(q)
     o, lse, _ = _kattn.ragged_attention(*_as_arrays(q=q, k=k, v=v), index_array(q_indptr, "q_indptr"),
                                         index_array(kv_indptr, "kv_indptr"),
-                                        _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k))
+                                        _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace))
     return (out(o), out(lse)) if return_lse else out(o)
 
 
 def ragged_attention_backward(q, k, v, o, lse, dout, q_indptr, kv_indptr, *, causal=False, window=None, softcap=0.0,
-                              scale=None, deterministic=False, block_q=0, block_k=0):
+                              scale=None, deterministic=False, block_q=0, block_k=0, workspace=None):
     """dq, dk, dv (shaped as q, k, v) for the o and lse kattn.ragged_attention returned."""
     out = returner(q)
     dq, dk, dv, _ = _kattn.ragged_attention_backward(
         *_as_arrays(q=q, k=k, v=v, o=o, lse=lse, dout=dout), index_array(q_indptr, "q_indptr"),
-        index_array(kv_indptr, "kv_indptr"), _options(causal, window, softcap, scale, 0, 0, block_q, block_k),
+        index_array(kv_indptr, "kv_indptr"), _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace),
         deterministic)
     return out(dq), out(dk), out(dv)
 
@@ -111,7 +112,7 @@ def _pages(kv_cache):
 
 def paged_attention(q, kv_cache, q_indptr, kv_page_indptr, kv_page_indices, kv_last_page_len, *, causal=False,
                     window=None, softcap=0.0, scale=None, return_lse=False, splits=0, split_chunk=0, block_q=0,
-                    block_k=0):
+                    block_k=0, workspace=None):
     """Attention over a paged KV cache (vLLM's PagedAttention, FlashInfer's page table).
 
     kv_cache: (k_pages, v_pages), each [num_pages, page_size, Hkv, D], or one [num_pages, 2,
@@ -126,13 +127,13 @@ def paged_attention(q, kv_cache, q_indptr, kv_page_indptr, kv_page_indices, kv_l
         as_array(q, "q"), k_pages, v_pages, index_array(q_indptr, "q_indptr"),
         index_array(kv_page_indptr, "kv_page_indptr"), index_array(kv_page_indices, "kv_page_indices"),
         index_array(kv_last_page_len, "kv_last_page_len"),
-        _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k))
+        _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace))
     return (out(o), out(lse)) if return_lse else out(o)
 
 
 def paged_attention_backward(q, kv_cache, o, lse, dout, q_indptr, kv_page_indptr, kv_page_indices, kv_last_page_len,
                              *, causal=False, window=None, softcap=0.0, scale=None, deterministic=False, block_q=0,
-                             block_k=0):
+                             block_k=0, workspace=None):
     """dq [total_q, Hq, D] and dk_pages, dv_pages shaped as the pages (slots no sequence uses get 0).
     A page listed twice in the table (shared by sequences) is refused."""
     out = returner(q)
@@ -141,12 +142,12 @@ def paged_attention_backward(q, kv_cache, o, lse, dout, q_indptr, kv_page_indptr
         as_array(q, "q"), k_pages, v_pages, *_as_arrays(o=o, lse=lse, dout=dout), index_array(q_indptr, "q_indptr"),
         index_array(kv_page_indptr, "kv_page_indptr"), index_array(kv_page_indices, "kv_page_indices"),
         index_array(kv_last_page_len, "kv_last_page_len"),
-        _options(causal, window, softcap, scale, 0, 0, block_q, block_k), deterministic)
+        _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace), deterministic)
     return out(dq), out(dk), out(dv)
 
 
 def decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, window=None, softcap=0.0, scale=None,
-           return_lse=False, splits=0, split_chunk=0):
+           return_lse=False, splits=0, split_chunk=0, workspace=None):
     """One decoding step: q [B, Hq, D] (one query per sequence) over a paged KV cache, as
     paged_attention with q_indptr = 0, 1, ..., B. Split-KV is planned for the machine unless given."""
     qa = as_array(q, "q")
@@ -154,12 +155,14 @@ def decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, wi
         raise Error(f"q: expected a rank-3 array [B, Hq, D] (one query per sequence), got rank {qa.ndim}")
     return paged_attention(q, kv_cache, np.arange(qa.shape[0] + 1, dtype=np.int64),
                            kv_page_indptr, kv_page_indices, kv_last_page_len, window=window, softcap=softcap,
-                           scale=scale, return_lse=return_lse, splits=splits, split_chunk=split_chunk)
+                           scale=scale, return_lse=return_lse, splits=splits, split_chunk=split_chunk,
+                           workspace=workspace)
 
 
 def cascade_attention(q, k_prefix, v_prefix, q_indptr, *, kv=None, kv_indptr=None, kv_cache=None,
                       kv_page_indptr=None, kv_page_indices=None, kv_last_page_len=None, causal=False, window=None,
-                      softcap=0.0, scale=None, return_lse=False, splits=0, split_chunk=0, block_q=0, block_k=0):
+                      softcap=0.0, scale=None, return_lse=False, splits=0, split_chunk=0, block_q=0, block_k=0,
+                      workspace=None):
     """Attention over a prefix shared by every sequence (k_prefix, v_prefix [Np, Hkv, D], read once
     for the whole batch), then each sequence's own keys: ragged (kv=(k, v) [total_kv, Hkv, D] with
     kv_indptr) or paged (kv_cache with kv_page_indptr, kv_page_indices, kv_last_page_len). q
@@ -167,7 +170,7 @@ def cascade_attention(q, k_prefix, v_prefix, q_indptr, *, kv=None, kv_indptr=Non
     sequence. Returns o like q, and with return_lse lse [total_q, Hq]. Storage as attention's: the
     prefix in the dtype of the suffix's keys; in 16 bits o is rounded once, after the merge."""
     out = returner(q)
-    opts = _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k)
+    opts = _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace)
     q_, kp, vp = _as_arrays(q=q, k_prefix=k_prefix, v_prefix=v_prefix)
     if (kv is None) == (kv_cache is None):
         raise Error("kv, kv_cache: expected the suffix as ragged keys (kv=(k, v), kv_indptr) or as a paged cache "

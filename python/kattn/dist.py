@@ -22,15 +22,9 @@ __all__ = ["Workspace", "positions", "ring_attention", "ulysses_attention", "hyb
            "hybrid_attention_backward", "ragged_ring_attention_backward"]
 
 
-# Workspace(): buffers kept between calls; pass the same workspace= to the calls of a loop (forward
-# and backward alike) and after the first they take their buffers from it instead of allocating
-# them (docs/workspace.md). One per rank, one call at a time; .bytes, .allocations, .release().
-if hasattr(_kattn, "Workspace"):
-    Workspace = _kattn.Workspace
-else:
-    def Workspace():
-        """Needs kattn built with its MPI layer."""
-        _require_mpi()
+# Workspace(): buffers kept between calls (kattn.Workspace; docs/workspace.md): pass the same
+# workspace= to the calls of a loop (forward and backward alike). One per rank, one call at a time.
+Workspace = _kattn.Workspace
 
 
 def _require_mpi():

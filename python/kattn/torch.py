@@ -60,7 +60,7 @@ class _Attention(torch.autograd.Function):
 
 
 def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout="bhnd", deterministic=False,
-              block_q=0, block_k=0):
+              block_q=0, block_k=0, workspace=None):
     """o = softmax(scale * q k^T + mask) v with gradients for q, k and v.
 
     q [B, Hq, Nq, D], k, v [B, Hkv, Nk, D] (layout "bhnd"; "bnhd": [B, N, H, D]); Hq a multiple of
@@ -68,7 +68,8 @@ def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, la
     (left, right) keys each side (-1: unbounded); scale None: 1/sqrt(D). CPU tensors whose last axis
     is contiguous, of one dtype: float32, float64, float16 or bfloat16 (o and the gradients in
     it); float32 q over a float16 or bfloat16 k, v without gradients. deterministic: a bitwise
-    reproducible backward for every thread count.
+    reproducible backward for every thread count. workspace: a kattn.Workspace the forward and the
+    backward take their scratch buffers from (a training loop passes the same one to every step).
     """
     _require_tensors(q, k, v)
     if q.dtype == torch.float32 and k.dtype in (torch.float16, torch.bfloat16) and torch.is_grad_enabled():
@@ -77,7 +78,8 @@ def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, la
                 raise _kattn.Error(f"{name}: requires grad, but q is torch.float32 over a {k.dtype} k, v, and "
                                    f"kattn's backward takes q, k, v of one dtype; detach them (forward only) or "
                                    f"give them one dtype")
-    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale, block_q=block_q, block_k=block_k)
+    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale, block_q=block_q, block_k=block_k,
+                workspace=workspace)
     return _Attention.apply(q, k, v, layout, opts, deterministic)
 
 
@@ -125,7 +127,7 @@ def ring_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, sca
     kattn.dist.positions(N, comm, ...) of the sequence axis; float32, float64, float16 or bfloat16
     CPU tensors. Options as for kattn.dist.ring_attention. The backward is collective like the
     forward: every rank of `comm` must run it (each rank's loss may be anything of its o).
-    workspace: a kattn.dist.Workspace the forward and the backward take their buffers from.
+    workspace: a kattn.Workspace the forward and the backward take their buffers from.
     """
     return _dist("ring_attention", comm, q, k, v, causal=causal, window=window, softcap=softcap, scale=scale,
                  layout=layout, sharding=sharding, deterministic=deterministic, chunk=chunk, workspace=workspace)

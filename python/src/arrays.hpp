@@ -7,7 +7,6 @@
 #include <pybind11/pybind11.h>
 
 #include <Kokkos_Core.hpp>
-
 #include <array>
 #include <cstdint>
 #include <string>
@@ -17,6 +16,7 @@
 #include "kattn/errors.hpp"
 #include "kattn/options.hpp"
 #include "kattn/shapes.hpp"
+#include "workspace.hpp"
 
 namespace kattn_python {
 
@@ -124,7 +124,7 @@ inline IndexArray index_array(const py::object& obj, const char* name) {
 }
 
 // kattn::Options from the Python layer's keyword arguments (a dict: causal, window, softcap,
-// scale, splits, split_chunk, block_q, block_k), validated.
+// scale, splits, split_chunk, block_q, block_k, workspace), validated.
 inline kattn::Options options_of(const py::dict& kw) {
   kattn::Options o;
   for (const auto& item : kw) {
@@ -158,6 +158,8 @@ inline kattn::Options options_of(const py::dict& kw) {
       o.block_q = as(int{}, "an integer");
     } else if (key == "block_k") {
       o.block_k = as(int{}, "an integer");
+    } else if (key == "workspace") {
+      o.workspace = workspace_of(value);
     } else {
       throw kattn::Error(key + ": not an option of kattn's attention");
     }

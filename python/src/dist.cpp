@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -25,7 +24,7 @@
 #include "kattn/dist/ring_backward.hpp"
 #include "kattn/dist/ulysses.hpp"
 #include "kattn/dist/ulysses_backward.hpp"
-#include "kattn/workspace.hpp"
+#include "workspace.hpp"
 
 namespace {
 
@@ -185,41 +184,6 @@ std::vector<std::int64_t> indptr_of(const py::object& obj, const char* name) {
   return std::vector<std::int64_t>(a.view.data(), a.view.data() + a.view.extent(0));
 }
 
-// kattn.dist.Workspace: a kattn::Workspace that Kokkos::finalize (at the interpreter's exit, or
-// kattn.finalize) empties first, so that no buffer outlives Kokkos whenever Python frees the object.
-class PyWorkspace {
- public:
-  PyWorkspace() {
-    static const bool hooked = [] {
-      Kokkos::push_finalize_hook([] {
-        for (PyWorkspace* w : live()) w->ws.release();
-      });
-      return true;
-    }();
-    (void)hooked;
-    live().insert(this);
-  }
-  ~PyWorkspace() { live().erase(this); }
-  PyWorkspace(const PyWorkspace&) = delete;
-  PyWorkspace& operator=(const PyWorkspace&) = delete;
-  kattn::Workspace ws;
-
- private:
-  static std::set<PyWorkspace*>& live() {
-    static std::set<PyWorkspace*> s;
-    return s;
-  }
-};
-
-// The workspace argument: None, or a kattn.dist.Workspace.
-kattn::Workspace* workspace_of(const py::object& workspace) {
-  if (workspace.is_none()) return nullptr;
-  if (!py::isinstance<PyWorkspace>(workspace))
-    throw kattn::Error("workspace: expected a kattn.dist.Workspace or None, got " +
-                       std::string(py::str(workspace.get_type().attr("__name__"))));
-  return &workspace.cast<PyWorkspace&>().ws;
-}
-
 // What a distributed binding reads before its call, inside collective_check so that whatever one
 // rank refuses every rank refuses with the same message (no rank left waiting): what the Python
 // layer refused, the options, the sharding, and the storage of q, which `same` (q first, then
@@ -291,16 +255,6 @@ py::tuple with_agreed_dtype(MPI_Comm checks, Dtype dtype, F&& f) {
 }  // namespace
 
 void bind_dist(py::module_& m) {
-  py::class_<PyWorkspace>(m, "Workspace",
-                          "Buffers kept between distributed calls: pass the same one as workspace= to the calls of "
-                          "a loop (forward and backward alike); one per rank, one call at a time")
-      .def(py::init<>())
-      .def_property_readonly(
-          "bytes", [](const PyWorkspace& w) { return w.ws.bytes(); }, "bytes held")
-      .def_property_readonly(
-          "allocations", [](const PyWorkspace& w) { return w.ws.allocations(); }, "buffers allocated so far")
-      .def(
-          "release", [](PyWorkspace& w) { w.ws.release(); }, "frees every buffer no call holds");
   // call: "ring", "ulysses" or "hybrid" (the package's names); ulysses_size: hybrid's U (0: all
   // ranks). refused: what the Python layer refused on this rank ("" for nothing); the arrays are
   // then None.

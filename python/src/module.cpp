@@ -221,6 +221,7 @@ PYBIND11_MODULE(_kattn, m) {
   // kattn.Error: a ValueError carrying kattn's message (it names the argument).
   py::register_exception<kattn::Error>(m, "Error", PyExc_ValueError);
   register_bfloat16(m);
+  bind_workspace(m);
 
   m.def("version", [] { return kattn::build_info().version; });
   m.def("build_info", [] {

@@ -126,5 +126,5 @@ def test_a_workspace_serves_a_loop_of_calls_with_the_same_results(name):
     assert allocated > 0 and ws.allocations == allocated and ws.bytes == held > 0
     ws.release()
     assert ws.bytes == 0
-    with pytest.raises(kattn.Error, match="workspace: expected a kattn.dist.Workspace or None, got dict"):
+    with pytest.raises(kattn.Error, match="workspace: expected a kattn.Workspace or None, got dict"):
         fwd(*args, workspace={})
