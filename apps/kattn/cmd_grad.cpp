@@ -39,7 +39,7 @@ const char* kGradUsage =
     "                  [--causal] [--window LEFT,RIGHT] [--softcap C] [--scale S] [--dtype f32|f64|bf16|f16]\n"
     "                  [--dq DQ.npy] [--dk DK.npy] [--dv DV.npy] [--deterministic]\n"
     "                  [--dq-strategy auto|key-chunks|query-pass|atomic] [--dq-chunks N]\n"
-    "                  [--check] [--check-rows N] [--repeat N] [--json]\n"
+    "                  [--check] [--check-rows N] [--repeat N [--no-workspace]] [--json]\n"
     "                  [--block-mask MASK.npy --mask-block B | --pattern P [--mask-block B]]  (block-sparse)\n"
     "  ragged batch:  as for kattn run (--random-ragged HQ,HKV,D --q-lens .. --kv-lens .., or --q/--k/--v\n"
     "                 [total, H, D] with --q-indptr and --kv-indptr, and --do [total_q, Hq, D])\n"
@@ -54,7 +54,8 @@ const char* kGradUsage =
     "textbook's two [B, Hq, Nq, Nk] arrays fit in 1 GiB, else (or with --check-rows N) N query rows of dq and N key\n"
     "rows of dk and dv (default 64: the first and last, every masked edge, the rest at random), each\n"
     "exact in float64; a key row needs a float64 pass over the queries that see it.\n"
-    "--repeat N: one warm-up backward call, then N timed ones (median, min, max).\n";
+    "--repeat N: one warm-up backward call, then N timed ones (median, min, max), sharing one\n"
+    "kattn::Workspace (--no-workspace: each allocates its own scratch).\n";
 
 struct Gradients {
   std::vector<double> dq, dk, dv;
@@ -150,6 +151,7 @@ Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_va
   poison(dk);
   poison(dv);
   space.fence();
+  const RepeatWorkspace kept(timing, masked);
   time_calls(
       out.timing,
       [&] {

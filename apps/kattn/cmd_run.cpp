@@ -35,7 +35,7 @@ const char* kRunUsage =
     "                 [--algo naive|flash|splitkv] [--splits N] [--split-chunk N] [--block-q N] [--block-k N]\n"
     "                 [--causal] [--window LEFT,RIGHT] [--softcap C] [--scale S] [--layout bnhd|bhnd]\n"
     "                 [--dtype f32|f64|bf16|f16] [--out O.npy] [--lse LSE.npy] [--save-inputs DIR]\n"
-    "                 [--check] [--check-rows N] [--repeat N] [--json] [--quiet] [--progress]\n"
+    "                 [--check] [--check-rows N] [--repeat N [--no-workspace]] [--json] [--quiet] [--progress]\n"
     "  --layout        dense q, k, v, o files as bnhd [B, N, H, D] (the default) or bhnd [B, H, N, D]\n"
     "                  (PyTorch's); lse is [B, H, N] in both\n"
     "  --check         compare with the float64 textbook algorithm on the same rounded inputs: every row\n"
@@ -55,12 +55,14 @@ const char* kRunUsage =
     "                           for bits, save float32 and pass --dtype bf16: rounded to nearest even on load)\n"
     "                  PyTorch: t = torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)\n"
     "                           bits = t.view(torch.int16).numpy().view(np.uint16)\n"
-    "  --repeat N      one warm-up call, then N timed calls: the median, with min and max\n"
+    "  --repeat N      one warm-up call, then N timed calls: the median, with min and max; the\n"
+    "                  calls share one kattn::Workspace (--no-workspace: each allocates its own)\n"
     "  --json          standard output holds one JSON document; all other text goes to standard error\n"
     "  --quiet         no progress line, no notices;  --progress: a progress line even when standard\n"
     "                  error is not a terminal (by default it shows on a terminal past 2 s)\n"
     "  output paths (--out, --lse, --save-inputs DIR, created if missing) are checked before any work\n"
-    "  ragged batch:  --q Q.npy [total_q,Hq,D] --k K.npy --v V.npy [total_kv,Hkv,D] --q-indptr QI.npy --kv-indptr KI.npy\n"
+    "  ragged batch:  --q Q.npy [total_q,Hq,D] --k K.npy --v V.npy [total_kv,Hkv,D] --q-indptr QI.npy --kv-indptr "
+    "KI.npy\n"
     "  paged cache:   --k K.npy --v V.npy [pages,page_size,Hkv,D] --kv-page-indptr P.npy --kv-page-indices I.npy\n"
     "                 --kv-last-page-len L.npy, with --q [total_q,Hq,D] --q-indptr QI.npy (or --q [B,Nq,Hq,D])\n"
     "  random:        --random-ragged HQ,HKV,D --q-lens L,.. --kv-lens L,.. [--page-size P [--shuffle-pages]]\n"
@@ -136,6 +138,7 @@ void timed_with_progress(const RunFlags& f, double flops, Options& opt, Outputs&
     opt.progress = line->callback();
   }
   out.timing = f.timing;
+  const RepeatWorkspace kept(f.timing, opt);
   time_calls(out.timing, call, [&] {
     if (line) line->restart();
   });

@@ -54,10 +54,12 @@ Grads run(const BatchInputs& in, const std::vector<double>& dout_values, const O
   poison(dq), poison(dk), poison(dv);
   space.fence();
   g.timing = timing;
+  Options bwd = opt;
+  const RepeatWorkspace kept(timing, bwd);
   time_calls(
       g.timing,
       [&] {
-        g.info = attention_backward(space, q, kv::ragged(k, v, layout), o, lse, dout, dq, dk, dv, opt, bopt);
+        g.info = attention_backward(space, q, kv::ragged(k, v, layout), o, lse, dout, dq, dk, dv, bwd, bopt);
         space.fence();
       },
       [] {});

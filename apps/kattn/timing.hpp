@@ -1,4 +1,5 @@
-// --repeat N: one warm-up call, then N timed calls; their median and spread.
+// --repeat N: one warm-up call, then N timed calls; their median and spread. The calls share one
+// kattn::Workspace, as a loop of calls would (--no-workspace: each allocates its own scratch).
 #pragma once
 
 #include <algorithm>
@@ -7,12 +8,15 @@
 #include <vector>
 
 #include "args.hpp"
+#include "kattn/options.hpp"
+#include "kattn/workspace.hpp"
 
 namespace kattn {
 namespace cli {
 
 struct Timing {
   int repeat = 0;               // 0: one call, no warm-up
+  bool workspace = true;        // repeated calls share a kattn::Workspace
   std::vector<double> seconds;  // of each timed call
 
   double median() const {
@@ -32,8 +36,25 @@ struct Timing {
 inline Timing read_timing(Args& args) {
   Timing t;
   t.repeat = static_cast<int>(args.integer("--repeat", 1, 100000).value_or(0));
+  t.workspace = !args.flag("--no-workspace");
   return t;
 }
+
+// The workspace repeated calls share: opt takes it while this lives (when `t` repeats, unless
+// --no-workspace), so the warm-up call allocates the scratch the timed calls reuse.
+class RepeatWorkspace {
+ public:
+  RepeatWorkspace(const Timing& t, Options& opt) : opt_(opt) {
+    if (t.repeat > 0 && t.workspace) opt_.workspace = &ws_;
+  }
+  ~RepeatWorkspace() { opt_.workspace = nullptr; }
+  RepeatWorkspace(const RepeatWorkspace&) = delete;
+  RepeatWorkspace& operator=(const RepeatWorkspace&) = delete;
+
+ private:
+  Workspace ws_;
+  Options& opt_;
+};
 
 // Runs `call` (which fences) as `t` says, recording the timed calls; `before` runs before each.
 template <class Call, class Before>
