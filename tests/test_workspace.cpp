@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -14,47 +13,20 @@
 #include "backward_support.hpp"
 #include "kattn/attention.hpp"
 #include "kattn/detail/head_major_kv.hpp"
-#include "kattn/workspace.hpp"
 #include "ragged_support.hpp"
 #include "storage16_support.hpp"
 #include "support.hpp"
+#include "workspace_support.hpp"
 
 namespace kattn {
 namespace test {
 namespace {
-
-// One call on problem `which` (0 or 1: the same shapes, other values) taking its buffers from ws
-// (or none): the bytes of its outputs, after a fence.
-using Run = std::function<std::string(Workspace* ws, int which)>;
 
 template <class V>
 std::string bytes_of(const V& v) {
   Kokkos::fence();
   const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
   return std::string(reinterpret_cast<const char*>(h.data()), h.span() * sizeof(typename V::value_type));
-}
-
-Options using_workspace(Options opt, Workspace* ws) {
-  opt.workspace = ws;
-  return opt;
-}
-
-// Problem 0 without a workspace, then with one: problem 0, problem 1, problem 0 again.
-void expect_reused(const std::string& what, const Run& run) {
-  SCOPED_TRACE(what);
-  const std::string fresh = run(nullptr, 0);
-  Workspace ws;
-  const std::string first = run(&ws, 0);
-  run(&ws, 1);
-  const std::int64_t allocated = ws.allocations();
-  const std::uint64_t held = ws.bytes();
-  const std::string again = run(&ws, 0);
-  EXPECT_TRUE(first == fresh) << "the first call with a workspace differs from one without";
-  EXPECT_TRUE(again == fresh) << "a repeated call with a workspace differs from one without";
-  EXPECT_GT(allocated, 0) << "the call took nothing from the workspace";
-  EXPECT_EQ(ws.allocations(), allocated) << "the repeated call allocated";
-  EXPECT_EQ(ws.bytes(), held);
-  EXPECT_EQ(ws.idle_bytes(), ws.bytes()) << "a buffer is still held";
 }
 
 template <class T>

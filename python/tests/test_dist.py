@@ -10,6 +10,7 @@ import pytest
 MPI = pytest.importorskip("mpi4py.MPI", reason="mpi4py is not installed (Debian: python3-mpi4py)")
 import kattn  # noqa: E402
 import kattn.dist  # noqa: E402
+from workspace_check import expect_reused  # noqa: E402
 
 if not hasattr(kattn._kattn, "dense_attention"):
     pytest.skip("kattn was built without its MPI layer (-DKATTN_ENABLE_MPI=ON)", allow_module_level=True)
@@ -116,15 +117,7 @@ def test_a_workspace_serves_a_loop_of_calls_with_the_same_results(name):
         o, lse = fwd(*args, causal=True, return_lse=True, **size, **kw)
         return (o, lse) + bwd(*args, o, lse, dout[:, pos], causal=True, **size, **kw)
 
-    fresh = step()
-    ws = kattn.dist.Workspace()
-    first = step(workspace=ws)
-    allocated, held = ws.allocations, ws.bytes
-    again = step(workspace=ws)
-    for a, b, c in zip(fresh, first, again):
-        assert np.array_equal(a, b) and np.array_equal(a, c)
-    assert allocated > 0 and ws.allocations == allocated and ws.bytes == held > 0
-    ws.release()
-    assert ws.bytes == 0
+    expect_reused(step)
+    assert kattn.dist.Workspace is kattn.Workspace
     with pytest.raises(kattn.Error, match="workspace: expected a kattn.Workspace or None, got dict"):
         fwd(*args, workspace={})

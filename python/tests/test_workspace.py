@@ -5,21 +5,7 @@ import numpy as np
 import pytest
 
 import kattn
-
-
-def reused(step):
-    """step(**kw) without a workspace, then twice with one: the same results each time, and no
-    allocation in the second call."""
-    fresh = step()
-    ws = kattn.Workspace()
-    first = step(workspace=ws)
-    allocated, held = ws.allocations, ws.bytes
-    again = step(workspace=ws)
-    for a, b, c in zip(fresh, first, again):
-        assert np.array_equal(a, b) and np.array_equal(a, c)
-    assert allocated > 0 and ws.allocations == allocated and ws.bytes == held > 0
-    ws.release()
-    assert ws.bytes == 0
+from workspace_check import expect_reused
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
@@ -33,7 +19,7 @@ def test_a_training_step_takes_its_buffers_from_the_workspace(dtype):
         o, lse = kattn.attention(q, k, v, causal=True, splits=3, return_lse=True, **kw)
         return (o, lse) + kattn.attention_backward(q, k, v, o, lse, dout, causal=True, **kw)
 
-    reused(step)
+    expect_reused(step)
 
 
 def test_ragged_decode_and_cascade_take_their_buffers_from_the_workspace():
@@ -48,7 +34,7 @@ def test_ragged_decode_and_cascade_take_their_buffers_from_the_workspace():
         c = kattn.cascade_attention(q, kp, vp, q_indptr, kv=(k, v), kv_indptr=kv_indptr, causal=True, **kw)
         return o, lse, c
 
-    reused(step)
+    expect_reused(step)
 
 
 def test_a_workspace_of_another_type_is_refused():
@@ -71,4 +57,4 @@ def test_torch_attention_shares_a_workspace_between_forward_and_backward():
         o.square().sum().backward()
         return tuple(t.detach().numpy().copy() for t in (o, q.grad, k.grad, v.grad))
 
-    reused(step)
+    expect_reused(step)

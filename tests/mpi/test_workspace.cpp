@@ -7,7 +7,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,22 +20,12 @@
 #include "kattn/dist/ring_backward.hpp"
 #include "kattn/dist/ulysses.hpp"
 #include "kattn/dist/ulysses_backward.hpp"
-#include "kattn/workspace.hpp"
 #include "storage16_support.hpp"
+#include "workspace_support.hpp"
 
 namespace kattn {
 namespace test {
 namespace {
-
-// One distributed call on problem `which` (0 or 1: the same shapes, other values) taking its
-// buffers from ws (or none): the bytes of its outputs.
-using Run = std::function<std::string(Workspace* ws, int which)>;
-
-// opt taking its buffers from ws.
-Options using_workspace(Options opt, Workspace* ws) {
-  opt.workspace = ws;
-  return opt;
-}
 
 enum class Kind { ring, ulysses, hybrid };
 
@@ -91,34 +80,6 @@ std::string decode_bytes(const Problem<T>& g, const Options& opt, const DistOpti
   View3<T> lse("lse", g.shape.B, g.shape.Hq, g.shape.Nq);
   dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), g.q, kv::dense(k, v), o, lse, opt, d);
   return bytes_of(o) + bytes_of(lse);
-}
-
-// run without a workspace, then twice with one: the same bits each time, and the second call with
-// the workspace allocates nothing.
-// run on problem 0 without a workspace, then with one: problem 0, problem 1 (which leaves its own
-// values in the buffers), problem 0 again. Problem 0 gives the same bits each time, and its
-// repeated call allocates nothing. The deterministic ring backward's tour (hybrid's rings too)
-// holds each package it receives until its messages are sent on, so how many are alive at once
-// (and so allocated) depends on message timing: `timed`.
-void expect_reused(const std::string& what, const Run& run, bool timed = false) {
-  SCOPED_TRACE(what);
-  const std::string fresh = run(nullptr, 0);
-  Workspace ws;
-  const std::string first = run(&ws, 0);
-  run(&ws, 1);
-  const std::int64_t allocated = ws.allocations();
-  const std::uint64_t held = ws.bytes();
-  const std::string again = run(&ws, 0);
-  EXPECT_TRUE(first == fresh) << "the first call with a workspace differs from one without";
-  EXPECT_TRUE(again == fresh) << "a repeated call with a workspace differs from one without";
-  EXPECT_GT(allocated, 0) << "the call took nothing from the workspace";
-  if (!timed) {
-    EXPECT_EQ(ws.allocations(), allocated) << "the repeated call allocated";
-    EXPECT_EQ(ws.bytes(), held);
-  }
-  EXPECT_EQ(ws.idle_bytes(), ws.bytes()) << "a buffer is still held";
-  ws.release();
-  EXPECT_EQ(ws.bytes(), 0u);
 }
 
 std::vector<DistOptions> modes() {

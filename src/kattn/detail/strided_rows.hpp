@@ -19,6 +19,15 @@ struct Strided {
   KOKKOS_INLINE_FUNCTION T* at(int b, std::int64_t j, int h) const { return base + b * sb + j * sj + h * sh; }
 };
 
+// f(b, j, h) for every head h of the row (b, j) that a team of a [batch x n] league stands for,
+// the heads over the team's threads.
+template <class Member, class F>
+KOKKOS_INLINE_FUNCTION void for_each_head_of_row(const Member& member, std::int64_t n, int heads, const F& f) {
+  const int b = member.league_rank() / static_cast<int>(n);
+  const std::int64_t j = member.league_rank() % n;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, heads), [&](const int h) { f(b, j, h); });
+}
+
 // dst(b, j, h, :) = src(b, j0 + j, h, :) for j in [0, n), widened or rounded once (to nearest even)
 // when the types differ: 16-bit storage to float and back around a float computation.
 template <class ExecSpace, class From, class To>
@@ -29,9 +38,7 @@ struct CopyRows {
   std::int64_t j0 = 0, n = 0;
   int heads = 0, dim = 0;
   KOKKOS_INLINE_FUNCTION void operator()(const Member& member) const {
-    const int b = member.league_rank() / static_cast<int>(n);
-    const std::int64_t j = member.league_rank() % n;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, heads), [&](const int h) {
+    for_each_head_of_row(member, n, heads, [&](const int b, const std::int64_t j, const int h) {
       const From* s = src.at(b, j0 + j, h);
       To* d = dst.at(b, j, h);
       if constexpr (std::is_same_v<From, To>)

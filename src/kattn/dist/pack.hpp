@@ -11,6 +11,7 @@ namespace kattn {
 namespace dist {
 namespace detail {
 
+using ::kattn::detail::for_each_head_of_row;
 using ::kattn::detail::Strided;
 
 template <class ExecSpace, class From, class To>
@@ -36,9 +37,7 @@ struct AddRows {
   int heads = 0, dim = 0;
   bool zero = false;
   KOKKOS_INLINE_FUNCTION void operator()(const Member& member) const {
-    const int b = member.league_rank() / static_cast<int>(n);
-    const std::int64_t j = member.league_rank() % n;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, heads), [&](const int h) {
+    for_each_head_of_row(member, n, heads, [&](const int b, const std::int64_t j, const int h) {
       T* d = dst.at(b, j0 + j, h);
       if (zero) {
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, dim), [&](const int x) { d[x] = T(0); });
