@@ -12,6 +12,7 @@
 
 #include "backward_support.hpp"
 #include "kattn/attention.hpp"
+#include "kattn/block_patterns.hpp"
 #include "kattn/detail/head_major_kv.hpp"
 #include "ragged_support.hpp"
 #include "storage16_support.hpp"
@@ -79,6 +80,15 @@ TEST(Workspace, BackwardTakesItsRowSumsAndDqPartialsFromIt) {
   BackwardOptions query_pass;
   query_pass.dq = DqStrategy::query_pass;
   backward_reuses<float>({1, 64, 200, 2, 2, 8}, causal, query_pass, "float, query pass");
+}
+
+TEST(Workspace, BlockSparseForwardAndBackwardTakeTheMaskCopyFromIt) {
+  const Shape s{1, 100, 130, 4, 2, 16};
+  const BlockMask mask = make_block_mask(parse_block_pattern("local:2,global:1"), 16, s.Nq, s.Nk);
+  Options opt;
+  opt.block_mask = &mask;
+  forward_reuses<float>(s, opt, "float, block mask");
+  backward_reuses<double>(s, opt, BackwardOptions{}, "double, block mask");
 }
 
 TEST(Workspace, SixteenBitBackwardTakesItsFloatCopiesFromIt) {

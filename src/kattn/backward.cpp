@@ -181,7 +181,7 @@ BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, c
                                                          f.q_len, f.kv_len, f.q_total, opt, bopt);
   const Options topt = aligned_options(opt, mask.block(), f.group_size(), f.q_len, f.kv_len, dense.geo.block_q,
                                        dense.geo.block_k);
-  const DeviceMask<ExecSpace> dm(mask);
+  const DeviceMask<ExecSpace> dm(mask, opt.workspace);
   return backward_kernels(space, p, topt, bopt, dm.bs);  // fenced: the mask copy outlives the kernels
 }
 

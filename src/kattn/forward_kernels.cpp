@@ -34,7 +34,7 @@ SplitPlan block_sparse_attention(const ExecSpace& space, const AttentionParams<Q
   const bool row_tiles = row_tile_rows<ExecSpace, T>(p.q_len * G, opt) > 0;  // decode shapes keep them
   const int cap_q = row_tiles ? static_cast<int>(p.q_len * G) : dense.block_q;
   const Options topt = aligned_options(opt, mask.block(), G, p.q_len, p.kv_len, cap_q, dense.block_k);
-  const DeviceMask<ExecSpace> dm(mask);
+  const DeviceMask<ExecSpace> dm(mask, opt.workspace);
   SplitPlan plan = plan_splits(space, p, topt);
   with_tiled_kernel(space, p, topt, [&](auto& kern) {
     kern.bs = dm.bs;

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
-
 #include <algorithm>
 #include <cstdint>
 #include <utility>
@@ -12,6 +11,7 @@
 #include "kattn/block_mask.hpp"
 #include "kattn/detail/block_sparse.hpp"
 #include "kattn/options.hpp"
+#include "kattn/workspace.hpp"
 
 namespace kattn {
 namespace detail {
@@ -43,19 +43,19 @@ inline Options aligned_options(const Options& opt, std::int64_t B, int G, std::i
   return o;
 }
 
-// The mask's BSR arrays copied to the execution space's memory, and the kernels' view of them.
-// The caller fences before it goes out of scope.
+// The mask's BSR arrays copied to the execution space's memory (into buffers of ws when set), and
+// the kernels' view of them. The caller fences before it goes out of scope.
 template <class ExecSpace>
 struct DeviceMask {
   Kokkos::View<std::int64_t*, typename ExecSpace::memory_space> indptr, indices;
   BlockSparse bs;
 
-  explicit DeviceMask(const BlockMask& mask) {
+  DeviceMask(const BlockMask& mask, Workspace* ws) {
     using Host = Kokkos::View<const std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
-    indptr = decltype(indptr)(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kattn::block_sparse::indptr"),
-                              mask.indptr().size());
-    indices = decltype(indices)(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kattn::block_sparse::indices"),
-                                std::max<std::size_t>(mask.indices().size(), 1));
+    using Mem = typename ExecSpace::memory_space;
+    indptr = take_buffer<std::int64_t, Mem>(ws, "kattn::block_sparse::indptr", mask.indptr().size());
+    indices = take_buffer<std::int64_t, Mem>(ws, "kattn::block_sparse::indices",
+                                             std::max<std::size_t>(mask.indices().size(), 1));
     Kokkos::deep_copy(indptr, Host(mask.indptr().data(), mask.indptr().size()));
     if (!mask.indices().empty())
       Kokkos::deep_copy(Kokkos::subview(indices, std::make_pair(std::size_t(0), mask.indices().size())),
