@@ -59,7 +59,11 @@ inline void bind_workspace(py::module_& m) {
       .def_property_readonly(
           "allocations", [](const PyWorkspace& w) { return w.ws.allocations(); }, "buffers allocated so far")
       .def(
-          "release", [](PyWorkspace& w) { w.ws.release(); }, "frees every buffer no call holds");
+          "release", [](PyWorkspace& w) { w.ws.release(); }, "frees every buffer no call holds")
+      .def("__repr__", [](const PyWorkspace& w) {
+        return "kattn.Workspace(bytes=" + std::to_string(w.ws.bytes()) +
+               ", allocations=" + std::to_string(w.ws.allocations()) + ")";
+      });
 }
 
 }  // namespace kattn_python

@@ -37,6 +37,14 @@ def test_ragged_decode_and_cascade_take_their_buffers_from_the_workspace():
     expect_reused(step)
 
 
+def test_a_workspace_says_what_it_holds():
+    ws = kattn.Workspace()
+    assert repr(ws) == "kattn.Workspace(bytes=0, allocations=0)"
+    q = np.zeros((1, 8, 2, 8), np.float32)
+    kattn.attention_backward(q, q, q, q, np.zeros((1, 2, 8), np.float32), q, workspace=ws)
+    assert repr(ws) == f"kattn.Workspace(bytes={ws.bytes}, allocations={ws.allocations})" and ws.bytes > 0
+
+
 def test_a_workspace_of_another_type_is_refused():
     q = np.zeros((1, 4, 1, 8), np.float32)
     with pytest.raises(kattn.Error, match="workspace: expected a kattn.Workspace or None, got dict"):
