@@ -57,14 +57,12 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
     const std::uint64_t values =
         saturating_add(saturating_mul(2, row_values),
                        partials ? saturating_mul(saturating_mul(plan.chunks - 1, row_values), plan.geo.kp_dims) : 0);
-    check_freeing_idle<Mem>(held, [&] {
-      require_memory<Mem>(
-          saturating_mul(values, sizeof(T)), "kattn::backward: the workspace (D, lse and dQ partials)",
-          concat(f.q_total, " query rows x ", f.heads_q, " heads x (2",
-                 partials ? concat(" + ", plan.chunks - 1, " chunks x ", plan.geo.kp_dims, " dims") : std::string(),
-                 ") values of ", sizeof(T), " bytes"),
-          "use the query-pass or atomic dQ strategy (no dQ partials) or fewer sequences");
-    });
+    require_memory<Mem>(
+        held, saturating_mul(values, sizeof(T)), "kattn::backward: the workspace (D, lse and dQ partials)",
+        concat(f.q_total, " query rows x ", f.heads_q, " heads x (2",
+               partials ? concat(" + ", plan.chunks - 1, " chunks x ", plan.geo.kp_dims, " dims") : std::string(),
+               ") values of ", sizeof(T), " bytes"),
+        "use the query-pass or atomic dQ strategy (no dQ partials) or fewer sequences");
   }
   const Array lse2 = take_buffer<T, Mem>(held, space, "kattn::backward::lse2", rows);
   const Array di = take_buffer<T, Mem>(held, space, "kattn::backward::D", rows);

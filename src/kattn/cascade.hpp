@@ -19,7 +19,6 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
-#include <vector>
 
 #include "kattn/core/storage.hpp"
 #include "kattn/detail/attention_impl.hpp"
@@ -98,10 +97,11 @@ params_of<QView, KView, VView, OView, LseView> prefix_params(const QView& q, con
 // The cascade's workspaces: the prefix pass's o and lse, the suffix pass's lse when the caller
 // wants none and, in 16-bit storage, the widened q and the suffix pass's float o.
 template <class MemorySpace>
-void require_cascade_workspace(std::int64_t N, std::int64_t Hq, std::int64_t D, std::size_t acc_bytes, bool widened) {
+void require_cascade_workspace(Workspace* ws, std::int64_t N, std::int64_t Hq, std::int64_t D, std::size_t acc_bytes,
+                               bool widened) {
   const std::uint64_t row = saturating_mul(saturating_mul(std::uint64_t(N), std::uint64_t(Hq)), acc_bytes);
   const std::uint64_t rows = saturating_mul(row, saturating_add(saturating_mul(std::uint64_t(D), widened ? 3 : 1), 2));
-  require_memory<MemorySpace>(rows, "kattn::cascade: the partial results of the prefix and suffix passes",
+  require_memory<MemorySpace>(ws, rows, "kattn::cascade: the partial results of the prefix and suffix passes",
                               concat(N, " queries x ", Hq, " heads x (", widened ? "3 x " : "", D, " + 2) values"),
                               "run the cascade over fewer requests at a time");
 }
@@ -125,11 +125,10 @@ void cascade_impl(const ExecSpace& space, const QView& q, const KPView& k_prefix
   run_suffix.check(q, o, lse);
   check_prefix(q, k_prefix, v_prefix);
   const std::int64_t N = q.extent(0), Hq = q.extent(1), D = q.extent(2);
-  check_freeing_idle<Mem>(opt.workspace, [&] { require_cascade_workspace<Mem>(N, Hq, D, sizeof(Acc), widened); });
-  std::vector<Kokkos::View<Acc*, Mem>> held;  // the buffers of the views below (from opt.workspace when set)
+  require_cascade_workspace<Mem>(opt.workspace, N, Hq, D, sizeof(Acc), widened);
+  HeldBuffers<Acc, Mem> held;  // the buffers of the views below (from opt.workspace when set)
   const auto buffer = [&](const char* label, std::int64_t values) {
-    held.push_back(take_buffer<Acc, Mem>(opt.workspace, space, label, std::size_t(values)));
-    return held.back().data();
+    return held.take(opt.workspace, space, label, std::size_t(values));
   };
   const Rows o_prefix(buffer("kattn::cascade::o_prefix", N * Hq * D), N, Hq, D);
   const RowLse lse_prefix(buffer("kattn::cascade::lse_prefix", N * Hq), N, Hq);

@@ -20,7 +20,6 @@
 #include <Kokkos_Core.hpp>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -28,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "kattn/detail/memory_check.hpp"
 #include "kattn/errors.hpp"
 
 namespace kattn {
@@ -147,6 +147,22 @@ Kokkos::View<T*, MemorySpace> take_buffer(Workspace* ws, const std::string& labe
   return Kokkos::View<T*, MemorySpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n);
 }
 
+// Buffers a call takes (from ws when set, else allocated) to view through raw pointers (views of
+// other ranks and layouts): they stay the call's while this object lives, which the views must
+// not outlive.
+template <class T, class MemorySpace>
+class HeldBuffers {
+ public:
+  template <class ExecSpace>
+  T* take(Workspace* ws, const ExecSpace& space, const std::string& label, std::size_t n) {
+    held_.push_back(take_buffer<T, MemorySpace>(ws, space, label, n));
+    return held_.back().data();
+  }
+
+ private:
+  std::vector<Kokkos::View<T*, MemorySpace>> held_;
+};
+
 // n values of T in MemorySpace, zero: as take_buffer, then filled with zeros on `space`.
 template <class T, class MemorySpace, class ExecSpace>
 Kokkos::View<T*, MemorySpace> take_zeroed(Workspace* ws, const ExecSpace& space, const std::string& label,
@@ -156,16 +172,17 @@ Kokkos::View<T*, MemorySpace> take_zeroed(Workspace* ws, const ExecSpace& space,
   return v;
 }
 
-// check(), a memory check that throws kattn::Error when a call's buffers do not fit; when it
-// refuses while ws holds idle buffers in MemorySpace, it frees them and checks again.
+// require_memory (memory_check.hpp) for buffers a call takes from ws: when the check refuses
+// while ws holds idle buffers in MemorySpace, it frees them and checks again.
 template <class MemorySpace>
-void check_freeing_idle(Workspace* ws, const std::function<void()>& check) {
+void require_memory(Workspace* ws, std::uint64_t bytes, const std::string& what, const std::string& shape,
+                    const std::string& how) {
   try {
-    check();
+    require_memory<MemorySpace>(bytes, what, shape, how);
   } catch (const Error&) {
     if (!ws || ws->idle_bytes<MemorySpace>() == 0) throw;
     ws->release();
-    check();
+    require_memory<MemorySpace>(bytes, what, shape, how);
   }
 }
 

@@ -80,12 +80,10 @@ void launch_tiles(const ExecSpace& space, const P& p, Kernel& kern, const SplitS
     KATTN_REQUIRE(std::int64_t(p.batch) * p.q_len <= INT32_MAX, "splits: the merge of ", p.batch, " sequences x ",
                   p.q_len, " query positions needs more teams than a league holds (2^31 - 1); use one split");
     const std::uint64_t values = saturating_mul(saturating_mul(split.splits, kern.ws.rows), p.head_dim + 1);
-    check_freeing_idle<Mem>(ws, [&] {
-      require_memory<Mem>(saturating_mul(values, sizeof(T)), name + ": the split-KV workspace",
-                          concat(split.splits, " splits x ", p.q_total, " query rows x ", p.heads_q, " heads x (",
-                                 p.head_dim, " + 1) values of ", sizeof(T), " bytes"),
-                          "use fewer splits (Options::splits, or a larger split_chunk) or a smaller batch");
-    });
+    require_memory<Mem>(ws, saturating_mul(values, sizeof(T)), name + ": the split-KV workspace",
+                        concat(split.splits, " splits x ", p.q_total, " query rows x ", p.heads_q, " heads x (",
+                               p.head_dim, " + 1) values of ", sizeof(T), " bytes"),
+                        "use fewer splits (Options::splits, or a larger split_chunk) or a smaller batch");
     part_o = take_buffer<T, Mem>(ws, space, name + "::partial_o",
                                  static_cast<std::size_t>(split.splits * kern.ws.rows * p.head_dim));
     part_lse =

@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
-#include <vector>
 
 #include "kattn/core/storage.hpp"
 #include "kattn/detail/memory_check.hpp"
@@ -38,9 +37,8 @@ struct FloatCopy<ExecSpace, 4> {
 template <class ExecSpace>
 class Widening {
  public:
-  // owner names the copies' allocations ("<owner>::widened_q"); they come from ws when set, and
-  // are this object's to hand out until it is destroyed: the views out() and in() return must not
-  // outlive it.
+  // owner names the copies' buffers ("<owner>::widened_q"); they come from ws when set, and are
+  // this object's until it is destroyed: the views out() and in() return must not outlive it.
   explicit Widening(const ExecSpace& space, const char* owner = "kattn::backward", Workspace* ws = nullptr)
       : space_(space), owner_(owner), ws_(ws) {}
 
@@ -49,12 +47,10 @@ class Widening {
   void require_fits(const Views&... views) const {
     std::uint64_t values = 0;
     ((values = saturating_add(values, views.size())), ...);
-    check_freeing_idle<Mem>(ws_, [&] {
-      require_memory<Mem>(saturating_mul(values, sizeof(float)),
-                          "kattn::attention_backward: float copies of the 16-bit arrays",
-                          concat(values, " values of 4 bytes (q, k, v, o, dout and the three gradients)"),
-                          "run the backward on float arrays, or on fewer sequences at a time");
-    });
+    require_memory<Mem>(ws_, saturating_mul(values, sizeof(float)),
+                        "kattn::attention_backward: float copies of the 16-bit arrays",
+                        concat(values, " values of 4 bytes (q, k, v, o, dout and the three gradients)"),
+                        "run the backward on float arrays, or on fewer sequences at a time");
   }
 
   // A float copy of v (rank 3 or 4, any layout, any storage type).
@@ -68,19 +64,11 @@ class Widening {
   template <class View>
   auto out(const View& v, const char* label) const {
     using F = typename FloatCopy<ExecSpace, View::rank>::type;
-    const std::string name = std::string(owner_) + "::widened_" + label;
-    if (ws_) {  // an unmanaged view of a workspace buffer this object holds
-      held_.push_back(ws_->take<float, Mem>(name, v.size()));
-      if constexpr (View::rank == 3)
-        return F(held_.back().data(), v.extent(0), v.extent(1), v.extent(2));
-      else
-        return F(held_.back().data(), v.extent(0), v.extent(1), v.extent(2), v.extent(3));
-    }
+    float* data = held_.take(ws_, space_, std::string(owner_) + "::widened_" + label, v.size());
     if constexpr (View::rank == 3)
-      return F(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, name), v.extent(0), v.extent(1), v.extent(2));
+      return F(data, v.extent(0), v.extent(1), v.extent(2));
     else
-      return F(Kokkos::view_alloc(space_, Kokkos::WithoutInitializing, name), v.extent(0), v.extent(1), v.extent(2),
-               v.extent(3));
+      return F(data, v.extent(0), v.extent(1), v.extent(2), v.extent(3));
   }
   // to = from, element by element, widened or narrowed (round to nearest even) to to's type.
   template <class From, class To>
@@ -113,7 +101,7 @@ class Widening {
   ExecSpace space_;
   const char* owner_;
   Workspace* ws_;
-  mutable std::vector<Kokkos::View<float*, Mem>> held_;  // the workspace buffers out() handed out
+  mutable HeldBuffers<float, Mem> held_;  // the buffers of the views out() handed out
 };
 
 // The 16-bit backward: run(q, k, v, o, dout, dq, dk, dv) (the float backward of the caller's kv

@@ -6,10 +6,8 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 
 #include "kattn/detail/memory_check.hpp"
-#include "kattn/errors.hpp"
 #include "kattn/workspace.hpp"
 
 namespace kattn {
@@ -18,15 +16,11 @@ namespace detail {
 
 using kattn::detail::take_buffer;
 
-using kattn::detail::check_freeing_idle;
-
 template <class MemorySpace>
 void require_buffers(Workspace* ws, const char* call, std::uint64_t values, std::uint64_t value_bytes) {
-  check_freeing_idle<MemorySpace>(ws, [&] {
-    kattn::detail::require_memory<MemorySpace>(
-        kattn::detail::saturating_mul(values, value_bytes), kattn::detail::concat(call, ": its buffers"),
-        kattn::detail::concat(values, " values of ", value_bytes, " bytes"), "spread the sequence over more ranks");
-  });
+  kattn::detail::require_memory<MemorySpace>(
+      ws, kattn::detail::saturating_mul(values, value_bytes), kattn::detail::concat(call, ": its buffers"),
+      kattn::detail::concat(values, " values of ", value_bytes, " bytes"), "spread the sequence over more ranks");
 }
 
 // Buffers of two value sizes (a 16-bit call's K/V in 16 bits and its float copies of the rest).
@@ -34,13 +28,11 @@ template <class MemorySpace>
 void require_buffers(Workspace* ws, const char* call, std::uint64_t values, std::uint64_t value_bytes,
                      std::uint64_t other_values, std::uint64_t other_bytes) {
   using kattn::detail::saturating_mul;
-  check_freeing_idle<MemorySpace>(ws, [&] {
-    kattn::detail::require_memory<MemorySpace>(
-        kattn::detail::saturating_add(saturating_mul(values, value_bytes), saturating_mul(other_values, other_bytes)),
-        kattn::detail::concat(call, ": its buffers"),
-        kattn::detail::concat(values, " values of ", value_bytes, " bytes and ", other_values, " of ", other_bytes),
-        "spread the sequence over more ranks");
-  });
+  kattn::detail::require_memory<MemorySpace>(
+      ws, kattn::detail::saturating_add(saturating_mul(values, value_bytes), saturating_mul(other_values, other_bytes)),
+      kattn::detail::concat(call, ": its buffers"),
+      kattn::detail::concat(values, " values of ", value_bytes, " bytes and ", other_values, " of ", other_bytes),
+      "spread the sequence over more ranks");
 }
 
 }  // namespace detail

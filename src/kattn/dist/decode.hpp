@@ -39,12 +39,10 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
 // The float copies of 16-bit q and o: refused, naming them, when they do not fit.
 template <class MemorySpace>
 void require_widened_rows(Workspace* ws, std::uint64_t values) {
-  kattn::detail::check_freeing_idle<MemorySpace>(ws, [&] {
-    kattn::detail::require_memory<MemorySpace>(kattn::detail::saturating_mul(values, sizeof(float)),
-                                               "kattn::dist::decode_attention: float copies of q and o",
-                                               kattn::detail::concat(values, " values of 4 bytes"),
-                                               "decode fewer query rows at a time, or give float queries");
-  });
+  kattn::detail::require_memory<MemorySpace>(ws, kattn::detail::saturating_mul(values, sizeof(float)),
+                                             "kattn::dist::decode_attention: float copies of q and o",
+                                             kattn::detail::concat(values, " values of 4 bytes"),
+                                             "decode fewer query rows at a time, or give float queries");
 }
 
 }  // namespace detail

@@ -39,13 +39,10 @@ namespace detail {
 // The float copies a 16-bit call makes (`values` of them): refused, naming them, when they do not fit.
 template <class MemorySpace>
 void require_float_copies(Workspace* ws, std::uint64_t values, const char* arrays) {
-  kattn::detail::check_freeing_idle<MemorySpace>(ws, [&] {
-    kattn::detail::require_memory<MemorySpace>(
-        kattn::detail::saturating_mul(values, sizeof(float)),
-        kattn::detail::concat("kattn::dist: float copies of the 16-bit ", arrays),
-        kattn::detail::concat(values, " values of 4 bytes"),
-        "give float arrays, or spread the sequence over more ranks");
-  });
+  kattn::detail::require_memory<MemorySpace>(ws, kattn::detail::saturating_mul(values, sizeof(float)),
+                                             kattn::detail::concat("kattn::dist: float copies of the 16-bit ", arrays),
+                                             kattn::detail::concat(values, " values of 4 bytes"),
+                                             "give float arrays, or spread the sequence over more ranks");
 }
 
 // The same call and storage type on every rank, agreed before the call's own checks: the ranks

@@ -389,11 +389,10 @@ class BackwardRunner {
   std::unique_ptr<Package> package_on_the_way(std::int64_t len) {
     std::unique_ptr<Package> pk;
     latch_.guard([&] {
-      check_freeing_idle<Mem>(opt_.workspace, [&] {
-        kattn::detail::require_memory<Mem>(
-            live_bytes_ + package_bytes(len), "kattn::dist::ring_attention_backward: the deterministic tour's packages",
-            kattn::detail::concat("those held and one of ", len, " positions"), "spread the sequence over more ranks");
-      });
+      kattn::detail::require_memory<Mem>(opt_.workspace, live_bytes_ + package_bytes(len),
+                                         "kattn::dist::ring_attention_backward: the deterministic tour's packages",
+                                         kattn::detail::concat("those held and one of ", len, " positions"),
+                                         "spread the sequence over more ranks");
       pk = new_package(len);
     });
     if (!pk) {
