@@ -107,7 +107,7 @@ T row_max(const T* x, int n) {
 // x[j] = 2^(x[j] - shift) in place; returns the sum. GCC vectorises no libm call without
 // -ffast-math, hence kattn's polynomial for vector_exp (libm where there is no host SIMD).
 template <class T>
-T exp2_shifted(T* x, int n, T shift, bool vector_exp) {
+T exp2_shifted(T* x, int n, T shift, [[maybe_unused]] bool vector_exp) {
   T sum = 0;
   int j = 0;
 #if KATTN_HOST_SIMD

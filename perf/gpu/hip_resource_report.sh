@@ -14,6 +14,11 @@ cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_CXX_COMPILER=hipcc -DKokk
   -DCMAKE_CXX_FLAGS=-Rpass-analysis=kernel-resource-usage > /dev/null
 # The library and the MPI layer hold every kernel; --clean-first so each one's remarks are printed.
 nice cmake --build "$BUILD" --clean-first --target kattn kattn_dist -j "${JOBS:-2}" > "$BUILD/resources-raw.txt" 2>&1
-python3 "$ROOT/perf/gpu/hip_resource_summary.py" "$BUILD/resources-raw.txt" "$(hipcc --version 2>/dev/null | grep -m1 'HIP version')" \
-  > "$ROOT/perf/gpu/hip-resource-report.txt"
+# The report's heading: the compiler, the GPU architecture and the Kokkos it was built against.
+HIP=$(hipcc --version 2>/dev/null | grep -m1 'HIP version' || true)
+CLANG=$(hipcc --version 2>/dev/null | grep -m1 'clang version' || true)
+ARCH=$(sed -n 's/^#define KOKKOS_ARCH_AMD_\(GFX[0-9A-Z]*\).*/\1/p' "$KOKKOS/include/KokkosCore_config.h" | tr 'A-Z' 'a-z' | head -1)
+KOKKOS_VERSION=$(sed -n 's/^set(PACKAGE_VERSION "\(.*\)")/\1/p' "$KOKKOS"/lib*/cmake/Kokkos/KokkosConfigVersion.cmake | head -1)
+python3 "$ROOT/perf/gpu/hip_resource_summary.py" "$BUILD/resources-raw.txt" \
+  "$HIP, $CLANG, ${ARCH:-unknown arch}, Kokkos ${KOKKOS_VERSION:-unknown}" > "$ROOT/perf/gpu/hip-resource-report.txt"
 cat "$ROOT/perf/gpu/hip-resource-report.txt"
