@@ -64,6 +64,18 @@ using HIP = Kokkos::Experimental::HIP;
 #endif
 #endif
 
+// Page-locked host memory the device copies to and from by DMA: Kokkos::SharedHostPinnedSpace
+// (4.x; HostSpace where there is no device), the backend's own before it (3.x).
+#if defined(KOKKOS_HAS_SHARED_HOST_PINNED_SPACE)
+using PinnedHostSpace = Kokkos::SharedHostPinnedSpace;
+#elif defined(KOKKOS_ENABLE_CUDA)
+using PinnedHostSpace = Kokkos::CudaHostPinnedSpace;
+#elif defined(KOKKOS_ENABLE_HIP)
+using PinnedHostSpace = Kokkos::Experimental::HIPHostPinnedSpace;
+#else
+using PinnedHostSpace = Kokkos::HostSpace;
+#endif
+
 // Kokkos::initialize(argc, argv) that takes Kokkos 4's thread flag --kokkos-num-threads=N with
 // every Kokkos: before 3.7 the flag was --kokkos-threads=N, and it is renamed for those.
 inline void initialize(int& argc, char* argv[]) {

@@ -92,15 +92,14 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
     // The operator runs on the host: device rows always go through a host copy.
     const bool staged = !host_memory || d.staging == Staging::host;
     stats.staged = staged;
-    Kokkos::View<T*, Kokkos::HostSpace> host;
+    HostTwin<T> host;
     const double tc0 = now();
     // Every local step (buffers, the local attention) comes before the reduction: one collective
     // step turns a failure on any rank into the same error on every rank.
     collective_check(comm, [&] {
       require_buffers<Mem>(opt.workspace, "kattn::dist::decode_attention", rows * (D + 1), sizeof(T));
       rec = take_buffer<T, Mem>(opt.workspace, space, "kattn::dist::decode::rows", rows * (D + 1));
-      if (staged)
-        host = take_buffer<T, Kokkos::HostSpace>(opt.workspace, "kattn::dist::decode::rows_host", rec.extent(0));
+      if (staged) host = HostTwin<T>(opt.workspace, "kattn::dist::decode::rows_host", rec.extent(0));
       AttentionParams<Q, T, KV> pr = p;
       pr.o = rec.data() + 1;
       pr.o_stride_batch = p.q_len * p.heads_q * w, pr.o_stride_seq = p.heads_q * w, pr.o_stride_head = w;
@@ -112,7 +111,7 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
       space.fence();
     });
     const double tc1 = now();
-    if (staged) Kokkos::deep_copy(host, rec);
+    if (staged) Kokkos::deep_copy(host.view(), rec);
     T* buf = staged ? host.data() : rec.data();
     KATTN_REQUIRE(rows <= INT32_MAX, "q: ", rows, " query rows are more than one reduction carries (2^31 - 1)");
     MPI_Datatype type = finished_row_type<T>(D);
@@ -128,7 +127,7 @@ DistStats decode_impl(MPI_Comm comm, const ExecSpace& space, const AttentionPara
       ++stats.messages_sent;
     }
     if (d.root < 0 || rank == d.root) {
-      if (staged) Kokkos::deep_copy(rec, host);
+      if (staged) Kokkos::deep_copy(rec, host.view());
       UnpackRows<ExecSpace, AttentionParams<Q, T, KV>> f{p, rec.data()};
       launch_rows(space, "kattn::dist::decode::unpack", f);
     }

@@ -8,9 +8,11 @@
 #include <Kokkos_Core.hpp>
 #include <climits>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "kattn/compat.hpp"
 #include "kattn/core/storage.hpp"
 #include "kattn/dist/dist_options.hpp"
 #include "kattn/dist/layout.hpp"
@@ -159,19 +161,46 @@ bool needs_staging(Staging staging) {
   return !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible && !mpi_is_gpu_aware();
 }
 
+// The host copy MPI sees of a device buffer when staging. Taken from a workspace, it is pinned
+// (page-locked) host memory, allocated once and reused by later calls: the device copies to and
+// from it by DMA, where from pageable memory the driver copies through a pinned buffer of its own.
+// Without a workspace it is pageable: pinning memory costs more than one call's copies save.
+template <class T>
+class HostTwin {
+ public:
+  using View = Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+
+  HostTwin() = default;
+  HostTwin(Workspace* ws, const std::string& label, std::size_t n) {
+    if (ws) {
+      pinned_ = ws->take<T, compat::PinnedHostSpace>(label, n);
+      view_ = View(pinned_.data(), n);
+    } else {
+      pageable_ = kattn::detail::take_buffer<T, Kokkos::HostSpace>(nullptr, label, n);
+      view_ = View(pageable_.data(), n);
+    }
+  }
+  const View& view() const { return view_; }
+  T* data() const { return view_.data(); }
+
+ private:
+  Kokkos::View<T*, compat::PinnedHostSpace> pinned_;
+  Kokkos::View<T*, Kokkos::HostSpace> pageable_;
+  View view_;
+};
+
 // A flat message buffer in MemSpace with, when staging, a host twin that MPI sees instead.
 template <class T, class MemSpace>
 class MessageBuffer {
  public:
   using DeviceView = Kokkos::View<T*, MemSpace>;
-  using HostView = Kokkos::View<T*, Kokkos::HostSpace>;
 
   MessageBuffer() = default;
   // From the workspace when ws is not null (workspace.hpp).
   MessageBuffer(Workspace* ws, const std::string& label, std::int64_t capacity, bool staged)
       : device_(kattn::detail::take_buffer<T, MemSpace>(ws, label, static_cast<std::size_t>(capacity))),
         staged_(staged) {
-    if (staged_) host_ = kattn::detail::take_buffer<T, Kokkos::HostSpace>(ws, label + "_host", capacity);
+    if (staged_) host_ = HostTwin<T>(ws, label + "_host", static_cast<std::size_t>(capacity));
   }
 
   T* device() const { return device_.data(); }
@@ -184,7 +213,7 @@ class MessageBuffer {
   template <class ExecSpace>
   void stage_out(const ExecSpace& space, std::int64_t count) const {
     if (!staged_ || count == 0) return;
-    Kokkos::deep_copy(space, Kokkos::subview(host_, std::pair<std::size_t, std::size_t>(0, count)),
+    Kokkos::deep_copy(space, Kokkos::subview(host_.view(), std::pair<std::size_t, std::size_t>(0, count)),
                       Kokkos::subview(device_, std::pair<std::size_t, std::size_t>(0, count)));
     space.fence();
   }
@@ -195,7 +224,7 @@ class MessageBuffer {
     if (count == 0) return;
     const std::pair<std::size_t, std::size_t> first(0, count);
     if (staged_)
-      Kokkos::deep_copy(Kokkos::subview(host_, first), T{});
+      Kokkos::deep_copy(Kokkos::subview(host_.view(), first), T{});
     else
       Kokkos::deep_copy(space, Kokkos::subview(device_, first), T{});
     space.fence();
@@ -205,13 +234,13 @@ class MessageBuffer {
   void stage_in(const ExecSpace& space, std::int64_t count) const {
     if (!staged_ || count == 0) return;
     Kokkos::deep_copy(space, Kokkos::subview(device_, std::pair<std::size_t, std::size_t>(0, count)),
-                      Kokkos::subview(host_, std::pair<std::size_t, std::size_t>(0, count)));
+                      Kokkos::subview(host_.view(), std::pair<std::size_t, std::size_t>(0, count)));
     space.fence();
   }
 
  private:
   DeviceView device_;
-  HostView host_;
+  HostTwin<T> host_;
   bool staged_ = false;
 };
 
