@@ -80,15 +80,16 @@ void chunk_partials(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, 
   if (p.batch == 0 || p.q_len == 0 || chunks == 0) return;
   // Always the transposed tiles, whatever run_attention would pick for the shape: their per-row
   // arithmetic is the same at every rank count.
-  TiledAttention<ExecSpace, T, Q, KV> kern = make_tiled_kernel(space, p, opt);
-  kern.splits = chunks;
-  kern.chunk = chunk;
-  kern.ws.rows = p.q_total * p.heads_q;
-  kern.ws.o = ws_o;
-  kern.ws.lse = ws_lse;
-  auto policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
-  policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
-  Kokkos::parallel_for("kattn::dist::chunk_partials", policy, kern);
+  with_column_kernel(space, p, opt, [&](auto& kern) {
+    kern.splits = chunks;
+    kern.chunk = chunk;
+    kern.ws.rows = p.q_total * p.heads_q;
+    kern.ws.o = ws_o;
+    kern.ws.lse = ws_lse;
+    auto policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
+    policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
+    Kokkos::parallel_for("kattn::dist::chunk_partials", policy, kern);
+  });
 }
 
 #define KATTN_INSTANTIATE_ATTENTION(Space, Q, KV)                   \

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <functional>
 
+#include "kattn/cpu_products.hpp"
+
 namespace kattn {
 
 class BlockMask;  // block_mask.hpp
@@ -53,6 +55,10 @@ struct Options {
   // distributed calls' message buffers). Not owned; one call at a time uses it. nullptr: each
   // call allocates its own. The results are the same either way, bit for bit.
   Workspace* workspace = nullptr;
+  // How bf16 storage is multiplied on a CPU (cpu_products.hpp): automatic takes the CPU's bf16 dot
+  // products where it has them (P rounded to bf16 for P V, as on GPUs), widened the exact float
+  // path. Other storage types and GPUs ignore it.
+  CpuProducts cpu_products = CpuProducts::automatic;
 };
 
 }  // namespace kattn

@@ -3,6 +3,7 @@
 #include <Kokkos_Core.hpp>
 #include <string>
 
+#include "kattn/cpu_products.hpp"
 #include "kattn_build_details.h"
 
 #if KATTN_ENABLE_KOKKOSKERNELS
@@ -58,7 +59,8 @@ BuildInfo build_info() {
   append(info.options, KATTN_ENABLE_MPI ? "MPI=on" : "MPI=off");
   append(info.options, KATTN_ENABLE_CUDA ? "CUDA=on" : "CUDA=off");
   if (KATTN_DEVICE_SHAPED_HOST)
-    append(info.options, ("device-shaped host (teams of " + std::to_string(KATTN_DEVICE_SHAPED_TEAM_SIZE) + ")").c_str());
+    append(info.options,
+           ("device-shaped host (teams of " + std::to_string(KATTN_DEVICE_SHAPED_TEAM_SIZE) + ")").c_str());
   info.compiler = KATTN_COMPILER;
   info.build = KATTN_BUILD_TYPE;
   if (KATTN_NATIVE_ARCH) append(info.build, "-march=native");
@@ -74,7 +76,7 @@ std::string version_text() {
          "Kokkos Kernels: " + info.kokkos_kernels_version + "\n" +  //
          "options: " + info.options + "\n" +                        //
          "compiler: " + info.compiler + "\n" +                      //
-         "build: " + info.build + "\n";
+         "build: " + info.build + "\n" + cpu_products_text();
 }
 
 }  // namespace kattn

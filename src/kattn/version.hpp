@@ -21,7 +21,8 @@ struct BuildInfo {
 // Fixed at build time; callable before Kokkos::initialize.
 BuildInfo build_info();
 
-// build_info() as lines of "name: value" under a first line "kattn <version>".
+// build_info() as lines of "name: value" under a first line "kattn <version>", then the CPU this
+// runs on and the products it takes for 16-bit storage (cpu_products_text()).
 std::string version_text();
 
 }  // namespace kattn

@@ -6,14 +6,17 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "kattn/compat.hpp"
 #include "kattn/core/attention_params.hpp"
 #include "kattn/core/key_window.hpp"
 #include "kattn/core/score_scaling.hpp"
 #include "kattn/core/state.hpp"
+#include "kattn/cpu_products.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/merge_partials.hpp"
+#include "kattn/detail/pair_column_tiles.hpp"
 #include "kattn/detail/progress.hpp"
 #include "kattn/detail/row_tiled_attention.hpp"
 #include "kattn/detail/tiled_attention.hpp"
@@ -36,11 +39,12 @@ void set_score_scaling(Kernel& kern, int head_dim, const Options& opt) {
   kern.inv_cap = static_cast<T>(sc.inv_cap);
 }
 
-// The kernels of problem p (storage Q for q/o, KV for k/v) compute in T, its accumulation type.
-template <class ExecSpace, class Q, class T, class KV>
-TiledAttention<ExecSpace, T, Q, KV> make_tiled_kernel(const ExecSpace& space, const AttentionParams<Q, T, KV>& p,
-                                                      const Options& opt) {
-  TiledAttention<ExecSpace, T, Q, KV> kern;
+// A column-tile kernel (Kernel: TiledAttention, or PairTiledAttention for bf16 pairs) of problem p
+// (storage Q for q/o, KV for k/v), computing in T, its accumulation type.
+template <class Kernel, class ExecSpace, class P>
+Kernel make_column_kernel(const ExecSpace& space, const P& p, const Options& opt) {
+  using T = typename P::acc_type;
+  Kernel kern;
   kern.p = p;
   set_score_scaling(kern, p.head_dim, opt);
   const TilePlan plan = plan_tiles<ExecSpace, T>(space, p.head_dim, p.q_len * p.group_size(), opt);
@@ -50,6 +54,30 @@ TiledAttention<ExecSpace, T, Q, KV> make_tiled_kernel(const ExecSpace& space, co
   kern.row_tiles = static_cast<int>((rows + kern.geo.block_q - 1) / kern.geo.block_q);
   if (kern.row_tiles == 0) kern.row_tiles = 1;
   return kern;
+}
+
+// Whether bf16 pairs may multiply problem P on this space: bf16 queries, keys and values on a host
+// space with host tuning (cpu_products.hpp decides at run time).
+template <class ExecSpace, class P>
+constexpr bool pair_products_apply() {
+  return Tuning<ExecSpace, typename P::acc_type>::host && std::is_same_v<typename P::q_type, bf16> &&
+         std::is_same_v<typename P::kv_type, bf16>;
+}
+
+// Calls f(kernel) with the column-tile kernel of problem p under opt.
+template <class ExecSpace, class P, class F>
+void with_column_kernel(const ExecSpace& space, const P& p, const Options& opt, const F& f) {
+  if constexpr (pair_products_apply<ExecSpace, P>()) {
+    if (host_cpu_products<bf16, bf16>(opt.cpu_products) == CpuProducts::bf16_dot) {
+      auto kern = make_column_kernel<PairTiledAttention<ExecSpace>>(space, p, opt);
+      kern.hardware = bf16_dot_on_hardware();
+      f(kern);
+      return;
+    }
+  }
+  using T = typename P::acc_type;
+  auto kern = make_column_kernel<TiledAttention<ExecSpace, T, typename P::q_type, typename P::kv_type>>(space, p, opt);
+  f(kern);
 }
 
 // How the keys of each sequence are cut: `splits` chunks of ceil(kv_len / splits) keys, or, when
@@ -102,9 +130,8 @@ void launch_tiles(const ExecSpace& space, const P& p, Kernel& kern, const SplitS
 }
 
 template <class ExecSpace, class Q, class T, class KV>
-RowTiledAttention<ExecSpace, T, Q, KV> make_row_tiled_kernel(const ExecSpace& space,
-                                                             const AttentionParams<Q, T, KV>& p, const Options& opt,
-                                                             int block_q) {
+RowTiledAttention<ExecSpace, T, Q, KV> make_row_tiled_kernel(const ExecSpace& space, const AttentionParams<Q, T, KV>& p,
+                                                             const Options& opt, int block_q) {
   RowTiledAttention<ExecSpace, T, Q, KV> kern;
   kern.p = p;
   set_score_scaling(kern, p.head_dim, opt);
@@ -137,8 +164,7 @@ void with_tiled_kernel(const ExecSpace& space, const P& p, const Options& opt, c
       return;
     }
   }
-  auto kern = make_tiled_kernel(space, p, opt);
-  f(kern);
+  with_column_kernel(space, p, opt, f);
 }
 
 // Attention over the keys of each sequence cut as `split` says (one split: the plain tiled

@@ -11,7 +11,6 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
-
 #include <cstddef>
 
 #include "kattn/detail/simd.hpp"
@@ -34,22 +33,19 @@ KOKKOS_FORCEINLINE_FUNCTION void micro_gemm(int K, const T* KOKKOS_RESTRICT A, s
     V acc[R][NV];
     if (Accumulate) {
       KATTN_UNROLL
-      for (int r = 0; r < R; ++r)
-        KATTN_UNROLL
-        for (int v = 0; v < NV; ++v) acc[r][v] = simd::load(C + r * ldc + v * W);
+      for (int r = 0; r < R; ++r) KATTN_UNROLL
+      for (int v = 0; v < NV; ++v) acc[r][v] = simd::load(C + r * ldc + v * W);
     } else if (col_scale) {
       V s[NV];
       KATTN_UNROLL
       for (int v = 0; v < NV; ++v) s[v] = simd::load(col_scale + v * W);
       KATTN_UNROLL
-      for (int r = 0; r < R; ++r)
-        KATTN_UNROLL
-        for (int v = 0; v < NV; ++v) acc[r][v] = simd::load(C + r * ldc + v * W) * s[v];
+      for (int r = 0; r < R; ++r) KATTN_UNROLL
+      for (int v = 0; v < NV; ++v) acc[r][v] = simd::load(C + r * ldc + v * W) * s[v];
     } else {
       KATTN_UNROLL
-      for (int r = 0; r < R; ++r)
-        KATTN_UNROLL
-        for (int v = 0; v < NV; ++v) acc[r][v] = simd::splat<T>(T(0));
+      for (int r = 0; r < R; ++r) KATTN_UNROLL
+      for (int v = 0; v < NV; ++v) acc[r][v] = simd::splat<T>(T(0));
     }
     for (int k = 0; k < K; ++k) {
       V b[NV];
@@ -66,9 +62,8 @@ KOKKOS_FORCEINLINE_FUNCTION void micro_gemm(int K, const T* KOKKOS_RESTRICT A, s
       }
     }
     KATTN_UNROLL
-    for (int r = 0; r < R; ++r)
-      KATTN_UNROLL
-      for (int v = 0; v < NV; ++v) simd::store(C + r * ldc + v * W, acc[r][v]);
+    for (int r = 0; r < R; ++r) KATTN_UNROLL
+    for (int v = 0; v < NV; ++v) simd::store(C + r * ldc + v * W, acc[r][v]);
     return;
   }
 #endif
@@ -120,6 +115,18 @@ struct TeamTileGemm {
   KOKKOS_FORCEINLINE_FUNCTION static void invoke_blocks(const Member& member, int M, int N, int K, const T* A,
                                                         std::ptrdiff_t a_m, std::ptrdiff_t a_k, const T* B, int ldb,
                                                         T* C, int ldc, const T* col_scale, const Span& span) {
+    for_each_block(member, M, N, K, span, [&](int m, int n, int lo, int hi) {
+      micro_gemm<T, R, J, Accumulate>(hi - lo, A + m * a_m + lo * a_k, a_m, a_k, B + lo * ldb + n, ldb, C + m * ldc + n,
+                                      ldc, col_scale ? col_scale + n : nullptr);
+    });
+  }
+
+  // The blocking every micro-kernel policy shares (pair_gemm.hpp): micro(m, n, lo, hi) for each
+  // R x J micro-tile of C at (m, n) that span(m, n, lo, hi) keeps, with its sum narrowed to
+  // k in [lo, hi), clipped to [0, K).
+  template <class Member, class Span, class Micro>
+  KOKKOS_FORCEINLINE_FUNCTION static void for_each_block(const Member& member, int M, int N, int K, const Span& span,
+                                                         const Micro& micro) {
     const int row_blocks = M / R;
     const int col_blocks = N / J;
     // Column panels outer, rows inner: one K x J panel of B stays in L1 while A streams.
@@ -130,8 +137,7 @@ struct TeamTileGemm {
       if (!span(rb * R, cb * J, lo, hi)) return;
       hi = hi < K ? hi : K;
       lo = lo < 0 ? 0 : (lo < hi ? lo : hi);
-      micro_gemm<T, R, J, Accumulate>(hi - lo, A + rb * R * a_m + lo * a_k, a_m, a_k, B + lo * ldb + cb * J, ldb,
-                                      C + rb * R * ldc + cb * J, ldc, col_scale ? col_scale + cb * J : nullptr);
+      micro(rb * R, cb * J, lo, hi);
     });
   }
 };

@@ -1,0 +1,147 @@
+#include "kattn/cpu_products.hpp"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "kattn/detail/pair_gemm.hpp"
+#include "kattn/errors.hpp"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define KATTN_X86 1
+#else
+#define KATTN_X86 0
+#endif
+
+namespace kattn {
+namespace {
+
+#if KATTN_X86
+struct Regs {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+};
+Regs cpuid_regs(unsigned leaf, unsigned sub) {
+  Regs r;
+  if (!__get_cpuid_count(leaf, sub, &r.a, &r.b, &r.c, &r.d)) r = Regs{};
+  return r;
+}
+bool cpuid_bit(unsigned x, int i) { return (x >> i) & 1u; }
+
+// The register state the OS saves on a context switch (XCR0), or 0 without OSXSAVE.
+std::uint64_t os_saved_state() {
+  if (!cpuid_bit(cpuid_regs(1, 0).c, 27)) return 0;
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (std::uint64_t(hi) << 32) | lo;
+}
+
+std::string cpu_brand() {
+  if (cpuid_regs(0x80000000u, 0).a < 0x80000004u) return "unknown x86-64";
+  char s[49] = {};
+  for (unsigned i = 0; i < 3; ++i) {
+    const Regs r = cpuid_regs(0x80000002u + i, 0);
+    std::memcpy(s + 16 * i, &r, 16);
+  }
+  std::string text(s);
+  const auto first = text.find_first_not_of(' ');
+  return first == std::string::npos ? "unknown x86-64" : text.substr(first, text.find_last_not_of(' ') - first + 1);
+}
+#endif
+
+// Features named in KATTN_CPU_DISABLE are hidden.
+bool feature_disabled(const char* name) {
+  const char* env = std::getenv("KATTN_CPU_DISABLE");
+  if (!env) return false;
+  std::stringstream list(env);
+  for (std::string item; std::getline(list, item, ',');)
+    if (item == name) return true;
+  return false;
+}
+
+CpuFeatures read_cpu_features() {
+  CpuFeatures f;
+#if KATTN_X86
+  f.model = cpu_brand();
+  const std::uint64_t xcr0 = os_saved_state();
+  const bool zmm_saved = (xcr0 & 0xe6) == 0xe6;  // SSE, AVX, opmask, the upper ZMM halves, ZMM16-31
+  const Regs l7 = cpuid_regs(7, 0), l71 = cpuid_regs(7, 1);
+  f.avx512 =
+      zmm_saved && cpuid_bit(l7.b, 16) && cpuid_bit(l7.b, 30) && cpuid_bit(l7.b, 31) && !feature_disabled("avx512");
+  f.avx512_bf16 = f.avx512 && cpuid_bit(l71.a, 5) && !feature_disabled("avx512_bf16");
+  f.avx512_fp16 = f.avx512 && cpuid_bit(l7.d, 23) && !feature_disabled("avx512_fp16");
+  f.amx_bf16 = cpuid_bit(l7.d, 24) && cpuid_bit(l7.d, 22) && !feature_disabled("amx_bf16");
+  f.amx_fp16 = cpuid_bit(l7.d, 24) && cpuid_bit(l71.a, 21) && !feature_disabled("amx_fp16");
+#else
+  f.model = "not x86-64";
+#endif
+  return f;
+}
+
+// What `automatic` means in this process: KATTN_CPU_PRODUCTS when set, else CpuProducts::automatic.
+CpuProducts automatic_products() {
+  static const CpuProducts chosen = [] {
+    const char* env = std::getenv("KATTN_CPU_PRODUCTS");
+    return env && *env ? parse_cpu_products(env, "KATTN_CPU_PRODUCTS") : CpuProducts::automatic;
+  }();
+  return chosen;
+}
+
+}  // namespace
+
+const char* cpu_products_name(CpuProducts p) {
+  switch (p) {
+    case CpuProducts::automatic:
+      return "auto";
+    case CpuProducts::widened:
+      return "widened";
+    case CpuProducts::bf16_dot:
+      return "bf16-dot";
+  }
+  return "unknown";
+}
+
+CpuProducts parse_cpu_products(const std::string& text, const char* what) {
+  for (const CpuProducts p : {CpuProducts::automatic, CpuProducts::widened, CpuProducts::bf16_dot})
+    if (text == cpu_products_name(p)) return p;
+  throw Error(detail::concat(what, ": expected auto, widened or bf16-dot, got '", text, "'"));
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = read_cpu_features();
+  return features;
+}
+
+bool bf16_dot_on_hardware() { return detail::bf16_dot_compiled() && cpu_features().avx512_bf16; }
+
+CpuProducts host_cpu_products(CpuProducts requested, bool bf16_queries_and_keys) {
+  if (requested == CpuProducts::automatic) requested = automatic_products();
+  if (!bf16_queries_and_keys || requested == CpuProducts::widened) return CpuProducts::widened;
+  if (requested == CpuProducts::bf16_dot) return CpuProducts::bf16_dot;
+  return bf16_dot_on_hardware() ? CpuProducts::bf16_dot : CpuProducts::widened;
+}
+
+std::string cpu_products_text() {
+  const CpuFeatures& f = cpu_features();
+  std::string features;
+  const auto add = [&](bool has, const char* name) {
+    if (has) features += std::string(features.empty() ? "" : " ") + name;
+  };
+  add(f.avx512, "avx512");
+  add(f.avx512_bf16, "avx512_bf16");
+  add(f.avx512_fp16, "avx512_fp16");
+  add(f.amx_bf16, "amx_bf16");
+  add(f.amx_fp16, "amx_fp16");
+  std::string text = "cpu: " + f.model + "\n";
+  text += "cpu features: " + (features.empty() ? std::string("none of avx512, avx512_bf16, amx") : features) + "\n";
+  text += std::string("cpu products: bf16 ") +
+          cpu_products_name(host_cpu_products<bf16, bf16>(CpuProducts::automatic)) +
+          (bf16_dot_on_hardware() ? "" : " (bf16-dot when asked for: emulated)") + ", f16 widened\n";
+  if (f.amx_bf16 || f.amx_fp16) text += "cpu notice: this CPU has AMX, which kattn does not use yet\n";
+  if (f.avx512_bf16 && !detail::bf16_dot_compiled())
+    text += "cpu notice: the CPU has AVX512_BF16 but this build has no bf16 dot-product kernels\n";
+  return text;
+}
+
+}  // namespace kattn

@@ -1,0 +1,63 @@
+// How a CPU multiplies 16-bit storage, chosen at run time from what the CPU has (Options::cpu_products).
+//
+// On a host execution space bf16 attention can run its tile products on the CPU's bf16 dot-product
+// instructions (AVX512_BF16's vdpbf16ps: Zen 4 and 5, Intel since Cooper Lake), which do twice the
+// float FMA's work per instruction, or widen bf16 to float and use float FMAs. The dot products
+// multiply exactly and accumulate in float, as the float path does; the one difference is that the
+// softmax weights P are rounded to bf16 for P V, as FlashAttention does on GPUs (docs/storage.md
+// says what each path rounds). fp16 storage, float queries over a 16-bit cache, float and double
+// always take float FMAs on CPUs; GPUs ignore the option.
+#pragma once
+
+#include <string>
+
+namespace kattn {
+
+enum class CpuProducts {
+  automatic,  // the fastest this CPU has: bf16 dot products where it has them, else widened
+  widened,    // exact: q, k, v widened to float, float FMAs, P kept in float
+  bf16_dot,   // bf16 dot products; emulated bit for bit in portable code where the CPU lacks them
+};
+
+// "auto", "widened", "bf16-dot"; parse_cpu_products throws kattn::Error naming `what` otherwise.
+const char* cpu_products_name(CpuProducts p);
+CpuProducts parse_cpu_products(const std::string& text, const char* what = "cpu_products");
+
+// What this CPU offers, read once (cpuid; the OS's saved register state). KATTN_CPU_DISABLE, a
+// comma-separated list of feature names below (e.g. "avx512_bf16"), hides features from kattn,
+// as oneDNN's ONEDNN_MAX_CPU_ISA does, to run and compare the other paths on one machine.
+struct CpuFeatures {
+  std::string model;         // the CPU's brand string
+  bool avx512 = false;       // AVX512F, BW and VL, with the OS saving their registers
+  bool avx512_bf16 = false;  // vdpbf16ps, vcvtne2ps2bf16
+  bool avx512_fp16 = false;  // reported only: no fp16 dot product with float accumulation
+  bool amx_bf16 = false;     // reported only: the AMX path is not built yet
+  bool amx_fp16 = false;     // reported only
+};
+const CpuFeatures& cpu_features();
+
+// The products a call on a host execution space runs for queries stored as Q and keys and values
+// as KV (float, double, bf16, fp16) when `requested`: never `automatic`. The environment variable
+// KATTN_CPU_PRODUCTS (auto, widened, bf16-dot), when set, says what `automatic` means in the
+// process: a whole program run on the exact path, or on the emulated dot products, unchanged.
+CpuProducts host_cpu_products(CpuProducts requested, bool bf16_queries_and_keys);
+template <class Q, class KV>
+CpuProducts host_cpu_products(CpuProducts requested);
+
+// Whether bf16 dot products run on the instruction (else on its emulation): compiled in and the
+// CPU has it.
+bool bf16_dot_on_hardware();
+
+// For `kattn --version` and logs: the CPU, its features, and what `automatic` runs for bf16 and fp16.
+std::string cpu_products_text();
+
+}  // namespace kattn
+
+#include <type_traits>
+
+#include "kattn/core/storage.hpp"
+
+template <class Q, class KV>
+kattn::CpuProducts kattn::host_cpu_products(CpuProducts requested) {
+  return host_cpu_products(requested, std::is_same_v<Q, bf16> && std::is_same_v<KV, bf16>);
+}

@@ -1,0 +1,199 @@
+// bf16 multiplied as pairs (detail/pair_gemm.hpp, cpu_products.hpp): the instruction's kernels
+// against their emulation bit for bit where the CPU has the instruction, the emulation against
+// exact float arithmetic everywhere, and attention on each products choice under the 16-bit rule.
+// (The whole Storage16 suite runs again under KATTN_CPU_PRODUCTS=widened and =bf16-dot with the
+// instruction hidden: tests/CMakeLists.txt.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kattn/attention.hpp"
+#include "kattn/cpu_products.hpp"
+#include "kattn/detail/pair_gemm.hpp"
+#include "kattn/errors.hpp"
+#include "storage16_support.hpp"
+
+namespace kattn {
+namespace test {
+namespace {
+
+using detail::Pair;
+
+float bits_float(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+std::uint32_t float_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+// A bf16 drawn mostly unit-normal, sometimes a special: zero, subnormal, huge, Inf or NaN.
+std::uint16_t draw_bf16(std::mt19937_64& gen, bool specials) {
+  std::uniform_int_distribution<int> pick(0, 99);
+  std::normal_distribution<float> normal;
+  const int k = specials ? pick(gen) : 99;
+  if (k < 3) return static_cast<std::uint16_t>(pick(gen) % 2 ? 0x8000 : 0);             // +-0
+  if (k < 6) return static_cast<std::uint16_t>((pick(gen) % 2 ? 0x8000 : 0) | 0x0045);  // subnormal
+  if (k < 8) return 0x7f7f;                                                             // largest finite
+  if (k < 9) return 0x7f80;                                                             // Inf
+  if (k < 10) return 0x7fc1;                                                            // NaN
+  return narrow<bf16>(normal(gen)).bits;
+}
+
+Pair draw_pair(std::mt19937_64& gen, bool specials) {
+  return draw_bf16(gen, specials) | (std::uint32_t(draw_bf16(gen, specials)) << 16);
+}
+
+// Equal bits, or both NaN (the instruction's NaN payloads are its own).
+bool same(float a, float b) { return float_bits(a) == float_bits(b) || (std::isnan(a) && std::isnan(b)); }
+
+TEST(PairProducts, EmulationIsTwoFusedMultiplyAddsOddFirst) {
+  std::mt19937_64 gen(fresh_seed());
+  for (int n = 0; n < 100000; ++n) {
+    const Pair a = draw_pair(gen, false), b = draw_pair(gen, false);
+    const float acc = bits_float(float_bits(std::normal_distribution<float>()(gen)));
+    const float odd = std::fma(widen(bf16{static_cast<std::uint16_t>(a >> 16)}),
+                               widen(bf16{static_cast<std::uint16_t>(b >> 16)}), acc);
+    const float want = std::fma(widen(bf16{static_cast<std::uint16_t>(a & 0xffff)}),
+                                widen(bf16{static_cast<std::uint16_t>(b & 0xffff)}), odd);
+    ASSERT_TRUE(same(detail::pair_dot(acc, a, b), want)) << std::hex << a << " " << b;
+  }
+  // Subnormal inputs read as zero; a subnormal result flushes to zero.
+  EXPECT_EQ(detail::pair_dot(0.0f, 0x00450000u, 0x71000000u), 0.0f);            // subnormal x 2^99 would be normal
+  EXPECT_EQ(float_bits(detail::pair_dot(0.0f, 0x00000080u, 0x00003f00u)), 0u);  // 2^-126 x 0.5 flushes
+}
+
+TEST(PairProducts, RoundingToBf16MatchesTheScalarRule) {
+  std::mt19937_64 gen(fresh_seed());
+  std::uniform_int_distribution<std::uint32_t> bits;
+  for (int n = 0; n < 100000; ++n) {
+    const float x = bits_float(bits(gen));
+    const std::uint32_t got = detail::bf16_bits_daz(x);
+    if (std::isnan(x))
+      EXPECT_TRUE(std::isnan(widen(bf16{static_cast<std::uint16_t>(got)})));
+    else if ((float_bits(x) & 0x7f800000u) == 0)
+      EXPECT_EQ(got, (float_bits(x) >> 16) & 0x8000u) << x;
+    else
+      EXPECT_EQ(got, narrow<bf16>(x).bits) << x;
+  }
+}
+
+#if KATTN_X86_BF16_DOT
+// The instruction's micro-kernel and pair packing against the emulation, on random operands with
+// specials, every K up to 70 pairs, both forms of C (scaled by column; fresh times out_scale).
+TEST(PairProducts, InstructionMatchesItsEmulationBitForBit) {
+  if (!bf16_dot_on_hardware()) GTEST_SKIP() << "this CPU has no AVX512_BF16: the emulation alone runs here";
+  constexpr int R = 8, J = 32;
+  std::mt19937_64 gen(fresh_seed());
+  for (int K2 : {0, 1, 2, 7, 64, 70})
+    for (bool specials : {false, true})
+      for (bool scaled : {false, true}) {
+        const int a_m = K2 + 3;  // strided A, as K rows read in place
+        std::vector<Pair> A(std::size_t(R) * a_m + 1), B(std::size_t(K2) * J + 1);
+        for (Pair& x : A) x = draw_pair(gen, specials);
+        for (Pair& x : B) x = draw_pair(gen, specials);
+        std::vector<float> C0(R * J), scale(J);
+        for (float& x : C0) x = std::normal_distribution<float>()(gen);
+        for (float& x : scale) x = std::uniform_real_distribution<float>(0, 1)(gen);
+        std::vector<float> hw = C0, em = C0;
+        const float* s = scaled ? scale.data() : nullptr;
+        detail::pair_micro_gemm_avx512<R, J>(K2, A.data(), a_m, 1, B.data(), J, hw.data(), J, s, 0.125f);
+        detail::pair_micro_gemm_emulated<R, J>(K2, A.data(), a_m, 1, B.data(), J, em.data(), J, s, 0.125f);
+        for (int i = 0; i < R * J; ++i)
+          ASSERT_TRUE(same(hw[i], em[i])) << "K2=" << K2 << " specials=" << specials << " scaled=" << scaled
+                                          << " element " << i << ": " << hw[i] << " vs " << em[i];
+      }
+  std::uniform_int_distribution<std::uint32_t> bits;
+  for (int n = 0; n < 2000; ++n) {
+    std::vector<float> even(64), odd(64);
+    for (int c = 0; c < 64; ++c) {
+      even[c] = bits_float(n % 2 ? bits(gen) : float_bits(std::normal_distribution<float>()(gen)));
+      odd[c] = bits_float(bits(gen) & (n % 3 ? 0xffffffffu : 0x807fffffu));  // subnormals too
+    }
+    std::vector<Pair> hw(64), em(64);
+    detail::pack_pairs_avx512(even.data(), odd.data(), hw.data(), 64);
+    detail::pack_pairs_emulated(even.data(), odd.data(), em.data(), 64);
+    for (int c = 0; c < 64; ++c) {
+      const auto half = [](Pair p, int s) { return widen(bf16{static_cast<std::uint16_t>(p >> s)}); };
+      ASSERT_TRUE(same(half(hw[c], 0), half(em[c], 0)) && same(half(hw[c], 16), half(em[c], 16)))
+          << std::hex << float_bits(even[c]) << " " << float_bits(odd[c]) << ": " << hw[c] << " vs " << em[c];
+    }
+  }
+}
+#endif
+
+// Attention in bf16 under each products choice, the shapes where pairs are awkward: odd and
+// non-multiple-of-16 head dims (the odd dim's partner is zero), one key, one query, an odd number
+// of keys in the last tile, GQA, every variant.
+TEST(PairProducts, AttentionMeetsTheRuleOnEachChoice) {
+  const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 2},    {1, 3, 1, 2, 1, 3},      {1, 17, 9, 1, 1, 5},
+                                     {2, 19, 33, 4, 2, 40}, {1, 40, 67, 2, 1, 72},   {1, 33, 129, 2, 2, 200},
+                                     {1, 70, 70, 8, 1, 64}, {1, 130, 257, 2, 1, 128}};
+  for (const CpuProducts products : {CpuProducts::automatic, CpuProducts::widened, CpuProducts::bf16_dot})
+    for (const Shape& s : shapes)
+      for (Options o : option_variants()) {
+        o.cpu_products = products;
+        const std::uint64_t seed = fresh_seed();
+        const std::string what =
+            std::string(cpu_products_name(products)) + " " + describe(s, o) + " seed=" + std::to_string(seed);
+        SCOPED_TRACE(what);
+        Problem16<bf16> p(s, seed);
+        attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(o));
+        Kokkos::fence();
+        const auto h = p.host();
+        expect_16bit_rule<bf16>(h.params(), o, to_host(p.o), to_host(p.lse), what);
+      }
+}
+
+// Tiles the caller sizes, and splits (the chunk partials of the MPI layer's deterministic mode
+// take the same kernel), on the dot products.
+TEST(PairProducts, TilesAndSplits) {
+  const Shape s{1, 29, 83, 4, 2, 24};
+  for (int bk : {1, 3, 8, 41, 64})
+    for (int bq : {1, 5, 58})
+      for (int splits : {1, 3, 100}) {
+        Options o;
+        o.block_q = bq, o.block_k = bk, o.splits = splits, o.causal = bk % 2 == 1;
+        o.cpu_products = CpuProducts::bf16_dot;
+        const std::uint64_t seed = fresh_seed();
+        SCOPED_TRACE(describe(s, o) + " seed=" + std::to_string(seed));
+        Problem16<bf16> p(s, seed);
+        attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, o);
+        Kokkos::fence();
+        const auto h = p.host();
+        expect_16bit_rule<bf16>(h.params(), o, to_host(p.o), to_host(p.lse), "tiles and splits");
+      }
+}
+
+TEST(PairProducts, NamesParseAndRefuse) {
+  for (const CpuProducts p : {CpuProducts::automatic, CpuProducts::widened, CpuProducts::bf16_dot})
+    EXPECT_EQ(parse_cpu_products(cpu_products_name(p)), p);
+  try {
+    parse_cpu_products("amx", "--cpu-products");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--cpu-products: expected auto, widened or bf16-dot, got 'amx'"),
+              std::string::npos)
+        << e.what();
+  }
+  // Only bf16 queries and keys take the dot products; the others are widened whatever is asked.
+  EXPECT_EQ((host_cpu_products<bf16, bf16>(CpuProducts::bf16_dot)), CpuProducts::bf16_dot);
+  EXPECT_EQ((host_cpu_products<bf16, bf16>(CpuProducts::widened)), CpuProducts::widened);
+  EXPECT_EQ((host_cpu_products<fp16, fp16>(CpuProducts::bf16_dot)), CpuProducts::widened);
+  EXPECT_EQ((host_cpu_products<float, bf16>(CpuProducts::bf16_dot)), CpuProducts::widened);
+  EXPECT_EQ((host_cpu_products<float, float>(CpuProducts::bf16_dot)), CpuProducts::widened);
+  EXPECT_NE(cpu_products_text().find("cpu products: bf16 "), std::string::npos) << cpu_products_text();
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace kattn
