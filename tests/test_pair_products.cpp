@@ -15,6 +15,8 @@
 
 #include "kattn/attention.hpp"
 #include "kattn/cpu_products.hpp"
+#include "kattn/detail/exp2.hpp"
+#include "kattn/detail/pair_column_tiles.hpp"
 #include "kattn/detail/pair_gemm.hpp"
 #include "kattn/errors.hpp"
 #include "storage16_support.hpp"
@@ -126,6 +128,48 @@ TEST(PairProducts, InstructionMatchesItsEmulationBitForBit) {
       const auto half = [](Pair p, int s) { return widen(bf16{static_cast<std::uint16_t>(p >> s)}); };
       ASSERT_TRUE(same(half(hw[c], 0), half(em[c], 0)) && same(half(hw[c], 16), half(em[c], 16)))
           << std::hex << float_bits(even[c]) << " " << float_bits(odd[c]) << ": " << hw[c] << " vs " << em[c];
+    }
+  }
+}
+
+// The unmasked tiles' fused pass (2^(S^T - m), column sums, pairs) against its definition: the
+// scalar exp2 of each score, summed in key order onto l, rounded pairs; with scores at and past
+// the ends of exp2's range, -Inf and NaN among them.
+TEST(PairProducts, FusedExponentiateAndPackMatchesItsDefinition) {
+  if (!bf16_dot_on_hardware()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937_64 gen(fresh_seed());
+  std::uniform_int_distribution<int> pick(0, 99);
+  std::normal_distribution<float> normal(0.0f, 20.0f);
+  for (int keys : {2, 8, 64}) {
+    constexpr int cols = 32, ld = 48;
+    std::vector<float> st(std::size_t(keys) * ld), m(cols), l(cols), l_want(cols);
+    for (float& x : st) {
+      const int k = pick(gen);
+      x = k == 0 ? -std::numeric_limits<float>::infinity()
+                 : k == 1 ? std::numeric_limits<float>::quiet_NaN() : k == 2 ? 300.0f : normal(gen);
+    }
+    for (int c = 0; c < cols; ++c) m[c] = pick(gen) < 5 ? 0.0f : normal(gen), l[c] = l_want[c] = normal(gen);
+    std::vector<Pair> got(std::size_t(keys / 2) * ld), want(got.size());
+    detail::exponentiate_pairs_avx512(st.data(), keys, ld, m.data(), l.data(), got.data(), cols);
+    for (int c = 0; c < cols; ++c) {
+      float sum = 0.0f;
+      for (int j2 = 0; j2 < keys / 2; ++j2) {
+        const float p0 = detail::exp2_scalar(st[std::size_t(2 * j2) * ld + c] - m[c]);
+        const float p1 = detail::exp2_scalar(st[std::size_t(2 * j2 + 1) * ld + c] - m[c]);
+        sum += p0;
+        sum += p1;
+        detail::pack_pairs_emulated(&p0, &p1, &want[std::size_t(j2) * ld + c], 1);
+      }
+      l_want[c] += sum;
+    }
+    for (int c = 0; c < cols; ++c) {
+      ASSERT_TRUE(same(l[c], l_want[c])) << "keys=" << keys << " column " << c << ": " << l[c] << " vs " << l_want[c];
+      for (int j2 = 0; j2 < keys / 2; ++j2) {
+        const Pair a = got[std::size_t(j2) * ld + c], b = want[std::size_t(j2) * ld + c];
+        const auto half = [](Pair p, int s) { return widen(bf16{static_cast<std::uint16_t>(p >> s)}); };
+        ASSERT_TRUE(same(half(a, 0), half(b, 0)) && same(half(a, 16), half(b, 16)))
+            << "keys=" << keys << " pair " << j2 << " column " << c << std::hex << ": " << a << " vs " << b;
+      }
     }
   }
 }

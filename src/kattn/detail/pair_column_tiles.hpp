@@ -17,11 +17,38 @@
 #include <cstring>
 
 #include "kattn/cpu_products.hpp"
+#include "kattn/detail/exp2.hpp"
 #include "kattn/detail/pair_gemm.hpp"
 #include "kattn/detail/tiled_attention.hpp"
 
 namespace kattn {
 namespace detail {
+
+#if KATTN_X86_BF16_DOT
+// Columns [0, cols) of S^T (keys x ld floats, keys even) to P^T as pairs of keys (pp, ld per key
+// pair), l += the column sums: exponentiate_columns' arithmetic and order, then the pack, without
+// storing P^T in float. cols a multiple of 16.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), noinline)) inline void exponentiate_pairs_avx512(
+    const float* st, int keys, int ld, const float* m_sub, float* l, Pair* pp, int cols) {
+  using V = simd::vec<float>;
+  for (int c = 0; c < cols; c += 16) {
+    const V m = simd::load(m_sub + c);
+    V sum = simd::splat(0.0f);
+    for (int j2 = 0; j2 < keys / 2; ++j2) {
+      const float* s = st + std::ptrdiff_t(2 * j2) * ld + c;
+      const V p0 = exp2<float>(simd::load(s) - m);
+      sum += p0;
+      const V p1 = exp2<float>(simd::load(s + ld) - m);
+      sum += p1;
+      __m512 even, odd;
+      std::memcpy(&even, &p0, sizeof even);
+      std::memcpy(&odd, &p1, sizeof odd);
+      _mm512_storeu_si512(pp + std::ptrdiff_t(j2) * ld + c, pair_vector_avx512(even, odd));
+    }
+    simd::store(l + c, simd::load(l + c) + sum);
+  }
+}
+#endif
 
 template <class ExecSpace>
 struct PairColumnTiles : ColumnTiles<ExecSpace, float, bf16, bf16> {
@@ -189,13 +216,23 @@ struct PairColumnTiles : ColumnTiles<ExecSpace, float, bf16, bf16> {
         [&](int m, int n, int&, int&) { return !windowed || vis.sees(n, n + J, m, m + R); }, hardware);
   }
 
-  // P^T = 2^(S^T - m) and the column sums in float (ColumnTiles), then P^T rounded to pairs of keys.
-  KOKKOS_INLINE_FUNCTION void exponentiate(const Member& member, const Head& h, int keys) const {
+  // P^T = 2^(S^T - m) and its column sums into l, P^T rounded to pairs of keys for the values. A
+  // masked tile also keeps P^T in float (score()), which the exact path of masked values reads;
+  // the others go from S^T to the pairs in one pass. Both give the same bits.
+  KOKKOS_INLINE_FUNCTION void exponentiate(const Member& member, const Head& h, int keys, bool masked) const {
+    const int rows = this->geo.rows_p;
+#if KATTN_X86_BF16_DOT
+    if (hardware && !masked) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows / J), [&](const int cb) {
+        exponentiate_pairs_avx512(h.st + cb * J, keys, rows, h.tile_max + cb * J, h.l + cb * J, h.pp + cb * J, J);
+      });
+      return;
+    }
+#endif
+    (void)masked;
     Base::exponentiate(member, h, keys);
     member.team_barrier();
-    const int rows = this->geo.rows_p;
-    const int col_blocks = rows / J;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, col_blocks), [&](const int cb) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows / J), [&](const int cb) {
       // Each thread packs whole columns of J query rows (a block its values product reads).
       for (int j2 = 0; j2 < keys / 2; ++j2) {
         const float* even = h.st + std::ptrdiff_t(2 * j2) * rows + cb * J;

@@ -139,18 +139,19 @@ KATTN_TARGET_BF16_DOT void pair_micro_gemm_avx512(int K2, const Pair* A, std::pt
       _mm512_storeu_ps(C + r * ldc + 16 * v, col_scale ? acc[r][v] : _mm512_mul_ps(acc[r][v], scale));
 }
 
-// pack_pairs_emulated on the instruction, n a multiple of 16: 16 columns of both rows rounded at
-// once, then interleaved into pairs.
-KATTN_TARGET_BF16_DOT inline void pack_pairs_avx512(const float* even, const float* odd, Pair* out, int n) {
+// Pairs (even[i], odd[i]) of 16 lanes of each, rounded: both rounded at once, then interleaved.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), always_inline)) inline __m512i pair_vector_avx512(
+    __m512 even, __m512 odd) {
   // Word i of the result: word i / 2 of the even half (the low one) for even i, else of the odd one.
-  alignas(64) static constexpr std::uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
-                                                                21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
-                                                                11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i idx = _mm512_load_si512(kInterleave);
-  for (int c = 0; c < n; c += 16) {
-    const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(odd + c), _mm512_loadu_ps(even + c));
-    _mm512_storeu_si512(out + c, _mm512_permutexvar_epi16(idx, (__m512i)both));
-  }
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(odd, even));
+}
+
+// pack_pairs_emulated on the instruction, n a multiple of 16.
+KATTN_TARGET_BF16_DOT inline void pack_pairs_avx512(const float* even, const float* odd, Pair* out, int n) {
+  for (int c = 0; c < n; c += 16)
+    _mm512_storeu_si512(out + c, pair_vector_avx512(_mm512_loadu_ps(even + c), _mm512_loadu_ps(odd + c)));
 }
 #undef KATTN_TARGET_BF16_DOT
 #endif

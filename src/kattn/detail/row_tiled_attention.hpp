@@ -179,7 +179,7 @@ struct RowTiles : TileArgs<T, Q, KV> {
   KOKKOS_INLINE_FUNCTION void tile_max(const Member& member, const Head& h, int keys) const {
     row_max(member, geo, keys, h.s, h.tile_max);
   }
-  KOKKOS_INLINE_FUNCTION void exponentiate(const Member& member, const Head& h, int keys) const {
+  KOKKOS_INLINE_FUNCTION void exponentiate(const Member& member, const Head& h, int keys, bool) const {
     exponentiate_rows(member, geo, keys, h.s, h.tile_max, h.l);
   }
   // O = diag(alpha) O + P V, the next tile's V rows prefetched.

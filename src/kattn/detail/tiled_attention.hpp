@@ -220,7 +220,7 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
   KOKKOS_INLINE_FUNCTION void tile_max(const Member& member, const Head& h, int keys) const {
     column_max(member, h.st, keys, geo.rows_p, h.tile_max);
   }
-  KOKKOS_INLINE_FUNCTION void exponentiate(const Member& member, const Head& h, int keys) const {
+  KOKKOS_INLINE_FUNCTION void exponentiate(const Member& member, const Head& h, int keys, bool = true) const {
     exponentiate_columns(member, h.st, keys, geo.rows_p, h.tile_max, h.l);
   }
   // Values are folded head by head (TileLoop).
