@@ -9,6 +9,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <limits>
+
 #include "kattn/compat.hpp"
 #include "kattn/detail/exp2.hpp"
 #include "kattn/detail/simd.hpp"
@@ -39,13 +41,30 @@ KOKKOS_INLINE_FUNCTION void column_max(const Member& member, const T* st, int ke
 #if KATTN_HOST_SIMD
   using V = simd::vec<T>;
   constexpr int W = simd::width<T>();
+  using I = simd::ivec<T>;
+  // Four running maxima (x > m ? x : m, one max instruction) and the NaNs seen apart: one chain
+  // through every key would wait on a compare and a blend per vector.
+  constexpr int C = 4;
   Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows / W), [&](const int blk) {
-    V m = simd::splat<T>(-compat::infinity<T>());
-    for (int j = 0; j < keys; ++j) {
-      const V x = simd::load(st + j * rows + blk * W);
-      m = (x > m || x != x) ? x : m;
+    const T* col = st + blk * W;
+    V m[C];
+    for (V& mc : m) mc = simd::splat<T>(-compat::infinity<T>());
+    I nan = I{} & 0;
+    int j = 0;
+    for (; j + C <= keys; j += C)
+      for (int c = 0; c < C; ++c) {
+        const V x = simd::load(col + (j + c) * rows);
+        m[c] = x > m[c] ? x : m[c];
+        nan |= x != x;
+      }
+    for (; j < keys; ++j) {
+      const V x = simd::load(col + j * rows);
+      m[0] = x > m[0] ? x : m[0];
+      nan |= x != x;
     }
-    simd::store(tile_max + blk * W, m);
+    const V m01 = m[0] > m[1] ? m[0] : m[1], m23 = m[2] > m[3] ? m[2] : m[3];
+    const V all = m01 > m23 ? m01 : m23;
+    simd::store(tile_max + blk * W, nan != 0 ? simd::splat<T>(std::numeric_limits<T>::quiet_NaN()) : all);
   });
 #else
   Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows), [&](const int r) {
