@@ -70,7 +70,8 @@ v = torch.randn(a["B"], a["Hkv"], a["Nk"], a["D"], dtype=dt, requires_grad=grad)
 kw = dict(is_causal=a["causal"], enable_gqa=a["Hq"] != a["Hkv"])
 try:
     backend = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn", 4: "overrideable"}.get(
-        int(torch._fused_sdp_choice(q, k, v, None, 0.0, a["causal"], None, kw["enable_gqa"])), "?")
+        int(torch._fused_sdp_choice(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=a["causal"], scale=None,
+                                    enable_gqa=kw["enable_gqa"])), "?")
 except Exception as e:  # private API: report what is known
     backend = "unknown (%s)" % type(e).__name__
 if grad:
