@@ -43,6 +43,7 @@ const char* kGradUsage =
     "                  [--block-mask MASK.npy --mask-block B | --pattern P [--mask-block B]]  (block-sparse)\n"
     "  ragged batch:  as for kattn run (--random-ragged HQ,HKV,D --q-lens .. --kv-lens .., or --q/--k/--v\n"
     "                 [total, H, D] with --q-indptr and --kv-indptr, and --do [total_q, Hq, D])\n"
+    "  --cpu-products: as for kattn run, for the forward pass (the backward widens 16-bit inputs)\n"
     "  --layout bnhd|bhnd, --json, --quiet, --progress: as for kattn run (the forward's progress line, then\n"
     "                 the backward's)\n"
     "       mpirun -np P kattn grad --dist ring|ulysses|hybrid [--ulysses-size U] [--zigzag] [--deterministic]\n"

@@ -36,6 +36,7 @@ const char* kRunUsage =
     "                 [--causal] [--window LEFT,RIGHT] [--softcap C] [--scale S] [--layout bnhd|bhnd]\n"
     "                 [--dtype f32|f64|bf16|f16] [--out O.npy] [--lse LSE.npy] [--save-inputs DIR]\n"
     "                 [--check] [--check-rows N] [--repeat N [--no-workspace]] [--json] [--quiet] [--progress]\n"
+    "                 [--cpu-products auto|widened|bf16-dot]\n"
     "  --layout        dense q, k, v, o files as bnhd [B, N, H, D] (the default) or bhnd [B, H, N, D]\n"
     "                  (PyTorch's); lse is [B, H, N] in both\n"
     "  --check         compare with the float64 textbook algorithm on the same rounded inputs: every row\n"
@@ -48,6 +49,9 @@ const char* kRunUsage =
     "                  (f32), 1e-10 (f64), 2^-7 (bf16), 2^-10 (f16): twice the rounding of o to the type.\n"
     "                  bf16 and f16 run flash or splitkv (dense, ragged, paged, cascade, --dist) and grad\n"
     "                  (dense, ragged, --dist), not block-sparse yet\n"
+    "  --cpu-products  bf16 on a CPU: auto (the default: bf16 dot products where the CPU has AVX512_BF16,\n"
+    "                  P rounded to bf16 for P V), widened (exact float products), bf16-dot (emulated where\n"
+    "                  the CPU lacks the instruction); the JSON's cpu_products says what ran (docs/storage.md)\n"
     "  16-bit files:   f16 as float16 (<f2), read and written as is; bf16 as uint16 (<u2) holding the bf16\n"
     "                  bit patterns (NumPy has no bfloat16), read only with --dtype bf16; float32/float64\n"
     "                  files are rounded on load. --out is written in the run's type, --lse in float32.\n"
@@ -262,6 +266,7 @@ void report(const RunFlags& f, const char* dtype, double flops, double kv_bytes,
                  out.plan.reason.c_str());
   j.add("algo", f.algo).add("dtype", dtype).add("causal", opt.causal);
   j.add("seconds", seconds).add("gflops", gflops).add("threads", host_threads());
+  if (const char* products = forward_cpu_products(dtype, opt)) j.add("cpu_products", products);
   if (decode) j.add("kv_gbs", kv_gbs);
   if (out.timing.repeat > 0)
     j.add("repeat", out.timing.repeat).add("seconds_min", out.timing.min()).add("seconds_max", out.timing.max());

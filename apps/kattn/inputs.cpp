@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 
+#include "kattn/cpu_products.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/core/key_window.hpp"
@@ -193,7 +194,13 @@ Options read_options(Args& args) {
   opt.block_k = static_cast<int>(args.integer("--block-k", 1, 1 << 20).value_or(0));
   opt.splits = static_cast<int>(args.integer("--splits", 0, 1 << 24).value_or(0));
   opt.split_chunk = args.integer("--split-chunk", 1, std::int64_t(1) << 40).value_or(0);
+  if (auto p = args.value("--cpu-products")) opt.cpu_products = parse_cpu_products(*p, "--cpu-products");
   return opt;
+}
+
+const char* forward_cpu_products(const char* dtype, const Options& opt) {
+  if (!Kokkos::SpaceAccessibility<Kokkos::DefaultExecutionSpace, Kokkos::HostSpace>::accessible) return nullptr;
+  return cpu_products_name(host_cpu_products(opt.cpu_products, std::string(dtype) == "bf16"));
 }
 
 std::string mask_summary(const Options& opt) {

@@ -65,6 +65,10 @@ Options read_options(Args& args);
 // only when set), empty for a plain full mask.
 std::string mask_summary(const Options& opt);
 
+// The CPU products a forward of `dtype` storage runs under opt.cpu_products (the JSON's
+// "cpu_products"); null when the program's kernels run on a GPU, where the option means nothing.
+const char* forward_cpu_products(const char* dtype, const Options& opt);
+
 // Unit-normal values from a seeded generator.
 std::vector<double> random_normal(std::size_t n, std::uint64_t seed);
 // The values random_normal(rows.outer * rows.N * rows.inner, seed) holds at the rows' runs.
