@@ -133,8 +133,8 @@ TEST(PairProducts, InstructionMatchesItsEmulationBitForBit) {
 }
 
 // The unmasked tiles' fused pass (2^(S^T - m), column sums, pairs) against its definition: the
-// scalar exp2 of each score, summed in key order onto l, rounded pairs; with scores at and past
-// the ends of exp2's range, -Inf and NaN among them.
+// scalar exp2 (with its clamps) of each score, summed in key order onto l, rounded pairs; scores
+// far below their column's max, -Inf and NaN among them.
 TEST(PairProducts, FusedExponentiateAndPackMatchesItsDefinition) {
   if (!bf16_dot_on_hardware()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
   std::mt19937_64 gen(fresh_seed());
@@ -148,13 +148,20 @@ TEST(PairProducts, FusedExponentiateAndPackMatchesItsDefinition) {
       x = k == 0 ? -std::numeric_limits<float>::infinity()
                  : k == 1 ? std::numeric_limits<float>::quiet_NaN() : k == 2 ? 300.0f : normal(gen);
     }
-    for (int c = 0; c < cols; ++c) m[c] = pick(gen) < 5 ? 0.0f : normal(gen), l[c] = l_want[c] = normal(gen);
+    // m as the tile loop passes it: at least every score of its column (the running max, possibly
+    // above this tile's), or 0 for a column of -inf; NaN columns take any.
+    for (int c = 0; c < cols; ++c) {
+      float top = -std::numeric_limits<float>::infinity();
+      for (int j = 0; j < keys; ++j) top = std::max(top, st[std::size_t(j) * ld + c]);  // NaN skipped
+      m[c] = top == -std::numeric_limits<float>::infinity() ? 0.0f : top + (pick(gen) < 50 ? 0.0f : std::abs(normal(gen)));
+      l[c] = l_want[c] = std::abs(normal(gen));
+    }
     std::vector<Pair> got(std::size_t(keys / 2) * ld), want(got.size());
     detail::exponentiate_pairs_avx512(st.data(), keys, ld, m.data(), l.data(), got.data(), cols);
     for (int c = 0; c < cols; ++c) {
       float sum = 0.0f;
       for (int j2 = 0; j2 < keys / 2; ++j2) {
-        const float p0 = detail::exp2_scalar(st[std::size_t(2 * j2) * ld + c] - m[c]);
+        const float p0 = detail::exp2_scalar(st[std::size_t(2 * j2) * ld + c] - m[c]);  // clamped: same bits
         const float p1 = detail::exp2_scalar(st[std::size_t(2 * j2 + 1) * ld + c] - m[c]);
         sum += p0;
         sum += p1;

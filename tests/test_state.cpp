@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -131,6 +132,27 @@ TEST(Exp2, AccurateAndExactAtTheEnds) {
   EXPECT_TRUE(std::isnan(detail::exp2(std::nan(""))));
   EXPECT_TRUE(std::isinf(detail::exp2(2000.0)));
 }
+
+#if KATTN_HOST_SIMD
+// The softmax's exp2 without clamps gives exp2's bits on its whole domain, x <= 0 or NaN: over
+// [-130, 0] (across the lowest exponent), far below it, -0, -Inf and NaN.
+template <class T>
+void expect_nonpositive_matches() {
+  std::mt19937_64 gen(std::random_device{}());
+  std::uniform_real_distribution<double> u(-130, 0);
+  const auto one = [](T x) { return detail::exp2_nonpositive<T>(detail::simd::splat<T>(x))[0]; };
+  const auto same = [](T a, T b) { return std::memcmp(&a, &b, sizeof a) == 0 || (a != a && b != b); };
+  std::vector<T> xs = {T(0), T(-0.0), T(-126), T(-1022), T(-1e4), T(-1e30), -std::numeric_limits<T>::infinity(),
+                       std::numeric_limits<T>::quiet_NaN(), -std::numeric_limits<T>::denorm_min()};
+  for (int i = 0; i < 100000; ++i) xs.push_back(static_cast<T>(u(gen)));
+  for (T x : xs) ASSERT_TRUE(same(one(x), detail::exp2_scalar(x))) << x;
+}
+
+TEST(Exp2, NonPositiveFormGivesTheSameBits) {
+  expect_nonpositive_matches<float>();
+  expect_nonpositive_matches<double>();
+}
+#endif
 
 }  // namespace
 }  // namespace kattn

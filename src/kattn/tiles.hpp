@@ -25,8 +25,12 @@ struct TilePlan {
 
 // Tiles for head_dim, for a problem whose longest sequence has `query_rows` rows (positions
 // times the GQA group): small problems get one small tile rather than padding.
+// key_factor: how many times the float tiles' keys a kernel's automatic tiles start from, with
+// the budget grown alike (the bf16 pair kernels hold K, V and P in half the bytes: Tuning's
+// pair_key_factor).
 template <class ExecSpace, class T>
-TilePlan plan_tiles(const ExecSpace& space, int head_dim, std::int64_t query_rows, const Options& opt) {
+TilePlan plan_tiles(const ExecSpace& space, int head_dim, std::int64_t query_rows, const Options& opt,
+                    int key_factor = 1) {
   using Tn = detail::Tuning<ExecSpace, T>;
   const std::size_t level0 = detail::scratch_limit(space, 0);
   const std::size_t level1 = detail::scratch_limit(space, 1);
@@ -41,13 +45,13 @@ TilePlan plan_tiles(const ExecSpace& space, int head_dim, std::int64_t query_row
   if (bq == 0 || bk == 0) {
     // Devices: the tuning's caps wherever they fit level 1 (the level-0 budget gave tiles several
     // times slower on the H200, tuning.hpp); level 0 when they fit it.
-    const std::size_t budget = Tn::host ? Tn::host_scratch_budget : level1;
+    const std::size_t budget = Tn::host ? Tn::host_scratch_budget * key_factor : level1;
     const int rows_cap = static_cast<int>(std::min<std::int64_t>(std::max<std::int64_t>(query_rows, 1), 1 << 20));
     detail::TileSearch search;
     search.fixed_q = bq;
     search.fixed_k = bk;
     search.start_q = std::min(Tn::forward_block_q, detail::round_up(rows_cap, Tn::wide_micro_cols));
-    search.start_k = Tn::forward_block_k;
+    search.start_k = Tn::forward_block_k * key_factor;
     search.step_q = Tn::wide_micro_cols;  // query rows are the products' lanes, keys their micro rows
     search.step_k = Tn::micro_rows;
     search.largest_area = !Tn::host;

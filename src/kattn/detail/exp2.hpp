@@ -47,13 +47,13 @@ struct Exp2Traits<double> {
   static constexpr double round_magic = 6755399441055744.0;  // 1.5 * 2^52
 };
 
+// 2^x for x already clamped to [lowest, highest] (x_cl), and 0 where the unclamped x is below
+// the lowest exponent.
 template <class T>
-inline simd::vec<T> exp2(simd::vec<T> x) {
+inline simd::vec<T> exp2_clamped(simd::vec<T> x_cl, simd::vec<T> x) {
   using V = simd::vec<T>;
   using I = simd::ivec<T>;
   using E = Exp2Traits<T>;
-  const V x_hi = x > E::highest ? simd::splat<T>(E::highest) : x;  // NaN compares false: kept
-  const V x_cl = x_hi < E::lowest ? simd::splat<T>(E::lowest) : x_hi;
   const V shifted = x_cl + E::round_magic;
   const V n = shifted - E::round_magic;
   const V f = x_cl - n;
@@ -66,6 +66,20 @@ inline simd::vec<T> exp2(simd::vec<T> x) {
   const I scale_bits = (n_bits + E::bias) << E::mantissa_bits;
   const V r = p * (V)scale_bits;
   return x < E::lowest ? simd::splat<T>(T(0)) : r;
+}
+
+template <class T>
+inline simd::vec<T> exp2(simd::vec<T> x) {
+  using E = Exp2Traits<T>;
+  const simd::vec<T> x_hi = x > E::highest ? simd::splat<T>(E::highest) : x;  // NaN compares false: kept
+  return exp2_clamped<T>(x_hi < E::lowest ? simd::splat<T>(E::lowest) : x_hi, x);
+}
+
+// exp2 of the softmax's s - m, never above 0 (or NaN): the same bits as exp2 without its clamps,
+// as the final select alone gives 0 below the lowest exponent (whatever the lanes there computed).
+template <class T>
+inline simd::vec<T> exp2_nonpositive(simd::vec<T> x) {
+  return exp2_clamped<T>(x, x);
 }
 
 // The scalar companion, the same arithmetic so that vector and tail lanes agree.

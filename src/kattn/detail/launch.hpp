@@ -47,7 +47,8 @@ Kernel make_column_kernel(const ExecSpace& space, const P& p, const Options& opt
   Kernel kern;
   kern.p = p;
   set_score_scaling(kern, p.head_dim, opt);
-  const TilePlan plan = plan_tiles<ExecSpace, T>(space, p.head_dim, p.q_len * p.group_size(), opt);
+  const TilePlan plan =
+      plan_tiles<ExecSpace, T>(space, p.head_dim, p.q_len * p.group_size(), opt, Kernel::tile_key_factor);
   kern.geo = plan.geometry;
   kern.scratch_level = plan.scratch_level;
   const std::int64_t rows = p.q_len * p.group_size();

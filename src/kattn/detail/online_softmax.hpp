@@ -89,7 +89,8 @@ KOKKOS_INLINE_FUNCTION void rescale_rows(const Member& member, int rows, T* m, T
   });
 }
 
-// S^T <- P^T = 2^(S^T - m) per column, and l += the column sums.
+// S^T <- P^T = 2^(S^T - m) per column, and l += the column sums. m_sub is at least every score of
+// its column (or 0 for a column of -inf), so S^T - m <= 0.
 template <class Member, class T>
 KOKKOS_INLINE_FUNCTION void exponentiate_columns(const Member& member, T* st, int keys, int rows, const T* m_sub,
                                                  T* l) {
@@ -101,7 +102,7 @@ KOKKOS_INLINE_FUNCTION void exponentiate_columns(const Member& member, T* st, in
     V sum = simd::splat<T>(T(0));
     for (int j = 0; j < keys; ++j) {
       T* s = st + j * rows + blk * W;
-      const V p = exp2<T>(simd::load(s) - m);
+      const V p = exp2_nonpositive<T>(simd::load(s) - m);
       simd::store(s, p);
       sum += p;
     }

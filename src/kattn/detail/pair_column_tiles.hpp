@@ -36,9 +36,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), noinline)) inline
     V sum = simd::splat(0.0f);
     for (int j2 = 0; j2 < keys / 2; ++j2) {
       const float* s = st + std::ptrdiff_t(2 * j2) * ld + c;
-      const V p0 = exp2<float>(simd::load(s) - m);
+      const V p0 = exp2_nonpositive<float>(simd::load(s) - m);
       sum += p0;
-      const V p1 = exp2<float>(simd::load(s + ld) - m);
+      const V p1 = exp2_nonpositive<float>(simd::load(s + ld) - m);
       sum += p1;
       __m512 even, odd;
       std::memcpy(&even, &p0, sizeof even);
@@ -58,6 +58,7 @@ struct PairColumnTiles : ColumnTiles<ExecSpace, float, bf16, bf16> {
   using Gemm = TeamPairGemm<Base::R, Base::J>;
   static constexpr int R = Base::R;
   static constexpr int J = Base::J;
+  static constexpr int tile_key_factor = Base::Tn::pair_key_factor;
 
   bool hardware = false;  // the instruction, else its emulation (bf16_dot_on_hardware())
 

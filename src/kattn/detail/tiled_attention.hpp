@@ -29,6 +29,7 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
   using ScratchBuffer = Kokkos::View<T*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
   static constexpr int R = Tn::micro_rows;
   static constexpr int J = Tn::wide_micro_cols;
+  static constexpr int tile_key_factor = 1;  // plan_tiles' key_factor
 
   TileGeometry geo;
 

@@ -76,6 +76,10 @@ struct Tuning {
   static constexpr int forward_block_q =
       host ? round_up(16 * micro_rows, wide_micro_cols) : (sizeof(T) == 8 ? 128 : 64);
   static constexpr int forward_block_k = host ? 4 * micro_cols : 64;
+  // The bf16 pair kernels (pair_column_tiles.hpp) start from twice the keys per tile: their K, V
+  // and P take half float's bytes, and the longer tiles spread the per-tile softmax and rescaling
+  // (Zen 4, N = 4096: 128 x 256 against 128 x 128, 2-3% at D = 64 and 128, perf/RESULTS.md).
+  static constexpr int pair_key_factor = 2;
   // Backward (backward_plan.hpp): starting tile sizes, query rows x keys, before they are fitted
   // to the scratch budget. The key pass keeps K^T, V^T, K, dK, dV, Q, dO and two score tiles in
   // scratch: 576 KB at 128 x 128, D = 128, float, inside a 1 MB L2; 128 x 128 was the fastest
