@@ -29,6 +29,8 @@ AMDGPU_TARGETS = "gfx900 gfx906 gfx908 gfx90a gfx940 gfx942 gfx950 gfx1030 gfx11
 # spack_cuda_arch_map), and those only Kokkos 5.1 and newer have.
 NO_KOKKOS_ARCH = ("101", "110")
 KOKKOS_5_1_ONLY = ("103", "121")
+# Blackwell: Kokkos 4.6.01 and newer (BLACKWELL100, BLACKWELL120).
+KOKKOS_4_6_01 = ("100", "120")
 
 failures = []
 passed = []
@@ -241,6 +243,11 @@ def check_cuda_arch():
             check(
                 any(c.startswith("^kokkos@:5.0") and arch in m for c, m in msgs),
                 f"cuda_arch={arch} refused with Kokkos older than 5.1",
+            )
+        elif plain in KOKKOS_4_6_01:
+            check(
+                [c for c, _ in msgs] == ["^kokkos@:4.6.00"] and arch in msgs[0][1],
+                f"cuda_arch={arch} refused with Kokkos 4.6.00 and older only",
             )
         elif plain in ("80", "90"):
             check(not msgs, f"cuda_arch={arch} allowed")

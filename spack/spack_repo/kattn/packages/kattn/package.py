@@ -101,9 +101,9 @@ class Kattn(CMakePackage, CudaPackage, ROCmPackage):
         "87": "@:4.6",
         "89": "@:4.0.00",
         "90": None,
-        "100": "@:4.6",
+        "100": "@:4.6.00",  # Blackwell from Kokkos 4.6.01 on
         "103": "@:5.0",
-        "120": "@:4.6",
+        "120": "@:4.6.00",
         "121": "@:5.0",
     }
 
