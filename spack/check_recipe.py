@@ -258,7 +258,7 @@ def check_cuda_arch():
     )
 
 
-def cmake_args(Kattn, run_tests=False, **variants_set):
+def package(Kattn, run_tests=False, **variants_set):
     values = {
         "mpi": True,
         "openmp": True,
@@ -282,7 +282,51 @@ def cmake_args(Kattn, run_tests=False, **variants_set):
     }
     pkg = Kattn(FakeSpec(values, deps))
     pkg.run_tests = run_tests
-    return pkg.cmake_args()
+    pkg.stage = types.SimpleNamespace(path="/stage", source_path="/stage/kattn")
+    return pkg
+
+
+def cmake_args(Kattn, run_tests=False, **variants_set):
+    return package(Kattn, run_tests, **variants_set).cmake_args()
+
+
+class Recorder:
+    """A stand-in python Executable: records each command line."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append(args)
+
+
+def check_pip_route(Kattn):
+    """+python: after the CMake install, pip builds the package from pyproject.toml with the CMake
+    build's options (except those pyproject.toml owns) into the python's platlib in the prefix."""
+    hooks = [
+        d for d in getattr(Kattn.install_python, "spack_decorators", []) if d[0] == "run_after"
+    ]
+    check(
+        hooks == [("run_after", ("install",), {"when": "+python"})], "+python: pip after install"
+    )
+    pkg = package(Kattn, python=True)
+    python = Recorder()
+    pkg.spec.deps["python"].command = python
+    pkg.install_python()
+    call = python.calls[0] if len(python.calls) == 1 else ()
+    check(call[:3] == ("-m", "pip", "install"), f"+python: python -m pip install ({call[:3]})")
+    check(call[-1:] == ("/stage/kattn",), "+python: pip builds the staged source")
+    for want in (
+        "--no-build-isolation",
+        "--no-index",
+        "--target=/prefix/kattn/lib/python3.11/site-packages",
+        "--config-settings=cmake.define.KATTN_ENABLE_MPI=ON",
+        "--config-settings=cmake.define.Kokkos_ROOT=/kokkos",
+        "--config-settings=cmake.define.KATTN_NATIVE_ARCH=OFF",
+    ):
+        check(want in call, f"+python: pip {want}")
+    owned = [a for a in call if re.search(r"define\.(KATTN_ENABLE_PYTHON|BUILD_SHARED_LIBS)=", a)]
+    check(not owned, f"+python: pyproject.toml's own options left to it ({owned})")
 
 
 def check_cmake_args(Kattn, root):
@@ -314,18 +358,12 @@ def check_cmake_args(Kattn, root):
         "-DCMAKE_CUDA_COMPILER:STRING=/cuda/bin/nvcc",
     ):
         check(want in args, f"+cuda cuda_arch=90a: {want}")
-    check("-DKATTN_ENABLE_PYTHON:BOOL=OFF" in cmake_args(Kattn), "default spec: no Python package")
-    args = cmake_args(Kattn, python=True)
-    for want in (
-        "-DKATTN_ENABLE_PYTHON:BOOL=ON",
-        "-DPython_EXECUTABLE:STRING=/python/bin/python3",
-        "-DKATTN_PYTHON_INSTALL_DIR:STRING=lib/python3.11/site-packages",
-    ):
-        check(want in args, f"+python: {want}")
+    check("-DKATTN_ENABLE_PYTHON:BOOL=OFF" in cmake_args(Kattn), "CMake builds no Python package")
     check(
         ("python",) in [a for a, k in of("extends") if k.get("when") == "+python"],
         "+python extends python",
     )
+    check_pip_route(Kattn)
     args = cmake_args(Kattn, rocm=True, amdgpu_target="gfx90a")
     check("-DCMAKE_CXX_COMPILER:STRING=/hip/bin/hipcc" in args, "+rocm: hipcc")
 
