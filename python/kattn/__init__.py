@@ -231,7 +231,8 @@ def _flash_refusals(dropout_p, alibi_slopes, block_table=None):
 def _flash_dtypes(q, k, v):
     for name, x in (("k", k), ("v", v)):
         if getattr(x, "dtype", None) != getattr(q, "dtype", None):
-            raise Error(f"{name}: expected the dtype of q ({q.dtype}), got {getattr(x, 'dtype', type(x).__name__)} "
+            raise Error(f"{name}: expected the dtype of q ({getattr(q, 'dtype', type(q).__name__)}), got "
+                        f"{getattr(x, 'dtype', type(x).__name__)} "
                         f"(flash-attn's call takes one dtype)")
 
 

@@ -276,10 +276,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     """torch.nn.functional.scaled_dot_product_attention, by kattn: the same arguments, meaning what
     they mean there, with gradients.
 
-    query [..., Hq, L, E], key [..., Hkv, S, E], value [..., Hkv, S, Ev] (any leading batch dims,
-    broadcast; none for [L, E] and [H, L, E]), one dtype; is_causal: query i sees keys j <= i
+    query [..., Hq, L, E], key and value [..., Hkv, S, E] (any leading batch dims, broadcast; none
+    for [L, E] and [H, L, E]; kattn's value has the head dim E of query and key), one dtype; is_causal: query i sees keys j <= i
     (aligned top-left, as PyTorch's); scale None: 1/sqrt(E); Hkv != Hq (grouped-query attention)
-    only with enable_gqa=True, Hq a multiple of Hkv. Returns [..., Hq, L, Ev]. attn_mask (kattn
+    only with enable_gqa=True, Hq a multiple of Hkv. Returns [..., Hq, L, E]. attn_mask (kattn
     has no mask tensor yet) and dropout_p > 0 are refused with a kattn.Error."""
     _require_tensors(query=query, key=key, value=value)
     if attn_mask is not None:
@@ -297,6 +297,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     except RuntimeError:
         raise Error(f"key: expected batch dims that broadcast with query's {tuple(query.shape[:-3])}, got "
                     f"{tuple(key.shape[:-3])} (value: {tuple(value.shape[:-3])})") from None
+    if value.shape[-1] != query.shape[-1] or key.shape[-1] != query.shape[-1]:
+        name, t = ("key", key) if key.shape[-1] != query.shape[-1] else ("value", value)
+        raise Error(f"{name}: expected the head dim of query and key ({query.shape[-1]}), got {t.shape[-1]} (kattn's "
+                    f"Ev is E)")
     heads = [t.shape[-3] if t.dim() >= 3 else 1 for t in tensors]
     if heads[2] != heads[1]:
         raise Error(f"value: expected the heads of key ({heads[1]}, dim -3), got {heads[2]}")
