@@ -44,11 +44,12 @@ py=$venv/bin/python
 # may not let pip's HTTP cache keep them), then installs from it alone. mpi4py as its source,
 # built once into the wheelhouse for the system MPI.
 wheels=$dir/wheels
-"$py" -m pip download -q -d "$wheels" torch numpy pytest
+"$py" -m pip download -q -d "$wheels" pip torch numpy pytest
 "$py" -m pip download -q -d "$wheels" --no-deps --no-binary mpi4py mpi4py
 mpi4py=$(ls -t "$wheels"/mpi4py-*.tar.gz | head -1)
 version=${mpi4py##*/mpi4py-}
 ls "$wheels/mpi4py-${version%.tar.gz}"-*.whl > /dev/null 2>&1 || "$py" -m pip wheel -q --no-deps -w "$wheels" "$mpi4py"
+"$py" -m pip install -q --no-index --find-links "$wheels" --upgrade pip   # -C needs pip 23.1 (Debian's venv has 23.0)
 "$py" -m pip install -q --no-index --find-links "$wheels" torch numpy pytest mpi4py
 "$py" -c 'import torch, numpy, mpi4py; print("torch", torch.__version__, "numpy", numpy.__version__, "mpi4py", mpi4py.__version__)'
 # Wheels of versions no longer installed go.
@@ -76,7 +77,12 @@ step "pip install . (MPI layer on; the CUDA kernels are compiled by the CMake bu
   -C cmake.define.KATTN_ENABLE_CUDA=OFF "$@"
 
 step "pytest against the installed package"
-(cd "$venv" && KATTN_EXPECT_INSTALLED=1 "$py" -m pytest -q -p no:cacheprovider "$repo/python/tests")
+(cd "$venv" && KATTN_EXPECT_INSTALLED=1 "$py" -m pytest -q -rs -p no:cacheprovider "$repo/python/tests") | tee "$dir/pytest.log"
+# This environment has what every PyTorch, torch.compile and kattn.dist test needs: none may skip.
+if grep -E "^SKIPPED.*(torch|PyTorch|custom_op|scaled_dot_product|mpi4py|MPI layer)" "$dir/pytest.log"; then
+  echo "check-pip: the tests above skipped in an environment that has what they need" >&2
+  exit 1
+fi
 
 step "the MPI tests at 2 ranks"
 (cd "$venv" && mpiexec --oversubscribe -n 2 "$py" -m pytest -q -p no:cacheprovider \
