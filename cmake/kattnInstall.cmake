@@ -61,6 +61,12 @@ set(KATTN_KOKKOSKERNELS_DIR "")
 if(KATTN_ENABLE_KOKKOSKERNELS)
   set(KATTN_KOKKOSKERNELS_DIR "${KokkosKernels_DIR}")
 endif()
+# The Kokkos config dir kattnConfig.cmake finds Kokkos in: the one found at configure, or, for a
+# Kokkos built with kattn (KATTN_KOKKOS_SOURCE), the one installed beside kattn in its prefix.
+set(KATTN_KOKKOS_DIR "${Kokkos_DIR}")
+if(KATTN_KOKKOS_IN_TREE)
+  set(KATTN_KOKKOS_DIR "\${PACKAGE_PREFIX_DIR}/${CMAKE_INSTALL_LIBDIR}/cmake/Kokkos")
+endif()
 set(KATTN_MPI_HOME "")
 if(KATTN_ENABLE_MPI AND MPI_CXX_COMPILER)   # <MPI_HOME>/bin/mpicxx
   get_filename_component(KATTN_MPI_HOME "${MPI_CXX_COMPILER}" DIRECTORY)

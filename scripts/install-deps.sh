@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs kattn's build dependencies from Debian 12's packages when any is missing.
-#   scripts/install-deps.sh [fuzz] [ccache]   (fuzz: also clang and libFuzzer, for scripts/fuzz.sh;
-#                                             ccache: the compiler cache .ci/run builds through)
+#   scripts/install-deps.sh [fuzz] [ccache] [pip]   (fuzz: also clang and libFuzzer, for scripts/fuzz.sh;
+#                                                   ccache: the compiler cache .ci/run builds through;
+#                                                   pip: venv, for scripts/check-pip.sh)
 set -euo pipefail
 
 packages=(
@@ -16,7 +17,8 @@ for extra in "$@"; do
   case $extra in
     fuzz) packages+=(clang libclang-rt-14-dev) ;;                                   # libFuzzer (scripts/fuzz.sh)
     ccache) packages+=(ccache) ;;                                                   # .ci/run's compiler cache
-    *) echo "install-deps.sh: unknown extra '$extra' (expected fuzz or ccache)" >&2; exit 2 ;;
+    pip) packages+=(python3-venv) ;;                                                # scripts/check-pip.sh
+    *) echo "install-deps.sh: unknown extra '$extra' (expected fuzz, ccache or pip)" >&2; exit 2 ;;
   esac
 done
 

@@ -29,6 +29,8 @@ AMDGPU_TARGETS = "gfx900 gfx906 gfx908 gfx90a gfx940 gfx942 gfx950 gfx1030 gfx11
 # spack_cuda_arch_map), and those only Kokkos 5.1 and newer have.
 NO_KOKKOS_ARCH = ("101", "110")
 KOKKOS_5_1_ONLY = ("103", "121")
+# Blackwell: Kokkos 4.6.01 and newer (BLACKWELL100, BLACKWELL120).
+KOKKOS_4_6_01 = ("100", "120")
 
 failures = []
 passed = []
@@ -242,6 +244,11 @@ def check_cuda_arch():
                 any(c.startswith("^kokkos@:5.0") and arch in m for c, m in msgs),
                 f"cuda_arch={arch} refused with Kokkos older than 5.1",
             )
+        elif plain in KOKKOS_4_6_01:
+            check(
+                [c for c, _ in msgs] == ["^kokkos@:4.6.00"] and arch in msgs[0][1],
+                f"cuda_arch={arch} refused with Kokkos 4.6.00 and older only",
+            )
         elif plain in ("80", "90"):
             check(not msgs, f"cuda_arch={arch} allowed")
     forwarded = {k.get("when"): a[0] for a, k in of("depends_on")}
@@ -251,7 +258,7 @@ def check_cuda_arch():
     )
 
 
-def cmake_args(Kattn, run_tests=False, **variants_set):
+def package(Kattn, run_tests=False, **variants_set):
     values = {
         "mpi": True,
         "openmp": True,
@@ -275,7 +282,51 @@ def cmake_args(Kattn, run_tests=False, **variants_set):
     }
     pkg = Kattn(FakeSpec(values, deps))
     pkg.run_tests = run_tests
-    return pkg.cmake_args()
+    pkg.stage = types.SimpleNamespace(path="/stage", source_path="/stage/kattn")
+    return pkg
+
+
+def cmake_args(Kattn, run_tests=False, **variants_set):
+    return package(Kattn, run_tests, **variants_set).cmake_args()
+
+
+class Recorder:
+    """A stand-in python Executable: records each command line."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append(args)
+
+
+def check_pip_route(Kattn):
+    """+python: after the CMake install, pip builds the package from pyproject.toml with the CMake
+    build's options (except those pyproject.toml owns) into the python's platlib in the prefix."""
+    hooks = [
+        d for d in getattr(Kattn.install_python, "spack_decorators", []) if d[0] == "run_after"
+    ]
+    check(
+        hooks == [("run_after", ("install",), {"when": "+python"})], "+python: pip after install"
+    )
+    pkg = package(Kattn, python=True)
+    python = Recorder()
+    pkg.spec.deps["python"].command = python
+    pkg.install_python()
+    call = python.calls[0] if len(python.calls) == 1 else ()
+    check(call[:3] == ("-m", "pip", "install"), f"+python: python -m pip install ({call[:3]})")
+    check(call[-1:] == ("/stage/kattn",), "+python: pip builds the staged source")
+    for want in (
+        "--no-build-isolation",
+        "--no-index",
+        "--target=/prefix/kattn/lib/python3.11/site-packages",
+        "--config-settings=cmake.define.KATTN_ENABLE_MPI=ON",
+        "--config-settings=cmake.define.Kokkos_ROOT=/kokkos",
+        "--config-settings=cmake.define.KATTN_NATIVE_ARCH=OFF",
+    ):
+        check(want in call, f"+python: pip {want}")
+    owned = [a for a in call if re.search(r"define\.(KATTN_ENABLE_PYTHON|BUILD_SHARED_LIBS)=", a)]
+    check(not owned, f"+python: pyproject.toml's own options left to it ({owned})")
 
 
 def check_cmake_args(Kattn, root):
@@ -307,18 +358,12 @@ def check_cmake_args(Kattn, root):
         "-DCMAKE_CUDA_COMPILER:STRING=/cuda/bin/nvcc",
     ):
         check(want in args, f"+cuda cuda_arch=90a: {want}")
-    check("-DKATTN_ENABLE_PYTHON:BOOL=OFF" in cmake_args(Kattn), "default spec: no Python package")
-    args = cmake_args(Kattn, python=True)
-    for want in (
-        "-DKATTN_ENABLE_PYTHON:BOOL=ON",
-        "-DPython_EXECUTABLE:STRING=/python/bin/python3",
-        "-DKATTN_PYTHON_INSTALL_DIR:STRING=lib/python3.11/site-packages",
-    ):
-        check(want in args, f"+python: {want}")
+    check("-DKATTN_ENABLE_PYTHON:BOOL=OFF" in cmake_args(Kattn), "CMake builds no Python package")
     check(
         ("python",) in [a for a, k in of("extends") if k.get("when") == "+python"],
         "+python extends python",
     )
+    check_pip_route(Kattn)
     args = cmake_args(Kattn, rocm=True, amdgpu_target="gfx90a")
     check("-DCMAKE_CXX_COMPILER:STRING=/hip/bin/hipcc" in args, "+rocm: hipcc")
 

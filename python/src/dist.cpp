@@ -211,7 +211,7 @@ CallArgs read_call_args(const std::string& refused, const std::vector<std::pair<
 // The forward's lse, in the accumulation type (its dtype is checked with its view).
 py::array lse_of(const py::object& lse) {
   py::array a = py::array::ensure(lse);
-  if (!a) throw kattn::Error("lse: expected an array, got " + std::string(py::str(lse.get_type().attr("__name__"))));
+  if (!a) throw kattn::Error("lse: expected an array, got " + std::string(py::str(py::type::handle_of(lse).attr("__name__"))));
   return a;
 }
 

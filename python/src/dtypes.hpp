@@ -74,17 +74,36 @@ inline std::string dtype_name(const py::array& a) {
   return holds(a, Dtype::bfloat16) ? "bfloat16" : std::string(py::str(a.dtype()));
 }
 
-// The storage of an argument of an attention call or its backward, else a kattn::Error naming it.
-inline Dtype storage_of(const py::array& a, const char* name) {
-  for (Dtype t : {Dtype::float32, Dtype::float64, Dtype::float16, Dtype::bfloat16})
-    if (holds(a, t)) return t;
-  throw kattn::Error(std::string(name) + ": expected float32, float64, float16 or bfloat16, got " + dtype_name(a));
+// The name of storage type T.
+template <class T>
+const char* dtype_name() {
+  if constexpr (std::is_same_v<T, double>)
+    return name(Dtype::float64);
+  else if constexpr (std::is_same_v<T, kattn::fp16>)
+    return name(Dtype::float16);
+  else if constexpr (std::is_same_v<T, kattn::bf16>)
+    return name(Dtype::bfloat16);
+  else
+    return name(Dtype::float32);
 }
 
-inline void require_same_dtype(const py::array& a, const char* name, const py::array& like, const char* like_name) {
-  if (!a.dtype().equal(like.dtype()))
-    throw kattn::Error(std::string(name) + ": expected the dtype of " + like_name + " (" + dtype_name(like) +
-                       "), got " + dtype_name(a));
+// Below, arguments go by their dtype's name (an Array's dtype, or dtype_name of a NumPy array).
+
+// The storage of an argument of an attention call or its backward, else a kattn::Error naming it.
+inline Dtype storage_of(const std::string& dtype, const char* arg) {
+  for (Dtype t : {Dtype::float32, Dtype::float64, Dtype::float16, Dtype::bfloat16})
+    if (dtype == name(t)) return t;
+  throw kattn::Error(std::string(arg) + ": expected float32, float64, float16 or bfloat16, got " + dtype);
+}
+inline Dtype storage_of(const py::array& a, const char* arg) { return storage_of(dtype_name(a), arg); }
+
+inline void require_same_dtype(const std::string& dtype, const char* arg, const std::string& like,
+                               const char* like_arg) {
+  if (dtype != like)
+    throw kattn::Error(std::string(arg) + ": expected the dtype of " + like_arg + " (" + like + "), got " + dtype);
+}
+inline void require_same_dtype(const py::array& a, const char* arg, const py::array& like, const char* like_arg) {
+  require_same_dtype(dtype_name(a), arg, dtype_name(like), like_arg);
 }
 
 // The storage of a forward call: q's, and the cache's (k and v share it), which is q's or, under
@@ -92,13 +111,13 @@ inline void require_same_dtype(const py::array& a, const char* name, const py::a
 struct ForwardStorage {
   Dtype q, kv;
 };
-inline ForwardStorage forward_storage(const py::array& q, const py::array& k, const py::array& v) {
+inline ForwardStorage forward_storage(const std::string& q, const std::string& k, const std::string& v) {
   const ForwardStorage s{storage_of(q, "q"), storage_of(k, "k")};
   if (s.kv != s.q && !(s.q == Dtype::float32 && is_16bit(s.kv)))
     throw kattn::Error(
         std::string("k: expected the dtype of q (") + name(s.q) + ")" +
         (s.q == Dtype::float32 ? ", or float16 or bfloat16 (a 16-bit cache under float32 queries)" : "") + ", got " +
-        dtype_name(k));
+        k);
   require_same_dtype(v, "v", k, "k");
   return s;
 }
@@ -116,20 +135,20 @@ auto with_storage(const ForwardStorage& s, F&& f) {
 
 // The storage of a backward call, q's: k, v, o and dout share it, and lse is in its accumulation
 // type (float32 for the 16-bit types). Float32 queries over a 16-bit cache have no backward.
-inline Dtype backward_storage(const py::array& q, const py::array& k, const py::array& v, const py::array& o,
-                              const py::array& lse, const py::array& dout) {
+inline Dtype backward_storage(const std::string& q, const std::string& k, const std::string& v, const std::string& o,
+                              const std::string& lse, const std::string& dout) {
   const Dtype t = storage_of(q, "q");
-  if (t == Dtype::float32 && (holds(k, Dtype::float16) || holds(k, Dtype::bfloat16)))
-    throw kattn::Error("k: expected the dtype of q (float32), got " + dtype_name(k) +
+  if (t == Dtype::float32 && (k == name(Dtype::float16) || k == name(Dtype::bfloat16)))
+    throw kattn::Error("k: expected the dtype of q (float32), got " + k +
                        " (float32 queries over a 16-bit cache have no backward: give q, k, v one type)");
   require_same_dtype(k, "k", q, "q");
   require_same_dtype(v, "v", q, "q");
   require_same_dtype(o, "o", q, "q");
   require_same_dtype(dout, "dout", q, "q");
   const Dtype acc = accumulation(t);
-  if (!holds(lse, acc))
+  if (lse != name(acc))
     throw kattn::Error(std::string("lse: expected ") + name(acc) + " (the forward's lse for " + name(t) + " q), got " +
-                       dtype_name(lse));
+                       lse);
   return t;
 }
 
@@ -148,7 +167,7 @@ auto with_dtype(Dtype t, F&& f) {
 struct MergeStorage {
   Dtype parts, o;
 };
-inline MergeStorage merge_storage(const py::array& o_parts, const py::array& lse_parts, const std::string& o_dtype) {
+inline MergeStorage merge_storage(const std::string& o_parts, const std::string& lse_parts, const std::string& o_dtype) {
   const MergeStorage s{storage_of(o_parts, "o_parts"),
                        o_dtype.empty() ? storage_of(o_parts, "o_parts") : dtype_named(o_dtype, "dtype")};
   if (s.parts != s.o && !(s.parts == Dtype::float32 && is_16bit(s.o)))
@@ -156,9 +175,9 @@ inline MergeStorage merge_storage(const py::array& o_parts, const py::array& lse
                        (s.parts == Dtype::float32 ? ", or float16 or bfloat16 (float32 parts rounded once)" : "") +
                        ", got " + name(s.o));
   const Dtype acc = accumulation(s.o);
-  if (!holds(lse_parts, acc))
+  if (lse_parts != name(acc))
     throw kattn::Error(std::string("lse_parts: expected ") + name(acc) + " (the accumulation type of a " + name(s.o) +
-                       " o), got " + dtype_name(lse_parts));
+                       " o), got " + lse_parts);
   return s;
 }
 

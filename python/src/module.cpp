@@ -1,8 +1,9 @@
 // kattn's Python module (kattn._kattn; the package kattn wraps it and owns the signatures): the
-// single-process calls over NumPy arrays, dense, ragged and paged keys, their backward, cascades,
-// the merge of partial states and the planner. Every one of them takes 16-bit storage too
-// (dtypes.hpp says which combinations). Kokkos starts on import and stops at exit; the GIL is
-// released while the kernels run.
+// single-process calls, dense, ragged and paged keys, their backward, cascades, the merge of
+// partial states and the planner, over NumPy arrays on the host or, in a build whose Kokkos has
+// CUDA or HIP, over PyTorch's tensors on that GPU (arrays.hpp: Array, Target). Every one of them
+// takes 16-bit storage too (dtypes.hpp says which combinations). Kokkos starts on import and stops
+// at exit; the GIL is released while the kernels run.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -47,54 +48,58 @@ kattn::BackwardOptions backward_options(bool deterministic) {
   return b;
 }
 
+// Each call below runs on `space` (the host, or a GPU stream: Target::run_on) over views in its
+// memory space, makes its outputs where the target makes them and returns their owners.
+
 // ---- dense: q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D] in layout L; lse [B, Hq, Nq]
 
 // Q: the storage of q and o, KV: that of k and v; lse in accumulate_t<Q>.
-template <class Q, class KV>
-py::tuple dense_forward(const py::array& q, const py::array& k, const py::array& v, const Layout& L,
-                        const kattn::Options& opt) {
+template <class Q, class KV, class ExecSpace>
+py::tuple dense_forward(const ExecSpace& space, const Target& t, const Array& q, const Array& k, const Array& v,
+                        const Layout& L, const kattn::Options& opt) {
+  using Mem = typename ExecSpace::memory_space;
   using Acc = kattn::accumulate_t<Q>;
-  const auto qv = view4<Q>(q, "q", L);
-  const auto kv = view4<KV>(k, "k", L), vv = view4<KV>(v, "v", L);
-  py::array o = new4<Q>(qv.extent(0), qv.extent(1), qv.extent(2), vv.extent(3), L);
-  py::array lse = new_array<Acc>({qv.extent(0), qv.extent(2), qv.extent(1)});
-  const auto ov = view4<Q>(o, "o", L);
-  const auto lv = view_n<Acc, 3>(lse, "lse");
+  const auto qv = view4<Q, Mem>(q, "q", L);
+  const auto kv = view4<KV, Mem>(k, "k", L), vv = view4<KV, Mem>(v, "v", L);
+  const Array o = t.output<Q>(L.shape(qv.extent(0), qv.extent(1), qv.extent(2), vv.extent(3)), "o");
+  const Array lse = t.output<Acc>(extents({qv.extent(0), qv.extent(2), qv.extent(1)}), "lse");
+  const auto ov = view4<Q, Mem>(o, "o", L);
+  const auto lv = view_n<Acc, 3, Mem>(lse, "lse");
   kattn::SplitPlan plan;
-  run_released([&] { plan = kattn::attention(Space(), qv, kattn::kv::dense(kv, vv), ov, lv, opt); });
-  return py::make_tuple(o, lse, plan_dict(plan));
+  run_released(space, [&] { plan = kattn::attention(space, qv, kattn::kv::dense(kv, vv), ov, lv, opt); });
+  return py::make_tuple(o.owner, lse.owner, plan_dict(plan));
 }
 
 // T: the storage of every array but lse, which is in accumulate_t<T>; the gradients come back in T.
-template <class T>
-py::tuple dense_backward(const py::array& q, const py::array& k, const py::array& v, const py::array& o,
-                         const py::array& lse, const py::array& dout, const Layout& L, const kattn::Options& opt,
-                         bool deterministic) {
-  const auto qv = view4<T>(q, "q", L), kv = view4<T>(k, "k", L), vv = view4<T>(v, "v", L);
-  const auto ov = view4<T>(o, "o", L), dov = view4<T>(dout, "dout", L);
-  const auto lv = view_n<kattn::accumulate_t<T>, 3>(lse, "lse");
-  py::array dq = new4<T>(qv.extent(0), qv.extent(1), qv.extent(2), qv.extent(3), L);
-  py::array dk = new4<T>(kv.extent(0), kv.extent(1), kv.extent(2), kv.extent(3), L);
-  py::array dv = new4<T>(vv.extent(0), vv.extent(1), vv.extent(2), vv.extent(3), L);
-  const auto dqv = view4<T>(dq, "dq", L), dkv = view4<T>(dk, "dk", L), dvv = view4<T>(dv, "dv", L);
+template <class T, class ExecSpace>
+py::tuple dense_backward(const ExecSpace& space, const Target& t, const Array& q, const Array& k, const Array& v,
+                         const Array& o, const Array& lse, const Array& dout, const Layout& L,
+                         const kattn::Options& opt, bool deterministic) {
+  using Mem = typename ExecSpace::memory_space;
+  const auto qv = view4<T, Mem>(q, "q", L), kv = view4<T, Mem>(k, "k", L), vv = view4<T, Mem>(v, "v", L);
+  const auto ov = view4<T, Mem>(o, "o", L), dov = view4<T, Mem>(dout, "dout", L);
+  const auto lv = view_n<kattn::accumulate_t<T>, 3, Mem>(lse, "lse");
+  const Array dq = t.output<T>(q.shape, "dq"), dk = t.output<T>(k.shape, "dk"), dv = t.output<T>(v.shape, "dv");
+  const auto dqv = view4<T, Mem>(dq, "dq", L), dkv = view4<T, Mem>(dk, "dk", L), dvv = view4<T, Mem>(dv, "dv", L);
   kattn::BackwardInfo info;
-  run_released([&] {
-    info = kattn::attention_backward(Space(), qv, kattn::kv::dense(kv, vv), ov, lv, dov, dqv, dkv, dvv, opt,
+  run_released(space, [&] {
+    info = kattn::attention_backward(space, qv, kattn::kv::dense(kv, vv), ov, lv, dov, dqv, dkv, dvv, opt,
                                      backward_options(deterministic));
   });
-  return py::make_tuple(dq, dk, dv, backward_dict(info));
+  return py::make_tuple(dq.owner, dk.owner, dv.owner, backward_dict(info));
 }
 
 // ---- ragged and paged: q [total_q, Hq, D]; lse [total_q, Hq]; k, v [total_kv, Hkv, D] (ragged)
-// or pages [num_pages, page_size, Hkv, D] (paged). The layout is made once per call.
+// or pages [num_pages, page_size, Hkv, D] (paged). The layout is made once per call, its index
+// arrays on the host (copied to the space's memory).
 
 struct RaggedIndex {
   IndexArray q_indptr, kv_indptr;
   RaggedIndex(const py::object& qi, const py::object& ki)
       : q_indptr(index_array(qi, "q_indptr")), kv_indptr(index_array(ki, "kv_indptr")) {}
-  template <class KV, class VV>
+  template <class Mem, class KV, class VV>
   auto kv(const KV& k, const VV& v) const {
-    return kattn::kv::ragged(k, v, kattn::make_ragged_layout<Kokkos::HostSpace>(q_indptr.view, kv_indptr.view));
+    return kattn::kv::ragged(k, v, kattn::make_ragged_layout<Mem>(q_indptr.view, kv_indptr.view));
   }
 };
 
@@ -105,106 +110,116 @@ struct PagedIndex {
         page_indptr(index_array(pi, "kv_page_indptr")),
         page_indices(index_array(idx, "kv_page_indices")),
         last_page_len(index_array(last, "kv_last_page_len")) {}
-  template <class KV, class VV>
+  template <class Mem, class KV, class VV>
   auto kv(const KV& k, const VV& v) const {
     return kattn::kv::paged(k, v,
-                            kattn::make_paged_layout<Kokkos::HostSpace>(q_indptr.view, page_indptr.view,
-                                                                        page_indices.view, last_page_len.view,
-                                                                        static_cast<std::int64_t>(k.extent(1))));
+                            kattn::make_paged_layout<Mem>(q_indptr.view, page_indptr.view, page_indices.view,
+                                                          last_page_len.view, static_cast<std::int64_t>(k.extent(1))));
   }
 };
 
-template <class Q, class KV, int KR, class Index>
-py::tuple packed_forward(const py::array& q, const py::array& k, const py::array& v, const Index& index,
-                         const kattn::Options& opt) {
+template <class Q, class KV, int KR, class Index, class ExecSpace>
+py::tuple packed_forward(const ExecSpace& space, const Target& t, const Array& q, const Array& k, const Array& v,
+                         const Index& index, const kattn::Options& opt) {
+  using Mem = typename ExecSpace::memory_space;
   using Acc = kattn::accumulate_t<Q>;
-  const auto qv = view_n<Q, 3>(q, "q");
-  const auto kv = view_n<KV, KR>(k, "k"), vv = view_n<KV, KR>(v, "v");
-  py::array o = new_array<Q>({qv.extent(0), qv.extent(1), vv.extent(KR - 1)});
-  py::array lse = new_array<Acc>({qv.extent(0), qv.extent(1)});
-  const auto ov = view_n<Q, 3>(o, "o");
-  const auto lv = view_n<Acc, 2>(lse, "lse");
-  const auto keys = index.kv(kv, vv);
+  const auto qv = view_n<Q, 3, Mem>(q, "q");
+  const auto kv = view_n<KV, KR, Mem>(k, "k"), vv = view_n<KV, KR, Mem>(v, "v");
+  const Array o = t.output<Q>(extents({qv.extent(0), qv.extent(1), vv.extent(KR - 1)}), "o");
+  const Array lse = t.output<Acc>(extents({qv.extent(0), qv.extent(1)}), "lse");
+  const auto ov = view_n<Q, 3, Mem>(o, "o");
+  const auto lv = view_n<Acc, 2, Mem>(lse, "lse");
+  const auto keys = index.template kv<Mem>(kv, vv);
   kattn::SplitPlan plan;
-  run_released([&] { plan = kattn::attention(Space(), qv, keys, ov, lv, opt); });
-  return py::make_tuple(o, lse, plan_dict(plan));
+  run_released(space, [&] { plan = kattn::attention(space, qv, keys, ov, lv, opt); });
+  return py::make_tuple(o.owner, lse.owner, plan_dict(plan));
 }
 
-template <class T, int KR, class Index>
-py::tuple packed_backward(const py::array& q, const py::array& k, const py::array& v, const py::array& o,
-                          const py::array& lse, const py::array& dout, const Index& index, const kattn::Options& opt,
-                          bool deterministic) {
-  const auto qv = view_n<T, 3>(q, "q"), ov = view_n<T, 3>(o, "o"), dov = view_n<T, 3>(dout, "dout");
-  const auto kv = view_n<T, KR>(k, "k"), vv = view_n<T, KR>(v, "v");
-  const auto lv = view_n<kattn::accumulate_t<T>, 2>(lse, "lse");
-  py::array dq = new_array<T>({qv.extent(0), qv.extent(1), qv.extent(2)});
-  py::array dk(numpy_dtype<T>(), std::vector<py::ssize_t>(k.shape(), k.shape() + KR));
-  py::array dv(numpy_dtype<T>(), std::vector<py::ssize_t>(v.shape(), v.shape() + KR));
-  const auto dqv = view_n<T, 3>(dq, "dq");
-  const auto dkv = view_n<T, KR>(dk, "dk"), dvv = view_n<T, KR>(dv, "dv");
-  const auto keys = index.kv(kv, vv);
+template <class T, int KR, class Index, class ExecSpace>
+py::tuple packed_backward(const ExecSpace& space, const Target& t, const Array& q, const Array& k, const Array& v,
+                          const Array& o, const Array& lse, const Array& dout, const Index& index,
+                          const kattn::Options& opt, bool deterministic) {
+  using Mem = typename ExecSpace::memory_space;
+  const auto qv = view_n<T, 3, Mem>(q, "q"), ov = view_n<T, 3, Mem>(o, "o"), dov = view_n<T, 3, Mem>(dout, "dout");
+  const auto kv = view_n<T, KR, Mem>(k, "k"), vv = view_n<T, KR, Mem>(v, "v");
+  const auto lv = view_n<kattn::accumulate_t<T>, 2, Mem>(lse, "lse");
+  const Array dq = t.output<T>(q.shape, "dq"), dk = t.output<T>(k.shape, "dk"), dv = t.output<T>(v.shape, "dv");
+  const auto dqv = view_n<T, 3, Mem>(dq, "dq");
+  const auto dkv = view_n<T, KR, Mem>(dk, "dk"), dvv = view_n<T, KR, Mem>(dv, "dv");
+  const auto keys = index.template kv<Mem>(kv, vv);
   kattn::BackwardInfo info;
-  run_released([&] {
-    info = kattn::attention_backward(Space(), qv, keys, ov, lv, dov, dqv, dkv, dvv, opt,
-                                     backward_options(deterministic));
+  run_released(space, [&] {
+    info = kattn::attention_backward(space, qv, keys, ov, lv, dov, dqv, dkv, dvv, opt, backward_options(deterministic));
   });
-  return py::make_tuple(dq, dk, dv, backward_dict(info));
+  return py::make_tuple(dq.owner, dk.owner, dv.owner, backward_dict(info));
 }
 
 // Cascade: a prefix k_prefix, v_prefix [Np, Hkv, D] every sequence sees, then each sequence's own
 // keys (ragged or paged, KR the rank of their arrays). Q: the storage of q and o, KV: that of the
 // prefix and the suffix; lse in accumulate_t<Q>.
-template <class Q, class KV, int KR, class Index>
-py::tuple cascade_forward(const py::array& q, const py::array& k_prefix, const py::array& v_prefix,
-                          const py::array& k, const py::array& v, const Index& index, const kattn::Options& opt) {
+template <class Q, class KV, int KR, class Index, class ExecSpace>
+py::tuple cascade_forward(const ExecSpace& space, const Target& t, const Array& q, const Array& k_prefix,
+                          const Array& v_prefix, const Array& k, const Array& v, const Index& index,
+                          const kattn::Options& opt) {
+  using Mem = typename ExecSpace::memory_space;
   using Acc = kattn::accumulate_t<Q>;
-  const auto qv = view_n<Q, 3>(q, "q");
-  const auto kp = view_n<KV, 3>(k_prefix, "k_prefix"), vp = view_n<KV, 3>(v_prefix, "v_prefix");
-  const auto kv = view_n<KV, KR>(k, "k"), vv = view_n<KV, KR>(v, "v");
-  py::array o = new_array<Q>({qv.extent(0), qv.extent(1), vv.extent(KR - 1)});
-  py::array lse = new_array<Acc>({qv.extent(0), qv.extent(1)});
-  const auto ov = view_n<Q, 3>(o, "o");
-  const auto lv = view_n<Acc, 2>(lse, "lse");
-  const auto keys = kattn::kv::cascade(kp, vp, index.kv(kv, vv));
-  run_released([&] { kattn::attention(Space(), qv, keys, ov, lv, opt); });
-  return py::make_tuple(o, lse);
-}
-
-// f(Q{}, KV{}) for the storage of a forward call (kattn::bf16 and kattn::fp16 included).
-template <class F>
-py::tuple by_storage(const py::array& q, const py::array& k, const py::array& v, F&& f) {
-  return with_storage(forward_storage(q, k, v), f);
-}
-
-// The same for a cascade, whose prefix is stored as its suffix's keys and values.
-template <class F>
-py::tuple by_cascade_storage(const py::array& q, const py::array& k_prefix, const py::array& v_prefix,
-                             const py::array& k, const py::array& v, F&& f) {
-  const ForwardStorage s = forward_storage(q, k, v);
-  require_same_dtype(k_prefix, "k_prefix", k, "k");
-  require_same_dtype(v_prefix, "v_prefix", k, "k");
-  return with_storage(s, f);
-}
-
-// f(T{}) for the storage of a backward call (kattn::bf16 and kattn::fp16 included).
-template <class F>
-py::tuple by_backward_storage(const py::array& q, const py::array& k, const py::array& v, const py::array& o,
-                              const py::array& lse, const py::array& dout, F&& f) {
-  return with_dtype(backward_storage(q, k, v, o, lse, dout), f);
+  const auto qv = view_n<Q, 3, Mem>(q, "q");
+  const auto kp = view_n<KV, 3, Mem>(k_prefix, "k_prefix"), vp = view_n<KV, 3, Mem>(v_prefix, "v_prefix");
+  const auto kv = view_n<KV, KR, Mem>(k, "k"), vv = view_n<KV, KR, Mem>(v, "v");
+  const Array o = t.output<Q>(extents({qv.extent(0), qv.extent(1), vv.extent(KR - 1)}), "o");
+  const Array lse = t.output<Acc>(extents({qv.extent(0), qv.extent(1)}), "lse");
+  const auto ov = view_n<Q, 3, Mem>(o, "o");
+  const auto lv = view_n<Acc, 2, Mem>(lse, "lse");
+  const auto keys = kattn::kv::cascade(kp, vp, index.template kv<Mem>(kv, vv));
+  run_released(space, [&] { kattn::attention(space, qv, keys, ov, lv, opt); });
+  return py::make_tuple(o.owner, lse.owner);
 }
 
 // P: the storage of the parts' o, S: that of o; every lse in accumulate_t<S>.
-template <class P, class S>
-py::tuple merge_as(const py::array& o_parts, const py::array& lse_parts) {
+template <class P, class S, class ExecSpace>
+py::tuple merge_as(const ExecSpace& space, const Target& t, const Array& o_parts, const Array& lse_parts) {
+  using Mem = typename ExecSpace::memory_space;
   using Acc = kattn::accumulate_t<S>;
-  const auto ov = view_n<P, 4>(o_parts, "o_parts");
-  const auto lv = view_n<Acc, 3>(lse_parts, "lse_parts");
-  py::array o = new_array<S>({ov.extent(1), ov.extent(2), ov.extent(3)});
-  py::array lse = new_array<Acc>({ov.extent(1), ov.extent(2)});
-  const auto o_out = view_n<S, 3>(o, "o");
-  const auto lse_out = view_n<Acc, 2>(lse, "lse");
-  run_released([&] { kattn::merge(Space(), ov, lv, o_out, lse_out); });
-  return py::make_tuple(o, lse);
+  const auto ov = view_n<P, 4, Mem>(o_parts, "o_parts");
+  const auto lv = view_n<Acc, 3, Mem>(lse_parts, "lse_parts");
+  const Array o = t.output<S>(extents({ov.extent(1), ov.extent(2), ov.extent(3)}), "o");
+  const Array lse = t.output<Acc>(extents({ov.extent(1), ov.extent(2)}), "lse");
+  const auto o_out = view_n<S, 3, Mem>(o, "o");
+  const auto lse_out = view_n<Acc, 2, Mem>(lse, "lse");
+  run_released(space, [&] { kattn::merge(space, ov, lv, o_out, lse_out); });
+  return py::make_tuple(o.owner, lse.owner);
+}
+
+// The arguments of a call, read as its target reads them (q first: its name is the call's).
+struct Call {
+  Target target;
+  std::vector<Array> arrays;
+  Call(const py::object& target, std::initializer_list<std::pair<py::object, const char*>> named)
+      : target(Target::of(target)) {
+    for (const auto& [obj, name] : named) arrays.push_back(this->target.input(obj, name));
+  }
+  const Array& operator[](std::size_t i) const { return arrays[i]; }
+  // f(space) on the call's target.
+  template <class F>
+  py::tuple run(F&& f) const {
+    return target.run_on(f);
+  }
+};
+
+// The storage of a forward call, of a cascade (its prefix stored as its suffix's keys and values)
+// and of a backward call.
+ForwardStorage forward_storage_of(const Array& q, const Array& k, const Array& v) {
+  return forward_storage(q.dtype, k.dtype, v.dtype);
+}
+ForwardStorage cascade_storage_of(const Array& q, const Array& k_prefix, const Array& v_prefix, const Array& k,
+                                  const Array& v) {
+  const ForwardStorage s = forward_storage_of(q, k, v);
+  require_same_dtype(k_prefix.dtype, "k_prefix", k.dtype, "k");
+  require_same_dtype(v_prefix.dtype, "v_prefix", k.dtype, "k");
+  return s;
+}
+Dtype backward_storage_of(const Call& c) {
+  return backward_storage(c[0].dtype, c[1].dtype, c[2].dtype, c[3].dtype, c[4].dtype, c[5].dtype);
 }
 
 }  // namespace
@@ -223,6 +238,16 @@ PYBIND11_MODULE(_kattn, m) {
   register_bfloat16(m);
   bind_workspace(m);
 
+  // The GPU backend whose tensors the calls take ("cuda", "hip", or "" for a host-only build) and
+  // the GPU Kokkos runs on (-1 without one).
+#ifdef KATTN_PYTHON_DEVICE
+  m.attr("device") = KATTN_PYTHON_DEVICE;
+  m.def("device_id", [] { return device_id(); });
+#else
+  m.attr("device") = "";
+  m.def("device_id", [] { return -1; });
+#endif
+
   m.def("version", [] { return kattn::build_info().version; });
   m.def("build_info", [] {
     const kattn::BuildInfo b = kattn::build_info();
@@ -232,87 +257,126 @@ PYBIND11_MODULE(_kattn, m) {
     return d;
   });
 
-  m.def("attention", [](const py::array& q, const py::array& k, const py::array& v, const std::string& layout,
-                        const py::dict& kw) {
+  // Every attention call takes its arrays (NumPy arrays, or tensor descriptors on a GPU), what it
+  // needs besides, and last its target (None: the host; see Target).
+  m.def("attention", [](const py::object& q, const py::object& k, const py::object& v, const std::string& layout,
+                        const py::dict& kw, const py::object& target) {
     const kattn::Options opt = options_of(kw);
     const Layout L = Layout::parse(layout);
-    return by_storage(q, k, v, [&](auto tq, auto tkv) {
-      return dense_forward<decltype(tq), decltype(tkv)>(q, k, v, L, opt);
+    const Call c(target, {{q, "q"}, {k, "k"}, {v, "v"}});
+    return c.run([&](const auto& space) {
+      return with_storage(forward_storage_of(c[0], c[1], c[2]), [&](auto tq, auto tkv) {
+        return dense_forward<decltype(tq), decltype(tkv)>(space, c.target, c[0], c[1], c[2], L, opt);
+      });
     });
   });
-  m.def("attention_backward", [](const py::array& q, const py::array& k, const py::array& v, const py::array& o,
-                                 const py::array& lse, const py::array& dout, const std::string& layout,
-                                 const py::dict& kw, bool deterministic) {
+  m.def("attention_backward", [](const py::object& q, const py::object& k, const py::object& v, const py::object& o,
+                                 const py::object& lse, const py::object& dout, const std::string& layout,
+                                 const py::dict& kw, bool deterministic, const py::object& target) {
     const kattn::Options opt = options_of(kw);
     const Layout L = Layout::parse(layout);
-    return by_backward_storage(q, k, v, o, lse, dout, [&](auto t) {
-      return dense_backward<decltype(t)>(q, k, v, o, lse, dout, L, opt, deterministic);
+    const Call c(target, {{q, "q"}, {k, "k"}, {v, "v"}, {o, "o"}, {lse, "lse"}, {dout, "dout"}});
+    return c.run([&](const auto& space) {
+      return with_dtype(backward_storage_of(c), [&](auto t) {
+        return dense_backward<decltype(t)>(space, c.target, c[0], c[1], c[2], c[3], c[4], c[5], L, opt,
+                                           deterministic);
+      });
     });
   });
 
-  m.def("ragged_attention", [](const py::array& q, const py::array& k, const py::array& v, const py::object& q_indptr,
-                               const py::object& kv_indptr, const py::dict& kw) {
+  m.def("ragged_attention", [](const py::object& q, const py::object& k, const py::object& v,
+                               const py::object& q_indptr, const py::object& kv_indptr, const py::dict& kw,
+                               const py::object& target) {
     const kattn::Options opt = options_of(kw);
+    const Call c(target, {{q, "q"}, {k, "k"}, {v, "v"}});
     const RaggedIndex index(q_indptr, kv_indptr);
-    return by_storage(q, k, v, [&](auto tq, auto tkv) {
-      return packed_forward<decltype(tq), decltype(tkv), 3>(q, k, v, index, opt);
+    return c.run([&](const auto& space) {
+      return with_storage(forward_storage_of(c[0], c[1], c[2]), [&](auto tq, auto tkv) {
+        return packed_forward<decltype(tq), decltype(tkv), 3>(space, c.target, c[0], c[1], c[2], index, opt);
+      });
     });
   });
   m.def("ragged_attention_backward",
-        [](const py::array& q, const py::array& k, const py::array& v, const py::array& o, const py::array& lse,
-           const py::array& dout, const py::object& q_indptr, const py::object& kv_indptr, const py::dict& kw,
-           bool deterministic) {
+        [](const py::object& q, const py::object& k, const py::object& v, const py::object& o, const py::object& lse,
+           const py::object& dout, const py::object& q_indptr, const py::object& kv_indptr, const py::dict& kw,
+           bool deterministic, const py::object& target) {
           const kattn::Options opt = options_of(kw);
+          const Call c(target, {{q, "q"}, {k, "k"}, {v, "v"}, {o, "o"}, {lse, "lse"}, {dout, "dout"}});
           const RaggedIndex index(q_indptr, kv_indptr);
-          return by_backward_storage(q, k, v, o, lse, dout, [&](auto t) {
-            return packed_backward<decltype(t), 3>(q, k, v, o, lse, dout, index, opt, deterministic);
+          return c.run([&](const auto& space) {
+            return with_dtype(backward_storage_of(c), [&](auto t) {
+              return packed_backward<decltype(t), 3>(space, c.target, c[0], c[1], c[2], c[3], c[4], c[5], index, opt,
+                                                     deterministic);
+            });
           });
         });
 
-  m.def("paged_attention", [](const py::array& q, const py::array& k_pages, const py::array& v_pages,
+  m.def("paged_attention", [](const py::object& q, const py::object& k_pages, const py::object& v_pages,
                               const py::object& q_indptr, const py::object& page_indptr,
-                              const py::object& page_indices, const py::object& last_page_len, const py::dict& kw) {
+                              const py::object& page_indices, const py::object& last_page_len, const py::dict& kw,
+                              const py::object& target) {
     const kattn::Options opt = options_of(kw);
+    const Call c(target, {{q, "q"}, {k_pages, "k"}, {v_pages, "v"}});
     const PagedIndex index(q_indptr, page_indptr, page_indices, last_page_len);
-    return by_storage(q, k_pages, v_pages, [&](auto tq, auto tkv) {
-      return packed_forward<decltype(tq), decltype(tkv), 4>(q, k_pages, v_pages, index, opt);
+    return c.run([&](const auto& space) {
+      return with_storage(forward_storage_of(c[0], c[1], c[2]), [&](auto tq, auto tkv) {
+        return packed_forward<decltype(tq), decltype(tkv), 4>(space, c.target, c[0], c[1], c[2], index, opt);
+      });
     });
   });
   m.def("paged_attention_backward",
-        [](const py::array& q, const py::array& k_pages, const py::array& v_pages, const py::array& o,
-           const py::array& lse, const py::array& dout, const py::object& q_indptr, const py::object& page_indptr,
-           const py::object& page_indices, const py::object& last_page_len, const py::dict& kw, bool deterministic) {
+        [](const py::object& q, const py::object& k_pages, const py::object& v_pages, const py::object& o,
+           const py::object& lse, const py::object& dout, const py::object& q_indptr, const py::object& page_indptr,
+           const py::object& page_indices, const py::object& last_page_len, const py::dict& kw, bool deterministic,
+           const py::object& target) {
           const kattn::Options opt = options_of(kw);
+          const Call c(target, {{q, "q"}, {k_pages, "k"}, {v_pages, "v"}, {o, "o"}, {lse, "lse"}, {dout, "dout"}});
           const PagedIndex index(q_indptr, page_indptr, page_indices, last_page_len);
-          return by_backward_storage(q, k_pages, v_pages, o, lse, dout, [&](auto t) {
-            return packed_backward<decltype(t), 4>(q, k_pages, v_pages, o, lse, dout, index, opt, deterministic);
+          return c.run([&](const auto& space) {
+            return with_dtype(backward_storage_of(c), [&](auto t) {
+              return packed_backward<decltype(t), 4>(space, c.target, c[0], c[1], c[2], c[3], c[4], c[5], index, opt,
+                                                     deterministic);
+            });
           });
         });
 
-  m.def("cascade_ragged_attention", [](const py::array& q, const py::array& k_prefix, const py::array& v_prefix,
-                                       const py::array& k, const py::array& v, const py::object& q_indptr,
-                                       const py::object& kv_indptr, const py::dict& kw) {
+  m.def("cascade_ragged_attention", [](const py::object& q, const py::object& k_prefix, const py::object& v_prefix,
+                                       const py::object& k, const py::object& v, const py::object& q_indptr,
+                                       const py::object& kv_indptr, const py::dict& kw, const py::object& target) {
     const kattn::Options opt = options_of(kw);
+    const Call c(target, {{q, "q"}, {k_prefix, "k_prefix"}, {v_prefix, "v_prefix"}, {k, "k"}, {v, "v"}});
     const RaggedIndex index(q_indptr, kv_indptr);
-    return by_cascade_storage(q, k_prefix, v_prefix, k, v, [&](auto tq, auto tkv) {
-      return cascade_forward<decltype(tq), decltype(tkv), 3>(q, k_prefix, v_prefix, k, v, index, opt);
+    return c.run([&](const auto& space) {
+      return with_storage(cascade_storage_of(c[0], c[1], c[2], c[3], c[4]), [&](auto tq, auto tkv) {
+        return cascade_forward<decltype(tq), decltype(tkv), 3>(space, c.target, c[0], c[1], c[2], c[3], c[4], index,
+                                                               opt);
+      });
     });
   });
-  m.def("cascade_paged_attention", [](const py::array& q, const py::array& k_prefix, const py::array& v_prefix,
-                                      const py::array& k_pages, const py::array& v_pages, const py::object& q_indptr,
+  m.def("cascade_paged_attention", [](const py::object& q, const py::object& k_prefix, const py::object& v_prefix,
+                                      const py::object& k_pages, const py::object& v_pages, const py::object& q_indptr,
                                       const py::object& page_indptr, const py::object& page_indices,
-                                      const py::object& last_page_len, const py::dict& kw) {
+                                      const py::object& last_page_len, const py::dict& kw, const py::object& target) {
     const kattn::Options opt = options_of(kw);
+    const Call c(target,
+                 {{q, "q"}, {k_prefix, "k_prefix"}, {v_prefix, "v_prefix"}, {k_pages, "k"}, {v_pages, "v"}});
     const PagedIndex index(q_indptr, page_indptr, page_indices, last_page_len);
-    return by_cascade_storage(q, k_prefix, v_prefix, k_pages, v_pages, [&](auto tq, auto tkv) {
-      return cascade_forward<decltype(tq), decltype(tkv), 4>(q, k_prefix, v_prefix, k_pages, v_pages, index, opt);
+    return c.run([&](const auto& space) {
+      return with_storage(cascade_storage_of(c[0], c[1], c[2], c[3], c[4]), [&](auto tq, auto tkv) {
+        return cascade_forward<decltype(tq), decltype(tkv), 4>(space, c.target, c[0], c[1], c[2], c[3], c[4], index,
+                                                               opt);
+      });
     });
   });
 
   // o_dtype: o's dtype by name, "" for that of o_parts.
-  m.def("merge_states", [](const py::array& o_parts, const py::array& lse_parts, const std::string& o_dtype) {
-    return with_merge_storage(merge_storage(o_parts, lse_parts, o_dtype), [&](auto tp, auto to) {
-      return merge_as<decltype(tp), decltype(to)>(o_parts, lse_parts);
+  m.def("merge_states", [](const py::object& o_parts, const py::object& lse_parts, const std::string& o_dtype,
+                           const py::object& target) {
+    const Call c(target, {{o_parts, "o_parts"}, {lse_parts, "lse_parts"}});
+    return c.run([&](const auto& space) {
+      return with_merge_storage(merge_storage(c[0].dtype, c[1].dtype, o_dtype), [&](auto tp, auto to) {
+        return merge_as<decltype(tp), decltype(to)>(space, c.target, c[0], c[1]);
+      });
     });
   });
 

@@ -45,7 +45,7 @@ inline kattn::Workspace* workspace_of(const py::handle& workspace) {
   if (workspace.is_none()) return nullptr;
   if (!py::isinstance<PyWorkspace>(workspace))
     throw kattn::Error("workspace: expected a kattn.Workspace or None, got " +
-                       std::string(py::str(workspace.get_type().attr("__name__"))));
+                       std::string(py::str(py::type::handle_of(workspace).attr("__name__"))));
   return &workspace.cast<PyWorkspace&>().ws;
 }
 

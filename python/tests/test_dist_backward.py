@@ -152,14 +152,14 @@ def test_torch_autograd_gives_each_rank_its_gradients(name):
 
     n = 45
     arrays = [torch.from_numpy(x.transpose(0, 2, 1, 3).copy()) for x in problem(n, 6 * U, 3, 16, seed=9)]
-    q, k, v, dout = arrays  # [B, H, N, D]: kattn.torch's default layout
+    q, k, v, dout = arrays  # [B, H, N, D]
     whole = [x.clone().requires_grad_() for x in (q, k, v)]
-    (kattn.torch.attention(*whole, causal=True) * dout).sum().backward()
+    (kattn.torch.attention(*whole, causal=True, layout="bhnd") * dout).sum().backward()
     pos = torch.from_numpy(positions(name, n, COMM, sharding="zigzag"))
     shards = [x[:, :, pos].clone().requires_grad_() for x in (q, k, v)]
     call = getattr(kattn.torch, name + "_attention")
     extra = {"ulysses_size": U} if name == "hybrid" else {}
-    o = call(COMM, *shards, causal=True, sharding="zigzag", **extra)
+    o = call(COMM, *shards, causal=True, layout="bhnd", sharding="zigzag", **extra)
     (o * dout[:, :, pos]).sum().backward()
     for shard, ref in zip(shards, whole):
         assert_close(shard.grad.numpy(), ref.grad[:, :, pos].numpy())
@@ -201,10 +201,10 @@ def test_torch_autograd_in_16_bits(dtype):
     tdtype = getattr(torch, dtype)
     q, k, v, dout = (x.to(tdtype) for x in (q, k, v, dout))  # the inputs as stored, rounded
     whole = [x.double().requires_grad_() for x in (q, k, v)]
-    (kattn.torch.attention(*whole, causal=True) * dout.double()).sum().backward()
+    (kattn.torch.attention(*whole, causal=True, layout="bhnd") * dout.double()).sum().backward()
     pos = torch.from_numpy(kattn.dist.positions(n, COMM, sharding="zigzag"))
     shards = [x[:, :, pos].clone().requires_grad_() for x in (q, k, v)]
-    o = kattn.torch.ring_attention(COMM, *shards, causal=True, sharding="zigzag")
+    o = kattn.torch.ring_attention(COMM, *shards, causal=True, layout="bhnd", sharding="zigzag")
     assert o.dtype == tdtype
     (o * dout[:, :, pos]).sum().backward()
     for shard, ref in zip(shards, whole):

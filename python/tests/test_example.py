@@ -1,4 +1,5 @@
-"""examples/train_transformer.py: training with kattn.torch.attention tracks PyTorch's own attention."""
+"""examples/train_transformer.py: training with kattn.torch.scaled_dot_product_attention tracks PyTorch's
+own attention."""
 import importlib.util
 from pathlib import Path
 

@@ -45,14 +45,14 @@ OPTIONS = [{}, {"causal": True}, {"window": (3, 1)}, {"softcap": 2.0, "scale": 0
 @pytest.mark.parametrize("shape", [(1, 2, 2, 5, 5, 4), (2, 4, 2, 6, 9, 8), (1, 3, 1, 1, 7, 4)])
 def test_gradcheck_in_float64(opt, shape):
     q, k, v = tensors(*shape, seed=len(opt))
-    assert torch.autograd.gradcheck(lambda a, b, c: kattn.torch.attention(a, b, c, **opt), (q, k, v))
+    assert torch.autograd.gradcheck(lambda a, b, c: kattn.torch.attention(a, b, c, layout="bhnd", **opt), (q, k, v))
 
 
 @pytest.mark.parametrize("opt", OPTIONS)
 def test_forward_and_gradients_equal_pytorch_math(opt):
     q, k, v = tensors(2, 4, 2, 33, 40, 16, seed=3)
     dout = torch.randn(2, 4, 33, 16, dtype=torch.float64)
-    o = kattn.torch.attention(q, k, v, **opt)
+    o = kattn.torch.attention(q, k, v, layout="bhnd", **opt)
     grads = torch.autograd.grad(o, (q, k, v), dout)
     ref = torch_attention(q, k, v, **opt)
     ref_grads = torch.autograd.grad(ref, (q, k, v), dout)
@@ -75,7 +75,7 @@ def test_float32_and_the_bnhd_layout():
 
 def test_a_non_contiguous_incoming_gradient():
     q, k, v = tensors(1, 2, 2, 8, 8, 8, seed=5)
-    o = kattn.torch.attention(q, k, v)
+    o = kattn.torch.attention(q, k, v, layout="bhnd")
     dout = torch.randn(1, 2, 8, 8, dtype=torch.float64).transpose(-1, -2).contiguous().transpose(-1, -2)
     assert dout.stride(-1) != 1
     g = torch.autograd.grad(o, q, dout)[0]
@@ -97,12 +97,12 @@ def test_plain_functions_take_tensors_in_place_and_give_tensors():
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda q, k, v: kattn.attention(q, k, v), "q: requires grad; use kattn.torch.attention"),
-        (lambda q, k, v: kattn.torch.attention(q.detach().numpy(), k, v), "q: expected a torch.Tensor"),
-        (lambda q, k, v: kattn.torch.attention(q, k.float(), v), "k: expected the dtype of q"),
-        (lambda q, k, v: kattn.torch.attention(q, k[:, :, :, :2], v), "k: expected head dim"),
+        (lambda q, k, v: kattn.attention(q, k, v), "q: requires grad; use kattn.torch (attention"),
+        (lambda q, k, v: kattn.torch.attention(q.detach().numpy(), k, v, layout="bhnd"), "q: expected a torch.Tensor"),
+        (lambda q, k, v: kattn.torch.attention(q, k.float(), v, layout="bhnd"), "k: expected the dtype of q"),
+        (lambda q, k, v: kattn.torch.attention(q, k[:, :, :, :2], v, layout="bhnd"), "k: expected head dim"),
         (lambda q, k, v: kattn.torch.attention(q, k, v, layout="nbhd"), "layout: expected"),
-        (lambda q, k, v: kattn.torch.attention(q, k, v, window=(1,)), "window: expected (left, right)"),
+        (lambda q, k, v: kattn.torch.attention(q, k, v, layout="bhnd", window=(1,)), "window: expected (left, right)"),
     ],
 )
 def test_bad_input_raises_kattn_error(call, message):
@@ -113,6 +113,6 @@ def test_bad_input_raises_kattn_error(call, message):
 
 def test_second_derivatives_are_refused_not_dropped():
     q, k, v = tensors(1, 1, 1, 3, 3, 4, seed=8)
-    o = kattn.torch.attention(q, k, v)
+    o = kattn.torch.attention(q, k, v, layout="bhnd")
     with pytest.raises(RuntimeError, match=re.escape("second derivatives (create_graph=True) are not supported")):
         torch.autograd.grad(o.sum(), q, create_graph=True)

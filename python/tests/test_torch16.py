@@ -46,7 +46,7 @@ def test_16bit_tensors_meet_the_rule(dtype, opt, shape):
     q, k, v = tensors16(*shape, DTYPES[dtype], seed=len(opt))
     o, lse = kattn.attention(q, k, v, layout="bhnd", return_lse=True, **opt)
     expect_bhnd_rule(o, lse, q, k, v, dtype, **opt)
-    assert torch.equal(kattn.torch.attention(q, k, v, **opt), o)  # the autograd function's forward
+    assert torch.equal(kattn.torch.attention(q, k, v, layout="bhnd", **opt), o)  # the autograd function's forward
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -98,7 +98,7 @@ def test_bfloat16_decode_and_float32_queries_over_a_bfloat16_cache(splits):
 def test_autograd_in_16bit_meets_the_rule(dtype, opt, shape):
     q, k, v = (t.requires_grad_() for t in tensors16(*shape, DTYPES[dtype], seed=len(opt)))
     dout = tensors16(*shape, DTYPES[dtype], seed=100)[0]
-    o = kattn.torch.attention(q, k, v, deterministic=True, **opt)
+    o = kattn.torch.attention(q, k, v, layout="bhnd", deterministic=True, **opt)
     o.backward(dout)
     grads = (q.grad, k.grad, v.grad)
     assert all(g.dtype == DTYPES[dtype] and g.shape == t.shape for g, t in zip(grads, (q, k, v)))
@@ -121,7 +121,7 @@ def test_autograd_in_16bit_bnhd_views_and_a_non_contiguous_incoming_gradient(dty
     assert dout.stride(-1) != 1
     o.backward(dout)
     ref = [t.detach().requires_grad_() for t in (q, k, v)]
-    kattn.torch.attention(*ref, causal=True, deterministic=True).backward(dout.transpose(1, 2))
+    kattn.torch.attention(*ref, causal=True, layout="bhnd", deterministic=True).backward(dout.transpose(1, 2))
     for g, r in zip((qb.grad, kb.grad, vb.grad), ref):
         assert g.dtype == DTYPES[dtype] and torch.equal(g.transpose(1, 2), r.grad)
 
@@ -133,17 +133,17 @@ def test_autograd_refuses_float32_queries_over_a_16bit_cache_that_require_grad()
               "of one dtype"
     q32 = torch.randn(1, 2, 4, 8, requires_grad=True)
     with pytest.raises(kattn.Error, match=re.escape("q: " + message)):
-        kattn.torch.attention(q32, k, v)
+        kattn.torch.attention(q32, k, v, layout="bhnd")
     with pytest.raises(kattn.Error, match=re.escape("v: " + message)):
-        kattn.torch.attention(q32.detach(), k, v.requires_grad_())
+        kattn.torch.attention(q32.detach(), k, v.requires_grad_(), layout="bhnd")
     with torch.no_grad():  # no graph: the forward alone
-        o = kattn.torch.attention(q32, k, v)
+        o = kattn.torch.attention(q32, k, v, layout="bhnd")
     assert o.dtype == torch.float32 and not o.requires_grad
 
 
 def test_16bit_second_derivatives_are_refused_not_dropped():
     q, k, v = (t.requires_grad_() for t in tensors16(1, 1, 1, 3, 3, 4, torch.bfloat16))
-    o = kattn.torch.attention(q, k, v)
+    o = kattn.torch.attention(q, k, v, layout="bhnd")
     with pytest.raises(RuntimeError, match=re.escape("second derivatives (create_graph=True) are not supported")):
         torch.autograd.grad(o.sum(), q, create_graph=True)
 

@@ -30,7 +30,7 @@ class Kattn(CMakePackage, CudaPackage, ROCmPackage):
     variant(
         "python",
         default=False,
-        description="Build the Python package kattn (NumPy arrays, PyTorch tensors, mpi4py)",
+        description="Build the Python package kattn with pip (pyproject.toml), as pip users do",
     )
     variant(
         "kokkos_kernels",
@@ -71,10 +71,13 @@ class Kattn(CMakePackage, CudaPackage, ROCmPackage):
     depends_on("mpi", when="+mpi")
     extends("python", when="+python")
     depends_on("python@3.8:", type=("build", "link", "run"), when="+python")
+    depends_on("py-pip", type="build", when="+python")
+    depends_on("py-scikit-build-core@0.10:", type="build", when="+python")
     depends_on("py-pybind11@2.6:", type="build", when="+python")
+    # NumPy 2 reads its arrays through pybind11 2.12 and newer (kattn's CMake refuses older ones).
+    depends_on("py-pybind11@2.12:", type="build", when="+python ^py-numpy@2:")
     depends_on("py-numpy", type=("build", "run"), when="+python")
     depends_on("py-mpi4py", type="run", when="+python+mpi")  # kattn.dist
-    depends_on("py-pytest", type="test", when="+python")
     depends_on("googletest", type="test")
 
     conflicts(
@@ -101,9 +104,9 @@ class Kattn(CMakePackage, CudaPackage, ROCmPackage):
         "87": "@:4.6",
         "89": "@:4.0.00",
         "90": None,
-        "100": "@:4.6",
+        "100": "@:4.6.00",  # Blackwell from Kokkos 4.6.01 on
         "103": "@:5.0",
-        "120": "@:4.6",
+        "120": "@:4.6.00",
         "121": "@:5.0",
     }
 
@@ -163,7 +166,8 @@ class Kattn(CMakePackage, CudaPackage, ROCmPackage):
             self.define_from_variant("KATTN_ENABLE_CUDA", "cuda"),
             self.define_from_variant("KATTN_ENABLE_KOKKOSKERNELS", "kokkos_kernels"),
             self.define_from_variant("BUILD_SHARED_LIBS", "shared"),
-            self.define_from_variant("KATTN_ENABLE_PYTHON", "python"),
+            # +python: pip builds the package after the install (install_python), not CMake.
+            self.define("KATTN_ENABLE_PYTHON", False),
             # The unit tests are built when spack runs them (--test=root, CMakePackage's
             # check); the benchmarks in perf/ are never installed.
             self.define("KATTN_ENABLE_TESTS", self.run_tests),
@@ -175,11 +179,6 @@ class Kattn(CMakePackage, CudaPackage, ROCmPackage):
         ]
         if spec.satisfies("+kokkos_kernels"):
             args.append(self.define("KokkosKernels_ROOT", self["kokkos-kernels"].prefix))
-        if spec.satisfies("+python"):
-            # The spec's interpreter, and its site-packages (relative to the prefix) for the
-            # package, where spack's extension activation looks.
-            args.append(self.define("Python_EXECUTABLE", self["python"].command.path))
-            args.append(self.define("KATTN_PYTHON_INSTALL_DIR", self["python"].platlib))
         if spec.satisfies("+cuda"):
             # The arch asked for, "90a" included (Kokkos itself gets "90"): CMake's CUDA
             # compiler check uses it. kattn's kernels/cuda chooses its own -gencode per file
@@ -193,6 +192,32 @@ class Kattn(CMakePackage, CudaPackage, ROCmPackage):
         if spec.satisfies("+rocm"):
             args.append(self.define("CMAKE_CXX_COMPILER", spec["hip"].hipcc))
         return args
+
+    # ---- the Python package ------------------------------------------------------------
+    # Options of the CMake build that pyproject.toml sets itself: the extension module alone,
+    # with libkattn linked into it.
+    pip_owned_options = ("KATTN_ENABLE_PYTHON", "KATTN_ENABLE_TESTS", "BUILD_SHARED_LIBS")
+
+    def pip_config_settings(self):
+        """The CMake build's options as scikit-build-core's settings (cmake.define.NAME=VALUE)."""
+        settings = [f"build-dir={join_path(self.stage.path, 'spack-build-python')}"]
+        for arg in self.cmake_args():
+            name, value = re.match(r"-D(\w+)(?::\w+)?=(.*)", arg).groups()
+            if name not in self.pip_owned_options:
+                settings.append(f"cmake.define.{name}={value}")
+        return settings
+
+    @run_after("install", when="+python")
+    def install_python(self):
+        """The Python package kattn as `pip install .` builds it (pyproject.toml,
+        scikit-build-core) for the spec's python, with the options of the CMake build, into the
+        prefix's platlib (where spack's extension activation and `spack load` look)."""
+        python = self["python"].command
+        target = join_path(self.prefix, self["python"].platlib)
+        settings = [f"--config-settings={s}" for s in self.pip_config_settings()]
+        pip_args = ["--no-deps", "--no-build-isolation", "--no-index", "--no-cache-dir"]
+        source = self.stage.source_path
+        python("-m", "pip", "install", *pip_args, f"--target={target}", *settings, source)
 
     # ---- tests ----------------------------------------------------------------------
     smoke_args = ("run", "--random", "1,256,256,4,4,64", "--check")
