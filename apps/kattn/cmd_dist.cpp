@@ -24,12 +24,9 @@
 #include "json.hpp"
 #include "paths.hpp"
 #include "run_check.hpp"
-#include "kattn/dist/collective.hpp"
-#include "kattn/dist/decode.hpp"
-#include "kattn/dist/hybrid.hpp"
-#include "kattn/dist/ring.hpp"
-#include "kattn/dist/ring_traffic.hpp"
-#include "kattn/dist/ulysses.hpp"
+#include "kattn/distributed/collective.hpp"
+#include "kattn/distributed/attention.hpp"
+#include "kattn/distributed/traffic.hpp"
 #include "kattn/reference.hpp"
 #include "mpi_session.hpp"
 
@@ -42,7 +39,7 @@ struct DistRun {
   dist::SequenceLayout out_layout;  // the positions of o and lse each rank holds
   dist::DistStats stats;       // worst rank: max of seconds, compute, comm, bytes
   double compute_min = 0;
-  std::int64_t model_bytes = -1;  // ring: the most any rank sends by dist::ring_traffic
+  std::int64_t model_bytes = -1;  // the most any rank sends by dist::traffic
 };
 
 double max_over(MPI_Comm comm, double x, MPI_Op op = MPI_MAX) {
@@ -58,11 +55,8 @@ DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, co
   MPI_Comm_size(comm, &P);
   const bool sharded = shards_sequence(mode);
   // decode: every rank takes all the queries and its contiguous part of the keys.
-  const dist::SequenceLayout ql =
-      sharded ? sequence_layout(mode, in.Nq, P, d) : dist::SequenceLayout(in.Nq, 1, d.sharding, dist::shard_align(d));
-  const dist::SequenceLayout kl =
-      sharded ? sequence_layout(mode, in.Nk, P, d)
-              : dist::SequenceLayout(in.Nk, P, dist::Sharding::contiguous, dist::shard_align(d));
+  const dist::SequenceLayout ql = sharded ? dist::layout_of(in.Nq, P, d) : dist::SequenceLayout(in.Nq, 1, d.sharding);
+  const dist::SequenceLayout kl = dist::layout_of(in.Nk, P, d);
   const std::int64_t nq = sharded ? ql.local_length(rank) : in.Nq, nk = kl.local_length(rank);
   const auto qv = to_view<Tensor4<T>>(dense_rows(in, src, DenseArray::q, runs_of(ql, sharded ? rank : 0)), "q", in.B,
                                       nq, in.Hq, in.D);
@@ -78,28 +72,17 @@ DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, co
   space.fence();
   MPI_Barrier(comm);
   DistRun run;
-  if (mode == "ring") {
-    run.stats = dist::ring_attention(comm, space, qv, kv::dense(kview, vv), o, lse, opt, d);
-  } else if (mode == "ulysses") {
-    run.stats = dist::ulysses_attention(comm, space, qv, kv::dense(kview, vv), o, lse, opt, d);
-  } else if (mode == "hybrid") {
-    run.stats = dist::hybrid_attention(comm, space, qv, kv::dense(kview, vv), o, lse, opt, d);
-  } else {
-    dist::DistOptions dd = d;
-    dd.root = 0;
-    run.stats = dist::decode_attention(comm, space, qv, kv::dense(kview, vv), o, lse, opt, dd);
-  }
+  dist::DistOptions dd = d;
+  if (d.scheme == dist::Scheme::sharded_kv) dd.root = 0;  // rank 0 checks and writes
+  run.stats = dist::attention(comm, space, qv, kv::dense(kview, vv), o, lse, opt, dd);
   run.compute_min = max_over(comm, run.stats.compute_seconds, MPI_MIN);
   run.stats.seconds = max_over(comm, run.stats.seconds);
   run.stats.compute_seconds = max_over(comm, run.stats.compute_seconds);
   run.stats.compute_cpu_seconds = max_over(comm, run.stats.compute_cpu_seconds);
   run.stats.comm_seconds = max_over(comm, run.stats.comm_seconds);
   run.stats.bytes_sent = static_cast<std::int64_t>(max_over(comm, double(run.stats.bytes_sent)));
-  if (mode == "ring") {
-    const dist::TrafficProblem pr{in.Nq, in.Nk, int(in.B), int(in.Hkv), int(in.D), int(sizeof(T))};
-    const double model = double(dist::ring_traffic(pr, opt, d, P, rank, dist::RingPass::forward).sent);
-    run.model_bytes = static_cast<std::int64_t>(max_over(comm, model));
-  }
+  const double model = double(dist::traffic(traffic_problem(in, sizeof(T)), opt, dd, P, rank, dist::Pass::forward).sent);
+  run.model_bytes = static_cast<std::int64_t>(max_over(comm, model));
   run.out_layout = ql;
   if (sharded || rank == 0) {
     run.o = from_view(o);

@@ -23,14 +23,9 @@
 #include "json.hpp"
 #include "paths.hpp"
 #include "run_check.hpp"
-#include "kattn/dist/collective.hpp"
-#include "kattn/dist/hybrid.hpp"
-#include "kattn/dist/hybrid_backward.hpp"
-#include "kattn/dist/ring.hpp"
-#include "kattn/dist/ring_backward.hpp"
-#include "kattn/dist/ring_traffic.hpp"
-#include "kattn/dist/ulysses.hpp"
-#include "kattn/dist/ulysses_backward.hpp"
+#include "kattn/distributed/collective.hpp"
+#include "kattn/distributed/attention.hpp"
+#include "kattn/distributed/traffic.hpp"
 #include "kattn/reference_backward.hpp"
 #include "mpi_session.hpp"
 
@@ -43,7 +38,7 @@ struct DistGrads {
   dist::SequenceLayout q_layout, kv_layout;
   double forward_seconds = 0, seconds = 0, comm_seconds = 0;
   long long bytes = 0;
-  long long model_bytes = -1;  // ring: the most any rank sends by dist::ring_traffic (backward)
+  long long model_bytes = -1;  // the most any rank sends by dist::traffic (backward)
 };
 
 double reduce_max(MPI_Comm comm, double x) {
@@ -52,12 +47,12 @@ double reduce_max(MPI_Comm comm, double x) {
 }
 
 template <class T>
-DistGrads run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, const DenseSource& src,
+DistGrads run_as(MPI_Comm comm, const DenseInputs& in, const DenseSource& src,
                  const Options& opt, const dist::DistOptions& d, const BackwardOptions& bopt) {
   int rank = 0, P = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &P);
-  const dist::SequenceLayout ql = sequence_layout(mode, in.Nq, P, d), kl = sequence_layout(mode, in.Nk, P, d);
+  const dist::SequenceLayout ql = dist::layout_of(in.Nq, P, d), kl = dist::layout_of(in.Nk, P, d);
   const std::int64_t nq = ql.local_length(rank), nk = kl.local_length(rank);
   const auto rows = [&](DenseArray a, const dist::SequenceLayout& l) {
     return dense_rows(in, src, a, runs_of(l, rank));
@@ -76,28 +71,16 @@ DistGrads run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, 
   space.fence();
   MPI_Barrier(comm);
   DistGrads g;
-  const bool ring = mode == "ring";
-  const auto forward = ring ? dist::ring_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d)
-                       : mode == "ulysses" ? dist::ulysses_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d)
-                                           : dist::hybrid_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
+  const auto forward = dist::attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
   g.forward_seconds = reduce_max(comm, forward.seconds);
   MPI_Barrier(comm);
-  const auto kvs = kv::dense(k, v);
   const dist::DistStats s =
-      ring ? dist::ring_attention_backward(comm, space, q, kvs, o, lse, dout, dq, dk, dv, opt, bopt, d)
-      : mode == "ulysses"
-          ? dist::ulysses_attention_backward(comm, space, q, kvs, o, lse, dout, dq, dk, dv, opt, bopt, d)
-          : dist::hybrid_attention_backward(comm, space, q, kvs, o, lse, dout, dq, dk, dv, opt, bopt, d);
+      dist::attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, bopt, d);
   g.seconds = reduce_max(comm, s.seconds);
   g.comm_seconds = reduce_max(comm, s.comm_seconds);
   g.bytes = static_cast<long long>(reduce_max(comm, double(s.bytes_sent)));
-  if (ring) {
-    // K/V travel as stored, dK/dV in the accumulation type (float for 16-bit storage).
-    const dist::TrafficProblem pr{in.Nq, in.Nk, int(in.B), int(in.Hkv), int(in.D), int(sizeof(T)),
-                                  int(sizeof(accumulate_t<T>))};
-    g.model_bytes = static_cast<long long>(
-        reduce_max(comm, double(dist::ring_traffic(pr, opt, d, P, rank, dist::RingPass::backward).sent)));
-  }
+  g.model_bytes = static_cast<long long>(reduce_max(
+      comm, double(dist::traffic(traffic_problem(in, sizeof(T)), opt, d, P, rank, dist::Pass::backward).sent)));
   g.q_layout = ql;
   g.kv_layout = kl;
   g.dq = from_view(dq);
@@ -178,7 +161,7 @@ int grad_distributed(Args& args, const std::string& mode) {
                     "--do: give DO.npy (the gradient of the loss with respect to o) with --q/--k/--v, or use --random");
     });
     const DistGrads g =
-        with_storage(in.dtype, [&](auto t) { return run_as<decltype(t)>(comm, mode, in, src, opt, d, bopt); });
+        with_storage(in.dtype, [&](auto t) { return run_as<decltype(t)>(comm, in, src, opt, d, bopt); });
     if (dq_path) write_dense_positions(comm, *dq_path, in, in.Hq, g.q_layout, g.dq);
     if (dk_path) write_dense_positions(comm, *dk_path, in, in.Hkv, g.kv_layout, g.dk);
     if (dv_path) write_dense_positions(comm, *dv_path, in, in.Hkv, g.kv_layout, g.dv);

@@ -4,7 +4,7 @@
 
 #include "dense_layout.hpp"
 #include "dtype.hpp"
-#include "kattn/dist/collective.hpp"
+#include "kattn/distributed/collective.hpp"
 
 namespace kattn {
 namespace cli {

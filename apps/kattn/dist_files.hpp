@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "inputs.hpp"
-#include "kattn/dist/layout.hpp"
+#include "kattn/distributed/layout.hpp"
 #include "npy_rows.hpp"
 
 namespace kattn {

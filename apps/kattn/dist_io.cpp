@@ -3,10 +3,8 @@
 #include <algorithm>
 
 #include "dist_files.hpp"
-#include "kattn/dist/agreement.hpp"
-#include "kattn/dist/collective.hpp"
-#include "kattn/dist/hybrid_grid.hpp"
-#include "kattn/dist/transport.hpp"
+#include "kattn/errors.hpp"
+#include "kattn/distributed/collective.hpp"
 
 namespace kattn {
 namespace cli {
@@ -20,26 +18,32 @@ int rank_of(MPI_Comm comm) {
 
 }  // namespace
 
+// Point-to-point doubles in messages MPI's int count can carry.
+constexpr std::int64_t kPiece = std::int64_t(1) << 30;
+void send_doubles(const std::vector<double>& v, int to, MPI_Comm comm) {
+  for (std::int64_t at = 0; at < std::int64_t(v.size()); at += kPiece)
+    MPI_Send(v.data() + at, int(std::min<std::int64_t>(kPiece, std::int64_t(v.size()) - at)), MPI_DOUBLE, to, 8, comm);
+}
+void receive_doubles(std::vector<double>& v, int from, MPI_Comm comm) {
+  for (std::int64_t at = 0; at < std::int64_t(v.size()); at += kPiece)
+    MPI_Recv(v.data() + at, int(std::min<std::int64_t>(kPiece, std::int64_t(v.size()) - at)), MPI_DOUBLE, from, 8,
+             comm, MPI_STATUS_IGNORE);
+}
+
 std::vector<double> gather_positions(MPI_Comm comm, const std::vector<double>& local, std::int64_t outer,
                                      std::int64_t inner, const dist::SequenceLayout& layout) {
   const int rank = rank_of(comm);
-  dist::DistStats unused;
   if (rank != 0) {
-    std::vector<MPI_Request> reqs;
-    dist::detail::isend(local.data(), static_cast<std::int64_t>(local.size()), 0, 8, comm, reqs, unused);
-    dist::detail::wait_all(reqs);
+    send_doubles(local, 0, comm);
     return {};
   }
   std::vector<double> global(static_cast<std::size_t>(outer * layout.length() * inner));
   for (int r = 0; r < layout.ranks(); ++r) {
     std::vector<double> part(static_cast<std::size_t>(outer * layout.local_length(r) * inner));
-    if (r == 0) {
+    if (r == 0)
       part = local;
-    } else {
-      std::vector<MPI_Request> reqs;
-      dist::detail::irecv(part.data(), static_cast<std::int64_t>(part.size()), r, 8, comm, reqs);
-      dist::detail::wait_all(reqs);
-    }
+    else
+      receive_doubles(part, r, comm);
     for_each_span(RowBlock{outer, layout.length(), inner, runs_of(layout, r)},
                   [&](std::int64_t g, std::int64_t l, std::int64_t count) {
                     std::copy(part.begin() + l, part.begin() + l + count, global.begin() + g);
@@ -52,12 +56,8 @@ int mode_number(const std::string& mode) {
   return mode == "ring" ? 0 : mode == "decode" ? 1 : mode == "ulysses" ? 2 : mode == "hybrid" ? 3 : -1;
 }
 
-dist::SequenceLayout sequence_layout(const std::string& mode, std::int64_t N, int P, const dist::DistOptions& d) {
-  if (mode == "hybrid") return dist::hybrid_layout(N, P, d);
-  return dist::sharded_layout(N, P, d);
-}
-
 void read_grid(Args& args, const std::string& mode, int ranks, dist::DistOptions& d) {
+  d.scheme = mode == "decode" ? dist::Scheme::sharded_kv : dist::scheme_named(mode, "--dist");
   const auto U = args.integer("--ulysses-size", 1, 1 << 30);
   KATTN_REQUIRE(!U || mode == "hybrid", "--ulysses-size: only for --dist hybrid");
   if (mode != "hybrid") return;
@@ -77,9 +77,16 @@ void agree_on_command(MPI_Comm comm, const std::string& mode, const Options& opt
   std::vector<dist::Agreed> fields = {
       dist::Agreed::integer("--dist", "mode (0 ring, 1 decode, 2 ulysses, 3 hybrid)", mode_number(mode)),
       dist::Agreed::boolean("--check", "check", check)};
-  for (const dist::Agreed& f : dist::detail::option_fields(opt, d)) fields.push_back(f);
+  for (const dist::Agreed& f : dist::option_fields(opt, d)) fields.push_back(f);
   fields.insert(fields.end(), extra.begin(), extra.end());
   dist::collective_agree(comm, fields);
+}
+
+dist::TrafficProblem traffic_problem(const DenseInputs& in, int bytes_per_value) {
+  dist::TrafficProblem pr;
+  pr.Nq = in.Nq, pr.Nk = in.Nk, pr.batch = int(in.B), pr.heads_q = int(in.Hq), pr.heads_kv = int(in.Hkv);
+  pr.head_dim = int(in.D), pr.bytes_per_value = bytes_per_value;
+  return pr;
 }
 
 int on_rank0(MPI_Comm comm, const std::function<int()>& body) {

@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "args.hpp"
-#include "kattn/dist/collective.hpp"
-#include "kattn/dist/dist_options.hpp"
-#include "kattn/dist/layout.hpp"
+#include "kattn/distributed/collective.hpp"
+#include "kattn/distributed/options.hpp"
+#include "kattn/distributed/layout.hpp"
+#include "kattn/distributed/traffic.hpp"
+#include "inputs.hpp"
 #include "kattn/options.hpp"
 
 namespace kattn {
@@ -27,13 +29,12 @@ inline bool shards_sequence(const std::string& mode) {
   return mode == "ring" || mode == "ulysses" || mode == "hybrid";
 }
 
-// The positions each rank holds under a sequence-sharding scheme: N over P ranks as the ring and
-// head sharding take them (d.sharding, chunk-aligned in deterministic mode), or as
-// dist::hybrid_layout cuts them over the grid (d.ulysses_size).
-dist::SequenceLayout sequence_layout(const std::string& mode, std::int64_t N, int P, const dist::DistOptions& d);
-
-// --ulysses-size U (hybrid only: ranks per head-sharding group, a divisor of the P ranks) into d.
+// The scheme of --dist MODE ("decode" is sharded_kv) and --ulysses-size U (hybrid only: ranks per
+// head-sharding group, a divisor of the P ranks) into d.
 void read_grid(Args& args, const std::string& mode, int ranks, dist::DistOptions& d);
+
+// The problem of dense inputs for the traffic model, its arrays stored in `bytes_per_value`.
+dist::TrafficProblem traffic_problem(const DenseInputs& in, int bytes_per_value);
 
 // " grid=UxR" for hybrid, empty otherwise (for the header line).
 std::string grid_text(const std::string& mode, int ranks, const dist::DistOptions& d);

@@ -12,8 +12,7 @@
 #include "grad_check.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
-#include "kattn/dist/ring.hpp"
-#include "kattn/dist/ring_backward.hpp"
+#include "kattn/distributed/attention.hpp"
 #include "run_check.hpp"
 
 namespace kattn {
@@ -47,9 +46,9 @@ RaggedGrads grads_as(MPI_Comm comm, const BatchInputs& in, const BatchSource& sr
   RaggedGrads g;
   const auto layout = sh.layout();
   const auto kvs = kv::ragged(k, v, layout);
-  g.forward_seconds = max_over(comm, dist::ring_attention(comm, space, q, kvs, o, lse, opt, d).seconds);
+  g.forward_seconds = max_over(comm, dist::attention(comm, space, q, kvs, o, lse, opt, d).seconds);
   MPI_Barrier(comm);
-  const dist::DistStats s = dist::ring_attention_backward(comm, space, q, kvs, o, lse, dov, dq, dk, dv, opt, bopt, d);
+  const dist::DistStats s = dist::attention_backward(comm, space, q, kvs, o, lse, dov, dq, dk, dv, opt, bopt, d);
   g.seconds = max_over(comm, s.seconds);
   g.comm_seconds = max_over(comm, s.comm_seconds);
   g.bytes = static_cast<long long>(max_over(comm, double(s.bytes_sent)));

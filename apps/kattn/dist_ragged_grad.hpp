@@ -1,6 +1,6 @@
 // kattn grad --dist ring over a ragged batch (the one-process grad's ragged inputs, CLI.md): every
 // rank reads (or draws) only its rows of the batch and of dO (each sequence sharded as the dense
-// ring shards one), runs dist::ring_attention then dist::ring_attention_backward on them and
+// ring shards one), runs dist::attention then dist::attention_backward (scheme ring) on them and
 // writes its rows of dq, dk and dv in place; --check gathers them on rank 0 against the float64
 // textbook backward of the whole batch, sequence by sequence.
 #pragma once
@@ -12,7 +12,7 @@
 #include "batch_inputs.hpp"
 #include "grad_ragged.hpp"
 #include "kattn/backward_options.hpp"
-#include "kattn/dist/dist_options.hpp"
+#include "kattn/distributed/options.hpp"
 #include "kattn/options.hpp"
 
 namespace kattn {

@@ -9,9 +9,9 @@
 #include "dtype.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
-#include "kattn/dist/collective.hpp"
-#include "kattn/dist/ragged_layout.hpp"
-#include "kattn/dist/ring.hpp"
+#include "kattn/distributed/collective.hpp"
+#include "kattn/distributed/ragged_layout.hpp"
+#include "kattn/distributed/attention.hpp"
 #include "kattn/reference.hpp"
 #include "run_check.hpp"
 
@@ -88,7 +88,7 @@ RaggedRun run_as(MPI_Comm comm, const BatchInputs& in, const BatchSource& src, c
   space.fence();
   MPI_Barrier(comm);
   RaggedRun run;
-  run.stats = dist::ring_attention(comm, space, q, kv::ragged(k, v, sh.layout()), o, lse, opt, d);
+  run.stats = dist::attention(comm, space, q, kv::ragged(k, v, sh.layout()), o, lse, opt, d);
   run.stats.seconds = max_over(comm, run.stats.seconds);
   run.stats.compute_seconds = max_over(comm, run.stats.compute_seconds);
   run.stats.comm_seconds = max_over(comm, run.stats.comm_seconds);

@@ -1,6 +1,6 @@
 // kattn run --dist ring over a ragged batch (the one-process run's ragged inputs, CLI.md): every
 // rank reads (or draws) only its rows of the batch (dist::ragged_positions: each sequence sharded
-// as the dense ring shards one), runs dist::ring_attention on them and writes its rows of o and
+// as the dense ring shards one), runs dist::attention (scheme ring) on them and writes its rows of o and
 // lse in place; --check gathers them on rank 0 against the float64 reference on the whole batch.
 #pragma once
 
@@ -13,7 +13,7 @@
 
 #include "batch_inputs.hpp"
 #include "console.hpp"
-#include "kattn/dist/dist_options.hpp"
+#include "kattn/distributed/options.hpp"
 #include "kattn/options.hpp"
 #include "kattn/ragged.hpp"
 

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "kattn/dist/head_sharding_model.hpp"
-#include "kattn/dist/scaling_anchors.hpp"
-#include "kattn/dist/scaling_calibration.hpp"
-#include "kattn/dist/scaling_model.hpp"
+#include "model/head_sharding_model.hpp"
+#include "model/scaling_anchors.hpp"
+#include "model/scaling_calibration.hpp"
+#include "model/scaling_model.hpp"
 #include "kattn/errors.hpp"
 #include "paths.hpp"
 #include "scale_csv.hpp"
@@ -38,8 +38,8 @@ int bytes_of(const std::string& dtype) {
 }
 
 // --rate-curve TOKENS:TFLOPS,TOKENS:TFLOPS,...
-dist::KernelRate parse_rate_curve(const std::string& text) {
-  std::vector<dist::RatePoint> points;
+scaling::KernelRate parse_rate_curve(const std::string& text) {
+  std::vector<scaling::RatePoint> points;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -51,7 +51,7 @@ dist::KernelRate parse_rate_curve(const std::string& text) {
     points.push_back({tokens, tflops * 1e12});
   }
   KATTN_REQUIRE(!points.empty(), "--rate-curve: expected TOKENS:TFLOPS pairs");
-  return dist::KernelRate(points);
+  return scaling::KernelRate(points);
 }
 
 // The sequence length a row's kernel calls work on: the shard (ring, decode), the whole sequence
@@ -68,7 +68,7 @@ double kernel_tokens(const ScaleRow& r) {
 // the compute's process CPU time (times the threads per rank), the median over the rows of a size.
 // CPU time, not wall time: on a loaded machine the wall clock counts other jobs' turns. Rows of
 // older CSVs without CPU time give their wall-clock compute time.
-dist::KernelRate rate_from_csv(const std::string& path, const std::string& algorithm) {
+scaling::KernelRate rate_from_csv(const std::string& path, const std::string& algorithm) {
   std::map<double, std::vector<double>> by_size;
   for (const ScaleRow& r : read_scale_csv(path)) {
     if (r.str("algorithm") != algorithm || r.str("compute_seconds").empty()) continue;
@@ -79,9 +79,9 @@ dist::KernelRate rate_from_csv(const std::string& path, const std::string& algor
     if (cpu > 0 && flops > 0) by_size[kernel_tokens(r)].push_back(flops / cpu * threads);
   }
   KATTN_REQUIRE(!by_size.empty(), "--from-csv ", path, ": no row of algorithm '", algorithm, "' with a compute time");
-  std::vector<dist::RatePoint> points;
+  std::vector<scaling::RatePoint> points;
   for (const auto& [tokens, rates] : by_size) points.push_back({tokens, spread_of(rates).median});
-  return dist::KernelRate(points);
+  return scaling::KernelRate(points);
 }
 
 void print_ring_header() {
@@ -90,16 +90,16 @@ void print_ring_header() {
               "link", "hidden");
 }
 
-void print_ring_row(int P, double N, const dist::RingModel& m) {
+void print_ring_row(int P, double N, const scaling::RingModel& m) {
   std::printf("%8d %14.0f %12.0f %12.4g %12.4g %12.4g %12.4g %14.4g %10.3f %12.4g %6s %s\n", P, N, m.tokens_per_rank,
               m.step_compute_seconds, m.step_transfer_seconds, m.step_merge_seconds, m.seconds, m.exposed_comm_seconds,
               m.efficiency, m.bytes_per_rank / 1e6, P == 1 ? "-" : (m.crosses_nodes ? "inter" : "intra"),
               m.hidden ? "yes" : "no");
 }
 
-void describe_cluster(const dist::KernelRate& rate, const dist::Cluster& c, double backward_ratio) {
+void describe_cluster(const scaling::KernelRate& rate, const scaling::Cluster& c, double backward_ratio) {
   std::string rates;
-  for (const dist::RatePoint& p : rate.points()) {
+  for (const scaling::RatePoint& p : rate.points()) {
     if (!rates.empty()) rates += ", ";
     if (!rate.measured_at_one_size()) rates += fmt("%.0f tokens/rank: ", p.tokens_per_rank);
     rates += fmt("%.4g TFLOP/s", p.flops_per_second / 1e12);
@@ -121,7 +121,7 @@ void print_heads_header() {
               "exchange s", "attention s", "seconds", "exposed comm s", "efficiency", "MB sent/rank", "a2a", "ring");
 }
 
-void print_heads_row(int P, double N, const dist::HeadShardedModel& m) {
+void print_heads_row(int P, double N, const scaling::HeadShardedModel& m) {
   const std::string grid = std::to_string(m.ulysses_ranks) + " x " + std::to_string(m.ring_ranks);
   std::printf("%8d %9s %14.0f %12.0f %12.4g %12.4g %12.4g %14.4g %10.3f %12.4g %6s %6s\n", P, grid.c_str(), N,
               m.tokens_per_rank, m.exchange_seconds, m.ring.seconds, m.seconds, m.exposed_comm_seconds, m.efficiency,
@@ -130,28 +130,28 @@ void print_heads_row(int P, double N, const dist::HeadShardedModel& m) {
 }
 
 int run_anchor(const std::string& name, int max_ranks) {
-  for (const dist::ScalingAnchor& a : dist::scaling_anchors()) {
+  for (const scaling::ScalingAnchor& a : scaling::scaling_anchors()) {
     if (a.name != name) continue;
     std::printf("kattn scale --model --anchor %s: %s\n", a.name.c_str(), a.source.c_str());
     std::printf("ring, %lld tokens, %d ranks, Hq=%d Hkv=%d D=%d, %d-byte values%s\n", (long long)a.input.tokens,
                 a.input.ranks, a.input.heads_q, a.input.heads_kv, a.input.head_dim, a.input.bytes_per_value,
                 a.input.causal ? (a.input.zigzag ? ", causal (zigzag)" : ", causal (contiguous)") : "");
     describe_cluster(a.input.rate, a.input.cluster, a.input.backward_ratio);
-    const dist::RingModel at = dist::model_ring(a.input);
+    const scaling::RingModel at = scaling::model_ring(a.input);
     std::printf("anchor: published efficiency %.3f, model %.3f (%+.1f points)\n", a.published_efficiency, at.efficiency,
                 100 * (at.efficiency - a.published_efficiency));
     // Weak scaling from there: the same tokens per rank on more ranks.
     print_ring_header();
     const double n = double(a.input.tokens) / a.input.ranks;
     for (int P = 1; P <= max_ranks; P *= 2) {
-      dist::RingModelInput in = a.input;
+      scaling::RingModelInput in = a.input;
       in.ranks = P, in.tokens = std::int64_t(n) * P;
-      print_ring_row(P, double(in.tokens), dist::model_ring(in));
+      print_ring_row(P, double(in.tokens), scaling::model_ring(in));
     }
     return 0;
   }
   std::string names;
-  for (const dist::ScalingAnchor& a : dist::scaling_anchors()) names += (names.empty() ? "" : ", ") + a.name;
+  for (const scaling::ScalingAnchor& a : scaling::scaling_anchors()) names += (names.empty() ? "" : ", ") + a.name;
   KATTN_REQUIRE(false, "--anchor: expected one of ", names, ", got '", name, "'");
   return 2;
 }
@@ -218,7 +218,7 @@ int scale_model(Args& args) {
   const auto tflops = args.number("--tflops-per-rank");
   const auto curve = args.value("--rate-curve");
   const auto from_csv = args.value("--from-csv");
-  dist::Cluster cl;
+  scaling::Cluster cl;
   cl.intra = {args.number("--bandwidth").value_or(25e9), args.number("--latency").value_or(2e-6)};
   cl.inter = {args.number("--inter-bandwidth").value_or(0), args.number("--inter-latency").value_or(0)};
   cl.ranks_per_node = static_cast<int>(args.integer("--ranks-per-node", 0, 1 << 20).value_or(0));
@@ -255,7 +255,7 @@ int scale_model(Args& args) {
                 "--ulysses-size: expected a divisor or a multiple of the ", cl.ranks_per_node,
                 " ranks per node (groups that straddle nodes unevenly are not modelled), got ", ulysses_size);
   const std::string algorithm = mode == "hybrid" ? "hybrid-u" + std::to_string(ulysses_size) : mode;
-  const dist::KernelRate rate = tflops  ? dist::KernelRate(*tflops * 1e12)
+  const scaling::KernelRate rate = tflops  ? scaling::KernelRate(*tflops * 1e12)
                                 : curve ? parse_rate_curve(*curve)
                                         : rate_from_csv(*from_csv, algorithm);
 
@@ -311,13 +311,13 @@ int scale_model(Args& args) {
                  {"causal", causal ? "1" : "0"},
                  {"sharding", mode == "decode" ? "contiguous" : sharding},
                  {"baseline", "model"}};
-    dist::RingModelInput in;
+    scaling::RingModelInput in;
     in.tokens = N, in.ranks = P, in.batch = B, in.heads_q = int(heads[0]), in.heads_kv = int(heads[1]);
     in.head_dim = D, in.bytes_per_value = bytes, in.causal = causal, in.zigzag = sharding == "zigzag";
     in.rate = rate, in.cluster = cl, in.backward_ratio = backward_ratio;
     in.baseline_tokens = study == "strong" ? double(N) : 0.0;
     if (heads_sharded) {
-      const dist::HeadShardedModel m = dist::model_head_sharded(in, U);
+      const scaling::HeadShardedModel m = scaling::model_head_sharded(in, U);
       // The kernel calls work on a ring group's share of the sequence.
       extrapolated = extrapolated || rate.extrapolates(double(N) / m.ring_ranks);
       print_heads_row(P, double(N), m);
@@ -329,7 +329,7 @@ int scale_model(Args& args) {
       row.field["tflops_per_rank"] = fmt("%.6g", m.flops_per_rank * (1 + backward_ratio) / m.seconds / 1e12);
       row.field["efficiency"] = fmt("%.6f", m.efficiency);
     } else if (mode == "ring") {
-      const dist::RingModel m = dist::model_ring(in);
+      const scaling::RingModel m = scaling::model_ring(in);
       print_ring_row(P, double(N), m);
       row.field["seconds"] = fmt("%.6g", m.seconds);
       row.field["compute_seconds"] = fmt("%.6g", m.compute_seconds);
@@ -340,13 +340,13 @@ int scale_model(Args& args) {
       row.field["efficiency"] = fmt("%.6f", m.efficiency);
       overlap_tokens = m.overlap_tokens_per_rank;
     } else {
-      dist::DecodeModelInput in;
+      scaling::DecodeModelInput in;
       in.context = N, in.ranks = P, in.batch = B, in.queries = queries, in.heads_q = int(heads[0]);
       in.heads_kv = int(heads[1]), in.head_dim = D, in.bytes_per_value = bytes;
       in.flops_per_second = rate.at(double(N) / P);
       in.memory_bytes_per_second = cl.memory_bytes_per_second, in.link_bytes_per_second = cl.intra.bytes_per_second;
       in.latency_seconds = cl.intra.latency_seconds;
-      const dist::DecodeModel m = dist::model_decode(in);
+      const scaling::DecodeModel m = scaling::model_decode(in);
       std::printf("%8d %14lld %14.0f %14.4g %14.4g %12.4g %14.4g %10.3f %12.4g\n", P, (long long)N, double(N) / P,
                   m.local_seconds, m.reduce_seconds, m.seconds, m.reduce_seconds, m.efficiency, m.bytes_per_rank / 1e6);
       row.field["seconds"] = fmt("%.6g", m.seconds);

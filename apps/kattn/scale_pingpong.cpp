@@ -1,6 +1,6 @@
 // kattn scale --pingpong: the link between ranks 0 and 1, for the scaling model. Rank 0 sends a
 // message of each size, rank 1 returns it; the one-way time is half the median round trip, and
-// a least-squares line through the sizes gives latency + bytes / bandwidth (dist::fit_link).
+// a least-squares line through the sizes gives latency + bytes / bandwidth (scaling::fit_link).
 // With --both-ways the two ranks send each other a message of each size at once, as a ring step
 // or an all-to-all does, and the time is the median exchange's. Run the two ranks on one node for
 // the intra-node link (--bandwidth/--latency of --model), on two nodes for the inter-node one
@@ -16,8 +16,8 @@
 #include "dist_commands.hpp"
 #include "dist_io.hpp"
 #include "json.hpp"
-#include "kattn/dist/collective.hpp"
-#include "kattn/dist/scaling_calibration.hpp"
+#include "kattn/distributed/collective.hpp"
+#include "model/scaling_calibration.hpp"
 #include "kattn/errors.hpp"
 #include "machine_load.hpp"
 #include "mpi_session.hpp"
@@ -92,12 +92,12 @@ int scale_pingpong(Args& args) {
     const double load = load_average();
     const std::size_t largest = static_cast<std::size_t>(*std::max_element(sizes.begin(), sizes.end()));
     std::vector<char> buffer(largest, 1), received(both_ways ? largest : 0, 0);
-    std::vector<dist::LinkSample> samples;
+    std::vector<scaling::LinkSample> samples;
     for (std::int64_t b : sizes)
       samples.push_back({double(b), both_ways ? exchange_seconds(rank, buffer, received, std::size_t(b), repeat)
                                               : one_way_seconds(rank, buffer, std::size_t(b), repeat)});
     return on_rank0(MPI_COMM_WORLD, [&]() -> int {
-      const dist::Link link = dist::fit_link(samples);
+      const scaling::Link link = scaling::fit_link(samples);
       if (both_ways)
         std::printf(
             "kattn scale --pingpong --both-ways: ranks 0 and 1 of %d sending each other at once, median of %d "
@@ -107,7 +107,7 @@ int scale_pingpong(Args& args) {
         std::printf("kattn scale --pingpong: ranks 0 and 1 of %d, median of %d round trips per size, load %.2f\n", P,
                     repeat, load);
       std::printf("%14s %14s %14s\n", "bytes", both_ways ? "exchange us" : "one-way us", "GB/s each way");
-      for (const dist::LinkSample& s : samples)
+      for (const scaling::LinkSample& s : samples)
         std::printf("%14.0f %14.3f %14.4g\n", s.bytes, s.seconds * 1e6, s.bytes / s.seconds / 1e9);
       std::printf("fit: latency %.3g us, bandwidth %.4g GB/s (model: --latency %.3g --bandwidth %.4g)\n",
                   link.latency_seconds * 1e6, link.bytes_per_second / 1e9, link.latency_seconds, link.bytes_per_second);

@@ -22,16 +22,9 @@
 #include "dtype.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
-#include "kattn/dist/collective.hpp"
-#include "kattn/dist/decode.hpp"
-#include "kattn/dist/hybrid.hpp"
-#include "kattn/dist/hybrid_backward.hpp"
-#include "kattn/dist/hybrid_traffic.hpp"
-#include "kattn/dist/ring.hpp"
-#include "kattn/dist/ring_backward.hpp"
-#include "kattn/dist/ring_traffic.hpp"
-#include "kattn/dist/ulysses.hpp"
-#include "kattn/dist/ulysses_backward.hpp"
+#include "kattn/distributed/collective.hpp"
+#include "kattn/distributed/attention.hpp"
+#include "kattn/distributed/traffic.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/workspace.hpp"
 #include "machine_load.hpp"
@@ -155,16 +148,12 @@ dist::DistOptions call_options(const Config& c, int P) {
 }
 
 // The positions each rank holds (keys; queries too but in decode).
-dist::SequenceLayout key_layout(const Config& c, std::int64_t N, int P) {
-  const dist::DistOptions d = call_options(c, P);
-  if (c.mode == "hybrid") return dist::hybrid_layout(N, P, d);
-  return dist::SequenceLayout(N, P, c.mode == "decode" ? dist::Sharding::contiguous : d.sharding, dist::shard_align(d));
-}
+dist::SequenceLayout key_layout(const Config& c, std::int64_t N, int P) { return dist::layout_of(N, P, call_options(c, P)); }
 
 template <class T>
 Result measure(const Config& c, int rank, int P, Progress& progress) {
   const std::int64_t N = c.study == "weak" ? c.tokens * P : c.tokens;
-  const bool ring = c.mode == "ring", decode = c.mode == "decode";
+  const bool decode = c.mode == "decode";
   const dist::SequenceLayout kl = key_layout(c, N, P);
   const std::size_t nk = static_cast<std::size_t>(kl.local_length(rank));
   const std::size_t nq = decode ? static_cast<std::size_t>(c.queries) : nk;
@@ -201,20 +190,10 @@ Result measure(const Config& c, int rank, int P, Progress& progress) {
       space.fence();
       MPI_Barrier(MPI_COMM_WORLD);
       const double cpu0 = cpu_now();
-      dist::DistStats s = ring     ? dist::ring_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d)
-                          : decode ? dist::decode_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d)
-                          : c.mode == "ulysses"
-                              ? dist::ulysses_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d)
-                              : dist::hybrid_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d);
+      dist::DistStats s = dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d);
       if (c.backward) {
-        const BackwardOptions b;
-        const dist::DistStats g = ring ? dist::ring_attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o,
-                                                                       lse, dout, dq, dk, dv, opt, b, d)
-                                  : c.mode == "ulysses"
-                                      ? dist::ulysses_attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o,
-                                                                         lse, dout, dq, dk, dv, opt, b, d)
-                                      : dist::hybrid_attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o,
-                                                                        lse, dout, dq, dk, dv, opt, b, d);
+        const dist::DistStats g =
+            dist::attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, {}, d);
         // The pair of calls as one sample.
         s.seconds += g.seconds, s.compute_seconds += g.compute_seconds;
         s.compute_cpu_seconds += g.compute_cpu_seconds, s.comm_seconds += g.comm_seconds;
@@ -267,8 +246,7 @@ ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& al
   // K/V travel in the storage type (16 bits for bf16, f16), decode's partial rows in its
   // accumulation type.
   const io::DType dtype = parse_dtype(c.dtype);
-  const int value_bytes = with_storage(dtype, [](auto t) { return int(sizeof(t)); }),
-            row_bytes = with_storage(dtype, [](auto t) { return int(sizeof(accumulate_t<decltype(t)>)); });
+  const int value_bytes = with_storage(dtype, [](auto t) { return int(sizeof(t)); });
   // The most any rank sends (the CSV's bytes column is the most any rank sent): forward, and with
   // --backward the backward too; sent(rank, backward) is the traffic model's.
   Options opt;
@@ -279,22 +257,14 @@ ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& al
     return most;
   };
   double model_bytes = 0;
-  if (c.mode == "ring" && algorithm != nocomm_name(c)) {
-    // (The backward's dK/dV travel in the accumulation type.)
-    const dist::TrafficProblem pr{N, N, c.batch, c.heads_kv, c.dim, value_bytes, row_bytes};
-    model_bytes = most_sent([&](int r, bool backward) {
-      return dist::ring_traffic(pr, opt, c.d, P, r, backward ? dist::RingPass::backward : dist::RingPass::forward).sent;
-    });
-  } else if (c.mode == "decode" && P > 1) {
-    model_bytes = double(c.batch) * c.queries * c.heads_q * (c.dim + 1) * row_bytes;  // one contribution of rows
-  } else if (c.mode == "ulysses" || c.mode == "hybrid") {
-    dist::HeadTrafficProblem pr;
+  if (algorithm != nocomm_name(c)) {
+    dist::TrafficProblem pr;
+    pr.Nq = c.mode == "decode" ? c.queries : N, pr.Nk = N;
     pr.batch = c.batch, pr.heads_q = c.heads_q, pr.heads_kv = c.heads_kv, pr.head_dim = c.dim;
-    pr.bytes_per_value = value_bytes, pr.accumulate_bytes = row_bytes;
+    pr.bytes_per_value = value_bytes;
     const dist::DistOptions d = call_options(c, P);
     model_bytes = most_sent([&](int r, bool backward) {
-      return dist::head_sharded_sent(pr, N, N, opt, d, P, r,
-                                     backward ? dist::HeadPass::backward : dist::HeadPass::forward, c.mode == "hybrid");
+      return dist::traffic(pr, opt, d, P, r, backward ? dist::Pass::backward : dist::Pass::forward).sent;
     });
   }
   ScaleRow row;
@@ -372,6 +342,7 @@ int scale_measure(Args& args) {
       KATTN_REQUIRE(c.study == "weak" || c.study == "strong", "--study: expected weak or strong, got '", c.study, "'");
       KATTN_REQUIRE(c.mode == "ring" || c.mode == "decode" || c.mode == "ulysses" || c.mode == "hybrid",
                     "--dist: expected ring, decode, ulysses or hybrid, got '", c.mode, "'");
+      c.d.scheme = c.mode == "decode" ? dist::Scheme::sharded_kv : dist::scheme_named(c.mode, "--dist");
       KATTN_REQUIRE(c.mode == "hybrid" ? c.ulysses_size > 0 : c.ulysses_size == 0,
                     c.mode == "hybrid" ? "--ulysses-size: required with --dist hybrid (the ranks of one head-sharding "
                                          "group, all of them when fewer)"

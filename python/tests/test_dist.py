@@ -12,7 +12,7 @@ import kattn  # noqa: E402
 import kattn.dist  # noqa: E402
 from workspace_check import expect_reused  # noqa: E402
 
-if not hasattr(kattn._kattn, "dense_attention"):
+if not hasattr(kattn._kattn, "dist_attention"):
     pytest.skip("kattn was built without its MPI layer (-DKATTN_ENABLE_MPI=ON)", allow_module_level=True)
 
 COMM = MPI.COMM_WORLD
@@ -121,3 +121,28 @@ def test_a_workspace_serves_a_loop_of_calls_with_the_same_results(name):
     assert kattn.dist.Workspace is kattn.Workspace
     with pytest.raises(kattn.Error, match="workspace: expected a kattn.Workspace or None, got dict"):
         fwd(*args, workspace={})
+
+
+@pytest.mark.parametrize("opt", [{}, {"causal": True}, {"window": (5, 0)}])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_sharded_kv_decodes_the_whole_cache_on_every_rank(opt, deterministic):
+    # One door, the scheme an argument: the queries on every rank, the cache in rank order.
+    q, k, v = global_problem(3, 77, 4, 2, 16, seed=7)
+    ref_o, ref_lse = kattn.attention(q, k, v, return_lse=True, **opt)
+    kp = kattn.dist.positions(77, COMM, scheme="sharded_kv", deterministic=deterministic, chunk=8)
+    o, lse = kattn.dist.attention(COMM, q, k[:, kp], v[:, kp], scheme="sharded_kv", deterministic=deterministic,
+                                  chunk=8, return_lse=True, **opt)
+    assert np.abs(o - ref_o).max() <= 1e-12
+    finite = np.isfinite(ref_lse)
+    assert np.array_equal(np.isfinite(lse), finite)
+    assert np.abs(lse[finite] - ref_lse[finite]).max(initial=0.0) <= 1e-12
+
+
+def test_the_door_names_what_a_scheme_does_not_take():
+    q, k, v = global_problem(8, 8, 2, 1, 8, seed=8)
+    pos = kattn.dist.positions(8, COMM)
+    with pytest.raises(kattn.Error, match="scheme: expected ring, ulysses, hybrid or sharded-kv, got 'striped'"):
+        kattn.dist.attention(COMM, q[:, pos], k[:, pos], v[:, pos], scheme="striped")
+    o, lse = kattn.dist.attention(COMM, q[:, pos], k[:, pos], v[:, pos], return_lse=True)
+    with pytest.raises(kattn.Error, match="scheme: sharded-kv has no backward"):
+        kattn.dist.attention_backward(COMM, q[:, pos], k[:, pos], v[:, pos], o, lse, o, scheme="sharded_kv")

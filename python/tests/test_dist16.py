@@ -15,7 +15,7 @@ import kattn  # noqa: E402
 import kattn.dist  # noqa: E402
 from reference import assert_16bit_rule, round16, textbook, textbook16  # noqa: E402
 
-if not hasattr(kattn._kattn, "dense_attention"):
+if not hasattr(kattn._kattn, "dist_attention"):
     pytest.skip("kattn was built without its MPI layer (-DKATTN_ENABLE_MPI=ON)", allow_module_level=True)
 
 COMM = MPI.COMM_WORLD

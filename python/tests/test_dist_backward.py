@@ -13,7 +13,7 @@ MPI = pytest.importorskip("mpi4py.MPI", reason="mpi4py is not installed (Debian:
 import kattn  # noqa: E402
 import kattn.dist  # noqa: E402
 
-if not hasattr(kattn._kattn, "dense_attention_backward"):
+if not hasattr(kattn._kattn, "dist_attention_backward"):
     pytest.skip("kattn was built without its MPI layer (-DKATTN_ENABLE_MPI=ON)", allow_module_level=True)
 
 COMM = MPI.COMM_WORLD

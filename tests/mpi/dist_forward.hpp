@@ -7,7 +7,7 @@
 #include <string>
 
 #include "dist_support.hpp"
-#include "kattn/dist/dist_options.hpp"
+#include "kattn/distributed/options.hpp"
 
 namespace kattn {
 namespace test {

@@ -15,7 +15,7 @@
 #include "dist_support.hpp"
 #include "kattn/attention.hpp"
 #include "kattn/backward.hpp"
-#include "kattn/dist/dist_options.hpp"
+#include "kattn/distributed/options.hpp"
 
 namespace kattn {
 namespace test {

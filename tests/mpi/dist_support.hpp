@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "kattn/dist/layout.hpp"
+#include "kattn/distributed/layout.hpp"
+#include "kattn/distributed/options.hpp"
+#include "kattn/distributed/traffic.hpp"
 #include "support.hpp"
 
 namespace kattn {
@@ -27,6 +29,30 @@ inline int size_of(MPI_Comm comm) {
   int n = 1;
   MPI_Comm_size(comm, &n);
   return n;
+}
+
+// d with the scheme set: the DistOptions of a call of that scheme.
+inline dist::DistOptions with_scheme(dist::Scheme scheme, dist::DistOptions d = {}) {
+  d.scheme = scheme;
+  return d;
+}
+
+// The bytes the traffic model (dist::traffic) says this rank sends in one call of d's scheme.
+inline std::int64_t modelled_sent(const Shape& s, int bytes_per_value, const Options& opt, const dist::DistOptions& d,
+                                  dist::Pass pass, bool lse = true) {
+  dist::TrafficProblem pr;
+  pr.Nq = s.Nq, pr.Nk = s.Nk, pr.batch = s.B, pr.heads_q = s.Hq, pr.heads_kv = s.Hkv, pr.head_dim = s.D;
+  pr.bytes_per_value = bytes_per_value, pr.lse = lse;
+  return dist::traffic(pr, opt, d, size_of(MPI_COMM_WORLD), rank_of(MPI_COMM_WORLD), pass).sent;
+}
+
+// An index array (a ragged batch's indptr) in the tests' memory space.
+inline Kokkos::View<std::int64_t*, TestMemory> indptr_view(const std::vector<std::int64_t>& v) {
+  Kokkos::View<std::int64_t*, TestMemory> d("indptr", v.size());
+  auto h = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < v.size(); ++i) h(i) = v[i];
+  Kokkos::deep_copy(d, h);
+  return d;
 }
 
 // A fresh seed drawn on rank 0 and shared, so every rank draws the same global inputs.

@@ -12,7 +12,7 @@
 
 #include "dist_support.hpp"
 #include "kattn/core/storage.hpp"
-#include "kattn/dist/layout.hpp"
+#include "kattn/distributed/layout.hpp"
 
 namespace kattn {
 namespace test {

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "dist_support.hpp"
-#include "kattn/dist/decode.hpp"
-#include "kattn/dist/merge_op.hpp"
-#include "kattn/dist/row_merge.hpp"
+#include "kattn/distributed/attention.hpp"
+#include "kattn/distributed/merge_op.hpp"
+#include "kattn/distributed/detail/row_merge.hpp"
 
 namespace kattn {
 namespace test {
@@ -19,7 +19,7 @@ namespace {
 using dist::DistOptions;
 
 template <class T>
-void decode_on(const Problem<T>& g, const std::vector<std::int64_t>& lens, const Options& opt, const DistOptions& d,
+dist::DistStats decode_on(const Problem<T>& g, const std::vector<std::int64_t>& lens, const Options& opt, const DistOptions& d,
                View4<T>& o, View3<T>& lse) {
   const int rank = rank_of(MPI_COMM_WORLD);
   std::int64_t start = 0;
@@ -32,7 +32,8 @@ void decode_on(const Problem<T>& g, const std::vector<std::int64_t>& lens, const
   lse = View3<T>("lse", g.shape.B, g.shape.Hq, g.shape.Nq);
   poison(o);
   poison(lse);
-  dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), g.q, kv::dense(k, v), o, lse, opt, d);
+  return dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), g.q, kv::dense(k, v), o, lse, opt,
+                         with_scheme(dist::Scheme::sharded_kv, d));
 }
 
 template <class T>
@@ -45,8 +46,10 @@ void check_decode(const Shape& s, const Options& opt, const DistOptions& d = {})
   for (const auto& lens : splits_of(s.Nk, size_of(MPI_COMM_WORLD))) {
     View4<T> o;
     View3<T> lse;
-    decode_on(g, lens, opt, d, o, lse);
+    const dist::DistStats stats = decode_on(g, lens, opt, d, o, lse);
     expect_shard_close(o, lse, ref, whole, 0, tolerance<T>(), "decode");
+    EXPECT_EQ(stats.bytes_sent,
+              modelled_sent(s, sizeof(T), opt, with_scheme(dist::Scheme::sharded_kv, d), dist::Pass::forward));
     // Every rank holds the same bits as rank 0.
     std::vector<double> mine = to_host(o), root = mine;
     MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD);
@@ -89,9 +92,11 @@ TEST(DistDecode, HostStagingPath) {
   for (int r = 0; r < P; ++r) lens.push_back(lay.local_length(r));
   View4<double> o;
   View3<double> lse;
-  decode_on(g, lens, Options{}, d, o, lse);
+  const dist::DistStats stats = decode_on(g, lens, Options{}, d, o, lse);
   expect_shard_close(o, lse, reference_of(g, Options{}), dist::SequenceLayout(1, 1, dist::Sharding::contiguous), 0,
                      kDoubleTol, "deterministic decode, staged");
+  EXPECT_EQ(stats.bytes_sent, modelled_sent(g.shape, sizeof(double), Options{},
+                                            with_scheme(dist::Scheme::sharded_kv, d), dist::Pass::forward));
 }
 
 TEST(DistDecode, ReduceToOneRank) {
@@ -109,7 +114,9 @@ TEST(DistDecode, ReduceToOneRank) {
     for (int r = 0; r < P; ++r) lens.push_back(lay.local_length(r));
     View4<double> o;
     View3<double> lse;
-    decode_on(g, lens, Options{}, d, o, lse);
+    const dist::DistStats stats = decode_on(g, lens, Options{}, d, o, lse);
+    EXPECT_EQ(stats.bytes_sent, modelled_sent(g.shape, sizeof(double), Options{},
+                                              with_scheme(dist::Scheme::sharded_kv, d), dist::Pass::forward));
     if (rank == d.root) {
       expect_shard_close(o, lse, ref, whole, 0, kDoubleTol, det ? "reduce, deterministic" : "reduce");
     } else {

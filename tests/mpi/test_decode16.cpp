@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "dist_support.hpp"
-#include "kattn/dist/decode.hpp"
+#include "kattn/distributed/attention.hpp"
 #include "ragged_support.hpp"
 #include "storage16_support.hpp"
 
@@ -59,8 +59,8 @@ void check_decode16(const Shape& s, const Options& opt, const DistOptions& d = {
   for (const auto& lens : shardings) {
     poison(p.o);
     poison(p.lse);
-    dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), p.q,
-                           kv::dense(local_keys(p.k, lens), local_keys(p.v, lens)), p.o, p.lse, opt, d);
+    dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), p.q,
+                           kv::dense(local_keys(p.k, lens), local_keys(p.v, lens)), p.o, p.lse, opt, with_scheme(dist::Scheme::sharded_kv, d));
     Kokkos::fence();
     const std::vector<double> o = to_host(p.o);
     if (d.root < 0 || rank_of(MPI_COMM_WORLD) == d.root)
@@ -68,8 +68,9 @@ void check_decode16(const Shape& s, const Options& opt, const DistOptions& d = {
     expect_landed(o, d, what);
     // Without lse: the same o.
     poison(p.o);
-    dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), p.q,
-                           kv::dense(local_keys(p.k, lens), local_keys(p.v, lens)), p.o, opt, d);
+    dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), p.q,
+                           kv::dense(local_keys(p.k, lens), local_keys(p.v, lens)), p.o, opt,
+                    with_scheme(dist::Scheme::sharded_kv, d));
     Kokkos::fence();
     const std::vector<double> o_alone = to_host(p.o);
     EXPECT_EQ(std::memcmp(o.data(), o_alone.data(), o.size() * sizeof(double)), 0) << what << ": o without lse differs";
@@ -97,8 +98,8 @@ void check_float_queries(const Shape& s, const Options& opt, const DistOptions& 
   for (const auto& lens : shardings) {
     poison(o);
     poison(lse);
-    dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q,
-                           kv::dense(local_keys(k, lens), local_keys(v, lens)), o, lse, opt, d);
+    dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q,
+                           kv::dense(local_keys(k, lens), local_keys(v, lens)), o, lse, opt, with_scheme(dist::Scheme::sharded_kv, d));
     Kokkos::fence();
     if (d.root < 0 || rank_of(MPI_COMM_WORLD) == d.root)
       expect_outputs_close(o, lse, to_host(ref.o), to_host(ref.lse), what + " lens=" + describe(lens));
@@ -176,8 +177,8 @@ void check_deterministic_bits(const Shape& s, const Options& opt) {
   const auto run = [&](MPI_Comm comm, const std::vector<std::int64_t>& lens) {
     poison(o);
     poison(p.lse);
-    dist::decode_attention(comm, Kokkos::DefaultExecutionSpace(), q,
-                           kv::dense(local_keys(p.k, lens, comm), local_keys(p.v, lens, comm)), o, p.lse, opt, d);
+    dist::attention(comm, Kokkos::DefaultExecutionSpace(), q,
+                           kv::dense(local_keys(p.k, lens, comm), local_keys(p.v, lens, comm)), o, p.lse, opt, with_scheme(dist::Scheme::sharded_kv, d));
     Kokkos::fence();
     std::vector<double> out = to_host(o), lse = to_host(p.lse);
     out.insert(out.end(), lse.begin(), lse.end());

@@ -6,8 +6,7 @@
 #include <vector>
 
 #include "dist_support.hpp"
-#include "kattn/dist/decode.hpp"
-#include "kattn/dist/ring.hpp"
+#include "kattn/distributed/attention.hpp"
 
 namespace kattn {
 namespace test {
@@ -30,7 +29,7 @@ void run_sharded(MPI_Comm comm, const Problem<T>& g, const Options& opt, const D
   lse = View3<T>("lse", g.shape.B, g.shape.Hq, n);
   poison(o);
   poison(lse);
-  dist::ring_attention(comm, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, opt, d);
+  dist::attention(comm, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, opt, d);
   layout = ql;
 }
 
@@ -104,7 +103,7 @@ void run_decode(MPI_Comm comm, const Problem<T>& g, const std::vector<std::int64
   lse = View3<T>("lse", g.shape.B, g.shape.Hq, g.shape.Nq);
   poison(o);
   poison(lse);
-  dist::decode_attention(comm, Kokkos::DefaultExecutionSpace(), g.q, kv::dense(k, v), o, lse, opt, d);
+  dist::attention(comm, Kokkos::DefaultExecutionSpace(), g.q, kv::dense(k, v), o, lse, opt, with_scheme(dist::Scheme::sharded_kv, d));
 }
 
 // Shard lengths of Nk keys over P ranks in whole chunks: balanced, and skewed (some empty).

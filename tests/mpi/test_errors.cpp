@@ -7,10 +7,9 @@
 #include <vector>
 
 #include "dist_support.hpp"
-#include "kattn/dist/decode.hpp"
-#include "kattn/dist/ring.hpp"
-#include "kattn/dist/ring_backward.hpp"
+#include "kattn/distributed/attention.hpp"
 #include "kattn/block_mask.hpp"
+#include "kattn/ragged.hpp"
 
 namespace kattn {
 namespace test {
@@ -49,16 +48,16 @@ TEST(DistErrors, EveryRankBadInItsOwnWayAllThrowTheLowestRanksError) {
       [&] {
         switch (rank % 4) {
           case 0:
-            dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, kv::dense(bad_k, ok.v), ok.o, ok.lse);
+            dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, kv::dense(bad_k, ok.v), ok.o, ok.lse);
             break;
           case 1:
-            dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, kv::dense(ok.k, bad_v), ok.o, ok.lse);
+            dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, kv::dense(ok.k, bad_v), ok.o, ok.lse);
             break;
           case 2:
-            dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, kv::dense(ok.k, ok.v), bad_o, ok.lse);
+            dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, kv::dense(ok.k, ok.v), bad_o, ok.lse);
             break;
           default:
-            dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, kv::dense(ok.k, ok.v), ok.o, bad_lse);
+            dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, kv::dense(ok.k, ok.v), ok.o, bad_lse);
             break;
         }
       },
@@ -77,7 +76,7 @@ TEST(DistErrors, OnlyTheLastRankBad) {
   bad.window_left = -7;
   const std::string msg = expect_same_error(
       [&] {
-        dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, kv::dense(ok.k, ok.v), ok.o, ok.lse,
+        dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), ok.q, kv::dense(ok.k, ok.v), ok.o, ok.lse,
                            rank == P - 1 ? bad : opt);
       },
       "window: expected a left bound >= 0 or -1");
@@ -93,7 +92,7 @@ TEST(DistErrors, HeadDimDiffersAcrossRanks) {
   Local mine(1, n, 2, 1, rank == 1 ? 12 : 8);  // locally consistent, globally not
   expect_same_error(
       [&] {
-        dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), mine.q, kv::dense(mine.k, mine.v), mine.o, mine.lse);
+        dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), mine.q, kv::dense(mine.k, mine.v), mine.o, mine.lse);
       },
       "q: expected head dim 8 (from rank 0), got 12 on rank 1");
 }
@@ -107,10 +106,10 @@ TEST(DistErrors, DtypeDiffersAcrossRanks) {
         if (rank == P - 1) {
           const std::size_t un = static_cast<std::size_t>(n);
           View4<float> q("q", 1, un, 2, 8), k("k", 1, un, 2, 8), v("v", 1, un, 2, 8), o("o", 1, un, 2, 8);
-          dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o);
+          dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o);
         } else {
           Local d(1, n, 2, 2, 8);
-          dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o);
+          dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o);
         }
       },
       "q: expected dtype f64 (from rank 0), got f32 on rank " + std::to_string(P - 1));
@@ -123,13 +122,13 @@ TEST(DistErrors, OptionsDifferAcrossRanks) {
   Options opt;
   opt.causal = rank == 1;
   expect_same_error(
-      [&] { dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse, opt); },
+      [&] { dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse, opt); },
       "options: expected causal false (from rank 0), got true on rank 1");
   DistOptions dd;
   dd.sharding = rank == P - 1 ? dist::Sharding::zigzag : dist::Sharding::contiguous;
   expect_same_error(
       [&] {
-        dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse, Options{}, dd);
+        dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse, Options{}, dd);
       },
       "options: expected sharding");
 }
@@ -144,14 +143,53 @@ TEST(DistErrors, RanksInDifferentCallsAllThrow) {
   expect_same_error(
       [&] {
         if (rank == 0)
-          dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse);
+          dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse);
         else
-          dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse);
+          dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse,
+                          Options{}, with_scheme(dist::Scheme::sharded_kv));
       },
-      "call: expected distributed call (0 ring_attention, 1 ring_attention_backward, 2 decode_attention, 3 "
-      "ulysses_attention, 4 ulysses_attention_backward, 5 hybrid_attention, 6 hybrid_attention_backward, 7 "
-      "ring_attention over a ragged batch, 8 ring_attention_backward over a ragged batch) 0 (from rank "
-      "0), got 2 on rank 1");
+      "call: expected distributed call (0 ring forward, 1 ring backward, 2 sharded-kv forward, 3 ulysses forward, "
+      "4 ulysses backward, 5 hybrid forward, 6 hybrid backward, 7 ring forward over a ragged batch, 8 ring "
+      "backward over a ragged batch) 0 (from rank 0), got 2 on rank 1");
+}
+
+// The door takes every scheme; what a scheme does not take is refused on every rank alike, and a
+// rank given another scheme than the others is in another call.
+TEST(DistErrors, SchemesRefuseWhatTheyDoNotTake) {
+  const auto space = Kokkos::DefaultExecutionSpace();
+  Local d(1, my_share(30), 2, 1, 8);
+  View4<double> dq("dq", d.q.extent(0), d.q.extent(1), 2, 8), dk("dk", d.k.extent(0), d.k.extent(1), 1, 8),
+      dv("dv", d.k.extent(0), d.k.extent(1), 1, 8);
+  expect_same_error(
+      [&] {
+        dist::attention_backward(MPI_COMM_WORLD, space, d.q, kv::dense(d.k, d.v), d.o, d.lse, d.o, dq, dk, dv,
+                                 Options{}, BackwardOptions{}, with_scheme(dist::Scheme::sharded_kv));
+      },
+      "scheme: sharded-kv has no backward");
+  // A 16-bit cache under float queries: the ring and sharded_kv, not head sharding.
+  View4<bf16> k16("k16", d.k.extent(0), d.k.extent(1), 1, 8), v16("v16", d.k.extent(0), d.k.extent(1), 1, 8);
+  View4<float> qf("qf", d.q.extent(0), d.q.extent(1), 2, 8), of("of", d.q.extent(0), d.q.extent(1), 2, 8);
+  expect_same_error(
+      [&] {
+        dist::attention(MPI_COMM_WORLD, space, qf, kv::dense(k16, v16), of, Options{},
+                        with_scheme(dist::Scheme::ulysses));
+      },
+      "scheme: ulysses takes q, k and v of one storage type");
+  // A ragged batch goes round the ring only.
+  const std::int64_t n = static_cast<std::int64_t>(d.q.extent(1));
+  const auto layout = make_ragged_layout<TestMemory>(indptr_view({0, n}), indptr_view({0, n}));
+  View3<double> q3("q3", n, 2, 8), k3("k3", n, 1, 8), o3("o3", n, 2, 8);
+  expect_same_error(
+      [&] {
+        dist::attention(MPI_COMM_WORLD, space, q3, kv::ragged(k3, k3, layout), o3, Options{},
+                        with_scheme(dist::Scheme::hybrid));
+      },
+      "scheme: a ragged batch goes round the ring only (scheme ring), got hybrid");
+  // Schemes by name, as the CLI and Python give them.
+  EXPECT_EQ(dist::scheme_named("sharded-kv"), dist::Scheme::sharded_kv);
+  EXPECT_EQ(dist::scheme_named("sharded_kv"), dist::Scheme::sharded_kv);
+  EXPECT_EQ(dist::scheme_named(dist::name(dist::Scheme::hybrid)), dist::Scheme::hybrid);
+  EXPECT_THROW(dist::scheme_named("decode", "--dist"), Error);
 }
 
 TEST(DistErrors, CommunicateDiffersAcrossRanks) {
@@ -162,7 +200,7 @@ TEST(DistErrors, CommunicateDiffersAcrossRanks) {
   dd.communicate = rank != P - 1;
   expect_same_error(
       [&] {
-        dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse,
+        dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse,
                              Options{}, dd);
       },
       "options: expected communicate true (from rank 0), got false on rank " + std::to_string(P - 1));
@@ -175,7 +213,7 @@ TEST(DistErrors, ShardLengthsInconsistentWithTheSplit) {
   const std::int64_t n = my_share(8 * P) + (rank == P - 1 ? 2 : 0);
   Local d(1, n, 2, 1, 8);
   expect_same_error(
-      [&] { dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse); },
+      [&] { dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse); },
       "(a contiguous split of " + std::to_string(8 * P + 2) + " positions over " + std::to_string(P) + " ranks)");
   // Zigzag expects another split of the same total than contiguous (11 P + 1 positions: the
   // contiguous split gives rank 0 the extra one, the zigzag split the last rank).
@@ -185,7 +223,7 @@ TEST(DistErrors, ShardLengthsInconsistentWithTheSplit) {
     zz.sharding = dist::Sharding::zigzag;
     expect_same_error(
         [&] {
-          dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), c.q, kv::dense(c.k, c.v), c.o, c.lse, Options{}, zz);
+          dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), c.q, kv::dense(c.k, c.v), c.o, c.lse, Options{}, zz);
         },
         "zigzag split of");
   }
@@ -204,7 +242,8 @@ TEST(DistErrors, DeterministicDecodeNeedsChunkAlignedShards) {
   d.chunk = 16;
   (void)rank;
   expect_same_error(
-      [&] { dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, Options{}, d); },
+      [&] { dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, Options{},
+                        with_scheme(dist::Scheme::sharded_kv, d)); },
       "k: deterministic decode needs every rank's KV shard to start at a multiple of the chunk (16 keys); "
       "rank 1 starts at key 10");
 }
@@ -214,12 +253,14 @@ TEST(DistErrors, DecodeQueriesMustBeReplicated) {
   if (P < 2) GTEST_SKIP() << "needs two ranks";
   const int nq = rank == 1 ? 3 : 2;
   View4<double> q("q", 1, nq, 2, 8), o("o", 1, nq, 2, 8), k("k", 1, 5, 2, 8), v("v", 1, 5, 2, 8);
-  expect_same_error([&] { dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o); },
+  expect_same_error([&] { dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, Options{},
+                                          with_scheme(dist::Scheme::sharded_kv)); },
                     "q: expected query positions 2 (from rank 0), got 3 on rank 1");
   DistOptions d;
   d.root = P;
   View4<double> q2("q", 1, 2, 2, 8), o2("o", 1, 2, 2, 8);
-  expect_same_error([&] { dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q2, kv::dense(k, v), o2, Options{}, d); },
+  expect_same_error([&] { dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q2, kv::dense(k, v), o2, Options{},
+                                          with_scheme(dist::Scheme::sharded_kv, d)); },
                     "root: expected a rank of the communicator");
 }
 
@@ -232,25 +273,26 @@ TEST(DistErrors, BlockMaskRefusedOnEveryRankAlike) {
   Options masked;
   masked.block_mask = &mask;
   expect_same_error(
-      [&] { dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse, masked); },
+      [&] { dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse, masked); },
       "block_mask: the distributed calls take none");
   View4<double> dout("dout", 1, d.q.extent(1), 2, 8), dq("dq", 1, d.q.extent(1), 2, 8), dk("dk", 1, d.k.extent(1), 1, 8),
       dv("dv", 1, d.k.extent(1), 1, 8);
   fill_normal(dout, 4);
   expect_same_error(
       [&] {
-        dist::ring_attention_backward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse, dout, dq, dk,
+        dist::attention_backward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse, dout, dq, dk,
                             dv, masked);
       },
       "block_mask: the distributed calls take none");
   View4<double> q("q", 1, 2, 2, 8), o("o", 1, 2, 2, 8);
   fill_normal(q, 5);
-  expect_same_error([&] { dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(d.k, d.v), o, masked); },
+  expect_same_error([&] { dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(d.k, d.v), o, masked,
+                                          with_scheme(dist::Scheme::sharded_kv)); },
                     "block_mask: the distributed calls take none");
   if (P < 2) return;
   Options one_rank = rank == 1 ? masked : Options{};
   expect_same_error(
-      [&] { dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse, one_rank); },
+      [&] { dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse, one_rank); },
       "options: expected block_mask false (from rank 0), got true on rank 1");
 }
 
@@ -260,9 +302,9 @@ TEST(DistErrors, AfterAnErrorTheNextCallWorks) {
   Options bad;
   bad.softcap = -1;
   expect_same_error(
-      [&] { dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse, bad); },
+      [&] { dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse, bad); },
       "softcap");
-  EXPECT_NO_THROW(dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse));
+  EXPECT_NO_THROW(dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), d.q, kv::dense(d.k, d.v), d.o, d.lse));
 }
 
 }  // namespace

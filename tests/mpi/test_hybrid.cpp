@@ -11,11 +11,8 @@
 #include "dist_grads.hpp"
 #include "dist_support.hpp"
 #include "kattn/attention.hpp"
-#include "kattn/dist/hybrid.hpp"
-#include "kattn/dist/hybrid_backward.hpp"
-#include "kattn/dist/hybrid_traffic.hpp"
-#include "kattn/dist/ring.hpp"
-#include "kattn/dist/ring_backward.hpp"
+#include "kattn/distributed/attention.hpp"
+#include "kattn/distributed/traffic.hpp"
 
 namespace kattn {
 namespace test {
@@ -35,8 +32,8 @@ ShardedRun<T> run_hybrid(const Problem<T>& g, const Options& opt, const DistOpti
   return sharded_forward(MPI_COMM_WORLD, g, dist::hybrid_layout(g.shape.Nq, P, d),
                          dist::hybrid_layout(g.shape.Nk, P, d),
                          [&](const auto& q, const auto& k, const auto& v, const auto& o, const auto& lse) {
-                           return dist::hybrid_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q,
-                                                         kv::dense(k, v), o, lse, opt, d);
+                           return dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q,
+                                                         kv::dense(k, v), o, lse, opt, with_scheme(dist::Scheme::hybrid, d));
                          });
 }
 
@@ -87,9 +84,9 @@ LocalGrads<T> run_hybrid_backward(const Grads<T>& g, const Options& opt, const D
   const int P = size_of(MPI_COMM_WORLD);
   return sharded_backward(MPI_COMM_WORLD, g, dist::hybrid_layout(g.p.shape.Nq, P, d),
                           dist::hybrid_layout(g.p.shape.Nk, P, d), [&](const ShardedGrads<T>& x, LocalGrads<T>& r) {
-                            r.stats = dist::hybrid_attention_backward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(),
+                            r.stats = dist::attention_backward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(),
                                                                       x.q, kv::dense(x.k, x.v), x.o, x.lse, x.dout,
-                                                                      r.dq, r.dk, r.dv, opt, b, d);
+                                                                      r.dq, r.dk, r.dv, opt, b, with_scheme(dist::Scheme::hybrid, d));
                           });
 }
 
@@ -117,15 +114,10 @@ TEST(HybridBackward, DoubleMatchesOneRankOnEveryGrid) {
 template <class T>
 void expect_traffic(const Shape& s, const Options& o, const DistOptions& d) {
   SCOPED_TRACE(describe(s, o) + " U=" + std::to_string(d.ulysses_size) + " sharding=" + dist::name(d.sharding));
-  const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
-  dist::HeadTrafficProblem pr;
-  pr.batch = s.B, pr.heads_q = s.Hq, pr.heads_kv = s.Hkv, pr.head_dim = s.D;
-  pr.bytes_per_value = pr.accumulate_bytes = sizeof(T);
   Grads<T> g(s, shared_seed(), o);
-  EXPECT_EQ(run_hybrid(g.p, o, d).stats.bytes_sent,
-            dist::head_sharded_sent(pr, s.Nq, s.Nk, o, d, P, rank, dist::HeadPass::forward, true));
-  EXPECT_EQ(run_hybrid_backward(g, o, d).stats.bytes_sent,
-            dist::head_sharded_sent(pr, s.Nq, s.Nk, o, d, P, rank, dist::HeadPass::backward, true));
+  const DistOptions hd = with_scheme(dist::Scheme::hybrid, d);
+  EXPECT_EQ(run_hybrid(g.p, o, d).stats.bytes_sent, modelled_sent(s, sizeof(T), o, hd, dist::Pass::forward));
+  EXPECT_EQ(run_hybrid_backward(g, o, d).stats.bytes_sent, modelled_sent(s, sizeof(T), o, hd, dist::Pass::backward));
 }
 
 TEST(HybridTraffic, BytesSentEqualTheModelOnEveryGrid) {
@@ -156,12 +148,12 @@ TEST(Deterministic, HybridBitwiseEqualToTheDeterministicRing) {
     const ShardedRun<double> ring =
         sharded_forward(MPI_COMM_SELF, g.p, one, one,
                         [&](const auto& q, const auto& k, const auto& v, const auto& out, const auto& lse) {
-                          return dist::ring_attention(MPI_COMM_SELF, Kokkos::DefaultExecutionSpace(), q,
+                          return dist::attention(MPI_COMM_SELF, Kokkos::DefaultExecutionSpace(), q,
                                                       kv::dense(k, v), out, lse, o, d);
                         });
     const LocalGrads<double> ring_grads =
         sharded_backward(MPI_COMM_SELF, g, d, [&](const ShardedGrads<double>& x, LocalGrads<double>& r) {
-          r.stats = dist::ring_attention_backward(MPI_COMM_SELF, Kokkos::DefaultExecutionSpace(), x.q,
+          r.stats = dist::attention_backward(MPI_COMM_SELF, Kokkos::DefaultExecutionSpace(), x.q,
                                                   kv::dense(x.k, x.v), x.o, x.lse, x.dout, r.dq, r.dk, r.dv, o, {}, d);
         });
     Grads<double> bits = g;
@@ -188,8 +180,8 @@ TEST(DistErrors, HybridGridMustDivideTheRanks) {
       [&] {
         sharded_forward(MPI_COMM_WORLD, g, l, l,
                         [&](const auto& q, const auto& k, const auto& v, const auto& o, const auto& lse) {
-                          return dist::hybrid_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q,
-                                                        kv::dense(k, v), o, lse, Options{}, d);
+                          return dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q,
+                                                        kv::dense(k, v), o, lse, Options{}, with_scheme(dist::Scheme::hybrid, d));
                         });
       },
       "ulysses_size: expected a divisor of the " + std::to_string(P) + " ranks, got " + std::to_string(P + 1));

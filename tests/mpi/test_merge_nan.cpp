@@ -8,10 +8,9 @@
 #include <vector>
 
 #include "dist_support.hpp"
-#include "kattn/dist/decode.hpp"
-#include "kattn/dist/merge_op.hpp"
-#include "kattn/dist/ring.hpp"
-#include "kattn/dist/row_merge.hpp"
+#include "kattn/distributed/attention.hpp"
+#include "kattn/distributed/merge_op.hpp"
+#include "kattn/distributed/detail/row_merge.hpp"
 #include "nan_merge_problem.hpp"
 
 namespace kattn {
@@ -46,7 +45,7 @@ TEST(DistMergeNaN, RingForward) {
   View3<float> lse("lse", 1, 2, n);
   poison(o);
   poison(lse);
-  dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, underflowing_nan_options());
+  dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, underflowing_nan_options());
   expect_underflowing_nan_result(o, lse, Nk, "ring_attention");
 }
 
@@ -64,7 +63,7 @@ TEST(DistMergeNaN, Decode) {
     View3<float> lse("lse", 1, 2, 1);
     poison(o);
     poison(lse);
-    dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), g.q, kv::dense(k, v), o, lse, underflowing_nan_options(), d);
+    dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), g.q, kv::dense(k, v), o, lse, underflowing_nan_options(), with_scheme(dist::Scheme::sharded_kv, d));
     expect_underflowing_nan_result(o, lse, Nk, det ? "decode, deterministic" : "decode");
   }
 }

@@ -13,13 +13,7 @@
 #include <sys/resource.h>
 
 #include "dist_support.hpp"
-#include "kattn/dist/decode.hpp"
-#include "kattn/dist/hybrid.hpp"
-#include "kattn/dist/hybrid_backward.hpp"
-#include "kattn/dist/ring.hpp"
-#include "kattn/dist/ring_backward.hpp"
-#include "kattn/dist/ulysses.hpp"
-#include "kattn/dist/ulysses_backward.hpp"
+#include "kattn/distributed/attention.hpp"
 
 namespace kattn {
 namespace test {
@@ -77,25 +71,25 @@ void run(Call c, const DistOptions& d, const BackwardOptions& bopt = {}) {
   const Kokkos::DefaultExecutionSpace space;
   switch (c) {
     case Call::ring:
-      dist::ring_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, Options{}, d);
+      dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, Options{}, d);
       break;
     case Call::ring_backward:
-      dist::ring_attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, Options{},
+      dist::attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, Options{},
                                     bopt, d);
       break;
     case Call::ulysses:
-      dist::ulysses_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, Options{}, d);
+      dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, Options{}, with_scheme(dist::Scheme::ulysses, d));
       break;
     case Call::ulysses_backward:
-      dist::ulysses_attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, Options{},
-                                       bopt, d);
+      dist::attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, Options{},
+                                       bopt, with_scheme(dist::Scheme::ulysses, d));
       break;
     case Call::hybrid:
-      dist::hybrid_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, Options{}, d);
+      dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, Options{}, with_scheme(dist::Scheme::hybrid, d));
       break;
     case Call::hybrid_backward:
-      dist::hybrid_attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, Options{},
-                                      bopt, d);
+      dist::attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, Options{},
+                                      bopt, with_scheme(dist::Scheme::hybrid, d));
       break;
   }
 }
@@ -107,7 +101,7 @@ void run_decode(const DistOptions& d) {
   View4<double> q("q", 1, 1, 2 * P, 8), k("k", 1, n, P, 8), v("v", 1, n, P, 8), o("o", 1, 1, 2 * P, 8);
   View3<double> lse("lse", 1, 2 * P, 1);
   fill_normal(q, 1), fill_normal(k, 2), fill_normal(v, 3);
-  dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, Options{}, d);
+  dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, Options{}, with_scheme(dist::Scheme::sharded_kv, d));
 }
 
 // Every rank returned without an error.
@@ -275,7 +269,7 @@ TEST(DistMidCallErrors, TourPackageMemoryFailsMidTour) {
         run(Call::ring_backward, d);
       },
       "the deterministic tour's packages needs");
-  EXPECT_NE(msg.find(ranked(failing, "kattn::dist::ring_attention_backward")), std::string::npos) << msg;
+  EXPECT_NE(msg.find(ranked(failing, "kattn::dist::attention_backward (ring)")), std::string::npos) << msg;
   expect_all_succeed([&] { run(Call::ring_backward, d); });
   // The same limit on every rank: each may fail, one is reported, none hangs.
   expect_same_error(
@@ -283,7 +277,7 @@ TEST(DistMidCallErrors, TourPackageMemoryFailsMidTour) {
         const MemoryLimitHere scope(true, limit.c_str());
         run(Call::ring_backward, d);
       },
-      "kattn::dist::ring_attention_backward: the deterministic tour's");
+      "kattn::dist::attention_backward (ring): the deterministic tour's");
   expect_all_succeed([&] { run(Call::ring_backward, d); });
 }
 
@@ -309,8 +303,8 @@ TEST(DistMidCallErrors, HeadExchangeAllocationFailsOnOneRank) {
       [&] {
         // The results (o, lse), then q's whole sequence and its outgoing copy, then 4 MB to spare.
         const AddressSpaceLimitHere scope(rank == failing, whole + N * 8 + 2 * whole + (4 << 20));
-        dist::ulysses_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse,
-                                Options{}, DistOptions{});
+        dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse,
+                                Options{}, with_scheme(dist::Scheme::ulysses, DistOptions{}));
       },
       "kattn::dist::heads::");
   EXPECT_NE(msg.find(ranked(failing, "")), std::string::npos) << msg;

@@ -2,7 +2,7 @@
 // the float64 reference of the whole sequence on the same rounded inputs under FlashAttention's
 // rule (storage16_support.hpp), for the forward and the gradients; causal, window, GQA, uneven
 // shards and fewer positions than ranks, contiguous and zigzag; K/V sent in 16 bits, forward and
-// backward, dK/dV in float (bytes sent equal to ring_traffic's model at 2 and 4 bytes a value;
+// backward, dK/dV in float (bytes sent equal to dist::traffic's model at 2 and 4 bytes a value;
 // half the K/V bytes of the backward on float copies); deterministic bits the same as one rank
 // alone; head sharding and hybrid, which take 16-bit through the same front door; and ranks that
 // pass different storage types refused alike.
@@ -14,11 +14,8 @@
 
 #include "dist_support.hpp"
 #include "gather_rows.hpp"
-#include "kattn/dist/hybrid.hpp"
-#include "kattn/dist/ring.hpp"
-#include "kattn/dist/ring_backward.hpp"
-#include "kattn/dist/ring_traffic.hpp"
-#include "kattn/dist/ulysses.hpp"
+#include "kattn/distributed/attention.hpp"
+#include "kattn/distributed/traffic.hpp"
 #include "kattn/reference_backward.hpp"
 #include "storage16_support.hpp"
 
@@ -31,15 +28,18 @@ using dist::SequenceLayout;
 
 enum class Call { ring, ulysses, hybrid };
 
-SequenceLayout layout_of(std::int64_t n, int P, const DistOptions& d) { return dist::sharded_layout(n, P, d); }
+// d with the scheme of the call.
+DistOptions of_call(Call call, const DistOptions& d) {
+  return with_scheme(call == Call::ulysses  ? dist::Scheme::ulysses
+                     : call == Call::hybrid ? dist::Scheme::hybrid
+                                            : dist::Scheme::ring,
+                     d);
+}
 
 template <class S>
 dist::DistStats forward(Call call, MPI_Comm comm, const View4<S>& q, const View4<S>& k, const View4<S>& v,
                         const View4<S>& o, const View3<float>& lse, const Options& opt, const DistOptions& d) {
-  const auto space = Kokkos::DefaultExecutionSpace();
-  if (call == Call::ulysses) return dist::ulysses_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
-  if (call == Call::hybrid) return dist::hybrid_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
-  return dist::ring_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
+  return dist::attention(comm, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, opt, of_call(call, d));
 }
 
 // o and lse of the whole sequence, gathered from every rank's shard of a 16-bit run over comm.
@@ -52,8 +52,7 @@ template <class S>
 Run16 run_forward(Call call, MPI_Comm comm, const Problem16<S>& p, const Options& opt, const DistOptions& d) {
   const Shape& s = p.shape;
   const int P = size_of(comm), rank = rank_of(comm);
-  const SequenceLayout ql = call == Call::hybrid ? dist::hybrid_layout(s.Nq, P, d) : layout_of(s.Nq, P, d),
-                       kl = call == Call::hybrid ? dist::hybrid_layout(s.Nk, P, d) : layout_of(s.Nk, P, d);
+  const SequenceLayout ql = dist::layout_of(s.Nq, P, of_call(call, d)), kl = dist::layout_of(s.Nk, P, of_call(call, d));
   const std::size_t n = static_cast<std::size_t>(ql.local_length(rank));
   View4<S> o("o", s.B, n, s.Hq, s.D);
   View3<float> lse("lse", s.B, s.Hq, n);
@@ -72,7 +71,6 @@ Run16 run_forward(Call call, MPI_Comm comm, const Problem16<S>& p, const Options
 template <class S>
 void check_forward(Call call, const Shape& s, const Options& opt, const DistOptions& d = {}) {
   const std::uint64_t seed = shared_seed();
-  const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
   const std::string what = std::string(storage_name<S>()) + " call=" + std::to_string(int(call)) + " " +
                            describe(s, opt) + " " + dist::name(d.sharding) + (d.deterministic ? " deterministic" : "") +
                            " seed=" + std::to_string(seed);
@@ -82,9 +80,7 @@ void check_forward(Call call, const Shape& s, const Options& opt, const DistOpti
   expect_16bit_rule<S>(p.host().params(), opt, r.o, r.lse, what);
   if (call == Call::ring) {
     // K and V travel in their 16 bits: what was sent is the model at 2 bytes a value.
-    dist::TrafficProblem tp;
-    tp.Nq = s.Nq, tp.Nk = s.Nk, tp.batch = s.B, tp.heads_kv = s.Hkv, tp.head_dim = s.D, tp.bytes_per_value = 2;
-    EXPECT_EQ(r.stats.bytes_sent, dist::ring_traffic(tp, opt, d, P, rank, dist::RingPass::forward).sent) << what;
+    EXPECT_EQ(r.stats.bytes_sent, modelled_sent(s, 2, opt, d, dist::Pass::forward)) << what;
   }
   if (d.deterministic) {
     // The bits of one rank alone (hybrid's deterministic mode is the ring's).
@@ -155,11 +151,11 @@ TEST(Ring16, WithoutLseTheSameO) {
   causal.causal = true;
   DistOptions d;
   d.sharding = dist::Sharding::zigzag;
-  const SequenceLayout ql = layout_of(s.Nq, size_of(MPI_COMM_WORLD), d), kl = ql;
+  const SequenceLayout ql = dist::layout_of(s.Nq, size_of(MPI_COMM_WORLD), d), kl = ql;
   const View4<bf16> q = shard(p.q, ql, rank, "q"), k = shard(p.k, kl, rank, "k"), v = shard(p.v, kl, rank, "v");
   View4<bf16> o("o", s.B, static_cast<std::size_t>(ql.local_length(rank)), s.Hq, s.D);
   poison(o);
-  dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, causal, d);
+  dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, causal, d);
   Kokkos::fence();
   const Run16 with_lse = run_forward(Call::ring, MPI_COMM_WORLD, p, causal, d);
   const std::size_t B = s.B, Nq = s.Nq, Hq = s.Hq, D = s.D;
@@ -169,7 +165,7 @@ TEST(Ring16, WithoutLseTheSameO) {
 
 // dq, dk, dv of a 16-bit forward's outputs against the float64 reference gradients and the
 // textbook backward in S; deterministic gradients the same bits as one rank's; K/V sent in 16
-// bits and dK/dV in float (bytes sent equal to ring_traffic's model at 2 and 4 bytes a value).
+// bits and dK/dV in float (bytes sent equal to dist::traffic's model at 2 and 4 bytes a value).
 struct Grads16 {
   std::vector<double> dq, dk, dv;
   dist::DistStats forward, backward;
@@ -192,7 +188,7 @@ Grads16 run_backward(MPI_Comm comm, const Problem16<S>& p, const View4<S>& dout,
                      const DistOptions& d) {
   const Shape& s = p.shape;
   const int rank = rank_of(comm), P = size_of(comm);
-  const SequenceLayout ql = layout_of(s.Nq, P, d), kl = layout_of(s.Nk, P, d);
+  const SequenceLayout ql = dist::layout_of(s.Nq, P, d), kl = dist::layout_of(s.Nk, P, d);
   const std::size_t nq = static_cast<std::size_t>(ql.local_length(rank)),
                     nk = static_cast<std::size_t>(kl.local_length(rank));
   const View4<S> q = shard(p.q, ql, rank, "q"), k = shard(p.k, kl, rank, "k"), v = shard(p.v, kl, rank, "v"),
@@ -201,9 +197,9 @@ Grads16 run_backward(MPI_Comm comm, const Problem16<S>& p, const View4<S>& dout,
   View3<float> lse("lse", s.B, s.Hq, nq);
   const auto space = Kokkos::DefaultExecutionSpace();
   Grads16 g;
-  g.forward = dist::ring_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
+  g.forward = dist::attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
   poison(dq), poison(dk), poison(dv);
-  g.backward = dist::ring_attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout_r, dq, dk, dv, opt, {}, d);
+  g.backward = dist::attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout_r, dq, dk, dv, opt, {}, d);
   Kokkos::fence();
   const std::size_t B = s.B, Nq = s.Nq, Nk = s.Nk, Hq = s.Hq, Hkv = s.Hkv, D = s.D;
   g.dq = gathered_rows(dq, ql, {B, Nq, Hq, D}, comm);
@@ -214,7 +210,7 @@ Grads16 run_backward(MPI_Comm comm, const Problem16<S>& p, const View4<S>& dout,
     // are those its forward sends, so the difference is the forward's 16-bit K/V bytes.
     const View4<float> dqf("dqf", s.B, nq, s.Hq, s.D), dkf("dkf", s.B, nk, s.Hkv, s.D), dvf("dvf", s.B, nk, s.Hkv, s.D);
     const dist::DistStats f32 =
-        dist::ring_attention_backward(comm, space, as_float(q), kv::dense(as_float(k), as_float(v)), as_float(o), lse,
+        dist::attention_backward(comm, space, as_float(q), kv::dense(as_float(k), as_float(v)), as_float(o), lse,
                                       as_float(dout_r), dqf, dkf, dvf, opt, {}, d);
     EXPECT_EQ(f32.bytes_sent - g.backward.bytes_sent, g.forward.bytes_sent) << "float K/V: twice the bytes";
   }
@@ -237,11 +233,7 @@ void check_backward(const Shape& s, const Options& opt, const DistOptions& d = {
   Kokkos::fence();
   const Textbook16Backward tb = textbook16_backward<S>(p.host().params(), to_host(dout_d), opt);
   const Grads16 g = run_backward(MPI_COMM_WORLD, p, dout, opt, d);
-  dist::TrafficProblem tp;
-  tp.Nq = s.Nq, tp.Nk = s.Nk, tp.batch = s.B, tp.heads_kv = s.Hkv, tp.head_dim = s.D;
-  tp.bytes_per_value = 2, tp.grad_bytes_per_value = 4;
-  const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
-  EXPECT_EQ(g.backward.bytes_sent, dist::ring_traffic(tp, opt, d, P, rank, dist::RingPass::backward).sent) << what;
+  EXPECT_EQ(g.backward.bytes_sent, modelled_sent(s, 2, opt, d, dist::Pass::backward)) << what;
   expect_16bit_grad_rule({g.dq, g.dk, g.dv}, tb, {to_host(dq_r), to_host(dk_r), to_host(dv_r)}, what);
   if (d.deterministic) {
     const Grads16 alone = run_backward(MPI_COMM_SELF, p, dout, opt, d);
@@ -270,7 +262,7 @@ template <class Mine>
 void call_ring(std::int64_t n) {
   const std::size_t un = static_cast<std::size_t>(n);
   View4<Mine> q("q", 1, un, 2, 8), k("k", 1, un, 2, 8), v("v", 1, un, 2, 8), o("o", 1, un, 2, 8);
-  dist::ring_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o);
+  dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o);
 }
 
 TEST(DistErrors, Ring16StorageDiffersAcrossRanks) {

@@ -11,9 +11,8 @@
 #include "dist_grads.hpp"
 #include "dist_support.hpp"
 #include "kattn/backward.hpp"
-#include "kattn/dist/ring.hpp"
-#include "kattn/dist/ring_backward.hpp"
-#include "kattn/dist/ring_traffic.hpp"
+#include "kattn/distributed/attention.hpp"
+#include "kattn/distributed/traffic.hpp"
 #include "kattn/attention.hpp"
 
 namespace kattn {
@@ -28,7 +27,7 @@ template <class T>
 LocalGrads<T> run_ring_backward(MPI_Comm comm, const Grads<T>& g, const Options& opt, const DistOptions& d,
                                 const BackwardOptions& b = {}) {
   return sharded_backward(comm, g, d, [&](const ShardedGrads<T>& x, LocalGrads<T>& r) {
-    r.stats = dist::ring_attention_backward(comm, Kokkos::DefaultExecutionSpace(), x.q, kv::dense(x.k, x.v), x.o, x.lse,
+    r.stats = dist::attention_backward(comm, Kokkos::DefaultExecutionSpace(), x.q, kv::dense(x.k, x.v), x.o, x.lse,
                                             x.dout, r.dq, r.dk, r.dv, opt, b, d);
   });
 }
@@ -113,8 +112,7 @@ TEST(RingBackward, WindowsMatchOneRankAndSendOnlyWhatIsSeen) {
           g.backward_one_rank(o);
           const LocalGrads<double> r = run_ring_backward(MPI_COMM_WORLD, g, o, d);
           expect_grads(r, g, rank, kDoubleTol, "windowed ring_attention_backward");
-          dist::TrafficProblem pr{s.Nq, s.Nk, s.B, s.Hkv, s.D, int(sizeof(double))};
-          EXPECT_EQ(r.stats.bytes_sent, dist::ring_traffic(pr, o, d, P, rank, dist::RingPass::backward).sent);
+          EXPECT_EQ(r.stats.bytes_sent, modelled_sent(s, sizeof(double), o, d, dist::Pass::backward));
         }
 }
 
@@ -130,7 +128,7 @@ void check_backward_invariance(const Shape& s, const Options& opt, std::int64_t 
   Grads<T> g(s, seed, opt);
   {
     const SequenceLayout one(s.Nq, 1, Sharding::contiguous, chunk);
-    dist::ring_attention(MPI_COMM_SELF, Kokkos::DefaultExecutionSpace(), g.p.q, kv::dense(g.p.k, g.p.v), g.p.o, g.p.lse, opt, d);
+    dist::attention(MPI_COMM_SELF, Kokkos::DefaultExecutionSpace(), g.p.q, kv::dense(g.p.k, g.p.v), g.p.o, g.p.lse, opt, d);
   }
   // One rank, deterministic: the bits every run must reproduce; close to the one-rank backward.
   const LocalGrads<T> one = run_ring_backward(MPI_COMM_SELF, g, opt, d, b);

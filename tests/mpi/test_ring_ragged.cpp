@@ -14,9 +14,8 @@
 
 #include "dist_support.hpp"
 #include "kattn/attention.hpp"
-#include "kattn/dist/ragged_layout.hpp"
-#include "kattn/dist/ring.hpp"
-#include "kattn/dist/ring_backward.hpp"
+#include "kattn/distributed/ragged_layout.hpp"
+#include "kattn/distributed/attention.hpp"
 #include "kattn/workspace.hpp"
 #include "ragged_support.hpp"
 #include "support.hpp"
@@ -26,14 +25,6 @@ namespace test {
 namespace {
 
 using dist::Sharding;
-
-Kokkos::View<std::int64_t*, TestMemory> indptr_view(const std::vector<std::int64_t>& v) {
-  Kokkos::View<std::int64_t*, TestMemory> d("indptr", v.size());
-  auto h = Kokkos::create_mirror_view(d);
-  for (std::size_t i = 0; i < v.size(); ++i) h(i) = v[i];
-  Kokkos::deep_copy(d, h);
-  return d;
-}
 
 // Rows `rows` of a packed [total, H, D] array, as a new array of type T (rounded once to a 16-bit T).
 template <class T, class U>
@@ -153,8 +144,8 @@ void check(const Case& c) {
   poison(lo), poison(llse), poison(ldq), poison(ldk), poison(ldv);
   dist::DistOptions d;
   d.sharding = c.sharding;
-  dist::ring_attention(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout), lo, llse, c.opt, d);
-  dist::ring_attention_backward(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout), lo, llse, ldout, ldq,
+  dist::attention(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout), lo, llse, c.opt, d);
+  dist::attention_backward(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout), lo, llse, ldout, ldq,
                                 ldk, ldv, c.opt, {}, d);
   // The same calls taking their buffers from a workspace, twice: the same bits.
   const std::string want = bytes_of(lo) + bytes_of(llse) + bytes_of(ldq) + bytes_of(ldk) + bytes_of(ldv);
@@ -166,8 +157,8 @@ void check(const Case& c) {
         wdk("dk", kv_rows.size(), c.Hkv, c.D), wdv("dv", kv_rows.size(), c.Hkv, c.D);
     View2<T> wlse("lse", q_rows.size(), c.Hq);
     poison(wo), poison(wlse), poison(wdq), poison(wdk), poison(wdv);
-    dist::ring_attention(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout), wo, wlse, ow, d);
-    dist::ring_attention_backward(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout), wo, wlse, ldout, wdq,
+    dist::attention(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout), wo, wlse, ow, d);
+    dist::attention_backward(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout), wo, wlse, ldout, wdq,
                                   wdk, wdv, ow, {}, d);
     EXPECT_TRUE(bytes_of(wo) + bytes_of(wlse) + bytes_of(wdq) + bytes_of(wdk) + bytes_of(wdv) == want)
         << c.describe() << ": with a workspace (call " << repeat + 1 << ") the bits differ";
@@ -327,8 +318,8 @@ TEST(RingRagged, WindowMovesOnlyTheKeysSomeQuerySees) {
     const View3<double> lq = take_rows<double>(q, rows, "q"), lk = take_rows<double>(k, rows, "k"),
                         lv = take_rows<double>(v, rows, "v");
     const dist::DistStats st =
-        dist::ring_attention(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout), lo, llse, opt);
-    const dist::DistStats bt = dist::ring_attention_backward(MPI_COMM_WORLD, TestSpace(), lq,
+        dist::attention(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout), lo, llse, opt);
+    const dist::DistStats bt = dist::attention_backward(MPI_COMM_WORLD, TestSpace(), lq,
                                                              kv::ragged(lk, lv, layout), lo, llse,
                                                              take_rows<double>(dout, rows, "dout"), ldq, ldk, ldv, opt);
     const std::string what = "window " + std::to_string(window) + " on rank " + std::to_string(rank) + " of " +
@@ -384,8 +375,8 @@ void check16(const Case& c) {
   dist::DistOptions d;
   d.sharding = c.sharding;
   const dist::DistStats f16 =
-      dist::ring_attention(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout), o, lse, c.opt, d);
-  const dist::DistStats f32 = dist::ring_attention(MPI_COMM_WORLD, TestSpace(), wide(lq),
+      dist::attention(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout), o, lse, c.opt, d);
+  const dist::DistStats f32 = dist::attention(MPI_COMM_WORLD, TestSpace(), wide(lq),
                                                    kv::ragged(wide(lk), wide(lv), layout), of, lsef, c.opt, d);
   EXPECT_TRUE(same_bits(values_of(o), rounded<S>(values_of(of)))) << "o: the float ring's, rounded once";
   auto h16 = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lse);
@@ -405,10 +396,10 @@ void check16(const Case& c) {
       ASSERT_LE(std::abs(got - ref), unit_roundoff * std::abs(ref) + 1e-5) << "o row " << q_rows[r];
     }
   // The backward: the float ring's on the widened q, o and dout, its gradients rounded once.
-  const dist::DistStats b16 = dist::ring_attention_backward(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout),
+  const dist::DistStats b16 = dist::attention_backward(MPI_COMM_WORLD, TestSpace(), lq, kv::ragged(lk, lv, layout),
                                                             o, lse, ldout, dq, dk, dv, c.opt, {}, d);
   const dist::DistStats b32 =
-      dist::ring_attention_backward(MPI_COMM_WORLD, TestSpace(), wide(lq), kv::ragged(wide(lk), wide(lv), layout),
+      dist::attention_backward(MPI_COMM_WORLD, TestSpace(), wide(lq), kv::ragged(wide(lk), wide(lv), layout),
                                     wide(o), lse, wide(ldout), dqf, dkf, dvf, c.opt, {}, d);
   EXPECT_TRUE(same_bits(values_of(dq), rounded<S>(values_of(dqf)))) << "dq: the float ring's, rounded once";
   EXPECT_TRUE(same_bits(values_of(dk), rounded<S>(values_of(dkf)))) << "dk: the float ring's, rounded once";
@@ -463,8 +454,8 @@ RaggedRun<T> run_deterministic(MPI_Comm comm, const Case& c, const std::vector<s
   r.dk = View3<T>("dk", nk, c.Hkv, c.D), r.dv = View3<T>("dv", nk, c.Hkv, c.D);
   r.lse = View2<accumulate_t<T>>("lse", nq, c.Hq);
   poison(r.o), poison(r.lse), poison(r.dq), poison(r.dk), poison(r.dv);
-  dist::ring_attention(comm, TestSpace(), lq, kv::ragged(lk, lv, layout), r.o, r.lse, c.opt, d);
-  dist::ring_attention_backward(comm, TestSpace(), lq, kv::ragged(lk, lv, layout), r.o, r.lse, ldout, r.dq, r.dk, r.dv,
+  dist::attention(comm, TestSpace(), lq, kv::ragged(lk, lv, layout), r.o, r.lse, c.opt, d);
+  dist::attention_backward(comm, TestSpace(), lq, kv::ragged(lk, lv, layout), r.o, r.lse, ldout, r.dq, r.dk, r.dv,
                                 c.opt, {}, d);
   return r;
 }
@@ -596,7 +587,7 @@ TEST(RingRagged, WithoutLse) {
   const std::vector<std::int64_t> local = dist::ragged_local_indptr(g, P, Sharding::contiguous);
   const auto layout = make_ragged_layout<TestMemory>(indptr_view(local), indptr_view(local));
   View3<double> lo("o", rows.size(), 2, 8);
-  dist::ring_attention(MPI_COMM_WORLD, TestSpace(), take_rows<double>(q, rows, "q"),
+  dist::attention(MPI_COMM_WORLD, TestSpace(), take_rows<double>(q, rows, "q"),
                        kv::ragged(take_rows<double>(k, rows, "k"), take_rows<double>(v, rows, "v"), layout), lo,
                        View2<double>(), causal);
   expect_near(compare_rows(lo, o, rows), kDoubleTol, true, "o without lse");
@@ -632,10 +623,10 @@ struct LocalBatch {
     fill_normal(q, 1), fill_normal(k, 2), fill_normal(v, 3), fill_normal(dout, 4);
   }
   dist::DistStats forward(const Options& opt, const dist::DistOptions& d) {
-    return dist::ring_attention(MPI_COMM_WORLD, TestSpace(), q, kv::ragged(k, v, layout), o, lse, opt, d);
+    return dist::attention(MPI_COMM_WORLD, TestSpace(), q, kv::ragged(k, v, layout), o, lse, opt, d);
   }
   dist::DistStats backward(const Options& opt, const dist::DistOptions& d) {
-    return dist::ring_attention_backward(MPI_COMM_WORLD, TestSpace(), q, kv::ragged(k, v, layout), o, lse, dout, dq, dk,
+    return dist::attention_backward(MPI_COMM_WORLD, TestSpace(), q, kv::ragged(k, v, layout), o, lse, dout, dq, dk,
                                          dv, opt, {}, d);
   }
 };
@@ -701,7 +692,7 @@ TEST(DistErrors, RaggedDeterministicNeedsChunkAlignedShards) {
   atomic.dq = DqStrategy::atomic;
   expect_same_error(
       [&] {
-        dist::ring_attention_backward(MPI_COMM_WORLD, TestSpace(), b.q, kv::ragged(b.k, b.v, b.layout), b.o, b.lse,
+        dist::attention_backward(MPI_COMM_WORLD, TestSpace(), b.q, kv::ragged(b.k, b.v, b.layout), b.o, b.lse,
                                       b.dout, b.dq, b.dk, b.dv, {}, atomic, det);
       },
       "dq: the atomic strategy is not deterministic");

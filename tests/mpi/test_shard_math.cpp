@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "dist_support.hpp"
-#include "kattn/dist/ring_traffic.hpp"
-#include "kattn/dist/shard_math.hpp"
+#include "kattn/distributed/traffic.hpp"
+#include "kattn/distributed/detail/shard_math.hpp"
 
 namespace kattn {
 namespace test {
@@ -180,23 +180,72 @@ TEST(ShardMath, ToursStopAtTheQuerySegmentsThatSeeTheirChunks) {
 }
 
 TEST(ShardMath, TrafficModelSendsWhatIsReceived) {
-  // Over all ranks, what the model sends equals what it receives, in every pass and mode.
+  // Over all ranks, what the model sends equals what it receives, in every scheme, pass and mode
+  // (sharded_kv: its deterministic chain to a root; a reduction's receipts are not counted, and a
+  // broadcast counts once at its root).
   dist::TrafficProblem pr;
-  pr.Nq = 203, pr.Nk = 211, pr.batch = 2, pr.heads_kv = 3, pr.head_dim = 8, pr.bytes_per_value = 8;
+  pr.Nq = 203, pr.Nk = 211, pr.batch = 2, pr.heads_q = 60, pr.heads_kv = 3, pr.head_dim = 8, pr.bytes_per_value = 8;
   for (Sharding sh : {Sharding::contiguous, Sharding::zigzag})
     for (bool det : {false, true})
       for (int P = 1; P <= 6; ++P)
         for (const Options& o : windows())
-          for (dist::RingPass pass : {dist::RingPass::forward, dist::RingPass::backward}) {
+          for (dist::Pass pass : {dist::Pass::forward, dist::Pass::backward}) {
+            std::vector<dist::DistOptions> calls;
             dist::DistOptions d;
             d.sharding = sh, d.deterministic = det, d.chunk = 8;
-            std::int64_t sent = 0, received = 0;
-            for (int r = 0; r < P; ++r) {
-              const dist::RingTraffic t = dist::ring_traffic(pr, o, d, P, r, pass);
-              sent += t.sent, received += t.received;
+            calls.push_back(d);
+            if (!det || pr.heads_kv % P == 0) calls.push_back(with_scheme(dist::Scheme::ulysses, d));
+            for (int U = 1; U <= P; ++U)
+              if (P % U == 0 && (!det || pr.heads_kv % U == 0)) {
+                dist::DistOptions h = with_scheme(dist::Scheme::hybrid, d);
+                h.ulysses_size = U;
+                calls.push_back(h);
+              }
+            if (det && pass == dist::Pass::forward)
+              for (int root : {0, P - 1}) {
+                dist::DistOptions k = with_scheme(dist::Scheme::sharded_kv, d);
+                k.root = root;
+                calls.push_back(k);
+              }
+            for (const dist::DistOptions& c : calls) {
+              std::int64_t sent = 0, received = 0;
+              for (int r = 0; r < P; ++r) {
+                const dist::Traffic t = dist::traffic(pr, o, c, P, r, pass);
+                sent += t.sent, received += t.received;
+              }
+              EXPECT_EQ(sent, received) << describe(Shape{}, o) << " P=" << P << " " << dist::name(c.scheme)
+                                        << " U=" << c.ulysses_size;
             }
-            EXPECT_EQ(sent, received) << describe(Shape{}, o) << " P=" << P;
           }
+}
+
+TEST(ShardMath, HeadTrafficForwardSendsEachRankItsHeadsAndReturnsTheResults) {
+  // 4 members, 8 query heads on 2 KV heads (two members per KV head: shared), 10 positions each.
+  dist::TrafficProblem pr;
+  pr.batch = 3, pr.heads_q = 8, pr.heads_kv = 2, pr.head_dim = 16, pr.bytes_per_value = 2;
+  const std::vector<double> n(4, 10.0);
+  const std::vector<dist::HeadExchangePhase> f = dist::head_exchange_phases(pr, n, n, 1, dist::Pass::forward);
+  ASSERT_EQ(f.size(), 3u);                                        // q, k, v together; o; lse
+  EXPECT_DOUBLE_EQ(f[0].own(), 3 * 10 * (2 + 2 * 1) * 16 * 2.0);  // its own heads: copied, not sent
+  // To each other member: 10 positions x (2 query heads + 2 x 1 KV head) x 16 values x 2 bytes.
+  EXPECT_DOUBLE_EQ(f[0].sent(), 3 * 3 * 10 * (2 + 2 * 1) * 16 * 2.0);
+  EXPECT_DOUBLE_EQ(f[1].sent(), 3 * 3 * 10 * 2 * 16 * 2.0);  // o of its 2 heads at their positions
+  EXPECT_DOUBLE_EQ(f[2].sent(), 3 * 3 * 10 * 2 * 4.0);       // lse in float
+  pr.lse = false;
+  EXPECT_EQ(dist::head_exchange_phases(pr, n, n, 1, dist::Pass::forward).size(), 2u);
+}
+
+TEST(ShardMath, HeadTrafficBackwardSumsSharedKvHeadsInTheAccumulationType) {
+  dist::TrafficProblem pr;
+  pr.heads_q = 8, pr.heads_kv = 2, pr.head_dim = 16, pr.bytes_per_value = 2;
+  const std::vector<double> n(4, 10.0);
+  const std::vector<dist::HeadExchangePhase> b = dist::head_exchange_phases(pr, n, n, 0, dist::Pass::backward);
+  ASSERT_EQ(b.size(), 4u);  // six gathers together; dq; dk; dv
+  EXPECT_DOUBLE_EQ(b[0].sent(), 3 * 10 * (2 * (3 * 16 * 2.0 + 4) + 2 * 16 * 2.0));
+  EXPECT_DOUBLE_EQ(b[1].sent(), 3 * 10 * 2 * 16 * 2.0);
+  EXPECT_DOUBLE_EQ(b[2].sent(), 3 * 10 * 1 * 16 * 4.0);  // a shared KV head: its parts in float
+  pr.heads_kv = 4;                                       // one KV head each: dk, dv as stored
+  EXPECT_DOUBLE_EQ(dist::head_exchange_phases(pr, n, n, 0, dist::Pass::backward)[3].sent(), 3 * 10 * 1 * 16 * 2.0);
 }
 
 }  // namespace

@@ -12,10 +12,9 @@
 #include "dist_grads.hpp"
 #include "dist_support.hpp"
 #include "kattn/attention.hpp"
-#include "kattn/dist/head_split.hpp"
-#include "kattn/dist/hybrid_traffic.hpp"
-#include "kattn/dist/ulysses.hpp"
-#include "kattn/dist/ulysses_backward.hpp"
+#include "kattn/distributed/detail/head_split.hpp"
+#include "kattn/distributed/traffic.hpp"
+#include "kattn/distributed/attention.hpp"
 
 namespace kattn {
 namespace test {
@@ -30,7 +29,7 @@ HeadShardedRun<T> run_ulysses(MPI_Comm comm, const Problem<T>& g, const Options&
   const SequenceLayout ql = dist::sharded_layout(g.shape.Nq, P, d), kl = dist::sharded_layout(g.shape.Nk, P, d);
   return sharded_forward(
       comm, g, ql, kl, [&](const auto& q, const auto& k, const auto& v, const auto& o, const auto& lse) {
-        return dist::ulysses_attention(comm, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, opt, d);
+        return dist::attention(comm, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, opt, with_scheme(dist::Scheme::ulysses, d));
       });
 }
 
@@ -98,7 +97,8 @@ TEST(UlyssesForward, WithoutLse) {
   const View4<double> q = shard(g.q, l, rank, "q"), k = shard(g.k, l, rank, "k"), v = shard(g.v, l, rank, "v");
   View4<double> o("o", 1, l.local_length(rank), s.Hq, s.D);
   poison(o);
-  dist::ulysses_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, variants()[1]);
+  dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, variants()[1],
+                  with_scheme(dist::Scheme::ulysses));
   std::vector<double> mine, theirs;
   pair_rows(o, ref.o, l, rank, mine, theirs);
   const Errors e = compare(mine, theirs);
@@ -158,8 +158,8 @@ template <class T>
 LocalGrads<T> run_ulysses_backward(MPI_Comm comm, const Grads<T>& g, const Options& opt, const DistOptions& d,
                                    const BackwardOptions& b = {}) {
   return sharded_backward(comm, g, d, [&](const ShardedGrads<T>& x, LocalGrads<T>& r) {
-    r.stats = dist::ulysses_attention_backward(comm, Kokkos::DefaultExecutionSpace(), x.q, kv::dense(x.k, x.v), x.o,
-                                               x.lse, x.dout, r.dq, r.dk, r.dv, opt, b, d);
+    r.stats = dist::attention_backward(comm, Kokkos::DefaultExecutionSpace(), x.q, kv::dense(x.k, x.v), x.o,
+                                               x.lse, x.dout, r.dq, r.dk, r.dv, opt, b, with_scheme(dist::Scheme::ulysses, d));
   });
 }
 
@@ -170,15 +170,12 @@ template <class T>
 void expect_traffic(const Shape& s, const DistOptions& d) {
   SCOPED_TRACE(describe(s, Options{}) + " sharding=" + dist::name(d.sharding) +
                " deterministic=" + std::to_string(d.deterministic));
-  const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
-  dist::HeadTrafficProblem pr;
-  pr.batch = s.B, pr.heads_q = s.Hq, pr.heads_kv = s.Hkv, pr.head_dim = s.D;
-  pr.bytes_per_value = pr.accumulate_bytes = sizeof(T);
   Grads<T> g(s, shared_seed(), Options{});
+  const DistOptions ud = with_scheme(dist::Scheme::ulysses, d);
   EXPECT_EQ(run_ulysses(MPI_COMM_WORLD, g.p, Options{}, d).stats.bytes_sent,
-            dist::head_sharded_sent(pr, s.Nq, s.Nk, Options{}, d, P, rank, dist::HeadPass::forward, false));
+            modelled_sent(s, sizeof(T), Options{}, ud, dist::Pass::forward));
   EXPECT_EQ(run_ulysses_backward(MPI_COMM_WORLD, g, Options{}, d).stats.bytes_sent,
-            dist::head_sharded_sent(pr, s.Nq, s.Nk, Options{}, d, P, rank, dist::HeadPass::backward, false));
+            modelled_sent(s, sizeof(T), Options{}, ud, dist::Pass::backward));
 }
 
 TEST(UlyssesTraffic, BytesSentEqualTheModel) {

@@ -1,7 +1,7 @@
 // Head sharding and hybrid in 16-bit storage move 16 bits: bytes sent by a bf16 / fp16 call are
 // half those of the same call on float arrays, the lse (float either way) apart, forward and
 // backward (where a KV head is computed in parts on several ranks, its dK, dV parts travel in
-// float to be summed before the one rounding), and equal to dist::head_sharded_sent's count; GQA
+// float to be summed before the one rounding), and equal to dist::traffic's count; GQA
 // (KV heads sharded and shared), causal, contiguous and zigzag, deterministic, 1-4 ranks. The
 // backward's gradients against the float64 reference under FlashAttention's rule, and
 // deterministic bits equal to one rank's. (The forwards' accuracy and bits: test_ring16.cpp.)
@@ -12,11 +12,8 @@
 
 #include "dist_support.hpp"
 #include "gather_rows.hpp"
-#include "kattn/dist/hybrid.hpp"
-#include "kattn/dist/hybrid_backward.hpp"
-#include "kattn/dist/hybrid_traffic.hpp"
-#include "kattn/dist/ulysses.hpp"
-#include "kattn/dist/ulysses_backward.hpp"
+#include "kattn/distributed/attention.hpp"
+#include "kattn/distributed/traffic.hpp"
 #include "kattn/reference_backward.hpp"
 #include "storage16_support.hpp"
 
@@ -43,18 +40,16 @@ std::int64_t bytes_sent(Call call, const View4<T>& q, const View4<T>& k, const V
   const View4<T> o("o", q.extent(0), q.extent(1), q.extent(2), q.extent(3));
   const View3<float> lse = with_lse ? View3<float>("lse", q.extent(0), q.extent(2), q.extent(1)) : View3<float>();
   if (call == Call::hybrid)
-    return dist::hybrid_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d).bytes_sent;
-  return dist::ulysses_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d).bytes_sent;
+    return dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, with_scheme(dist::Scheme::hybrid, d)).bytes_sent;
+  return dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, with_scheme(dist::Scheme::ulysses, d)).bytes_sent;
 }
 
-// What dist::head_sharded_sent (the traffic model) says this rank sends in one call.
+// What dist::traffic (the traffic model) says this rank sends in one call.
 std::int64_t modelled_bytes(Call call, const Shape& s, const Options& opt, int value_bytes, const DistOptions& d,
-                            dist::HeadPass pass, bool with_lse = true) {
-  dist::HeadTrafficProblem pr;
-  pr.batch = s.B, pr.heads_q = s.Hq, pr.heads_kv = s.Hkv, pr.head_dim = s.D;
-  pr.bytes_per_value = value_bytes, pr.accumulate_bytes = 4, pr.lse = with_lse;
-  return dist::head_sharded_sent(pr, s.Nq, s.Nk, opt, d, size_of(MPI_COMM_WORLD), rank_of(MPI_COMM_WORLD), pass,
-                                 call == Call::hybrid);
+                            dist::Pass pass, bool with_lse = true) {
+  return modelled_sent(s, value_bytes, opt,
+                       with_scheme(call == Call::hybrid ? dist::Scheme::hybrid : dist::Scheme::ulysses, d), pass,
+                       with_lse);
 }
 
 // Both calls send what the traffic model says.
@@ -75,8 +70,8 @@ void expect_half_of_float(Call call, const Shape& s, const Options& opt, const D
   const std::int64_t half = bytes_sent(call, q, k, v, false, opt, d),
                      full = bytes_sent(call, qf, kf, vf, false, opt, d);
   EXPECT_EQ(2 * half, full);
-  EXPECT_EQ(half, modelled_bytes(call, s, opt, 2, d, dist::HeadPass::forward, false));
-  EXPECT_EQ(bytes_sent(call, q, k, v, true, opt, d), modelled_bytes(call, s, opt, 2, d, dist::HeadPass::forward));
+  EXPECT_EQ(half, modelled_bytes(call, s, opt, 2, d, dist::Pass::forward, false));
+  EXPECT_EQ(bytes_sent(call, q, k, v, true, opt, d), modelled_bytes(call, s, opt, 2, d, dist::Pass::forward));
   if (P > 1 && call == Call::ulysses) {  // (a causal ring's last rank may send nothing)
     EXPECT_GT(half, 0);
   }
@@ -124,14 +119,14 @@ Grads run_backward(Call call, MPI_Comm comm, const View4<T>& q_all, const View4<
   const auto space = Kokkos::DefaultExecutionSpace();
   Grads g;
   if (call == Call::hybrid) {
-    dist::hybrid_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
+    dist::attention(comm, space, q, kv::dense(k, v), o, lse, opt, with_scheme(dist::Scheme::hybrid, d));
     g.bytes_sent =
-        dist::hybrid_attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, {}, d)
+        dist::attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, {}, with_scheme(dist::Scheme::hybrid, d))
             .bytes_sent;
   } else {
-    dist::ulysses_attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
+    dist::attention(comm, space, q, kv::dense(k, v), o, lse, opt, with_scheme(dist::Scheme::ulysses, d));
     g.bytes_sent =
-        dist::ulysses_attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, {}, d)
+        dist::attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, {}, with_scheme(dist::Scheme::ulysses, d))
             .bytes_sent;
   }
   Kokkos::fence();
@@ -222,8 +217,8 @@ void expect_backward_bytes(Call call, const Shape& s, Bytes expect, const DistOp
                        full = run_backward(call, MPI_COMM_WORLD, widened(p.q), widened(p.k), widened(p.v),
                                            widened(dout), Options{}, d)
                                   .bytes_sent;
-    EXPECT_EQ(half, modelled_bytes(call, sd, Options{}, 2, d, dist::HeadPass::backward));
-    EXPECT_EQ(full, modelled_bytes(call, sd, Options{}, 4, d, dist::HeadPass::backward));
+    EXPECT_EQ(half, modelled_bytes(call, sd, Options{}, 2, d, dist::Pass::backward));
+    EXPECT_EQ(full, modelled_bytes(call, sd, Options{}, 4, d, dist::Pass::backward));
     lse_cost[dims] = 2 * half - full;
     if (expect == Bytes::same) {
       EXPECT_EQ(half, full);

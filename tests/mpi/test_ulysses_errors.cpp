@@ -6,8 +6,7 @@
 #include <string>
 
 #include "dist_support.hpp"
-#include "kattn/dist/ulysses.hpp"
-#include "kattn/dist/ulysses_backward.hpp"
+#include "kattn/distributed/attention.hpp"
 
 namespace kattn {
 namespace test {
@@ -32,11 +31,11 @@ struct HeadShard {
     fill_normal(lse, 6);
   }
   void forward(const Options& opt = {}, const DistOptions& d = {}) {
-    dist::ulysses_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, opt, d);
+    dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, opt, with_scheme(dist::Scheme::ulysses, d));
   }
   void backward(const Options& opt = {}, const DistOptions& d = {}) {
-    dist::ulysses_attention_backward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, dout,
-                                     dq, dk, dv, opt, BackwardOptions{}, d);
+    dist::attention_backward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, dout,
+                                     dq, dk, dv, opt, BackwardOptions{}, with_scheme(dist::Scheme::ulysses, d));
   }
 };
 
@@ -88,8 +87,9 @@ TEST(DistErrors, UlyssesBadShapeOnOneRank) {
   View4<double> bad_k("k", 1, s.k.extent(1), 2, 6);
   expect_same_error(
       [&] {
-        dist::ulysses_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), s.q,
-                                kv::dense(rank == P - 1 ? bad_k : s.k, s.v), s.o, s.lse);
+        dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), s.q,
+                        kv::dense(rank == P - 1 ? bad_k : s.k, s.v), s.o, s.lse, Options{},
+                        with_scheme(dist::Scheme::ulysses));
       },
       "k: expected head dim 8");
 }

@@ -13,13 +13,7 @@
 #include "dist_forward.hpp"
 #include "dist_grads.hpp"
 #include "dist_support.hpp"
-#include "kattn/dist/decode.hpp"
-#include "kattn/dist/hybrid.hpp"
-#include "kattn/dist/hybrid_backward.hpp"
-#include "kattn/dist/ring.hpp"
-#include "kattn/dist/ring_backward.hpp"
-#include "kattn/dist/ulysses.hpp"
-#include "kattn/dist/ulysses_backward.hpp"
+#include "kattn/distributed/attention.hpp"
 #include "storage16_support.hpp"
 #include "workspace_support.hpp"
 
@@ -40,10 +34,10 @@ std::string forward_bytes(Kind kind, const Problem<T>& g, const Options& opt, co
       sharded_forward(MPI_COMM_WORLD, g, ql, kl, [&](const auto& q, const auto& k, const auto& v, const auto& o,
                                                      const auto& lse) {
         const auto space = Kokkos::DefaultExecutionSpace();
-        if (kind == Kind::ring) return dist::ring_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d);
+        if (kind == Kind::ring) return dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d);
         if (kind == Kind::ulysses)
-          return dist::ulysses_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d);
-        return dist::hybrid_attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, d);
+          return dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, with_scheme(dist::Scheme::ulysses, d));
+        return dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, opt, with_scheme(dist::Scheme::hybrid, d));
       });
   return bytes_of(r.o) + bytes_of(r.lse);
 }
@@ -55,14 +49,14 @@ std::string backward_bytes(Kind kind, const Grads<T>& g, const Options& opt, con
     const auto space = Kokkos::DefaultExecutionSpace();
     const BackwardOptions b;
     if (kind == Kind::ring)
-      r.stats = dist::ring_attention_backward(MPI_COMM_WORLD, space, x.q, kv::dense(x.k, x.v), x.o, x.lse, x.dout,
+      r.stats = dist::attention_backward(MPI_COMM_WORLD, space, x.q, kv::dense(x.k, x.v), x.o, x.lse, x.dout,
                                               r.dq, r.dk, r.dv, opt, b, d);
     else if (kind == Kind::ulysses)
-      r.stats = dist::ulysses_attention_backward(MPI_COMM_WORLD, space, x.q, kv::dense(x.k, x.v), x.o, x.lse, x.dout,
-                                                 r.dq, r.dk, r.dv, opt, b, d);
+      r.stats = dist::attention_backward(MPI_COMM_WORLD, space, x.q, kv::dense(x.k, x.v), x.o, x.lse, x.dout,
+                                                 r.dq, r.dk, r.dv, opt, b, with_scheme(dist::Scheme::ulysses, d));
     else
-      r.stats = dist::hybrid_attention_backward(MPI_COMM_WORLD, space, x.q, kv::dense(x.k, x.v), x.o, x.lse, x.dout,
-                                                r.dq, r.dk, r.dv, opt, b, d);
+      r.stats = dist::attention_backward(MPI_COMM_WORLD, space, x.q, kv::dense(x.k, x.v), x.o, x.lse, x.dout,
+                                                r.dq, r.dk, r.dv, opt, b, with_scheme(dist::Scheme::hybrid, d));
   };
   const LocalGrads<T> r = kind == Kind::hybrid
                               ? sharded_backward(MPI_COMM_WORLD, g, dist::hybrid_layout(g.p.shape.Nq, P, d),
@@ -78,7 +72,7 @@ std::string decode_bytes(const Problem<T>& g, const Options& opt, const DistOpti
   const View4<T> k = shard(g.k, kl, rank, "k"), v = shard(g.v, kl, rank, "v");
   View4<T> o("o", g.shape.B, g.shape.Nq, g.shape.Hq, g.shape.D);
   View3<T> lse("lse", g.shape.B, g.shape.Hq, g.shape.Nq);
-  dist::decode_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), g.q, kv::dense(k, v), o, lse, opt, d);
+  dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), g.q, kv::dense(k, v), o, lse, opt, with_scheme(dist::Scheme::sharded_kv, d));
   return bytes_of(o) + bytes_of(lse);
 }
 
@@ -145,7 +139,7 @@ TEST(Workspace, DecodeAndSixteenBitHybridReuseItBitwise) {
     Options causal;
     causal.causal = true;
     causal.workspace = ws;
-    dist::hybrid_attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, causal, x);
+    dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, causal, with_scheme(dist::Scheme::hybrid, x));
     return bytes_of(o) + bytes_of(lse);
   });
 }

@@ -1,0 +1,86 @@
+// Published scaling results and the parameters of the hardware they ran on, as inputs of the
+// scaling model: the model run with them must land near the published efficiency before it is
+// trusted to extrapolate. Sources and the derivation of every number are in docs/distributed.md
+// ("How close the model gets"); `kattn scale --model --anchor NAME` prints the same.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/scaling_model.hpp"
+
+namespace kattn {
+namespace scaling {
+
+struct ScalingAnchor {
+  std::string name;
+  std::string source;
+  double published_efficiency = 0;
+  RingModelInput input;
+};
+
+namespace parts {
+
+// ring-flash-attn's README benchmark: 8 x H800 on NVLink, Llama-3.1-8B attention (32 query heads,
+// 8 KV heads, D = 128), bf16, causal, zigzag, batch 1, 8K tokens per GPU. Its one-GPU column
+// (flash_attn at 8K: 591.5 iter/s forward, 154.7 forward + backward) gives the kernel's rate and
+// the backward/forward ratio; the merge is its PyTorch update_out_and_lse in float32 (9.5 passes
+// over the output: the cast, out - block_out, the scaled product, the subtraction).
+inline RingModelInput ring_flash_attn_h800(bool backward) {
+  RingModelInput in;
+  const double n = 8192;
+  in.ranks = 8, in.tokens = 8 * 8192;
+  in.heads_q = 32, in.heads_kv = 8, in.head_dim = 128;
+  in.bytes_per_value = 2, in.grad_bytes_per_value = 4;  // bf16 K/V; dK/dV accumulate in float32
+  in.causal = true;
+  const double forward_flops = 4.0 * in.head_dim * in.heads_q * n * n / 2;
+  in.rate = KernelRate(forward_flops * 591.5);
+  in.backward_ratio = backward ? 591.5 / 154.7 - 1.0 : 0.0;
+  in.cluster.ranks_per_node = 8;
+  in.cluster.intra = Link{200e9, 10e-6};         // H800 NVLink: 400 GB/s both ways; NCCL point-to-point latency
+  in.cluster.inter = Link{50e9, 10e-6};          // beyond 8 ranks only: a 400 Gb/s NIC per GPU (assumed)
+  in.cluster.memory_bytes_per_second = 3.35e12;  // HBM3
+  in.cluster.merge_passes = 9.5;
+  in.cluster.step_overhead_seconds = 20e-6;  // a few kernel launches from Python per step
+  return in;
+}
+
+// Meta, "Context Parallelism for Scalable Million-Token Inference" (arXiv 2411.01783): Llama 3
+// 405B, 1M tokens, 16 nodes x 8 H100, tensor parallel over the 8 GPUs of a node (16 query heads,
+// 1 KV head per GPU, D = 128) and the pass-KV ring across nodes, every hop over RDMA (400 Gb/s per
+// GPU), bf16, causal with load-balanced sharding. The kernel at 540 TFLOP/s, the paper's own
+// standalone FlashAttention-3 causal benchmark at 8K tokens on one of its H100s (power-limited to
+// 500 W, 96 GB of HBM2e at 2.4 TB/s): its Appendix A counts the whole prefill's 502 TFLOP/s per
+// GPU (GEMMs included) and Section 4.2.3 divides that by this rate for the 93% (docs/distributed.md).
+inline RingModelInput meta_cp_1m_h100() {
+  RingModelInput in;
+  in.ranks = 16, in.tokens = std::int64_t(1) << 20;
+  in.heads_q = 16, in.heads_kv = 1, in.head_dim = 128;
+  in.bytes_per_value = 2;
+  in.causal = true;
+  in.rate = KernelRate(540e12);
+  in.cluster.ranks_per_node = 1;  // one GPU of each node per ring: every hop leaves the node
+  in.cluster.intra = Link{450e9, 5e-6};
+  in.cluster.inter = Link{50e9, 10e-6};
+  in.cluster.memory_bytes_per_second = 2.4e12;  // HBM2e
+  // The merge (Appendix B, eq. 4; xformers' merge_attentions) folds the 16 partial outputs once at
+  // the end: 16 reads and a write of the output in all, 17 / 15 passes per ring step.
+  in.cluster.merge_passes = 17.0 / 15.0;
+  in.cluster.step_overhead_seconds = 20e-6;
+  return in;
+}
+
+}  // namespace parts
+
+// Every anchor, by name: what `kattn scale --model --anchor NAME` and the tests run.
+inline std::vector<ScalingAnchor> scaling_anchors() {
+  return {{"ring-flash-attn-fwd", "github.com/zhuzilin/ring-flash-attention README, zigzag_ring, 8xH800, fwd only",
+           0.852, parts::ring_flash_attn_h800(false)},
+          {"ring-flash-attn-fwd-bwd", "github.com/zhuzilin/ring-flash-attention README, zigzag_ring, 8xH800, fwd + bwd",
+           0.902, parts::ring_flash_attn_h800(true)},
+          {"meta-cp-1m", "arXiv 2411.01783, Llama 3 405B 1M-token prefill, 16 x 8 H100, 77 s", 0.93,
+           parts::meta_cp_1m_h100()}};
+}
+
+}  // namespace scaling
+}  // namespace kattn

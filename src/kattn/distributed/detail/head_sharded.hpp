@@ -1,0 +1,257 @@
+// Attention sharded over heads (DeepSpeed-Ulysses), forward and backward, around an inner
+// attention: an all-to-all gives each rank the whole sequence of its heads (head_split.hpp), the
+// inner call runs on it once per HeadBlock, and an all-to-all brings the results back to the
+// sequence shards. The inner call is kattn's local attention (dist::ulysses_attention) or ring
+// attention over the groups of a 2-D grid (dist::hybrid_attention). Internal.
+#pragma once
+
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <functional>
+#include <type_traits>
+#include <vector>
+
+#include "kattn/backward_params.hpp"
+#include "kattn/core/attention_params.hpp"
+#include "kattn/distributed/detail/buffer_memory.hpp"
+#include "kattn/distributed/options.hpp"
+#include "kattn/distributed/detail/failure_latch.hpp"
+#include "kattn/distributed/detail/head_exchange.hpp"
+#include "kattn/distributed/detail/head_split.hpp"
+#include "kattn/distributed/layout.hpp"
+#include "kattn/distributed/detail/pack.hpp"
+
+namespace kattn {
+namespace dist {
+namespace detail {
+
+// The inner attention of one HeadBlock: the whole sequences (lengths of the layouts) of its heads.
+// It runs its work through the call's FailureLatch (guard for local compute, capture for an inner
+// distributed call), so that a failure leaves the exchanges' schedule intact.
+template <class T>
+using ForwardInner = std::function<void(const AttentionParams<T>&, DistStats&)>;
+template <class T>
+using BackwardInner = std::function<void(const BackwardParams<T>&, DistStats&)>;
+
+// Dense whole-sequence addressing [B][N][heads][dim], starting at head `first`.
+struct WholeStrides {
+  std::int64_t batch, seq, head;
+  static WholeStrides of(std::int64_t N, int heads, int dim) {
+    return {N * heads * dim, std::int64_t(heads) * dim, std::int64_t(dim)};
+  }
+};
+
+template <class U>
+Strided<const U> strided_in(const U* base, std::int64_t sb, std::int64_t sj, std::int64_t sh) {
+  return Strided<const U>{base, sb, sj, sh};
+}
+
+// Points a (forward) problem at whole-sequence buffers of this rank's heads for one block:
+// q, o [B][Nq][hq][D], k, v [B][Nk][hkv][D], lse [B][Nq][hq].
+template <class T>
+AttentionParams<T> block_params(AttentionParams<T> a, const HeadSplit& hs, const HeadBlock& blk, std::int64_t Nq,
+                                std::int64_t Nk, const T* q, const T* k, const T* v, T* o, accumulate_t<T>* lse) {
+  const int D = a.head_dim, hq = hs.q.count, hkv = hs.kv.count;
+  const WholeStrides sq = WholeStrides::of(Nq, hq, D), skv = WholeStrides::of(Nk, hkv, D),
+                     sl = WholeStrides::of(Nq, hq, 1);
+  a.q = q + blk.q.first * D, a.q_stride_batch = sq.batch, a.q_stride_seq = sq.seq, a.q_stride_head = sq.head;
+  a.o = o + blk.q.first * D, a.o_stride_batch = sq.batch, a.o_stride_seq = sq.seq, a.o_stride_head = sq.head;
+  a.k = k + blk.kv.first * D, a.k_stride_batch = skv.batch, a.k_stride_seq = skv.seq, a.k_stride_head = skv.head;
+  a.v = v + blk.kv.first * D, a.v_stride_batch = skv.batch, a.v_stride_seq = skv.seq, a.v_stride_head = skv.head;
+  a.lse = lse ? lse + blk.q.first : nullptr;
+  a.lse_stride_batch = sl.batch, a.lse_stride_seq = sl.seq, a.lse_stride_head = sl.head;
+  a.heads_q = blk.q.count, a.heads_kv = blk.kv.count;
+  a.q_len = Nq, a.kv_len = Nk, a.q_total = std::int64_t(a.batch) * Nq;
+  return a;
+}
+
+// Forward: o (and lse when p.lse is set; every rank alike) of this rank's positions. q, k, v and o
+// travel in their storage type T (16 bits for bf16 / fp16), lse in the accumulation type.
+template <class ExecSpace, class T>
+void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T>& p,
+                          const SequenceLayout& q_layout, const SequenceLayout& kv_layout, DistStats& stats,
+                          FailureLatch& latch, Workspace* ws, const ForwardInner<T>& inner) {
+  using Acc = accumulate_t<T>;
+  using Buffer = MessageBuffer<T, typename ExecSpace::memory_space>;
+  int rank = 0, P = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &P);
+  const int D = p.head_dim;
+  const HeadSplit hs = head_split(p.heads_q, p.heads_kv, P, rank);
+  const auto qh = q_ranges(p.heads_q, p.heads_kv, P), kvh = kv_ranges(p.heads_q, p.heads_kv, P);
+  const std::int64_t Nq = q_layout.length(), Nk = kv_layout.length();
+  // The results' buffers before the first transfer, in one collective step, memory-checked with
+  // the exchanges' buffers at the call's peak (those are allocated as each exchange is posted, each
+  // in a collective step of its own: HeadExchange).
+  Buffer o;
+  MessageBuffer<Acc, typename ExecSpace::memory_space> lse;
+  latch.check([&] {
+    const std::uint64_t B = p.batch, nq = q_layout.local_length(rank), nk = kv_layout.local_length(rank);
+    const std::uint64_t lse_width = sizeof(Acc) / sizeof(T);  // an lse value in values of T
+    const std::uint64_t results = B * Nq * hs.q.count * (D + lse_width),
+                        wholes = B * Nq * hs.q.count * D + 2 * B * Nk * hs.kv.count * D,
+                        outs = B * nq * p.heads_q * D + 2 * B * nk * p.heads_kv * D, in = B * nq * p.heads_q * D;
+    require_buffers<typename ExecSpace::memory_space>(ws, "kattn::dist: head sharding",
+                                                      results + wholes + std::max(outs, in), sizeof(T));
+    o = Buffer(ws, "kattn::dist::heads::o", std::int64_t(p.batch) * Nq * hs.q.count * D, stats.staged);
+    lse = MessageBuffer<Acc, typename ExecSpace::memory_space>(ws, "kattn::dist::heads::lse",
+                                                               std::int64_t(p.batch) * Nq * hs.q.count, stats.staged);
+  });
+  HeadExchange<ExecSpace> ex(comm, space, p.batch, stats, latch, ws);
+  // The three gathers in flight together.
+  auto pq = ex.post_gather(strided_in(p.q, p.q_stride_batch, p.q_stride_seq, p.q_stride_head), q_layout, qh, D,
+                           "kattn::dist::heads::q");
+  auto pk = ex.post_gather(strided_in(p.k, p.k_stride_batch, p.k_stride_seq, p.k_stride_head), kv_layout, kvh, D,
+                           "kattn::dist::heads::k");
+  auto pv = ex.post_gather(strided_in(p.v, p.v_stride_batch, p.v_stride_seq, p.v_stride_head), kv_layout, kvh, D,
+                           "kattn::dist::heads::v");
+  const Buffer q = ex.wait(pq), k = ex.wait(pk), v = ex.wait(pv);
+  for (const HeadBlock& blk : hs.blocks)
+    inner(block_params(p, hs, blk, Nq, Nk, q.device(), k.device(), v.device(), o.device(), lse.device()), stats);
+  ex.scatter(o, q_layout, qh, D, Strided<T>{p.o, p.o_stride_batch, p.o_stride_seq, p.o_stride_head}, false);
+  if (p.lse)
+    ex.scatter(lse, q_layout, qh, 1, Strided<Acc>{p.lse, p.lse_stride_batch, p.lse_stride_seq, p.lse_stride_head},
+               false);
+}
+
+// Backward: dq of this rank's query positions, dk and dv of its key positions (a KV head computed
+// in parts on several ranks summed in rank order). q, k, v, o and dout travel in their storage type
+// T, lse in the accumulation type Acc; the inner backward runs in Acc (16-bit wholes widened after
+// the gathers) and each gradient is rounded to T once: dq and unshared dk, dv before they travel
+// back (in T), shared dk, dv after their parts are summed (they travel in Acc).
+template <class ExecSpace, class T>
+void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p,
+                           const SequenceLayout& q_layout, const SequenceLayout& kv_layout, DistStats& stats,
+                           FailureLatch& latch, Workspace* ws, const BackwardInner<accumulate_t<T>>& inner) {
+  using Acc = accumulate_t<T>;
+  using Mem = typename ExecSpace::memory_space;
+  using Buffer = MessageBuffer<T, Mem>;
+  using AccBuffer = MessageBuffer<Acc, Mem>;
+  constexpr bool widened = !std::is_same_v<T, Acc>;
+  int rank = 0, P = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &P);
+  const AttentionParams<T>& f = p.fwd;
+  const int B = f.batch, D = f.head_dim;
+  const HeadSplit hs = head_split(f.heads_q, f.heads_kv, P, rank);
+  const auto qh = q_ranges(f.heads_q, f.heads_kv, P), kvh = kv_ranges(f.heads_q, f.heads_kv, P);
+  const bool shared = kv_heads_shared(kvh);
+  const std::int64_t Nq = q_layout.length(), Nk = kv_layout.length(), nk = kv_layout.local_length(rank);
+  const std::int64_t q_whole = std::int64_t(B) * Nq * hs.q.count * D, kv_whole = std::int64_t(B) * Nk * hs.kv.count * D;
+  // The gradients' buffers (in Acc) and the widened copies before the first transfer, in one
+  // collective step, memory-checked with the exchanges' buffers at the call's peak (those are
+  // allocated as each exchange is posted), counted in values of T.
+  AccBuffer dq, dk, dv;
+  Kokkos::View<Acc*, Mem> wide;  // widened q, o, dout, k, v wholes, one after the other
+  Kokkos::View<Acc*, Mem> sums;  // shared 16-bit dk, dv: this rank's positions, summed in Acc
+  latch.check([&] {
+    const std::uint64_t w = sizeof(Acc) / sizeof(T), nq = q_layout.local_length(rank);
+    const std::uint64_t q_out = std::uint64_t(B) * nq * f.heads_q * D, kv_out = std::uint64_t(B) * nk * f.heads_kv * D;
+    const std::uint64_t copies = widened ? 3 * q_whole + 2 * kv_whole : 0,
+                        sum_values = widened && shared ? 2 * kv_out : 0;
+    const std::uint64_t results = (q_whole + 2 * kv_whole + copies + sum_values) * w,
+                        wholes = 3 * q_whole + std::uint64_t(B) * Nq * hs.q.count * w + 2 * kv_whole,
+                        outs = 3 * q_out + std::uint64_t(B) * nq * f.heads_q * w + 2 * kv_out,
+                        in = std::max(q_out, kv_out) * w;
+    require_buffers<Mem>(ws, "kattn::dist: head sharding", results + wholes + std::max(outs, in), sizeof(T));
+    dq = AccBuffer(ws, "kattn::dist::heads::dq", q_whole, stats.staged);
+    dk = AccBuffer(ws, "kattn::dist::heads::dk", kv_whole, stats.staged);
+    dv = AccBuffer(ws, "kattn::dist::heads::dv", kv_whole, stats.staged);
+    if (widened) wide = take_buffer<Acc, Mem>(ws, space, "kattn::dist::heads::widened", copies);
+    if (sum_values) {
+      sums = take_buffer<Acc, Mem>(ws, space, "kattn::dist::heads::dkv_sums", sum_values);
+      Kokkos::deep_copy(space, sums, Acc(0));
+    }
+  });
+  HeadExchange<ExecSpace> ex(comm, space, B, stats, latch, ws);
+  // The six gathers in flight together.
+  auto pq = ex.post_gather(strided_in(f.q, f.q_stride_batch, f.q_stride_seq, f.q_stride_head), q_layout, qh, D,
+                           "kattn::dist::heads::q");
+  auto pk = ex.post_gather(strided_in(f.k, f.k_stride_batch, f.k_stride_seq, f.k_stride_head), kv_layout, kvh, D,
+                           "kattn::dist::heads::k");
+  auto pv = ex.post_gather(strided_in(f.v, f.v_stride_batch, f.v_stride_seq, f.v_stride_head), kv_layout, kvh, D,
+                           "kattn::dist::heads::v");
+  auto po = ex.post_gather(strided_in<T>(f.o, f.o_stride_batch, f.o_stride_seq, f.o_stride_head), q_layout, qh, D,
+                           "kattn::dist::heads::o");
+  auto pl = ex.post_gather(strided_in<Acc>(f.lse, f.lse_stride_batch, f.lse_stride_seq, f.lse_stride_head), q_layout,
+                           qh, 1, "kattn::dist::heads::lse");
+  auto pd = ex.post_gather(strided_in(p.dout, p.do_stride_batch, p.do_stride_seq, p.do_stride_head), q_layout, qh, D,
+                           "kattn::dist::heads::dout");
+  const Buffer q = ex.wait(pq), k = ex.wait(pk), v = ex.wait(pv), o = ex.wait(po), dout = ex.wait(pd);
+  const AccBuffer lse = ex.wait(pl);
+  // The wholes in Acc: as received, or widened.
+  const Acc *q_acc, *do_acc, *k_acc, *v_acc;
+  Acc* o_acc;  // read only (AttentionParams holds o as written)
+  if constexpr (widened) {
+    const auto widen_whole = [&](const T* from, std::int64_t at, std::int64_t N, int heads) {
+      copy_rows(space, dense<const T>(from, N, heads, D), 0, dense(wide.data() + at, N, heads, D), B, N, heads, D);
+      return wide.data() + at;
+    };
+    q_acc = widen_whole(q.device(), 0, Nq, hs.q.count);
+    o_acc = widen_whole(o.device(), q_whole, Nq, hs.q.count);
+    do_acc = widen_whole(dout.device(), 2 * q_whole, Nq, hs.q.count);
+    k_acc = widen_whole(k.device(), 3 * q_whole, Nk, hs.kv.count);
+    v_acc = widen_whole(v.device(), 3 * q_whole + kv_whole, Nk, hs.kv.count);
+    space.fence();
+  } else {
+    q_acc = q.device(), o_acc = o.device(), do_acc = dout.device(), k_acc = k.device(), v_acc = v.device();
+  }
+  AttentionParams<Acc> shape;  // what block_params does not set
+  shape.batch = B, shape.head_dim = D;
+  const WholeStrides sq = WholeStrides::of(Nq, hs.q.count, D), skv = WholeStrides::of(Nk, hs.kv.count, D);
+  for (const HeadBlock& blk : hs.blocks) {
+    BackwardParams<Acc> b;
+    b.fwd = block_params(shape, hs, blk, Nq, Nk, q_acc, k_acc, v_acc, o_acc, lse.device());
+    b.dout = do_acc + blk.q.first * D;
+    b.do_stride_batch = sq.batch, b.do_stride_seq = sq.seq, b.do_stride_head = sq.head;
+    b.dq = dq.device() + blk.q.first * D;
+    b.dq_stride_batch = sq.batch, b.dq_stride_seq = sq.seq, b.dq_stride_head = sq.head;
+    b.dk = dk.device() + blk.kv.first * D;
+    b.dv = dv.device() + blk.kv.first * D;
+    b.dk_stride_batch = b.dv_stride_batch = skv.batch;
+    b.dk_stride_seq = b.dv_stride_seq = skv.seq;
+    b.dk_stride_head = b.dv_stride_head = skv.head;
+    inner(b, stats);
+  }
+  const Strided<T> dq_out{p.dq, p.dq_stride_batch, p.dq_stride_seq, p.dq_stride_head},
+      dk_out{p.dk, p.dk_stride_batch, p.dk_stride_seq, p.dk_stride_head},
+      dv_out{p.dv, p.dv_stride_batch, p.dv_stride_seq, p.dv_stride_head};
+  if constexpr (widened) {
+    // Rounded once into the gathers' 16-bit buffers (free now), and sent in 16 bits.
+    const auto round_whole = [&](const AccBuffer& from, const Buffer& into, std::int64_t N, int heads) {
+      copy_rows(space, dense<const Acc>(from.device(), N, heads, D), 0, dense(into.device(), N, heads, D), B, N, heads,
+                D);
+      space.fence();
+      return into;
+    };
+    ex.scatter(round_whole(dq, q, Nq, hs.q.count), q_layout, qh, D, dq_out, false);
+    if (!shared) {
+      ex.scatter(round_whole(dk, k, Nk, hs.kv.count), kv_layout, kvh, D, dk_out, false);
+      ex.scatter(round_whole(dv, v, Nk, hs.kv.count), kv_layout, kvh, D, dv_out, false);
+    } else {
+      // Parts summed in Acc at their destination, then rounded once.
+      const std::int64_t kv_out = std::int64_t(B) * nk * f.heads_kv * D;
+      const Strided<Acc> dk_sum = dense(sums.data(), nk, f.heads_kv, D),
+                         dv_sum = dense(sums.data() + kv_out, nk, f.heads_kv, D);
+      ex.scatter(dk, kv_layout, kvh, D, dk_sum, true);
+      ex.scatter(dv, kv_layout, kvh, D, dv_sum, true);
+      copy_rows(space, Strided<const Acc>{dk_sum.base, dk_sum.sb, dk_sum.sj, dk_sum.sh}, 0, dk_out, B, nk, f.heads_kv,
+                D);
+      copy_rows(space, Strided<const Acc>{dv_sum.base, dv_sum.sb, dv_sum.sj, dv_sum.sh}, 0, dv_out, B, nk, f.heads_kv,
+                D);
+      space.fence();
+    }
+  } else {
+    ex.scatter(dq, q_layout, qh, D, dq_out, false);
+    zero_rows(space, dk_out, B, f.kv_len, f.heads_kv, D);
+    zero_rows(space, dv_out, B, f.kv_len, f.heads_kv, D);
+    ex.scatter(dk, kv_layout, kvh, D, dk_out, true);
+    ex.scatter(dv, kv_layout, kvh, D, dv_out, true);
+  }
+}
+
+}  // namespace detail
+}  // namespace dist
+}  // namespace kattn

@@ -1,0 +1,160 @@
+// Ragged batches in deterministic mode: the ring one sequence at a time. Internal.
+//
+// The deterministic mode's key chunks are positions of one sequence (ring.hpp). A ragged batch
+// keeps them per sequence: every sequence b is sharded as the deterministic dense ring shards one,
+// SequenceLayout(N_b, P, sharding, chunk) (ragged_layout.hpp), and the ring runs the dense
+// deterministic call on each sequence's rows in turn, every rank entering every sequence's call
+// (with none of its rows, too). A sequence's bits are then those of the deterministic dense ring
+// on it alone: the same for every rank count and sharding, whatever else the batch holds. The
+// cost, next to the plain ragged ring's pieces: one collective call per sequence (its agreements,
+// its own transfers), nothing overlapped across sequences.
+#pragma once
+
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kattn/core/storage.hpp"
+#include "kattn/distributed/detail/agreement.hpp"
+#include "kattn/distributed/detail/buffer_memory.hpp"
+#include "kattn/distributed/options.hpp"
+#include "kattn/distributed/detail/failure_latch.hpp"
+#include "kattn/distributed/detail/inner_stats.hpp"
+#include "kattn/distributed/layout.hpp"
+#include "kattn/distributed/detail/pack.hpp"
+#include "kattn/distributed/detail/transport.hpp"
+#include "kattn/errors.hpp"
+#include "kattn/ragged.hpp"
+
+namespace kattn {
+namespace dist {
+namespace detail {
+
+struct RaggedSequences {
+  std::vector<std::int64_t> q_local, kv_local;  // this rank's local indptr [B + 1]
+  std::vector<std::int64_t> Nq, Nk;             // every sequence's lengths over all ranks
+  int batch() const { return static_cast<int>(Nq.size()); }
+};
+
+// Every rank's lengths (`local`: this rank's, after collective_agree gave every rank the same B),
+// checked against the deterministic sharding: every rank sees every rank's lengths, so a mismatch
+// throws the same kattn::Error on every rank.
+inline RaggedSequences ragged_sequences(MPI_Comm comm, const BatchLengths& local, const DistOptions& d) {
+  int P = 1;
+  MPI_Comm_size(comm, &P);
+  const std::size_t B = local.q_len.size();
+  std::vector<std::int64_t> mine(local.q_len);
+  mine.insert(mine.end(), local.kv_len.begin(), local.kv_len.end());
+  std::vector<std::int64_t> all(mine.size() * P);
+  MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(), static_cast<int>(mine.size()),
+                MPI_INT64_T, comm);
+  RaggedSequences s;
+  s.q_local = kattn::detail::indptr_of(local.q_len);
+  s.kv_local = kattn::detail::indptr_of(local.kv_len);
+  s.Nq.assign(B, 0), s.Nk.assign(B, 0);
+  std::vector<std::int64_t> lens(P);
+  for (std::size_t b = 0; b < B; ++b)
+    for (const bool keys : {false, true}) {
+      std::int64_t& N = keys ? s.Nk[b] : s.Nq[b];
+      for (int r = 0; r < P; ++r) N += lens[r] = all[r * 2 * B + (keys ? B : 0) + b];
+      require_layout(lens, SequenceLayout(N, P, d.sharding, chunk_of(d)), keys ? "kv_indptr" : "q_indptr",
+                     keys ? "key positions" : "query positions", "sequence " + std::to_string(b) + " ",
+                     ": the deterministic mode cuts every sequence on whole chunks; dist::ragged_local_indptr with "
+                     "the call's DistOptions gives each rank its local indptr");
+    }
+  return s;
+}
+
+// The sequences in turn: run(b, each, latch) makes sequence b's inner distributed call with `each`
+// (d without the progress callback: the call reports sequences) through `latch`, the one every
+// rank shares, and returns its stats; they are summed (the wall clock is the caller's). Settles
+// the latch: a failure anywhere is the same error on every rank.
+template <class MemorySpace, class Run>
+DistStats for_each_sequence(MPI_Comm comm, const RaggedSequences& seqs, const DistOptions& d, const Run& run) {
+  DistOptions each = d;
+  each.progress = nullptr;
+  DistStats stats;
+  stats.staged = needs_staging<MemorySpace>(d.staging);
+  FailureLatch latch(comm);
+  for (int b = 0; b < seqs.batch(); ++b) {
+    latch.capture([&] { accumulate(stats, run(b, each, latch)); });
+    latch.guard([&] {
+      if (d.progress) d.progress(b + 1, seqs.batch());
+    });
+  }
+  latch.settle();
+  return stats;
+}
+
+// n rows of heads x dim values of the caller's (row stride sj, head stride sh) as the ring reads or
+// writes them in T: the caller's own rows when stored in T, else a dense float copy, widened from
+// the caller's by load() and rounded back once by store(). S: the caller's type, const for inputs.
+template <class T, class S, class ExecSpace>
+class RowsAs {
+ public:
+  static constexpr bool copies = !std::is_same_v<std::remove_const_t<S>, T>;
+  using Value = std::conditional_t<std::is_const_v<S>, const T, T>;
+
+  RowsAs() = default;
+  // Allocates the copy (inside the caller's collective memory check) without filling it.
+  RowsAs(Workspace* ws, const ExecSpace& space, const char* label, S* caller, std::int64_t sj, std::int64_t sh,
+         std::int64_t n, int heads, int dim)
+      : caller_{caller, 0, sj, sh}, n_(n), heads_(heads), dim_(dim) {
+    if constexpr (copies) {
+      copy_ = take_buffer<T, typename ExecSpace::memory_space>(ws, space, label, n * heads * dim);
+      const Strided<T> rows = dense(copy_.data(), n, heads, dim);
+      rows_ = Strided<Value>{rows.base, 0, rows.sj, rows.sh};
+    } else {
+      rows_ = Strided<Value>{caller, 0, sj, sh};
+    }
+  }
+
+  void load(const ExecSpace& space) const {
+    if constexpr (copies)
+      copy_rows(space, Strided<const std::remove_const_t<S>>{caller_.base, 0, caller_.sj, caller_.sh}, 0,
+                Strided<T>{copy_.data(), 0, rows_.sj, rows_.sh}, 1, n_, heads_, dim_);
+  }
+  void store(const ExecSpace& space) const {
+    if constexpr (copies)
+      copy_rows(space, Strided<const T>{copy_.data(), 0, rows_.sj, rows_.sh}, 0, caller_, 1, n_, heads_, dim_);
+  }
+
+  Value* row(std::int64_t i) const { return rows_.base + i * rows_.sj; }
+  std::int64_t row_stride() const { return rows_.sj; }
+  std::int64_t head_stride() const { return rows_.sh; }
+
+ private:
+  Strided<S> caller_;
+  Strided<Value> rows_;
+  Kokkos::View<T*, typename ExecSpace::memory_space> copy_;
+  std::int64_t n_ = 0;
+  int heads_ = 0, dim_ = 0;
+};
+
+// The dense problem (batch 1) of sequence b's local rows: q and o as the ring reads them, k and v
+// (KV) and lse the caller's. P: the caller's ragged params (their k, v, lse and strides).
+template <class T, class KV, class Q, class O, class Params>
+AttentionParams<T, T, KV> sequence_params(const Params& p, const RaggedSequences& s, int b, const Q& q, const O& o,
+                                          const KV* k, const KV* v) {
+  const std::int64_t q0 = s.q_local[b], k0 = s.kv_local[b];
+  AttentionParams<T, T, KV> a;
+  a.batch = 1;
+  a.heads_q = p.heads_q, a.heads_kv = p.heads_kv, a.head_dim = p.head_dim;
+  a.q_len = a.q_total = s.q_local[b + 1] - q0;
+  a.kv_len = s.kv_local[b + 1] - k0;
+  a.q = q.row(q0), a.q_stride_seq = q.row_stride(), a.q_stride_head = q.head_stride();
+  a.o = o.row(q0), a.o_stride_seq = o.row_stride(), a.o_stride_head = o.head_stride();
+  a.k = k ? k + k0 * p.k_stride_seq : nullptr, a.k_stride_seq = p.k_stride_seq, a.k_stride_head = p.k_stride_head;
+  a.v = v ? v + k0 * p.v_stride_seq : nullptr, a.v_stride_seq = p.v_stride_seq, a.v_stride_head = p.v_stride_head;
+  if (p.lse) a.lse = p.lse + q0 * p.lse_stride_seq;
+  a.lse_stride_seq = p.lse_stride_seq, a.lse_stride_head = p.lse_stride_head;
+  return a;
+}
+
+}  // namespace detail
+}  // namespace dist
+}  // namespace kattn
