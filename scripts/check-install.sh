@@ -50,7 +50,7 @@ import importlib.util
 if importlib.util.find_spec("torch"):
     import torch, kattn.torch
     t = torch.ones(1, 2, 4, 8, dtype=torch.float64, requires_grad=True)
-    kattn.torch.attention(t, t, t).sum().backward()
+    kattn.torch.attention(t, t, t, layout="bhnd").sum().backward()
     print("kattn.torch", tuple(t.grad.shape))')
   fi
 }
