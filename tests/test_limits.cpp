@@ -13,6 +13,7 @@
 
 #include "backward_support.hpp"
 #include "kattn/attention.hpp"
+#include "kattn/memory.hpp"
 #include "kattn/paged.hpp"
 #include "kattn/reference.hpp"
 #include "support.hpp"
@@ -194,6 +195,22 @@ TEST(Limits, WorkspaceSizesThatOverflow64BitsAreRefused) {
                      "queries x 4294967295 keys x 4 bytes) overflows 64 bits"),
             std::string::npos)
       << msg;
+}
+
+// The public check (kattn/memory.hpp) for a program's own allocations: the same message as kattn's.
+TEST(Limits, PublicMemoryCheckRefusesWhatDoesNotFit) {
+  const MemoryLimit limit("1000000");
+  EXPECT_NO_THROW(check_memory<Kokkos::HostSpace>(999999, "inputs", "q", "use smaller shapes"));
+  const std::string msg =
+      error_of([] { check_memory<Kokkos::HostSpace>(2000000, "--random: the inputs", "q, k and v", "use less"); });
+  EXPECT_EQ(msg.rfind("kattn: --random: the inputs needs 1.9 MiB (q, k and v), more than the 976.6 KiB allowed "
+                      "(KATTN_MEMORY_LIMIT) in ",
+                      0),
+            0u)
+      << msg;
+  EXPECT_EQ(msg.substr(msg.size() - 10), "; use less") << msg;
+  EXPECT_NE(error_of([] { check_memory<Kokkos::HostSpace>(UINT64_MAX, "x", "a x b", "less"); }).find("overflows 64 bits"),
+            std::string::npos);
 }
 
 TEST(Limits, SplitWorkspaceOverTheLimitNamesItsSizeAndTheWayOut) {

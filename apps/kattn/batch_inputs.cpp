@@ -5,7 +5,7 @@
 #include <numeric>
 #include <random>
 
-#include "kattn/detail/memory_check.hpp"
+#include "kattn/memory.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/core/key_window.hpp"
 #include "dtype.hpp"
@@ -195,7 +195,7 @@ BatchInputs read_batch_inputs(Args& args, const char* refuse16, BatchSource* row
       rows_later->seed = seed;
       return in;
     }
-    kattn::detail::require_memory<Kokkos::HostSpace>(
+    kattn::check_memory<Kokkos::HostSpace>(
         8 * std::uint64_t(in.D * (in.q_indptr.back() * in.Hq + 2 * in.kv_indptr.back() * in.Hkv)),
         "--random: the inputs", "q, k and v as float64", "use smaller shapes");
     // The same streams as the dense draw: --random with --page-size sees the same numbers.

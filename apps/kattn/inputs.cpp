@@ -7,7 +7,7 @@
 #include <random>
 
 #include "kattn/cpu_products.hpp"
-#include "kattn/detail/memory_check.hpp"
+#include "kattn/memory.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/core/key_window.hpp"
 #include "paths.hpp"
@@ -167,7 +167,7 @@ DenseInputs read_dense_inputs(Args& args, const std::string& extra, std::vector<
   DenseInputs in = describe_dense_inputs(args, extra_values ? extra : "", source, refuse16);
   if (source.random)
     // q, k, v in double on the host, before any of them is drawn.
-    kattn::detail::require_memory<Kokkos::HostSpace>(
+    kattn::check_memory<Kokkos::HostSpace>(
         8 * std::uint64_t(in.B * in.D * (in.Nq * in.Hq + 2 * in.Nk * in.Hkv)), "--random: the inputs",
         "q, k and v as float64", "use smaller shapes");
   const std::vector<PositionRun> all_q = {PositionRun{0, 0, in.Nq}}, all_k = {PositionRun{0, 0, in.Nk}};
