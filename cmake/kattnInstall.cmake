@@ -28,7 +28,7 @@ if(NOT DEFINED CMAKE_INSTALL_RPATH_USE_LINK_PATH)
 endif()
 
 set_target_properties(kattn-cli PROPERTIES EXPORT_NAME cli)   # kattn::cli, the kattn program
-set(_kattn_exported kattn kattn-cli)
+set(_kattn_exported kattn_core kattn kattn-cli)
 if(TARGET kattn_cuda)                                           # kernels/cuda, when built
   set_target_properties(kattn_cuda PROPERTIES EXPORT_NAME cuda)
   list(APPEND _kattn_exported kattn_cuda)

@@ -1,5 +1,5 @@
 // kattn::attention's way to the hand-written CUDA kernels (detail/cuda_dispatch.hpp; the rule is
-// kernels/cuda's library_dispatch.hpp, tested on the host in kattn_cuda_test_host), seen from the
+// detail/cuda/kernel_rule.hpp, tested on the host in tests/cuda_bridge), seen from the
 // front door: a 16-bit paged decode the CUDA split-KV decode takes runs on it where kattn has the
 // dispatch (a CUDA space, the kernels built), and the plan says so; every other space, and every
 // problem the decode does not take, runs the portable kernel. Either way o meets FlashAttention's

@@ -2,7 +2,7 @@
 // 64-bit element strides (FlashInfer-style params), so dense, ragged and paged layouts and any
 // view layout with a contiguous head dim share one kernel. The public entry points fill it
 // from Kokkos views and validate it; kernels trust it. No Kokkos here: the hand-written CUDA
-// kernels' params are built from it (kernels/cuda, kattn/cuda/library_params.hpp).
+// kernels' params are built from it (kattn/detail/cuda/kernel_params.hpp).
 #pragma once
 
 #include "kattn/core/host_device.hpp"

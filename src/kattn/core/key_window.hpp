@@ -6,7 +6,6 @@
 #include <cstdint>
 
 #include "kattn/core/host_device.hpp"
-#include "kattn/options.hpp"
 
 namespace kattn {
 
@@ -20,7 +19,9 @@ struct KeyWindow {
   std::int64_t right = -1;  // keys after the diagonal
   std::int64_t shift = 0;   // moves the diagonal right by this many keys
 
-  static KeyWindow from(const Options& opt) {
+  // From kattn::Options (options.hpp), or anything with its four mask fields.
+  template <class MaskOptions>
+  static KeyWindow from(const MaskOptions& opt) {
     KeyWindow w{opt.window_left, opt.window_right, opt.diagonal_shift};
     if (opt.causal) w.right = 0;  // min(right, 0) for every right, unbounded included
     return w;

@@ -1,7 +1,7 @@
 // kattn::attention's way to the hand-written CUDA kernels: on a CUDA execution space, a problem in
-// 16-bit storage that the kernels take (kernels/cuda/include/kattn/cuda/library_dispatch.hpp says
-// which) runs on them, the dense forward or the split-KV paged decode; everything else, and every
-// other space, runs the portable Kokkos kernel. Compiled in only where kattn is built with both a
+// 16-bit storage that the kernels take (detail/cuda/kernel_rule.hpp says which) runs on them, the
+// dense forward or the split-KV paged decode; everything else, and every other space, runs the
+// portable Kokkos kernel. Compiled in only where kattn is built with both a
 // Kokkos that has CUDA and the kernels.
 #pragma once
 
@@ -20,7 +20,7 @@
 #include "kattn/workspace.hpp"
 
 #if KATTN_ENABLE_CUDA && defined(KOKKOS_ENABLE_CUDA)
-#include <kattn/cuda/library_dispatch.hpp>
+#include "kattn/detail/cuda/kernel_rule.hpp"
 #define KATTN_CUDA_DISPATCH 1
 #else
 #define KATTN_CUDA_DISPATCH 0

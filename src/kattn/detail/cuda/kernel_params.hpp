@@ -1,8 +1,9 @@
 // The hand-written kernels' params built from the library's (kattn/core/attention_params.hpp and
 // kattn/options.hpp): how kattn::attention on a CUDA space hands a problem to them, the dense
-// forward (forward_params) and the paged decode (decode_params). Each builder returns null and
-// fills `out`, or says why the kernels do not take the problem (then the portable Kokkos kernel
-// runs it). Host code, no Kokkos, no CUDA compiler needed.
+// forward (forward_params) and the paged decode (decode_params). On the library's side of the
+// bridge, so that the kernels know the core alone. Each builder returns null and fills `out`, or
+// says why the kernels do not take the problem (then the portable Kokkos kernel runs it). Host
+// code, no Kokkos, no CUDA compiler needed.
 #pragma once
 
 #include <kattn/cuda/params.hpp>

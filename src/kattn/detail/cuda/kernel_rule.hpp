@@ -19,12 +19,12 @@
 
 #include <kattn/cuda/decode.hpp>
 #include <kattn/cuda/forward.hpp>
-#include <kattn/cuda/library_params.hpp>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
 
 #include "kattn/core/storage.hpp"
+#include "kattn/detail/cuda/kernel_params.hpp"
 
 namespace kattn::cuda {
 
