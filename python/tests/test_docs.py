@@ -32,7 +32,7 @@ def missing(block):
     if "kattn.dist" in block:
         import kattn
 
-        if not hasattr(kattn._kattn, "dense_attention"):
+        if not hasattr(kattn._kattn, "dist_attention"):
             return "kattn was built without its MPI layer"
     return None
 

@@ -185,6 +185,19 @@ TEST(DistErrors, SchemesRefuseWhatTheyDoNotTake) {
                         with_scheme(dist::Scheme::hybrid));
       },
       "scheme: a ragged batch goes round the ring only (scheme ring), got hybrid");
+  // Switching the transfers off (DistOptions::communicate) is for the ring forward alone.
+  DistOptions quiet;
+  quiet.communicate = false;
+  expect_same_error(
+      [&] {
+        dist::attention_backward(MPI_COMM_WORLD, space, d.q, kv::dense(d.k, d.v), d.o, d.lse, d.o, dq, dk, dv,
+                                 Options{}, BackwardOptions{}, quiet);
+      },
+      "communicate: false is for the ring's forward alone; the backward always transfers");
+  quiet.scheme = dist::Scheme::sharded_kv;
+  expect_same_error(
+      [&] { dist::attention(MPI_COMM_WORLD, space, d.q, kv::dense(d.k, d.v), d.o, d.lse, Options{}, quiet); },
+      "communicate: false is for the ring's forward alone; sharded-kv always transfers");
   // Schemes by name, as the CLI and Python give them.
   EXPECT_EQ(dist::scheme_named("sharded-kv"), dist::Scheme::sharded_kv);
   EXPECT_EQ(dist::scheme_named("sharded_kv"), dist::Scheme::sharded_kv);

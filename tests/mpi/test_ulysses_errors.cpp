@@ -76,7 +76,7 @@ TEST(DistErrors, UlyssesAlwaysTransfers) {
   HeadShard s(20, 2 * size_of(MPI_COMM_WORLD), 2, 8);
   DistOptions d;
   d.communicate = false;
-  const std::string expected = "communicate: head sharding always transfers (false is for ring attention alone)";
+  const std::string expected = "communicate: false is for the ring's forward alone; ulysses always transfers";
   expect_same_error([&] { s.forward({}, d); }, expected);
   expect_same_error([&] { s.backward({}, d); }, expected);
 }

@@ -1,6 +1,6 @@
 // Published scaling results and the parameters of the hardware they ran on, as inputs of the
 // scaling model: the model run with them must land near the published efficiency before it is
-// trusted to extrapolate. Sources and the derivation of every number are in docs/distributed.md
+// trusted to extrapolate. Sources and the derivation of every number are in docs/distributed-reference.md
 // ("How close the model gets"); `kattn scale --model --anchor NAME` prints the same.
 #pragma once
 
@@ -51,7 +51,7 @@ inline RingModelInput ring_flash_attn_h800(bool backward) {
 // GPU), bf16, causal with load-balanced sharding. The kernel at 540 TFLOP/s, the paper's own
 // standalone FlashAttention-3 causal benchmark at 8K tokens on one of its H100s (power-limited to
 // 500 W, 96 GB of HBM2e at 2.4 TB/s): its Appendix A counts the whole prefill's 502 TFLOP/s per
-// GPU (GEMMs included) and Section 4.2.3 divides that by this rate for the 93% (docs/distributed.md).
+// GPU (GEMMs included) and Section 4.2.3 divides that by this rate for the 93% (docs/distributed-reference.md).
 inline RingModelInput meta_cp_1m_h100() {
   RingModelInput in;
   in.ranks = 16, in.tokens = std::int64_t(1) << 20;

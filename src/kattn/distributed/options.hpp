@@ -66,7 +66,7 @@ struct DistOptions {
   int root = -1;
   // false: the same local work with every transfer removed (each step computes on the shard
   // already held, with the masks of the shard it stands for). For measuring the ring's overlap
-  // only; the other schemes refuse it.
+  // only: every other scheme, and every backward, refuses it.
   bool communicate = true;
   // Called on every rank after each step (step = 1..steps), e.g. for progress lines. An exception
   // from it ends the call on every rank with that error (docs/distributed-reference.md, Errors);

@@ -68,6 +68,9 @@ void agree_call(MPI_Comm comm, DistCall call) {
 inline void validate_call(const Options& opt, const DistOptions& d) {
   validate(opt);
   validate(d);
+  // Only the ring has a transfer-free stand-in (DistOptions::communicate = false measures its overlap).
+  KATTN_REQUIRE(d.communicate || d.scheme == Scheme::ring, "communicate: false is for the ring's forward alone; ",
+                name(d.scheme), " always transfers");
 }
 
 inline void refuse_atomic_if_deterministic(const DistOptions& d, const BackwardOptions& bopt) {
@@ -191,6 +194,7 @@ inline void validate_backward_call(const Options& opt, const BackwardOptions& bo
   validate_call(opt, d);
   KATTN_REQUIRE(d.scheme != Scheme::sharded_kv,
                 "scheme: sharded-kv has no backward (it serves inference); use ring, ulysses or hybrid");
+  KATTN_REQUIRE(d.communicate, "communicate: false is for the ring's forward alone; the backward always transfers");
   refuse_atomic_if_deterministic(d, bopt);
 }
 

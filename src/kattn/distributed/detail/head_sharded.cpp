@@ -37,7 +37,6 @@ DistStats run_head_sharded(MPI_Comm comm, const char* region_name, const std::ve
   else
     require_head_split(f.heads_q, P);
   if (backward) require_whole_groups(f.heads_kv, hybrid ? ulysses_ranks(P, d) : P, d);
-  require_transfers(d);
   const GlobalSplit split =
       hybrid ? hybrid_split(comm, f.q_len, f.kv_len, d) : sharded_split(comm, f.q_len, f.kv_len, d);
   DistStats stats;

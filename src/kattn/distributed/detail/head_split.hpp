@@ -37,12 +37,6 @@ inline void require_head_split(int heads_q, int ranks) {
                 " ranks sharing them (head sharding), got ", heads_q);
 }
 
-// The all-to-all has no transfer-free stand-in (DistOptions::communicate = false measures the
-// ring's overlap only).
-inline void require_transfers(const DistOptions& d) {
-  KATTN_REQUIRE(d.communicate, "communicate: head sharding always transfers (false is for ring attention alone)");
-}
-
 // Deterministic mode promises the bits of every rank count; when ranks hold parts of a GQA group
 // the dK, dV sum of that group is cut differently, so those rank counts are refused. The same
 // error on every rank (the head counts are agreed before).

@@ -249,7 +249,7 @@ DistStats sharded_kv_impl(MPI_Comm comm, const ExecSpace& space, const Attention
                                                   const Options&, const DistOptions&);
 #define KATTN_INSTANTIATE_SHARDED_KV(Space, T) KATTN_INSTANTIATE_SHARDED_KV_KV(Space, T, T)
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_SHARDED_KV)
-// A 16-bit KV cache under float queries (16-bit queries are widened first: decode.hpp).
+// A 16-bit KV cache under float queries (16-bit queries are widened first: door.hpp).
 #define KATTN_INSTANTIATE_16BIT_CACHE_SHARDED_KV(Space, S) KATTN_INSTANTIATE_SHARDED_KV_KV(Space, float, S)
 KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_CACHE_SHARDED_KV, bf16)
 KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_CACHE_SHARDED_KV, fp16)
