@@ -12,7 +12,7 @@
 
 #include "kattn/attention.hpp"
 #include "kattn/detail/head_major_kv.hpp"
-#include "kattn/shapes.hpp"
+#include "kattn/detail/shapes.hpp"
 #include "storage16_support.hpp"
 #include "support.hpp"
 

@@ -31,7 +31,7 @@
 #include "kattn/attention.hpp"
 #include "kattn/backward.hpp"
 #include "kattn/errors.hpp"
-#include "kattn/tiles.hpp"
+#include "kattn/detail/tile_sizes.hpp"
 
 namespace {
 

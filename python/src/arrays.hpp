@@ -23,7 +23,6 @@
 #include "dtypes.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/options.hpp"
-#include "kattn/shapes.hpp"
 #include "workspace.hpp"
 
 // The GPU backend whose tensors the module takes (at most one: CUDA or HIP, as Kokkos was built).

@@ -23,7 +23,7 @@
 #include "kattn/backward.hpp"
 #include "kattn/block_mask.hpp"
 #include "kattn/block_patterns.hpp"
-#include "kattn/cascade.hpp"
+#include "kattn/detail/cascade.hpp"
 #include "kattn/detail/attention_impl.hpp"
 #include "kattn/detail/widening.hpp"
 #include "kattn/detail/zero_fill.hpp"
@@ -32,7 +32,7 @@
 #include "kattn/paged.hpp"
 #include "kattn/plan_splits.hpp"
 #include "kattn/ragged.hpp"
-#include "kattn/shapes.hpp"
+#include "kattn/detail/shapes.hpp"
 
 namespace kattn {
 namespace detail {

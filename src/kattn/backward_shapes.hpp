@@ -11,7 +11,7 @@
 #include "kattn/paged.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/ragged.hpp"
-#include "kattn/shapes.hpp"
+#include "kattn/detail/shapes.hpp"
 
 namespace kattn {
 namespace detail {

@@ -14,7 +14,7 @@
 #include "kattn/detail/head_major_kv.hpp"
 #include "kattn/detail/launch.hpp"
 #include "kattn/plan_splits.hpp"
-#include "kattn/tiles.hpp"
+#include "kattn/detail/tile_sizes.hpp"
 
 namespace kattn {
 namespace detail {

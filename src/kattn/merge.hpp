@@ -21,7 +21,7 @@
 #include "kattn/detail/attention_impl.hpp"
 #include "kattn/detail/merge_states.hpp"
 #include "kattn/errors.hpp"
-#include "kattn/shapes.hpp"
+#include "kattn/detail/shapes.hpp"
 
 namespace kattn {
 namespace detail {

@@ -21,7 +21,7 @@
 #include "kattn/errors.hpp"
 #include "kattn/core/attention_params.hpp"
 #include "kattn/ragged.hpp"
-#include "kattn/shapes.hpp"
+#include "kattn/detail/shapes.hpp"
 
 namespace kattn {
 

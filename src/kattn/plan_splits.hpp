@@ -13,9 +13,9 @@
 #include "kattn/paged.hpp"
 #include "kattn/core/attention_params.hpp"
 #include "kattn/ragged.hpp"
-#include "kattn/shapes.hpp"
+#include "kattn/detail/shapes.hpp"
 #include "kattn/core/split_planner.hpp"
-#include "kattn/tiles.hpp"
+#include "kattn/detail/tile_sizes.hpp"
 #include "kattn/processors.hpp"
 
 namespace kattn {

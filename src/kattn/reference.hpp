@@ -10,7 +10,7 @@
 #include "kattn/options.hpp"
 #include "kattn/paged.hpp"
 #include "kattn/ragged.hpp"
-#include "kattn/shapes.hpp"
+#include "kattn/detail/shapes.hpp"
 
 namespace kattn {
 namespace detail {

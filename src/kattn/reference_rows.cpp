@@ -7,7 +7,7 @@
 
 #include "kattn/core/key_window.hpp"
 #include "kattn/core/score_scaling.hpp"
-#include "kattn/shapes.hpp"
+#include "kattn/detail/shapes.hpp"
 
 namespace kattn {
 

@@ -24,7 +24,7 @@
 #include "kattn/detail/tuning.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/options.hpp"
-#include "kattn/tiles.hpp"
+#include "kattn/detail/tile_sizes.hpp"
 
 namespace kattn {
 namespace detail {

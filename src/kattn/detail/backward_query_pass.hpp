@@ -1,5 +1,5 @@
 // The backward's query pass (DqStrategy::query_pass): dQ without atomics or partial sums. A
-// league over (sequence, KV head, query-row tile), the forward's layout (tiled_attention.hpp):
+// league over (sequence, KV head, query-row tile), the forward's layout (column_tiles.hpp):
 // the team keeps Q^T, dO^T and dQ^T of its rows in scratch and streams the key tiles its rows
 // see, in order, recomputing P and dS:
 //

@@ -18,11 +18,11 @@
 #include "kattn/detail/merge_partials.hpp"
 #include "kattn/detail/pair_column_tiles.hpp"
 #include "kattn/detail/progress.hpp"
-#include "kattn/detail/row_tiled_attention.hpp"
-#include "kattn/detail/tiled_attention.hpp"
+#include "kattn/detail/row_tiles.hpp"
+#include "kattn/detail/column_tiles.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/options.hpp"
-#include "kattn/tiles.hpp"
+#include "kattn/detail/tile_sizes.hpp"
 #include "kattn/workspace.hpp"
 
 namespace kattn {

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "kattn/detail/merge_rows.hpp"
-#include "kattn/detail/tiled_attention.hpp"
+#include "kattn/detail/column_tiles.hpp"
 #include "kattn/core/attention_params.hpp"
 #include "kattn/core/state.hpp"
 

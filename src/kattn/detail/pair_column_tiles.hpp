@@ -1,4 +1,4 @@
-// The column layout (tiled_attention.hpp) with bf16 storage multiplied as bf16 pairs
+// The column layout (column_tiles.hpp) with bf16 storage multiplied as bf16 pairs
 // (pair_gemm.hpp): the micro-kernel policy of CPUs with bf16 dot products. Only the operands'
 // form and the two products differ from ColumnTiles; the transposed float tiles of S^T and O^T,
 // the softmax steps, masks and the NaN rule are ColumnTiles' own:
@@ -19,7 +19,7 @@
 #include "kattn/cpu_products.hpp"
 #include "kattn/detail/exp2.hpp"
 #include "kattn/detail/pair_gemm.hpp"
-#include "kattn/detail/tiled_attention.hpp"
+#include "kattn/detail/column_tiles.hpp"
 
 namespace kattn {
 namespace detail {

@@ -8,8 +8,8 @@
 //
 // then finishes each row (o / l, lse). The layout (the policy `Layout`) says only how the tiles
 // lie in scratch and how the products and row reductions run over them:
-//  - ColumnTiles (tiled_attention.hpp): transposed tiles, query rows last, for prefill;
-//  - RowTiles (row_tiled_attention.hpp): row-major tiles of few rows, lanes over the head dim,
+//  - ColumnTiles (column_tiles.hpp): transposed tiles, query rows last, for prefill;
+//  - RowTiles (row_tiles.hpp): row-major tiles of few rows, lanes over the head dim,
 //    several KV heads per team, for decode.
 // So every mask, softcap, window and the NaN rule hold alike in both. Rows are the (position,
 // head) pairs of one GQA group, position-major: row t of KV head hk is query position t / G of

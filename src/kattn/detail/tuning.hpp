@@ -95,14 +95,14 @@ struct Tuning {
   static constexpr int backward_target_teams = 16;
   static constexpr int backward_max_dq_chunks = 8;
 
-  // Row tiles (row_tiled_attention.hpp): tiles of at most this many query rows (decode: one
+  // Row tiles (row_tiles.hpp): tiles of at most this many query rows (decode: one
   // position times the GQA group) put the vector lanes on the head dim instead of the rows,
   // where the transposed tiles above would leave most lanes idle (a group of 8 fills a quarter
   // of a 32-float micro-tile, a single head 1/32). 0 = never (devices, whose threads are the
   // lanes). perf/bench_decode measures both sides of the choice.
   static constexpr int row_tile_max_rows = host ? 16 : 0;
   // KV heads per row-tile team: all of a sequence's on the host, so that a team reads each key's
-  // K and V rows of every head together, in order (see row_tiled_attention.hpp), as long as their
+  // K and V rows of every head together, in order (see row_tiles.hpp), as long as their
   // Q and O fit this budget; one on devices.
   static constexpr bool row_tile_pack_heads = host;
   static constexpr std::size_t row_tile_head_budget = 256 * 1024;
@@ -117,7 +117,7 @@ struct Tuning {
   // decode reads each row once, scattered (one KV head's rows are head_dim apart in a
   // [seq, heads, dim] cache, pages anywhere), which the hardware prefetchers follow poorly.
   static constexpr bool row_tile_prefetch = host;
-  // How far ahead the pair order of one-row-per-head decode prefetches (row_tiles.hpp), at most
+  // How far ahead the pair order of one-row-per-head decode prefetches (row_tile_products.hpp), at most
   // one tile: 64 KB (Zen 4, paired: 0.79-0.84 of the stream against 0.71-0.75 at 32 KB; 32 KB had
   // been the best of one run on Emerald Rapids against 8 KB and a whole 128 KB tile).
   static constexpr std::size_t row_tile_prefetch_bytes = 64 * 1024;

@@ -6,7 +6,7 @@
 
 #include "kattn/detail/attention_impl.hpp"
 #include "kattn/options.hpp"
-#include "kattn/tiles.hpp"
+#include "kattn/detail/tile_sizes.hpp"
 
 namespace kattn {
 namespace dist {

@@ -30,7 +30,7 @@
 #include "kattn/errors.hpp"
 #include "kattn/kv.hpp"
 #include "kattn/options.hpp"
-#include "kattn/shapes.hpp"
+#include "kattn/detail/shapes.hpp"
 
 namespace kattn {
 namespace dist {

@@ -4,7 +4,6 @@
 
 #include <Kokkos_Core.hpp>
 
-#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -14,21 +13,6 @@
 #include "kattn/core/storage.hpp"
 
 namespace kattn {
-
-inline void validate(const Options& opt) {
-  KATTN_REQUIRE(opt.window_left >= -1, "window: expected a left bound >= 0 or -1 (unbounded), got ",
-                opt.window_left);
-  KATTN_REQUIRE(opt.window_right >= -1, "window: expected a right bound >= 0 or -1 (unbounded), got ",
-                opt.window_right);
-  KATTN_REQUIRE(std::isfinite(opt.softcap) && opt.softcap >= 0.0,
-                "softcap: expected a finite value >= 0 (0 = off), got ", opt.softcap);
-  KATTN_REQUIRE(std::isfinite(opt.scale), "scale: expected a finite value (0 = 1/sqrt(head dim)), got ", opt.scale);
-  KATTN_REQUIRE(opt.block_q >= 0, "block_q: expected a tile size >= 1 or 0 (automatic), got ", opt.block_q);
-  KATTN_REQUIRE(opt.block_k >= 0, "block_k: expected a tile size >= 1 or 0 (automatic), got ", opt.block_k);
-  KATTN_REQUIRE(opt.splits >= 0, "splits: expected a split count >= 1 or 0 (planned), got ", opt.splits);
-  KATTN_REQUIRE(opt.split_chunk >= 0, "split_chunk: expected keys per split >= 1 or 0 (from splits), got ",
-                opt.split_chunk);
-}
 
 namespace detail {
 

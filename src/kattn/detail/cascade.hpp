@@ -29,7 +29,7 @@
 #include "kattn/options.hpp"
 #include "kattn/paged.hpp"
 #include "kattn/ragged.hpp"
-#include "kattn/shapes.hpp"
+#include "kattn/detail/shapes.hpp"
 #include "kattn/workspace.hpp"
 
 namespace kattn {
