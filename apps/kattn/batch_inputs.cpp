@@ -284,11 +284,7 @@ double batch_attention_flops(const BatchInputs& in, const Options& opt) {
   const KeyWindow w = KeyWindow::from(opt);
   const std::vector<std::int64_t> ql = in.q_lens(), kl = in.kv_lens();
   double pairs = 0;
-  for (std::size_t b = 0; b < ql.size(); ++b)
-    for (std::int64_t i = 0; i < ql[b]; ++i) {
-      const std::int64_t first = w.first(i, ql[b], kl[b]), last = w.last(i, ql[b], kl[b]);
-      if (last >= first) pairs += static_cast<double>(last - first + 1);
-    }
+  for (std::size_t b = 0; b < ql.size(); ++b) pairs += double(w.visible_pairs(ql[b], kl[b]));
   return 4.0 * static_cast<double>(in.D) * pairs * static_cast<double>(in.Hq);
 }
 

@@ -311,12 +311,7 @@ ErrorStats compare(const std::vector<double>& out, const std::vector<double>& re
 }
 
 double attention_flops(const DenseInputs& in, const Options& opt) {
-  const KeyWindow w = KeyWindow::from(opt);
-  double pairs = 0;
-  for (std::int64_t i = 0; i < in.Nq; ++i) {
-    const std::int64_t first = w.first(i, in.Nq, in.Nk), last = w.last(i, in.Nq, in.Nk);
-    if (last >= first) pairs += static_cast<double>(last - first + 1);
-  }
+  const double pairs = double(KeyWindow::from(opt).visible_pairs(in.Nq, in.Nk));
   return 4.0 * static_cast<double>(in.D) * pairs * static_cast<double>(in.B * in.Hq);
 }
 

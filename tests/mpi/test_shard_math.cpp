@@ -64,7 +64,7 @@ TEST(ShardMath, VisibleKeysAndPairsMatchARowByRowCount) {
       EXPECT_EQ(got.lo, want.lo) << what;
       EXPECT_EQ(got.hi, want.hi) << what;
     }
-    EXPECT_EQ(dist::detail::visible_pairs(o, q_len, kv_len), pairs) << what;
+    EXPECT_EQ(KeyWindow::from(o).visible_pairs(q_len, kv_len), pairs) << what;
   }
 }
 

@@ -56,10 +56,24 @@ struct KeyWindow {
   KATTN_CORE_INLINE bool visible(std::int64_t i, std::int64_t j, std::int64_t q_len, std::int64_t kv_len) const {
     return j >= first(i, q_len, kv_len) && j <= last(i, q_len, kv_len);
   }
+  // How many keys query i sees (0: none).
+  KATTN_CORE_INLINE std::int64_t keys_seen(std::int64_t i, std::int64_t q_len, std::int64_t kv_len) const {
+    const std::int64_t n = last(i, q_len, kv_len) - first(i, q_len, kv_len) + 1;
+    return n > 0 ? n : 0;
+  }
+  // The visible (query, key) pairs of the queries [i_begin, i_end) (all of them by default): what
+  // FLOP counts, progress fractions and the distributed schedules count. On the host, O(queries).
+  std::int64_t visible_pairs(std::int64_t q_len, std::int64_t kv_len, std::int64_t i_begin = 0,
+                             std::int64_t i_end = -1) const {
+    if (i_end < 0) i_end = q_len;
+    std::int64_t pairs = 0;
+    for (std::int64_t i = i_begin; i < i_end; ++i) pairs += keys_seen(i, q_len, kv_len);
+    return pairs;
+  }
 
   // The keys [begin, end) of the tile of n_keys keys at kb that query i sees (begin == end: none).
-  KATTN_CORE_INLINE void tile_keys(std::int64_t i, std::int64_t kb, int n_keys, std::int64_t q_len,
-                                   std::int64_t kv_len, int& begin, int& end) const {
+  KATTN_CORE_INLINE void tile_keys(std::int64_t i, std::int64_t kb, int n_keys, std::int64_t q_len, std::int64_t kv_len,
+                                   int& begin, int& end) const {
     const std::int64_t f = first(i, q_len, kv_len) - kb;
     const std::int64_t l = last(i, q_len, kv_len) - kb + 1;
     begin = static_cast<int>(f < 0 ? 0 : (f > n_keys ? n_keys : f));

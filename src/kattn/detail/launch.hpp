@@ -214,11 +214,7 @@ void run_attention_with_progress(const ExecSpace& space, const P& p, const Optio
   // About 100 pieces, each of at least 256 positions (fewer launches for short sequences).
   const std::int64_t rows = std::max<std::int64_t>(256, (p.q_len + 99) / 100);
   const KeyWindow window = KeyWindow::from(opt);
-  const auto pairs = [&](std::int64_t i) {
-    return std::max<std::int64_t>(0, window.last(i, p.q_len, p.kv_len) - window.first(i, p.q_len, p.kv_len) + 1);
-  };
-  double total = 0;
-  for (std::int64_t i = 0; i < p.q_len; ++i) total += double(pairs(i));
+  const double total = double(window.visible_pairs(p.q_len, p.kv_len));
   double done = 0;
   Options piece_opt = opt;
   piece_opt.progress = nullptr;
@@ -227,7 +223,7 @@ void run_attention_with_progress(const ExecSpace& space, const P& p, const Optio
     Options o = piece_opt;
     run_attention(space, query_piece(p, o, begin, end), o, split, name);
     space.fence();
-    for (std::int64_t i = begin; i < end; ++i) done += double(pairs(i));
+    done += double(window.visible_pairs(p.q_len, p.kv_len, begin, end));
     report(total > 0 ? done / total : double(end) / double(p.q_len));
   }
 }

@@ -102,7 +102,7 @@ struct RaggedPieces {
         continue;
       }
       Options o = part_options(opt, b, cq, ck);
-      const double seen = double(visible_pairs(o, nq, nk));
+      const double seen = double(KeyWindow::from(o).visible_pairs(nq, nk));
       if (seen == 0 && nk > 0) {
         close();
         next_start = b + 1;
@@ -331,7 +331,7 @@ PiecePair shard_pair(const Options& opt, const GlobalSplit& s, std::int64_t qg, 
   if (ragged) return nq == 0 || nk == 0 ? PiecePair{} : ragged->pair_of(opt, qg / ragged->Uq, kg / ragged->Uk);
   PiecePair pp;
   const Options o = shard_options(opt, qg, nq, s.Nq, kg, nk, s.Nk);
-  pp.pairs = double(visible_pairs(o, nq, nk));
+  pp.pairs = double(KeyWindow::from(o).visible_pairs(nq, nk));
   if (pp.pairs > 0) pp.runs.push_back(PieceRun{0, 0, o});
   return pp;
 }

@@ -417,7 +417,7 @@ class RingRunner {
                        std::int64_t j0, std::int64_t kv_len, const Options& opt) {
     const int H = p_.heads_q, Hkv = p_.heads_kv, D = p_.head_dim;
     const Options o = shard_options(opt, qg, nq, s_.Nq, ks.global + j0, kv_len, s_.Nk);
-    stats_.flops += 4.0 * D * double(visible_pairs(o, nq, kv_len)) * p_.batch * H;
+    stats_.flops += 4.0 * D * double(KeyWindow::from(o).visible_pairs(nq, kv_len)) * p_.batch * H;
     AttentionParams<T, T, KV> q = p_;
     q.q = p_.q + qi * p_.q_stride_seq;
     q.q_len = nq;

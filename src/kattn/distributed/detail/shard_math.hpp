@@ -48,19 +48,6 @@ inline KeyRange visible_keys(const Options& o, std::int64_t q_len, std::int64_t 
   return r.empty() ? KeyRange{kv_len, -1} : r;
 }
 
-// Visible (query, key) pairs of a shard pair with these options (0: skip it before launching).
-inline std::int64_t visible_pairs(const Options& o, std::int64_t q_len, std::int64_t kv_len) {
-  if (visible_keys(o, q_len, kv_len).empty()) return 0;
-  const KeyWindow w = KeyWindow::from(o);
-  const std::int64_t a = w.first_query(0, q_len, kv_len), b = w.last_query(kv_len - 1, q_len, kv_len);
-  std::int64_t pairs = 0;
-  for (std::int64_t i = a; i <= b; ++i) {
-    const std::int64_t f = w.first(i, q_len, kv_len), l = w.last(i, q_len, kv_len);
-    if (l >= f) pairs += l - f + 1;
-  }
-  return pairs;
-}
-
 // Intervals of key segment ks (relative to its start) as pieces of it (global, local, length), in
 // order, intervals that overlap or touch merged.
 inline std::vector<Segment> parts_of(const Segment& ks, std::vector<KeyRange> seen) {

@@ -80,7 +80,8 @@ DistStats sharded_kv_impl(MPI_Comm comm, const ExecSpace& space, const Attention
   }
   const Options local = shard_options(opt, 0, p.q_len, p.q_len, offset, p.kv_len, Nk);
   DistStats stats;
-  stats.flops = 4.0 * p.head_dim * double(visible_pairs(local, p.q_len, p.kv_len)) * p.batch * p.heads_q;
+  const double pairs = double(KeyWindow::from(local).visible_pairs(p.q_len, p.kv_len));
+  stats.flops = 4.0 * p.head_dim * pairs * p.batch * p.heads_q;
   const std::int64_t rows = std::int64_t(p.batch) * p.q_len * p.heads_q;
   const int D = p.head_dim;
   const bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, Mem>::accessible;

@@ -62,7 +62,8 @@ void local_forward(const ExecSpace& space, const AttentionParams<T>& a, const Op
   space.fence();
   stats.compute_seconds += now() - t0;
   stats.compute_cpu_seconds += cpu_now() - c0;
-  stats.flops += 4.0 * a.head_dim * double(visible_pairs(opt, a.q_len, a.kv_len)) * a.batch * a.heads_q;
+  const double pairs = double(KeyWindow::from(opt).visible_pairs(a.q_len, a.kv_len));
+  stats.flops += 4.0 * a.head_dim * pairs * a.batch * a.heads_q;
 }
 
 template <class ExecSpace, class T>
@@ -74,7 +75,8 @@ void local_backward(const ExecSpace& space, const BackwardParams<T>& b, const Op
   stats.compute_seconds += now() - t0;
   stats.compute_cpu_seconds += cpu_now() - c0;
   const AttentionParams<T>& a = b.fwd;
-  stats.flops += 10.0 * a.head_dim * double(visible_pairs(opt, a.q_len, a.kv_len)) * a.batch * a.heads_q;
+  const double pairs = double(KeyWindow::from(opt).visible_pairs(a.q_len, a.kv_len));
+  stats.flops += 10.0 * a.head_dim * pairs * a.batch * a.heads_q;
 }
 
 }  // namespace detail
