@@ -28,8 +28,8 @@ void ProgressLine::update(double fraction) {
   last_ = now;
   const double left = fraction > 0 ? elapsed * (1.0 - fraction) / fraction : 0.0;
   const double gflops = elapsed > 0 ? fraction * flops_ / elapsed / 1e9 : 0.0;
-  std::fprintf(stderr, "\rprogress: %5.1f%%, %.2f GFLOP/s, %.0f s elapsed, %.0f s left   ", 100.0 * fraction, gflops,
-               elapsed, left);
+  std::fprintf(stderr, "\r%s: %5.1f%%, %.2f GFLOP/s, %.0f s elapsed, %.0f s left   ", what_.c_str(), 100.0 * fraction,
+               gflops, elapsed, left);
   std::fflush(stderr);
   shown_ = true;
 }

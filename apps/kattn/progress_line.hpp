@@ -4,14 +4,18 @@
 
 #include <chrono>
 #include <functional>
+#include <string>
+#include <utility>
 
 namespace kattn {
 namespace cli {
 
 class ProgressLine {
  public:
-  // `flops`: the work of the whole call, for the rate; `immediate`: show from the start.
-  ProgressLine(double flops, bool immediate) : flops_(flops), immediate_(immediate) {}
+  // `flops`: the work of the whole call, for the rate; `immediate`: show from the start; `what`:
+  // the line's first word(s), what is under way.
+  ProgressLine(double flops, bool immediate, std::string what = "progress")
+      : flops_(flops), immediate_(immediate), what_(std::move(what)) {}
   ProgressLine(const ProgressLine&) = delete;
   ProgressLine& operator=(const ProgressLine&) = delete;
   ~ProgressLine() { finish(); }
@@ -28,6 +32,7 @@ class ProgressLine {
 
   double flops_;
   bool immediate_;
+  std::string what_;
   bool shown_ = false;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_{};
 };

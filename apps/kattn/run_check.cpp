@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <iostream>
+#include <optional>
 
 #include "kattn/errors.hpp"
+#include "kattn/core/key_window.hpp"
 #include "kattn/reference_rows.hpp"
+#include "progress_line.hpp"
 
 namespace kattn {
 namespace cli {
@@ -125,49 +128,53 @@ void report_nonfinite(const ErrorStats& e, const std::string& what, std::FILE* t
 }
 
 int check_outputs(const AttentionParams<double>& p, const Options& opt, const CheckSettings& settings, io::DType dtype,
-                  const FullReference& full, std::FILE* text, Json& j, const char* command) {
+                  const Console& console, Json& j, const char* command) {
   const std::int64_t total_rows = p.q_total * p.heads_q;
-  const std::int64_t o_size = total_rows * p.head_dim;
   const double full_bytes = 8.0 * p.batch * p.heads_q * double(p.q_len) * double(p.kv_len);
   const bool sampled = check_samples(settings, full_bytes);
+  const std::vector<QueryRow> rows = sample_query_rows(p, opt, sampled ? sample_size(settings) : total_rows);
+  // The check's work, for its progress line: 4 D flops per visible pair of the rows checked.
+  const KeyWindow window = KeyWindow::from(opt);
+  double pairs = 0;
+  for (const QueryRow& r : rows) pairs += double(window.keys_seen(r.i, p.seq_q_len(r.b), p.seq_kv_len(r.b)));
+  const double flops = 4.0 * p.head_dim * pairs;
+  std::optional<ProgressLine> line;
+  if (progress_wanted(console.progress, console.quiet, flops))
+    line.emplace(flops, console.progress, "check against the float64 textbook");
   // Tested values and reference values side by side, with where each tested value sits.
   std::vector<double> out_o, ref_o, out_lse, ref_lse;
   std::vector<std::int64_t> o_at, lse_at;
-  std::int64_t checked = 0;
-  std::string how;
-  if (!sampled) {
-    full(ref_o, ref_lse);
-    out_o.assign(p.o, p.o + o_size);
-    out_lse.assign(p.lse, p.lse + total_rows);
-    checked = total_rows;
-    how = "all " + std::to_string(total_rows) + " rows";
-  } else {
-    const std::vector<QueryRow> rows = sample_query_rows(p, opt, sample_size(settings));
-    std::vector<double> o_row(p.head_dim);
-    for (const QueryRow& r : rows) {
-      const double lse = reference_row(p, opt, r, o_row.data());
-      const double* o = p.o_ptr(r.b, r.i, r.h);
-      for (int d = 0; d < p.head_dim; ++d) {
-        out_o.push_back(o[d]);
-        ref_o.push_back(o_row[d]);
-        o_at.push_back(static_cast<std::int64_t>(o - p.o) + d);
-      }
-      const double* l = p.lse_ptr(r.b, r.i, r.h);
-      out_lse.push_back(*l);
-      ref_lse.push_back(lse);
-      lse_at.push_back(static_cast<std::int64_t>(l - p.lse));
+  std::vector<double> o_row(p.head_dim);
+  double done = 0;
+  for (std::size_t n = 0; n < rows.size(); ++n) {
+    const QueryRow& r = rows[n];
+    const double lse = reference_row(p, opt, r, o_row.data());
+    const double* o = p.o_ptr(r.b, r.i, r.h);
+    for (int d = 0; d < p.head_dim; ++d) {
+      out_o.push_back(o[d]);
+      ref_o.push_back(o_row[d]);
+      o_at.push_back(static_cast<std::int64_t>(o - p.o) + d);
     }
-    checked = static_cast<std::int64_t>(rows.size());
-    how = sample_description(checked, total_rows, "rows");
+    const double* l = p.lse_ptr(r.b, r.i, r.h);
+    out_lse.push_back(*l);
+    ref_lse.push_back(lse);
+    lse_at.push_back(static_cast<std::int64_t>(l - p.lse));
+    if (line) {
+      done += double(window.keys_seen(r.i, p.seq_q_len(r.b), p.seq_kv_len(r.b)));
+      if (n % 64 == 63 || n + 1 == rows.size()) line->callback()(pairs > 0 ? done / pairs : double(n + 1) / rows.size());
+    }
   }
+  if (line) line->finish();
+  const std::int64_t checked = static_cast<std::int64_t>(rows.size());
+  const std::string how =
+      sampled ? sample_description(checked, total_rows, "rows") : "all " + std::to_string(total_rows) + " rows";
   ErrorStats eo = compare(out_o, ref_o), el = compare(out_lse, ref_lse);
-  if (sampled) {  // positions in the output arrays, not in the sample
-    if (eo.first_nonfinite >= 0) eo.first_nonfinite = o_at[eo.first_nonfinite];
-    if (el.first_nonfinite >= 0) el.first_nonfinite = lse_at[el.first_nonfinite];
-  }
+  // Positions in the output arrays, not in the list of rows checked.
+  if (eo.first_nonfinite >= 0) eo.first_nonfinite = o_at[eo.first_nonfinite];
+  if (el.first_nonfinite >= 0) el.first_nonfinite = lse_at[el.first_nonfinite];
   j.add("check_mode", sampled ? "sampled" : "full").add("checked_rows", (long long)checked);
   j.add("total_rows", (long long)total_rows);
-  return check_verdict(eo, el, dtype, how, text, j, command);
+  return check_verdict(eo, el, dtype, how, console.text(), j, command);
 }
 
 int check_verdict(const ErrorStats& eo, const ErrorStats& el, io::DType dtype, const std::string& how, std::FILE* text,

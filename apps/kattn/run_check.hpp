@@ -7,12 +7,12 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "args.hpp"
 #include "batch_inputs.hpp"
+#include "console.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
 #include "kattn/core/attention_params.hpp"
@@ -55,14 +55,13 @@ AttentionParams<double> host_params(const DenseInputs& in, const std::vector<dou
 AttentionParams<double> host_params(const BatchInputs& in, const std::vector<double>& o,
                                     const std::vector<double>& lse);
 
-// The full reference's o and lse, in the layout of the outputs.
-using FullReference = std::function<void(std::vector<double>& o, std::vector<double>& lse)>;
-
-// Runs the check, prints its lines on `text` and records it in j (check, max_abs_err, rel_err,
-// lse_max_abs_err, checked_rows, total_rows, nonfinite, ...). Returns the exit status: 0, or 3
-// (with a line on standard error) when the check fails.
+// Runs the check, each checked row computed by the float64 textbook (reference_row): every row, or
+// a sample (check_samples). A long check shows its progress line on standard error as the console
+// says (progress_wanted). Prints its lines on `text` and records it in j (check, max_abs_err,
+// rel_err, lse_max_abs_err, checked_rows, total_rows, nonfinite, ...). Returns the exit status: 0,
+// or 3 (with a line on standard error) when the check fails.
 int check_outputs(const AttentionParams<double>& p, const Options& opt, const CheckSettings& settings, io::DType dtype,
-                  const FullReference& full, std::FILE* text, Json& j, const char* command);
+                  const Console& console, Json& j, const char* command);
 
 // The verdict on compared o and lse: prints the error line (`how` says what was checked) and the
 // non-finite counts, records them in j; returns 0, or 3 with a line on standard error.

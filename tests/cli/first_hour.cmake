@@ -120,6 +120,8 @@ kattn_cli_expect(save_inputs_creates ARGS run --random 1,8,8,1,1,4 --save-inputs
 # shows the forward's line, then the backward's, reported from its passes in pieces.
 kattn_cli_expect(progress ARGS run --random 1,3000,3000,1,1,32 --causal --progress STATUS 0
                  STDERR "progress: 100.0%, [0-9.]+ GFLOP/s, [0-9]+ s elapsed, 0 s left")
+kattn_cli_expect(progress_check ARGS run --random 1,3000,3000,1,1,32 --causal --check --progress STATUS 0
+                 STDERR "check against the float64 textbook: 100.0%, [0-9.]+ GFLOP/s, [0-9]+ s elapsed, 0 s left")
 kattn_cli_expect(progress_grad ARGS grad --random 1,3000,3000,1,1,32 --causal --progress STATUS 0
                  STDERR "progress: 100.0%, [0-9.]+ GFLOP/s.*progress: [ 0-9.]+%.*progress: 100.0%, [0-9.]+ GFLOP/s, [0-9]+ s elapsed, 0 s left")
 kattn_cli_expect(progress_grad_quiet ARGS grad --random 1,3000,3000,1,1,32 --causal --quiet STATUS 0 STDERR_NOT "progress")
