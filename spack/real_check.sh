@@ -62,10 +62,13 @@ git init -q --bare "$work/kattn.git"
 git -C "$src" push -q "$work/kattn.git" +HEAD:refs/heads/main
 echo "real_check: kattn $(git -C "$src" rev-parse --short HEAD) as branch main of $work/kattn.git"
 
-# ---- scikit-build-core, which Debian 12 lacks, for +python: an external prefix of its own ----
+# ---- scikit-build-core, which Debian 12 lacks, for +python: an external prefix of its own, with
+# the packaging it needs (its metadata code wants packaging.utils.InvalidName, which Debian's 23.0
+# lacks; this prefix comes first on the build's path) ----
 site=$(/usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_path("purelib", vars={"base": ""}).lstrip("/"))')
-if [ ! -d "$work/ext/scikit-build-core/$site/scikit_build_core" ]; then
-  /usr/bin/python3 -m pip install -q --no-deps --target "$work/ext/scikit-build-core/$site" scikit-build-core pathspec
+if [ ! -d "$work/ext/scikit-build-core/$site/scikit_build_core" ] || [ ! -d "$work/ext/scikit-build-core/$site/packaging" ]; then
+  /usr/bin/python3 -m pip install -q --no-deps --upgrade --target "$work/ext/scikit-build-core/$site" \
+    scikit-build-core pathspec 'packaging>=24'
 fi
 skbuild_version=$(/usr/bin/python3 -c "import sys; sys.path.insert(0, '$work/ext/scikit-build-core/$site')
 import scikit_build_core; print(scikit_build_core.__version__)")
