@@ -4,8 +4,8 @@
 #include <iostream>
 #include <optional>
 
-#include "kattn/errors.hpp"
 #include "kattn/core/key_window.hpp"
+#include "kattn/errors.hpp"
 #include "kattn/reference_rows.hpp"
 #include "progress_line.hpp"
 
@@ -13,7 +13,7 @@ namespace kattn {
 namespace cli {
 namespace {
 
-// The full reference's score matrix above this many bytes: sample rows instead.
+// Past a score matrix of this many bytes, checking every row takes too long: sample rows instead.
 constexpr double kFullReferenceBytes = double(1 << 30);
 // Rows checked by default when sampling.
 constexpr std::int64_t kDefaultSampleRows = 64;

@@ -1,7 +1,8 @@
 // --check of `kattn run`: the outputs against float64 textbook values computed on the same
-// (rounded) inputs. Every row when the full reference fits in memory; otherwise, or when asked
-// with --check-rows N, a sample of rows each computed exactly (kattn::reference_row): the first
-// and last rows, every masked edge, and random rows up to N. Non-finite outputs fail the check
+// (rounded) inputs, each checked row computed exactly (kattn::reference_row). Every row when the
+// problem's score matrix would fit in 1 GiB (a bound on the check's time); otherwise, or when
+// asked with --check-rows N, a sample: the first and last rows, every masked edge, and random
+// rows up to N. Non-finite outputs fail the check
 // unless the reference has the same non-finite values in the same places.
 #pragma once
 
@@ -38,7 +39,7 @@ double check_tolerance(io::DType dtype);
 double check_lse_tolerance(io::DType dtype);
 // The seed of the random rows of a sample: the same rows on every run.
 constexpr std::uint64_t kCheckSampleSeed = 0x6b61747;
-// Whether to check a sample of rows: asked for, or the full reference's arrays (full_bytes) past 1 GiB.
+// Whether to check a sample of rows: asked for, or the problem's score matrix (full_bytes) past 1 GiB.
 bool check_samples(const CheckSettings& settings, double full_bytes);
 // The rows a sample holds: --check-rows N, else 64.
 std::int64_t sample_size(const CheckSettings& settings);
