@@ -5,9 +5,9 @@
 #include <numeric>
 #include <random>
 
-#include "kattn/memory.hpp"
-#include "kattn/errors.hpp"
 #include "kattn/core/key_window.hpp"
+#include "kattn/errors.hpp"
+#include "kattn/memory.hpp"
 #include "dtype.hpp"
 #include "paths.hpp"
 

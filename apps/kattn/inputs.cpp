@@ -6,10 +6,10 @@
 #include <limits>
 #include <random>
 
-#include "kattn/cpu_products.hpp"
-#include "kattn/memory.hpp"
-#include "kattn/errors.hpp"
 #include "kattn/core/key_window.hpp"
+#include "kattn/cpu_products.hpp"
+#include "kattn/errors.hpp"
+#include "kattn/memory.hpp"
 #include "paths.hpp"
 
 namespace kattn {

@@ -30,8 +30,8 @@
 
 #include "kattn/attention.hpp"
 #include "kattn/backward.hpp"
-#include "kattn/errors.hpp"
 #include "kattn/detail/tile_sizes.hpp"
+#include "kattn/errors.hpp"
 
 namespace {
 

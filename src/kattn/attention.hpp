@@ -23,8 +23,9 @@
 #include "kattn/backward.hpp"
 #include "kattn/block_mask.hpp"
 #include "kattn/block_patterns.hpp"
-#include "kattn/detail/cascade.hpp"
 #include "kattn/detail/attention_impl.hpp"
+#include "kattn/detail/cascade.hpp"
+#include "kattn/detail/shapes.hpp"
 #include "kattn/detail/widening.hpp"
 #include "kattn/detail/zero_fill.hpp"
 #include "kattn/kv.hpp"
@@ -32,7 +33,6 @@
 #include "kattn/paged.hpp"
 #include "kattn/plan_splits.hpp"
 #include "kattn/ragged.hpp"
-#include "kattn/detail/shapes.hpp"
 
 namespace kattn {
 namespace detail {

@@ -8,10 +8,10 @@
 #include <type_traits>
 
 #include "kattn/backward_params.hpp"
-#include "kattn/paged.hpp"
-#include "kattn/errors.hpp"
-#include "kattn/ragged.hpp"
 #include "kattn/detail/shapes.hpp"
+#include "kattn/errors.hpp"
+#include "kattn/paged.hpp"
+#include "kattn/ragged.hpp"
 
 namespace kattn {
 namespace detail {

@@ -13,8 +13,8 @@
 #include "kattn/detail/cuda_dispatch.hpp"
 #include "kattn/detail/head_major_kv.hpp"
 #include "kattn/detail/launch.hpp"
-#include "kattn/plan_splits.hpp"
 #include "kattn/detail/tile_sizes.hpp"
+#include "kattn/plan_splits.hpp"
 
 namespace kattn {
 namespace detail {

@@ -20,8 +20,8 @@
 #include "kattn/compat.hpp"
 #include "kattn/detail/attention_impl.hpp"
 #include "kattn/detail/merge_states.hpp"
-#include "kattn/errors.hpp"
 #include "kattn/detail/shapes.hpp"
+#include "kattn/errors.hpp"
 
 namespace kattn {
 namespace detail {

@@ -18,10 +18,10 @@
 #include <utility>
 #include <vector>
 
-#include "kattn/errors.hpp"
 #include "kattn/core/attention_params.hpp"
-#include "kattn/ragged.hpp"
 #include "kattn/detail/shapes.hpp"
+#include "kattn/errors.hpp"
+#include "kattn/ragged.hpp"
 
 namespace kattn {
 

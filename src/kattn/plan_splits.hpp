@@ -9,14 +9,14 @@
 
 #include <cstdint>
 #include <type_traits>
+#include "kattn/core/attention_params.hpp"
+#include "kattn/core/split_planner.hpp"
+#include "kattn/detail/shapes.hpp"
+#include "kattn/detail/tile_sizes.hpp"
 #include "kattn/options.hpp"
 #include "kattn/paged.hpp"
-#include "kattn/core/attention_params.hpp"
-#include "kattn/ragged.hpp"
-#include "kattn/detail/shapes.hpp"
-#include "kattn/core/split_planner.hpp"
-#include "kattn/detail/tile_sizes.hpp"
 #include "kattn/processors.hpp"
+#include "kattn/ragged.hpp"
 
 namespace kattn {
 

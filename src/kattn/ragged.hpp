@@ -19,9 +19,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "kattn/errors.hpp"
 #include "kattn/core/attention_params.hpp"
 #include "kattn/detail/shapes.hpp"
+#include "kattn/errors.hpp"
 
 namespace kattn {
 

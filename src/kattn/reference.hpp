@@ -7,10 +7,10 @@
 
 #include "kattn/core/attention_params.hpp"
 #include "kattn/detail/accessible.hpp"
+#include "kattn/detail/shapes.hpp"
 #include "kattn/options.hpp"
 #include "kattn/paged.hpp"
 #include "kattn/ragged.hpp"
-#include "kattn/detail/shapes.hpp"
 
 namespace kattn {
 namespace detail {

@@ -21,10 +21,10 @@
 #include "kattn/backward_options.hpp"
 #include "kattn/detail/tile_geometry.hpp"
 #include "kattn/detail/tile_search.hpp"
+#include "kattn/detail/tile_sizes.hpp"
 #include "kattn/detail/tuning.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/options.hpp"
-#include "kattn/detail/tile_sizes.hpp"
 
 namespace kattn {
 namespace detail {

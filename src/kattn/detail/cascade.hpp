@@ -23,13 +23,13 @@
 #include "kattn/core/storage.hpp"
 #include "kattn/detail/attention_impl.hpp"
 #include "kattn/detail/memory_check.hpp"
+#include "kattn/detail/shapes.hpp"
 #include "kattn/detail/widening.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/merge.hpp"
 #include "kattn/options.hpp"
 #include "kattn/paged.hpp"
 #include "kattn/ragged.hpp"
-#include "kattn/detail/shapes.hpp"
 #include "kattn/workspace.hpp"
 
 namespace kattn {

@@ -14,15 +14,15 @@
 #include "kattn/core/score_scaling.hpp"
 #include "kattn/core/state.hpp"
 #include "kattn/cpu_products.hpp"
+#include "kattn/detail/column_tiles.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/merge_partials.hpp"
 #include "kattn/detail/pair_column_tiles.hpp"
 #include "kattn/detail/progress.hpp"
 #include "kattn/detail/row_tiles.hpp"
-#include "kattn/detail/column_tiles.hpp"
+#include "kattn/detail/tile_sizes.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/options.hpp"
-#include "kattn/detail/tile_sizes.hpp"
 #include "kattn/workspace.hpp"
 
 namespace kattn {

@@ -6,10 +6,10 @@
 
 #include <cstdint>
 
-#include "kattn/detail/merge_rows.hpp"
-#include "kattn/detail/column_tiles.hpp"
 #include "kattn/core/attention_params.hpp"
 #include "kattn/core/state.hpp"
+#include "kattn/detail/column_tiles.hpp"
+#include "kattn/detail/merge_rows.hpp"
 
 namespace kattn {
 namespace detail {

@@ -17,9 +17,9 @@
 #include <cstring>
 
 #include "kattn/cpu_products.hpp"
+#include "kattn/detail/column_tiles.hpp"
 #include "kattn/detail/exp2.hpp"
 #include "kattn/detail/pair_gemm.hpp"
-#include "kattn/detail/column_tiles.hpp"
 
 namespace kattn {
 namespace detail {

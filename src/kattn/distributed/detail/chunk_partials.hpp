@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "kattn/detail/attention_impl.hpp"
-#include "kattn/options.hpp"
 #include "kattn/detail/tile_sizes.hpp"
+#include "kattn/options.hpp"
 
 namespace kattn {
 namespace dist {

@@ -22,6 +22,7 @@
 #include "kattn/backward.hpp"
 #include "kattn/core/storage.hpp"
 #include "kattn/detail/memory_check.hpp"
+#include "kattn/detail/shapes.hpp"
 #include "kattn/detail/widening.hpp"
 #include "kattn/distributed/collective.hpp"
 #include "kattn/distributed/detail/agreement.hpp"
@@ -30,7 +31,6 @@
 #include "kattn/errors.hpp"
 #include "kattn/kv.hpp"
 #include "kattn/options.hpp"
-#include "kattn/detail/shapes.hpp"
 
 namespace kattn {
 namespace dist {
