@@ -93,6 +93,42 @@ TEST(State, FinishedRowsMergeLikeStates) {
   EXPECT_TRUE(from_lse(-kInf).is_empty());
 }
 
+// A sink is one more logit with a zero value: finish_with_sink equals the textbook softmax over
+// the scores and the sink, for a row of keys, an empty row, no sink and a dominating sink.
+TEST(State, SinkIsOneMoreLogitWithZeroValue) {
+  const std::vector<double> scores = {0.3, -1.2, 2.5, 0.0, -0.7};
+  for (double sink : {-kInf, -3.0, 0.4, 2.5, 40.0}) {
+    Row r;
+    for (std::size_t i = 0; i < scores.size(); ++i) r.fold(scores[i], double(i));
+    const Finish<double> f = finish_with_sink(r.st, sink * kLog2e);
+    double z = std::exp(sink), ov = 0;
+    for (std::size_t i = 0; i < scores.size(); ++i) z += std::exp(scores[i]), ov += std::exp(scores[i]) * double(i);
+    EXPECT_NEAR(r.o * f.inv_l, ov / z, 1e-14) << "sink " << sink;
+    EXPECT_NEAR(f.lse, std::log(z), 1e-14) << "sink " << sink;
+    // The gradient: d lse-weighted loss L = sum_d dO_d O_d over the sink's logit is -p_sink D.
+    const double delta = 0.7 * (ov / z), eps = 1e-6;
+    if (sink != -kInf) {
+      const auto out = [&](double s) {
+        double zz = std::exp(s), oo = 0;
+        for (std::size_t i = 0; i < scores.size(); ++i) zz += std::exp(scores[i]), oo += std::exp(scores[i]) * double(i);
+        return 0.7 * oo / zz;  // dO = 0.7, so L = 0.7 O and D = dO O
+      };
+      const double fd = (out(sink + eps) - out(sink - eps)) / (2 * eps);
+      EXPECT_NEAR(sink_gradient(sink, f.lse, delta), fd, 1e-8) << "sink " << sink;
+    } else {
+      EXPECT_EQ(sink_gradient(sink, f.lse, delta), 0.0);
+    }
+  }
+  // A row that saw no key: o = 0, lse = the sink; without a sink, as finish.
+  const Finish<double> e = finish_with_sink(RowState<double>::empty(), 1.5 * kLog2e);
+  EXPECT_EQ(e.inv_l, 0.0);
+  EXPECT_NEAR(e.lse, 1.5, 1e-15);
+  const Finish<double> none = finish_with_sink(RowState<double>::empty(), -kInf);
+  EXPECT_EQ(none.inv_l, 0.0);
+  EXPECT_EQ(none.lse, -kInf);
+  EXPECT_TRUE(std::isnan(finish_with_sink(RowState<double>{1.0, 1.0}, std::nan("")).lse));
+}
+
 TEST(State, LargeScoreGapsNeverMakeNaN) {
   Row r;
   r.fold(-1e300, 1);

@@ -119,6 +119,29 @@ KATTN_CORE_INLINE Finish<T> finish(const RowState<T>& st) {
   return {T(1) / st.l, (st.m + core::log2(st.l)) * T(kLn2)};
 }
 
+// Finish with an attention sink (GPT-OSS, StreamingLLM): a logit `sink` per head (log2 units,
+// scaled as the scores are, after softcap) that takes probability mass and carries no value. It is
+// the state (m = sink, l = 1, o = 0) merged into the row's final state, so it must be applied once
+// per row, where the row's state is final (after every tile, split, cascade part and rank): o
+// scaled by inv_l gives softmax over the keys and the sink, lse includes the sink. A row that saw
+// no key gets o = 0 and lse = sink; sink = -inf is no sink (finish's result); NaN propagates.
+template <class T>
+KATTN_CORE_INLINE Finish<T> finish_with_sink(const RowState<T>& st, T sink) {
+  const Merge<T> mg = merge(st, RowState<T>{sink, T(1)});
+  if (mg.state.l == T(0) || !mg.b_seen) return finish(st);  // sink -inf: nothing to merge
+  // o is relative to st.m: the merge rescales it by alpha_a (0 for an empty row).
+  return {mg.alpha_a / mg.state.l, (mg.state.m + core::log2(mg.state.l)) * T(kLn2)};
+}
+
+// A sink's gradient from one row: with p = exp(sink_nat - lse) the sink's probability and
+// D = dO . O the row's rowsum (the backward's delta), d(sink) = -p D; summed over the rows of the
+// head. sink_nat and lse in natural-log units.
+template <class T>
+KATTN_CORE_INLINE T sink_gradient(T sink_nat, T lse, T delta) {
+  if (sink_nat == -core::infinity<T>()) return T(0);
+  return -core::exp2((sink_nat - lse) * T(kLog2e)) * delta;
+}
+
 // The output of a finished row: out = o / l.
 template <class T, class V>
 KATTN_CORE_INLINE V finished_o(const V& o, const Finish<T>& fin) {
