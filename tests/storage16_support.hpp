@@ -116,12 +116,13 @@ double textbook_row_in(const AttentionParams<double>& p, const Options& opt, con
   const float scale = static_cast<float>(ScoreScaling::make(p.head_dim, opt.scale, opt.softcap).scale);
   const std::int64_t first = window.first(row.i, q_len, kv_len), last = window.last(row.i, q_len, kv_len);
   std::fill(o_row, o_row + p.head_dim, 0.0);
-  if (last < first) return -std::numeric_limits<double>::infinity();
+  const float sink = opt.sinks.empty() ? -std::numeric_limits<float>::infinity() : float(opt.sinks[row.h]);
+  if (last < first) return sink;
   const double* q = p.q_ptr(row.b, row.i, row.h);
   const int hk = row.h / p.group_size();
   const auto round = [](float x) { return widen(narrow<S>(x)); };
   std::vector<float> s(static_cast<std::size_t>(last - first + 1));
-  float m = -std::numeric_limits<float>::infinity();
+  float m = sink;
   for (std::int64_t j = first; j <= last; ++j) {
     const double* k = p.k_ptr(row.b, j, hk);
     float dot = 0;
@@ -132,7 +133,7 @@ double textbook_row_in(const AttentionParams<double>& p, const Options& opt, con
     m = std::isnan(s[j - first]) || std::isnan(m) ? s[j - first] + m : std::max(m, s[j - first]);
   }
   if (m == -std::numeric_limits<float>::infinity()) return -std::numeric_limits<double>::infinity();
-  float l = 0;
+  float l = std::exp(sink - m);
   for (float& x : s) l += (x = std::exp(x - m));
   std::vector<float> acc(p.head_dim, 0.0f);
   for (std::size_t n = 0; n < s.size(); ++n) {

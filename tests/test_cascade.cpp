@@ -171,6 +171,17 @@ TEST(Cascade, SoftcapScaleGqaAndFloat) {
   check_cascade<float>({1, 1, 3}, {100, 7, 40}, 3000, 8, 8, 128, Options{}, 16);
 }
 
+// The sinks merge once into the cascade's merged rows: the flat attention with the same sinks.
+TEST(Cascade, SinksEqualFlatAttentionWithSinks) {
+  for (int page : {0, 16})
+    for (bool causal : {false, true}) {
+      Options o;
+      o.causal = causal;
+      o.sinks = {0.5, -std::numeric_limits<double>::infinity(), 3.0, -1.0};
+      check_cascade<double>({1, 3, 0, 2}, {7, 0, 4, 40}, 129, 4, 2, 16, o, page);
+    }
+}
+
 TEST(Cascade, WithoutLse) {
   RaggedProblem<double> p({1, 2}, {3, 4}, 2, 1, 8, fresh_seed());
   View3<double> kp("kp", 50, 1, 8), vp("vp", 50, 1, 8);

@@ -26,6 +26,7 @@
 #include "kattn/detail/attention_impl.hpp"
 #include "kattn/detail/cascade.hpp"
 #include "kattn/detail/shapes.hpp"
+#include "kattn/detail/sinks.hpp"
 #include "kattn/detail/widening.hpp"
 #include "kattn/detail/zero_fill.hpp"
 #include "kattn/kv.hpp"
@@ -41,6 +42,16 @@ inline void require_dense_for_block_mask(const Options& opt, const char* kind) {
   KATTN_REQUIRE(opt.block_mask == nullptr, "block_mask: supported with dense keys and values, not with ", kind);
 }
 
+// The backward kernels, then the sinks' gradient (the kernels need nothing else for them: lse
+// includes the sinks).
+template <class ExecSpace, class BP>
+BackwardInfo backward_with_sinks(const ExecSpace& space, const BP& p, const Options& opt, const BackwardOptions& bopt) {
+  require_sinks(opt, p.fwd.heads_q);
+  BackwardInfo info = backward_impl(space, p, opt, bopt);
+  info.dsinks = sink_gradients(space, p, opt);
+  return info;
+}
+
 }  // namespace detail
 
 // o (and lse) = attention of q over dense keys and values; returns the split it used.
@@ -50,7 +61,8 @@ SplitPlan attention(const ExecSpace& space, const QView& q, const kv::Dense<KVie
   static_assert(detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView>(),
                 "kattn::attention: the views must be accessible from the execution space");
   validate(opt);
-  return detail::attention_impl(space, dense_params(q, kv.k, kv.v, o, lse), opt, BatchLengths{});
+  return detail::with_sinks(space, dense_params(q, kv.k, kv.v, o, lse), opt,
+                            [&](const auto& p) { return detail::attention_impl(space, p, opt, BatchLengths{}); });
 }
 
 template <class ExecSpace, class QView, class KView, class VView, class MemorySpace, class OView, class LseView>
@@ -61,7 +73,8 @@ SplitPlan attention(const ExecSpace& space, const QView& q, const kv::Ragged<KVi
                 "kattn::attention: the views and the layout must be accessible from the execution space");
   validate(opt);
   detail::require_dense_for_block_mask(opt, "a ragged batch");
-  return detail::attention_impl(space, ragged_params(q, kv.k, kv.v, o, lse, kv.layout), opt, kv.layout.lengths);
+  return detail::with_sinks(space, ragged_params(q, kv.k, kv.v, o, lse, kv.layout), opt,
+                            [&](const auto& p) { return detail::attention_impl(space, p, opt, kv.layout.lengths); });
 }
 
 template <class ExecSpace, class QView, class KView, class VView, class MemorySpace, class OView, class LseView>
@@ -72,7 +85,8 @@ SplitPlan attention(const ExecSpace& space, const QView& q, const kv::Paged<KVie
                 "kattn::attention: the views and the layout must be accessible from the execution space");
   validate(opt);
   detail::require_dense_for_block_mask(opt, "a paged cache");
-  return detail::attention_impl(space, paged_params(q, kv.k, kv.v, o, lse, kv.layout), opt, kv.layout.lengths);
+  return detail::with_sinks(space, paged_params(q, kv.k, kv.v, o, lse, kv.layout), opt,
+                            [&](const auto& p) { return detail::attention_impl(space, p, opt, kv.layout.lengths); });
 }
 
 // Cascade: the prefix pass and the suffix pass each plan their own split.
@@ -113,7 +127,7 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q, const kv
                                                                 dvf, opt, bopt);
                                     });
   } else {
-    return detail::backward_impl(space, backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv), opt, bopt);
+    return detail::backward_with_sinks(space, backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv), opt, bopt);
   }
 }
 
@@ -136,8 +150,8 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q, const kv
                                                                 dqf, dkf, dvf, opt, bopt);
                                     });
   } else {
-    return detail::backward_impl(space, ragged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout), opt,
-                                 bopt);
+    return detail::backward_with_sinks(
+        space, ragged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout), opt, bopt);
   }
 }
 
@@ -165,7 +179,7 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q, const kv
     const auto p = paged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout);
     detail::zero_fill(space, dk);  // the kernels write the slots that hold keys
     detail::zero_fill(space, dv);
-    return detail::backward_impl(space, p, opt, bopt);
+    return detail::backward_with_sinks(space, p, opt, bopt);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstddef>
+#include <vector>
 
 #include "kattn/backward_options.hpp"
 #include "kattn/backward_params.hpp"
@@ -21,6 +22,7 @@ struct BackwardInfo {
   int chunks = 1;                          // key_chunks: the chunk count (else key-pass teams per head)
   int block_q = 0, block_k = 0;            // tile sizes
   std::size_t workspace_bytes = 0;         // extra device memory beyond the arguments
+  std::vector<double> dsinks;              // d(sum(o * dout)) / d(Options::sinks); empty without sinks
 };
 
 namespace detail {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "kattn/cpu_products.hpp"
 #include "kattn/errors.hpp"
@@ -27,6 +28,12 @@ struct Options {
   std::int64_t diagonal_shift = 0;
   // Logits soft-capping: each scaled score s becomes softcap * tanh(s / softcap); 0 turns it off.
   double softcap = 0.0;
+  // Attention sinks (GPT-OSS, StreamingLLM): one logit per query head that takes part in each
+  // row's softmax and carries no value, so a row's weights sum to less than 1 and lse includes it.
+  // Natural-log units, compared with the scaled (and soft-capped) scores; -inf gives a head none.
+  // Empty: no sinks; otherwise one per query head. A row that sees no key gets o = 0, lse = sink.
+  // The backward returns their gradient (BackwardInfo::dsinks).
+  std::vector<double> sinks;
   // Score scale; 0 means 1 / sqrt(head_dim).
   double scale = 0.0;
   // Query-row and key tile sizes; 0 lets kattn choose from the execution space's scratch limit

@@ -8,6 +8,7 @@
 #include "kattn/detail/backends.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/score_matrix.hpp"
+#include "kattn/detail/sinks.hpp"
 #include "kattn/detail/textbook_softmax.hpp"
 #include "kattn/core/score_scaling.hpp"
 #include "kattn/core/key_window.hpp"
@@ -54,8 +55,10 @@ void reference_impl(const ExecSpace& space, const AttentionParams<T>& p, const O
     Kokkos::parallel_for("kattn::reference::scores", Rank4(space, {0, 0, 0, 0}, {p.batch, p.heads_q, p.q_len, p.kv_len}),
                          TextbookScores<ExecSpace, T>{p, s, window, scale, static_cast<T>(opt.softcap)});
   }
+  require_sinks(opt, p.heads_q);
+  const auto sinks = device_sinks<T>(space, opt.sinks, 1.0);
   Kokkos::parallel_for("kattn::reference::softmax", Rank3(space, {0, 0, 0}, {p.batch, p.heads_q, p.q_len}),
-                       TextbookSoftmax<ExecSpace, T>{p, s, window});
+                       TextbookSoftmax<ExecSpace, T>{p, s, window, opt.sinks.empty() ? nullptr : sinks.data()});
   Kokkos::parallel_for("kattn::reference::pv", Rank4(space, {0, 0, 0, 0}, {p.batch, p.heads_q, p.q_len, p.head_dim}),
                        WeightedValues<ExecSpace, T>{p, s, window});
   compat::fence(space, "kattn::reference: S is freed on return");

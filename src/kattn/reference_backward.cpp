@@ -7,6 +7,7 @@
 #include "kattn/detail/backends.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/score_matrix.hpp"
+#include "kattn/detail/sinks.hpp"
 #include "kattn/detail/textbook_softmax.hpp"
 #include "kattn/core/score_scaling.hpp"
 #include "kattn/core/key_window.hpp"
@@ -54,17 +55,26 @@ struct ProbabilityGradient {
   }
 };
 
-// Per row: D = sum_j P dP, then dS = scale P (dP - D) [x (1 - tanh^2(s / softcap))], in place of dP.
+// Per row: D = sum_j P dP, then dS = scale P (dP - D) [x (1 - tanh^2(s / softcap))], in place of dP;
+// with sinks, the row's term of d(sink) = -P_sink D goes to sink_terms[(b Nq + i) Hq + h].
 template <class ExecSpace, class T>
 struct ScoreGradient {
   Problem<T> pr;
   Matrix<ExecSpace, T> s, dp;
+  const T* sinks = nullptr;  // natural log, per query head; null: none
+  AttentionParams<T> softmax_rows;  // the params the softmax wrote its lse through
+  T* sink_terms = nullptr;
 
   KOKKOS_INLINE_FUNCTION void operator()(const int b, const int h, const std::int64_t i) const {
     const std::int64_t q_len = pr.p.fwd.seq_q_len(b), kv_len = pr.p.fwd.seq_kv_len(b);
     if (i >= q_len) return;
     T di = 0;
     for (std::int64_t j = 0; j < kv_len; ++j) di += s(b, h, i, j) * dp(b, h, i, j);
+    if (sinks) {
+      const T row_lse = *softmax_rows.lse_ptr(b, i, h);
+      sink_terms[(b * pr.p.fwd.q_len + i) * pr.p.fwd.heads_q + h] =
+          sinks[h] == -compat::infinity<T>() ? T(0) : -compat::exp(sinks[h] - row_lse) * di;
+    }
     for (std::int64_t j = 0; j < kv_len; ++j) {
       T ds = s(b, h, i, j) * (dp(b, h, i, j) - di);
       if (pr.softcap > T(0) && pr.window.visible(i, j, q_len, kv_len)) {
@@ -115,10 +125,12 @@ struct KeyValueGradient {
 }  // namespace
 
 template <class ExecSpace, class T>
-void reference_backward_impl(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt) {
+std::vector<double> reference_backward_impl(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt) {
   compat::ScopedRegion region("kattn::reference_backward");
   const AttentionParams<T>& f = p.fwd;
-  if (f.batch == 0 || f.heads_q == 0) return;
+  require_sinks(opt, f.heads_q);
+  std::vector<double> dsinks(opt.sinks.size(), 0.0);
+  if (f.batch == 0 || f.heads_q == 0) return dsinks;
   require_memory<typename ExecSpace::memory_space>(
       saturating_mul(saturating_mul(saturating_mul(f.batch, f.heads_q), saturating_mul(f.q_len, f.kv_len)),
                      2 * sizeof(T)),
@@ -130,17 +142,30 @@ void reference_backward_impl(const ExecSpace& space, const BackwardParams<T>& p,
   using Rank4 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<4>, Kokkos::IndexType<std::int64_t>>;
   Problem<T> pr{p, KeyWindow::from(opt), static_cast<T>(ScoreScaling::make(f.head_dim, opt.scale, opt.softcap).scale),
                 static_cast<T>(opt.softcap)};
-  AttentionParams<T> no_lse = f;  // P only: the backward reads the forward's lse
+  AttentionParams<T> no_lse = f;  // P only (with sinks, its own lse): the backward reads the forward's lse
   no_lse.lse = nullptr;
+  using Mem = typename ExecSpace::memory_space;
+  const bool with_sinks = !opt.sinks.empty();
+  const auto sinks = device_sinks<T>(space, opt.sinks, 1.0);
+  const std::int64_t row_heads = with_sinks ? std::int64_t(f.batch) * f.q_len * f.heads_q : 0;
+  Kokkos::View<T*, Mem> row_lse("kattn::reference_backward::lse", row_heads);
+  Kokkos::View<T*, Mem> sink_terms("kattn::reference_backward::sink_terms", row_heads);
+  if (with_sinks) {  // rows (b, i) then heads, in lse_ptr's dense and ragged rules
+    no_lse.lse = row_lse.data();
+    no_lse.lse_stride_batch = f.q_len * f.heads_q;
+    no_lse.lse_stride_seq = f.heads_q;
+    no_lse.lse_stride_head = 1;
+  }
+  const T* sinks_or_null = with_sinks ? sinks.data() : nullptr;
   Matrix<ExecSpace, T> s(space, "kattn::reference_backward::P", f.batch, f.heads_q, f.q_len, f.kv_len);
   Matrix<ExecSpace, T> dp(space, "kattn::reference_backward::dS", f.batch, f.heads_q, f.q_len, f.kv_len);
   const Rank4 pairs(space, {0, 0, 0, 0}, {f.batch, f.heads_q, f.q_len, f.kv_len});
   const Rank3 rows(space, {0, 0, 0}, {f.batch, f.heads_q, f.q_len});
   if (f.q_len > 0 && f.kv_len > 0) {
     Kokkos::parallel_for("kattn::reference_backward::scores", pairs, TextbookScores<ExecSpace, T>{no_lse, s, pr.window, pr.scale, pr.softcap});
-    Kokkos::parallel_for("kattn::reference_backward::softmax", rows, TextbookSoftmax<ExecSpace, T>{no_lse, s, pr.window});
+    Kokkos::parallel_for("kattn::reference_backward::softmax", rows, TextbookSoftmax<ExecSpace, T>{no_lse, s, pr.window, sinks_or_null});
     Kokkos::parallel_for("kattn::reference_backward::dp", pairs, ProbabilityGradient<ExecSpace, T>{pr, dp});
-    Kokkos::parallel_for("kattn::reference_backward::ds", rows, ScoreGradient<ExecSpace, T>{pr, s, dp});
+    Kokkos::parallel_for("kattn::reference_backward::ds", rows, ScoreGradient<ExecSpace, T>{pr, s, dp, sinks_or_null, no_lse, sink_terms.data()});
   }
   if (f.q_len > 0)
     Kokkos::parallel_for("kattn::reference_backward::dq",
@@ -151,10 +176,13 @@ void reference_backward_impl(const ExecSpace& space, const BackwardParams<T>& p,
                          Rank4(space, {0, 0, 0, 0}, {f.batch, f.heads_kv, f.kv_len, f.head_dim}),
                          KeyValueGradient<ExecSpace, T>{pr, s, dp});
   compat::fence(space, "kattn::reference_backward: P and dS are freed on return");
+  const auto terms = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), sink_terms);
+  for (std::int64_t r = 0; r < row_heads; ++r) dsinks[static_cast<std::size_t>(r % f.heads_q)] += double(terms(r));
+  return dsinks;
 }
 
 #define KATTN_INSTANTIATE_REFERENCE_BACKWARD(Space, T) \
-  template void reference_backward_impl<Space, T>(const Space&, const BackwardParams<T>&, const Options&);
+  template std::vector<double> reference_backward_impl<Space, T>(const Space&, const BackwardParams<T>&, const Options&);
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_REFERENCE_BACKWARD)
 
 }  // namespace detail

@@ -9,6 +9,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <vector>
+
 #include "kattn/backward_params.hpp"
 #include "kattn/backward_shapes.hpp"
 #include "kattn/detail/accessible.hpp"
@@ -19,14 +21,15 @@ namespace detail {
 
 // Reads q, k, v, dout (and the ragged indptrs) of p; ignores o and lse.
 template <class ExecSpace, class T>
-void reference_backward_impl(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt);
+std::vector<double> reference_backward_impl(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt);
 
 }  // namespace detail
 
-// Same shapes as kattn::attention_backward over kv::dense, without o and lse. Returns when the gradients are written.
+// Same shapes as kattn::attention_backward over kv::dense, without o and lse. Returns when the gradients are
+// written, with the sinks' gradient (empty without Options::sinks).
 template <class ExecSpace, class QView, class KView, class VView, class DoView, class DqView, class DkView,
           class DvView>
-void reference_backward(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const DoView& dout,
+std::vector<double> reference_backward(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const DoView& dout,
                         const DqView& dq, const DkView& dk, const DvView& dv, const Options& opt = {}) {
   static_assert(detail::accessible_from<ExecSpace, QView, KView, VView, DoView, DqView, DkView, DvView>(),
                 "kattn::reference_backward: the views must be accessible from the execution space");
@@ -39,7 +42,7 @@ void reference_backward(const ExecSpace& space, const QView& q, const KView& k, 
   p.fwd.o = nullptr;
   detail::check_gradient_views(q, k, v, dout, dout, dq, dk, dv);
   detail::fill_gradients(p, dout, dq, dk, dv);
-  detail::reference_backward_impl(space, p, opt);
+  return detail::reference_backward_impl(space, p, opt);
 }
 
 }  // namespace kattn

@@ -66,16 +66,22 @@ void masked_scores(const QView& q, const KView& k, const ElementMask& mask, cons
   }
 }
 
-// P of the row in place; returns the natural-log LSE (-inf when the row sees no key: P = 0).
+// The sink of head h (Options::sinks), -inf when none.
+inline double sink_of(const Options& opt, int h) {
+  return opt.sinks.empty() ? -std::numeric_limits<double>::infinity() : opt.sinks[static_cast<std::size_t>(h)];
+}
+
+// P of the row in place, with the sink as one more logit of no value; returns the natural-log LSE
+// (-inf when the row sees no key and has no sink: P = 0).
 template <class T>
-T softmax_row(std::vector<T>& s) {
-  T m = -std::numeric_limits<T>::infinity();
+T softmax_row(std::vector<T>& s, T sink = -std::numeric_limits<T>::infinity()) {
+  T m = sink;
   for (T x : s) m = x > m ? x : m;
   if (m == -std::numeric_limits<T>::infinity()) {
     for (T& x : s) x = 0;
     return m;
   }
-  T l = 0;
+  T l = std::exp(sink - m);
   for (T& x : s) {
     x = std::exp(x - m);
     l += x;
@@ -99,7 +105,7 @@ void reference_masked(const QView& q, const KView& k, const VView& v, const OVie
     for (int h = 0; h < Hq; ++h)
       for (std::int64_t i = 0; i < Nq; ++i) {
         detail::masked_scores(q, k, mask, opt, b, h, i, s);
-        const T l = detail::softmax_row(s);
+        const T l = detail::softmax_row(s, static_cast<T>(detail::sink_of(opt, h)));
         if (lse.size() > 0) lse(b, h, i) = l;
         for (int d = 0; d < D; ++d) {
           T acc = 0;
@@ -111,9 +117,9 @@ void reference_masked(const QView& q, const KView& k, const VView& v, const OVie
 }
 
 // The gradients of sum(o * dout) under the element mask: dq like q, dk and dv like k (summed over
-// each GQA group). Overwrites dq, dk, dv.
+// each GQA group). Overwrites dq, dk, dv; returns the sinks' gradient (empty without sinks).
 template <class QView, class KView, class VView, class DoView, class DqView, class DkView, class DvView>
-void reference_backward_masked(const QView& q, const KView& k, const VView& v, const DoView& dout, const DqView& dq,
+std::vector<double> reference_backward_masked(const QView& q, const KView& k, const VView& v, const DoView& dout, const DqView& dq,
                                const DkView& dk, const DvView& dv, const ElementMask& mask, const Options& opt = {}) {
   using T = typename DqView::non_const_value_type;
   const int B = static_cast<int>(q.extent(0)), Hq = static_cast<int>(q.extent(2)), D = static_cast<int>(q.extent(3));
@@ -124,12 +130,14 @@ void reference_backward_masked(const QView& q, const KView& k, const VView& v, c
   Kokkos::deep_copy(dk, T(0));
   Kokkos::deep_copy(dv, T(0));
   std::vector<T> s, p, ds;
+  std::vector<double> dsinks(opt.sinks.size(), 0.0);
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < Hq; ++h)
       for (std::int64_t i = 0; i < Nq; ++i) {
         detail::masked_scores(q, k, mask, opt, b, h, i, s);
         p = s;
-        detail::softmax_row(p);
+        const T sink = static_cast<T>(detail::sink_of(opt, h));
+        const T lse = detail::softmax_row(p, sink);
         ds.assign(static_cast<std::size_t>(Nk), T(0));
         T di = 0;
         for (std::int64_t j = 0; j < Nk; ++j) {
@@ -139,6 +147,8 @@ void reference_backward_masked(const QView& q, const KView& k, const VView& v, c
           ds[static_cast<std::size_t>(j)] = dp;
           di += p[static_cast<std::size_t>(j)] * dp;
         }
+        if (!opt.sinks.empty() && sink != -std::numeric_limits<T>::infinity())
+          dsinks[static_cast<std::size_t>(h)] -= double(std::exp(sink - lse) * di);  // d(sink) = -p_sink D
         for (std::int64_t j = 0; j < Nk; ++j) {
           const T pj = p[static_cast<std::size_t>(j)];
           if (pj == T(0)) continue;
@@ -154,6 +164,7 @@ void reference_backward_masked(const QView& q, const KView& k, const VView& v, c
           }
         }
       }
+  return dsinks;
 }
 
 }  // namespace kattn

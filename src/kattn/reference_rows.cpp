@@ -18,16 +18,18 @@ RowSoftmax row_softmax(const AttentionParams<double>& p, const Options& opt, con
   const KeyWindow window = KeyWindow::from(opt);
   const double scale = ScoreScaling::make(p.head_dim, opt.scale, opt.softcap).scale;
   const std::int64_t first = window.first(row.i, q_len, kv_len), last = window.last(row.i, q_len, kv_len);
+  // The head's sink (Options::sinks): one more logit of the row, of no value.
+  const double sink = opt.sinks.empty() ? -std::numeric_limits<double>::infinity() : opt.sinks[std::size_t(row.h)];
   RowSoftmax r;
   r.first = first;
-  r.lse = -std::numeric_limits<double>::infinity();
+  r.lse = sink;
   if (last < first) return r;
   const double* q = p.q_ptr(row.b, row.i, row.h);
   const int kv_head = row.h / p.group_size();
   // The textbook's steps on one row: scores, max, exp and sum, normalised.
   r.scores.resize(static_cast<std::size_t>(last - first + 1));
   r.p.assign(r.scores.size(), 0.0);
-  double m = -std::numeric_limits<double>::infinity();
+  double m = sink;
   for (std::int64_t j = first; j <= last; ++j) {
     const double* k = p.k_ptr(row.b, j, kv_head);
     double dot = 0;
@@ -38,7 +40,7 @@ RowSoftmax row_softmax(const AttentionParams<double>& p, const Options& opt, con
     m = std::isnan(x) || std::isnan(m) ? std::numeric_limits<double>::quiet_NaN() : std::max(m, x);
   }
   if (m == -std::numeric_limits<double>::infinity()) return r;
-  double l = 0;
+  double l = std::exp(sink - m);
   for (std::size_t n = 0; n < r.p.size(); ++n) l += (r.p[n] = std::exp(r.scores[n] - m));
   for (double& x : r.p) x /= l;
   r.lse = m + std::log(l);

@@ -28,9 +28,10 @@ double reference_row(const AttentionParams<double>& p, const Options& opt, const
 
 namespace detail {
 
-// The textbook softmax of one row over the keys it sees, [first, first + scores.size()): its
-// (scaled, softcapped) scores, their softmax and lse. No key seen, or every score -inf: p is all 0
-// and lse = -inf, as kattn::reference.
+// The textbook softmax of one row over the keys it sees, [first, first + scores.size()), and the
+// head's sink (Options::sinks) if any: the keys' (scaled, softcapped) scores, their softmax
+// weights and lse. No key seen, or every score -inf: p is all 0 and lse = the sink (-inf without
+// one), as kattn::reference.
 struct RowSoftmax {
   std::int64_t first = 0;
   std::vector<double> scores, p;

@@ -22,6 +22,7 @@
 
 #include "kattn/core/storage.hpp"
 #include "kattn/detail/attention_impl.hpp"
+#include "kattn/detail/sinks.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/shapes.hpp"
 #include "kattn/detail/widening.hpp"
@@ -122,6 +123,7 @@ void cascade_impl(const ExecSpace& space, const QView& q, const KPView& k_prefix
   compat::ScopedRegion region("kattn::cascade");
   validate(opt);
   check_cascade(opt, lengths);
+  require_sinks(opt, q.extent(1));
   run_suffix.check(q, o, lse);
   check_prefix(q, k_prefix, v_prefix);
   const std::int64_t N = q.extent(0), Hq = q.extent(1), D = q.extent(2);
@@ -143,6 +145,7 @@ void cascade_impl(const ExecSpace& space, const QView& q, const KPView& k_prefix
     attention_impl(space, prefix_params(q_pass, k_prefix, v_prefix, o_prefix, lse_prefix), prefix_opt, BatchLengths{});
     run_suffix(q_pass, o_suffix, lse_suffix);
     merge(space, o_suffix, lse_suffix, o_prefix, lse_prefix, o, lse_suffix);
+    apply_sinks(space, run_suffix.params(q, o, lse_suffix), opt);  // once, on the merged rows
   };
   const auto with_lse = [&](const auto& q_pass, const auto& o_suffix) {
     if (wanted(lse))
@@ -182,6 +185,10 @@ struct CascadeSuffix {
   template <class Q, class O, class L>
   void check(const Q& q, const O& out, const L& out_lse) const {
     (void)layout_params(q, k, v, out, out_lse, layout);
+  }
+  template <class Q, class O, class L>
+  auto params(const Q& q, const O& out, const L& out_lse) const {
+    return layout_params(q, k, v, out, out_lse, layout);
   }
   template <class Q, class O, class L>
   void operator()(const Q& q, const O& out, const L& out_lse) const {

@@ -1,6 +1,7 @@
 // The textbook algorithm's first two steps, shared by the float64 references of the forward
 // (reference.cpp) and the backward (reference_backward.cpp): S = scale q k^T (softcapped, masked
-// to -inf) for every (query, key) pair, then the row softmax P = exp(S - max) / l in place.
+// to -inf) for every (query, key) pair, then the row softmax P = exp(S - max) / l in place (with
+// the head's sink, if any, as one more logit in max and l).
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -48,14 +49,17 @@ struct TextbookSoftmax {
   AttentionParams<T> p;
   ScoreMatrix<ExecSpace, T> s;
   KeyWindow window;
+  // Options::sinks per query head (natural log), or null: one more logit in the row, no value.
+  const T* sinks = nullptr;
 
   KOKKOS_INLINE_FUNCTION void operator()(const int b, const int h, const std::int64_t i) const {
     const std::int64_t q_len = p.seq_q_len(b), kv_len = p.seq_kv_len(b);
     if (i >= q_len) return;
-    T m = -compat::infinity<T>();
+    T m = sinks ? sinks[h] : -compat::infinity<T>();
     for (std::int64_t j = 0; j < kv_len; ++j) m = max_nan(m, s(b, h, i, j));
     T l = 0;
     if (m != -compat::infinity<T>()) {
+      if (sinks) l = compat::exp(sinks[h] - m);
       for (std::int64_t j = 0; j < kv_len; ++j) {
         const T e = compat::exp(s(b, h, i, j) - m);
         s(b, h, i, j) = e;
