@@ -178,7 +178,7 @@ TEST(Cascade, SinksEqualFlatAttentionWithSinks) {
       Options o;
       o.causal = causal;
       o.sinks = {0.5, -std::numeric_limits<double>::infinity(), 3.0, -1.0};
-      check_cascade<double>({1, 3, 0, 2}, {7, 0, 4, 40}, 129, 4, 2, 16, o, page);
+      check_cascade<double>({1, 3, 0, 2}, {7, 2, 4, 40}, 129, 4, 2, 16, o, page);
     }
 }
 
