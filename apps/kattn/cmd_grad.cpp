@@ -37,6 +37,7 @@ const char* kGradUsage =
     "usage: kattn grad (--q Q.npy --k K.npy --v V.npy --do DO.npy | --random B,NQ,NK,HQ,HKV,D [--seed N])\n"
     "                  [--o O.npy --lse LSE.npy] [--block-q N] [--block-k N]\n"
     "                  [--causal] [--window LEFT,RIGHT] [--softcap C] [--scale S] [--dtype f32|f64|bf16|f16]\n"
+    "                  [--sinks SINKS.npy [--dsinks DSINKS.npy]]\n"
     "                  [--dq DQ.npy] [--dk DK.npy] [--dv DV.npy] [--deterministic]\n"
     "                  [--dq-strategy auto|key-chunks|query-pass|atomic] [--dq-chunks N]\n"
     "                  [--check] [--check-rows N] [--repeat N [--no-workspace]] [--json]\n"
@@ -222,6 +223,9 @@ int cmd_grad(Args& args) {
   if (dq_path) check_output_file("--dq", *dq_path);
   if (dk_path) check_output_file("--dk", *dk_path);
   if (dv_path) check_output_file("--dv", *dv_path);
+  const auto dsinks_path = args.value("--dsinks");
+  if (dsinks_path) check_output_file("--dsinks", *dsinks_path);
+  KATTN_REQUIRE(!dsinks_path || args.has("--sinks"), "--dsinks: the gradient of the sinks given with --sinks");
   const CheckSettings check = read_check_settings(args);
   const Timing timing = read_timing(args);
   const Console console = read_console(args);
@@ -232,6 +236,7 @@ int cmd_grad(Args& args) {
   bopt.dq_chunks = static_cast<int>(args.integer("--dq-chunks", 1, 1 << 20).value_or(0));
   const Options opt = read_options(args);
   KATTN_REQUIRE(opt.splits == 0, "--splits: not used by grad (see --dq-strategy and --dq-chunks)");
+  KATTN_REQUIRE(!dsinks_path || !wants_batch_inputs(args), "--dsinks: dense inputs only for now (not ragged or paged batches)");
   if (wants_batch_inputs(args))
     return grad_ragged(args, opt, bopt, check, timing, console, {dq_path, dk_path, dv_path});
   std::vector<double> dout;
@@ -294,6 +299,10 @@ int cmd_grad(Args& args) {
   if (dq_path) write_dense(*dq_path, in, in.Nq, in.Hq, g.dq);
   if (dk_path) write_dense(*dk_path, in, in.Nk, in.Hkv, g.dk);
   if (dv_path) write_dense(*dv_path, in, in.Nk, in.Hkv, g.dv);
+  if (!g.info.dsinks.empty()) {
+    j.add("dsinks", g.info.dsinks);
+    if (dsinks_path) write_array(*dsinks_path, io::DType::f64, {in.Hq}, g.info.dsinks);
+  }
   int status = 0;
   if (check.enabled) {
     status = check_gradients(

@@ -195,7 +195,17 @@ Options read_options(Args& args) {
   opt.splits = static_cast<int>(args.integer("--splits", 0, 1 << 24).value_or(0));
   opt.split_chunk = args.integer("--split-chunk", 1, std::int64_t(1) << 40).value_or(0);
   if (auto p = args.value("--cpu-products")) opt.cpu_products = parse_cpu_products(*p, "--cpu-products");
+  if (auto path = args.value("--sinks")) opt.sinks = read_sinks(*path);
   return opt;
+}
+
+std::vector<double> read_sinks(const std::string& path) {
+  const io::NpyArray a = read_input("--sinks", path);
+  KATTN_REQUIRE(a.shape.size() == 1, "--sinks: expected a 1-D array of one logit per query head, got ",
+                a.shape.size(), " dims in ", path);
+  KATTN_REQUIRE(a.is_floating() || a.is_16bit(), "--sinks: expected floating-point logits, got ", io::name(a.dtype),
+                " in ", path);
+  return a.values<double>();
 }
 
 const char* forward_cpu_products(const char* dtype, const Options& opt) {
@@ -212,6 +222,7 @@ std::string mask_summary(const Options& opt) {
     std::snprintf(c, sizeof c, " softcap=%g", opt.softcap);
     s += c;
   }
+  if (!opt.sinks.empty()) s += " sinks";
   return s;
 }
 

@@ -23,6 +23,11 @@ class Json {
     for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
     return raw(key, s + "]");
   }
+  Json& add(const std::string& key, const std::vector<double>& v) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + number(v[i]);
+    return raw(key, s + "]");
+  }
   std::string str() const { return "{" + body_ + "}"; }
 
  private:

@@ -3,6 +3,7 @@
 // to the float64 reference. The one-rank result is computed on MPI_COMM_SELF by every rank.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <vector>
 
 #include "dist_support.hpp"
@@ -87,6 +88,16 @@ TEST(Deterministic, RingBitwiseEqualForEveryRankCount) {
   }
 }
 
+// Sinks merge once into each finished row: the same bits at every rank count, and the textbook's.
+TEST(Deterministic, RingWithSinksBitwiseEqualForEveryRankCount) {
+  Options o;
+  o.causal = true;
+  o.sinks = {0.8, 3.5};
+  check_ring_invariance<double>({1, 83, 83, 2, 1, 16}, o, 16);
+  o.sinks = {-1.0, std::numeric_limits<double>::infinity() * -1, 2.0, 0.0, 5.0, -3.0, 1.0, 0.5};
+  check_ring_invariance<float>({1, 70, 70, 8, 2, 32}, o, 12);
+}
+
 // Distributed decode of the global problem with the KV cache cut at the given shard lengths.
 template <class T>
 void run_decode(MPI_Comm comm, const Problem<T>& g, const std::vector<std::int64_t>& lens, const Options& opt,
@@ -160,6 +171,9 @@ TEST(Deterministic, DecodeBitwiseEqualForEveryRankCountAndSplit) {
     check_decode_invariance<double>({1, 3, 100, 8, 1, 8}, o, 9);
     check_decode_invariance<float>({1, 2, 150, 2, 2, 64}, o, 20);
   }
+  Options sinks;
+  sinks.sinks = {0.25, -2.0, 4.0, 1.0};
+  check_decode_invariance<double>({2, 1, 211, 4, 2, 16}, sinks, 32);
 }
 
 }  // namespace

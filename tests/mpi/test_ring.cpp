@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "dist_support.hpp"
@@ -90,6 +91,17 @@ TEST(RingForward, DoubleMatchesReferenceForGqaRatiosAndCrossLengths) {
       check_ring<double>({1, 23, 61, 4, 2, 8}, o, d);
       check_ring<double>({1, 61, 23, 4, 2, 8}, o, d);
     }
+  }
+}
+
+TEST(RingForward, SinksMatchReferenceContiguousAndZigzag) {
+  Options o;
+  o.causal = true;
+  o.sinks = {1.5, -0.5, 3.0, -std::numeric_limits<double>::infinity()};
+  for (dist::Sharding sh : {dist::Sharding::contiguous, dist::Sharding::zigzag}) {
+    DistOptions d;
+    d.sharding = sh;
+    check_ring<double>({2, 45, 45, 4, 2, 16}, o, d);
   }
 }
 

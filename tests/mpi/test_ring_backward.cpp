@@ -74,6 +74,20 @@ TEST(RingBackward, GqaFloatAndStaging) {
   }
 }
 
+// The sinks' gradient would sum over every rank's rows: refused, with the same message on every rank.
+TEST(RingBackward, SinksAreRefusedOnEveryRank) {
+  Options o;
+  o.sinks = {1.0, -2.0};
+  const Grads<double> g({1, 16, 16, 2, 1, 8}, shared_seed(), o);
+  try {
+    run_ring_backward(MPI_COMM_WORLD, g, o, DistOptions{});
+    ADD_FAILURE() << "the distributed backward took sinks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sinks: the distributed backward does not take sinks yet"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(RingBackward, BytesSent) {
   // Dense: K and V out to P - 1 ranks, dK and dV back from them.
   const int P = size_of(MPI_COMM_WORLD);

@@ -87,6 +87,15 @@ TEST(UlyssesForward, FloatAndStaging) {
   check_forward<double>({1, 45, 45, kHeads, 3, 16}, variants()[3], d);
 }
 
+TEST(UlyssesForward, SinksMatchReference) {
+  Options o;
+  o.causal = true;
+  for (int h = 0; h < kHeads; ++h) o.sinks.push_back(0.5 * h - 2.0);
+  check_forward<double>({1, 37, 41, kHeads, 4, 8}, o, DistOptions{});
+  o.causal = false;
+  check_forward<float>({2, 23, 23, kHeads, 12, 16}, o, DistOptions{});
+}
+
 TEST(UlyssesForward, WithoutLse) {
   const std::uint64_t seed = shared_seed();
   const Shape s{1, 29, 29, kHeads, 4, 8};

@@ -71,10 +71,11 @@ void apply_sinks(const ExecSpace& space, const P& p, const Options& opt) {
                        SinkPass<ExecSpace, P>{p, device_sinks<Acc>(space, opt.sinks, kLog2e)});
 }
 
-// run(p) (a forward that writes the finished rows of p), then the sinks of opt merged into them.
-// Without a caller's lse the rows' lse goes to a buffer of the call (from opt.workspace when set).
+// run(p) (a forward that writes the finished rows of p), then the sinks of opt merged into them
+// where `finished_here` (an MPI rank that does not receive the result leaves them). Without a
+// caller's lse the rows' lse goes to a buffer of the call (from opt.workspace when set).
 template <class ExecSpace, class P, class Run>
-auto with_sinks(const ExecSpace& space, P p, const Options& opt, const Run& run) {
+auto with_sinks(const ExecSpace& space, P p, const Options& opt, const Run& run, bool finished_here = true) {
   require_sinks(opt, p.heads_q);
   if (opt.sinks.empty()) return run(p);
   using Acc = typename P::acc_type;
@@ -88,7 +89,7 @@ auto with_sinks(const ExecSpace& space, P p, const Options& opt, const Run& run)
     p.lse_stride_head = 1;
   }
   auto result = run(p);
-  apply_sinks(space, p, opt);
+  if (finished_here) apply_sinks(space, p, opt);
   if (own_lse.data()) compat::fence(space, "kattn::sinks: the lse buffer is freed on return");
   return result;
 }

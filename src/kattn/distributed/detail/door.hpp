@@ -23,6 +23,7 @@
 #include "kattn/core/storage.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/shapes.hpp"
+#include "kattn/detail/sinks.hpp"
 #include "kattn/detail/widening.hpp"
 #include "kattn/distributed/collective.hpp"
 #include "kattn/distributed/detail/agreement.hpp"
@@ -121,6 +122,16 @@ DistStats ring_or_sharded_kv(MPI_Comm comm, const ExecSpace& space, const Attent
                                         : ring_forward_impl(comm, space, p, opt, d);
 }
 
+// The same, then the sinks (Options::sinks) merged once into each finished row where it lands: on
+// the final rows, so that the result is the same at every rank count.
+template <class ExecSpace, class T, class KV>
+DistStats ring_or_sharded_kv_with_sinks(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T, T, KV>& p,
+                                        const Options& opt, const DistOptions& d) {
+  return kattn::detail::with_sinks(
+      space, p, opt, [&](const auto& ps) { return ring_or_sharded_kv(comm, space, ps, opt, d); },
+      receives_result(comm, d));
+}
+
 // The forward over dense shards, any scheme.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView>
 DistStats forward(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
@@ -134,11 +145,14 @@ DistStats forward(MPI_Comm comm, const ExecSpace& space, const QView& q, const k
     collective_check(comm, [&] {
       validate_call(opt, d);
       p = dense_params(q, kv.k, kv.v, o, lse);
+      kattn::detail::require_sinks(opt, p.heads_q);
       KATTN_REQUIRE((std::is_same_v<S, KV>), "scheme: ", name(d.scheme),
                     " takes q, k and v of one storage type (a 16-bit cache under float queries: ring or sharded-kv)");
     });
     agree_call<S>(comm, forward_call(d.scheme));
-    if constexpr (std::is_same_v<S, KV>) return head_sharded_forward_impl(comm, space, p, opt, d);
+    if constexpr (std::is_same_v<S, KV>)
+      return kattn::detail::with_sinks(space, p, opt,
+                                       [&](const auto& ps) { return head_sharded_forward_impl(comm, space, ps, opt, d); });
     return {};  // refused above on every rank
   } else if constexpr (is_16bit_v<S>) {
     // The float-query call over the 16-bit cache on widened q (exact), its float o rounded once
@@ -154,9 +168,10 @@ DistStats forward(MPI_Comm comm, const ExecSpace& space, const QView& q, const k
       q_float = w.in(q, "q");
       o_float = w.out(o, "o");
       p = dense_params(q_float, kv.k, kv.v, o_float, lse);
+      kattn::detail::require_sinks(opt, p.heads_q);
     });
     agree_call<S>(comm, forward_call(d.scheme));
-    const DistStats stats = ring_or_sharded_kv(comm, space, p, opt, d);
+    const DistStats stats = ring_or_sharded_kv_with_sinks(comm, space, p, opt, d);
     if (receives_result(comm, d)) w.copy(o_float, o);
     space.fence();
     return stats;
@@ -165,9 +180,10 @@ DistStats forward(MPI_Comm comm, const ExecSpace& space, const QView& q, const k
     collective_check(comm, [&] {
       validate_call(opt, d);
       p = dense_params(q, kv.k, kv.v, o, lse);
+      kattn::detail::require_sinks(opt, p.heads_q);
     });
     agree_call<S>(comm, forward_call(d.scheme));
-    return ring_or_sharded_kv(comm, space, p, opt, d);
+    return ring_or_sharded_kv_with_sinks(comm, space, p, opt, d);
   }
 }
 
@@ -185,9 +201,12 @@ DistStats forward(MPI_Comm comm, const ExecSpace& space, const QView& q, const k
     validate_call(opt, d);
     require_ring_for_ragged(d);
     p = ragged_params(q, kv.k, kv.v, o, lse, kv.layout);
+    kattn::detail::require_sinks(opt, p.heads_q);
   });
   agree_call<S>(comm, DistCall::ring_ragged_forward);
-  return ring_ragged_forward_impl(comm, space, p, kv.layout.lengths, opt, d);
+  return kattn::detail::with_sinks(space, p, opt, [&](const auto& ps) {
+    return ring_ragged_forward_impl(comm, space, ps, kv.layout.lengths, opt, d);
+  });
 }
 
 inline void validate_backward_call(const Options& opt, const BackwardOptions& bopt, const DistOptions& d) {
@@ -195,6 +214,8 @@ inline void validate_backward_call(const Options& opt, const BackwardOptions& bo
   KATTN_REQUIRE(d.scheme != Scheme::sharded_kv,
                 "scheme: sharded-kv has no backward (it serves inference); use ring, ulysses or hybrid");
   KATTN_REQUIRE(d.communicate, "communicate: false is for the ring's forward alone; the backward always transfers");
+  KATTN_REQUIRE(opt.sinks.empty(), "sinks: the distributed backward does not take sinks yet (their gradient sums over "
+                "every rank's rows); run the backward of a model with sinks on one rank per sequence");
   refuse_atomic_if_deterministic(d, bopt);
 }
 
