@@ -144,7 +144,7 @@ def _accumulation(dtype):
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def _dense_forward_fake(q, k, v, layout, *opts):
+def _dense_forward_fake(q, k, v, sinks, layout, *opts):
     n, h = (1, 2) if layout == "bnhd" else (2, 1)
     return (q.new_empty((*q.shape[:-1], v.shape[-1])),
             q.new_empty((q.shape[0], q.shape[h], q.shape[n]), dtype=_accumulation(q.dtype)))
