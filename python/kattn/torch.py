@@ -22,13 +22,14 @@ them. With an older torch they are autograd.Functions around the same kernels.
 
 The forward keeps o and lse for the backward (not the attention matrix); lse is not differentiable
 (kattn's backward takes no gradient of it). attention and scaled_dot_product_attention take
-sinks=, a tensor [Hq] of attention sinks (one logit per query head), with its gradient. float32, float64, float16 and bfloat16 with gradients
-(16-bit: fp32 accumulation, the gradients rounded once to the inputs' dtype); attention also takes
-float32 q over a 16-bit k, v, forward only (kattn's backward has no such mixed storage, so such a
-call whose inputs require grad is refused). Across MPI ranks (kattn built with its MPI layer, mpi4py):
-ring_attention(comm, q, k, v, ...), ulysses_attention, hybrid_attention and ragged_ring_attention
-take each rank's shard of CPU tensors and give its gradients; their backward is collective, as
-their forward.
+sinks=, a tensor [Hq] of attention sinks (one logit per query head), with its gradient.
+
+float32, float64, float16 and bfloat16 with gradients (16-bit: fp32 accumulation, the gradients
+rounded once to the inputs' dtype); attention also takes float32 q over a 16-bit k, v, forward only
+(kattn's backward has no such mixed storage, so such a call whose inputs require grad is refused).
+Across MPI ranks (kattn built with its MPI layer, mpi4py): ring_attention(comm, q, k, v, ...),
+ulysses_attention, hybrid_attention and ragged_ring_attention take each rank's shard of CPU tensors
+and give its gradients; their backward is collective, as their forward.
 """
 
 import collections

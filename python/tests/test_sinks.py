@@ -2,7 +2,6 @@
 no value) in every call that takes them, against the float64 textbook with the sink as one more
 logit: the NumPy-level calls and their dsinks, kattn.torch's autograd and torch.compile, and the
 refusals."""
-import re
 
 import numpy as np
 import pytest
