@@ -21,10 +21,11 @@ float16 or bfloat16 cache. Bad input raises kattn.Error (a ValueError) with katt
 names the argument.
 
 Options every call takes: causal (bottom-right aligned: query i sees keys j <= i + Nk - Nq),
-window=(left, right) (-1: unbounded), softcap, scale (None: 1/sqrt(head_dim)), splits / split_chunk
-(split-KV; 0: planned), block_q / block_k (tile sizes; 0: tuned), workspace (a kattn.Workspace()
-that the calls of a loop share: after the first they take their scratch buffers from it instead of
-allocating them; the same results). Dense calls read layout="bnhd" ([B, N, H, D]) unless given
+window=(left, right) (-1: unbounded), softcap, scale (None: 1/sqrt(head_dim)), sinks (None, or one
+logit per query head [Hq]: attention sinks; the backward calls then also return their gradient),
+splits / split_chunk (split-KV; 0: planned), block_q / block_k (tile sizes; 0: tuned), workspace (a
+kattn.Workspace() that the calls of a loop share: after the first they take their scratch buffers
+from it instead of allocating them; the same results). Dense calls read layout="bnhd" ([B, N, H, D]) unless given
 "bhnd" ([B, H, N, D]); kattn.torch.attention takes no default: its caller names the layout.
 flash_attn_func and flash_attn_varlen_func are flash-attn's calls, kattn.torch.scaled_dot_product_attention
 PyTorch's: each means exactly what it means there.
@@ -33,7 +34,7 @@ PyTorch's: each means exactly what it means there.
 import numpy as np
 
 from . import _kattn
-from ._arrays import arguments, as_array, checked_indptr, dtype_name, index_array, window_pair
+from ._arrays import arguments, as_array, checked_indptr, dtype_name, index_array, sinks_array, window_pair
 from ._kattn import Error, Workspace, build_info, version
 
 __all__ = [
@@ -43,9 +44,23 @@ __all__ = [
 ]
 
 
-def _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace=None):
+def _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace=None, sinks=None):
     return dict(causal=causal, window=window, softcap=softcap, scale=scale, splits=splits, split_chunk=split_chunk,
-                block_q=block_q, block_k=block_k, workspace=workspace)
+                block_q=block_q, block_k=block_k, workspace=workspace, sinks=sinks_array(sinks))
+
+
+def _gradients(out, dq, dk, dv, info, sinks):
+    """A backward's results: dq, dk, dv, and with sinks their gradient dsinks [Hq] in float64 (a
+    tensor on the gradients' device for tensors)."""
+    grads = (out(dq), out(dk), out(dv))
+    if sinks is None:
+        return grads
+    dsinks = np.array(info["dsinks"], dtype=np.float64)
+    if not isinstance(grads[0], np.ndarray):
+        import torch
+
+        return (*grads, torch.tensor(dsinks, device=grads[0].device))
+    return (*grads, dsinks)
 
 
 def _as_arrays(**named):
@@ -53,34 +68,37 @@ def _as_arrays(**named):
     return [as_array(x, name) for name, x in named.items()]
 
 
-def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout="bnhd", return_lse=False,
-              splits=0, split_chunk=0, block_q=0, block_k=0, workspace=None):
+def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None, layout="bnhd",
+              return_lse=False, splits=0, split_chunk=0, block_q=0, block_k=0, workspace=None):
     """o = softmax(scale * q k^T + mask) v over dense keys.
 
     q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D] (layout "bnhd"; "bhnd": [B, H, N, D]), Hq a multiple of
-    Hkv (GQA). Returns o like q (head dim of v), and with return_lse the natural-log lse [B, Hq, Nq]
-    (-inf for a row that sees no key).
+    Hkv (GQA). sinks: None, or one logit per query head [Hq] (attention sinks: each row's softmax
+    also runs over its head's sink, which carries no value). Returns o like q (head dim of v), and
+    with return_lse the natural-log lse [B, Hq, Nq] (-inf for a row that sees no key; with sinks,
+    the sink is in it).
     """
     (q_, k_, v_), target, out = arguments(q=q, k=k, v=v)
     o, lse, _ = _kattn.attention(q_, k_, v_, layout,
                                  _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k,
-                                          workspace), target)
+                                          workspace, sinks), target)
     return (out(o), out(lse)) if return_lse else out(o)
 
 
-def attention_backward(q, k, v, o, lse, dout, *, causal=False, window=None, softcap=0.0, scale=None, layout="bnhd",
-                       deterministic=False, block_q=0, block_k=0, workspace=None):
-    """dq, dk, dv of sum(o * dout), for the o and lse kattn.attention returned with the same options.
+def attention_backward(q, k, v, o, lse, dout, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None,
+                       layout="bnhd", deterministic=False, block_q=0, block_k=0, workspace=None):
+    """dq, dk, dv of sum(o * dout), for the o and lse kattn.attention returned with the same options;
+    with sinks, also dsinks [Hq] (float64), the gradient of the sinks.
 
     q, k, v, o, dout of one dtype (float16 and bfloat16 too: the gradients in it, lse float32)."""
     arrays, target, out = arguments(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
-    dq, dk, dv, _ = _kattn.attention_backward(*arrays, layout,
-                                              _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace),
-                                              deterministic, target)
-    return out(dq), out(dk), out(dv)
+    dq, dk, dv, info = _kattn.attention_backward(
+        *arrays, layout, _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace, sinks),
+        deterministic, target)
+    return _gradients(out, dq, dk, dv, info, sinks)
 
 
-def ragged_attention(q, k, v, q_indptr, kv_indptr, *, causal=False, window=None, softcap=0.0, scale=None,
+def ragged_attention(q, k, v, q_indptr, kv_indptr, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None,
                      return_lse=False, splits=0, split_chunk=0, block_q=0, block_k=0, workspace=None):
     """Attention over a batch of sequences packed without padding (FlashInfer's ragged layout).
 
@@ -91,18 +109,19 @@ def ragged_attention(q, k, v, q_indptr, kv_indptr, *, causal=False, window=None,
     arrays, target, out = arguments(q=q, k=k, v=v)
     o, lse, _ = _kattn.ragged_attention(*arrays, index_array(q_indptr, "q_indptr"), index_array(kv_indptr, "kv_indptr"),
                                         _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k,
-                                                 workspace), target)
+                                                 workspace, sinks), target)
     return (out(o), out(lse)) if return_lse else out(o)
 
 
 def ragged_attention_backward(q, k, v, o, lse, dout, q_indptr, kv_indptr, *, causal=False, window=None, softcap=0.0,
-                              scale=None, deterministic=False, block_q=0, block_k=0, workspace=None):
-    """dq, dk, dv (shaped as q, k, v) for the o and lse kattn.ragged_attention returned."""
+                              scale=None, sinks=None, deterministic=False, block_q=0, block_k=0, workspace=None):
+    """dq, dk, dv (shaped as q, k, v) for the o and lse kattn.ragged_attention returned; with sinks,
+    also dsinks [Hq] (float64)."""
     arrays, target, out = arguments(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
-    dq, dk, dv, _ = _kattn.ragged_attention_backward(
+    dq, dk, dv, info = _kattn.ragged_attention_backward(
         *arrays, index_array(q_indptr, "q_indptr"), index_array(kv_indptr, "kv_indptr"),
-        _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace), deterministic, target)
-    return out(dq), out(dk), out(dv)
+        _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace, sinks), deterministic, target)
+    return _gradients(out, dq, dk, dv, info, sinks)
 
 
 def _pages(kv_cache):
@@ -129,8 +148,8 @@ def _page_table(kv_page_indptr, kv_page_indices, kv_last_page_len):
 
 
 def paged_attention(q, kv_cache, q_indptr, kv_page_indptr, kv_page_indices, kv_last_page_len, *, causal=False,
-                    window=None, softcap=0.0, scale=None, return_lse=False, splits=0, split_chunk=0, block_q=0,
-                    block_k=0, workspace=None):
+                    window=None, softcap=0.0, scale=None, sinks=None, return_lse=False, splits=0, split_chunk=0,
+                    block_q=0, block_k=0, workspace=None):
     """Attention over a paged KV cache (vLLM's PagedAttention, FlashInfer's page table).
 
     kv_cache: (k_pages, v_pages), each [num_pages, page_size, Hkv, D], or one [num_pages, 2,
@@ -143,25 +162,26 @@ def paged_attention(q, kv_cache, q_indptr, kv_page_indptr, kv_page_indices, kv_l
     arrays, target, out = arguments(q=q, **_named_pages(k_pages, v_pages))
     o, lse, _ = _kattn.paged_attention(
         *arrays, index_array(q_indptr, "q_indptr"), *_page_table(kv_page_indptr, kv_page_indices, kv_last_page_len),
-        _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace), target)
+        _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace, sinks), target)
     return (out(o), out(lse)) if return_lse else out(o)
 
 
 def paged_attention_backward(q, kv_cache, o, lse, dout, q_indptr, kv_page_indptr, kv_page_indices, kv_last_page_len,
-                             *, causal=False, window=None, softcap=0.0, scale=None, deterministic=False, block_q=0,
-                             block_k=0, workspace=None):
-    """dq [total_q, Hq, D] and dk_pages, dv_pages shaped as the pages (slots no sequence uses get 0).
-    A page listed twice in the table (shared by sequences) is refused."""
+                             *, causal=False, window=None, softcap=0.0, scale=None, sinks=None, deterministic=False,
+                             block_q=0, block_k=0, workspace=None):
+    """dq [total_q, Hq, D] and dk_pages, dv_pages shaped as the pages (slots no sequence uses get 0);
+    with sinks, also dsinks [Hq] (float64). A page listed twice in the table (shared by sequences)
+    is refused."""
     k_pages, v_pages = _pages(kv_cache)
     arrays, target, out = arguments(q=q, **_named_pages(k_pages, v_pages), o=o, lse=lse, dout=dout)
-    dq, dk, dv, _ = _kattn.paged_attention_backward(
+    dq, dk, dv, info = _kattn.paged_attention_backward(
         *arrays, index_array(q_indptr, "q_indptr"), *_page_table(kv_page_indptr, kv_page_indices, kv_last_page_len),
-        _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace), deterministic, target)
-    return out(dq), out(dk), out(dv)
+        _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace, sinks), deterministic, target)
+    return _gradients(out, dq, dk, dv, info, sinks)
 
 
 def decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, window=None, softcap=0.0, scale=None,
-           return_lse=False, splits=0, split_chunk=0, workspace=None):
+           sinks=None, return_lse=False, splits=0, split_chunk=0, workspace=None):
     """One decoding step: q [B, Hq, D] (one query per sequence) over a paged KV cache, as
     paged_attention with q_indptr = 0, 1, ..., B. Split-KV is planned for the machine unless given."""
     if len(getattr(q, "shape", ())) != 3:
@@ -169,21 +189,21 @@ def decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, wi
         raise Error(f"q: expected a rank-3 array [B, Hq, D] (one query per sequence), got rank {ndim}")
     return paged_attention(q, kv_cache, np.arange(q.shape[0] + 1, dtype=np.int64),
                            kv_page_indptr, kv_page_indices, kv_last_page_len, window=window, softcap=softcap,
-                           scale=scale, return_lse=return_lse, splits=splits, split_chunk=split_chunk,
+                           scale=scale, sinks=sinks, return_lse=return_lse, splits=splits, split_chunk=split_chunk,
                            workspace=workspace)
 
 
 def cascade_attention(q, k_prefix, v_prefix, q_indptr, *, kv=None, kv_indptr=None, kv_cache=None,
                       kv_page_indptr=None, kv_page_indices=None, kv_last_page_len=None, causal=False, window=None,
-                      softcap=0.0, scale=None, return_lse=False, splits=0, split_chunk=0, block_q=0, block_k=0,
-                      workspace=None):
+                      softcap=0.0, scale=None, sinks=None, return_lse=False, splits=0, split_chunk=0, block_q=0,
+                      block_k=0, workspace=None):
     """Attention over a prefix shared by every sequence (k_prefix, v_prefix [Np, Hkv, D], read once
     for the whole batch), then each sequence's own keys: ragged (kv=(k, v) [total_kv, Hkv, D] with
     kv_indptr) or paged (kv_cache with kv_page_indptr, kv_page_indices, kv_last_page_len). q
     [total_q, Hq, D] with q_indptr. The masks see the prefix and the sequence's keys as one
     sequence. Returns o like q, and with return_lse lse [total_q, Hq]. Storage as attention's: the
     prefix in the dtype of the suffix's keys; in 16 bits o is rounded once, after the merge."""
-    opts = _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace)
+    opts = _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace, sinks)
     if (kv is None) == (kv_cache is None):
         raise Error("kv, kv_cache: expected the suffix as ragged keys (kv=(k, v), kv_indptr) or as a paged cache "
                     "(kv_cache and its page table), one of them")

@@ -126,6 +126,23 @@ def index_array(x, name):
     return np.asarray(x)
 
 
+def sinks_array(sinks):
+    """The sinks (None, or one logit per query head: a sequence, an array of any float dtype or a
+    tensor on any device) as float64 values on the host, as kattn's options take them. A tensor on
+    a GPU is copied, which waits for the work queued on its stream."""
+    if sinks is None:
+        return None
+    if _torch_tensor(sinks) is not None:
+        _refuse_grad(sinks, "sinks")
+        import torch
+
+        return sinks.to("cpu", torch.float64).numpy()
+    try:
+        return np.asarray(sinks, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise Error(f"sinks: expected one logit per query head (floats), got {sinks!r:.80}") from None
+
+
 def window_pair(window, name="window"):
     """(left, right) of a window (None: (-1, -1), unbounded), two integers, else a kattn.Error."""
     if window is None:

@@ -21,13 +21,15 @@ kattn::ragged_attention_backward, with fake implementations: torch.compile(fullg
 them. With an older torch they are autograd.Functions around the same kernels.
 
 The forward keeps o and lse for the backward (not the attention matrix); lse is not differentiable
-(kattn's backward takes no gradient of it). float32, float64, float16 and bfloat16 with gradients
-(16-bit: fp32 accumulation, the gradients rounded once to the inputs' dtype); attention also takes
-float32 q over a 16-bit k, v, forward only (kattn's backward has no such mixed storage, so such a
-call whose inputs require grad is refused). Across MPI ranks (kattn built with its MPI layer, mpi4py):
-ring_attention(comm, q, k, v, ...), ulysses_attention, hybrid_attention and ragged_ring_attention
-take each rank's shard of CPU tensors and give its gradients; their backward is collective, as
-their forward.
+(kattn's backward takes no gradient of it). attention and scaled_dot_product_attention take
+sinks=, a tensor [Hq] of attention sinks (one logit per query head), with its gradient.
+
+float32, float64, float16 and bfloat16 with gradients (16-bit: fp32 accumulation, the gradients
+rounded once to the inputs' dtype); attention also takes float32 q over a 16-bit k, v, forward only
+(kattn's backward has no such mixed storage, so such a call whose inputs require grad is refused).
+Across MPI ranks (kattn built with its MPI layer, mpi4py): ring_attention(comm, q, k, v, ...),
+ulysses_attention, hybrid_attention and ragged_ring_attention take each rank's shard of CPU tensors
+and give its gradients; their backward is collective, as their forward.
 """
 
 import collections
@@ -36,7 +38,7 @@ import weakref
 import torch
 
 from . import _kattn
-from ._arrays import arguments, checked_indptr, index_array, window_pair
+from ._arrays import arguments, checked_indptr, index_array, sinks_array, window_pair
 
 Error = _kattn.Error
 
@@ -67,11 +69,34 @@ def _options(causal=False, window=None, softcap=0.0, scale=None, diagonal_shift=
                     int(diagonal_shift), int(block_q), int(block_k), ws, bool(deterministic))
 
 
-def _kw(opts):
-    """The options as kattn._kattn reads them."""
+def _kw(opts, sinks):
+    """The options and the sinks (a tensor or None) as kattn._kattn reads them."""
     return dict(causal=opts.causal, window=(opts.window_left, opts.window_right), softcap=opts.softcap,
                 scale=opts.scale or None, diagonal_shift=opts.diagonal_shift, block_q=opts.block_q,
-                block_k=opts.block_k, workspace=_workspaces.get(opts.workspace) if opts.workspace else None)
+                block_k=opts.block_k, workspace=_workspaces.get(opts.workspace) if opts.workspace else None,
+                sinks=None if sinks is None else sinks_array(sinks.detach()))
+
+
+def _checked_sinks(sinks):
+    """The sinks of a call: None, or a floating-point tensor [Hq] (on any device: kattn reads a
+    host copy), refused here, before any op is traced, when they are not."""
+    if sinks is None:
+        return None
+    if not isinstance(sinks, torch.Tensor):
+        raise Error(f"sinks: expected a torch.Tensor [Hq] (one logit per query head) or None, got "
+                    f"{type(sinks).__name__}")
+    if sinks.dim() != 1 or not sinks.is_floating_point():
+        raise Error(f"sinks: expected a rank-1 floating-point tensor [Hq] (one logit per query head), got rank "
+                    f"{sinks.dim()} {sinks.dtype}")
+    return sinks
+
+
+def _dsinks(info, sinks, like):
+    """The sinks' gradient from a backward's info, in the sinks' dtype and on their device (an empty
+    tensor like `like` without sinks: an op returns tensors only)."""
+    if sinks is None:
+        return like.new_empty((0,))
+    return torch.tensor(info["dsinks"], dtype=sinks.dtype, device=sinks.device)
 
 
 # ---- the kernels (what the ops run): inputs read in place, new outputs
@@ -84,34 +109,34 @@ def _backward_inputs(q, k, v, o, lse, dout):
     return arguments(q=q.detach(), k=k.detach(), v=v.detach(), o=o.detach(), lse=lse.detach(), dout=dout.detach())
 
 
-def _dense_forward(q, k, v, layout, *opts):
+def _dense_forward(q, k, v, sinks, layout, *opts):
     arrays, target, out = _inputs(q, k, v)
-    o, lse, _ = _kattn.attention(*arrays, layout, _kw(_Options(*opts)), target)
+    o, lse, _ = _kattn.attention(*arrays, layout, _kw(_Options(*opts), sinks), target)
     return out(o), out(lse)
 
 
-def _dense_backward(q, k, v, o, lse, dout, layout, *opts):
+def _dense_backward(q, k, v, sinks, o, lse, dout, layout, *opts):
     opts = _Options(*opts)
     arrays, target, out = _backward_inputs(q, k, v, o, lse, dout)
-    dq, dk, dv, _ = _kattn.attention_backward(*arrays, layout, _kw(opts), opts.deterministic, target)
-    return out(dq), out(dk), out(dv)
+    dq, dk, dv, info = _kattn.attention_backward(*arrays, layout, _kw(opts, sinks), opts.deterministic, target)
+    return out(dq), out(dk), out(dv), _dsinks(info, sinks, q)
 
 
-def _ragged_forward(q, k, v, q_indptr, kv_indptr, max_seqlen_q, max_seqlen_k, *opts):
+def _ragged_forward(q, k, v, sinks, q_indptr, kv_indptr, max_seqlen_q, max_seqlen_k, *opts):
     qi = checked_indptr(q_indptr, max_seqlen_q, "cu_seqlens_q", "max_seqlen_q")
     ki = checked_indptr(kv_indptr, max_seqlen_k, "cu_seqlens_k", "max_seqlen_k")
     arrays, target, out = _inputs(q, k, v)
-    o, lse, _ = _kattn.ragged_attention(*arrays, qi, ki, _kw(_Options(*opts)), target)
+    o, lse, _ = _kattn.ragged_attention(*arrays, qi, ki, _kw(_Options(*opts), sinks), target)
     return out(o), out(lse)
 
 
-def _ragged_backward(q, k, v, o, lse, dout, q_indptr, kv_indptr, max_seqlen_q, max_seqlen_k, *opts):
+def _ragged_backward(q, k, v, sinks, o, lse, dout, q_indptr, kv_indptr, max_seqlen_q, max_seqlen_k, *opts):
     opts = _Options(*opts)
     arrays, target, out = _backward_inputs(q, k, v, o, lse, dout)
-    dq, dk, dv, _ = _kattn.ragged_attention_backward(*arrays, index_array(q_indptr, "cu_seqlens_q"),
-                                                     index_array(kv_indptr, "cu_seqlens_k"), _kw(opts),
-                                                     opts.deterministic, target)
-    return out(dq), out(dk), out(dv)
+    dq, dk, dv, info = _kattn.ragged_attention_backward(*arrays, index_array(q_indptr, "cu_seqlens_q"),
+                                                        index_array(kv_indptr, "cu_seqlens_k"), _kw(opts, sinks),
+                                                        opts.deterministic, target)
+    return out(dq), out(dk), out(dv), _dsinks(info, sinks, q)
 
 
 # ---- what the outputs look like (the fake implementations torch.compile traces with)
@@ -120,7 +145,7 @@ def _accumulation(dtype):
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def _dense_forward_fake(q, k, v, layout, *opts):
+def _dense_forward_fake(q, k, v, sinks, layout, *opts):
     n, h = (1, 2) if layout == "bnhd" else (2, 1)
     return (q.new_empty((*q.shape[:-1], v.shape[-1])),
             q.new_empty((q.shape[0], q.shape[h], q.shape[n]), dtype=_accumulation(q.dtype)))
@@ -130,11 +155,13 @@ def _ragged_forward_fake(q, k, v, *rest):
     return q.new_empty((*q.shape[:-1], v.shape[-1])), q.new_empty(q.shape[:2], dtype=_accumulation(q.dtype))
 
 
-def _backward_fake(q, k, v, *rest):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+def _backward_fake(q, k, v, sinks, *rest):
+    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
+            q.new_empty((0,)) if sinks is None else sinks.new_empty(sinks.shape))
 
 
-# ---- autograd: forward(q, k, v, *rest) -> (o, lse); backward(q, k, v, o, lse, dout, *rest) -> (dq, dk, dv)
+# ---- autograd: forward(q, k, v, sinks, *rest) -> (o, lse);
+# backward(q, k, v, sinks, o, lse, dout, *rest) -> (dq, dk, dv, dsinks) (dsinks empty without sinks)
 
 def _saved(ctx, name):
     """What a forward saved, for a backward that runs outside autograd."""
@@ -142,7 +169,7 @@ def _saved(ctx, name):
     # own, so a second derivative (e.g. a gradient penalty) would silently lose this term.
     if torch.is_grad_enabled():
         raise RuntimeError(f"kattn.torch.{name}: second derivatives (create_graph=True) are not supported")
-    return [t.detach() for t in ctx.saved_tensors]  # o comes back as an output needing grad
+    return [None if t is None else t.detach() for t in ctx.saved_tensors]  # o comes back needing grad
 
 
 def _prepared_dout(dout, q):
@@ -156,16 +183,17 @@ def _prepared_dout(dout, q):
 
 
 def _save(ctx, inputs, output):
-    q, k, v, *rest = inputs
+    q, k, v, sinks, *rest = inputs
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.save_for_backward(q, k, v, sinks, o, lse)
     ctx.rest = rest
     ctx.mark_non_differentiable(lse)
 
 
 def _gradients(ctx, backward, dout):
-    q, k, v, o, lse = _saved(ctx, "attention")
-    return (*backward(q, k, v, o, lse, _prepared_dout(dout, q), *ctx.rest), *([None] * len(ctx.rest)))
+    q, k, v, sinks, o, lse = _saved(ctx, "attention")
+    dq, dk, dv, dsinks = backward(q, k, v, sinks, o, lse, _prepared_dout(dout, q), *ctx.rest)
+    return (dq, dk, dv, None if sinks is None else dsinks, *([None] * len(ctx.rest)))
 
 
 _CUSTOM_OPS = all(hasattr(torch.library, f) for f in ("custom_op", "register_fake", "register_autograd"))
@@ -178,11 +206,12 @@ def _op(name, arguments, forward, backward, forward_fake):
     if _CUSTOM_OPS:
         lib = torch.library
         forward_op = lib.custom_op(f"kattn::{name}", forward, mutates_args=(),
-                                   schema=f"(Tensor q, Tensor k, Tensor v, {arguments}) -> (Tensor, Tensor)")
+                                   schema=f"(Tensor q, Tensor k, Tensor v, Tensor? sinks, {arguments}) "
+                                          f"-> (Tensor, Tensor)")
         backward_op = lib.custom_op(
             f"kattn::{name}_backward", backward, mutates_args=(),
-            schema=f"(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor dout, {arguments}) "
-                   f"-> (Tensor, Tensor, Tensor)")
+            schema=f"(Tensor q, Tensor k, Tensor v, Tensor? sinks, Tensor o, Tensor lse, Tensor dout, {arguments}) "
+                   f"-> (Tensor, Tensor, Tensor, Tensor)")
         lib.register_fake(f"kattn::{name}", forward_fake)
         lib.register_fake(f"kattn::{name}_backward", _backward_fake)
         lib.register_autograd(f"kattn::{name}",
@@ -191,9 +220,9 @@ def _op(name, arguments, forward, backward, forward_fake):
 
     class Function(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, *rest):
-            output = forward(q, k, v, *rest)
-            _save(ctx, (q, k, v, *rest), output)
+        def forward(ctx, q, k, v, sinks, *rest):
+            output = forward(q, k, v, sinks, *rest)
+            _save(ctx, (q, k, v, sinks, *rest), output)
             return output
 
         @staticmethod
@@ -227,28 +256,32 @@ def _required_layout(layout, call):
     return layout
 
 
-def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout=None, deterministic=False,
-              block_q=0, block_k=0, workspace=None):
-    """o = softmax(scale * q k^T + mask) v with gradients for q, k and v.
+def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None, layout=None,
+              deterministic=False, block_q=0, block_k=0, workspace=None):
+    """o = softmax(scale * q k^T + mask) v with gradients for q, k, v (and sinks).
 
     layout (required): "bnhd", q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D]; or "bhnd", q [B, Hq, Nq, D],
     k, v [B, Hkv, Nk, D]. Hq a multiple of Hkv (GQA); causal is bottom-right aligned (the usual
     lower triangle when Nq == Nk), as in every kattn call; window = (left, right) keys each side
-    (-1: unbounded); scale None: 1/sqrt(D). Tensors on the CPU or kattn's GPU whose last axis is
-    contiguous, of one dtype: float32, float64, float16 or bfloat16 (o and the gradients in it);
-    float32 q over a float16 or bfloat16 k, v without gradients. deterministic: a bitwise
+    (-1: unbounded); scale None: 1/sqrt(D); sinks None, or a tensor [Hq] of one logit per query
+    head (attention sinks: each row's softmax also runs over its head's sink, which carries no
+    value; on any device, read through a host copy, which waits for its stream; its gradient comes
+    in its dtype, on its device). Tensors on the CPU or kattn's GPU whose last axis is contiguous, of
+    one dtype: float32, float64, float16 or bfloat16 (o and the gradients in it); float32 q over a
+    float16 or bfloat16 k, v without gradients. deterministic: a bitwise
     reproducible backward for every thread count. workspace: a kattn.Workspace the forward and the
     backward take their scratch buffers from (a training loop passes the same one to every step).
     """
     layout = _required_layout(layout, "kattn.torch.attention")
     _require_tensors(q=q, k=k, v=v)
+    sinks = _checked_sinks(sinks)
     if q.dtype == torch.float32 and k.dtype in (torch.float16, torch.bfloat16) and torch.is_grad_enabled():
-        for t, name in ((q, "q"), (k, "k"), (v, "v")):
-            if t.requires_grad:
+        for t, name in ((q, "q"), (k, "k"), (v, "v"), (sinks, "sinks")):
+            if t is not None and t.requires_grad:
                 raise Error(f"{name}: requires grad, but q is torch.float32 over a {k.dtype} k, v, and kattn's "
                             f"backward takes q, k, v of one dtype; detach them (forward only) or give them one dtype")
     opts = _options(causal, window, softcap, scale, 0, block_q, block_k, workspace, deterministic)
-    return _attention_op(q, k, v, layout, *opts)[0]
+    return _attention_op(q, k, v, sinks, layout, *opts)[0]
 
 
 # ---- PyTorch's convention
@@ -272,7 +305,7 @@ def _bhnd(t, batch):
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
-                                 enable_gqa=False):
+                                 enable_gqa=False, sinks=None):
     """torch.nn.functional.scaled_dot_product_attention, by kattn: the same arguments, meaning what
     they mean there, with gradients.
 
@@ -280,7 +313,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     for [L, E] and [H, L, E]; kattn's value has the head dim E of query and key), one dtype; is_causal: query i sees keys j <= i
     (aligned top-left, as PyTorch's); scale None: 1/sqrt(E); Hkv != Hq (grouped-query attention)
     only with enable_gqa=True, Hq a multiple of Hkv. Returns [..., Hq, L, E]. attn_mask (kattn
-    has no mask tensor yet) and dropout_p > 0 are refused with a kattn.Error."""
+    has no mask tensor yet) and dropout_p > 0 are refused with a kattn.Error. kattn's own addition:
+    sinks, a tensor [Hq] of attention sinks, as kattn.torch.attention's (with their gradient)."""
     _require_tensors(query=query, key=key, value=value)
     if attn_mask is not None:
         raise Error("attn_mask: kattn has no mask tensor yet; is_causal is taken, and kattn.torch.attention's "
@@ -319,7 +353,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             k, v = k[:, :, :nq], v[:, :, :nq]
         else:
             shift = nq - nk
-    o = _attention_op(q, k, v, "bhnd", *_options(is_causal, None, 0.0, scale, shift))[0]
+    o = _attention_op(q, k, v, _checked_sinks(sinks), "bhnd", *_options(is_causal, None, 0.0, scale, shift))[0]
     return o.reshape(*batch, *o.shape[1:]) if query.dim() >= 4 else o.reshape(o.shape[4 - query.dim():])
 
 
@@ -332,7 +366,7 @@ def flash_attn(q, k, v, softmax_scale, causal, window_size, softcap, determinist
     _require_tensors(q=q, k=k, v=v)
     opts = _options(causal, window_size, softcap, softmax_scale, deterministic=deterministic,
                     window_name="window_size", scale_name="softmax_scale")
-    o, lse = _attention_op(q, k, v, "bnhd", *opts)
+    o, lse = _attention_op(q, k, v, None, "bnhd", *opts)
     return (o, _flash_lse(lse), q.new_empty((0,))) if return_attn_probs else o
 
 
@@ -344,7 +378,7 @@ def flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seq
     _require_tensors(q=q, k=k, v=v)
     opts = _options(causal, window_size, softcap, softmax_scale, deterministic=deterministic,
                     window_name="window_size", scale_name="softmax_scale")
-    o, lse = _ragged_op(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), *opts)
+    o, lse = _ragged_op(q, k, v, None, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), *opts)
     return (o, _flash_lse(lse).t().contiguous(), q.new_empty((0,))) if return_attn_probs else o
 
 

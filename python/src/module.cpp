@@ -39,6 +39,7 @@ py::dict backward_dict(const kattn::BackwardInfo& b) {
   py::dict d;
   d["dq_strategy"] = kattn::name(b.dq), d["deterministic"] = b.deterministic, d["chunks"] = b.chunks;
   d["block_q"] = b.block_q, d["block_k"] = b.block_k, d["workspace_bytes"] = b.workspace_bytes;
+  d["dsinks"] = b.dsinks;  // a list of floats, one per query head; empty without sinks
   return d;
 }
 

@@ -17,8 +17,10 @@ def seen(Nq, Nk, causal, window):
     return mask
 
 
-def textbook(q, k, v, causal=False, window=None, softcap=0.0, scale=None):
-    """o [B, Nq, Hq, D], lse [B, Hq, Nq] (natural log) and what the backward needs, in float64."""
+def textbook(q, k, v, causal=False, window=None, softcap=0.0, scale=None, sinks=None):
+    """o [B, Nq, Hq, D], lse [B, Hq, Nq] (natural log) and what the backward needs, in float64.
+    sinks: None, or one logit per query head [Hq], one more logit of each row's softmax that carries
+    no value (-inf: none on that head)."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     B, Nq, Hq, D = q.shape
     Nk, Hkv = k.shape[1], k.shape[2]
@@ -31,18 +33,22 @@ def textbook(q, k, v, causal=False, window=None, softcap=0.0, scale=None):
     if softcap:
         s = softcap * t
     s = np.where(seen(Nq, Nk, causal, window), s, -np.inf)
-    m = s.max(axis=-1, keepdims=True)
+    sink = np.full((1, Hq, 1, 1), -np.inf) if sinks is None else np.asarray(sinks, np.float64).reshape(1, Hq, 1, 1)
+    m = np.maximum(s.max(axis=-1, keepdims=True, initial=-np.inf), sink)
     m = np.where(np.isfinite(m), m, 0.0)
     p = np.exp(s - m)
-    l = p.sum(axis=-1, keepdims=True)
+    p_sink = np.exp(sink - m)
+    l = p.sum(axis=-1, keepdims=True) + p_sink
     with np.errstate(divide="ignore", invalid="ignore"):
         lse = np.where(l[..., 0] > 0, np.log(l[..., 0]) + m[..., 0], -np.inf)
         p = np.where(l > 0, p / np.where(l > 0, l, 1), 0.0)
+        p_sink = np.where(l > 0, p_sink / np.where(l > 0, l, 1), 0.0)
     o = np.einsum("bhij,bjhd->bihd", p, vv)
-    return o, lse, dict(p=p, t=t, kk=kk, vv=vv, scale=scale, G=G, softcap=softcap)
+    return o, lse, dict(p=p, p_sink=p_sink[..., 0], t=t, kk=kk, vv=vv, scale=scale, G=G, softcap=softcap)
 
 
 def textbook_backward(q, k, v, dout, **opt):
+    """dq, dk, dv of sum(o * dout), and with sinks their gradient dsinks [Hq]."""
     o, _, c = textbook(q, k, v, **opt)
     q, dout = np.asarray(q, np.float64), np.asarray(dout, np.float64)
     p, kk, vv = c["p"], c["kk"], c["vv"]
@@ -59,7 +65,9 @@ def textbook_backward(q, k, v, dout, **opt):
     G = c["G"]
     dk = dk.reshape(B, Nk, Hkv, G, D).sum(axis=3)
     dv = dv.reshape(B, Nk, Hkv, G, D).sum(axis=3)
-    return dq, dk, dv
+    if opt.get("sinks") is None:
+        return dq, dk, dv
+    return dq, dk, dv, -(c["p_sink"] * delta[..., 0]).sum(axis=(0, 2))
 
 
 def rel_err(a, b):

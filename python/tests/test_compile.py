@@ -57,7 +57,7 @@ def test_the_ops_pass_opcheck(dtype):
     g = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(2, 5, h, 8, generator=g).to(dtype).requires_grad_() for h in (4, 2, 2))
     options = kattn.torch._options(causal=True, window=(3, -1))
-    torch.library.opcheck(torch.ops.kattn.attention.default, (q, k, v, "bnhd", *options))
+    torch.library.opcheck(torch.ops.kattn.attention.default, (q, k, v, None, "bnhd", *options))
     cu = torch.tensor([0, 4, 10], dtype=torch.int64)
     packed = [t.detach().reshape(10, t.shape[2], 8).requires_grad_() for t in (q, k, v)]
-    torch.library.opcheck(torch.ops.kattn.ragged_attention.default, (*packed, cu, cu, 6, 6, *options))
+    torch.library.opcheck(torch.ops.kattn.ragged_attention.default, (*packed, None, cu, cu, 6, 6, *options))
