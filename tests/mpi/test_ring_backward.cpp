@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "dist_grads.hpp"
@@ -74,17 +75,28 @@ TEST(RingBackward, GqaFloatAndStaging) {
   }
 }
 
-// The sinks' gradient would sum over every rank's rows: refused, with the same message on every rank.
-TEST(RingBackward, SinksAreRefusedOnEveryRank) {
+// With sinks: the gradients of the one-rank backward, and the sinks' gradient (an exact sum over
+// every rank's rows) the same bits at every rank count, on the ring and under head sharding.
+TEST(RingBackward, SinksMatchOneRankWithTheSameGradientBits) {
   Options o;
-  o.sinks = {1.0, -2.0};
-  const Grads<double> g({1, 16, 16, 2, 1, 8}, shared_seed(), o);
-  try {
-    run_ring_backward(MPI_COMM_WORLD, g, o, DistOptions{});
-    ADD_FAILURE() << "the distributed backward took sinks";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("sinks: the distributed backward does not take sinks yet"), std::string::npos)
-        << e.what();
+  o.causal = true;
+  o.sinks = {1.0, -2.0, 0.5, -std::numeric_limits<double>::infinity()};
+  const Shape s{2, 37, 37, 4, 2, 16};
+  Grads<double> g(s, shared_seed(), o);
+  const BackwardInfo one = attention_backward(Kokkos::DefaultExecutionSpace(), g.p.q, kv::dense(g.p.k, g.p.v), g.p.o,
+                                              g.p.lse, g.dout, g.dq, g.dk, g.dv, o);
+  ASSERT_EQ(one.dsinks.size(), 4u);
+  const int P = size_of(MPI_COMM_WORLD);
+  for (dist::Scheme scheme : {dist::Scheme::ring, dist::Scheme::ulysses}) {
+    if (scheme == dist::Scheme::ulysses && s.Hkv % P != 0) continue;  // whole KV heads per rank
+    for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {
+      SCOPED_TRACE(std::string(dist::name(scheme)) + " " + dist::name(sh));
+      DistOptions d = with_scheme(scheme, DistOptions{});
+      d.sharding = sh;
+      const LocalGrads<double> r = run_ring_backward(MPI_COMM_WORLD, g, o, d);
+      expect_grads(r, g, rank_of(MPI_COMM_WORLD), kDoubleTol, "backward with sinks");
+      EXPECT_EQ(r.stats.dsinks, one.dsinks);
+    }
   }
 }
 

@@ -15,6 +15,7 @@
 #include "kattn/core/attention_params.hpp"
 #include "kattn/core/state.hpp"
 #include "kattn/core/storage.hpp"
+#include "kattn/detail/exact_sum.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/options.hpp"
 #include "kattn/workspace.hpp"
@@ -94,16 +95,18 @@ auto with_sinks(const ExecSpace& space, P p, const Options& opt, const Run& run,
   return result;
 }
 
-// The sinks' gradient for the backward of p (o, lse, dout of the forward with these sinks):
-// d(sink_h) = sum over the rows of head h of -exp(sink_h - lse) (dO . O) (core/state.hpp,
-// sink_gradient), summed in double on the host in row order, so the same on every backend and
-// thread count. Empty without sinks.
+// Each head's sum of its rows' terms of the sinks' gradient, for the backward of p (o, lse, dout of
+// the forward with these sinks): d(sink_h) = sum over the rows of head h of -exp(sink_h - lse)
+// (dO . O) (core/state.hpp, sink_gradient). The terms are formed per row on the device and summed
+// exactly on the host (exact_sum.hpp), so the gradient is the same bits whatever the backend, the
+// thread count, or the ranks that hold the rows (the MPI layer adds their sums). Empty without
+// sinks.
 template <class ExecSpace, class BP>
-std::vector<double> sink_gradients(const ExecSpace& space, const BP& p, const Options& opt) {
+std::vector<ExactSum> sink_gradient_sums(const ExecSpace& space, const BP& p, const Options& opt) {
   using Acc = typename decltype(p.fwd)::acc_type;
   const auto& f = p.fwd;
-  std::vector<double> dsinks(opt.sinks.size(), 0.0);
-  if (opt.sinks.empty() || f.batch == 0 || f.q_len == 0 || f.heads_q == 0) return dsinks;
+  std::vector<ExactSum> sums(opt.sinks.size());
+  if (opt.sinks.empty() || f.batch == 0 || f.q_len == 0 || f.heads_q == 0) return sums;
   using Mem = typename ExecSpace::memory_space;
   const std::int64_t rows = std::int64_t(f.batch) * f.q_len;
   Kokkos::View<Acc**, Kokkos::LayoutRight, Mem> terms(Kokkos::view_alloc(space, "kattn::sinks::gradient_terms"), rows,
@@ -122,8 +125,21 @@ std::vector<double> sink_gradients(const ExecSpace& space, const BP& p, const Op
       });
   const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), terms);
   for (std::int64_t r = 0; r < rows; ++r)
-    for (int h = 0; h < f.heads_q; ++h) dsinks[h] += double(host(r, h));
-  return dsinks;
+    for (int h = 0; h < f.heads_q; ++h) sums[h].add(double(host(r, h)));
+  return sums;
+}
+
+// The sums' values: the sinks' gradient.
+inline std::vector<double> values_of(const std::vector<ExactSum>& sums) {
+  std::vector<double> v(sums.size());
+  for (std::size_t h = 0; h < sums.size(); ++h) v[h] = sums[h].value();
+  return v;
+}
+
+// The sinks' gradient for the backward of p (empty without sinks).
+template <class ExecSpace, class BP>
+std::vector<double> sink_gradients(const ExecSpace& space, const BP& p, const Options& opt) {
+  return values_of(sink_gradient_sums(space, p, opt));
 }
 
 }  // namespace detail

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 #include <functional>
 #include <string>
 
@@ -88,6 +89,9 @@ struct DistStats {
                         // (forward) or 10 D (backward)
   int steps = 0;        // ring steps run (or key segments, tour items, or chain hops)
   bool staged = false;  // buffers went through host staging
+  // The backward with Options::sinks: their gradient over every rank's rows, the same on every rank
+  // (an exact sum: the same bits at every rank count). Empty otherwise.
+  std::vector<double> dsinks;
 };
 
 // Keys per deterministic chunk for these options.

@@ -214,8 +214,6 @@ inline void validate_backward_call(const Options& opt, const BackwardOptions& bo
   KATTN_REQUIRE(d.scheme != Scheme::sharded_kv,
                 "scheme: sharded-kv has no backward (it serves inference); use ring, ulysses or hybrid");
   KATTN_REQUIRE(d.communicate, "communicate: false is for the ring's forward alone; the backward always transfers");
-  KATTN_REQUIRE(opt.sinks.empty(), "sinks: the distributed backward does not take sinks yet (their gradient sums over "
-                "every rank's rows); run the backward of a model with sinks on one rank per sequence");
   refuse_atomic_if_deterministic(d, bopt);
 }
 
@@ -232,6 +230,7 @@ DistStats backward_as_stored(MPI_Comm comm, const ExecSpace& space, const QView&
   collective_check(comm, [&] {
     validate_backward_call(opt, bopt, d);
     p = backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv);
+    kattn::detail::require_sinks(opt, p.fwd.heads_q);
   });
   agree_call<S>(comm, backward_call(d.scheme));
   if (head_sharded(d)) return head_sharded_backward_impl(comm, space, p, opt, d, bopt);
@@ -239,14 +238,31 @@ DistStats backward_as_stored(MPI_Comm comm, const ExecSpace& space, const QView&
   return {};  // the 16-bit ring runs on float copies (backward)
 }
 
-// The backward over dense shards: ring, ulysses or hybrid.
+// The backward over dense shards (backward_of_rows, below), then the sinks' gradient.
+template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
+          class DqView, class DkView, class DvView>
+DistStats backward_of_rows(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
+                           const OView& o, const LseView& lse, const DoView& dout, const DqView& dq, const DkView& dk,
+                           const DvView& dv, const Options& opt, const BackwardOptions& bopt, const DistOptions& d);
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
           class DqView, class DkView, class DvView>
 DistStats backward(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
                    const OView& o, const LseView& lse, const DoView& dout, const DqView& dq, const DkView& dk,
                    const DvView& dv, const Options& opt, const BackwardOptions& bopt, const DistOptions& d) {
-  using S = typename DqView::non_const_value_type;
   comm = library_comm(comm);  // kattn's traffic apart from the caller's
+  DistStats stats = backward_of_rows(comm, space, q, kv, o, lse, dout, dq, dk, dv, opt, bopt, d);
+  if (!opt.sinks.empty())
+    stats.dsinks = dist_sink_gradients(comm, space, backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv), opt);
+  return stats;
+}
+
+// The backward over dense shards: ring, ulysses or hybrid.
+template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
+          class DqView, class DkView, class DvView>
+DistStats backward_of_rows(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
+                           const OView& o, const LseView& lse, const DoView& dout, const DqView& dq, const DkView& dk,
+                           const DvView& dv, const Options& opt, const BackwardOptions& bopt, const DistOptions& d) {
+  using S = typename DqView::non_const_value_type;
   static_assert(
       !is_16bit_v<S> || kattn::detail::same_storage<QView, KView, VView, OView, DoView, DqView, DkView, DvView>,
       "kattn::dist::attention_backward: q, k, v, o, dout, dq, dk and dv must have one 16-bit type (lse float)");
@@ -265,6 +281,7 @@ DistStats backward(MPI_Comm comm, const ExecSpace& space, const QView& q, const 
       qf = w.in(q, "q"), of = w.in(o, "o"), dof = w.in(dout, "dout");
       dqf = w.out(dq, "dq"), dkf = w.out(dk, "dk"), dvf = w.out(dv, "dv");
       p = backward_params(qf, float_shape_of(kv.k), float_shape_of(kv.v), of, lse, dof, dqf, dkf, dvf);
+      kattn::detail::require_sinks(opt, p.fwd.heads_q);
     });
     agree_call<S>(comm, backward_call(d.scheme));
     const DistStats stats = ring_backward_impl(comm, space, p, kv.k.data(), kv.v.data(), opt, d, bopt);
@@ -293,9 +310,24 @@ DistStats backward(MPI_Comm comm, const ExecSpace& space, const QView& q,
     validate_backward_call(opt, bopt, d);
     require_ring_for_ragged(d);
     p = ragged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout);
+    kattn::detail::require_sinks(opt, p.fwd.heads_q);
   });
   agree_call<S>(comm, DistCall::ring_ragged_backward);
-  return ring_ragged_backward_impl(comm, space, p, kv.layout.lengths, opt, d, bopt);
+  DistStats stats = ring_ragged_backward_impl(comm, space, p, kv.layout.lengths, opt, d, bopt);
+  if (!opt.sinks.empty()) stats.dsinks = dist_sink_gradients(comm, space, p, opt);
+  return stats;
+}
+
+// The sinks' gradient over every rank's rows of the backward p (this rank's): each head's exact sum
+// added over the ranks (integer limbs: any order gives the same sum), then rounded.
+template <class ExecSpace, class BP>
+std::vector<double> dist_sink_gradients(MPI_Comm comm, const ExecSpace& space, const BP& p, const Options& opt) {
+  std::vector<kattn::detail::ExactSum> sums = kattn::detail::sink_gradient_sums(space, p, opt);
+  for (kattn::detail::ExactSum& s : sums) {
+    MPI_Allreduce(MPI_IN_PLACE, s.limbs(), kattn::detail::ExactSum::kLimbs, MPI_INT64_T, MPI_SUM, comm);
+    MPI_Allreduce(MPI_IN_PLACE, &s.special(), 1, MPI_DOUBLE, MPI_SUM, comm);
+  }
+  return kattn::detail::values_of(sums);
 }
 
 // The empty lse view of a call made without one (o's rank less one).
