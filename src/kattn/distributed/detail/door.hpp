@@ -238,6 +238,18 @@ DistStats backward_as_stored(MPI_Comm comm, const ExecSpace& space, const QView&
   return {};  // the 16-bit ring runs on float copies (backward)
 }
 
+// The sinks' gradient over every rank's rows of the backward p (this rank's): each head's exact sum
+// added over the ranks (integer limbs: any order gives the same sum), then rounded.
+template <class ExecSpace, class BP>
+std::vector<double> dist_sink_gradients(MPI_Comm comm, const ExecSpace& space, const BP& p, const Options& opt) {
+  std::vector<kattn::detail::ExactSum> sums = kattn::detail::sink_gradient_sums(space, p, opt);
+  for (kattn::detail::ExactSum& s : sums) {
+    MPI_Allreduce(MPI_IN_PLACE, s.limbs(), kattn::detail::ExactSum::kLimbs, MPI_INT64_T, MPI_SUM, comm);
+    MPI_Allreduce(MPI_IN_PLACE, &s.special(), 1, MPI_DOUBLE, MPI_SUM, comm);
+  }
+  return kattn::detail::values_of(sums);
+}
+
 // The backward over dense shards (backward_of_rows, below), then the sinks' gradient.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
           class DqView, class DkView, class DvView>
@@ -316,18 +328,6 @@ DistStats backward(MPI_Comm comm, const ExecSpace& space, const QView& q,
   DistStats stats = ring_ragged_backward_impl(comm, space, p, kv.layout.lengths, opt, d, bopt);
   if (!opt.sinks.empty()) stats.dsinks = dist_sink_gradients(comm, space, p, opt);
   return stats;
-}
-
-// The sinks' gradient over every rank's rows of the backward p (this rank's): each head's exact sum
-// added over the ranks (integer limbs: any order gives the same sum), then rounded.
-template <class ExecSpace, class BP>
-std::vector<double> dist_sink_gradients(MPI_Comm comm, const ExecSpace& space, const BP& p, const Options& opt) {
-  std::vector<kattn::detail::ExactSum> sums = kattn::detail::sink_gradient_sums(space, p, opt);
-  for (kattn::detail::ExactSum& s : sums) {
-    MPI_Allreduce(MPI_IN_PLACE, s.limbs(), kattn::detail::ExactSum::kLimbs, MPI_INT64_T, MPI_SUM, comm);
-    MPI_Allreduce(MPI_IN_PLACE, &s.special(), 1, MPI_DOUBLE, MPI_SUM, comm);
-  }
-  return kattn::detail::values_of(sums);
 }
 
 // The empty lse view of a call made without one (o's rank less one).
