@@ -18,8 +18,8 @@ rank raises the same kattn.Error on every rank. Needs kattn built with its MPI l
 hybrid_attention and ragged_ring_attention (and their _backward) are the door with that scheme.
 """
 
-from . import _as_arrays, _kattn
-from ._arrays import returner
+from . import _as_arrays, _gradients, _kattn
+from ._arrays import returner, sinks_array
 
 __all__ = ["Workspace", "SCHEMES", "positions", "attention", "attention_backward", "ring_attention",
            "ulysses_attention", "hybrid_attention", "ragged_positions", "ragged_ring_attention",
@@ -69,14 +69,22 @@ def _arrays(**named):
         return [None] * len(named), str(e)
 
 
+def _sinks(sinks, refused):
+    """sinks as kattn reads them, and what was refused so far or by them (raised on every rank)."""
+    try:
+        return sinks_array(sinks), refused
+    except _kattn.Error as e:
+        return None, refused or str(e)
+
+
 def _results(out, values, stats, return_stats):
     result = tuple(out(x) for x in values) + ((stats,) if return_stats else ())
     return result[0] if len(result) == 1 else result
 
 
 def attention(comm, q, k, v, *, scheme="ring", q_indptr=None, kv_indptr=None, ulysses_size=0, causal=False,
-              window=None, softcap=0.0, scale=None, layout="bnhd", sharding="contiguous", deterministic=False,
-              chunk=0, return_lse=False, return_stats=False, workspace=None):
+              window=None, softcap=0.0, scale=None, sinks=None, layout="bnhd", sharding="contiguous",
+              deterministic=False, chunk=0, return_lse=False, return_stats=False, workspace=None):
     """Exact attention over the ranks of `comm`, spread by `scheme`:
 
     "ring"        the sequence sharded, K/V passed round a ring;
@@ -89,11 +97,13 @@ def attention(comm, q, k, v, *, scheme="ring", q_indptr=None, kv_indptr=None, ul
     q_indptr, kv_indptr [B + 1] the whole batch's offsets, the same on every rank, and q [nq, Hq, D],
     k, v [nk, Hkv, D] this rank's rows (ragged_positions). causal is bottom-right aligned on the
     global sequence (each sequence's own in a ragged batch). deterministic: bitwise the same o for
-    every rank count and sharding (keys folded in global chunks of `chunk`, 0 = 1024). Returns o
-    (and lse [B, Hq, nq] or [nq, Hq], and this rank's stats dict)."""
+    every rank count and sharding (keys folded in global chunks of `chunk`, 0 = 1024). sinks: one
+    logit per query head, as for kattn.attention. Returns o (and lse [B, Hq, nq] or [nq, Hq], and
+    this rank's stats dict)."""
     _require_mpi()
     arrays, refused = _arrays(q=q, k=k, v=v)
-    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
+    sinks, refused = _sinks(sinks, refused)
+    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale, sinks=sinks)
     dist = dict(scheme=scheme, sharding=sharding, deterministic=deterministic, chunk=chunk, ulysses_size=ulysses_size)
     o, lse, stats = _kattn.dist_attention(comm.py2f(), *arrays, q_indptr, kv_indptr, layout, opts, dist, refused,
                                           workspace)
@@ -101,20 +111,23 @@ def attention(comm, q, k, v, *, scheme="ring", q_indptr=None, kv_indptr=None, ul
 
 
 def attention_backward(comm, q, k, v, o, lse, dout, *, scheme="ring", q_indptr=None, kv_indptr=None, ulysses_size=0,
-                       causal=False, window=None, softcap=0.0, scale=None, layout="bnhd", sharding="contiguous",
-                       deterministic=False, chunk=0, return_stats=False, workspace=None):
+                       causal=False, window=None, softcap=0.0, scale=None, sinks=None, layout="bnhd",
+                       sharding="contiguous", deterministic=False, chunk=0, return_stats=False, workspace=None):
     """The gradients of attention (schemes ring, ulysses, hybrid): dq, dk, dv, this rank's shards of
     dL/dq, dL/dk, dL/dv (in q's dtype, shaped as q, k, v), from this rank's q, k, v, dout = dL/do,
     and o, lse as attention returned them (return_lse=True). The options must be the forward's.
     deterministic: bitwise the same gradients for every rank count and sharding. 16-bit shards:
-    float32 accumulation, the gradients rounded once."""
+    float32 accumulation, the gradients rounded once. With sinks, also their gradient dsinks [Hq]
+    (float64) over every rank's rows, the same on every rank."""
     _require_mpi()
     arrays, refused = _arrays(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
-    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale)
+    sink_values, refused = _sinks(sinks, refused)
+    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale, sinks=sink_values)
     dist = dict(scheme=scheme, sharding=sharding, deterministic=deterministic, chunk=chunk, ulysses_size=ulysses_size)
     dq, dk, dv, stats = _kattn.dist_attention_backward(comm.py2f(), *arrays, q_indptr, kv_indptr, layout, opts, dist,
                                                        refused, workspace)
-    return _results(returner(q), (dq, dk, dv), stats, return_stats)
+    grads = _gradients(returner(q), dq, dk, dv, stats, sinks)
+    return grads + (stats,) if return_stats else grads
 
 
 def ring_attention(comm, q, k, v, **kw):

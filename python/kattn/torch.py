@@ -385,36 +385,40 @@ def flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seq
 # ---- across MPI ranks
 
 class _DistAttention(torch.autograd.Function):
-    """A kattn.dist call and its backward: forward(q, k, v) -> (o, lse), backward(q, k, v, o, lse,
-    dout) -> (dq, dk, dv), both collective over the call's communicator."""
+    """A kattn.dist call and its backward: forward(q, k, v, sinks) -> (o, lse), backward(q, k, v,
+    o, lse, dout, sinks) -> (dq, dk, dv[, dsinks]), both collective over the call's communicator."""
 
     @staticmethod
-    def forward(ctx, q, k, v, name, forward, backward):
+    def forward(ctx, q, k, v, sinks, name, forward, backward):
         q_, k_, v_ = (t.detach() for t in (q, k, v))
-        o, lse = forward(q_, k_, v_)
+        sinks_ = sinks.detach() if isinstance(sinks, torch.Tensor) else sinks  # kattn.dist refuses bad ones
+        o, lse = forward(q_, k_, v_, s=sinks_)
         ctx.save_for_backward(q_, k_, v_, o, lse)
-        ctx.name, ctx.backward_call = name, backward
+        ctx.name, ctx.backward_call, ctx.sinks = name, backward, sinks_
         return o
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, o, lse = _saved(ctx, ctx.name)
-        dq, dk, dv = ctx.backward_call(q, k, v, o, lse, _prepared_dout(dout, q))
-        return dq, dk, dv, None, None, None
+        grads = ctx.backward_call(q, k, v, o, lse, _prepared_dout(dout, q), s=ctx.sinks)
+        sinks = ctx.sinks
+        dsinks = grads[3].to(sinks.dtype).to(sinks.device) if isinstance(sinks, torch.Tensor) else None
+        return grads[0], grads[1], grads[2], dsinks, None, None, None
 
 
-def _dist(name, comm, q, k, v, *index, **kw):
-    """kattn.dist.<name> and its <name>_backward as one autograd call; index: arguments after q, k,
-    v that both take (a ragged batch's indptr)."""
+def _dist(name, comm, q, k, v, *index, sinks=None, **kw):
+    """kattn.dist.<name> and its <name>_backward as one autograd call (to q, k, v and a sinks
+    tensor); index: arguments after q, k, v that both take (a ragged batch's indptr)."""
     import kattn.dist as kd
 
     _require_tensors(q=q, k=k, v=v)
     forward, backward = getattr(kd, name), getattr(kd, name + "_backward")
-    return _DistAttention.apply(q, k, v, name, lambda *a: forward(comm, *a, *index, return_lse=True, **kw),
-                                lambda *a: backward(comm, *a, *index, **kw))
+    return _DistAttention.apply(q, k, v, sinks, name,
+                                lambda *a, s: forward(comm, *a, *index, return_lse=True, sinks=s, **kw),
+                                lambda *a, s: backward(comm, *a, *index, sinks=s, **kw))
 
 
-def ring_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout=None,
+def ring_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None, layout=None,
                    sharding="contiguous", deterministic=False, chunk=0, workspace=None):
     """kattn.dist.ring_attention with gradients for this rank's shards of q, k and v.
 
@@ -426,33 +430,33 @@ def ring_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, sca
     forward and the backward take their buffers from.
     """
     return _dist("ring_attention", comm, q, k, v, causal=causal, window=window, softcap=softcap, scale=scale,
-                 layout=_required_layout(layout, "kattn.torch.ring_attention"), sharding=sharding,
+                 sinks=sinks, layout=_required_layout(layout, "kattn.torch.ring_attention"), sharding=sharding,
                  deterministic=deterministic, chunk=chunk, workspace=workspace)
 
 
-def ulysses_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, layout=None,
-                      sharding="contiguous", deterministic=False, chunk=0, workspace=None):
+def ulysses_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None,
+                      layout=None, sharding="contiguous", deterministic=False, chunk=0, workspace=None):
     """kattn.dist.ulysses_attention (head sharding) with gradients, as ring_attention."""
     return _dist("ulysses_attention", comm, q, k, v, causal=causal, window=window, softcap=softcap, scale=scale,
-                 layout=_required_layout(layout, "kattn.torch.ulysses_attention"), sharding=sharding,
+                 sinks=sinks, layout=_required_layout(layout, "kattn.torch.ulysses_attention"), sharding=sharding,
                  deterministic=deterministic, chunk=chunk, workspace=workspace)
 
 
 def hybrid_attention(comm, q, k, v, *, ulysses_size=0, causal=False, window=None, softcap=0.0, scale=None,
-                     layout=None, sharding="contiguous", deterministic=False, chunk=0, workspace=None):
+                     sinks=None, layout=None, sharding="contiguous", deterministic=False, chunk=0, workspace=None):
     """kattn.dist.hybrid_attention (head sharding in groups of ulysses_size, a ring across them)
     with gradients, as ring_attention; shards: kattn.dist.positions(N, comm, ulysses_size=...)."""
     return _dist("hybrid_attention", comm, q, k, v, ulysses_size=ulysses_size, causal=causal, window=window,
-                 softcap=softcap, scale=scale, layout=_required_layout(layout, "kattn.torch.hybrid_attention"),
+                 softcap=softcap, scale=scale, sinks=sinks, layout=_required_layout(layout, "kattn.torch.hybrid_attention"),
                  sharding=sharding, deterministic=deterministic, chunk=chunk, workspace=workspace)
 
 
 def ragged_ring_attention(comm, q, k, v, q_indptr, kv_indptr, *, causal=False, window=None, softcap=0.0, scale=None,
-                          sharding="contiguous", deterministic=False, chunk=0, workspace=None):
+                          sinks=None, sharding="contiguous", deterministic=False, chunk=0, workspace=None):
     """kattn.dist.ragged_ring_attention with gradients: q [nq, Hq, D], k, v [nk, Hkv, D], this
     rank's rows (kattn.dist.ragged_positions, with the same deterministic and chunk) of a packed
     batch whose offsets q_indptr, kv_indptr every rank gives whole; float32, float64, float16 or
     bfloat16. The backward is collective, as ring_attention's."""
     return _dist("ragged_ring_attention", comm, q, k, v, q_indptr, kv_indptr, causal=causal, window=window,
-                 softcap=softcap, scale=scale, sharding=sharding, deterministic=deterministic, chunk=chunk,
+                 softcap=softcap, scale=scale, sinks=sinks, sharding=sharding, deterministic=deterministic, chunk=chunk,
                  workspace=workspace)

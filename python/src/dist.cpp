@@ -7,6 +7,7 @@
 #include <mpi.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -43,6 +44,7 @@ py::dict stats_dict(const kattn::dist::DistStats& s) {
   py::dict d;
   d["seconds"] = s.seconds, d["compute_seconds"] = s.compute_seconds, d["comm_seconds"] = s.comm_seconds;
   d["bytes_sent"] = s.bytes_sent, d["messages_sent"] = s.messages_sent, d["flops"] = s.flops, d["steps"] = s.steps;
+  if (!s.dsinks.empty()) d["dsinks"] = s.dsinks;  // the backward with sinks: their gradient
   return d;
 }
 

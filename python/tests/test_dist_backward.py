@@ -67,6 +67,37 @@ def test_gradients_are_the_shards_of_one_process(name, opt, sharding):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("sharding", ["contiguous", "zigzag"])
+def test_sinks_forward_and_gradients_are_one_process_and_dsinks_the_same_bits(name, sharding):
+    n = 37
+    q, k, v, dout = problem(n, 12, 4, 16, seed=41)
+    sinks = np.linspace(-2.0, 3.0, 12)
+    sinks[5] = -np.inf
+    opt = dict(causal=True, sinks=sinks)
+    o, lse = kattn.attention(q, k, v, return_lse=True, **opt)
+    dq, dk, dv, dsinks = kattn.attention_backward(q, k, v, o, lse, dout, **opt)
+    pos = positions(name, n, COMM, sharding=sharding)
+    o_r, lse_r = forward(name, COMM, q[:, pos], k[:, pos], v[:, pos], sharding=sharding, **opt)
+    assert_close(o_r, o[:, pos])
+    assert_close(lse_r, lse[:, :, pos])
+    got = backward(name, COMM, q[:, pos], k[:, pos], v[:, pos], o_r, lse_r, dout[:, pos], sharding=sharding, **opt)
+    assert len(got) == 4
+    for g, whole in zip(got[:3], (dq, dk, dv)):
+        assert_close(g, whole[:, pos])
+    # An exact sum over every rank's rows: o differs from one process's in its last bits, so dsinks
+    # is compared to 1e-12; on every rank it is the same bits.
+    assert_close(got[3], dsinks)
+    assert len({x.tobytes() for x in COMM.allgather(got[3])}) == 1
+
+
+def test_bad_sinks_are_refused_on_every_rank():
+    q, k, v, _ = problem(8, 4, 2, 8, seed=1)
+    pos = positions("ring", 8, COMM)
+    with pytest.raises(kattn.Error, match="sinks"):
+        kattn.dist.ring_attention(COMM, q[:, pos], k[:, pos], v[:, pos], sinks=[[1.0]] if COMM.Get_rank() == 0 else [1.0] * 4)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_deterministic_gradients_are_bitwise_one_ranks(name):
     n = 70
     q, k, v, dout = problem(n, 24, 12, 8, seed=3)  # Ulysses' deterministic mode: whole GQA groups at 1-4 ranks
@@ -212,3 +243,24 @@ def test_torch_autograd_in_16_bits(dtype):
         expected = ref.grad[:, :, pos]
         bound = 2 * torch.finfo(tdtype).eps * expected.abs().max().item()  # measured: a fifth of it
         assert (shard.grad.double() - expected).abs().max().item() <= bound
+
+
+def test_torch_autograd_reaches_the_sinks():
+    """kattn.torch's distributed calls take a sinks tensor: its gradient is that of every rank's
+    loss together (the ring's dk and dv are too), the same on every rank: one process's sinks.grad."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    import kattn.torch
+
+    n = 29
+    q, k, v, dout = (torch.from_numpy(x.transpose(0, 2, 1, 3).copy()) for x in problem(n, 4, 2, 8, seed=5))
+    whole = [x.clone().requires_grad_() for x in (q, k, v)]
+    sinks_whole = torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=torch.float64, requires_grad=True)
+    (kattn.torch.attention(*whole, causal=True, sinks=sinks_whole, layout="bhnd") * dout).sum().backward()
+    pos = torch.from_numpy(kattn.dist.positions(n, COMM, sharding="zigzag"))
+    shards = [x[:, :, pos].clone().requires_grad_() for x in (q, k, v)]
+    sinks = sinks_whole.detach().clone().requires_grad_()
+    o = kattn.torch.ring_attention(COMM, *shards, causal=True, sinks=sinks, layout="bhnd", sharding="zigzag")
+    (o * dout[:, :, pos]).sum().backward()
+    for shard, ref in zip(shards, whole):
+        assert_close(shard.grad.numpy(), ref.grad[:, :, pos].numpy())
+    assert_close(sinks.grad.numpy(), sinks_whole.grad.numpy())
