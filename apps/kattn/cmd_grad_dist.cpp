@@ -39,6 +39,7 @@ struct DistGrads {
   double forward_seconds = 0, seconds = 0, comm_seconds = 0;
   long long bytes = 0;
   long long model_bytes = -1;  // the most any rank sends by dist::traffic (backward)
+  std::vector<double> dsinks;  // with --sinks: their gradient (the same on every rank)
 };
 
 double reduce_max(MPI_Comm comm, double x) {
@@ -86,6 +87,7 @@ DistGrads run_as(MPI_Comm comm, const DenseInputs& in, const DenseSource& src,
   g.dq = from_view(dq);
   g.dk = from_view(dk);
   g.dv = from_view(dv);
+  g.dsinks = s.dsinks;
   return g;
 }
 
@@ -194,6 +196,7 @@ int grad_distributed(Args& args, const std::string& mode) {
       j.add("forward_seconds", g.forward_seconds).add("comm_seconds", g.comm_seconds).add("bytes_sent_per_rank", g.bytes);
       if (g.model_bytes >= 0) j.add("model_bytes_per_rank", g.model_bytes);
       j.add("peak_rss_bytes_max", peak_rss);
+      if (!g.dsinks.empty()) j.add("dsinks", g.dsinks);
       int status = 0;
       if (check) {
         // The whole inputs, on rank 0 only and only for the check.
