@@ -78,6 +78,21 @@ GradProblem<double> textbook_gradients(const GradProblem<T>& p, const Options& o
   return d;
 }
 
+// L = sum(o * dout) of the problem's o as it stands: the loss whose gradients the backward gives.
+inline double output_loss(const GradProblem<double>& p) {
+  const std::vector<double> o = to_host(p.o), g = to_host(p.dout);
+  double l = 0;
+  for (std::size_t i = 0; i < o.size(); ++i) l += o[i] * g[i];
+  return l;
+}
+
+// L with o by the float64 textbook forward.
+inline double textbook_loss(const GradProblem<double>& p, const Options& opt) {
+  reference(TestSpace(), p.q, p.k, p.v, p.o, p.lse, opt);
+  Kokkos::fence();
+  return output_loss(p);
+}
+
 // dq, dk, dv against the reference: max abs error in double, relative in float.
 template <class T>
 void expect_gradients_close(const GradProblem<T>& out, const GradProblem<double>& ref, double tol,

@@ -247,16 +247,6 @@ TEST(Backward, StridedViewsOfPackedQkv) {
 
 // ---- finite differences ------------------------------------------------------------------
 
-// L = sum(O * dO), O by the float64 textbook forward.
-double loss(const GradProblem<double>& p, const Options& opt) {
-  reference(TestSpace(), p.q, p.k, p.v, p.o, p.lse, opt);
-  Kokkos::fence();
-  const std::vector<double> o = to_host(p.o), g = to_host(p.dout);
-  double l = 0;
-  for (std::size_t i = 0; i < o.size(); ++i) l += o[i] * g[i];
-  return l;
-}
-
 // Central differences (L(x + h) - L(x - h)) / 2h at `samples` random elements of x, against the
 // gradient `grad`: truncation ~h^2 L''' and rounding ~eps L / h are both ~1e-10 at h = 1e-5.
 void expect_matches_differences(GradProblem<double>& p, const View4<double>& x, const View4<double>& grad,
@@ -270,10 +260,10 @@ void expect_matches_differences(GradProblem<double>& p, const View4<double>& x, 
     const double x0 = hx.data()[e];
     hx.data()[e] = x0 + h;
     Kokkos::deep_copy(x, hx);
-    const double up = loss(p, opt);
+    const double up = textbook_loss(p, opt);
     hx.data()[e] = x0 - h;
     Kokkos::deep_copy(x, hx);
-    const double down = loss(p, opt);
+    const double down = textbook_loss(p, opt);
     hx.data()[e] = x0;
     Kokkos::deep_copy(x, hx);
     const double fd = (up - down) / (2 * h);

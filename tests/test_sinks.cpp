@@ -202,6 +202,21 @@ TEST(Sinks, BackwardMatchesTextbookGradients) {
   }
 }
 
+// dsinks against central differences (L(sink + h) - L(sink - h)) / 2h of loss(options) per head,
+// within 1e-8 (relative above 1 when `relative`).
+template <class Loss>
+void expect_dsinks_match_differences(const std::vector<double>& dsinks, const Options& opt, const Loss& loss,
+                                     bool relative) {
+  const double h = 1e-5;
+  for (std::size_t head = 0; head < opt.sinks.size(); ++head) {
+    Options up = opt, down = opt;
+    up.sinks[head] += h;
+    down.sinks[head] -= h;
+    const double fd = (loss(up) - loss(down)) / (2 * h);
+    EXPECT_NEAR(dsinks[head], fd, 1e-8 * (relative ? std::max(1.0, std::abs(fd)) : 1.0)) << "head " << head;
+  }
+}
+
 // d(sum(o * dout)) / d(sink) by central differences of the forward.
 TEST(Sinks, GradientMatchesCentralFiniteDifferences) {
   for (bool causal : {false, true}) {
@@ -214,21 +229,10 @@ TEST(Sinks, GradientMatchesCentralFiniteDifferences) {
     GradProblem<double> p(shape, seed);
     p.forward(opt);
     const BackwardInfo info = p.backward(opt);
-    const auto loss = [&](const Options& o) {
+    expect_dsinks_match_differences(info.dsinks, opt, [&](const Options& o) {
       p.forward(o);
-      const std::vector<double> out = to_host(p.o), g = to_host(p.dout);
-      double l = 0;
-      for (std::size_t i = 0; i < out.size(); ++i) l += out[i] * g[i];
-      return l;
-    };
-    const double h = 1e-5;
-    for (int head = 0; head < 3; ++head) {
-      Options up = opt, down = opt;
-      up.sinks[head] += h;
-      down.sinks[head] -= h;
-      const double fd = (loss(up) - loss(down)) / (2 * h);
-      EXPECT_NEAR(info.dsinks[head], fd, 1e-8 * std::max(1.0, std::abs(fd))) << "head " << head;
-    }
+      return output_loss(p);
+    }, true);
   }
 }
 
@@ -238,20 +242,7 @@ TEST(Sinks, ReferenceBackwardMatchesFiniteDifferencesOfTheReference) {
   Options opt;
   opt.sinks = {1.1, -0.4};
   const std::vector<double> dsinks = reference_backward(TestSpace(), p.q, p.k, p.v, p.dout, p.dq, p.dk, p.dv, opt);
-  const auto loss = [&](const Options& o) {
-    reference(TestSpace(), p.q, p.k, p.v, p.o, p.lse, o);
-    Kokkos::fence();
-    const std::vector<double> out = to_host(p.o), g = to_host(p.dout);
-    double l = 0;
-    for (std::size_t i = 0; i < out.size(); ++i) l += out[i] * g[i];
-    return l;
-  };
-  for (int head = 0; head < 2; ++head) {
-    Options up = opt, down = opt;
-    up.sinks[head] += 1e-5;
-    down.sinks[head] -= 1e-5;
-    EXPECT_NEAR(dsinks[head], (loss(up) - loss(down)) / 2e-5, 1e-8) << "head " << head;
-  }
+  expect_dsinks_match_differences(dsinks, opt, [&](const Options& o) { return textbook_loss(p, o); }, false);
 }
 
 // bf16 storage: the backward runs in float on widened copies, so its dsinks are the float
