@@ -17,6 +17,25 @@ def seen(Nq, Nk, causal, window):
     return mask
 
 
+def torch_textbook(q, k, v, sinks=None, causal=False, window=None, softcap=0.0, scale=None):
+    """o of [B, H, N, D] tensors in PyTorch ops, so that autograd gives every gradient (the sinks'
+    too): GQA by repeating KV heads, the mask of seen(), the sinks (a tensor [Hq], or None) a last
+    column of the scores dropped after the softmax."""
+    import torch
+
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    scale = 1.0 / q.shape[-1] ** 0.5 if scale is None else scale
+    s = scale * q @ k.transpose(-1, -2)
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    s = s.masked_fill(~torch.from_numpy(seen(q.shape[2], k.shape[2], causal, window)), float("-inf"))
+    if sinks is None:
+        return torch.softmax(s, dim=-1) @ v
+    column = sinks.to(s.dtype).view(1, -1, 1, 1).expand(*s.shape[:3], 1)
+    return torch.softmax(torch.cat([s, column], dim=-1), dim=-1)[..., :-1] @ v
+
+
 def textbook(q, k, v, causal=False, window=None, softcap=0.0, scale=None, sinks=None):
     """o [B, Nq, Hq, D], lse [B, Hq, Nq] (natural log) and what the backward needs, in float64.
     sinks: None, or one logit per query head [Hq], one more logit of each row's softmax that carries

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import kattn
-from reference import rel_err, seen, textbook, textbook_backward
+from reference import rel_err, textbook, textbook_backward, torch_textbook
 from test_kinds import KV_LENS, Q_LENS, pages_of, ragged_batch
 
 VARIANTS = [{}, {"causal": True}, {"window": (3, 1)}, {"softcap": 2.0, "scale": 0.3},
@@ -248,21 +248,6 @@ def torch_or_skip():
     import kattn.torch  # noqa: F401
 
     return torch
-
-
-def torch_textbook(q, k, v, sinks, causal=False, window=None, softcap=0.0, scale=None):
-    """o of [B, H, N, D] tensors in PyTorch ops: the sink a last column of the scores, dropped after
-    the softmax (autograd gives every gradient, the sinks' too)."""
-    torch = torch_or_skip()
-    g = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
-    scale = 1.0 / q.shape[-1] ** 0.5 if scale is None else scale
-    s = scale * q @ k.transpose(-1, -2)
-    if softcap:
-        s = softcap * torch.tanh(s / softcap)
-    s = s.masked_fill(~torch.from_numpy(seen(q.shape[2], k.shape[2], causal, window)), float("-inf"))
-    column = sinks.to(s.dtype).view(1, -1, 1, 1).expand(*s.shape[:3], 1)
-    return torch.softmax(torch.cat([s, column], dim=-1), dim=-1)[..., :-1] @ v
 
 
 def leaf_tensors(b, hq, hkv, nq, nk, d, dtype=None, seed=0):

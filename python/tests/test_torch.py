@@ -8,28 +8,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (Debian: python3-torch)")
 import kattn  # noqa: E402
 import kattn.torch  # noqa: E402
-
-
-def torch_attention(q, k, v, causal=False, scale=None, softcap=0.0, window=None):
-    """softmax(scale q k^T + mask) v in PyTorch ops, [B, H, N, D], GQA by repeating KV heads."""
-    g = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
-    scale = 1.0 / q.shape[-1] ** 0.5 if scale is None else scale
-    s = scale * q @ k.transpose(-1, -2)
-    if softcap:
-        s = softcap * torch.tanh(s / softcap)
-    nq, nk = q.shape[2], k.shape[2]
-    i = torch.arange(nq)[:, None] + (nk - nq)
-    j = torch.arange(nk)[None, :]
-    left, right = window if window is not None else (-1, -1)
-    if causal:
-        right = 0 if right < 0 else min(right, 0)
-    seen = torch.ones(nq, nk, dtype=torch.bool)
-    if left >= 0:
-        seen &= j >= i - left
-    if right >= 0:
-        seen &= j <= i + right
-    return torch.softmax(s.masked_fill(~seen, float("-inf")), dim=-1) @ v
+from reference import torch_textbook  # noqa: E402
 
 
 def tensors(b, hq, hkv, nq, nk, d, dtype=torch.float64, seed=0):
@@ -54,7 +33,7 @@ def test_forward_and_gradients_equal_pytorch_math(opt):
     dout = torch.randn(2, 4, 33, 16, dtype=torch.float64)
     o = kattn.torch.attention(q, k, v, layout="bhnd", **opt)
     grads = torch.autograd.grad(o, (q, k, v), dout)
-    ref = torch_attention(q, k, v, **opt)
+    ref = torch_textbook(q, k, v, **opt)
     ref_grads = torch.autograd.grad(ref, (q, k, v), dout)
     assert (o - ref).abs().max() <= 1e-12
     for g, r in zip(grads, ref_grads):
@@ -66,7 +45,7 @@ def test_float32_and_the_bnhd_layout():
     qb, kb, vb = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))  # [B, N, H, D] views
     o = kattn.torch.attention(qb, kb, vb, causal=True, layout="bnhd")
     o.sum().backward()
-    ref = torch_attention(q, k, v, causal=True)
+    ref = torch_textbook(q, k, v, causal=True)
     ref.sum().backward()
     assert o.dtype == torch.float32
     assert (o.transpose(1, 2) - ref).abs().max() <= 2e-5
@@ -79,14 +58,14 @@ def test_a_non_contiguous_incoming_gradient():
     dout = torch.randn(1, 2, 8, 8, dtype=torch.float64).transpose(-1, -2).contiguous().transpose(-1, -2)
     assert dout.stride(-1) != 1
     g = torch.autograd.grad(o, q, dout)[0]
-    assert (g - torch.autograd.grad(torch_attention(q, k, v), q, dout)[0]).abs().max() <= 1e-12
+    assert (g - torch.autograd.grad(torch_textbook(q, k, v), q, dout)[0]).abs().max() <= 1e-12
 
 
 def test_plain_functions_take_tensors_in_place_and_give_tensors():
     q, k, v = (t.detach() for t in tensors(2, 4, 2, 9, 9, 8, seed=6))
     o, lse = kattn.attention(q, k, v, layout="bhnd", return_lse=True)
     assert isinstance(o, torch.Tensor) and isinstance(lse, torch.Tensor) and o.shape == q.shape
-    assert (o - torch_attention(q, k, v)).abs().max() <= 1e-12
+    assert (o - torch_textbook(q, k, v)).abs().max() <= 1e-12
     dq, dk, dv = kattn.attention_backward(q, k, v, o, lse, torch.ones_like(o), layout="bhnd")
     assert isinstance(dq, torch.Tensor) and dk.shape == k.shape
     # Read in place: the array kattn sees is the tensor's memory.
