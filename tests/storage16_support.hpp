@@ -116,7 +116,7 @@ double textbook_row_in(const AttentionParams<double>& p, const Options& opt, con
   const float scale = static_cast<float>(ScoreScaling::make(p.head_dim, opt.scale, opt.softcap).scale);
   const std::int64_t first = window.first(row.i, q_len, kv_len), last = window.last(row.i, q_len, kv_len);
   std::fill(o_row, o_row + p.head_dim, 0.0);
-  const float sink = opt.sinks.empty() ? -std::numeric_limits<float>::infinity() : float(opt.sinks[row.h]);
+  const float sink = static_cast<float>(sink_of(opt, row.h));
   if (last < first) return sink;
   const double* q = p.q_ptr(row.b, row.i, row.h);
   const int hk = row.h / p.group_size();

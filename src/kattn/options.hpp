@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include "kattn/cpu_products.hpp"
@@ -69,6 +70,12 @@ struct Options {
   // path. Other storage types and GPUs ignore it.
   CpuProducts cpu_products = CpuProducts::automatic;
 };
+
+// The sink of query head h (Options::sinks), -inf when the call has none: what the references add
+// to a row's softmax.
+inline double sink_of(const Options& opt, int h) {
+  return opt.sinks.empty() ? -std::numeric_limits<double>::infinity() : opt.sinks[static_cast<std::size_t>(h)];
+}
 
 // Refuses options no call takes (every entry point calls it first), naming the field.
 inline void validate(const Options& opt) {

@@ -66,11 +66,6 @@ void masked_scores(const QView& q, const KView& k, const ElementMask& mask, cons
   }
 }
 
-// The sink of head h (Options::sinks), -inf when none.
-inline double sink_of(const Options& opt, int h) {
-  return opt.sinks.empty() ? -std::numeric_limits<double>::infinity() : opt.sinks[static_cast<std::size_t>(h)];
-}
-
 // P of the row in place, with the sink as one more logit of no value; returns the natural-log LSE
 // (-inf when the row sees no key and has no sink: P = 0).
 template <class T>
@@ -105,7 +100,7 @@ void reference_masked(const QView& q, const KView& k, const VView& v, const OVie
     for (int h = 0; h < Hq; ++h)
       for (std::int64_t i = 0; i < Nq; ++i) {
         detail::masked_scores(q, k, mask, opt, b, h, i, s);
-        const T l = detail::softmax_row(s, static_cast<T>(detail::sink_of(opt, h)));
+        const T l = detail::softmax_row(s, static_cast<T>(sink_of(opt, h)));
         if (lse.size() > 0) lse(b, h, i) = l;
         for (int d = 0; d < D; ++d) {
           T acc = 0;
@@ -136,7 +131,7 @@ std::vector<double> reference_backward_masked(const QView& q, const KView& k, co
       for (std::int64_t i = 0; i < Nq; ++i) {
         detail::masked_scores(q, k, mask, opt, b, h, i, s);
         p = s;
-        const T sink = static_cast<T>(detail::sink_of(opt, h));
+        const T sink = static_cast<T>(sink_of(opt, h));
         const T lse = detail::softmax_row(p, sink);
         ds.assign(static_cast<std::size_t>(Nk), T(0));
         T di = 0;

@@ -19,7 +19,7 @@ RowSoftmax row_softmax(const AttentionParams<double>& p, const Options& opt, con
   const double scale = ScoreScaling::make(p.head_dim, opt.scale, opt.softcap).scale;
   const std::int64_t first = window.first(row.i, q_len, kv_len), last = window.last(row.i, q_len, kv_len);
   // The head's sink (Options::sinks): one more logit of the row, of no value.
-  const double sink = opt.sinks.empty() ? -std::numeric_limits<double>::infinity() : opt.sinks[std::size_t(row.h)];
+  const double sink = sink_of(opt, row.h);
   RowSoftmax r;
   r.first = first;
   r.lse = sink;
