@@ -1,12 +1,15 @@
 // bf16 multiplied as pairs (detail/pair_gemm.hpp, cpu_products.hpp): the instruction's kernels
 // against their emulation bit for bit where the CPU has the instruction, the emulation against
-// exact float arithmetic everywhere, and attention on each products choice under the 16-bit rule.
-// (The whole Storage16 suite runs again under KATTN_CPU_PRODUCTS=widened and =bf16-dot with the
-// instruction hidden: tests/CMakeLists.txt.)
+// exact float arithmetic everywhere, the AMX tile blocks (detail/amx_gemm.hpp) against exact
+// sums where the CPU has them, and attention on each products choice under the 16-bit rule.
+// (The whole Storage16 suite runs again under KATTN_CPU_PRODUCTS=widened, =bf16-dot and =amx with
+// the instructions hidden, and =amx as this CPU has it: tests/CMakeLists.txt.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -15,6 +18,7 @@
 
 #include "kattn/attention.hpp"
 #include "kattn/cpu_products.hpp"
+#include "kattn/detail/amx_gemm.hpp"
 #include "kattn/detail/exp2.hpp"
 #include "kattn/detail/pair_column_tiles.hpp"
 #include "kattn/detail/pair_gemm.hpp"
@@ -182,6 +186,58 @@ TEST(PairProducts, FusedExponentiateAndPackMatchesItsDefinition) {
 }
 #endif
 
+#if KATTN_X86_AMX
+// The tile blocks (every shape of 1 or 2 tiles a side, fresh C times out_scale or C scaled by
+// column, K2 of 0 to 4 tiles) against the exact sums of their bf16 products, to float's rounding
+// of each addition: the unit's own order of additions is not IEEE's (amx_gemm.hpp), so the bound
+// is the sum of |terms| times (K + 1) epsilon, not bits.
+template <int MT, int NT>
+void check_amx_block(std::mt19937_64& gen, int K2, bool scaled) {
+  constexpr int T = detail::amx_tile, M = MT * T, N = NT * T;
+  const int a_row = K2 + 16, ldb = N + 16, ldc = N + 8;  // strided, as K rows read in place
+  std::vector<Pair> A(std::size_t(M) * a_row), B(std::size_t(std::max(K2, 1)) * ldb);
+  for (Pair& x : A) x = draw_pair(gen, false);
+  for (Pair& x : B) x = draw_pair(gen, false);
+  std::vector<float> C(std::size_t(M) * ldc), scale(N);
+  for (float& x : C) x = std::normal_distribution<float>()(gen);
+  for (float& x : scale) x = std::uniform_real_distribution<float>(0, 1)(gen);
+  if (scaled && K2 == 16) std::fill(scale.begin(), scale.end(), 1.0f);  // the unscaled shortcut
+  const std::vector<float> C0 = C;
+  const float out_scale = 0.375f;
+  detail::amx_configure();
+  detail::amx_block<MT, NT>(K2, A.data(), a_row, B.data(), ldb, C.data(), ldc, scaled ? scale.data() : nullptr,
+                            out_scale);
+  const auto half = [](Pair p, int s) { return double(widen(bf16{static_cast<std::uint16_t>(p >> s)})); };
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double exact = scaled ? double(C0[std::size_t(m) * ldc + n]) * scale[n] : 0.0, size = std::abs(exact);
+      for (int k = 0; k < K2; ++k) {
+        const Pair a = A[std::size_t(m) * a_row + k], b = B[std::size_t(k) * ldb + n];
+        for (int s : {0, 16}) {
+          exact += half(a, s) * half(b, s);
+          size += std::abs(half(a, s) * half(b, s));
+        }
+      }
+      if (!scaled) exact *= out_scale, size *= out_scale;
+      const double got = C[std::size_t(m) * ldc + n];
+      ASSERT_LE(std::abs(got - exact), size * (2 * K2 + 2) * 0x1p-24 + 1e-37)
+          << MT << "x" << NT << " tiles, K2=" << K2 << " scaled=" << scaled << " at (" << m << ", " << n << ")";
+    }
+}
+
+TEST(PairProducts, AmxBlocksMatchExactSums) {
+  if (!amx_on_hardware()) GTEST_SKIP() << "AMX not on this CPU or not given: " << amx_refusal();
+  std::mt19937_64 gen(fresh_seed());
+  for (int K2 : {0, 16, 64})
+    for (bool scaled : {false, true}) {
+      check_amx_block<2, 2>(gen, K2, scaled);
+      check_amx_block<2, 1>(gen, K2, scaled);
+      check_amx_block<1, 2>(gen, K2, scaled);
+      check_amx_block<1, 1>(gen, K2, scaled);
+    }
+}
+#endif
+
 // Attention in bf16 under each products choice, the shapes where pairs are awkward: odd and
 // non-multiple-of-16 head dims (the odd dim's partner is zero), one key, one query, an odd number
 // of keys in the last tile, GQA, every variant.
@@ -189,7 +245,8 @@ TEST(PairProducts, AttentionMeetsTheRuleOnEachChoice) {
   const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 2},    {1, 3, 1, 2, 1, 3},      {1, 17, 9, 1, 1, 5},
                                      {2, 19, 33, 4, 2, 40}, {1, 40, 67, 2, 1, 72},   {1, 33, 129, 2, 2, 200},
                                      {1, 70, 70, 8, 1, 64}, {1, 130, 257, 2, 1, 128}};
-  for (const CpuProducts products : {CpuProducts::automatic, CpuProducts::widened, CpuProducts::bf16_dot})
+  for (const CpuProducts products :
+       {CpuProducts::automatic, CpuProducts::widened, CpuProducts::bf16_dot, CpuProducts::amx})
     for (const Shape& s : shapes)
       for (Options o : option_variants()) {
         o.cpu_products = products;
@@ -214,7 +271,7 @@ TEST(PairProducts, TilesAndSplits) {
       for (int splits : {1, 3, 100}) {
         Options o;
         o.block_q = bq, o.block_k = bk, o.splits = splits, o.causal = bk % 2 == 1;
-        o.cpu_products = CpuProducts::bf16_dot;
+        o.cpu_products = splits == 3 ? CpuProducts::amx : CpuProducts::bf16_dot;
         const std::uint64_t seed = fresh_seed();
         SCOPED_TRACE(describe(s, o) + " seed=" + std::to_string(seed));
         Problem16<bf16> p(s, seed);
@@ -226,18 +283,31 @@ TEST(PairProducts, TilesAndSplits) {
 }
 
 TEST(PairProducts, NamesParseAndRefuse) {
-  for (const CpuProducts p : {CpuProducts::automatic, CpuProducts::widened, CpuProducts::bf16_dot})
+  for (const CpuProducts p : {CpuProducts::automatic, CpuProducts::widened, CpuProducts::bf16_dot, CpuProducts::amx})
     EXPECT_EQ(parse_cpu_products(cpu_products_name(p)), p);
   try {
-    parse_cpu_products("amx", "--cpu-products");
+    parse_cpu_products("fast", "--cpu-products");
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--cpu-products: expected auto, widened or bf16-dot, got 'amx'"),
+    EXPECT_NE(std::string(e.what()).find("--cpu-products: expected auto, widened, bf16-dot or amx, got 'fast'"),
               std::string::npos)
         << e.what();
   }
   // Only bf16 queries and keys take the dot products; the others are widened whatever is asked.
   EXPECT_EQ((host_cpu_products<bf16, bf16>(CpuProducts::bf16_dot)), CpuProducts::bf16_dot);
+  EXPECT_EQ((host_cpu_products<bf16, bf16>(CpuProducts::amx)), CpuProducts::amx);
+  EXPECT_EQ((host_cpu_products<fp16, fp16>(CpuProducts::amx)), CpuProducts::widened);
+  // auto: the tiles where they run, else the instruction, else the widening.
+  const CpuProducts automatic = host_cpu_products<bf16, bf16>(CpuProducts::automatic);
+  if (std::getenv("KATTN_CPU_PRODUCTS") == nullptr) {
+    EXPECT_EQ(automatic, amx_on_hardware()      ? CpuProducts::amx
+                         : bf16_dot_on_hardware() ? CpuProducts::bf16_dot
+                                                  : CpuProducts::widened);
+  }
+  // A CPU with AMX that kattn does not use says why.
+  if (cpu_features().amx_bf16 && !amx_on_hardware()) {
+    EXPECT_NE(cpu_products_text().find("cpu notice: AMX not used: " + amx_refusal()), std::string::npos);
+  }
   EXPECT_EQ((host_cpu_products<bf16, bf16>(CpuProducts::widened)), CpuProducts::widened);
   EXPECT_EQ((host_cpu_products<fp16, fp16>(CpuProducts::bf16_dot)), CpuProducts::widened);
   EXPECT_EQ((host_cpu_products<float, bf16>(CpuProducts::bf16_dot)), CpuProducts::widened);

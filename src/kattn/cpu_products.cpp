@@ -5,6 +5,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "kattn/detail/amx_gemm.hpp"
 #include "kattn/detail/pair_gemm.hpp"
 #include "kattn/errors.hpp"
 
@@ -13,6 +14,15 @@
 #define KATTN_X86 1
 #else
 #define KATTN_X86 0
+#endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#define KATTN_LINUX_X86 1
+#else
+#define KATTN_LINUX_X86 0
 #endif
 
 namespace kattn {
@@ -71,12 +81,26 @@ CpuFeatures read_cpu_features() {
       zmm_saved && cpuid_bit(l7.b, 16) && cpuid_bit(l7.b, 30) && cpuid_bit(l7.b, 31) && !feature_disabled("avx512");
   f.avx512_bf16 = f.avx512 && cpuid_bit(l71.a, 5) && !feature_disabled("avx512_bf16");
   f.avx512_fp16 = f.avx512 && cpuid_bit(l7.d, 23) && !feature_disabled("avx512_fp16");
-  f.amx_bf16 = cpuid_bit(l7.d, 24) && cpuid_bit(l7.d, 22) && !feature_disabled("amx_bf16");
-  f.amx_fp16 = cpuid_bit(l7.d, 24) && cpuid_bit(l71.a, 21) && !feature_disabled("amx_fp16");
+  const bool tiles_saved = (xcr0 & 0x60000) == 0x60000;  // XTILECFG and XTILEDATA
+  f.amx_bf16 = tiles_saved && cpuid_bit(l7.d, 24) && cpuid_bit(l7.d, 22) && !feature_disabled("amx_bf16");
+  f.amx_fp16 = tiles_saved && cpuid_bit(l7.d, 24) && cpuid_bit(l71.a, 21) && !feature_disabled("amx_fp16");
 #else
   f.model = "not x86-64";
 #endif
   return f;
+}
+
+// Asks Linux for the tile registers of this process (they are off until asked: the kernel's
+// x86/xstate.rst): "" when given, else why not.
+std::string request_tile_registers() {
+#if KATTN_LINUX_X86
+  constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0) return "";
+  return detail::concat("Linux refused the AMX tile registers (arch_prctl(ARCH_REQ_XCOMP_PERM): ",
+                        std::strerror(errno), ")");
+#else
+  return "AMX needs Linux's permission request, which this build has not";
+#endif
 }
 
 // What `automatic` means in this process: KATTN_CPU_PRODUCTS when set, else CpuProducts::automatic.
@@ -98,14 +122,16 @@ const char* cpu_products_name(CpuProducts p) {
       return "widened";
     case CpuProducts::bf16_dot:
       return "bf16-dot";
+    case CpuProducts::amx:
+      return "amx";
   }
   return "unknown";
 }
 
 CpuProducts parse_cpu_products(const std::string& text, const char* what) {
-  for (const CpuProducts p : {CpuProducts::automatic, CpuProducts::widened, CpuProducts::bf16_dot})
+  for (const CpuProducts p : {CpuProducts::automatic, CpuProducts::widened, CpuProducts::bf16_dot, CpuProducts::amx})
     if (text == cpu_products_name(p)) return p;
-  throw Error(detail::concat(what, ": expected auto, widened or bf16-dot, got '", text, "'"));
+  throw Error(detail::concat(what, ": expected auto, widened, bf16-dot or amx, got '", text, "'"));
 }
 
 const CpuFeatures& cpu_features() {
@@ -115,10 +141,23 @@ const CpuFeatures& cpu_features() {
 
 bool bf16_dot_on_hardware() { return detail::bf16_dot_compiled() && cpu_features().avx512_bf16; }
 
+std::string amx_refusal() {
+  static const std::string refusal = []() -> std::string {
+    if (!cpu_features().amx_bf16) return "this CPU has no AMX-BF16 (or KATTN_CPU_DISABLE hides it)";
+    if (!bf16_dot_on_hardware()) return "AMX runs beside AVX512_BF16, which this CPU or build lacks";
+    if (!detail::amx_compiled()) return "this build has no AMX kernels (an x86-64 build for AVX-512 by GCC 11+ or Clang)";
+    return request_tile_registers();
+  }();
+  return refusal;
+}
+
+bool amx_on_hardware() { return amx_refusal().empty(); }
+
 CpuProducts host_cpu_products(CpuProducts requested, bool bf16_queries_and_keys) {
   if (requested == CpuProducts::automatic) requested = automatic_products();
   if (!bf16_queries_and_keys || requested == CpuProducts::widened) return CpuProducts::widened;
-  if (requested == CpuProducts::bf16_dot) return CpuProducts::bf16_dot;
+  if (requested != CpuProducts::automatic) return requested;
+  if (amx_on_hardware()) return CpuProducts::amx;
   return bf16_dot_on_hardware() ? CpuProducts::bf16_dot : CpuProducts::widened;
 }
 
@@ -137,8 +176,9 @@ std::string cpu_products_text() {
   text += "cpu features: " + (features.empty() ? std::string("none of avx512, avx512_bf16, amx") : features) + "\n";
   text += std::string("cpu products: bf16 ") +
           cpu_products_name(host_cpu_products<bf16, bf16>(CpuProducts::automatic)) +
-          (bf16_dot_on_hardware() ? "" : " (bf16-dot when asked for: emulated)") + ", f16 widened\n";
-  if (f.amx_bf16 || f.amx_fp16) text += "cpu notice: this CPU has AMX, which kattn does not use yet\n";
+          (bf16_dot_on_hardware() ? "" : " (bf16-dot when asked for: emulated)") +
+          (amx_on_hardware() ? "" : " (amx when asked for: on bf16 dot products)") + ", f16 widened\n";
+  if (f.amx_bf16 && !amx_on_hardware()) text += "cpu notice: AMX not used: " + amx_refusal() + "\n";
   if (f.avx512_bf16 && !detail::bf16_dot_compiled())
     text += "cpu notice: the CPU has AVX512_BF16 but this build has no bf16 dot-product kernels\n";
   return text;

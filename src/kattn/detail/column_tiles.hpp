@@ -30,6 +30,7 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
   static constexpr int R = Tn::micro_rows;
   static constexpr int J = Tn::wide_micro_cols;
   static constexpr int tile_key_factor = 1;  // plan_tiles' key_factor
+  static constexpr int key_multiple = 1;     // automatic key tiles are a multiple of this
 
   TileGeometry geo;
 

@@ -14,6 +14,7 @@
 #include "kattn/core/score_scaling.hpp"
 #include "kattn/core/state.hpp"
 #include "kattn/cpu_products.hpp"
+#include "kattn/detail/amx_column_tiles.hpp"
 #include "kattn/detail/column_tiles.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/merge_partials.hpp"
@@ -39,7 +40,7 @@ void set_score_scaling(Kernel& kern, int head_dim, const Options& opt) {
   kern.inv_cap = static_cast<T>(sc.inv_cap);
 }
 
-// A column-tile kernel (Kernel: TiledAttention, or PairTiledAttention for bf16 pairs) of problem p
+// A column-tile kernel (Kernel: TiledAttention, PairTiledAttention or AmxTiledAttention) of problem p
 // (storage Q for q/o, KV for k/v), computing in T, its accumulation type.
 template <class Kernel, class ExecSpace, class P>
 Kernel make_column_kernel(const ExecSpace& space, const P& p, const Options& opt) {
@@ -47,10 +48,21 @@ Kernel make_column_kernel(const ExecSpace& space, const P& p, const Options& opt
   Kernel kern;
   kern.p = p;
   set_score_scaling(kern, p.head_dim, opt);
-  const TilePlan plan =
+  TilePlan plan =
       plan_tiles<ExecSpace, T>(space, p.head_dim, p.q_len * p.group_size(), opt, Kernel::tile_key_factor);
+  // Automatic tiles of whole key tiles where the layout multiplies in them (AMX: 32 keys), so
+  // only a sequence's last tile is padded.
+  using Tn = Tuning<ExecSpace, T>;
+  if (opt.block_k == 0 && plan.geometry.block_k > Kernel::key_multiple)
+    plan.geometry = TileGeometry::make(plan.geometry.block_q, round_down(plan.geometry.block_k, Kernel::key_multiple),
+                                       p.head_dim, Tn::micro_rows, Tn::wide_micro_cols);
   kern.geo = plan.geometry;
-  kern.scratch_level = plan.scratch_level;
+  // The layout's own scratch (the 16-bit layouts pad theirs) at the level it fits.
+  const std::size_t bytes = kern.scratch_bytes(), level1 = scratch_limit(space, 1);
+  KATTN_REQUIRE(bytes <= level1, "block_q/block_k: tiles of ", kern.geo.block_q, " query rows x ", kern.geo.block_k,
+                " keys at head dim ", p.head_dim, " need ", bytes, " bytes of scratch, more than the ", level1,
+                " bytes the execution space offers; shrink block_q or block_k");
+  kern.scratch_level = bytes <= scratch_limit(space, 0) ? 0 : 1;
   const std::int64_t rows = p.q_len * p.group_size();
   kern.row_tiles = static_cast<int>((rows + kern.geo.block_q - 1) / kern.geo.block_q);
   if (kern.row_tiles == 0) kern.row_tiles = 1;
@@ -69,7 +81,15 @@ constexpr bool pair_products_apply() {
 template <class ExecSpace, class P, class F>
 void with_column_kernel(const ExecSpace& space, const P& p, const Options& opt, const F& f) {
   if constexpr (pair_products_apply<ExecSpace, P>()) {
-    if (host_cpu_products<bf16, bf16>(opt.cpu_products) == CpuProducts::bf16_dot) {
+    const CpuProducts products = host_cpu_products<bf16, bf16>(opt.cpu_products);
+    if (products == CpuProducts::amx) {
+      auto kern = make_column_kernel<AmxTiledAttention<ExecSpace>>(space, p, opt);
+      kern.hardware = bf16_dot_on_hardware();
+      kern.amx = amx_on_hardware();
+      f(kern);
+      return;
+    }
+    if (products == CpuProducts::bf16_dot) {
       auto kern = make_column_kernel<PairTiledAttention<ExecSpace>>(space, p, opt);
       kern.hardware = bf16_dot_on_hardware();
       f(kern);

@@ -1,0 +1,214 @@
+// The column layout (column_tiles.hpp) with bf16 storage multiplied on AMX tiles (amx_gemm.hpp):
+// the micro-kernel policy of CPUs with matrix units. The pair layout (pair_column_tiles.hpp) with
+// the products in whole tiles: the softmax, masks and the NaN rule are ColumnTiles' own, P is
+// rounded to bf16 pairs of keys as there.
+//
+//   S^T = scale * K Q^T      K rows in place (or copied) as pairs of dims, Q^T as pairs of dims
+//                            over the query columns, dims padded to whole tiles of 32;
+//   O^T = O^T diag(alpha) + V^T P^T
+//                            V^T packed once per tile as pairs of keys along each dim's row
+//                            (the tile unit reads A by rows), keys padded to whole tiles of 32.
+//
+// Where the CPU has no AMX (or Linux refused its registers) the same layouts run the pair
+// products (the instruction or its emulation): `kattn run --cpu-products amx` tests this policy
+// on every machine.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <cstring>
+
+#include "kattn/detail/amx_gemm.hpp"
+#include "kattn/detail/pair_column_tiles.hpp"
+
+namespace kattn {
+namespace detail {
+
+template <class ExecSpace>
+struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
+  using Base = PairColumnTiles<ExecSpace>;
+  using Member = typename Base::Member;
+  using ScratchBuffer = typename Base::ScratchBuffer;
+  using Tiles = typename Base::Tiles;
+  using Head = typename Base::Head;
+  using Cursor = typename Base::Cursor;
+  static constexpr int J = Base::J;
+  static constexpr int tile_key_factor = Base::tile_key_factor;
+  static constexpr int key_multiple = 2 * amx_tile;  // keys per tile: whole tiles of pairs of keys
+
+  bool amx = false;  // the tiles, else the pair products (hardware: the instruction, else emulated)
+
+  // Padded sizes: dims in whole tiles of pairs (Q^T, K), of rows (V^T, O^T); keys in whole tiles
+  // of pairs (S^T, P^T, V^T).
+  KOKKOS_INLINE_FUNCTION int dim_pairs() const { return round_up((this->geo.head_dim + 1) / 2, amx_tile); }
+  KOKKOS_INLINE_FUNCTION int dims() const { return round_up(this->geo.dims_p, amx_tile); }
+  KOKKOS_INLINE_FUNCTION int keys() const { return round_up(this->geo.keys_p, key_multiple); }
+  KOKKOS_INLINE_FUNCTION int score_keys(int n_keys) const { return round_up(n_keys, key_multiple); }
+
+  // Scratch in 4-byte elements: Q^T pairs, O^T, K pairs, V^T pairs, S^T, P^T pairs, four row vectors.
+  KOKKOS_INLINE_FUNCTION std::size_t scratch_elements() const {
+    const std::size_t rows = this->geo.rows_p, K = keys(), D2 = dim_pairs(), DV = dims();
+    return D2 * rows + DV * rows + K * D2 + DV * K / 2 + K * rows + K / 2 * rows + 4 * rows;
+  }
+  std::size_t scratch_bytes() const { return ScratchBuffer::shmem_size(scratch_elements()); }
+
+  KOKKOS_INLINE_FUNCTION Tiles carve(const Member& member) const {
+    const ScratchBuffer buf(member.team_scratch(this->scratch_level), scratch_elements());
+    const std::size_t rows = this->geo.rows_p, K = keys(), D2 = dim_pairs(), DV = dims();
+    float* next = buf.data();
+    const auto take = [&](std::size_t n) {
+      float* p = next;
+      next += n;
+      return p;
+    };
+    Tiles t;
+    t.qt = t.k = t.v = nullptr;
+    t.qp = reinterpret_cast<Pair*>(take(D2 * rows));
+    t.ot = take(DV * rows);
+    t.kp = reinterpret_cast<Pair*>(take(K * D2));
+    t.vp = reinterpret_cast<Pair*>(take(DV * K / 2));
+    t.st = take(K * rows);
+    t.pp = reinterpret_cast<Pair*>(take(K / 2 * rows));
+    t.m = take(rows);
+    t.l = take(rows);
+    t.alpha = take(rows);
+    t.tile_max = take(rows);
+    return t;
+  }
+
+  // Q^T as pairs of dims (padding rows, the odd dim's partner and the padding pairs zero), O^T = 0
+  // over the padded dims.
+  template <class QRow>
+  KOKKOS_INLINE_FUNCTION bool load_query_block(const Member& member, const Head& h, const QRow& q_row) const {
+    const int rows = this->geo.rows_p, D = this->p.head_dim, D2 = dim_pairs(), DV = dims();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows), [&](const int r) {
+      const bf16* q = q_row(r);
+      for (int d2 = 0; d2 < D2; ++d2) {
+        const std::uint32_t lo = q && 2 * d2 < D ? q[2 * d2].bits : 0u;
+        const std::uint32_t hi = q && 2 * d2 + 1 < D ? q[2 * d2 + 1].bits : 0u;
+        h.qp[d2 * rows + r] = lo | (hi << 16);
+      }
+      for (int d = 0; d < DV; ++d) h.ot[d * rows + r] = 0.0f;
+    });
+    return true;
+  }
+
+  // K in place where whole tiles of pairs lie in its rows (dense or ragged, a full tile of whole
+  // key tiles, the head dim whole tiles of 32), else copied as pairs with padding zero; V^T packed
+  // as pairs of keys, padding keys and dims zero.
+  KOKKOS_INLINE_FUNCTION void stage(const Member& member, const TileWork& w, std::int64_t kb, int n_keys, std::int64_t,
+                                    int, const Tiles& s, Cursor& c) const {
+    const auto& p = this->p;
+    const int D = p.head_dim, D2 = dim_pairs();
+    c.b = w.b;
+    c.hk = w.hk;
+    c.kb = kb;
+    const int scored = score_keys(n_keys);
+    if (Base::Tn::kv_in_place && !p.kv_page_indptr && n_keys == scored && D == 2 * D2) {
+      c.pairs = reinterpret_cast<const Pair*>(p.k_ptr(w.b, kb, w.hk));
+      c.pair_row = p.k_stride_seq / 2;
+    } else {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(member, scored), [&](const int j) {
+        const bf16* k = j < n_keys ? p.k_ptr(w.b, kb + j, w.hk) : nullptr;
+        for (int d2 = 0; d2 < D2; ++d2) {
+          const std::uint32_t lo = k && 2 * d2 < D ? k[2 * d2].bits : 0u;
+          const std::uint32_t hi = k && 2 * d2 + 1 < D ? k[2 * d2 + 1].bits : 0u;
+          s.kp[j * D2 + d2] = lo | (hi << 16);
+        }
+      });
+      c.pairs = s.kp;
+      c.pair_row = D2;
+    }
+    const int KP = keys() / 2, DV = dims();
+    // Blocks of 16 key pairs x 16 dims: 16 rows of pairs (one per key pair) built as the pair
+    // layout builds them, transposed in registers to 16 rows of V^T.
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, scored / key_multiple * (DV / amx_tile)), [&](const int i) {
+      const int j2 = i % (scored / key_multiple) * amx_tile, d = i / (scored / key_multiple) * amx_tile;
+      pack_value_block(w, kb, n_keys, j2, d, s.vp + std::ptrdiff_t(d) * KP + j2, KP);
+    });
+    member.team_barrier();
+  }
+
+  // out[i * ld + k] = (v[2 (j2 + k)][d + i], v[2 (j2 + k) + 1][d + i]) for i, k < 16: V^T pairs of
+  // keys, zero past n_keys and head_dim.
+  KOKKOS_INLINE_FUNCTION void pack_value_block(const TileWork& w, std::int64_t kb, int n_keys, int j2, int d, Pair* out,
+                                               int ld) const {
+    const int D = this->p.head_dim;
+    const auto v_row = [&](int j) { return j < n_keys ? this->p.v_ptr(w.b, kb + j, w.hk) : nullptr; };
+#if KATTN_HOST_SIMD
+    if constexpr (simd::width<float>() == amx_tile) {
+      using V = simd::vec<float>;
+      V rows[amx_tile];
+      for (int k = 0; k < amx_tile; ++k) {
+        Pair pairs[amx_tile];
+        const bf16* v0 = v_row(2 * (j2 + k));
+        const bf16* v1 = v_row(2 * (j2 + k) + 1);
+        Base::pack_value_pair(v0 ? v0 + d : nullptr, v1 ? v1 + d : nullptr, D - d < amx_tile ? D - d : amx_tile, amx_tile, pairs);
+        std::memcpy(&rows[k], pairs, sizeof pairs);
+      }
+      simd::transpose<float>(rows);
+      for (int i = 0; i < amx_tile; ++i) std::memcpy(out + std::ptrdiff_t(i) * ld, &rows[i], sizeof rows[i]);
+      return;
+    }
+#endif
+    for (int k = 0; k < amx_tile; ++k) {
+      const bf16* v0 = v_row(2 * (j2 + k));
+      const bf16* v1 = v_row(2 * (j2 + k) + 1);
+      for (int i = 0; i < amx_tile; ++i) {
+        const std::uint32_t lo = v0 && d + i < D ? v0[d + i].bits : 0u;
+        const std::uint32_t hi = v1 && d + i < D ? v1[d + i].bits : 0u;
+        out[std::ptrdiff_t(i) * ld + k] = lo | (hi << 16);
+      }
+    }
+  }
+
+  // S^T = scale K Q^T; on a tile the window cuts, only the blocks holding a key some query of
+  // their columns sees.
+  KOKKOS_INLINE_FUNCTION void scores(const Member& member, const Tiles& s, const Cursor& c, int keys, bool windowed,
+                                     const TileVisibility& vis) const {
+    const int rows = this->geo.rows_p;
+    if (amx) {
+      amx_team_gemm(member, keys, rows, dim_pairs(), c.pairs, c.pair_row, s.qp, rows, s.st, rows, nullptr,
+                    this->q_scale, [&](int m, int n, int&, int&) {
+                      return !windowed || vis.sees(n, n + 2 * amx_tile, m, m + 2 * amx_tile);
+                    });
+      return;
+    }
+    Base::Gemm::invoke_blocks(
+        member, keys, rows, dim_pairs(), c.pairs, c.pair_row, 1, s.qp, rows, s.st, rows, nullptr, this->q_scale,
+        [&](int m, int n, int&, int&) { return !windowed || vis.sees(n, n + J, m, m + Base::R); }, this->hardware);
+  }
+
+  // O^T = O^T diag(alpha) + V^T P^T; on a tile the window cuts, each block of query columns sums
+  // over the key pairs holding the keys its queries see.
+  KOKKOS_INLINE_FUNCTION void values(const Member& member, const Head& h, const Cursor&, int, int n_keys, bool windowed,
+                                     const TileVisibility& vis) const {
+    const int rows = this->geo.rows_p, KP = keys() / 2, K2 = score_keys(n_keys) / 2;
+    if (amx) {
+      amx_team_gemm(member, dims(), rows, K2, h.vp, KP, h.pp, rows, h.ot, rows, h.alpha, 1.0f,
+                    [&](int, int n, int& lo2, int& hi2) {
+                      if (windowed) {
+                        int lo = 0, hi = 0;
+                        vis.keys_of_rows(n, n + 2 * amx_tile, lo, hi);
+                        lo2 = lo / 2;
+                        hi2 = (hi + 1) / 2;
+                      }
+                      return true;
+                    });
+      return;
+    }
+    Base::Gemm::invoke_blocks(
+        member, dims(), rows, K2, h.vp, KP, 1, h.pp, rows, h.ot, rows, h.alpha, 1.0f,
+        [&](int, int n, int& lo, int& hi) {
+          if (windowed) vis.keys_of_rows(n, n + J, lo, hi);
+          return true;
+        },
+        this->hardware);
+  }
+};
+
+template <class ExecSpace>
+using AmxTiledAttention = TileLoop<ExecSpace, float, AmxColumnTiles<ExecSpace>>;
+
+}  // namespace detail
+}  // namespace kattn
