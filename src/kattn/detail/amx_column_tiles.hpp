@@ -17,9 +17,12 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "kattn/detail/amx_gemm.hpp"
+#include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/pair_column_tiles.hpp"
+#include "kattn/workspace.hpp"
 
 namespace kattn {
 namespace detail {
@@ -31,12 +34,28 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
   using ScratchBuffer = typename Base::ScratchBuffer;
   using Tiles = typename Base::Tiles;
   using Head = typename Base::Head;
-  using Cursor = typename Base::Cursor;
   static constexpr int J = Base::J;
   static constexpr int tile_key_factor = Base::tile_key_factor;
   static constexpr int key_multiple = 2 * amx_tile;  // keys per tile: whole tiles of pairs of keys
 
   bool amx = false;  // the tiles, else the pair products (hardware: the instruction, else emulated)
+
+  // V^T as pairs of keys of every (sequence, KV head), packed once per call (prepare): dims() rows
+  // of packed_ld pairs each. Full key tiles that start at an even key read it in place of the
+  // tile's own pack; a team would otherwise pack each V tile again for its query rows.
+  using Memory = typename ExecSpace::memory_space;
+  Kokkos::View<float*, Memory> packed_v;
+  std::int64_t packed_ld = 0;
+
+  struct Cursor : Base::Cursor {
+    const Pair* v_pairs = nullptr;  // V^T pairs of the tile: packed_v, or the tile's own pack
+    std::int64_t v_ld = 0;
+  };
+
+  // Whether the tile products leave S^T unscaled, the tile max and the exponent scaling it on the
+  // way (one pass over S^T fewer): a positive scale (the max commutes with it) and no softcap
+  // (which needs the scaled scores).
+  KOKKOS_INLINE_FUNCTION bool scale_deferred() const { return amx && this->q_scale > 0.0f && this->cap_log2 == 0.0f; }
 
   // Padded sizes: dims in whole tiles of pairs (Q^T, K), of rows (V^T, O^T); keys in whole tiles
   // of pairs (S^T, P^T, V^T).
@@ -88,9 +107,40 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
         const std::uint32_t hi = q && 2 * d2 + 1 < D ? q[2 * d2 + 1].bits : 0u;
         h.qp[d2 * rows + r] = lo | (hi << 16);
       }
-      for (int d = 0; d < DV; ++d) h.ot[d * rows + r] = 0.0f;
+    });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, DV), [&](const int d) {
+      for (int r = 0; r < rows; ++r) h.ot[d * rows + r] = 0.0f;
     });
     return true;
+  }
+
+  // Packs V^T for the call (packed_v), from the workspace when ws is set.
+  void prepare(const ExecSpace& space, Workspace* ws, const std::string& name) {
+    const auto& p = this->p;
+    const int DV = dims();
+    packed_ld = ((p.kv_len + 1) / 2 + amx_tile - 1) / amx_tile * amx_tile;
+    const std::uint64_t n = saturating_mul(saturating_mul(std::uint64_t(p.batch) * p.heads_kv, DV), packed_ld);
+    require_memory<Memory>(ws, saturating_mul(n, 4), name + ": V packed for the AMX tiles",
+                           concat(p.batch, " sequences x ", p.heads_kv, " KV heads x ", DV, " dims x ", packed_ld,
+                                  " pairs of keys of 4 bytes"),
+                           "use cpu_products widened or bf16-dot, or fewer sequences per call");
+    packed_v = take_buffer<float, Memory>(ws, space, name + "::amx_packed_v", static_cast<std::size_t>(n));
+    const std::int64_t blocks = packed_ld / amx_tile;  // of 16 pairs (32 keys)
+    const AmxColumnTiles self = *this;
+    Kokkos::parallel_for(
+        name + "::amx_pack_v", Kokkos::RangePolicy<ExecSpace>(space, 0, std::int64_t(p.batch) * p.heads_kv * blocks),
+        [=](const std::int64_t i) {
+          const int b = static_cast<int>(i / (blocks * self.p.heads_kv));
+          const int hk = static_cast<int>(i / blocks % self.p.heads_kv);
+          const std::int64_t kb = i % blocks * key_multiple;
+          Pair* out = self.packed_pairs(b, hk) + kb / 2;
+          for (int d = 0; d < DV; d += amx_tile)
+            self.pack_value_block(b, hk, kb, self.p.seq_kv_len(b) - kb, 0, d, out + d * self.packed_ld,
+                                  self.packed_ld);
+        });
+  }
+  KOKKOS_INLINE_FUNCTION Pair* packed_pairs(int b, int hk) const {
+    return reinterpret_cast<Pair*>(packed_v.data()) + (std::int64_t(b) * this->p.heads_kv + hk) * dims() * packed_ld;
   }
 
   // K in place where whole tiles of pairs lie in its rows (dense or ragged, a full tile of whole
@@ -119,22 +169,31 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
       c.pairs = s.kp;
       c.pair_row = D2;
     }
+    if (packed_v.data() && n_keys == scored && kb % 2 == 0) {
+      c.v_pairs = packed_pairs(w.b, w.hk) + kb / 2;
+      c.v_ld = packed_ld;
+      member.team_barrier();
+      return;
+    }
     const int KP = keys() / 2, DV = dims();
+    c.v_pairs = s.vp;
+    c.v_ld = KP;
     // Blocks of 16 key pairs x 16 dims: 16 rows of pairs (one per key pair) built as the pair
-    // layout builds them, transposed in registers to 16 rows of V^T.
+    // layout builds them, transposed in registers to 16 rows of V^T. Dims vary fastest, so the
+    // 32 V rows of a block are still in L1 for the next.
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, scored / key_multiple * (DV / amx_tile)), [&](const int i) {
-      const int j2 = i % (scored / key_multiple) * amx_tile, d = i / (scored / key_multiple) * amx_tile;
-      pack_value_block(w, kb, n_keys, j2, d, s.vp + std::ptrdiff_t(d) * KP + j2, KP);
+      const int d = i % (DV / amx_tile) * amx_tile, j2 = i / (DV / amx_tile) * amx_tile;
+      pack_value_block(w.b, w.hk, kb, n_keys, j2, d, s.vp + std::ptrdiff_t(d) * KP + j2, KP);
     });
     member.team_barrier();
   }
 
   // out[i * ld + k] = (v[2 (j2 + k)][d + i], v[2 (j2 + k) + 1][d + i]) for i, k < 16: V^T pairs of
   // keys, zero past n_keys and head_dim.
-  KOKKOS_INLINE_FUNCTION void pack_value_block(const TileWork& w, std::int64_t kb, int n_keys, int j2, int d, Pair* out,
-                                               int ld) const {
+  KOKKOS_INLINE_FUNCTION void pack_value_block(int b, int hk, std::int64_t kb, std::int64_t n_keys, int j2, int d,
+                                               Pair* out, std::int64_t ld) const {
     const int D = this->p.head_dim;
-    const auto v_row = [&](int j) { return j < n_keys ? this->p.v_ptr(w.b, kb + j, w.hk) : nullptr; };
+    const auto v_row = [&](int j) { return j < n_keys ? this->p.v_ptr(b, kb + j, hk) : nullptr; };
 #if KATTN_HOST_SIMD
     if constexpr (simd::width<float>() == amx_tile) {
       using V = simd::vec<float>;
@@ -169,7 +228,7 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
     const int rows = this->geo.rows_p;
     if (amx) {
       amx_team_gemm(member, keys, rows, dim_pairs(), c.pairs, c.pair_row, s.qp, rows, s.st, rows, nullptr,
-                    this->q_scale, [&](int m, int n, int&, int&) {
+                    scale_deferred() ? 1.0f : this->q_scale, [&](int m, int n, int&, int&) {
                       return !windowed || vis.sees(n, n + 2 * amx_tile, m, m + 2 * amx_tile);
                     });
       return;
@@ -179,13 +238,23 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
         [&](int m, int n, int&, int&) { return !windowed || vis.sees(n, n + J, m, m + Base::R); }, this->hardware);
   }
 
+  KOKKOS_INLINE_FUNCTION void tile_max(const Member& member, const Head& h, int keys) const {
+    column_max(member, h.st, keys, this->geo.rows_p, h.tile_max, scale_deferred() ? this->q_scale : 1.0f);
+  }
+  KOKKOS_INLINE_FUNCTION void exponentiate(const Member& member, const Head& h, int keys, bool masked) const {
+    if (scale_deferred())
+      this->template exponentiate_scaled<true>(member, h, keys, masked, this->q_scale);
+    else
+      this->template exponentiate_scaled<false>(member, h, keys, masked, 1.0f);
+  }
+
   // O^T = O^T diag(alpha) + V^T P^T; on a tile the window cuts, each block of query columns sums
   // over the key pairs holding the keys its queries see.
-  KOKKOS_INLINE_FUNCTION void values(const Member& member, const Head& h, const Cursor&, int, int n_keys, bool windowed,
-                                     const TileVisibility& vis) const {
-    const int rows = this->geo.rows_p, KP = keys() / 2, K2 = score_keys(n_keys) / 2;
+  KOKKOS_INLINE_FUNCTION void values(const Member& member, const Head& h, const Cursor& c, int, int n_keys,
+                                     bool windowed, const TileVisibility& vis) const {
+    const int rows = this->geo.rows_p, K2 = score_keys(n_keys) / 2;
     if (amx) {
-      amx_team_gemm(member, dims(), rows, K2, h.vp, KP, h.pp, rows, h.ot, rows, h.alpha, 1.0f,
+      amx_team_gemm(member, dims(), rows, K2, c.v_pairs, c.v_ld, h.pp, rows, h.ot, rows, h.alpha, 1.0f,
                     [&](int, int n, int& lo2, int& hi2) {
                       if (windowed) {
                         int lo = 0, hi = 0;
@@ -198,7 +267,7 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
       return;
     }
     Base::Gemm::invoke_blocks(
-        member, dims(), rows, K2, h.vp, KP, 1, h.pp, rows, h.ot, rows, h.alpha, 1.0f,
+        member, dims(), rows, K2, c.v_pairs, c.v_ld, 1, h.pp, rows, h.ot, rows, h.alpha, 1.0f,
         [&](int, int n, int& lo, int& hi) {
           if (windowed) vis.keys_of_rows(n, n + J, lo, hi);
           return true;

@@ -86,6 +86,7 @@ void with_column_kernel(const ExecSpace& space, const P& p, const Options& opt, 
       auto kern = make_column_kernel<AmxTiledAttention<ExecSpace>>(space, p, opt);
       kern.hardware = bf16_dot_on_hardware();
       kern.amx = amx_on_hardware();
+      kern.prepare(space, opt.workspace, "kattn::attention");
       f(kern);
       return;
     }

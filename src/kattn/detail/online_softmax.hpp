@@ -35,9 +35,11 @@ KOKKOS_INLINE_FUNCTION void mask_column(T* st, int keys, int rows, int r, int be
   for (int j = end; j < keys; ++j) st[j * rows + r] = neg_inf;
 }
 
-// tile_max[r] = max over keys of S^T[., r], NaN-propagating. rows is a multiple of the SIMD width.
+// tile_max[r] = scale * max over keys of S^T[., r], NaN-propagating. rows is a multiple of the
+// SIMD width. scale > 0: the scores' scale where a layout leaves S^T unscaled (amx_column_tiles.hpp).
 template <class Member, class T>
-KOKKOS_INLINE_FUNCTION void column_max(const Member& member, const T* st, int keys, int rows, T* tile_max) {
+KOKKOS_INLINE_FUNCTION void column_max(const Member& member, const T* st, int keys, int rows, T* tile_max,
+                                       T scale = T(1)) {
 #if KATTN_HOST_SIMD
   using V = simd::vec<T>;
   constexpr int W = simd::width<T>();
@@ -64,13 +66,13 @@ KOKKOS_INLINE_FUNCTION void column_max(const Member& member, const T* st, int ke
     }
     const V m01 = m[0] > m[1] ? m[0] : m[1], m23 = m[2] > m[3] ? m[2] : m[3];
     const V all = m01 > m23 ? m01 : m23;
-    simd::store(tile_max + blk * W, nan != 0 ? simd::splat<T>(std::numeric_limits<T>::quiet_NaN()) : all);
+    simd::store(tile_max + blk * W, nan != 0 ? simd::splat<T>(std::numeric_limits<T>::quiet_NaN()) : all * scale);
   });
 #else
   Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows), [&](const int r) {
     T m = -compat::infinity<T>();
     for (int j = 0; j < keys; ++j) m = max_nan(m, st[j * rows + r]);
-    tile_max[r] = m;
+    tile_max[r] = m * scale;
   });
 #endif
 }
@@ -90,10 +92,11 @@ KOKKOS_INLINE_FUNCTION void rescale_rows(const Member& member, int rows, T* m, T
 }
 
 // S^T <- P^T = 2^(S^T - m) per column, and l += the column sums. m_sub is at least every score of
-// its column (or 0 for a column of -inf), so S^T - m <= 0.
-template <class Member, class T>
+// its column (or 0 for a column of -inf), so S^T - m <= 0. With Scaled, 2^(scale S^T - m): the
+// scores' scale where a layout leaves S^T unscaled (column_max's scale).
+template <bool Scaled = false, class Member, class T>
 KOKKOS_INLINE_FUNCTION void exponentiate_columns(const Member& member, T* st, int keys, int rows, const T* m_sub,
-                                                 T* l) {
+                                                 T* l, T scale = T(1)) {
 #if KATTN_HOST_SIMD
   using V = simd::vec<T>;
   constexpr int W = simd::width<T>();
@@ -102,7 +105,9 @@ KOKKOS_INLINE_FUNCTION void exponentiate_columns(const Member& member, T* st, in
     V sum = simd::splat<T>(T(0));
     for (int j = 0; j < keys; ++j) {
       T* s = st + j * rows + blk * W;
-      const V p = exp2_nonpositive<T>(simd::load(s) - m);
+      V x = simd::load(s);
+      if constexpr (Scaled) x *= scale;
+      const V p = exp2_nonpositive<T>(x - m);
       simd::store(s, p);
       sum += p;
     }
@@ -113,7 +118,7 @@ KOKKOS_INLINE_FUNCTION void exponentiate_columns(const Member& member, T* st, in
     T sum = 0;
     for (int j = 0; j < keys; ++j) {
       T& s = st[j * rows + r];
-      s = detail::exp2(s - m_sub[r]);
+      s = detail::exp2((Scaled ? s * scale : s) - m_sub[r]);
       sum += s;
     }
     l[r] += sum;

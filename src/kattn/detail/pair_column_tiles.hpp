@@ -26,19 +26,22 @@ namespace detail {
 
 #if KATTN_X86_BF16_DOT
 // Columns [0, cols) of S^T (keys x ld floats, keys even) to P^T as pairs of keys (pp, ld per key
-// pair), l += the column sums: exponentiate_columns' arithmetic and order, then the pack, without
-// storing P^T in float. cols a multiple of 16.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), noinline)) inline void exponentiate_pairs_avx512(
-    const float* st, int keys, int ld, const float* m_sub, float* l, Pair* pp, int cols) {
+// pair), l += the column sums: exponentiate_columns' arithmetic and order (Scaled: S^T times
+// scale first), then the pack, without storing P^T in float. cols a multiple of 16.
+template <bool Scaled = false>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), noinline)) void exponentiate_pairs_avx512(
+    const float* st, int keys, int ld, const float* m_sub, float* l, Pair* pp, int cols, float scale = 1.0f) {
   using V = simd::vec<float>;
   for (int c = 0; c < cols; c += 16) {
     const V m = simd::load(m_sub + c);
     V sum = simd::splat(0.0f);
     for (int j2 = 0; j2 < keys / 2; ++j2) {
       const float* s = st + std::ptrdiff_t(2 * j2) * ld + c;
-      const V p0 = exp2_nonpositive<float>(simd::load(s) - m);
+      V x0 = simd::load(s), x1 = simd::load(s + ld);
+      if constexpr (Scaled) x0 *= scale, x1 *= scale;
+      const V p0 = exp2_nonpositive<float>(x0 - m);
       sum += p0;
-      const V p1 = exp2_nonpositive<float>(simd::load(s + ld) - m);
+      const V p1 = exp2_nonpositive<float>(x1 - m);
       sum += p1;
       __m512 even, odd;
       std::memcpy(&even, &p0, sizeof even);
@@ -221,17 +224,24 @@ struct PairColumnTiles : ColumnTiles<ExecSpace, float, bf16, bf16> {
   // masked tile also keeps P^T in float (score()), which the exact path of masked values reads;
   // the others go from S^T to the pairs in one pass. Both give the same bits.
   KOKKOS_INLINE_FUNCTION void exponentiate(const Member& member, const Head& h, int keys, bool masked) const {
+    exponentiate_scaled<false>(member, h, keys, masked, 1.0f);
+  }
+  // The same of scale S^T, with Scaled (a layout that leaves S^T unscaled).
+  template <bool Scaled>
+  KOKKOS_INLINE_FUNCTION void exponentiate_scaled(const Member& member, const Head& h, int keys, bool masked,
+                                                  float scale) const {
     const int rows = this->geo.rows_p;
 #if KATTN_X86_BF16_DOT
     if (hardware && !masked) {
       Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows / J), [&](const int cb) {
-        exponentiate_pairs_avx512(h.st + cb * J, keys, rows, h.tile_max + cb * J, h.l + cb * J, h.pp + cb * J, J);
+        exponentiate_pairs_avx512<Scaled>(h.st + cb * J, keys, rows, h.tile_max + cb * J, h.l + cb * J,
+                                          h.pp + cb * J, J, scale);
       });
       return;
     }
 #endif
     (void)masked;
-    Base::exponentiate(member, h, keys);
+    exponentiate_columns<Scaled>(member, h.st, keys, rows, h.tile_max, h.l, scale);
     member.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows / J), [&](const int cb) {
       // Each thread packs whole columns of J query rows (a block its values product reads).
