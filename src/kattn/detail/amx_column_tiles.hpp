@@ -118,7 +118,9 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
   void prepare(const ExecSpace& space, Workspace* ws, const std::string& name) {
     const auto& p = this->p;
     const int DV = dims();
-    packed_ld = ((p.kv_len + 1) / 2 + amx_tile - 1) / amx_tile * amx_tile;
+    // Rows a whole number of tiles plus one apart: a power-of-two stride put the rows of one tile
+    // load in few cache sets (0.87x the product's rate at 8 KiB).
+    packed_ld = ((p.kv_len + 1) / 2 + amx_tile - 1) / amx_tile * amx_tile + amx_tile;
     const std::uint64_t n = saturating_mul(saturating_mul(std::uint64_t(p.batch) * p.heads_kv, DV), packed_ld);
     require_memory<Memory>(ws, saturating_mul(n, 4), name + ": V packed for the AMX tiles",
                            concat(p.batch, " sequences x ", p.heads_kv, " KV heads x ", DV, " dims x ", packed_ld,
@@ -237,6 +239,10 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
         member, keys, rows, dim_pairs(), c.pairs, c.pair_row, 1, s.qp, rows, s.st, rows, nullptr, this->q_scale,
         [&](int m, int n, int&, int&) { return !windowed || vis.sees(n, n + J, m, m + Base::R); }, this->hardware);
   }
+
+  // The rescale of O^T is a pass over it in memory before the tile unit loads it: rows keep their
+  // max until a tile's is 2^8 above (fold_max_lazily), which skips nearly every pass.
+  KOKKOS_INLINE_FUNCTION int rescale_slack() const { return 8; }
 
   KOKKOS_INLINE_FUNCTION void tile_max(const Member& member, const Head& h, int keys) const {
     column_max(member, h.st, keys, this->geo.rows_p, h.tile_max, scale_deferred() ? this->q_scale : 1.0f);
