@@ -205,8 +205,10 @@ void check_amx_block(std::mt19937_64& gen, int K2, bool scaled) {
   const std::vector<float> C0 = C;
   const float out_scale = 0.375f;
   detail::amx_configure();
+  std::vector<float> col_max(N, -std::numeric_limits<float>::infinity());
+  if (K2 == 16) col_max[1] = std::numeric_limits<float>::quiet_NaN();  // NaN stays NaN
   detail::amx_block<MT, NT>(K2, A.data(), a_row, B.data(), ldb, C.data(), ldc, scaled ? scale.data() : nullptr,
-                            out_scale);
+                            out_scale, col_max.data());
   const auto half = [](Pair p, int s) { return double(widen(bf16{static_cast<std::uint16_t>(p >> s)})); };
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) {
@@ -223,6 +225,14 @@ void check_amx_block(std::mt19937_64& gen, int K2, bool scaled) {
       ASSERT_LE(std::abs(got - exact), size * (2 * K2 + 2) * 0x1p-24 + 1e-37)
           << MT << "x" << NT << " tiles, K2=" << K2 << " scaled=" << scaled << " at (" << m << ", " << n << ")";
     }
+  for (int n = 0; n < N; ++n) {
+    float want = -std::numeric_limits<float>::infinity();
+    for (int m = 0; m < M; ++m) want = std::max(want, C[std::size_t(m) * ldc + n]);
+    if (K2 == 16 && n == 1)
+      EXPECT_TRUE(std::isnan(col_max[n]));
+    else
+      EXPECT_EQ(col_max[n], want) << "column " << n;
+  }
 }
 
 TEST(PairProducts, AmxBlocksMatchExactSums) {

@@ -145,6 +145,13 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
     return reinterpret_cast<Pair*>(packed_v.data()) + (std::int64_t(b) * this->p.heads_kv + hk) * dims() * packed_ld;
   }
 
+  // Each thread of the team configures its tiles once: the team's tile loop runs no other code.
+  KOKKOS_INLINE_FUNCTION void first_tile(const Member&, const TileWork&, std::int64_t, const Tiles&, Cursor&) const {
+#if KATTN_X86_AMX
+    if (amx) amx_configure();
+#endif
+  }
+
   // K in place where whole tiles of pairs lie in its rows (dense or ragged, a full tile of whole
   // key tiles, the head dim whole tiles of 32), else copied as pairs with padding zero; V^T packed
   // as pairs of keys, padding keys and dims zero.
@@ -230,7 +237,7 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
     const int rows = this->geo.rows_p;
     if (amx) {
       amx_team_gemm(member, keys, rows, dim_pairs(), c.pairs, c.pair_row, s.qp, rows, s.st, rows, nullptr,
-                    scale_deferred() ? 1.0f : this->q_scale, [&](int m, int n, int&, int&) {
+                    scale_deferred() ? 1.0f : this->q_scale, s.tile_max, [&](int m, int n, int&, int&) {
                       return !windowed || vis.sees(n, n + 2 * amx_tile, m, m + 2 * amx_tile);
                     });
       return;
@@ -244,8 +251,17 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
   // max until a tile's is 2^8 above (fold_max_lazily), which skips nearly every pass.
   KOKKOS_INLINE_FUNCTION int rescale_slack() const { return 8; }
 
-  KOKKOS_INLINE_FUNCTION void tile_max(const Member& member, const Head& h, int keys) const {
-    column_max(member, h.st, keys, this->geo.rows_p, h.tile_max, scale_deferred() ? this->q_scale : 1.0f);
+  // The tile products computed the maxima of an unmasked tile (scores); a masked one, or one the
+  // softcap changed, is read again.
+  KOKKOS_INLINE_FUNCTION void tile_max(const Member& member, const Head& h, int keys, bool masked) const {
+    const float scale = scale_deferred() ? this->q_scale : 1.0f;
+    if (amx && !masked && this->cap_log2 == 0.0f) {
+      if (scale != 1.0f)
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(member, this->geo.rows_p),
+                             [&](const int r) { h.tile_max[r] *= scale; });
+      return;
+    }
+    column_max(member, h.st, keys, this->geo.rows_p, h.tile_max, scale);
   }
   KOKKOS_INLINE_FUNCTION void exponentiate(const Member& member, const Head& h, int keys, bool masked) const {
     if (scale_deferred())
@@ -260,7 +276,7 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
                                      bool windowed, const TileVisibility& vis) const {
     const int rows = this->geo.rows_p, K2 = score_keys(n_keys) / 2;
     if (amx) {
-      amx_team_gemm(member, dims(), rows, K2, c.v_pairs, c.v_ld, h.pp, rows, h.ot, rows, h.alpha, 1.0f,
+      amx_team_gemm(member, dims(), rows, K2, c.v_pairs, c.v_ld, h.pp, rows, h.ot, rows, h.alpha, 1.0f, nullptr,
                     [&](int, int n, int& lo2, int& hi2) {
                       if (windowed) {
                         int lo = 0, hi = 0;

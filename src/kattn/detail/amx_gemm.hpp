@@ -89,10 +89,27 @@ KATTN_TARGET_AMX inline bool amx_scales_are_one(const float* col_scale, int NT) 
   return true;
 }
 
-// One block of MT x NT tiles (MT, NT in {1, 2}) over K2 pairs (a multiple of 16).
+// col_max[c] = max(col_max[c], C's column c) over the block's rows, NaN-propagating (a NaN
+// anywhere makes the column's max NaN).
+KATTN_TARGET_AMX inline void amx_column_max(const float* c, std::ptrdiff_t ldc, int rows, int NT, float* col_max) {
+  for (int t = 0; t < NT; ++t) {
+    __m512 m = _mm512_loadu_ps(col_max + 16 * t);
+    __mmask16 nan = _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q);
+    for (int r = 0; r < rows; ++r) {
+      const __m512 x = _mm512_loadu_ps(c + r * ldc + 16 * t);
+      m = _mm512_mask_max_ps(m, 0xffff, m, x);  // (GCC 12's plain max warns of its undefined source)
+      nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    }
+    _mm512_storeu_ps(col_max + 16 * t, _mm512_mask_mov_ps(m, nan, _mm512_set1_ps(__builtin_nanf(""))));
+  }
+}
+
+// One block of MT x NT tiles (MT, NT in {1, 2}) over K2 pairs (a multiple of 16); col_max, when
+// set, takes the block's column maxima (amx_column_max).
 template <int MT, int NT>
 KATTN_TARGET_AMX void amx_block(int K2, const Pair* A, std::ptrdiff_t a_row, const Pair* B, std::ptrdiff_t ldb,
-                                float* C, std::ptrdiff_t ldc, const float* col_scale, float out_scale) {
+                                float* C, std::ptrdiff_t ldc, const float* col_scale, float out_scale,
+                                float* col_max) {
   static_assert((MT == 1 || MT == 2) && (NT == 1 || NT == 2), "amx_block: blocks of 1 or 2 tiles a side");
   constexpr int T = amx_tile;
   const std::ptrdiff_t a_bytes = a_row * 4, b_bytes = ldb * 4, c_bytes = ldc * 4;
@@ -128,27 +145,32 @@ KATTN_TARGET_AMX void amx_block(int K2, const Pair* A, std::ptrdiff_t a_row, con
   if constexpr (MT == 2 && NT == 2) _tile_stored(3, c11, c_bytes);
   KATTN_AMX_MEMORY_FENCE();
   if (!col_scale && out_scale != 1.0f) amx_scale_block(C, ldc, MT * T, NT, nullptr, out_scale);
+  if (col_max) amx_column_max(C, ldc, MT * T, NT, col_max);
 }
 #undef KATTN_AMX_MEMORY_FENCE
 #undef KATTN_TARGET_AMX
 #endif
 
 // Team-level products on the tiles: C (M x N) = [C diag(col_scale) | 0] + out_scale * A B over
-// K2 pairs, M and N multiples of 16, K2 of 16, A and B as above. blocks(m, n, lo2, hi2) says
-// whether the 32 x 32 block at (m, n) is computed, and may narrow its pairs to [lo2, hi2)
-// (widened here to whole tiles). Threads take blocks; no barrier on exit.
+// K2 pairs, M and N multiples of 16, K2 of 16, A and B as above, with the column maxima of the
+// blocks computed into col_max when set. blocks(m, n, lo2, hi2) says whether the 32 x 32 block at (m, n) is computed,
+// and may narrow its pairs to [lo2, hi2) (widened here to whole tiles). Each thread takes whole
+// columns of blocks (B's tiles stay in L1 while A streams); no barrier on exit. The calling
+// threads' tiles must be configured (amx_configure).
 template <class Member, class Blocks>
 inline void amx_team_gemm(const Member& member, int M, int N, int K2, const Pair* A, std::ptrdiff_t a_row,
                           const Pair* B, std::ptrdiff_t ldb, float* C, std::ptrdiff_t ldc, const float* col_scale,
-                          float out_scale, const Blocks& blocks) {
+                          float out_scale, float* col_max, const Blocks& blocks) {
 #if KATTN_X86_AMX
   constexpr int T = amx_tile, BT = 2 * amx_tile;
   const int mb = (M + BT - 1) / BT, nb = (N + BT - 1) / BT;
-  amx_configure();
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, mb * nb), [&](const int i) {
-    const int m = i / nb * BT, n = i % nb * BT;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(member, nb), [&](const int j) {
+   if (col_max)
+     for (int c = j * BT; c < N && c < (j + 1) * BT; ++c) col_max[c] = -__builtin_inff();
+   for (int i = 0; i < mb; ++i) {
+    const int m = i * BT, n = j * BT;
     int lo2 = 0, hi2 = K2;
-    if (!blocks(m, n, lo2, hi2)) return;
+    if (!blocks(m, n, lo2, hi2)) continue;
     lo2 = lo2 / T * T;
     hi2 = (hi2 + T - 1) / T * T;
     if (hi2 > K2) hi2 = K2;
@@ -157,19 +179,21 @@ inline void amx_team_gemm(const Member& member, int M, int N, int K2, const Pair
     const Pair* b = B + std::ptrdiff_t(lo2) * ldb + n;
     float* c = C + m * ldc + n;
     const float* s = col_scale ? col_scale + n : nullptr;
+    float* cm = col_max ? col_max + n : nullptr;
     const bool tall = M - m >= BT, wide = N - n >= BT;
     if (tall && wide)
-      amx_block<2, 2>(hi2 - lo2, a, a_row, b, ldb, c, ldc, s, out_scale);
+      amx_block<2, 2>(hi2 - lo2, a, a_row, b, ldb, c, ldc, s, out_scale, cm);
     else if (tall)
-      amx_block<2, 1>(hi2 - lo2, a, a_row, b, ldb, c, ldc, s, out_scale);
+      amx_block<2, 1>(hi2 - lo2, a, a_row, b, ldb, c, ldc, s, out_scale, cm);
     else if (wide)
-      amx_block<1, 2>(hi2 - lo2, a, a_row, b, ldb, c, ldc, s, out_scale);
+      amx_block<1, 2>(hi2 - lo2, a, a_row, b, ldb, c, ldc, s, out_scale, cm);
     else
-      amx_block<1, 1>(hi2 - lo2, a, a_row, b, ldb, c, ldc, s, out_scale);
+      amx_block<1, 1>(hi2 - lo2, a, a_row, b, ldb, c, ldc, s, out_scale, cm);
+   }
   });
 #else
   (void)member, (void)M, (void)N, (void)K2, (void)A, (void)a_row, (void)B, (void)ldb, (void)C, (void)ldc;
-  (void)col_scale, (void)out_scale, (void)blocks;
+  (void)col_scale, (void)out_scale, (void)col_max, (void)blocks;
 #endif
 }
 

@@ -219,7 +219,7 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
   KOKKOS_INLINE_FUNCTION void softcap(const Member& member, const Head& h, int keys) const {
     softcap_tile(member, h.st, keys * geo.rows_p, this->cap_log2, this->inv_cap);
   }
-  KOKKOS_INLINE_FUNCTION void tile_max(const Member& member, const Head& h, int keys) const {
+  KOKKOS_INLINE_FUNCTION void tile_max(const Member& member, const Head& h, int keys, bool = true) const {
     column_max(member, h.st, keys, geo.rows_p, h.tile_max);
   }
   KOKKOS_INLINE_FUNCTION void exponentiate(const Member& member, const Head& h, int keys, bool = true) const {

@@ -177,7 +177,7 @@ struct RowTiles : TileArgs<T, Q, KV> {
   KOKKOS_INLINE_FUNCTION void softcap(const Member& member, const Head& h, int keys) const {
     softcap_rows(member, geo, keys, h.s, this->cap_log2, this->inv_cap);
   }
-  KOKKOS_INLINE_FUNCTION void tile_max(const Member& member, const Head& h, int keys) const {
+  KOKKOS_INLINE_FUNCTION void tile_max(const Member& member, const Head& h, int keys, bool = true) const {
     row_max(member, geo, keys, h.s, h.tile_max);
   }
   KOKKOS_INLINE_FUNCTION void exponentiate(const Member& member, const Head& h, int keys, bool) const {

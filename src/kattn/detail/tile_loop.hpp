@@ -67,7 +67,7 @@ struct TileArgs {
 
 // The loop. Layout derives from TileArgs<T> and provides, per team: carve (its scratch arrays),
 // first_tile / stage / end_tile (K/V rows ready for a tile), scores, and per KV head of the team:
-// softcap, tile_max, rescale_slack (0, or fold_max_lazily's slack), exponentiate (told whether the
+// softcap, tile_max (told whether the tile is masked), rescale_slack (0, or fold_max_lazily's slack), exponentiate (told whether the
 // tile is masked: only then may the exact path below read P from score()), values (or, when values_of_heads_together(), values_of_heads
 // for all heads after their softmax), plus element access q_at(h, r, d) (d < q_dims()),
 // score(h, r, j), out(h, r, d), v_row(c, hl, j) and the state vectors of head(s, hl).
@@ -152,7 +152,7 @@ struct TileLoop : Layout {
       mask(member, w, kb, n_keys, keys, h, w.hk + hl);
       member.team_barrier();
     }
-    this->tile_max(member, h, keys);
+    this->tile_max(member, h, keys, masked);
     member.team_barrier();
     rescale_rows(member, this->geo.rows_p, h.m, h.l, h.alpha, h.tile_max, T(this->rescale_slack()));
     member.team_barrier();
