@@ -263,11 +263,11 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
     }
     column_max(member, h.st, keys, this->geo.rows_p, h.tile_max, scale);
   }
-  KOKKOS_INLINE_FUNCTION void exponentiate(const Member& member, const Head& h, int keys, bool masked) const {
+  KOKKOS_INLINE_FUNCTION void exponentiate(const Member& member, const Head& h, int keys, bool exact) const {
     if (scale_deferred())
-      this->template exponentiate_scaled<true>(member, h, keys, masked, this->q_scale);
+      this->template exponentiate_scaled<true>(member, h, keys, exact, this->q_scale);
     else
-      this->template exponentiate_scaled<false>(member, h, keys, masked, 1.0f);
+      this->template exponentiate_scaled<false>(member, h, keys, exact, 1.0f);
   }
 
   // O^T = O^T diag(alpha) + V^T P^T; on a tile the window cuts, each block of query columns sums

@@ -115,13 +115,14 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
   }
 
   // The finished rows o / l from O^T to out_row(r) (null past the tile's rows), on the host with
-  // whole vectors and outputs in T: W x W blocks, finished across the rows' lanes, then transposed.
+  // whole vectors and outputs in T (or bf16 from float): W x W blocks, finished across the rows'
+  // lanes, transposed, then rounded to the output's type.
   template <class OutRow>
   KOKKOS_INLINE_FUNCTION bool store_row_block(const Member& member, const Head& h, int n_rows,
                                               const OutRow& out_row) const {
 #if KATTN_HOST_SIMD
     using S = std::remove_pointer_t<decltype(out_row(0))>;
-    if constexpr (Tn::host && std::is_same_v<S, T>) {
+    if constexpr (Tn::host && (std::is_same_v<S, T> || (std::is_same_v<S, bf16> && std::is_same_v<T, float>))) {
       using V = simd::vec<T>;
       constexpr int W = simd::width<T>();
       const int D = this->p.head_dim;
@@ -140,7 +141,7 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
             for (int k = 0; k < W; ++k) v[k] = finished_o(simd::load(h.ot + (d0 + k) * geo.rows_p + r0), fin);
             simd::transpose<T>(v);
             for (int i = 0; i < W; ++i)
-              if (rows[i]) simd::store(rows[i] + d0, v[i]);
+              if (rows[i]) simd::store_as<S, T>(rows[i] + d0, v[i]);
           }
         });
         return true;

@@ -221,18 +221,18 @@ struct PairColumnTiles : ColumnTiles<ExecSpace, float, bf16, bf16> {
   }
 
   // P^T = 2^(S^T - m) and its column sums into l, P^T rounded to pairs of keys for the values. A
-  // masked tile also keeps P^T in float (score()), which the exact path of masked values reads;
-  // the others go from S^T to the pairs in one pass. Both give the same bits.
-  KOKKOS_INLINE_FUNCTION void exponentiate(const Member& member, const Head& h, int keys, bool masked) const {
-    exponentiate_scaled<false>(member, h, keys, masked, 1.0f);
+  // tile the exact path of masked values reads (exact) also keeps P^T in float (score()); the
+  // others go from S^T to the pairs in one pass. Both give the same bits.
+  KOKKOS_INLINE_FUNCTION void exponentiate(const Member& member, const Head& h, int keys, bool exact) const {
+    exponentiate_scaled<false>(member, h, keys, exact, 1.0f);
   }
   // The same of scale S^T, with Scaled (a layout that leaves S^T unscaled).
   template <bool Scaled>
-  KOKKOS_INLINE_FUNCTION void exponentiate_scaled(const Member& member, const Head& h, int keys, bool masked,
+  KOKKOS_INLINE_FUNCTION void exponentiate_scaled(const Member& member, const Head& h, int keys, bool exact,
                                                   float scale) const {
     const int rows = this->geo.rows_p;
 #if KATTN_X86_BF16_DOT
-    if (hardware && !masked) {
+    if (hardware && !exact) {
       Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows / J), [&](const int cb) {
         exponentiate_pairs_avx512<Scaled>(h.st + cb * J, keys, rows, h.tile_max + cb * J, h.l + cb * J,
                                           h.pp + cb * J, J, scale);
@@ -240,7 +240,7 @@ struct PairColumnTiles : ColumnTiles<ExecSpace, float, bf16, bf16> {
       return;
     }
 #endif
-    (void)masked;
+    (void)exact;
     exponentiate_columns<Scaled>(member, h.st, keys, rows, h.tile_max, h.l, scale);
     member.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows / J), [&](const int cb) {

@@ -138,6 +138,27 @@ template <class T>
 inline void store(T* p, const vec<T>& v) {
   std::memcpy(p, &v, sizeof(v));
 }
+// v rounded to S and stored: S = T a plain store; bf16 from float as core::float_to_bf16_bits
+// rounds each lane (nearest even, NaN kept a quiet NaN).
+template <class S, class T>
+inline void store_as(S* p, const vec<T>& v) {
+  if constexpr (std::is_same_v<S, T>) {
+    store(p, v);
+  } else {
+    static_assert(std::is_same_v<S, bf16> && std::is_same_v<T, float>, "kattn: store_as narrows float to bf16");
+    typedef std::uint32_t word_vec __attribute__((vector_size(kBytes)));
+    typedef std::int32_t mask_vec __attribute__((vector_size(kBytes)));
+    typedef std::uint16_t half_vec __attribute__((vector_size(kBytes / 2)));
+    word_vec u;
+    std::memcpy(&u, &v, sizeof(u));
+    const word_vec nan = (word_vec)((mask_vec)((u & 0x7fffffffu) > 0x7f800000u));
+    const word_vec rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const word_vec r = (nan & ((u >> 16) | 0x40u)) | (~nan & rounded);
+    const half_vec h = __builtin_convertvector(r, half_vec);
+    std::memcpy(p, &h, sizeof(h));
+  }
+}
+
 template <class T>
 inline vec<T> splat(T x) {
   return vec<T>{} + x;

@@ -67,9 +67,10 @@ struct TileArgs {
 
 // The loop. Layout derives from TileArgs<T> and provides, per team: carve (its scratch arrays),
 // first_tile / stage / end_tile (K/V rows ready for a tile), scores, and per KV head of the team:
-// softcap, tile_max (told whether the tile is masked), rescale_slack (0, or fold_max_lazily's slack), exponentiate (told whether the
-// tile is masked: only then may the exact path below read P from score()), values (or, when values_of_heads_together(), values_of_heads
-// for all heads after their softmax), plus element access q_at(h, r, d) (d < q_dims()),
+// softcap, tile_max (told whether the tile is masked), rescale_slack (0, or fold_max_lazily's
+// slack), exponentiate (told whether the exact path below will read P from score()), values (or,
+// when values_of_heads_together(), values_of_heads for all heads after their softmax), plus
+// element access q_at(h, r, d) (d < q_dims()),
 // score(h, r, j), out(h, r, d), v_row(c, hl, j) and the state vectors of head(s, hl).
 template <class ExecSpace, class T, class Layout>
 struct TileLoop : Layout {
@@ -156,11 +157,14 @@ struct TileLoop : Layout {
     member.team_barrier();
     rescale_rows(member, this->geo.rows_p, h.m, h.l, h.alpha, h.tile_max, T(this->rescale_slack()));
     member.team_barrier();
-    this->exponentiate(member, h, keys, masked);
+    // A masked tile whose V holds a NaN or an Inf takes the exact path below, which reads P from
+    // score(); the others may keep P in the layout's own form.
+    const auto v_at = [&](int j) { return this->v_row(c, hl, j); };
+    const bool exact_values = fold_values && masked && !values_finite<Member, T>(member, n_keys, this->p.head_dim, v_at);
+    this->exponentiate(member, h, keys, exact_values);
     member.team_barrier();
     if (!fold_values) return;
-    const auto v_at = [&](int j) { return this->v_row(c, hl, j); };
-    if (masked && !values_finite<Member, T>(member, n_keys, this->p.head_dim, v_at))
+    if (exact_values)
       values_over_seen_keys(member, w, kb, n_keys, h, w.hk + hl, v_at);
     else
       this->values(member, h, c, hl, n_keys, windowed, vis);
