@@ -307,12 +307,12 @@ TEST(PairProducts, NamesParseAndRefuse) {
   EXPECT_EQ((host_cpu_products<bf16, bf16>(CpuProducts::bf16_dot)), CpuProducts::bf16_dot);
   EXPECT_EQ((host_cpu_products<bf16, bf16>(CpuProducts::amx)), CpuProducts::amx);
   EXPECT_EQ((host_cpu_products<fp16, fp16>(CpuProducts::amx)), CpuProducts::widened);
-  // auto: the tiles where they run, else the instruction, else the widening.
+  // auto: the tiles where they run, else the instruction on AMD's cores, else the widening.
   const CpuProducts automatic = host_cpu_products<bf16, bf16>(CpuProducts::automatic);
   if (std::getenv("KATTN_CPU_PRODUCTS") == nullptr) {
-    EXPECT_EQ(automatic, amx_on_hardware()      ? CpuProducts::amx
-                         : bf16_dot_on_hardware() ? CpuProducts::bf16_dot
-                                                  : CpuProducts::widened);
+    EXPECT_EQ(automatic, amx_on_hardware()                               ? CpuProducts::amx
+                         : bf16_dot_on_hardware() && cpu_features().amd ? CpuProducts::bf16_dot
+                                                                          : CpuProducts::widened);
   }
   // A CPU with AMX that kattn does not use says why.
   if (cpu_features().amx_bf16 && !amx_on_hardware()) {

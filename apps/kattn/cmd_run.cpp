@@ -51,7 +51,7 @@ const char* kRunUsage =
     "                  bf16 and f16 run flash or splitkv (dense, ragged, paged, cascade, --dist) and grad\n"
     "                  (dense, ragged, --dist), not block-sparse yet\n"
     "  --cpu-products  bf16 on a CPU: auto (the default: AMX tiles where the CPU has AMX-BF16, else bf16\n"
-    "                  dot products where it has AVX512_BF16, P rounded to bf16 for P V; else widened),\n"
+    "                  dot products on AMD CPUs with AVX512_BF16, P rounded to bf16 for P V; else widened),\n"
     "                  widened (exact float products), bf16-dot (emulated where the CPU lacks the\n"
     "                  instruction), amx (the tiles' layouts on bf16-dot where the CPU lacks AMX); the\n"
     "                  JSON's cpu_products says what ran, --version why AMX is not used (docs/storage.md)\n"

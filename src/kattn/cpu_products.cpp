@@ -74,6 +74,12 @@ CpuFeatures read_cpu_features() {
   CpuFeatures f;
 #if KATTN_X86
   f.model = cpu_brand();
+  const Regs vendor = cpuid_regs(0, 0);
+  char name[13] = {};
+  std::memcpy(name, &vendor.b, 4);
+  std::memcpy(name + 4, &vendor.d, 4);
+  std::memcpy(name + 8, &vendor.c, 4);
+  f.amd = std::string(name) == "AuthenticAMD";
   const std::uint64_t xcr0 = os_saved_state();
   const bool zmm_saved = (xcr0 & 0xe6) == 0xe6;  // SSE, AVX, opmask, the upper ZMM halves, ZMM16-31
   const Regs l7 = cpuid_regs(7, 0), l71 = cpuid_regs(7, 1);
@@ -158,7 +164,9 @@ CpuProducts host_cpu_products(CpuProducts requested, bool bf16_queries_and_keys)
   if (!bf16_queries_and_keys || requested == CpuProducts::widened) return CpuProducts::widened;
   if (requested != CpuProducts::automatic) return requested;
   if (amx_on_hardware()) return CpuProducts::amx;
-  return bf16_dot_on_hardware() ? CpuProducts::bf16_dot : CpuProducts::widened;
+  // On Intel's cores vdpbf16ps issues on one port where the float FMA has two: the pair path ran
+  // 0.72x the widened one on Emerald Rapids with AMX hidden (1.75x on Zen 4, perf/RESULTS.md).
+  return bf16_dot_on_hardware() && cpu_features().amd ? CpuProducts::bf16_dot : CpuProducts::widened;
 }
 
 std::string cpu_products_text() {

@@ -15,7 +15,7 @@
 namespace kattn {
 
 enum class CpuProducts {
-  automatic,  // the fastest this CPU has: AMX tiles, else bf16 dot products, else widened
+  automatic,  // the fastest this CPU has: AMX tiles, else bf16 dot products (AMD), else widened
   widened,    // exact: q, k, v widened to float, float FMAs, P kept in float
   bf16_dot,   // bf16 dot products; emulated bit for bit in portable code where the CPU lacks them
   amx,        // AMX tiles; where the CPU lacks them, the same tile layouts on bf16 dot products
@@ -30,6 +30,7 @@ CpuProducts parse_cpu_products(const std::string& text, const char* what = "cpu_
 // as oneDNN's ONEDNN_MAX_CPU_ISA does, to run and compare the other paths on one machine.
 struct CpuFeatures {
   std::string model;         // the CPU's brand string
+  bool amd = false;          // AMD's cores: their vdpbf16ps outruns the widened float FMAs
   bool avx512 = false;       // AVX512F, BW and VL, with the OS saving their registers
   bool avx512_bf16 = false;  // vdpbf16ps, vcvtne2ps2bf16
   bool avx512_fp16 = false;  // reported only: no fp16 dot product with float accumulation

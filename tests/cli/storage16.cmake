@@ -23,15 +23,18 @@ kattn_cli_expect(run_f16_files ARGS run --q ${DATA}/f16_q.npy --k ${DATA}/f16_k.
 kattn_cli_expect(run_f16_zeros ARGS run --q ${BAD_NPY}/half.npy --k ${BAD_NPY}/half.npy --v ${BAD_NPY}/half.npy
                  --check --json STATUS 0 STDOUT "\"dtype\":\"f16\".*\"max_abs_err\":0,.*\"check\":\"pass\"")
 # --cpu-products: each choice passes the check and the JSON names what ran (bf16-dot on a CPU without
-# AVX512_BF16 is the emulation); f16 always widens; a wrong name is refused naming the flag.
+# AVX512_BF16 is the emulation, amx on a CPU without AMX its layouts on the dot products); f16 always
+# widens; a wrong name is refused naming the flag.
 kattn_cli_expect(run_bf16_widened ARGS run --random 1,70,90,4,2,40 --causal --dtype bf16 --cpu-products widened --check
                  --json STATUS 0 JSON_ONLY STDOUT "\"cpu_products\":\"widened\".*\"check\":\"pass\"")
 kattn_cli_expect(run_bf16_dot ARGS run --random 1,70,90,4,2,40 --dtype bf16 --cpu-products bf16-dot --check --json
                  STATUS 0 JSON_ONLY STDOUT "\"cpu_products\":\"bf16-dot\".*\"check\":\"pass\"")
+kattn_cli_expect(run_amx ARGS run --random 1,70,90,4,2,40 --dtype bf16 --cpu-products amx --check --json
+                 STATUS 0 JSON_ONLY STDOUT "\"cpu_products\":\"amx\".*\"check\":\"pass\"")
 kattn_cli_expect(run_f16_products ARGS run --random 1,20,20,1,1,16 --dtype f16 --cpu-products bf16-dot --json STATUS 0
                  JSON_ONLY STDOUT "\"cpu_products\":\"widened\"")
 kattn_cli_expect(bad_cpu_products ARGS run --random 1,2,2,1,1,4 --cpu-products fast STATUS 2
-                 STDERR "--cpu-products: expected auto, widened or bf16-dot, got 'fast'")
+                 STDERR "--cpu-products: expected auto, widened, bf16-dot or amx, got 'fast'")
 # Refusals.
 kattn_cli_expect(grad_bf16_check ARGS grad --random 1,70,90,4,2,64 --causal --dtype bf16 --check --json STATUS 0
                  JSON_ONLY STDOUT "\"dtype\":\"bf16\".*\"check\":\"pass\"")

@@ -139,8 +139,7 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
           const std::int64_t kb = i % blocks * key_multiple;
           Pair* out = self.packed_pairs(b, hk) + kb / 2;
           for (int d = 0; d < DV; d += amx_tile)
-            self.pack_value_block(b, hk, kb, self.p.seq_kv_len(b) - kb, 0, d, out + d * self.packed_ld,
-                                  self.packed_ld);
+            self.pack_value_block(b, hk, kb, self.p.seq_kv_len(b) - kb, 0, d, out + d * self.packed_ld, self.packed_ld);
         });
   }
   KOKKOS_INLINE_FUNCTION Pair* packed_pairs(int b, int hk) const {
@@ -213,7 +212,8 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
         Pair pairs[amx_tile];
         const bf16* v0 = v_row(2 * (j2 + k));
         const bf16* v1 = v_row(2 * (j2 + k) + 1);
-        Base::pack_value_pair(v0 ? v0 + d : nullptr, v1 ? v1 + d : nullptr, D - d < amx_tile ? D - d : amx_tile, amx_tile, pairs);
+        Base::pack_value_pair(v0 ? v0 + d : nullptr, v1 ? v1 + d : nullptr, D - d < amx_tile ? D - d : amx_tile,
+                              amx_tile, pairs);
         std::memcpy(&rows[k], pairs, sizeof pairs);
       }
       simd::transpose<float>(rows);

@@ -71,7 +71,7 @@ KATTN_TARGET_AMX inline void amx_configure() {
 
 // rows x (16 NT) floats of C (ldc apart) times col_scale by column, or by out_scale.
 KATTN_TARGET_AMX inline void amx_scale_block(float* c, std::ptrdiff_t ldc, int rows, int NT, const float* col_scale,
-                                              float out_scale) {
+                                             float out_scale) {
   for (int t = 0; t < NT; ++t) {
     const __m512 s = col_scale ? _mm512_loadu_ps(col_scale + 16 * t) : _mm512_set1_ps(out_scale);
     for (int r = 0; r < rows; ++r) {
@@ -108,8 +108,7 @@ KATTN_TARGET_AMX inline void amx_column_max(const float* c, std::ptrdiff_t ldc, 
 // set, takes the block's column maxima (amx_column_max).
 template <int MT, int NT>
 KATTN_TARGET_AMX void amx_block(int K2, const Pair* A, std::ptrdiff_t a_row, const Pair* B, std::ptrdiff_t ldb,
-                                float* C, std::ptrdiff_t ldc, const float* col_scale, float out_scale,
-                                float* col_max) {
+                                float* C, std::ptrdiff_t ldc, const float* col_scale, float out_scale, float* col_max) {
   static_assert((MT == 1 || MT == 2) && (NT == 1 || NT == 2), "amx_block: blocks of 1 or 2 tiles a side");
   constexpr int T = amx_tile;
   const std::ptrdiff_t a_bytes = a_row * 4, b_bytes = ldb * 4, c_bytes = ldc * 4;
@@ -165,31 +164,31 @@ inline void amx_team_gemm(const Member& member, int M, int N, int K2, const Pair
   constexpr int T = amx_tile, BT = 2 * amx_tile;
   const int mb = (M + BT - 1) / BT, nb = (N + BT - 1) / BT;
   Kokkos::parallel_for(Kokkos::TeamThreadRange(member, nb), [&](const int j) {
-   if (col_max)
-     for (int c = j * BT; c < N && c < (j + 1) * BT; ++c) col_max[c] = -__builtin_inff();
-   for (int i = 0; i < mb; ++i) {
-    const int m = i * BT, n = j * BT;
-    int lo2 = 0, hi2 = K2;
-    if (!blocks(m, n, lo2, hi2)) continue;
-    lo2 = lo2 / T * T;
-    hi2 = (hi2 + T - 1) / T * T;
-    if (hi2 > K2) hi2 = K2;
-    if (hi2 < lo2) hi2 = lo2;  // no pairs: C = 0, or C diag(col_scale)
-    const Pair* a = A + m * a_row + lo2;
-    const Pair* b = B + std::ptrdiff_t(lo2) * ldb + n;
-    float* c = C + m * ldc + n;
-    const float* s = col_scale ? col_scale + n : nullptr;
-    float* cm = col_max ? col_max + n : nullptr;
-    const bool tall = M - m >= BT, wide = N - n >= BT;
-    if (tall && wide)
-      amx_block<2, 2>(hi2 - lo2, a, a_row, b, ldb, c, ldc, s, out_scale, cm);
-    else if (tall)
-      amx_block<2, 1>(hi2 - lo2, a, a_row, b, ldb, c, ldc, s, out_scale, cm);
-    else if (wide)
-      amx_block<1, 2>(hi2 - lo2, a, a_row, b, ldb, c, ldc, s, out_scale, cm);
-    else
-      amx_block<1, 1>(hi2 - lo2, a, a_row, b, ldb, c, ldc, s, out_scale, cm);
-   }
+    if (col_max)
+      for (int c = j * BT; c < N && c < (j + 1) * BT; ++c) col_max[c] = -__builtin_inff();
+    for (int i = 0; i < mb; ++i) {
+      const int m = i * BT, n = j * BT;
+      int lo2 = 0, hi2 = K2;
+      if (!blocks(m, n, lo2, hi2)) continue;
+      lo2 = lo2 / T * T;
+      hi2 = (hi2 + T - 1) / T * T;
+      if (hi2 > K2) hi2 = K2;
+      if (hi2 < lo2) hi2 = lo2;  // no pairs: C = 0, or C diag(col_scale)
+      const Pair* a = A + m * a_row + lo2;
+      const Pair* b = B + std::ptrdiff_t(lo2) * ldb + n;
+      float* c = C + m * ldc + n;
+      const float* s = col_scale ? col_scale + n : nullptr;
+      float* cm = col_max ? col_max + n : nullptr;
+      const bool tall = M - m >= BT, wide = N - n >= BT;
+      if (tall && wide)
+        amx_block<2, 2>(hi2 - lo2, a, a_row, b, ldb, c, ldc, s, out_scale, cm);
+      else if (tall)
+        amx_block<2, 1>(hi2 - lo2, a, a_row, b, ldb, c, ldc, s, out_scale, cm);
+      else if (wide)
+        amx_block<1, 2>(hi2 - lo2, a, a_row, b, ldb, c, ldc, s, out_scale, cm);
+      else
+        amx_block<1, 1>(hi2 - lo2, a, a_row, b, ldb, c, ldc, s, out_scale, cm);
+    }
   });
 #else
   (void)member, (void)M, (void)N, (void)K2, (void)A, (void)a_row, (void)B, (void)ldb, (void)C, (void)ldc;
