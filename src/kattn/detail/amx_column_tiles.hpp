@@ -64,37 +64,13 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
   KOKKOS_INLINE_FUNCTION int keys() const { return round_up(this->geo.keys_p, key_multiple); }
   KOKKOS_INLINE_FUNCTION int score_keys(int n_keys) const { return round_up(n_keys, key_multiple); }
 
-  // Scratch in 4-byte elements: Q^T pairs, O^T, K pairs, V^T pairs, S^T, P^T pairs, four row vectors.
+  // The pair layout's scratch at the padded sizes.
   KOKKOS_INLINE_FUNCTION std::size_t scratch_elements() const {
-    const std::size_t rows = this->geo.rows_p, K = keys(), D2 = dim_pairs(), DV = dims();
-    return D2 * rows + DV * rows + K * D2 + DV * K / 2 + K * rows + K / 2 * rows + 4 * rows + amx_tile;
+    return Base::elements_of(this->geo.rows_p, keys(), dim_pairs(), dims());
   }
   std::size_t scratch_bytes() const { return ScratchBuffer::shmem_size(scratch_elements()); }
-
   KOKKOS_INLINE_FUNCTION Tiles carve(const Member& member) const {
-    const ScratchBuffer buf(member.team_scratch(this->scratch_level), scratch_elements());
-    const std::size_t rows = this->geo.rows_p, K = keys(), D2 = dim_pairs(), DV = dims();
-    // Every array on a 64-byte line (each holds whole tile rows of 64 bytes): a tile load of rows
-    // that straddle lines costs the unit three times as much (measured on Emerald Rapids).
-    float* next = buf.data() + (64 - reinterpret_cast<std::uintptr_t>(buf.data()) % 64) % 64 / sizeof(float);
-    const auto take = [&](std::size_t n) {
-      float* p = next;
-      next += n;
-      return p;
-    };
-    Tiles t;
-    t.qt = t.k = t.v = nullptr;
-    t.qp = reinterpret_cast<Pair*>(take(D2 * rows));
-    t.ot = take(DV * rows);
-    t.kp = reinterpret_cast<Pair*>(take(K * D2));
-    t.vp = reinterpret_cast<Pair*>(take(DV * K / 2));
-    t.st = take(K * rows);
-    t.pp = reinterpret_cast<Pair*>(take(K / 2 * rows));
-    t.m = take(rows);
-    t.l = take(rows);
-    t.alpha = take(rows);
-    t.tile_max = take(rows);
-    return t;
+    return this->carve_arrays(member, this->geo.rows_p, keys(), dim_pairs(), dims());
   }
 
   // Q^T as pairs of dims (padding rows, the odd dim's partner and the padding pairs zero), O^T = 0
@@ -104,11 +80,7 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
     const int rows = this->geo.rows_p, D = this->p.head_dim, D2 = dim_pairs(), DV = dims();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows), [&](const int r) {
       const bf16* q = q_row(r);
-      for (int d2 = 0; d2 < D2; ++d2) {
-        const std::uint32_t lo = q && 2 * d2 < D ? q[2 * d2].bits : 0u;
-        const std::uint32_t hi = q && 2 * d2 + 1 < D ? q[2 * d2 + 1].bits : 0u;
-        h.qp[d2 * rows + r] = lo | (hi << 16);
-      }
+      for (int d2 = 0; d2 < D2; ++d2) h.qp[d2 * rows + r] = row_pair(q, d2, D);
     });
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, DV), [&](const int d) {
       for (int r = 0; r < rows; ++r) h.ot[d * rows + r] = 0.0f;
@@ -164,21 +136,8 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
     c.hk = w.hk;
     c.kb = kb;
     const int scored = score_keys(n_keys);
-    if (Base::Tn::kv_in_place && !p.kv_page_indptr && n_keys == scored && D == 2 * D2) {
-      c.pairs = reinterpret_cast<const Pair*>(p.k_ptr(w.b, kb, w.hk));
-      c.pair_row = p.k_stride_seq / 2;
-    } else {
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(member, scored), [&](const int j) {
-        const bf16* k = j < n_keys ? p.k_ptr(w.b, kb + j, w.hk) : nullptr;
-        for (int d2 = 0; d2 < D2; ++d2) {
-          const std::uint32_t lo = k && 2 * d2 < D ? k[2 * d2].bits : 0u;
-          const std::uint32_t hi = k && 2 * d2 + 1 < D ? k[2 * d2 + 1].bits : 0u;
-          s.kp[j * D2 + d2] = lo | (hi << 16);
-        }
-      });
-      c.pairs = s.kp;
-      c.pair_row = D2;
-    }
+    this->stage_keys(member, w, kb, n_keys, scored, D2,
+                     Base::Tn::kv_in_place && !p.kv_page_indptr && n_keys == scored && D == 2 * D2, s, c);
     if (packed_v.data() && n_keys == scored && kb % 2 == 0) {
       c.v_pairs = packed_pairs(w.b, w.hk) + kb / 2;
       c.v_ld = packed_ld;
@@ -224,11 +183,7 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
     for (int k = 0; k < amx_tile; ++k) {
       const bf16* v0 = v_row(2 * (j2 + k));
       const bf16* v1 = v_row(2 * (j2 + k) + 1);
-      for (int i = 0; i < amx_tile; ++i) {
-        const std::uint32_t lo = v0 && d + i < D ? v0[d + i].bits : 0u;
-        const std::uint32_t hi = v1 && d + i < D ? v1[d + i].bits : 0u;
-        out[std::ptrdiff_t(i) * ld + k] = lo | (hi << 16);
-      }
+      for (int i = 0; i < amx_tile; ++i) out[std::ptrdiff_t(i) * ld + k] = key_pair(v0, v1, d + i, D);
     }
   }
 

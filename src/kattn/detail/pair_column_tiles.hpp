@@ -85,42 +85,43 @@ struct PairColumnTiles : ColumnTiles<ExecSpace, float, bf16, bf16> {
     std::int64_t kb = 0;
   };
 
-  // Scratch in 4-byte elements: Q^T pairs, O^T, K pairs, V pairs, S^T, P^T pairs, four row vectors.
+  // Scratch in 4-byte elements: Q^T pairs, O^T, K pairs, V pairs, S^T, P^T pairs, four row
+  // vectors, at the sizes given (padded layouts pass theirs), and a line's worth to align them.
+  KOKKOS_INLINE_FUNCTION static std::size_t elements_of(std::size_t rows, std::size_t keys, std::size_t D2,
+                                                        std::size_t dims) {
+    return D2 * rows + dims * rows + keys * D2 + keys / 2 * dims + keys * rows + keys / 2 * rows + 4 * rows + 16;
+  }
   KOKKOS_INLINE_FUNCTION std::size_t scratch_elements() const {
-    const auto& g = this->geo;
-    const std::size_t rows = g.rows_p, keys = g.keys_p, D2 = dim_pairs();
-    return D2 * rows + std::size_t(g.dims_p) * rows + keys * D2 + keys / 2 * g.dims_p + keys * rows + keys / 2 * rows +
-           4 * rows;
+    return elements_of(this->geo.rows_p, this->geo.keys_p, dim_pairs(), this->geo.dims_p);
   }
   std::size_t scratch_bytes() const { return ScratchBuffer::shmem_size(scratch_elements()); }
 
   KOKKOS_INLINE_FUNCTION Tiles carve(const Member& member) const {
-    const auto& g = this->geo;
-    const ScratchBuffer buf(member.team_scratch(this->scratch_level), scratch_elements());
-    const std::size_t rows = g.rows_p, keys = g.keys_p, D2 = dim_pairs();
-    float* next = buf.data();
-    const auto pairs = [&](std::size_t n) {
-      Pair* p = reinterpret_cast<Pair*>(next);
-      next += n;
-      return p;
-    };
-    const auto floats = [&](std::size_t n) {
+    return carve_arrays(member, this->geo.rows_p, this->geo.keys_p, dim_pairs(), this->geo.dims_p);
+  }
+  // The arrays of elements_of, each on a 64-byte line: the AMX tiles load whole lines (a tile load
+  // of rows that straddle lines cost three times as much on Emerald Rapids).
+  KOKKOS_INLINE_FUNCTION Tiles carve_arrays(const Member& member, std::size_t rows, std::size_t keys, std::size_t D2,
+                                            std::size_t dims) const {
+    const ScratchBuffer buf(member.team_scratch(this->scratch_level), elements_of(rows, keys, D2, dims));
+    float* next = buf.data() + (64 - reinterpret_cast<std::uintptr_t>(buf.data()) % 64) % 64 / sizeof(float);
+    const auto take = [&](std::size_t n) {
       float* p = next;
       next += n;
       return p;
     };
     Tiles t;
     t.qt = t.k = t.v = nullptr;
-    t.qp = pairs(D2 * rows);
-    t.ot = floats(std::size_t(g.dims_p) * rows);
-    t.kp = pairs(keys * D2);
-    t.vp = pairs(keys / 2 * g.dims_p);
-    t.st = floats(keys * rows);
-    t.pp = pairs(keys / 2 * rows);
-    t.m = floats(rows);
-    t.l = floats(rows);
-    t.alpha = floats(rows);
-    t.tile_max = floats(rows);
+    t.qp = reinterpret_cast<Pair*>(take(D2 * rows));
+    t.ot = take(dims * rows);
+    t.kp = reinterpret_cast<Pair*>(take(keys * D2));
+    t.vp = reinterpret_cast<Pair*>(take(keys / 2 * dims));
+    t.st = take(keys * rows);
+    t.pp = reinterpret_cast<Pair*>(take(keys / 2 * rows));
+    t.m = take(rows);
+    t.l = take(rows);
+    t.alpha = take(rows);
+    t.tile_max = take(rows);
     return t;
   }
   KOKKOS_INLINE_FUNCTION const Head& head(const Tiles& s, int) const { return s; }
@@ -138,11 +139,7 @@ struct PairColumnTiles : ColumnTiles<ExecSpace, float, bf16, bf16> {
     const int D = this->p.head_dim, D2 = dim_pairs();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, g.rows_p), [&](const int r) {
       const bf16* q = q_row(r);
-      for (int d2 = 0; d2 < D2; ++d2) {
-        const std::uint32_t lo = q ? q[2 * d2].bits : 0u;
-        const std::uint32_t hi = q && 2 * d2 + 1 < D ? q[2 * d2 + 1].bits : 0u;
-        h.qp[d2 * g.rows_p + r] = lo | (hi << 16);
-      }
+      for (int d2 = 0; d2 < D2; ++d2) h.qp[d2 * g.rows_p + r] = row_pair(q, d2, D);
       for (int d = 0; d < g.dims_p; ++d) h.ot[d * g.rows_p + r] = 0.0f;
     });
     return true;
@@ -165,27 +162,32 @@ struct PairColumnTiles : ColumnTiles<ExecSpace, float, bf16, bf16> {
     const int scored = this->score_keys(n_keys);
     // In place needs whole pairs in each row (an odd head dim's last pair would reach past it);
     // the pairs are read with unaligned loads, so strides may be odd.
-    if (Base::Tn::kv_in_place && !p.kv_page_indptr && n_keys == g.keys_p && D % 2 == 0) {
-      c.pairs = reinterpret_cast<const Pair*>(p.k_ptr(w.b, kb, w.hk));
-      c.pair_row = p.k_stride_seq / 2;
-    } else {
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(member, scored), [&](const int j) {
-        const bf16* k = j < n_keys ? p.k_ptr(w.b, kb + j, w.hk) : nullptr;
-        for (int d2 = 0; d2 < D2; ++d2) {
-          const std::uint32_t lo = k ? k[2 * d2].bits : 0u;
-          const std::uint32_t hi = k && 2 * d2 + 1 < D ? k[2 * d2 + 1].bits : 0u;
-          s.kp[j * D2 + d2] = lo | (hi << 16);
-        }
-      });
-      c.pairs = s.kp;
-      c.pair_row = D2;
-    }
+    stage_keys(member, w, kb, n_keys, scored, D2,
+               Base::Tn::kv_in_place && !p.kv_page_indptr && n_keys == g.keys_p && D % 2 == 0, s, c);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, (scored + 1) / 2), [&](const int j2) {
       const bf16* v0 = 2 * j2 < n_keys ? p.v_ptr(w.b, kb + 2 * j2, w.hk) : nullptr;
       const bf16* v1 = 2 * j2 + 1 < n_keys ? p.v_ptr(w.b, kb + 2 * j2 + 1, w.hk) : nullptr;
       pack_value_pair(v0, v1, D, g.dims_p, s.vp + std::ptrdiff_t(j2) * g.dims_p);
     });
     member.team_barrier();
+  }
+
+  // K of the tile as rows of D2 pairs of dims: in place where its rows are (in_place), else
+  // copied with the padding keys and pairs zero.
+  KOKKOS_INLINE_FUNCTION void stage_keys(const Member& member, const TileWork& w, std::int64_t kb, int n_keys,
+                                         int scored, int D2, bool in_place, const Tiles& s, Cursor& c) const {
+    const auto& p = this->p;
+    if (in_place) {
+      c.pairs = reinterpret_cast<const Pair*>(p.k_ptr(w.b, kb, w.hk));
+      c.pair_row = p.k_stride_seq / 2;
+      return;
+    }
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, scored), [&](const int j) {
+      const bf16* k = j < n_keys ? p.k_ptr(w.b, kb + j, w.hk) : nullptr;
+      for (int d2 = 0; d2 < D2; ++d2) s.kp[j * D2 + d2] = row_pair(k, d2, p.head_dim);
+    });
+    c.pairs = s.kp;
+    c.pair_row = D2;
   }
 
   // out[d] = (v0[d], v1[d]) for d < D, zero up to dims (a null row is zeros).
@@ -203,11 +205,7 @@ struct PairColumnTiles : ColumnTiles<ExecSpace, float, bf16, bf16> {
         std::memcpy(out + d, &w, sizeof w);
       }
 #endif
-    for (; d < dims; ++d) {
-      const std::uint32_t lo = v0 && d < D ? v0[d].bits : 0u;
-      const std::uint32_t hi = v1 && d < D ? v1[d].bits : 0u;
-      out[d] = lo | (hi << 16);
-    }
+    for (; d < dims; ++d) out[d] = key_pair(v0, v1, d, D);
   }
 
   // S^T = scale K Q^T over pairs of dims; on a tile the window cuts, only the micro-tiles holding

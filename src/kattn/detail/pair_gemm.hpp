@@ -44,6 +44,19 @@ namespace detail {
 // Two bf16 values of consecutive k: the even one in bits 0-15, the odd one in bits 16-31.
 using Pair = std::uint32_t;
 
+// Dims 2 d2 and 2 d2 + 1 of a bf16 row of D as a pair (zero past D, or for a null row).
+KOKKOS_INLINE_FUNCTION Pair row_pair(const bf16* row, int d2, int D) {
+  const std::uint32_t lo = row && 2 * d2 < D ? row[2 * d2].bits : 0u;
+  const std::uint32_t hi = row && 2 * d2 + 1 < D ? row[2 * d2 + 1].bits : 0u;
+  return lo | (hi << 16);
+}
+// Dim d of two bf16 rows of D (two keys) as a pair (zero past D, or for a null row).
+KOKKOS_INLINE_FUNCTION Pair key_pair(const bf16* even, const bf16* odd, int d, int D) {
+  const std::uint32_t lo = even && d < D ? even[d].bits : 0u;
+  const std::uint32_t hi = odd && d < D ? odd[d].bits : 0u;
+  return lo | (hi << 16);
+}
+
 // The float value of a bf16 with subnormals read as zero (the instructions' DAZ).
 inline float bf16_daz(std::uint32_t bits16) {
   const std::uint32_t u = (bits16 & 0x7f80u) == 0 ? (bits16 & 0x8000u) << 16 : bits16 << 16;
