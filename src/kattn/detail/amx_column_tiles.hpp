@@ -6,8 +6,12 @@
 //   S^T = scale * K Q^T      K rows in place (or copied) as pairs of dims, Q^T as pairs of dims
 //                            over the query columns, dims padded to whole tiles of 32;
 //   O^T = O^T diag(alpha) + V^T P^T
-//                            V^T packed once per tile as pairs of keys along each dim's row
-//                            (the tile unit reads A by rows), keys padded to whole tiles of 32.
+//                            V^T as pairs of keys along each dim's row (the tile unit reads A
+//                            by rows), packed once per call (a sequence's last tile, or one
+//                            starting at an odd key, per tile), keys padded to whole tiles of 32.
+//
+// Rows keep their max within 2^8 (fold_max_lazily), so O^T, which the unit loads and stores
+// through memory, is rarely rescaled.
 //
 // Where the CPU has no AMX (or Linux refused its registers) the same layouts run the pair
 // products (the instruction or its emulation): `kattn run --cpu-products amx` tests this policy
