@@ -292,6 +292,60 @@ TEST(PairProducts, TilesAndSplits) {
       }
 }
 
+// K and V rows an odd number of elements apart (a subview of a wider array): the layouts that read
+// K's rows in place as pairs copy them instead, so the output is the contiguous call's, bit for
+// bit, on each products choice.
+TEST(PairProducts, OddRowStridesReadAsTheContiguousCall) {
+  const Shape s{1, 70, 96, 2, 2, 64};
+  for (const CpuProducts products : {CpuProducts::bf16_dot, CpuProducts::amx}) {
+    SCOPED_TRACE(cpu_products_name(products));
+    Problem16<bf16> p(s, fresh_seed());
+    Kokkos::View<bf16****, TestSpace::memory_space> k_wide("k", s.B, s.Nk, s.Hkv, s.D + 1),
+        v_wide("v", s.B, s.Nk, s.Hkv, s.D + 1);
+    const auto all = Kokkos::ALL;
+    const auto k = Kokkos::subview(k_wide, all, all, all, std::make_pair(0, s.D));
+    const auto v = Kokkos::subview(v_wide, all, all, all, std::make_pair(0, s.D));
+    Kokkos::deep_copy(k, p.k);
+    Kokkos::deep_copy(v, p.v);
+    Options o;
+    o.cpu_products = products;
+    attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, o);
+    decltype(p.o) o_strided("o_strided", s.B, s.Nq, s.Hq, s.D);
+    attention(TestSpace(), p.q, kv::dense(k, v), o_strided, p.lse, o);
+    Kokkos::fence();
+    const std::vector<double> a = to_host(p.o), b = to_host(o_strided);  // widened: exact
+    for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "element " << i;
+  }
+}
+
+// A NaN in V under a causal mask at a head dim that is not whole vectors: the exact path of
+// masked tiles reads V's rows where they lie, over the head dim alone, and only the rows that see
+// the NaN key get NaN.
+TEST(PairProducts, NaNValueSeenOnlyByItsRowsAtAnOddHeadDim) {
+  const Shape s{1, 40, 40, 1, 1, 5};
+  for (const CpuProducts products : {CpuProducts::widened, CpuProducts::bf16_dot, CpuProducts::amx}) {
+    SCOPED_TRACE(cpu_products_name(products));
+    Problem16<bf16> p(s, fresh_seed());
+    auto v = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.v);
+    v(0, s.Nk - 1, 0, 0) = narrow<bf16>(std::numeric_limits<float>::quiet_NaN());
+    Kokkos::deep_copy(p.v, v);
+    Options o;
+    o.causal = true;
+    o.cpu_products = products;
+    attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, o);
+    Kokkos::fence();
+    const std::vector<double> out = to_host(p.o);  // [1, Nq, 1, D]
+    for (int i = 0; i < s.Nq; ++i)
+      for (int d = 0; d < s.D; ++d) {
+        const double x = out[std::size_t(i) * s.D + d];
+        if (i == s.Nq - 1 && d == 0)
+          EXPECT_TRUE(std::isnan(x)) << "row " << i;
+        else
+          EXPECT_TRUE(std::isfinite(x)) << "row " << i << " dim " << d << ": " << x;
+      }
+  }
+}
+
 TEST(PairProducts, NamesParseAndRefuse) {
   for (const CpuProducts p : {CpuProducts::automatic, CpuProducts::widened, CpuProducts::bf16_dot, CpuProducts::amx})
     EXPECT_EQ(parse_cpu_products(cpu_products_name(p)), p);

@@ -7,8 +7,9 @@
 //                            over the query columns, dims padded to whole tiles of 32;
 //   O^T = O^T diag(alpha) + V^T P^T
 //                            V^T as pairs of keys along each dim's row (the tile unit reads A
-//                            by rows), packed once per call (a sequence's last tile, or one
-//                            starting at an odd key, per tile), keys padded to whole tiles of 32.
+//                            by rows), packed once per call where that pays (else, and for a
+//                            sequence's last tile or one starting at an odd key, per tile),
+//                            keys padded to whole tiles of 32.
 //
 // Rows keep their max within 2^8 (fold_max_lazily), so O^T, which the unit loads and stores
 // through memory, is rarely rescaled.
@@ -21,6 +22,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <string>
 
 #include "kattn/detail/amx_gemm.hpp"
@@ -92,19 +94,25 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
     return true;
   }
 
-  // Packs V^T for the call (packed_v), from the workspace when ws is set.
+  // Packs V^T for the call (packed_v, from the workspace when ws is set) where it pays and fits:
+  // dense keys (a ragged or paged batch would pack every sequence to the longest), each key tile
+  // read by two query tiles or more (else each tile packs its own, once), within the budget of
+  // optional copies (memory_check.hpp). Otherwise every tile packs its own.
   void prepare(const ExecSpace& space, Workspace* ws, const std::string& name) {
     const auto& p = this->p;
     const int DV = dims();
+    packed_v = {};
+    if (p.kv_indptr || p.kv_page_indptr || this->row_tiles < 2 || p.kv_len == 0) return;
     // Rows a whole number of tiles plus one apart: a power-of-two stride put the rows of one tile
     // load in few cache sets (0.87x the product's rate at 8 KiB).
     packed_ld = ((p.kv_len + 1) / 2 + amx_tile - 1) / amx_tile * amx_tile + amx_tile;
     const std::uint64_t n = saturating_mul(saturating_mul(std::uint64_t(p.batch) * p.heads_kv, DV), packed_ld);
-    require_memory<Memory>(ws, saturating_mul(n, 4), name + ": V packed for the AMX tiles",
-                           concat(p.batch, " sequences x ", p.heads_kv, " KV heads x ", DV, " dims x ", packed_ld,
-                                  " pairs of keys of 4 bytes"),
-                           "use cpu_products widened or bf16-dot, or fewer sequences per call");
-    packed_v = take_buffer<float, Memory>(ws, space, name + "::amx_packed_v", static_cast<std::size_t>(n));
+    if (!fits_copy_budget<Memory>(saturating_mul(n, 4))) return;
+    try {
+      packed_v = take_buffer<float, Memory>(ws, space, name + "::amx_packed_v", static_cast<std::size_t>(n));
+    } catch (const std::exception&) {
+      return;  // the memory cannot be had: every tile packs its own
+    }
     const std::int64_t blocks = packed_ld / amx_tile;  // of 16 pairs (32 keys)
     const AmxColumnTiles self = *this;
     Kokkos::parallel_for(

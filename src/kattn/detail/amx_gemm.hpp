@@ -16,10 +16,10 @@
 // the same layouts: the same roundings in kind (bf16 products, float sums, P rounded to bf16),
 // the tests' accuracy rule for both (docs/storage.md).
 //
-// The tiles' shapes (palette 1, eight 16 x 64-byte tiles) are configured per thread before a
-// tile's products (amx_configure): one LDTILECFG per key tile, so code of other libraries that
-// configures the thread's tiles between two calls cannot leave it wrong. Linux gives a process
-// the tile registers only when asked (cpu_products.cpp asks once).
+// The tiles' shapes (palette 1, eight 16 x 64-byte tiles) are configured by each thread when it
+// starts a work unit (amx_configure, from the layout's first_tile), so code of other libraries
+// that configures the thread's tiles between two calls cannot leave them wrong. Linux gives a
+// process the tile registers only when asked (cpu_products.cpp asks once).
 #pragma once
 
 #include <cstddef>
@@ -27,8 +27,8 @@
 
 #include "kattn/detail/pair_gemm.hpp"
 
-// GCC 11+ or Clang know the tile instructions; a build that has the bf16 dot kernels has AVX-512.
-#if KATTN_X86_BF16_DOT && (defined(__clang__) || __GNUC__ >= 11)
+// GCC 11+ or Clang 12+ know the tile instructions; a build that has the bf16 dot kernels has AVX-512.
+#if KATTN_X86_BF16_DOT && ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
 #define KATTN_X86_AMX 1
 #else
 #define KATTN_X86_AMX 0

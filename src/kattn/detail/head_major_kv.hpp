@@ -28,8 +28,6 @@ namespace detail {
 // and the page faults of its fresh memory cost more than it saves at 2048 rows (0.97 of the rate
 // without it) and save 3.7% at 4096.
 constexpr std::int64_t kHeadMajorMinRows = 4096;
-// At most this much memory, and an eighth of what is available (and of KATTN_MEMORY_LIMIT).
-constexpr std::uint64_t kHeadMajorMaxBytes = std::uint64_t(1) << 30;
 
 // The head-major copies a forward reads instead of the caller's K and V (empty when not made).
 template <class ExecSpace, class KV>
@@ -48,10 +46,8 @@ bool wants_head_major(const AttentionParams<Q, T, KV>& p) {
   } else {
     if (p.heads_kv < 2 || p.kv_len == 0 || p.q_len * p.group_size() < kHeadMajorMinRows) return false;
     if (p.k_stride_seq == p.head_dim && p.v_stride_seq == p.head_dim) return false;  // already head-major
-    const std::uint64_t bytes = 2 * std::uint64_t(p.batch) * p.heads_kv * p.kv_len * p.head_dim * sizeof(KV);
-    const std::uint64_t available = memory_capacity<Kokkos::HostSpace>(), limit = memory_limit_override();
-    return bytes <= kHeadMajorMaxBytes && (available == 0 || bytes <= available / 8) &&
-           (limit == 0 || bytes <= limit / 8);
+    return fits_copy_budget<Kokkos::HostSpace>(2 * std::uint64_t(p.batch) * p.heads_kv * p.kv_len * p.head_dim *
+                                               sizeof(KV));
   }
 }
 

@@ -85,7 +85,7 @@ void with_column_kernel(const ExecSpace& space, const P& p, const Options& opt, 
     if (products == CpuProducts::amx) {
       auto kern = make_column_kernel<AmxTiledAttention<ExecSpace>>(space, p, opt);
       kern.hardware = bf16_dot_on_hardware();
-      kern.amx = amx_on_hardware();
+      kern.amx = amx_compiled() && amx_on_hardware();
       kern.prepare(space, opt.workspace, "kattn::attention");
       f(kern);
       return;

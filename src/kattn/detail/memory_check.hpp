@@ -92,6 +92,16 @@ inline std::string format_bytes(std::uint64_t b) {
   return buf;
 }
 
+// Whether an optional copy of `bytes` (one a kernel makes to run faster, and does without
+// otherwise: head-major K and V, V packed for AMX) fits its budget: at most 1 GiB, and an eighth
+// of what MemorySpace has available (and of KATTN_MEMORY_LIMIT).
+template <class MemorySpace>
+bool fits_copy_budget(std::uint64_t bytes) {
+  const std::uint64_t available = memory_capacity<MemorySpace>(), limit = memory_limit_override();
+  return bytes <= (std::uint64_t(1) << 30) && (available == 0 || bytes <= available / 8) &&
+         (limit == 0 || bytes <= limit / 8);
+}
+
 // Refuses a workspace of `bytes` (from saturating_mul/add) in MemorySpace that does not fit:
 //   "<what> needs 40.0 GiB (<shape>), more than the 20.1 GiB available in HostSpace; <how>".
 template <class MemorySpace>

@@ -172,12 +172,12 @@ struct PairColumnTiles : ColumnTiles<ExecSpace, float, bf16, bf16> {
     member.team_barrier();
   }
 
-  // K of the tile as rows of D2 pairs of dims: in place where its rows are (in_place), else
-  // copied with the padding keys and pairs zero.
+  // K of the tile as rows of D2 pairs of dims: in place where its rows are (in_place, and rows a
+  // whole number of pairs apart), else copied with the padding keys and pairs zero.
   KOKKOS_INLINE_FUNCTION void stage_keys(const Member& member, const TileWork& w, std::int64_t kb, int n_keys,
                                          int scored, int D2, bool in_place, const Tiles& s, Cursor& c) const {
     const auto& p = this->p;
-    if (in_place) {
+    if (in_place && p.k_stride_seq % 2 == 0) {
       c.pairs = reinterpret_cast<const Pair*>(p.k_ptr(w.b, kb, w.hk));
       c.pair_row = p.k_stride_seq / 2;
       return;

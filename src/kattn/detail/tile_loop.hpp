@@ -222,8 +222,9 @@ struct TileLoop : Layout {
   KOKKOS_INLINE_FUNCTION void values_over_seen_keys(const Member& member, const TileWork& w, std::int64_t kb,
                                                     int n_keys, const Head& h, int hk, const VAt& v_at) const {
     const int G = this->p.group_size();
+    // Over the head dim alone: the 16-bit layouts' v_row is the caller's row, which has no padding.
     masked_values<Member, T>(
-        member, this->geo.rows_p, this->geo.dims_p,
+        member, this->geo.rows_p, this->p.head_dim,
         [&](int r, int& begin, int& end) {
           if (r < w.n_rows) this->window.tile_keys((w.t0 + r) / G, kb, n_keys, w.q_len, w.kv_len, begin, end);
         },
