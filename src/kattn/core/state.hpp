@@ -92,16 +92,6 @@ KATTN_CORE_INLINE T fold_max(RowState<T>& st, T tile_max) {
   return alpha;
 }
 
-// fold_max that keeps the row's max while the tile's stays within `slack` (log2 units) above it:
-// alpha = 1, so o needs no rescale (FlashAttention-4's conditional rescaling). P = 2^(s - m) then
-// reaches 2^slack at most, which float holds, and o / l and lse do not depend on the m a row
-// keeps. A NaN max, or the first tile of a row, folds as fold_max.
-template <class T>
-KATTN_CORE_INLINE T fold_max_lazily(RowState<T>& st, T tile_max, T slack) {
-  if (tile_max <= st.m + slack && st.m != -core::infinity<T>()) return T(1);
-  return fold_max(st, tile_max);
-}
-
 // The value subtracted from a tile's scores before exponentiating, once the tile's maximum is
 // folded in: m, or 0 while the row has seen nothing, so that 2^(-inf - 0) = 0 instead of NaN.
 template <class T>

@@ -10,9 +10,7 @@
 //                            by rows), packed once per call where that pays (else, and for a
 //                            sequence's last tile or one starting at an odd key, per tile),
 //                            keys padded to whole tiles of 32.
-//
-// Rows keep their max within 2^8 (fold_max_lazily), so O^T, which the unit loads and stores
-// through memory, is rarely rescaled.
+
 //
 // Where the CPU has no AMX (or Linux refused its registers) the same layouts run the pair
 // products (the instruction or its emulation): `kattn run --cpu-products amx` tests this policy
@@ -215,10 +213,6 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
         member, keys, rows, dim_pairs(), c.pairs, c.pair_row, 1, s.qp, rows, s.st, rows, nullptr, this->q_scale,
         [&](int m, int n, int&, int&) { return !windowed || vis.sees(n, n + J, m, m + Base::R); }, this->hardware);
   }
-
-  // The rescale of O^T is a pass over it in memory before the tile unit loads it: rows keep their
-  // max until a tile's is 2^8 above (fold_max_lazily), which skips nearly every pass.
-  KOKKOS_INLINE_FUNCTION int rescale_slack() const { return 8; }
 
   // The tile products computed the maxima of an unmasked tile (scores); a masked one, or one the
   // softcap changed, is read again.

@@ -226,8 +226,6 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
   KOKKOS_INLINE_FUNCTION void exponentiate(const Member& member, const Head& h, int keys, bool = true) const {
     exponentiate_columns(member, h.st, keys, geo.rows_p, h.tile_max, h.l);
   }
-  // The row max moves with every tile (fold_max).
-  KOKKOS_INLINE_FUNCTION int rescale_slack() const { return 0; }
   // Values are folded head by head (TileLoop).
   KOKKOS_INLINE_FUNCTION bool values_of_heads_together() const { return false; }
   KOKKOS_INLINE_FUNCTION void values_of_heads(const Member&, const Tiles&, const Cursor&, int) const {}

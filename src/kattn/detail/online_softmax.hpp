@@ -80,13 +80,11 @@ KOKKOS_INLINE_FUNCTION void column_max(const Member& member, const T* st, int ke
 // Per row, the state algebra: fold the tile max into (m, l), keep the factor alpha that rescales
 // o, and replace tile_max by the value to subtract before exponentiating (m, or 0 while the row
 // has seen nothing, so that 2^(-inf - 0) = 0 instead of NaN).
-// slack > 0: fold_max_lazily's (layouts whose rescale of o costs a pass over memory).
 template <class Member, class T>
-KOKKOS_INLINE_FUNCTION void rescale_rows(const Member& member, int rows, T* m, T* l, T* alpha, T* tile_max,
-                                         T slack = T(0)) {
+KOKKOS_INLINE_FUNCTION void rescale_rows(const Member& member, int rows, T* m, T* l, T* alpha, T* tile_max) {
   Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows), [&](const int r) {
     RowState<T> st{m[r], l[r]};
-    alpha[r] = slack > T(0) ? fold_max_lazily(st, tile_max[r], slack) : fold_max(st, tile_max[r]);
+    alpha[r] = fold_max(st, tile_max[r]);
     m[r] = st.m;
     l[r] = st.l;
     tile_max[r] = exponent_offset(st);

@@ -148,7 +148,6 @@ struct RowTiles : TileArgs<T, Q, KV> {
   }
 
   // One row per head: S and P V over (key, head) pairs in memory order (row_tile_products.hpp).
-  KOKKOS_INLINE_FUNCTION int rescale_slack() const { return 0; }  // fold_max: every tile
   KOKKOS_INLINE_FUNCTION bool values_of_heads_together() const { return pair_order<T>(geo); }
   // Keys the pair order prefetches ahead: about row_tile_prefetch_bytes of K (or V) rows, and no
   // more than a tile's keys: key j's rows then prefetch key j's of the rows read next, never past

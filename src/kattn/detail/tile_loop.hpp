@@ -67,8 +67,8 @@ struct TileArgs {
 
 // The loop. Layout derives from TileArgs<T> and provides, per team: carve (its scratch arrays),
 // first_tile / stage / end_tile (K/V rows ready for a tile), scores, and per KV head of the team:
-// softcap, tile_max (told whether the tile is masked), rescale_slack (0, or fold_max_lazily's
-// slack), exponentiate (told whether the exact path below will read P from score()), values (or,
+// softcap, tile_max (told whether the tile is masked), exponentiate (told whether the exact path
+// below will read P from score()), values (or,
 // when values_of_heads_together(), values_of_heads for all heads after their softmax), plus
 // element access q_at(h, r, d) (d < q_dims()),
 // score(h, r, j), out(h, r, d), v_row(c, hl, j) and the state vectors of head(s, hl).
@@ -155,7 +155,7 @@ struct TileLoop : Layout {
     }
     this->tile_max(member, h, keys, masked);
     member.team_barrier();
-    rescale_rows(member, this->geo.rows_p, h.m, h.l, h.alpha, h.tile_max, T(this->rescale_slack()));
+    rescale_rows(member, this->geo.rows_p, h.m, h.l, h.alpha, h.tile_max);
     member.team_barrier();
     // A masked tile whose V holds a NaN or an Inf takes the exact path below, which reads P from
     // score(); the others may keep P in the layout's own form.
