@@ -105,6 +105,27 @@ TEST(Storage16, VectorLoadsWidenLikeTheScalarRule) {
     }
   }
 }
+
+// The vector rounding of the output rows (simd::store_as) against the scalar rule narrow<bf16>, bit
+// for bit: random bit patterns (NaN, Inf, subnormals among them) and exact halfway cases.
+TEST(Storage16, VectorNarrowingToBf16MatchesNarrow) {
+  constexpr int W = detail::simd::width<float>();
+  std::mt19937_64 gen(fresh_seed());
+  std::uniform_int_distribution<std::uint32_t> bits;
+  for (int n = 0; n < 10000; ++n) {
+    float x[W];
+    for (int i = 0; i < W; ++i) {
+      std::uint32_t u = bits(gen);
+      if (n % 3 == 0) u = (u & 0xffff0000u) | 0x8000u;  // halfway between two bf16
+      std::memcpy(&x[i], &u, sizeof u);
+    }
+    detail::simd::vec<float> v;
+    std::memcpy(&v, x, sizeof v);
+    bf16 got[W];
+    detail::simd::store_as<bf16, float>(got, v);
+    for (int i = 0; i < W; ++i) ASSERT_EQ(got[i].bits, narrow<bf16>(x[i]).bits) << std::hex << x[i];
+  }
+}
 #endif
 
 template <class S>

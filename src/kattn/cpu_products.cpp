@@ -151,7 +151,7 @@ std::string amx_refusal() {
   static const std::string refusal = []() -> std::string {
     if (!cpu_features().amx_bf16) return "this CPU has no AMX-BF16 (or KATTN_CPU_DISABLE hides it)";
     if (!bf16_dot_on_hardware()) return "AMX runs beside AVX512_BF16, which this CPU or build lacks";
-    if (!detail::amx_compiled()) return "this build has no AMX kernels (an x86-64 build for AVX-512 by GCC 11+ or Clang)";
+    if (!detail::amx_compiled()) return "this build has no AMX kernels (an x86-64 build for AVX-512 by GCC 11+ or Clang 12+)";
     return request_tile_registers();
   }();
   return refusal;

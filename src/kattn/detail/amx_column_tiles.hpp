@@ -168,33 +168,27 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
   }
 
   // out[i * ld + k] = (v[2 (j2 + k)][d + i], v[2 (j2 + k) + 1][d + i]) for i, k < 16: V^T pairs of
-  // keys, zero past n_keys and head_dim.
+  // keys, zero past n_keys and head_dim. The pair layout's pack builds one row per key pair; the
+  // 16 x 16 block is then transposed (in registers where vectors are 16 floats wide).
   KOKKOS_INLINE_FUNCTION void pack_value_block(int b, int hk, std::int64_t kb, std::int64_t n_keys, int j2, int d,
                                                Pair* out, std::int64_t ld) const {
-    const int D = this->p.head_dim;
-    const auto v_row = [&](int j) { return j < n_keys ? this->p.v_ptr(b, kb + j, hk) : nullptr; };
+    const int D = this->p.head_dim, n = D - d < amx_tile ? D - d : amx_tile;
+    const auto v_row = [&](int j) -> const bf16* { return j < n_keys ? this->p.v_ptr(b, kb + j, hk) + d : nullptr; };
+    Pair rows[amx_tile][amx_tile];
+    for (int k = 0; k < amx_tile; ++k)
+      Base::pack_value_pair(v_row(2 * (j2 + k)), v_row(2 * (j2 + k) + 1), n, amx_tile, rows[k]);
 #if KATTN_HOST_SIMD
     if constexpr (simd::width<float>() == amx_tile) {
       using V = simd::vec<float>;
-      V rows[amx_tile];
-      for (int k = 0; k < amx_tile; ++k) {
-        Pair pairs[amx_tile];
-        const bf16* v0 = v_row(2 * (j2 + k));
-        const bf16* v1 = v_row(2 * (j2 + k) + 1);
-        Base::pack_value_pair(v0 ? v0 + d : nullptr, v1 ? v1 + d : nullptr, D - d < amx_tile ? D - d : amx_tile,
-                              amx_tile, pairs);
-        std::memcpy(&rows[k], pairs, sizeof pairs);
-      }
-      simd::transpose<float>(rows);
-      for (int i = 0; i < amx_tile; ++i) std::memcpy(out + std::ptrdiff_t(i) * ld, &rows[i], sizeof rows[i]);
+      V v[amx_tile];
+      std::memcpy(v, rows, sizeof v);
+      simd::transpose<float>(v);
+      for (int i = 0; i < amx_tile; ++i) std::memcpy(out + std::ptrdiff_t(i) * ld, &v[i], sizeof v[i]);
       return;
     }
 #endif
-    for (int k = 0; k < amx_tile; ++k) {
-      const bf16* v0 = v_row(2 * (j2 + k));
-      const bf16* v1 = v_row(2 * (j2 + k) + 1);
-      for (int i = 0; i < amx_tile; ++i) out[std::ptrdiff_t(i) * ld + k] = key_pair(v0, v1, d + i, D);
-    }
+    for (int k = 0; k < amx_tile; ++k)
+      for (int i = 0; i < amx_tile; ++i) out[std::ptrdiff_t(i) * ld + k] = rows[k][i];
   }
 
   // S^T = scale K Q^T; on a tile the window cuts, only the blocks holding a key some query of

@@ -160,8 +160,7 @@ struct PairColumnTiles : ColumnTiles<ExecSpace, float, bf16, bf16> {
     c.hk = w.hk;
     c.kb = kb;
     const int scored = this->score_keys(n_keys);
-    // In place needs whole pairs in each row (an odd head dim's last pair would reach past it);
-    // the pairs are read with unaligned loads, so strides may be odd.
+    // In place needs whole pairs in each row (an odd head dim's last pair would reach past it).
     stage_keys(member, w, kb, n_keys, scored, D2,
                Base::Tn::kv_in_place && !p.kv_page_indptr && n_keys == g.keys_p && D % 2 == 0, s, c);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, (scored + 1) / 2), [&](const int j2) {

@@ -68,9 +68,8 @@ struct TileArgs {
 // The loop. Layout derives from TileArgs<T> and provides, per team: carve (its scratch arrays),
 // first_tile / stage / end_tile (K/V rows ready for a tile), scores, and per KV head of the team:
 // softcap, tile_max (told whether the tile is masked), exponentiate (told whether the exact path
-// below will read P from score()), values (or,
-// when values_of_heads_together(), values_of_heads for all heads after their softmax), plus
-// element access q_at(h, r, d) (d < q_dims()),
+// below will read P from score()), values (or, when values_of_heads_together(), values_of_heads
+// for all heads after their softmax), plus element access q_at(h, r, d) (d < q_dims()),
 // score(h, r, j), out(h, r, d), v_row(c, hl, j) and the state vectors of head(s, hl).
 template <class ExecSpace, class T, class Layout>
 struct TileLoop : Layout {
