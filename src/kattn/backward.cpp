@@ -10,6 +10,7 @@
 #include "kattn/core/key_window.hpp"
 #include "kattn/core/score_scaling.hpp"
 #include "kattn/core/state.hpp"
+#include "kattn/detail/alibi.hpp"
 #include "kattn/detail/backends.hpp"
 #include "kattn/detail/backward_key_pass.hpp"
 #include "kattn/detail/backward_plan.hpp"
@@ -165,11 +166,10 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
   return info;
 }
 
-}  // namespace
-
+// backward_impl once p carries its ALiBi slopes.
 template <class ExecSpace, class T>
-BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
-                           const BackwardOptions& bopt) {
+BackwardInfo backward_of_mask(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
+                              const BackwardOptions& bopt) {
   if (!opt.block_mask) return backward_kernels(space, p, opt, bopt, BlockSparse{});
   // Under a block mask: tiles aligned to its blocks, as the forward's.
   const BlockMask& mask = *opt.block_mask;
@@ -181,6 +181,18 @@ BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, c
                                        dense.geo.block_k);
   const DeviceMask<ExecSpace> dm(mask, opt.workspace);
   return backward_kernels(space, p, topt, bopt, dm.bs);  // fenced: the mask copy outlives the kernels
+}
+
+}  // namespace
+
+template <class ExecSpace, class T>
+BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
+                           const BackwardOptions& bopt) {
+  return with_alibi(space, p.fwd, opt, [&](const AttentionParams<T>& fwd) {
+    BackwardParams<T> with_slopes = p;
+    with_slopes.fwd = fwd;
+    return backward_of_mask(space, with_slopes, opt, bopt);
+  });
 }
 
 #define KATTN_INSTANTIATE_BACKWARD(Space, T)                                                            \

@@ -7,6 +7,7 @@
 
 #include "kattn/block_mask.hpp"
 #include "kattn/compat.hpp"
+#include "kattn/detail/alibi.hpp"
 #include "kattn/detail/attention_impl.hpp"
 #include "kattn/detail/backends.hpp"
 #include "kattn/detail/block_sparse_launch.hpp"
@@ -53,11 +54,10 @@ SplitPlan block_sparse_attention(const ExecSpace& space, const AttentionParams<Q
   return plan;
 }
 
-}  // namespace
-
+// attention_impl once p carries its ALiBi slopes.
 template <class ExecSpace, class Q, class T, class KV>
-SplitPlan attention_impl(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, const Options& opt,
-                         const BatchLengths& lengths) {
+SplitPlan attention_tiles(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, const Options& opt,
+                          const BatchLengths& lengths) {
   if (opt.block_mask) return block_sparse_attention(space, p, opt, *opt.block_mask);
   if (p.batch == 0 || p.q_len == 0 || p.heads_q == 0) return SplitPlan{};
   if (SplitPlan cuda_plan; ran_on_cuda_kernels(space, p, opt, lengths, cuda_plan)) return cuda_plan;
@@ -74,21 +74,31 @@ SplitPlan attention_impl(const ExecSpace& space, const AttentionParams<Q, T, KV>
   return plan;
 }
 
+}  // namespace
+
+template <class ExecSpace, class Q, class T, class KV>
+SplitPlan attention_impl(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, const Options& opt,
+                         const BatchLengths& lengths) {
+  return with_alibi(space, p, opt, [&](const auto& pa) { return attention_tiles(space, pa, opt, lengths); });
+}
+
 template <class ExecSpace, class Q, class T, class KV>
 void chunk_partials(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, const Options& opt, int chunks,
                     std::int64_t chunk, T* ws_o, T* ws_lse) {
   if (p.batch == 0 || p.q_len == 0 || chunks == 0) return;
   // Always the transposed tiles, whatever run_attention would pick for the shape: their per-row
   // arithmetic is the same at every rank count.
-  with_column_kernel(space, p, opt, [&](auto& kern) {
-    kern.splits = chunks;
-    kern.chunk = chunk;
-    kern.ws.rows = p.q_total * p.heads_q;
-    kern.ws.o = ws_o;
-    kern.ws.lse = ws_lse;
-    auto policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
-    policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
-    Kokkos::parallel_for("kattn::dist::chunk_partials", policy, kern);
+  with_alibi(space, p, opt, [&](const auto& pa) {
+    with_column_kernel(space, pa, opt, [&](auto& kern) {
+      kern.splits = chunks;
+      kern.chunk = chunk;
+      kern.ws.rows = pa.q_total * pa.heads_q;
+      kern.ws.o = ws_o;
+      kern.ws.lse = ws_lse;
+      auto policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
+      policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
+      Kokkos::parallel_for("kattn::dist::chunk_partials", policy, kern);
+    });
   });
 }
 

@@ -35,6 +35,10 @@ struct Options {
   // Empty: no sinks; otherwise one per query head. A row that sees no key gets o = 0, lse = sink.
   // The backward returns their gradient (BackwardInfo::dsinks).
   std::vector<double> sinks;
+  // ALiBi (FlashAttention's alibi_slopes): the score of query i and key j of head h gains
+  // -alibi_slopes[h] * |i + Nk - Nq - j| (natural-log units, after softcap, before the mask; the
+  // diagonal moves with diagonal_shift). Empty: none; otherwise one finite slope per query head.
+  std::vector<double> alibi_slopes;
   // Score scale; 0 means 1 / sqrt(head_dim).
   double scale = 0.0;
   // Query-row and key tile sizes; 0 lets kattn choose from the execution space's scratch limit
@@ -85,6 +89,8 @@ inline void validate(const Options& opt) {
                 opt.window_right);
   KATTN_REQUIRE(std::isfinite(opt.softcap) && opt.softcap >= 0.0,
                 "softcap: expected a finite value >= 0 (0 = off), got ", opt.softcap);
+  for (const double slope : opt.alibi_slopes)
+    KATTN_REQUIRE(std::isfinite(slope), "alibi_slopes: expected finite slopes, got ", slope);
   KATTN_REQUIRE(std::isfinite(opt.scale), "scale: expected a finite value (0 = 1/sqrt(head dim)), got ", opt.scale);
   KATTN_REQUIRE(opt.block_q >= 0, "block_q: expected a tile size >= 1 or 0 (automatic), got ", opt.block_q);
   KATTN_REQUIRE(opt.block_k >= 0, "block_k: expected a tile size >= 1 or 0 (automatic), got ", opt.block_k);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kattn/block_mask.hpp"
+#include "kattn/core/alibi.hpp"
 #include "kattn/core/key_window.hpp"
 #include "kattn/options.hpp"
 
@@ -47,7 +48,14 @@ inline ElementMask expand_block_mask(const BlockMask& m, std::int64_t q_len, std
 
 namespace detail {
 
-// Scaled, softcapped, masked scores of one (b, h, i) row; -inf where masked.
+// ALiBi's bias of (h, i, j) under opt (0 without slopes).
+template <class T>
+T alibi_of(const Options& opt, int h, std::int64_t i, std::int64_t j, std::int64_t Nq, std::int64_t Nk) {
+  if (opt.alibi_slopes.empty()) return T(0);
+  return alibi_bias(static_cast<T>(opt.alibi_slopes[static_cast<std::size_t>(h)]), KeyWindow::from(opt), i, j, Nq, Nk);
+}
+
+// Scaled, softcapped, ALiBi-biased, masked scores of one (b, h, i) row; -inf where masked.
 template <class QView, class KView, class T>
 void masked_scores(const QView& q, const KView& k, const ElementMask& mask, const Options& opt, int b, int h,
                    std::int64_t i, std::vector<T>& s) {
@@ -62,7 +70,7 @@ void masked_scores(const QView& q, const KView& k, const ElementMask& mask, cons
     for (int d = 0; d < D; ++d) dot += q(b, i, h, d) * k(b, j, h / G, d);
     T x = scale * dot;
     if (opt.softcap > 0.0) x = static_cast<T>(opt.softcap) * std::tanh(x / static_cast<T>(opt.softcap));
-    s[static_cast<std::size_t>(j)] = x;
+    s[static_cast<std::size_t>(j)] = x + alibi_of<T>(opt, h, i, j, Nq, Nk);
   }
 }
 
@@ -149,7 +157,8 @@ std::vector<double> reference_backward_masked(const QView& q, const KView& k, co
           if (pj == T(0)) continue;
           T g = pj * (ds[static_cast<std::size_t>(j)] - di);
           if (opt.softcap > 0.0) {
-            const T th = s[static_cast<std::size_t>(j)] / static_cast<T>(opt.softcap);  // = tanh(x / cap)
+            const T capped = s[static_cast<std::size_t>(j)] - detail::alibi_of<T>(opt, h, i, j, Nq, Nk);
+            const T th = capped / static_cast<T>(opt.softcap);  // = tanh(x / cap)
             g *= T(1) - th * th;
           }
           for (int d = 0; d < D; ++d) {

@@ -5,9 +5,12 @@
 #include <limits>
 #include <tuple>
 
+#include "kattn/core/alibi.hpp"
 #include "kattn/core/key_window.hpp"
 #include "kattn/core/score_scaling.hpp"
+#include "kattn/detail/alibi.hpp"
 #include "kattn/detail/shapes.hpp"
+#include "kattn/detail/sinks.hpp"
 
 namespace kattn {
 
@@ -36,6 +39,8 @@ RowSoftmax row_softmax(const AttentionParams<double>& p, const Options& opt, con
     for (int d = 0; d < p.head_dim; ++d) dot += q[d] * k[d];
     double x = scale * dot;
     if (opt.softcap > 0) x = opt.softcap * std::tanh(x / opt.softcap);
+    if (!opt.alibi_slopes.empty())
+      x += alibi_bias(opt.alibi_slopes[static_cast<std::size_t>(row.h)], window, row.i, j, q_len, kv_len);
     r.scores[j - first] = x;
     m = std::isnan(x) || std::isnan(m) ? std::numeric_limits<double>::quiet_NaN() : std::max(m, x);
   }
@@ -51,6 +56,8 @@ RowSoftmax row_softmax(const AttentionParams<double>& p, const Options& opt, con
 
 double reference_row(const AttentionParams<double>& p, const Options& opt, const QueryRow& row, double* o_row) {
   validate(opt);
+  detail::require_sinks(opt, p.heads_q);
+  detail::require_alibi(opt, p.heads_q);
   const detail::RowSoftmax r = detail::row_softmax(p, opt, row);
   std::fill(o_row, o_row + p.head_dim, 0.0);
   const int kv_head = row.h / p.group_size();

@@ -59,6 +59,10 @@ struct AttentionParams {
   std::int64_t page_size = 0;
   std::int64_t num_pages = 0;  // pages in k and v: every page index is below it
 
+  // ALiBi (core/alibi.hpp): each query head's slope times log2(e), the kernels' score units; null
+  // when the call has none. Set by the forward's entry points from Options::alibi_slopes.
+  const Acc* alibi_log2 = nullptr;
+
   KATTN_CORE_INLINE int group_size() const { return heads_q / heads_kv; }
 
   KATTN_CORE_INLINE std::int64_t seq_q_len(int b) const {

@@ -28,16 +28,22 @@ struct KeyWindow {
   }
   KATTN_CORE_INLINE static KeyWindow causal() { return {-1, 0, 0}; }
 
+  // The key on query i's diagonal (the causal mask's last key; ALiBi's distance 0), whether or not
+  // the window bounds either side. May lie outside [0, kv_len).
+  KATTN_CORE_INLINE std::int64_t diagonal(std::int64_t i, std::int64_t q_len, std::int64_t kv_len) const {
+    return i + (kv_len - q_len) + shift;
+  }
+
   // First visible key of query i (may exceed last(i): then the row sees nothing).
   KATTN_CORE_INLINE std::int64_t first(std::int64_t i, std::int64_t q_len, std::int64_t kv_len) const {
     if (left < 0) return 0;
-    const std::int64_t f = i + (kv_len - q_len) + shift - left;
+    const std::int64_t f = diagonal(i, q_len, kv_len) - left;
     return f < 0 ? 0 : f;
   }
   // Last visible key of query i, or -1 ... kv_len - 1.
   KATTN_CORE_INLINE std::int64_t last(std::int64_t i, std::int64_t q_len, std::int64_t kv_len) const {
     if (right < 0) return kv_len - 1;
-    const std::int64_t l = i + (kv_len - q_len) + shift + right;
+    const std::int64_t l = diagonal(i, q_len, kv_len) + right;
     return l < kv_len - 1 ? l : kv_len - 1;
   }
   // The query rows that see some key of [kb, ke] (kb <= ke < kv_len) form the interval

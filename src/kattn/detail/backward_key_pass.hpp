@@ -241,7 +241,13 @@ struct BackwardKeyPass {
           });
         }
       }
-      gradient_row(s.s + r * geo.kp_keys, s.dp + r * geo.kp_keys, geo.kp_keys, begin, end, s.lse2[r], s.di[r], g);
+      RowAlibi<T> alibi;
+      if (p.fwd.alibi_log2 && r < n_rows) {
+        alibi.slope = p.fwd.alibi_log2[hk * G + static_cast<int>((t0 + r) % G)];
+        alibi.diagonal = static_cast<T>(window.diagonal((t0 + r) / G, q_len, kv_len) - kb);
+      }
+      gradient_row(s.s + r * geo.kp_keys, s.dp + r * geo.kp_keys, geo.kp_keys, begin, end, s.lse2[r], s.di[r], g,
+                   alibi);
     });
   }
 

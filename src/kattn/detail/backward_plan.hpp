@@ -69,10 +69,11 @@ struct BackwardGeometry {
            2 * std::size_t(kp_rows);
   }
   // Query pass scratch: Q^T and dO^T (D x rows), dQ^T (dims x rows), K and V copies (keys x dims,
-  // when not read in place), S^T/P^T and dP^T/dS^T (keys x rows), lse2 and D per row.
+  // when not read in place), S^T/P^T and dP^T/dS^T (keys x rows), lse2, D and ALiBi's slope and
+  // diagonal per row.
   KOKKOS_INLINE_FUNCTION std::size_t query_pass_elements() const {
     return 2 * std::size_t(head_dim) * qp_rows + std::size_t(qp_dims) * qp_rows + 2 * std::size_t(qp_keys) * qp_dims +
-           2 * std::size_t(qp_keys) * qp_rows + 2 * std::size_t(qp_rows);
+           2 * std::size_t(qp_keys) * qp_rows + 4 * std::size_t(qp_rows);
   }
 };
 

@@ -4,7 +4,7 @@
 // see, in order, recomputing P and dS:
 //
 //   S^T = K Q^T, dP^T = V dO^T            (keys x rows: the query rows are the vector lanes)
-//   P^T = 2^(S^T - lse2), dS^T = scale P^T (dP^T - D) [x softcap derivative]
+//   P^T = 2^(S^T [+ ALiBi] - lse2), dS^T = scale P^T (dP^T - D) [x softcap derivative]
 //   dQ^T += K^T dS^T                      (dims x rows)
 //
 // On the host, full K/V tiles are read in place, as in the forward.
@@ -62,6 +62,8 @@ struct BackwardQueryPass {
     T* dpt;   // dP^T, then dS^T; keys x rows
     T* lse2;  // per row
     T* di;    // per row
+    T* slope;     // per row: ALiBi's slope (log2 units)
+    T* diagonal;  // per row: the key on its diagonal (ALiBi's distance 0)
   };
 
   KOKKOS_INLINE_FUNCTION Tiles carve(const ScratchBuffer& buf) const {
@@ -77,6 +79,8 @@ struct BackwardQueryPass {
     t.dpt = t.st + kr;
     t.lse2 = t.dpt + kr;
     t.di = t.lse2 + geo.qp_rows;
+    t.slope = t.di + geo.qp_rows;
+    t.diagonal = t.slope + geo.qp_rows;
     return t;
   }
 
@@ -145,7 +149,9 @@ struct BackwardQueryPass {
       mask_rows(member, hk, t0, n_rows, kb, n_keys, q_len, kv_len, s.st);
       member.team_barrier();
     }
-    gradient_columns(member, s.st, s.dpt, geo.qp_keys, geo.qp_rows, s.lse2, s.di, g);
+    const bool alibi = p.fwd.alibi_log2 != nullptr;
+    gradient_columns(member, s.st, s.dpt, geo.qp_keys, geo.qp_rows, s.lse2, s.di, g, alibi ? s.slope : nullptr,
+                     alibi ? s.diagonal : nullptr, static_cast<T>(kb));
     member.team_barrier();
     Gemm::accumulate(member, geo.qp_dims, geo.qp_rows, n_keys, k, 1, k_row, s.dpt, geo.qp_rows, s.dqt, geo.qp_rows);
     member.team_barrier();
@@ -173,6 +179,8 @@ struct BackwardQueryPass {
         const std::int64_t row = ws.row(p.fwd, b, hk, in_row ? t0 + r : t0);
         s.lse2[r] = in_row ? ws.lse2[row] : compat::infinity<T>();
         s.di[r] = in_row ? ws.di[row] : T(0);
+        s.slope[r] = in_row && p.fwd.alibi_log2 ? p.fwd.alibi_log2[h] : T(0);
+        s.diagonal[r] = static_cast<T>(window.diagonal(i, p.fwd.seq_q_len(b), p.fwd.seq_kv_len(b)));
       });
     });
   }

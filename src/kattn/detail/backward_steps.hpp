@@ -2,6 +2,7 @@
 // the tile dP = dO V^T:
 //
 //   softcap:  th = tanh(s / cap), t = cap log2(e) th            (the forward's cap, log2 units)
+//   ALiBi:    t += bias                                           (core/alibi.hpp, log2 units)
 //   P  = 2^(t - lse2)                                             (recomputed from the saved LSE)
 //   dS = scale P (dP - D) (1 - th^2)                              (scale folded in for dQ and dK)
 //
@@ -17,6 +18,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "kattn/compat.hpp"
+#include "kattn/core/alibi.hpp"
 #include "kattn/detail/exp2.hpp"
 #include "kattn/detail/simd.hpp"
 
@@ -31,17 +33,18 @@ struct GradientScales {
   T inv_cap = 0;   // 1 / softcap
 };
 
-// One score s -> (P, dS) with the row's lse2 and D; th_or_t is tanh(s / cap) when softcapping
-// (-inf when masked), else the log2-unit score (-inf when masked).
+// One score s -> (P, dS) with the row's lse2 and D and the score's ALiBi bias; th_or_t is
+// tanh(s / cap) when softcapping (-inf when masked), else the log2-unit score (-inf when masked).
 template <class T>
-KOKKOS_INLINE_FUNCTION void gradient_scalar(T& s_to_p, T& dp_to_ds, T lse2, T di, const GradientScales<T>& g) {
+KOKKOS_INLINE_FUNCTION void gradient_scalar(T& s_to_p, T& dp_to_ds, T lse2, T di, const GradientScales<T>& g,
+                                            T bias = T(0)) {
   const T th = s_to_p;
   T t = th, deriv = T(1);
   if (g.cap_log2 != T(0)) {
     t = g.cap_log2 * th;
     if (th != -compat::infinity<T>()) deriv = T(1) - th * th;
   }
-  const T p = exp2(t - lse2);
+  const T p = exp2(t + bias - lse2);
   s_to_p = p;
   // A masked key's dP is 0, as in the textbook, which never forms dO . v_j for it: a NaN or Inf in
   // a masked key's V must not reach the row through 0 x NaN.
@@ -52,7 +55,8 @@ KOKKOS_INLINE_FUNCTION void gradient_scalar(T& s_to_p, T& dp_to_ds, T lse2, T di
 #if KATTN_HOST_SIMD
 // The same on a vector of scores; lse2 and D are per lane (query pass) or broadcast (key pass).
 template <class T>
-inline void gradient_vector(T* s_to_p, T* dp_to_ds, simd::vec<T> lse2, simd::vec<T> di, const GradientScales<T>& g) {
+inline void gradient_vector(T* s_to_p, T* dp_to_ds, simd::vec<T> lse2, simd::vec<T> di, const GradientScales<T>& g,
+                            simd::vec<T> bias = simd::vec<T>{}) {
   using V = simd::vec<T>;
   const V th = simd::load(s_to_p);
   V t = th, deriv = simd::splat<T>(T(1));
@@ -60,7 +64,7 @@ inline void gradient_vector(T* s_to_p, T* dp_to_ds, simd::vec<T> lse2, simd::vec
     t = g.cap_log2 * th;
     deriv = th == -compat::infinity<T>() ? simd::splat<T>(T(1)) : T(1) - th * th;
   }
-  const V p = exp2<T>(t - lse2);
+  const V p = exp2<T>(t + bias - lse2);
   simd::store(s_to_p, p);
   const V dp = th == -compat::infinity<T>() ? simd::splat<T>(T(0)) : simd::load(dp_to_ds);
   simd::store(dp_to_ds, g.ds_scale * p * (dp - di) * deriv);
@@ -73,37 +77,66 @@ KOKKOS_INLINE_FUNCTION void softcap_tanh(const Member& member, T* s, int n, T in
   Kokkos::parallel_for(Kokkos::TeamThreadRange(member, n), [&](const int i) { s[i] = compat::tanh(s[i] * inv_cap); });
 }
 
+// ALiBi's slope of a row (log2 units; 0 without ALiBi) and its diagonal less the first key of
+// the tile: key j of the tile has the bias alibi_bias(slope, diagonal - j).
+template <class T>
+struct RowAlibi {
+  T slope = 0;
+  T diagonal = 0;
+};
+
 // Key-pass layout (rows x keys, keys contiguous): one row's keys outside [begin, end) get -inf,
 // then P and dS for the row's `keys` entries (a multiple of the SIMD width). Thread-level.
 template <class T>
 KOKKOS_INLINE_FUNCTION void gradient_row(T* s, T* dp, int keys, int begin, int end, T lse2, T di,
-                                         const GradientScales<T>& g) {
+                                         const GradientScales<T>& g, const RowAlibi<T>& alibi = {}) {
   const T neg_inf = -compat::infinity<T>();
   for (int j = 0; j < begin; ++j) s[j] = neg_inf;
   for (int j = end; j < keys; ++j) s[j] = neg_inf;
 #if KATTN_HOST_SIMD
+  using V = simd::vec<T>;
   constexpr int W = simd::width<T>();
-  const simd::vec<T> l = simd::splat<T>(lse2), d = simd::splat<T>(di);
-  for (int j = 0; j < keys; j += W) gradient_vector(s + j, dp + j, l, d, g);
+  const V l = simd::splat<T>(lse2), d = simd::splat<T>(di);
+  if (alibi.slope == T(0)) {
+    for (int j = 0; j < keys; j += W) gradient_vector(s + j, dp + j, l, d, g);
+    return;
+  }
+  V distance;  // diagonal - j for the lanes' keys
+  for (int k = 0; k < W; ++k) distance[k] = alibi.diagonal - T(k);
+  const V slope = simd::splat<T>(alibi.slope);
+  for (int j = 0; j < keys; j += W, distance -= T(W))
+    gradient_vector(s + j, dp + j, l, d, g, -slope * (distance < T(0) ? -distance : distance));
 #else
-  for (int j = 0; j < keys; ++j) gradient_scalar(s[j], dp[j], lse2, di, g);
+  for (int j = 0; j < keys; ++j)
+    gradient_scalar(s[j], dp[j], lse2, di, g, alibi_bias(alibi.slope, alibi.diagonal - T(j)));
 #endif
 }
 
 // Query-pass layout (keys x rows, rows contiguous): P^T and dS^T for every key, with per-column
-// lse2 and D. Masking is done before (mask_column, online_softmax.hpp). rows is a multiple of the
-// SIMD width.
+// lse2 and D, and with ALiBi (slope not null) per-column slopes and diagonals, key j of the tile
+// being key first_key + j. Masking is done before (mask_column, online_softmax.hpp). rows is a multiple of the SIMD
+// width.
 template <class Member, class T>
 KOKKOS_INLINE_FUNCTION void gradient_columns(const Member& member, T* st, T* dpt, int keys, int rows, const T* lse2,
-                                             const T* di, const GradientScales<T>& g) {
+                                             const T* di, const GradientScales<T>& g, const T* slope = nullptr,
+                                             const T* diagonal = nullptr, T first_key = T(0)) {
   Kokkos::parallel_for(Kokkos::TeamThreadRange(member, keys), [&](const int j) {
 #if KATTN_HOST_SIMD
+    using V = simd::vec<T>;
     constexpr int W = simd::width<T>();
-    for (int r = 0; r < rows; r += W)
-      gradient_vector(st + j * rows + r, dpt + j * rows + r, simd::load(lse2 + r), simd::load(di + r), g);
+    for (int r = 0; r < rows; r += W) {
+      V bias{};
+      if (slope) {
+        const V distance = simd::load(diagonal + r) - (first_key + T(j));
+        bias = -simd::load(slope + r) * (distance < T(0) ? -distance : distance);
+      }
+      gradient_vector(st + j * rows + r, dpt + j * rows + r, simd::load(lse2 + r), simd::load(di + r), g, bias);
+    }
 #else
-    Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, rows),
-                         [&](const int r) { gradient_scalar(st[j * rows + r], dpt[j * rows + r], lse2[r], di[r], g); });
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, rows), [&](const int r) {
+      gradient_scalar(st[j * rows + r], dpt[j * rows + r], lse2[r], di[r], g,
+                      slope ? alibi_bias(slope[r], diagonal[r] - (first_key + T(j))) : T(0));
+    });
 #endif
   });
 }

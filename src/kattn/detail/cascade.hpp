@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "kattn/core/storage.hpp"
+#include "kattn/detail/alibi.hpp"
 #include "kattn/detail/attention_impl.hpp"
 #include "kattn/detail/sinks.hpp"
 #include "kattn/detail/memory_check.hpp"
@@ -124,6 +125,9 @@ void cascade_impl(const ExecSpace& space, const QView& q, const KPView& k_prefix
   validate(opt);
   check_cascade(opt, lengths);
   require_sinks(opt, q.extent(1));
+  // A prefix key's distance from a query depends on the request's suffix length, which no one
+  // diagonal of the prefix pass holds.
+  refuse_alibi(opt, "cascade attention");
   run_suffix.check(q, o, lse);
   check_prefix(q, k_prefix, v_prefix);
   const std::int64_t N = q.extent(0), Hq = q.extent(1), D = q.extent(2);

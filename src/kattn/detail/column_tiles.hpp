@@ -31,6 +31,7 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
   static constexpr int J = Tn::wide_micro_cols;
   static constexpr int tile_key_factor = 1;  // plan_tiles' key_factor
   static constexpr int key_multiple = 1;     // automatic key tiles are a multiple of this
+  static constexpr bool rows_contiguous = true;  // S^T: a key's scores are one column of rows
 
   TileGeometry geo;
 

@@ -34,6 +34,7 @@ struct RowTiles : TileArgs<T, Q, KV> {
   using PointerBuffer = Kokkos::View<RowPtr<KV>*, Scratch, Kokkos::MemoryUnmanaged>;
 
   RowTileGeometry geo;  // geo.heads: KV heads per team, a divisor of heads_kv
+  static constexpr bool rows_contiguous = false;  // S: a row's scores are contiguous
 
   KOKKOS_INLINE_FUNCTION int heads() const { return geo.heads; }
   std::size_t scratch_bytes() const {

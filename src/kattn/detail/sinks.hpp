@@ -16,6 +16,7 @@
 #include "kattn/core/state.hpp"
 #include "kattn/core/storage.hpp"
 #include "kattn/detail/exact_sum.hpp"
+#include "kattn/detail/per_head.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/options.hpp"
 #include "kattn/workspace.hpp"
@@ -25,21 +26,14 @@ namespace detail {
 
 // The sinks fit the call: none, or one per query head.
 inline void require_sinks(const Options& opt, std::int64_t heads_q) {
-  KATTN_REQUIRE(opt.sinks.empty() || std::int64_t(opt.sinks.size()) == heads_q,
-                "sinks: expected one logit per query head (", heads_q, "), got ", opt.sinks.size());
+  require_per_head(opt.sinks, heads_q, "sinks", "logit");
 }
 
 // The sinks in memory of ExecSpace as T, multiplied by `factor` (kLog2e: the kernels' log2 units).
 template <class T, class ExecSpace>
 Kokkos::View<T*, typename ExecSpace::memory_space> device_sinks(const ExecSpace& space,
                                                                 const std::vector<double>& sinks, double factor) {
-  Kokkos::View<T*, typename ExecSpace::memory_space> d(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kattn::sinks"),
-                                                       sinks.size());
-  auto h = Kokkos::create_mirror_view(d);
-  for (std::size_t i = 0; i < sinks.size(); ++i) h(i) = static_cast<T>(sinks[i] * factor);
-  compat::fence(space, "kattn::sinks: the copy follows the call's earlier work");
-  Kokkos::deep_copy(d, h);  // blocking: h is freed on return
-  return d;
+  return per_head_values<T>(space, sinks, factor, "kattn::sinks");
 }
 
 // Merges head h's sink into finished row (b, i, h): o and lse of p in place.

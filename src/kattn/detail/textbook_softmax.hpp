@@ -1,6 +1,6 @@
 // The textbook algorithm's first two steps, shared by the float64 references of the forward
-// (reference.cpp) and the backward (reference_backward.cpp): S = scale q k^T (softcapped, masked
-// to -inf) for every (query, key) pair, then the row softmax P = exp(S - max) / l in place (with
+// (reference.cpp) and the backward (reference_backward.cpp): S = scale q k^T (softcapped, ALiBi's
+// bias added, masked to -inf) for every (query, key) pair, then the row softmax P = exp(S - max) / l in place (with
 // the head's sink, if any, as one more logit in max and l).
 #pragma once
 
@@ -10,6 +10,7 @@
 
 #include "kattn/compat.hpp"
 #include "kattn/detail/score_matrix.hpp"
+#include "kattn/core/alibi.hpp"
 #include "kattn/core/attention_params.hpp"
 #include "kattn/core/key_window.hpp"
 #include "kattn/core/state.hpp"
@@ -26,6 +27,7 @@ struct TextbookScores {
   ScoreMatrix<ExecSpace, T> s;
   KeyWindow window;
   T scale, softcap;
+  const T* alibi = nullptr;  // Options::alibi_slopes per query head (natural units), or null
 
   KOKKOS_INLINE_FUNCTION void operator()(const int b, const int h, const std::int64_t i, const std::int64_t j) const {
     const std::int64_t q_len = p.seq_q_len(b), kv_len = p.seq_kv_len(b);
@@ -40,6 +42,7 @@ struct TextbookScores {
     for (int d = 0; d < p.head_dim; ++d) dot += q[d] * k[d];
     T x = scale * dot;
     if (softcap > T(0)) x = softcap * compat::tanh(x / softcap);
+    if (alibi) x += alibi_bias(alibi[h], window, i, j, q_len, kv_len);
     s(b, h, i, j) = x;
   }
 };

@@ -3,7 +3,7 @@
 // each team keeps its query rows' online-softmax states and output accumulators in scratch and
 // folds key tiles into them:
 //
-//   S = Q K^T (scaled) -> softcap -> mask (window, diagonal shift, block mask, padding)
+//   S = Q K^T (scaled) -> softcap -> ALiBi -> mask (window, diagonal shift, block mask, padding)
 //     -> tile max -> rescale (m, l, alpha) -> P = exp2(S - m) -> O = diag(alpha) O + P V
 //
 // then finishes each row (o / l, lse). The layout (the policy `Layout`) says only how the tiles
@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "kattn/compat.hpp"
+#include "kattn/core/alibi.hpp"
 #include "kattn/core/attention_params.hpp"
 #include "kattn/core/key_window.hpp"
 #include "kattn/core/state.hpp"
@@ -70,7 +71,8 @@ struct TileArgs {
 // softcap, tile_max (told whether the tile is masked), exponentiate (told whether the exact path
 // below will read P from score()), values (or, when values_of_heads_together(), values_of_heads
 // for all heads after their softmax), plus element access q_at(h, r, d) (d < q_dims()),
-// score(h, r, j), out(h, r, d), v_row(c, hl, j) and the state vectors of head(s, hl).
+// score(h, r, j), out(h, r, d), v_row(c, hl, j) and the state vectors of head(s, hl), and
+// rows_contiguous (whether score(h, r + 1, j) follows score(h, r, j) in memory).
 template <class ExecSpace, class T, class Layout>
 struct TileLoop : Layout {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
@@ -148,6 +150,10 @@ struct TileLoop : Layout {
       this->softcap(member, h, keys);
       member.team_barrier();
     }
+    if (this->p.alibi_log2) {
+      add_alibi(member, w, kb, keys, h, w.hk + hl);
+      member.team_barrier();
+    }
     if (masked) {
       mask(member, w, kb, n_keys, keys, h, w.hk + hl);
       member.team_barrier();
@@ -194,6 +200,40 @@ struct TileLoop : Layout {
         h.l[r] = e.l;
       });
     });
+  }
+
+  // ALiBi (core/alibi.hpp) on the tile's scores: each row's slope and diagonal (as an offset from
+  // kb) staged in alpha and tile_max, which are free until the tile max and the rescale fill them,
+  // then the bias added along the layout's contiguous direction. Padding rows get slope 0;
+  // padding keys a finite bias that the mask then replaces.
+  KOKKOS_INLINE_FUNCTION void add_alibi(const Member& member, const TileWork& w, std::int64_t kb, int keys,
+                                        const Head& h, int hk) const {
+    const int G = this->p.group_size(), rows = this->geo.rows_p;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows), [&](const int r) {
+      Kokkos::single(Kokkos::PerThread(member), [&]() {
+        const bool real = r < w.n_rows;
+        const std::int64_t i = (w.t0 + r) / G;
+        h.alpha[r] = real ? this->p.alibi_log2[hk * G + static_cast<int>((w.t0 + r) % G)] : T(0);
+        h.tile_max[r] = real ? static_cast<T>(this->window.diagonal(i, w.q_len, w.kv_len) - kb) : T(0);
+      });
+    });
+    member.team_barrier();
+    const T* slope = h.alpha;
+    const T* diagonal = h.tile_max;
+    if constexpr (Layout::rows_contiguous) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(member, keys), [&](const int j) {
+        T* column = &this->score(h, 0, j);
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, rows), [&](const int r) {
+          column[r] += alibi_bias(slope[r], diagonal[r] - T(j));
+        });
+      });
+    } else {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows), [&](const int r) {
+        T* row = &this->score(h, r, 0);
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, keys),
+                             [&](const int j) { row[j] += alibi_bias(slope[r], diagonal[r] - T(j)); });
+      });
+    }
   }
 
   // Scores of keys a row does not see (window, diagonal shift, block mask; padding keys, and
