@@ -98,6 +98,17 @@ TEST(Deterministic, RingWithSinksBitwiseEqualForEveryRankCount) {
   check_ring_invariance<float>({1, 70, 70, 8, 2, 32}, o, 12);
 }
 
+TEST(Deterministic, RingWithAlibiBitwiseEqualForEveryRankCount) {
+  Options o;
+  o.causal = true;
+  o.alibi_slopes = {0.5, 0.0625};
+  check_ring_invariance<double>({1, 83, 83, 2, 1, 16}, o, 16);
+  o.causal = false;
+  o.sinks = {1.0, -2.0, 0.5, 3.0, 0.0, 1.5, -1.0, 2.0};
+  o.alibi_slopes = {0.7, 0.0, 0.25, 0.125, 0.05, 1.5, 0.3, 0.01};
+  check_ring_invariance<float>({1, 70, 70, 8, 2, 32}, o, 12);
+}
+
 // Distributed decode of the global problem with the KV cache cut at the given shard lengths.
 template <class T>
 void run_decode(MPI_Comm comm, const Problem<T>& g, const std::vector<std::int64_t>& lens, const Options& opt,
@@ -174,6 +185,9 @@ TEST(Deterministic, DecodeBitwiseEqualForEveryRankCountAndSplit) {
   Options sinks;
   sinks.sinks = {0.25, -2.0, 4.0, 1.0};
   check_decode_invariance<double>({2, 1, 211, 4, 2, 16}, sinks, 32);
+  Options alibi;
+  alibi.alibi_slopes = {0.25, 0.0, 1.0, 0.0625};
+  check_decode_invariance<double>({2, 1, 211, 4, 2, 16}, alibi, 32);
 }
 
 }  // namespace

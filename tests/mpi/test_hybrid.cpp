@@ -49,11 +49,14 @@ void check_forward(const Shape& s, const Options& opt, const DistOptions& d) {
 }
 
 std::vector<Options> variants() {
-  std::vector<Options> v(5);
+  std::vector<Options> v(6);
   v[1].causal = true;
   v[2].window_left = 5, v[2].window_right = 3;
   v[3].causal = true, v[3].window_left = 7, v[3].softcap = 4.0;
   v[4].softcap = 2.5, v[4].scale = 0.3;
+  // ALiBi: each group's ranks take the slopes of their own heads.
+  v[5].causal = true;
+  for (int h = 0; h < 12; ++h) v[5].alibi_slopes.push_back(0.05 * h);
   return v;
 }
 
@@ -138,7 +141,11 @@ TEST(HybridTraffic, BytesSentEqualTheModelOnEveryGrid) {
 // Deterministic: the bits of ring attention's deterministic mode on one rank, on every grid.
 TEST(Deterministic, HybridBitwiseEqualToTheDeterministicRing) {
   const Shape s{1, 77, 77, 24, 12, 16};
-  for (const Options& o : variants()) {
+  for (Options o : variants()) {
+    if (!o.alibi_slopes.empty()) {  // one slope for each of the 24 heads
+      o.alibi_slopes.clear();
+      for (int h = 0; h < s.Hq; ++h) o.alibi_slopes.push_back(0.03 * h);
+    }
     const std::uint64_t seed = shared_seed();
     SCOPED_TRACE(describe(s, o) + " seed=" + std::to_string(seed));
     DistOptions d;

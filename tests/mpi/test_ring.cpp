@@ -105,6 +105,21 @@ TEST(RingForward, SinksMatchReferenceContiguousAndZigzag) {
   }
 }
 
+TEST(RingForward, AlibiMatchesReferenceContiguousAndZigzag) {
+  // Every shard measures its keys' distances from the global diagonal (the shift places it).
+  for (bool causal : {false, true}) {
+    Options o;
+    o.causal = causal;
+    o.alibi_slopes = {0.5, 0.0, 0.125, 2.0};
+    for (dist::Sharding sh : {dist::Sharding::contiguous, dist::Sharding::zigzag}) {
+      DistOptions d;
+      d.sharding = sh;
+      check_ring<double>({2, 45, 45, 4, 2, 16}, o, d);
+      check_ring<double>({1, 23, 61, 4, 2, 8}, o, d);
+    }
+  }
+}
+
 TEST(RingForward, RanksWithoutTokens) {
   // Fewer positions than shards: some ranks hold nothing and still take part.
   for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {

@@ -100,6 +100,30 @@ TEST(RingBackward, SinksMatchOneRankWithTheSameGradientBits) {
   }
 }
 
+// With ALiBi: the ring's and Ulysses' gradients those of the one-rank backward on every sharding
+// (Ulysses' ranks take the slopes of their own heads).
+TEST(RingBackward, AlibiMatchesOneRank) {
+  for (bool causal : {false, true}) {
+    Options o;
+    o.causal = causal;
+    o.alibi_slopes = {0.5, 0.0, 0.25, 1.5};
+    const Shape s{2, 37, 37, 4, 2, 16};
+    Grads<double> g(s, shared_seed(), o);
+    g.backward_one_rank(o);
+    const int P = size_of(MPI_COMM_WORLD);
+    for (dist::Scheme scheme : {dist::Scheme::ring, dist::Scheme::ulysses}) {
+      if (scheme == dist::Scheme::ulysses && s.Hq % P != 0) continue;
+      for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {
+        SCOPED_TRACE(std::string(dist::name(scheme)) + " " + dist::name(sh) + (causal ? " causal" : ""));
+        DistOptions d = with_scheme(scheme, DistOptions{});
+        d.sharding = sh;
+        const LocalGrads<double> r = run_ring_backward(MPI_COMM_WORLD, g, o, d);
+        expect_grads(r, g, rank_of(MPI_COMM_WORLD), kDoubleTol, "backward with ALiBi");
+      }
+    }
+  }
+}
+
 TEST(RingBackward, BytesSent) {
   // Dense: K and V out to P - 1 ranks, dK and dV back from them.
   const int P = size_of(MPI_COMM_WORLD);

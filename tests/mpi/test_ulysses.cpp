@@ -96,6 +96,19 @@ TEST(UlyssesForward, SinksMatchReference) {
   check_forward<float>({2, 23, 23, kHeads, 12, 16}, o, DistOptions{});
 }
 
+TEST(UlyssesForward, AlibiMatchesReference) {
+  // Each rank's heads take their own slopes, whether a block holds whole GQA groups or not.
+  Options o;
+  for (int h = 0; h < kHeads; ++h) o.alibi_slopes.push_back(0.1 * h);
+  for (bool causal : {false, true}) {
+    o.causal = causal;
+    check_forward<double>({1, 37, 41, kHeads, 4, 8}, o, DistOptions{});
+    check_forward<double>({2, 29, 29, kHeads, 3, 8}, o, DistOptions{});
+  }
+  o.sinks.assign(kHeads, 0.5);
+  check_forward<float>({2, 23, 23, kHeads, 12, 16}, o, DistOptions{});
+}
+
 TEST(UlyssesForward, WithoutLse) {
   const std::uint64_t seed = shared_seed();
   const Shape s{1, 29, 29, kHeads, 4, 8};

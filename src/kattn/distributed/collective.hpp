@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -66,12 +67,25 @@ void collective_agree(MPI_Comm comm, const std::vector<Agreed>& fields);
 
 // The options as fields to agree on: every call agrees on them, and so may a caller that branches
 // on them before its first call (a program reading its flags on every rank).
+// The sum of the finite values (a -inf sink gives its head none): one number that ranks given
+// different per-head values disagree on.
+inline double finite_sum(const std::vector<double>& values) {
+  double sum = 0;
+  for (const double x : values)
+    if (std::isfinite(x)) sum += x;
+  return sum;
+}
+
 inline std::vector<Agreed> option_fields(const Options& opt, const DistOptions& d) {
   return {Agreed::boolean("options", "causal", opt.causal),
           Agreed::integer("options", "window_left", opt.window_left),
           Agreed::integer("options", "window_right", opt.window_right),
           Agreed::integer("options", "diagonal_shift", opt.diagonal_shift),
           Agreed::real("options", "softcap", opt.softcap),
+          Agreed::integer("options", "sinks (count)", static_cast<std::int64_t>(opt.sinks.size())),
+          Agreed::real("options", "sinks (sum)", finite_sum(opt.sinks)),
+          Agreed::integer("options", "alibi_slopes (count)", static_cast<std::int64_t>(opt.alibi_slopes.size())),
+          Agreed::real("options", "alibi_slopes (sum)", finite_sum(opt.alibi_slopes)),
           Agreed::real("options", "scale", opt.scale),
           Agreed::integer("options", "block_k", opt.block_k),
           Agreed::boolean("options", "block_mask", opt.block_mask != nullptr),

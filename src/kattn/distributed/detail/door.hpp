@@ -23,6 +23,7 @@
 #include "kattn/core/storage.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/shapes.hpp"
+#include "kattn/detail/alibi.hpp"
 #include "kattn/detail/sinks.hpp"
 #include "kattn/detail/widening.hpp"
 #include "kattn/distributed/collective.hpp"
@@ -146,6 +147,7 @@ DistStats forward(MPI_Comm comm, const ExecSpace& space, const QView& q, const k
       validate_call(opt, d);
       p = dense_params(q, kv.k, kv.v, o, lse);
       kattn::detail::require_sinks(opt, p.heads_q);
+    kattn::detail::require_alibi(opt, p.heads_q);
       KATTN_REQUIRE((std::is_same_v<S, KV>), "scheme: ", name(d.scheme),
                     " takes q, k and v of one storage type (a 16-bit cache under float queries: ring or sharded-kv)");
     });
@@ -169,6 +171,7 @@ DistStats forward(MPI_Comm comm, const ExecSpace& space, const QView& q, const k
       o_float = w.out(o, "o");
       p = dense_params(q_float, kv.k, kv.v, o_float, lse);
       kattn::detail::require_sinks(opt, p.heads_q);
+    kattn::detail::require_alibi(opt, p.heads_q);
     });
     agree_call<S>(comm, forward_call(d.scheme));
     const DistStats stats = ring_or_sharded_kv_with_sinks(comm, space, p, opt, d);
@@ -181,6 +184,7 @@ DistStats forward(MPI_Comm comm, const ExecSpace& space, const QView& q, const k
       validate_call(opt, d);
       p = dense_params(q, kv.k, kv.v, o, lse);
       kattn::detail::require_sinks(opt, p.heads_q);
+    kattn::detail::require_alibi(opt, p.heads_q);
     });
     agree_call<S>(comm, forward_call(d.scheme));
     return ring_or_sharded_kv_with_sinks(comm, space, p, opt, d);
@@ -202,6 +206,7 @@ DistStats forward(MPI_Comm comm, const ExecSpace& space, const QView& q, const k
     require_ring_for_ragged(d);
     p = ragged_params(q, kv.k, kv.v, o, lse, kv.layout);
     kattn::detail::require_sinks(opt, p.heads_q);
+    kattn::detail::require_alibi(opt, p.heads_q);
   });
   agree_call<S>(comm, DistCall::ring_ragged_forward);
   return kattn::detail::with_sinks(space, p, opt, [&](const auto& ps) {
@@ -231,6 +236,7 @@ DistStats backward_as_stored(MPI_Comm comm, const ExecSpace& space, const QView&
     validate_backward_call(opt, bopt, d);
     p = backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv);
     kattn::detail::require_sinks(opt, p.fwd.heads_q);
+    kattn::detail::require_alibi(opt, p.fwd.heads_q);
   });
   agree_call<S>(comm, backward_call(d.scheme));
   if (head_sharded(d)) return head_sharded_backward_impl(comm, space, p, opt, d, bopt);
@@ -294,6 +300,7 @@ DistStats backward_of_rows(MPI_Comm comm, const ExecSpace& space, const QView& q
       dqf = w.out(dq, "dq"), dkf = w.out(dk, "dk"), dvf = w.out(dv, "dv");
       p = backward_params(qf, float_shape_of(kv.k), float_shape_of(kv.v), of, lse, dof, dqf, dkf, dvf);
       kattn::detail::require_sinks(opt, p.fwd.heads_q);
+    kattn::detail::require_alibi(opt, p.fwd.heads_q);
     });
     agree_call<S>(comm, backward_call(d.scheme));
     const DistStats stats = ring_backward_impl(comm, space, p, kv.k.data(), kv.v.data(), opt, d, bopt);
@@ -323,6 +330,7 @@ DistStats backward(MPI_Comm comm, const ExecSpace& space, const QView& q,
     require_ring_for_ragged(d);
     p = ragged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout);
     kattn::detail::require_sinks(opt, p.fwd.heads_q);
+    kattn::detail::require_alibi(opt, p.fwd.heads_q);
   });
   agree_call<S>(comm, DistCall::ring_ragged_backward);
   DistStats stats = ring_ragged_backward_impl(comm, space, p, kv.layout.lengths, opt, d, bopt);

@@ -100,17 +100,20 @@ DistStats head_sharded_forward_impl(MPI_Comm comm, const ExecSpace& space, const
           const HybridGrid grid(comm, d);
           head_sharded_forward<ExecSpace, T>(
               grid.heads(), space, p, grid.group_layout(split.Nq), grid.group_layout(split.Nk), stats, latch,
-              opt.workspace, [&](const AttentionParams<T>& a, DistStats& s) {
-                latch.capture([&] { accumulate(s, block_ring(grid, space, a, opt, d, latch)); });
+              opt.workspace, [&](const AttentionParams<T>& a, int first_head, DistStats& s) {
+                latch.capture([&] {
+                  accumulate(s, block_ring(grid, space, a, heads_of(opt, first_head, a.heads_q), d, latch));
+                });
               });
           space.fence();
           return;
         }
         const Options local = local_options<ExecSpace, T>(space, p.head_dim, split.Nq * p.group_size(), opt, d);
         head_sharded_forward<ExecSpace, T>(comm, space, p, split.q_layout, split.kv_layout, stats, latch,
-                                           opt.workspace, [&](const AttentionParams<T>& a, DistStats& s) {
+                                           opt.workspace, [&](const AttentionParams<T>& a, int first_head,
+                                                              DistStats& s) {
                                              latch.guard([&] {
-                                               local_forward(space, a, local, s);
+                                               local_forward(space, a, heads_of(local, first_head, a.heads_q), s);
                                                if (d.progress) d.progress(1, 1);
                                              });
                                            });
@@ -133,8 +136,11 @@ DistStats head_sharded_backward_impl(MPI_Comm comm, const ExecSpace& space, cons
           const HybridGrid grid(comm, d);
           head_sharded_backward<ExecSpace, T>(
               grid.heads(), space, p, grid.group_layout(split.Nq), grid.group_layout(split.Nk), stats, latch,
-              opt.workspace, [&](const BackwardParams<Acc>& b, DistStats& s) {
-                latch.capture([&] { accumulate(s, ring_backward_impl(grid.ring(), space, b, opt, d, bopt, &latch)); });
+              opt.workspace, [&](const BackwardParams<Acc>& b, int first_head, DistStats& s) {
+                latch.capture([&] {
+                  accumulate(s, ring_backward_impl(grid.ring(), space, b, heads_of(opt, first_head, b.fwd.heads_q), d,
+                                                   bopt, &latch));
+                });
               });
           space.fence();
           return;
@@ -147,9 +153,11 @@ DistStats head_sharded_backward_impl(MPI_Comm comm, const ExecSpace& space, cons
         local.progress = nullptr;  // DistOptions::progress reports the call's progress
         const BackwardOptions local_bopt = local_backward_options(space, whole, opt, d, bopt);
         head_sharded_backward<ExecSpace, T>(comm, space, p, split.q_layout, split.kv_layout, stats, latch,
-                                            opt.workspace, [&](const BackwardParams<Acc>& b, DistStats& s) {
+                                            opt.workspace, [&](const BackwardParams<Acc>& b, int first_head,
+                                                               DistStats& s) {
                                               latch.guard([&] {
-                                                local_backward(space, b, local, local_bopt, s);
+                                                local_backward(space, b, heads_of(local, first_head, b.fwd.heads_q),
+                                                               local_bopt, s);
                                                 if (d.progress) d.progress(1, 1);
                                               });
                                             });

@@ -22,18 +22,29 @@
 #include "kattn/distributed/detail/head_split.hpp"
 #include "kattn/distributed/layout.hpp"
 #include "kattn/distributed/detail/pack.hpp"
+#include "kattn/options.hpp"
 
 namespace kattn {
 namespace dist {
 namespace detail {
 
-// The inner attention of one HeadBlock: the whole sequences (lengths of the layouts) of its heads.
-// It runs its work through the call's FailureLatch (guard for local compute, capture for an inner
+// The inner attention of one HeadBlock: the whole sequences (lengths of the layouts) of its heads,
+// the first of them global query head `first_head` (per-head options follow it: heads_of). It runs
+// its work through the call's FailureLatch (guard for local compute, capture for an inner
 // distributed call), so that a failure leaves the exchanges' schedule intact.
 template <class T>
-using ForwardInner = std::function<void(const AttentionParams<T>&, DistStats&)>;
+using ForwardInner = std::function<void(const AttentionParams<T>&, int first_head, DistStats&)>;
 template <class T>
-using BackwardInner = std::function<void(const BackwardParams<T>&, DistStats&)>;
+using BackwardInner = std::function<void(const BackwardParams<T>&, int first_head, DistStats&)>;
+
+// The options of a head block's inner call: its query heads' ALiBi slopes, [first, first + count)
+// of the call's. The sinks stay whole: the door merges them into the gathered rows.
+inline Options heads_of(const Options& opt, int first, int count) {
+  Options o = opt;
+  if (!o.alibi_slopes.empty())
+    o.alibi_slopes.assign(opt.alibi_slopes.begin() + first, opt.alibi_slopes.begin() + first + count);
+  return o;
+}
 
 // Dense whole-sequence addressing [B][N][heads][dim], starting at head `first`.
 struct WholeStrides {
@@ -109,7 +120,8 @@ void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const Attention
                            "kattn::dist::heads::v");
   const Buffer q = ex.wait(pq), k = ex.wait(pk), v = ex.wait(pv);
   for (const HeadBlock& blk : hs.blocks)
-    inner(block_params(p, hs, blk, Nq, Nk, q.device(), k.device(), v.device(), o.device(), lse.device()), stats);
+    inner(block_params(p, hs, blk, Nq, Nk, q.device(), k.device(), v.device(), o.device(), lse.device()),
+          hs.q.first + blk.q.first, stats);
   ex.scatter(o, q_layout, qh, D, Strided<T>{p.o, p.o_stride_batch, p.o_stride_seq, p.o_stride_head}, false);
   if (p.lse)
     ex.scatter(lse, q_layout, qh, 1, Strided<Acc>{p.lse, p.lse_stride_batch, p.lse_stride_seq, p.lse_stride_head},
@@ -213,7 +225,7 @@ void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const Backward
     b.dk_stride_batch = b.dv_stride_batch = skv.batch;
     b.dk_stride_seq = b.dv_stride_seq = skv.seq;
     b.dk_stride_head = b.dv_stride_head = skv.head;
-    inner(b, stats);
+    inner(b, hs.q.first + blk.q.first, stats);
   }
   const Strided<T> dq_out{p.dq, p.dq_stride_batch, p.dq_stride_seq, p.dq_stride_head},
       dk_out{p.dk, p.dk_stride_batch, p.dk_stride_seq, p.dk_stride_head},
