@@ -37,7 +37,7 @@ const char* kGradUsage =
     "usage: kattn grad (--q Q.npy --k K.npy --v V.npy --do DO.npy | --random B,NQ,NK,HQ,HKV,D [--seed N])\n"
     "                  [--o O.npy --lse LSE.npy] [--block-q N] [--block-k N]\n"
     "                  [--causal] [--window LEFT,RIGHT] [--softcap C] [--scale S] [--dtype f32|f64|bf16|f16]\n"
-    "                  [--sinks SINKS.npy [--dsinks DSINKS.npy]]\n"
+    "                  [--sinks SINKS.npy [--dsinks DSINKS.npy]] [--alibi-slopes SLOPES.npy]\n"
     "                  [--dq DQ.npy] [--dk DK.npy] [--dv DV.npy] [--deterministic]\n"
     "                  [--dq-strategy auto|key-chunks|query-pass|atomic] [--dq-chunks N]\n"
     "                  [--check] [--check-rows N] [--repeat N [--no-workspace]] [--json]\n"

@@ -34,7 +34,7 @@ const char* kRunUsage =
     "usage: kattn run (--q Q.npy --k K.npy --v V.npy | --random B,NQ,NK,HQ,HKV,D [--seed N])\n"
     "                 [--algo naive|flash|splitkv] [--splits N] [--split-chunk N] [--block-q N] [--block-k N]\n"
     "                 [--causal] [--window LEFT,RIGHT] [--softcap C] [--scale S] [--sinks SINKS.npy]\n"
-    "                 [--layout bnhd|bhnd]\n"
+    "                 [--alibi-slopes SLOPES.npy] [--layout bnhd|bhnd]\n"
     "                 [--dtype f32|f64|bf16|f16] [--out O.npy] [--lse LSE.npy] [--save-inputs DIR]\n"
     "                 [--check] [--check-rows N] [--repeat N [--no-workspace]] [--json] [--quiet] [--progress]\n"
     "                 [--cpu-products auto|widened|bf16-dot|amx]\n"

@@ -195,15 +195,16 @@ Options read_options(Args& args) {
   opt.splits = static_cast<int>(args.integer("--splits", 0, 1 << 24).value_or(0));
   opt.split_chunk = args.integer("--split-chunk", 1, std::int64_t(1) << 40).value_or(0);
   if (auto p = args.value("--cpu-products")) opt.cpu_products = parse_cpu_products(*p, "--cpu-products");
-  if (auto path = args.value("--sinks")) opt.sinks = read_sinks(*path);
+  if (auto path = args.value("--sinks")) opt.sinks = read_per_head("--sinks", "logit", *path);
+  if (auto path = args.value("--alibi-slopes")) opt.alibi_slopes = read_per_head("--alibi-slopes", "slope", *path);
   return opt;
 }
 
-std::vector<double> read_sinks(const std::string& path) {
-  const io::NpyArray a = read_input("--sinks", path);
-  KATTN_REQUIRE(a.shape.size() == 1, "--sinks: expected a 1-D array of one logit per query head, got ",
+std::vector<double> read_per_head(const char* flag, const char* what, const std::string& path) {
+  const io::NpyArray a = read_input(flag, path);
+  KATTN_REQUIRE(a.shape.size() == 1, flag, ": expected a 1-D array of one ", what, " per query head, got ",
                 a.shape.size(), " dims in ", path);
-  KATTN_REQUIRE(a.is_floating() || a.is_16bit(), "--sinks: expected floating-point logits, got ", io::name(a.dtype),
+  KATTN_REQUIRE(a.is_floating() || a.is_16bit(), flag, ": expected floating-point values, got ", io::name(a.dtype),
                 " in ", path);
   return a.values<double>();
 }
@@ -223,6 +224,7 @@ std::string mask_summary(const Options& opt) {
     s += c;
   }
   if (!opt.sinks.empty()) s += " sinks";
+  if (!opt.alibi_slopes.empty()) s += " alibi";
   return s;
 }
 
