@@ -23,6 +23,8 @@ names the argument.
 Options every call takes: causal (bottom-right aligned: query i sees keys j <= i + Nk - Nq),
 window=(left, right) (-1: unbounded), softcap, scale (None: 1/sqrt(head_dim)), sinks (None, or one
 logit per query head [Hq]: attention sinks; the backward calls then also return their gradient),
+alibi_slopes (None, or one slope per query head [Hq]: ALiBi, each score gains
+-slope * |i + Nk - Nq - j|; cascade_attention refuses it),
 splits / split_chunk (split-KV; 0: planned), block_q / block_k (tile sizes; 0: tuned), workspace (a
 kattn.Workspace() that the calls of a loop share: after the first they take their scratch buffers
 from it instead of allocating them; the same results). Dense calls read layout="bnhd" ([B, N, H, D]) unless given
@@ -44,9 +46,11 @@ __all__ = [
 ]
 
 
-def _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace=None, sinks=None):
+def _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace=None, sinks=None,
+             alibi_slopes=None):
     return dict(causal=causal, window=window, softcap=softcap, scale=scale, splits=splits, split_chunk=split_chunk,
-                block_q=block_q, block_k=block_k, workspace=workspace, sinks=sinks_array(sinks))
+                block_q=block_q, block_k=block_k, workspace=workspace, sinks=sinks_array(sinks),
+                alibi_slopes=sinks_array(alibi_slopes, "alibi_slopes", "slope"))
 
 
 def _gradients(out, dq, dk, dv, info, sinks):
@@ -68,8 +72,8 @@ def _as_arrays(**named):
     return [as_array(x, name) for name, x in named.items()]
 
 
-def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None, layout="bnhd",
-              return_lse=False, splits=0, split_chunk=0, block_q=0, block_k=0, workspace=None):
+def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None,
+              layout="bnhd", return_lse=False, splits=0, split_chunk=0, block_q=0, block_k=0, workspace=None):
     """o = softmax(scale * q k^T + mask) v over dense keys.
 
     q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D] (layout "bnhd"; "bhnd": [B, H, N, D]), Hq a multiple of
@@ -81,25 +85,27 @@ def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, si
     (q_, k_, v_), target, out = arguments(q=q, k=k, v=v)
     o, lse, _ = _kattn.attention(q_, k_, v_, layout,
                                  _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k,
-                                          workspace, sinks), target)
+                                          workspace, sinks, alibi_slopes), target)
     return (out(o), out(lse)) if return_lse else out(o)
 
 
 def attention_backward(q, k, v, o, lse, dout, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None,
-                       layout="bnhd", deterministic=False, block_q=0, block_k=0, workspace=None):
+                       alibi_slopes=None, layout="bnhd", deterministic=False, block_q=0, block_k=0, workspace=None):
     """dq, dk, dv of sum(o * dout), for the o and lse kattn.attention returned with the same options;
     with sinks, also dsinks [Hq] (float64), the gradient of the sinks.
 
     q, k, v, o, dout of one dtype (float16 and bfloat16 too: the gradients in it, lse float32)."""
     arrays, target, out = arguments(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
     dq, dk, dv, info = _kattn.attention_backward(
-        *arrays, layout, _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace, sinks),
+        *arrays, layout, _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace, sinks,
+                                  alibi_slopes),
         deterministic, target)
     return _gradients(out, dq, dk, dv, info, sinks)
 
 
 def ragged_attention(q, k, v, q_indptr, kv_indptr, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None,
-                     return_lse=False, splits=0, split_chunk=0, block_q=0, block_k=0, workspace=None):
+                     alibi_slopes=None, return_lse=False, splits=0, split_chunk=0, block_q=0, block_k=0,
+                     workspace=None):
     """Attention over a batch of sequences packed without padding (FlashInfer's ragged layout).
 
     Sequence b owns rows q_indptr[b]:q_indptr[b+1] of q [total_q, Hq, D] and rows
@@ -109,18 +115,20 @@ def ragged_attention(q, k, v, q_indptr, kv_indptr, *, causal=False, window=None,
     arrays, target, out = arguments(q=q, k=k, v=v)
     o, lse, _ = _kattn.ragged_attention(*arrays, index_array(q_indptr, "q_indptr"), index_array(kv_indptr, "kv_indptr"),
                                         _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k,
-                                                 workspace, sinks), target)
+                                                 workspace, sinks, alibi_slopes), target)
     return (out(o), out(lse)) if return_lse else out(o)
 
 
 def ragged_attention_backward(q, k, v, o, lse, dout, q_indptr, kv_indptr, *, causal=False, window=None, softcap=0.0,
-                              scale=None, sinks=None, deterministic=False, block_q=0, block_k=0, workspace=None):
+                              scale=None, sinks=None, alibi_slopes=None, deterministic=False, block_q=0, block_k=0,
+                              workspace=None):
     """dq, dk, dv (shaped as q, k, v) for the o and lse kattn.ragged_attention returned; with sinks,
     also dsinks [Hq] (float64)."""
     arrays, target, out = arguments(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
     dq, dk, dv, info = _kattn.ragged_attention_backward(
         *arrays, index_array(q_indptr, "q_indptr"), index_array(kv_indptr, "kv_indptr"),
-        _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace, sinks), deterministic, target)
+        _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace, sinks, alibi_slopes), deterministic,
+        target)
     return _gradients(out, dq, dk, dv, info, sinks)
 
 
@@ -148,8 +156,8 @@ def _page_table(kv_page_indptr, kv_page_indices, kv_last_page_len):
 
 
 def paged_attention(q, kv_cache, q_indptr, kv_page_indptr, kv_page_indices, kv_last_page_len, *, causal=False,
-                    window=None, softcap=0.0, scale=None, sinks=None, return_lse=False, splits=0, split_chunk=0,
-                    block_q=0, block_k=0, workspace=None):
+                    window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None, return_lse=False, splits=0,
+                    split_chunk=0, block_q=0, block_k=0, workspace=None):
     """Attention over a paged KV cache (vLLM's PagedAttention, FlashInfer's page table).
 
     kv_cache: (k_pages, v_pages), each [num_pages, page_size, Hkv, D], or one [num_pages, 2,
@@ -162,13 +170,14 @@ def paged_attention(q, kv_cache, q_indptr, kv_page_indptr, kv_page_indices, kv_l
     arrays, target, out = arguments(q=q, **_named_pages(k_pages, v_pages))
     o, lse, _ = _kattn.paged_attention(
         *arrays, index_array(q_indptr, "q_indptr"), *_page_table(kv_page_indptr, kv_page_indices, kv_last_page_len),
-        _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace, sinks), target)
+        _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace, sinks,
+                 alibi_slopes), target)
     return (out(o), out(lse)) if return_lse else out(o)
 
 
 def paged_attention_backward(q, kv_cache, o, lse, dout, q_indptr, kv_page_indptr, kv_page_indices, kv_last_page_len,
-                             *, causal=False, window=None, softcap=0.0, scale=None, sinks=None, deterministic=False,
-                             block_q=0, block_k=0, workspace=None):
+                             *, causal=False, window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None,
+                             deterministic=False, block_q=0, block_k=0, workspace=None):
     """dq [total_q, Hq, D] and dk_pages, dv_pages shaped as the pages (slots no sequence uses get 0);
     with sinks, also dsinks [Hq] (float64). A page listed twice in the table (shared by sequences)
     is refused."""
@@ -176,12 +185,13 @@ def paged_attention_backward(q, kv_cache, o, lse, dout, q_indptr, kv_page_indptr
     arrays, target, out = arguments(q=q, **_named_pages(k_pages, v_pages), o=o, lse=lse, dout=dout)
     dq, dk, dv, info = _kattn.paged_attention_backward(
         *arrays, index_array(q_indptr, "q_indptr"), *_page_table(kv_page_indptr, kv_page_indices, kv_last_page_len),
-        _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace, sinks), deterministic, target)
+        _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace, sinks, alibi_slopes), deterministic,
+        target)
     return _gradients(out, dq, dk, dv, info, sinks)
 
 
 def decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, window=None, softcap=0.0, scale=None,
-           sinks=None, return_lse=False, splits=0, split_chunk=0, workspace=None):
+           sinks=None, alibi_slopes=None, return_lse=False, splits=0, split_chunk=0, workspace=None):
     """One decoding step: q [B, Hq, D] (one query per sequence) over a paged KV cache, as
     paged_attention with q_indptr = 0, 1, ..., B. Split-KV is planned for the machine unless given."""
     if len(getattr(q, "shape", ())) != 3:
@@ -189,21 +199,22 @@ def decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, wi
         raise Error(f"q: expected a rank-3 array [B, Hq, D] (one query per sequence), got rank {ndim}")
     return paged_attention(q, kv_cache, np.arange(q.shape[0] + 1, dtype=np.int64),
                            kv_page_indptr, kv_page_indices, kv_last_page_len, window=window, softcap=softcap,
-                           scale=scale, sinks=sinks, return_lse=return_lse, splits=splits, split_chunk=split_chunk,
-                           workspace=workspace)
+                           scale=scale, sinks=sinks, alibi_slopes=alibi_slopes, return_lse=return_lse, splits=splits,
+                           split_chunk=split_chunk, workspace=workspace)
 
 
 def cascade_attention(q, k_prefix, v_prefix, q_indptr, *, kv=None, kv_indptr=None, kv_cache=None,
                       kv_page_indptr=None, kv_page_indices=None, kv_last_page_len=None, causal=False, window=None,
-                      softcap=0.0, scale=None, sinks=None, return_lse=False, splits=0, split_chunk=0, block_q=0,
-                      block_k=0, workspace=None):
+                      softcap=0.0, scale=None, sinks=None, alibi_slopes=None, return_lse=False, splits=0,
+                      split_chunk=0, block_q=0, block_k=0, workspace=None):
     """Attention over a prefix shared by every sequence (k_prefix, v_prefix [Np, Hkv, D], read once
     for the whole batch), then each sequence's own keys: ragged (kv=(k, v) [total_kv, Hkv, D] with
     kv_indptr) or paged (kv_cache with kv_page_indptr, kv_page_indices, kv_last_page_len). q
     [total_q, Hq, D] with q_indptr. The masks see the prefix and the sequence's keys as one
     sequence. Returns o like q, and with return_lse lse [total_q, Hq]. Storage as attention's: the
     prefix in the dtype of the suffix's keys; in 16 bits o is rounded once, after the merge."""
-    opts = _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace, sinks)
+    opts = _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace, sinks,
+                    alibi_slopes)
     if (kv is None) == (kv_cache is None):
         raise Error("kv, kv_cache: expected the suffix as ragged keys (kv=(k, v), kv_indptr) or as a paged cache "
                     "(kv_cache and its page table), one of them")
@@ -238,11 +249,9 @@ def merge_states(o_parts, lse_parts, *, dtype=None):
 
 # ---- flash-attn's convention
 
-def _flash_refusals(dropout_p, alibi_slopes, block_table=None):
+def _flash_refusals(dropout_p, block_table=None):
     if dropout_p != 0.0:
         raise Error(f"dropout_p: expected 0.0 (kattn has no dropout), got {dropout_p}")
-    if alibi_slopes is not None:
-        raise Error("alibi_slopes: kattn has no ALiBi yet; expected None")
     if block_table is not None:
         raise Error("block_table: a paged cache goes through kattn.paged_attention (FlashInfer's page table); "
                     "expected None")
@@ -273,16 +282,18 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     softcap 0 for none; softmax_scale None: 1/sqrt(D); deterministic: a reproducible backward.
     Returns o [B, Nq, Hq, D], and with return_attn_probs (o, softmax_lse [B, Hq, Nq] float32 (the
     dtype for float64), S_dmask): softmax_lse +inf for a row that sees no key and S_dmask an empty
-    tensor, as flash-attn gives them without dropout. dropout_p > 0 and alibi_slopes are refused."""
-    _flash_refusals(dropout_p, alibi_slopes)
+    tensor, as flash-attn gives them without dropout. alibi_slopes [Hq] adds -slope * |i + Nk -
+    Nq - j| to each score, as flash-attn's ([B, Hq] slopes are refused). dropout_p > 0 is
+    refused."""
+    _flash_refusals(dropout_p)
     _flash_dtypes(q, k, v)
     if not isinstance(q, np.ndarray):
         from . import torch as kattn_torch
 
-        return kattn_torch.flash_attn(q, k, v, softmax_scale, causal, window_size, softcap, deterministic,
-                                      return_attn_probs)
+        return kattn_torch.flash_attn(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                                      deterministic, return_attn_probs)
     o, lse = attention(q, k, v, causal=causal, window=window_pair(window_size, "window_size"), softcap=softcap, scale=softmax_scale,
-                       layout="bnhd", return_lse=True)
+                       alibi_slopes=alibi_slopes, layout="bnhd", return_lse=True)
     return (o, _flash_lse(lse), np.empty((0,), q.dtype)) if return_attn_probs else o
 
 
@@ -296,18 +307,18 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     max_seqlen_q, max_seqlen_k at least the longest (checked). Masks per sequence, as
     flash_attn_func's. Returns o [total_q, Hq, D], and with return_attn_probs (o, softmax_lse [Hq,
     total_q], S_dmask). block_table (a paged cache) is refused: kattn.paged_attention takes one."""
-    _flash_refusals(dropout_p, alibi_slopes, block_table)
+    _flash_refusals(dropout_p, block_table)
     _flash_dtypes(q, k, v)
     if not isinstance(q, np.ndarray):
         from . import torch as kattn_torch
 
         return kattn_torch.flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                             softmax_scale, causal, window_size, softcap, deterministic,
+                                             softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                                              return_attn_probs)
     q_indptr = checked_indptr(cu_seqlens_q, max_seqlen_q, "cu_seqlens_q", "max_seqlen_q")
     kv_indptr = checked_indptr(cu_seqlens_k, max_seqlen_k, "cu_seqlens_k", "max_seqlen_k")
     o, lse = ragged_attention(q, k, v, q_indptr, kv_indptr, causal=causal, window=window_pair(window_size, "window_size"),
-                              softcap=softcap, scale=softmax_scale, return_lse=True)
+                              softcap=softcap, scale=softmax_scale, alibi_slopes=alibi_slopes, return_lse=True)
     return (o, np.ascontiguousarray(_flash_lse(lse).T), np.empty((0,), q.dtype)) if return_attn_probs else o
 
 

@@ -126,21 +126,24 @@ def index_array(x, name):
     return np.asarray(x)
 
 
-def sinks_array(sinks):
-    """The sinks (None, or one logit per query head: a sequence, an array of any float dtype or a
-    tensor on any device) as float64 values on the host, as kattn's options take them. A tensor on
-    a GPU is copied, which waits for the work queued on its stream."""
+def sinks_array(sinks, name="sinks", what="logit"):
+    """A per-head option (sinks, alibi_slopes: None, or one `what` per query head: a sequence, an
+    array of any float dtype or a tensor on any device) as float64 values on the host, as kattn's
+    options take them. A tensor on a GPU is copied, which waits for the work queued on its stream."""
     if sinks is None:
         return None
     if _torch_tensor(sinks) is not None:
-        _refuse_grad(sinks, "sinks")
+        if name == "alibi_slopes" and getattr(sinks, "requires_grad", False):
+            raise Error("alibi_slopes: requires grad, but kattn computes no gradient for ALiBi slopes; pass "
+                        "alibi_slopes.detach()")
+        _refuse_grad(sinks, name)
         import torch
 
         return sinks.to("cpu", torch.float64).numpy()
     try:
         return np.asarray(sinks, dtype=np.float64)
     except (TypeError, ValueError):
-        raise Error(f"sinks: expected one logit per query head (floats), got {sinks!r:.80}") from None
+        raise Error(f"{name}: expected one {what} per query head (floats), got {sinks!r:.80}") from None
 
 
 def window_pair(window, name="window"):

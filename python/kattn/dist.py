@@ -69,10 +69,11 @@ def _arrays(**named):
         return [None] * len(named), str(e)
 
 
-def _sinks(sinks, refused):
-    """sinks as kattn reads them, and what was refused so far or by them (raised on every rank)."""
+def _sinks(sinks, refused, name="sinks", what="logit"):
+    """A per-head option (sinks, alibi_slopes) as kattn reads it, and what was refused so far or by
+    it (raised on every rank)."""
     try:
-        return sinks_array(sinks), refused
+        return sinks_array(sinks, name, what), refused
     except _kattn.Error as e:
         return None, refused or str(e)
 
@@ -83,8 +84,9 @@ def _results(out, values, stats, return_stats):
 
 
 def attention(comm, q, k, v, *, scheme="ring", q_indptr=None, kv_indptr=None, ulysses_size=0, causal=False,
-              window=None, softcap=0.0, scale=None, sinks=None, layout="bnhd", sharding="contiguous",
-              deterministic=False, chunk=0, return_lse=False, return_stats=False, workspace=None):
+              window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None, layout="bnhd",
+              sharding="contiguous", deterministic=False, chunk=0, return_lse=False, return_stats=False,
+              workspace=None):
     """Exact attention over the ranks of `comm`, spread by `scheme`:
 
     "ring"        the sequence sharded, K/V passed round a ring;
@@ -98,12 +100,14 @@ def attention(comm, q, k, v, *, scheme="ring", q_indptr=None, kv_indptr=None, ul
     k, v [nk, Hkv, D] this rank's rows (ragged_positions). causal is bottom-right aligned on the
     global sequence (each sequence's own in a ragged batch). deterministic: bitwise the same o for
     every rank count and sharding (keys folded in global chunks of `chunk`, 0 = 1024). sinks: one
-    logit per query head, as for kattn.attention. Returns o (and lse [B, Hq, nq] or [nq, Hq], and
-    this rank's stats dict)."""
+    logit per query head, alibi_slopes one slope per query head, as for kattn.attention (every
+    scheme takes both). Returns o (and lse [B, Hq, nq] or [nq, Hq], and this rank's
+    stats dict)."""
     _require_mpi()
     arrays, refused = _arrays(q=q, k=k, v=v)
     sinks, refused = _sinks(sinks, refused)
-    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale, sinks=sinks)
+    alibi, refused = _sinks(alibi_slopes, refused, "alibi_slopes", "slope")
+    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale, sinks=sinks, alibi_slopes=alibi)
     dist = dict(scheme=scheme, sharding=sharding, deterministic=deterministic, chunk=chunk, ulysses_size=ulysses_size)
     o, lse, stats = _kattn.dist_attention(comm.py2f(), *arrays, q_indptr, kv_indptr, layout, opts, dist, refused,
                                           workspace)
@@ -111,8 +115,9 @@ def attention(comm, q, k, v, *, scheme="ring", q_indptr=None, kv_indptr=None, ul
 
 
 def attention_backward(comm, q, k, v, o, lse, dout, *, scheme="ring", q_indptr=None, kv_indptr=None, ulysses_size=0,
-                       causal=False, window=None, softcap=0.0, scale=None, sinks=None, layout="bnhd",
-                       sharding="contiguous", deterministic=False, chunk=0, return_stats=False, workspace=None):
+                       causal=False, window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None,
+                       layout="bnhd", sharding="contiguous", deterministic=False, chunk=0, return_stats=False,
+                       workspace=None):
     """The gradients of attention (schemes ring, ulysses, hybrid): dq, dk, dv, this rank's shards of
     dL/dq, dL/dk, dL/dv (in q's dtype, shaped as q, k, v), from this rank's q, k, v, dout = dL/do,
     and o, lse as attention returned them (return_lse=True). The options must be the forward's.
@@ -122,7 +127,8 @@ def attention_backward(comm, q, k, v, o, lse, dout, *, scheme="ring", q_indptr=N
     _require_mpi()
     arrays, refused = _arrays(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
     sink_values, refused = _sinks(sinks, refused)
-    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale, sinks=sink_values)
+    alibi, refused = _sinks(alibi_slopes, refused, "alibi_slopes", "slope")
+    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale, sinks=sink_values, alibi_slopes=alibi)
     dist = dict(scheme=scheme, sharding=sharding, deterministic=deterministic, chunk=chunk, ulysses_size=ulysses_size)
     dq, dk, dv, stats = _kattn.dist_attention_backward(comm.py2f(), *arrays, q_indptr, kv_indptr, layout, opts, dist,
                                                        refused, workspace)

@@ -45,9 +45,10 @@ Error = _kattn.Error
 # ---- the options every kernel call carries, as the ops' scalar arguments
 
 _Options = collections.namedtuple(
-    "_Options", "causal window_left window_right softcap scale diagonal_shift block_q block_k workspace deterministic")
+    "_Options",
+    "causal window_left window_right softcap scale diagonal_shift block_q block_k workspace deterministic alibi_slopes")
 _OPTION_SCHEMA = ("bool causal, int window_left, int window_right, float softcap, float scale, int diagonal_shift, "
-                  "int block_q, int block_k, int workspace, bool deterministic")
+                  "int block_q, int block_k, int workspace, bool deterministic, float[] alibi_slopes")
 
 # Workspaces by id: an op's arguments are tensors and scalars, so a call names its workspace by id.
 # A workspace that is gone is simply not used (the results are the same without one).
@@ -55,7 +56,7 @@ _workspaces = weakref.WeakValueDictionary()
 
 
 def _options(causal=False, window=None, softcap=0.0, scale=None, diagonal_shift=0, block_q=0, block_k=0,
-             workspace=None, deterministic=False, window_name="window", scale_name="scale"):
+             workspace=None, deterministic=False, window_name="window", scale_name="scale", alibi_slopes=None):
     if scale is not None and float(scale) == 0.0:
         raise Error(f"{scale_name}: expected a non-zero value (None for 1/sqrt(head dim))")
     ws = 0
@@ -65,8 +66,11 @@ def _options(causal=False, window=None, softcap=0.0, scale=None, diagonal_shift=
         ws = id(workspace)
         _workspaces[ws] = workspace
     left, right = window_pair(window, window_name)
+    # ALiBi's slopes as a list of floats (an op's arguments; empty: none). They take no gradient.
+    slopes = sinks_array(alibi_slopes, "alibi_slopes", "slope")
     return _Options(bool(causal), left, right, float(softcap), 0.0 if scale is None else float(scale),
-                    int(diagonal_shift), int(block_q), int(block_k), ws, bool(deterministic))
+                    int(diagonal_shift), int(block_q), int(block_k), ws, bool(deterministic),
+                    [] if slopes is None else [float(x) for x in slopes.reshape(-1)])
 
 
 def _kw(opts, sinks):
@@ -74,7 +78,8 @@ def _kw(opts, sinks):
     return dict(causal=opts.causal, window=(opts.window_left, opts.window_right), softcap=opts.softcap,
                 scale=opts.scale or None, diagonal_shift=opts.diagonal_shift, block_q=opts.block_q,
                 block_k=opts.block_k, workspace=_workspaces.get(opts.workspace) if opts.workspace else None,
-                sinks=None if sinks is None else sinks_array(sinks.detach()))
+                sinks=None if sinks is None else sinks_array(sinks.detach()),
+                alibi_slopes=list(opts.alibi_slopes) or None)
 
 
 def _checked_sinks(sinks):
@@ -256,8 +261,8 @@ def _required_layout(layout, call):
     return layout
 
 
-def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None, layout=None,
-              deterministic=False, block_q=0, block_k=0, workspace=None):
+def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None,
+              layout=None, deterministic=False, block_q=0, block_k=0, workspace=None):
     """o = softmax(scale * q k^T + mask) v with gradients for q, k, v (and sinks).
 
     layout (required): "bnhd", q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D]; or "bhnd", q [B, Hq, Nq, D],
@@ -266,7 +271,9 @@ def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, si
     (-1: unbounded); scale None: 1/sqrt(D); sinks None, or a tensor [Hq] of one logit per query
     head (attention sinks: each row's softmax also runs over its head's sink, which carries no
     value; on any device, read through a host copy, which waits for its stream; its gradient comes
-    in its dtype, on its device). Tensors on the CPU or kattn's GPU whose last axis is contiguous, of
+    in its dtype, on its device); alibi_slopes None, or one slope per query head [Hq] (ALiBi: each
+    score gains -slope * |i + Nk - Nq - j|; a sequence or a tensor, read through a host copy, with
+    no gradient). Tensors on the CPU or kattn's GPU whose last axis is contiguous, of
     one dtype: float32, float64, float16 or bfloat16 (o and the gradients in it); float32 q over a
     float16 or bfloat16 k, v without gradients. deterministic: a bitwise
     reproducible backward for every thread count. workspace: a kattn.Workspace the forward and the
@@ -280,7 +287,8 @@ def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, si
             if t is not None and t.requires_grad:
                 raise Error(f"{name}: requires grad, but q is torch.float32 over a {k.dtype} k, v, and kattn's "
                             f"backward takes q, k, v of one dtype; detach them (forward only) or give them one dtype")
-    opts = _options(causal, window, softcap, scale, 0, block_q, block_k, workspace, deterministic)
+    opts = _options(causal, window, softcap, scale, 0, block_q, block_k, workspace, deterministic,
+                    alibi_slopes=alibi_slopes)
     return _attention_op(q, k, v, sinks, layout, *opts)[0]
 
 
@@ -359,25 +367,25 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 # ---- flash-attn's convention (kattn.flash_attn_func and kattn.flash_attn_varlen_func on tensors)
 
-def flash_attn(q, k, v, softmax_scale, causal, window_size, softcap, deterministic, return_attn_probs):
+def flash_attn(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs):
     """kattn.flash_attn_func on tensors, once the package has refused what kattn does not do."""
     from . import _flash_lse
 
     _require_tensors(q=q, k=k, v=v)
     opts = _options(causal, window_size, softcap, softmax_scale, deterministic=deterministic,
-                    window_name="window_size", scale_name="softmax_scale")
+                    window_name="window_size", scale_name="softmax_scale", alibi_slopes=alibi_slopes)
     o, lse = _attention_op(q, k, v, None, "bnhd", *opts)
     return (o, _flash_lse(lse), q.new_empty((0,))) if return_attn_probs else o
 
 
 def flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                      window_size, softcap, deterministic, return_attn_probs):
+                      window_size, softcap, alibi_slopes, deterministic, return_attn_probs):
     """kattn.flash_attn_varlen_func on tensors, likewise."""
     from . import _flash_lse
 
     _require_tensors(q=q, k=k, v=v)
     opts = _options(causal, window_size, softcap, softmax_scale, deterministic=deterministic,
-                    window_name="window_size", scale_name="softmax_scale")
+                    window_name="window_size", scale_name="softmax_scale", alibi_slopes=alibi_slopes)
     o, lse = _ragged_op(q, k, v, None, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), *opts)
     return (o, _flash_lse(lse).t().contiguous(), q.new_empty((0,))) if return_attn_probs else o
 
@@ -418,8 +426,8 @@ def _dist(name, comm, q, k, v, *index, sinks=None, **kw):
                                 lambda *a, s: backward(comm, *a, *index, sinks=s, **kw))
 
 
-def ring_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None, layout=None,
-                   sharding="contiguous", deterministic=False, chunk=0, workspace=None):
+def ring_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None,
+                   layout=None, sharding="contiguous", deterministic=False, chunk=0, workspace=None):
     """kattn.dist.ring_attention with gradients for this rank's shards of q, k and v.
 
     layout (required, as attention's): "bnhd", q [B, nq, Hq, D], k, v [B, nk, Hkv, D]; or "bhnd",
@@ -430,33 +438,37 @@ def ring_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, sca
     forward and the backward take their buffers from.
     """
     return _dist("ring_attention", comm, q, k, v, causal=causal, window=window, softcap=softcap, scale=scale,
-                 sinks=sinks, layout=_required_layout(layout, "kattn.torch.ring_attention"), sharding=sharding,
-                 deterministic=deterministic, chunk=chunk, workspace=workspace)
+                 sinks=sinks, alibi_slopes=alibi_slopes, layout=_required_layout(layout, "kattn.torch.ring_attention"),
+                 sharding=sharding, deterministic=deterministic, chunk=chunk, workspace=workspace)
 
 
 def ulysses_attention(comm, q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None,
-                      layout=None, sharding="contiguous", deterministic=False, chunk=0, workspace=None):
+                      alibi_slopes=None, layout=None, sharding="contiguous", deterministic=False, chunk=0,
+                      workspace=None):
     """kattn.dist.ulysses_attention (head sharding) with gradients, as ring_attention."""
     return _dist("ulysses_attention", comm, q, k, v, causal=causal, window=window, softcap=softcap, scale=scale,
-                 sinks=sinks, layout=_required_layout(layout, "kattn.torch.ulysses_attention"), sharding=sharding,
-                 deterministic=deterministic, chunk=chunk, workspace=workspace)
+                 sinks=sinks, alibi_slopes=alibi_slopes, layout=_required_layout(layout, "kattn.torch.ulysses_attention"),
+                 sharding=sharding, deterministic=deterministic, chunk=chunk, workspace=workspace)
 
 
 def hybrid_attention(comm, q, k, v, *, ulysses_size=0, causal=False, window=None, softcap=0.0, scale=None,
-                     sinks=None, layout=None, sharding="contiguous", deterministic=False, chunk=0, workspace=None):
+                     sinks=None, alibi_slopes=None, layout=None, sharding="contiguous", deterministic=False, chunk=0,
+                     workspace=None):
     """kattn.dist.hybrid_attention (head sharding in groups of ulysses_size, a ring across them)
     with gradients, as ring_attention; shards: kattn.dist.positions(N, comm, ulysses_size=...)."""
     return _dist("hybrid_attention", comm, q, k, v, ulysses_size=ulysses_size, causal=causal, window=window,
-                 softcap=softcap, scale=scale, sinks=sinks, layout=_required_layout(layout, "kattn.torch.hybrid_attention"),
+                 softcap=softcap, scale=scale, sinks=sinks, alibi_slopes=alibi_slopes,
+                 layout=_required_layout(layout, "kattn.torch.hybrid_attention"),
                  sharding=sharding, deterministic=deterministic, chunk=chunk, workspace=workspace)
 
 
 def ragged_ring_attention(comm, q, k, v, q_indptr, kv_indptr, *, causal=False, window=None, softcap=0.0, scale=None,
-                          sinks=None, sharding="contiguous", deterministic=False, chunk=0, workspace=None):
+                          sinks=None, alibi_slopes=None, sharding="contiguous", deterministic=False, chunk=0,
+                          workspace=None):
     """kattn.dist.ragged_ring_attention with gradients: q [nq, Hq, D], k, v [nk, Hkv, D], this
     rank's rows (kattn.dist.ragged_positions, with the same deterministic and chunk) of a packed
     batch whose offsets q_indptr, kv_indptr every rank gives whole; float32, float64, float16 or
     bfloat16. The backward is collective, as ring_attention's."""
     return _dist("ragged_ring_attention", comm, q, k, v, q_indptr, kv_indptr, causal=causal, window=window,
-                 softcap=softcap, scale=scale, sinks=sinks, sharding=sharding, deterministic=deterministic, chunk=chunk,
-                 workspace=workspace)
+                 softcap=softcap, scale=scale, sinks=sinks, alibi_slopes=alibi_slopes, sharding=sharding,
+                 deterministic=deterministic, chunk=chunk, workspace=workspace)

@@ -275,16 +275,18 @@ inline IndexArray index_array(const py::object& obj, const char* name) {
 
 // Options::sinks from the Python layer's sinks (None, or what the package made of them: float64
 // values on the host), refused unless rank 1 (their count is kattn's check: one per query head).
-inline std::vector<double> sinks_of(const py::handle& value) {
+// A per-head option (sinks, alibi_slopes): a rank-1 array of one `what` per query head.
+inline std::vector<double> per_head_of(const py::handle& value, const char* name, const char* what) {
   const auto a = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(value);
   if (!a || a.ndim() != 1)
-    throw kattn::Error("sinks: expected a rank-1 array of one logit per query head, got " +
+    throw kattn::Error(std::string(name) + ": expected a rank-1 array of one " + what + " per query head, got " +
                        (a ? "rank " + std::to_string(a.ndim()) : std::string(py::repr(value)).substr(0, 80)));
   return std::vector<double>(a.data(), a.data() + a.size());
 }
 
 // kattn::Options from the Python layer's keyword arguments (a dict: causal, window, softcap,
-// scale, diagonal_shift, sinks, splits, split_chunk, block_q, block_k, workspace), validated.
+// scale, diagonal_shift, sinks, alibi_slopes, splits, split_chunk, block_q, block_k, workspace),
+// validated.
 inline kattn::Options options_of(const py::dict& kw) {
   kattn::Options o;
   for (const auto& item : kw) {
@@ -312,7 +314,10 @@ inline kattn::Options options_of(const py::dict& kw) {
       if (o.scale == 0.0) throw kattn::Error("scale: expected a non-zero value (None for 1/sqrt(head dim))");
     } else if (key == "sinks") {
       if (value.is_none()) continue;
-      o.sinks = sinks_of(value);
+      o.sinks = per_head_of(value, "sinks", "logit");
+    } else if (key == "alibi_slopes") {
+      if (value.is_none()) continue;
+      o.alibi_slopes = per_head_of(value, "alibi_slopes", "slope");
     } else if (key == "diagonal_shift") {
       o.diagonal_shift = as(std::int64_t{}, "an integer");
     } else if (key == "splits") {

@@ -17,10 +17,10 @@ def seen(Nq, Nk, causal, window):
     return mask
 
 
-def torch_textbook(q, k, v, sinks=None, causal=False, window=None, softcap=0.0, scale=None):
+def torch_textbook(q, k, v, sinks=None, causal=False, window=None, softcap=0.0, scale=None, alibi_slopes=None):
     """o of [B, H, N, D] tensors in PyTorch ops, so that autograd gives every gradient (the sinks'
-    too): GQA by repeating KV heads, the mask of seen(), the sinks (a tensor [Hq], or None) a last
-    column of the scores dropped after the softmax."""
+    too): GQA by repeating KV heads, the mask of seen(), ALiBi's bias after softcap, the sinks (a
+    tensor [Hq], or None) a last column of the scores dropped after the softmax."""
     import torch
 
     g = q.shape[1] // k.shape[1]
@@ -29,6 +29,8 @@ def torch_textbook(q, k, v, sinks=None, causal=False, window=None, softcap=0.0, 
     s = scale * q @ k.transpose(-1, -2)
     if softcap:
         s = softcap * torch.tanh(s / softcap)
+    if alibi_slopes is not None:
+        s = s + torch.from_numpy(alibi_bias(q.shape[2], k.shape[2], alibi_slopes)).to(s.dtype)
     s = s.masked_fill(~torch.from_numpy(seen(q.shape[2], k.shape[2], causal, window)), float("-inf"))
     if sinks is None:
         return torch.softmax(s, dim=-1) @ v
@@ -36,10 +38,17 @@ def torch_textbook(q, k, v, sinks=None, causal=False, window=None, softcap=0.0, 
     return torch.softmax(torch.cat([s, column], dim=-1), dim=-1)[..., :-1] @ v
 
 
-def textbook(q, k, v, causal=False, window=None, softcap=0.0, scale=None, sinks=None):
+def alibi_bias(Nq, Nk, slopes):
+    """[1, Hq, Nq, Nk]: ALiBi's -slope_h * |i + Nk - Nq - j| (flash-attn's alibi_slopes)."""
+    distance = np.abs(np.arange(Nq)[:, None] + (Nk - Nq) - np.arange(Nk)[None, :]).astype(np.float64)
+    return -np.asarray(slopes, np.float64).reshape(1, -1, 1, 1) * distance
+
+
+def textbook(q, k, v, causal=False, window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None):
     """o [B, Nq, Hq, D], lse [B, Hq, Nq] (natural log) and what the backward needs, in float64.
     sinks: None, or one logit per query head [Hq], one more logit of each row's softmax that carries
-    no value (-inf: none on that head)."""
+    no value (-inf: none on that head). alibi_slopes: None, or one slope per query head [Hq], whose
+    bias is added after softcap."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     B, Nq, Hq, D = q.shape
     Nk, Hkv = k.shape[1], k.shape[2]
@@ -51,6 +60,8 @@ def textbook(q, k, v, causal=False, window=None, softcap=0.0, scale=None, sinks=
     t = np.tanh(s / softcap) if softcap else None
     if softcap:
         s = softcap * t
+    if alibi_slopes is not None:
+        s = s + alibi_bias(Nq, Nk, alibi_slopes)
     s = np.where(seen(Nq, Nk, causal, window), s, -np.inf)
     sink = np.full((1, Hq, 1, 1), -np.inf) if sinks is None else np.asarray(sinks, np.float64).reshape(1, Hq, 1, 1)
     m = np.maximum(s.max(axis=-1, keepdims=True, initial=-np.inf), sink)

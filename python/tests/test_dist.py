@@ -39,6 +39,27 @@ def test_ring_equals_attention_on_every_shard(opt, sharding, lengths):
     assert np.abs(lse[finite] - ref_lse[:, :, qp][finite]).max(initial=0.0) <= 1e-12
 
 
+@pytest.mark.parametrize("scheme", ["ring", "ulysses", "hybrid"])
+def test_alibi_slopes_on_every_scheme_equal_attention_with_them(scheme):
+    # 12 query heads divide over 1 to 4 ranks (ulysses); each rank's heads take their own slopes.
+    n, hq = 48, 12
+    q, k, v = global_problem(n, n, hq, 4, 8, seed=11)
+    slopes = np.linspace(0.0, 1.0, hq)
+    ref_o, ref_lse = kattn.attention(q, k, v, causal=True, alibi_slopes=slopes, return_lse=True)
+    size = {"ulysses_size": 0} if scheme == "hybrid" else {}
+    pos = kattn.dist.positions(n, COMM, scheme=scheme, **size)
+    o, lse = kattn.dist.attention(COMM, q[:, pos], k[:, pos], v[:, pos], scheme=scheme, causal=True,
+                                  alibi_slopes=slopes, return_lse=True, **size)
+    assert np.abs(o - ref_o[:, pos]).max(initial=0.0) <= 1e-12
+    assert np.abs(lse - ref_lse[:, :, pos]).max(initial=0.0) <= 1e-12
+    dout = np.random.default_rng(12).standard_normal(q.shape)
+    ref = kattn.attention_backward(q, k, v, ref_o, ref_lse, dout, causal=True, alibi_slopes=slopes)
+    grads = kattn.dist.attention_backward(COMM, q[:, pos], k[:, pos], v[:, pos], o, lse, dout[:, pos], scheme=scheme,
+                                          causal=True, alibi_slopes=slopes, **size)
+    for got, want in zip(grads, ref):
+        assert np.abs(got - want[:, pos]).max(initial=0.0) <= 1e-10
+
+
 def test_deterministic_mode_is_bitwise_the_single_rank_result():
     q, k, v = global_problem(70, 70, 2, 1, 8, seed=3)
     qp = kattn.dist.positions(70, COMM, deterministic=True, chunk=16)

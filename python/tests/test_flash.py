@@ -76,7 +76,8 @@ def test_varlen_checks_max_seqlen():
 
 @pytest.mark.parametrize("call, message", [
     (lambda q, k, v: kattn.flash_attn_func(q, k, v, dropout_p=0.1), "dropout_p: expected 0.0 (kattn has no dropout)"),
-    (lambda q, k, v: kattn.flash_attn_func(q, k, v, alibi_slopes=np.ones(2)), "alibi_slopes: kattn has no ALiBi"),
+    (lambda q, k, v: kattn.flash_attn_func(q, k, v, alibi_slopes=np.ones((1, 2))),
+     "alibi_slopes: expected a rank-1 array of one slope per query head, got rank 2"),
     (lambda q, k, v: kattn.flash_attn_func(q, k.astype(np.float32), v), "k: expected the dtype of q (float64)"),
     (lambda q, k, v: kattn.flash_attn_func(q, k, v, window_size=(1,)), "window_size: expected (left, right)"),
     (lambda q, k, v: kattn.flash_attn_varlen_func(q[0], k[0], v[0], [0, 4], [0, 6], 4, 6, block_table=[[0]]),
