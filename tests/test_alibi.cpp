@@ -10,13 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "backward_support.hpp"
 #include "kattn/attention.hpp"
 #include "kattn/block_mask.hpp"
 #include "kattn/core/alibi.hpp"
-#include "kattn/reference_masked.hpp"
-#include "ragged_support.hpp"
 #include "storage16_support.hpp"
+#include "variant_support.hpp"
 
 namespace kattn {
 namespace test {
@@ -92,7 +90,6 @@ TEST(Alibi, WithSinksMatchesTextbook) {
 }
 
 TEST(Alibi, RaggedAndPagedMatchTextbook) {
-  const std::vector<std::int64_t> q_lens = {1, 0, 7, 1, 30}, kv_lens = {40, 3, 7, 0, 61};
   for (bool causal : {false, true})
     for (int splits : {1, 4}) {
       const std::uint64_t seed = fresh_seed();
@@ -102,46 +99,19 @@ TEST(Alibi, RaggedAndPagedMatchTextbook) {
       opt.alibi_slopes = random_slopes(6, seed);
       SCOPED_TRACE("causal=" + std::to_string(causal) + " splits=" + std::to_string(splits) +
                    " seed=" + std::to_string(seed));
-      RaggedProblem<double> p(q_lens, kv_lens, 6, 2, 16, seed);
-      std::vector<double> o_ref, lse_ref;
-      ragged_reference(p, opt, o_ref, lse_ref);
-      const auto ragged = make_ragged_layout<TestMemory>(host_index(p.q_indptr()), host_index(p.kv_indptr()));
-      attention(TestSpace(), p.q, kv::ragged(p.k, p.v, ragged), p.o, p.lse, opt);
-      Kokkos::fence();
-      expect_outputs_close(p.o, p.lse, o_ref, lse_ref, "ragged with ALiBi");
-      const PagedCopy<double> cache(p, 16, seed + 5);
-      const auto paged = make_paged_layout<TestMemory>(host_index(p.q_indptr()), host_index(cache.page_indptr),
-                                                       host_index(cache.page_indices),
-                                                       host_index(cache.last_page_len), 16);
-      poison(p.o);
-      poison(p.lse);
-      attention(TestSpace(), p.q, kv::paged(cache.k, cache.v, paged), p.o, p.lse, opt);
-      Kokkos::fence();
-      expect_outputs_close(p.o, p.lse, o_ref, lse_ref, "paged with ALiBi");
+      expect_ragged_and_paged_match({1, 0, 7, 1, 30}, {40, 3, 7, 0, 61}, 6, 2, opt, seed, "with ALiBi");
     }
 }
 
 TEST(Alibi, BlockSparseMatchesMaskedTextbook) {
-  const Shape shape{1, 40, 56, 4, 2, 16};
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
-  Problem<double> p(shape, seed);
-  std::vector<int> keep(5 * 7);
-  std::mt19937_64 gen(seed);
-  for (int& x : keep) x = gen() % 3 != 0;
-  const BlockMask mask = BlockMask::from_dense(8, 1, 5, 7, keep);
+  const Problem<double> p(Shape{1, 40, 56, 4, 2, 16}, seed);
+  const BlockMask mask = random_block_mask(40, 56, seed);
   Options opt = with_mask(Options{}, mask);
   opt.causal = true;
   opt.alibi_slopes = random_slopes(4, seed + 1);
-  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
-  Kokkos::fence();
-  Problem<double> ref(shape, 0);
-  const auto host = [](const auto& v) { return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v); };
-  auto ro = host(ref.o);
-  auto rl = host(ref.lse);
-  reference_masked(host(p.q), host(p.k), host(p.v), ro, rl, expand_block_mask(mask, 40, 56), opt);
-  std::vector<double> o_ref(ro.data(), ro.data() + ro.span()), lse_ref(rl.data(), rl.data() + rl.span());
-  expect_outputs_close(p.o, p.lse, o_ref, lse_ref, "block-sparse with ALiBi");
+  expect_block_sparse_matches_masked(p, opt, "block-sparse with ALiBi");
 }
 
 // bf16 on each CPU product choice (the widened float path, the bf16 pair products, the AMX tile
@@ -175,16 +145,7 @@ TEST(Alibi, BackwardMatchesTextbookGradients) {
       opt.alibi_slopes = random_slopes(shape.Hq, seed + 9);
       if (seed % 2) opt.sinks = std::vector<double>(static_cast<std::size_t>(shape.Hq), 0.5);
       SCOPED_TRACE(describe(shape, opt) + " seed=" + std::to_string(seed));
-      GradProblem<double> p(shape, seed);
-      p.forward(opt);
-      const GradProblem<double> ref = textbook_gradients(p, opt);
-      for (DqStrategy dq : {DqStrategy::key_chunks, DqStrategy::query_pass, DqStrategy::atomic}) {
-        BackwardOptions b;
-        b.dq = dq;
-        p.poison_gradients();
-        p.backward(opt, b);
-        expect_gradients_close(p, ref, kGradDoubleTol, "backward with ALiBi");
-      }
+      expect_backward_matches_textbook(shape, opt, seed, "backward with ALiBi");
     }
 }
 
