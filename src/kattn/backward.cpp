@@ -19,6 +19,7 @@
 #include "kattn/detail/block_sparse_launch.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/progress.hpp"
+#include "kattn/detail/score_bias_check.hpp"
 #include "kattn/workspace.hpp"
 
 namespace kattn {
@@ -118,6 +119,7 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
     kern.scratch_level = plan.key_scratch_level;
     kern.ws = ws;
     kern.bs = bs;
+    kern.bias = opt.bias;
     auto policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
     policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
     if (!pieces) {
@@ -143,6 +145,7 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
     kern.scratch_level = plan.query_scratch_level;
     kern.ws = ws;
     kern.bs = bs;
+    kern.bias = opt.bias;
     auto policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
     policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
     if (!pieces) {
@@ -188,6 +191,7 @@ BackwardInfo backward_of_mask(const ExecSpace& space, const BackwardParams<T>& p
 template <class ExecSpace, class T>
 BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
                            const BackwardOptions& bopt) {
+  require_bias(opt, p.fwd);
   return with_alibi(space, p.fwd, opt, [&](const AttentionParams<T>& fwd) {
     BackwardParams<T> with_slopes = p;
     with_slopes.fwd = fwd;

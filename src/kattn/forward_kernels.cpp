@@ -14,6 +14,7 @@
 #include "kattn/detail/cuda_dispatch.hpp"
 #include "kattn/detail/head_major_kv.hpp"
 #include "kattn/detail/launch.hpp"
+#include "kattn/detail/score_bias_check.hpp"
 #include "kattn/detail/tile_sizes.hpp"
 #include "kattn/plan_splits.hpp"
 
@@ -79,12 +80,14 @@ SplitPlan attention_tiles(const ExecSpace& space, const AttentionParams<Q, T, KV
 template <class ExecSpace, class Q, class T, class KV>
 SplitPlan attention_impl(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, const Options& opt,
                          const BatchLengths& lengths) {
+  require_bias(opt, p);
   return with_alibi(space, p, opt, [&](const auto& pa) { return attention_tiles(space, pa, opt, lengths); });
 }
 
 template <class ExecSpace, class Q, class T, class KV>
 void chunk_partials(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, const Options& opt, int chunks,
                     std::int64_t chunk, T* ws_o, T* ws_lse) {
+  refuse_bias(opt, "the distributed calls");
   if (p.batch == 0 || p.q_len == 0 || chunks == 0) return;
   // Always the transposed tiles, whatever run_attention would pick for the shape: their per-row
   // arithmetic is the same at every rank count.

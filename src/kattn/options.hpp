@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "kattn/core/score_bias.hpp"
 #include "kattn/cpu_products.hpp"
 #include "kattn/errors.hpp"
 
@@ -39,6 +40,11 @@ struct Options {
   // -alibi_slopes[h] * |i + Nk - Nq - j| (natural-log units, after softcap, before the mask; the
   // diagonal moves with diagonal_shift). Empty: none; otherwise one finite slope per query head.
   std::vector<double> alibi_slopes;
+  // An additive bias of the scores [B or 1, Hq or 1, Nq, Nk] (core/score_bias.hpp; made from a
+  // view by kattn::score_bias, score_bias.hpp): PyTorch SDPA's attn_mask, relative position
+  // biases. Added after softcap and ALiBi, before the mask; a boolean bias is 0 where true and
+  // -inf where false. Not owned: it must outlive the call. Dense keys and values; no gradient.
+  ScoreBias bias;
   // Score scale; 0 means 1 / sqrt(head_dim).
   double scale = 0.0;
   // Query-row and key tile sizes; 0 lets kattn choose from the execution space's scratch limit

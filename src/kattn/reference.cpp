@@ -9,6 +9,7 @@
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/score_matrix.hpp"
 #include "kattn/detail/alibi.hpp"
+#include "kattn/detail/score_bias_check.hpp"
 #include "kattn/detail/sinks.hpp"
 #include "kattn/detail/textbook_softmax.hpp"
 #include "kattn/core/score_scaling.hpp"
@@ -53,11 +54,12 @@ void reference_impl(const ExecSpace& space, const AttentionParams<T>& p, const O
   const KeyWindow window = KeyWindow::from(opt);
   const T scale = static_cast<T>(ScoreScaling::make(p.head_dim, opt.scale, opt.softcap).scale);
   require_alibi(opt, p.heads_q);
+  require_bias(opt, p);
   const auto alibi = per_head_values<T>(space, opt.alibi_slopes, 1.0, "kattn::reference::alibi_slopes");
   if (p.kv_len > 0) {
     Kokkos::parallel_for("kattn::reference::scores", Rank4(space, {0, 0, 0, 0}, {p.batch, p.heads_q, p.q_len, p.kv_len}),
                          TextbookScores<ExecSpace, T>{p, s, window, scale, static_cast<T>(opt.softcap),
-                                                      opt.alibi_slopes.empty() ? nullptr : alibi.data()});
+                                                      opt.alibi_slopes.empty() ? nullptr : alibi.data(), opt.bias});
   }
   require_sinks(opt, p.heads_q);
   const auto sinks = device_sinks<T>(space, opt.sinks, 1.0);

@@ -8,6 +8,7 @@
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/score_matrix.hpp"
 #include "kattn/detail/alibi.hpp"
+#include "kattn/detail/score_bias_check.hpp"
 #include "kattn/detail/sinks.hpp"
 #include "kattn/detail/textbook_softmax.hpp"
 #include "kattn/core/score_scaling.hpp"
@@ -158,9 +159,10 @@ std::vector<double> reference_backward_impl(const ExecSpace& space, const Backwa
     no_lse.lse_stride_head = 1;
   }
   const T* sinks_or_null = with_sinks ? sinks.data() : nullptr;
-  // ALiBi's bias is a constant of each score: it changes P, and dS reaches the scores through it
-  // unchanged, so the steps below need nothing more.
+  // ALiBi's bias and the bias tensor are constants of each score: they change P, and dS reaches
+  // the scores through them unchanged, so the steps below need nothing more.
   require_alibi(opt, f.heads_q);
+  require_bias(opt, f);
   const auto alibi = per_head_values<T>(space, opt.alibi_slopes, 1.0, "kattn::reference_backward::alibi_slopes");
   const T* alibi_or_null = opt.alibi_slopes.empty() ? nullptr : alibi.data();
   Matrix<ExecSpace, T> s(space, "kattn::reference_backward::P", f.batch, f.heads_q, f.q_len, f.kv_len);
@@ -168,7 +170,7 @@ std::vector<double> reference_backward_impl(const ExecSpace& space, const Backwa
   const Rank4 pairs(space, {0, 0, 0, 0}, {f.batch, f.heads_q, f.q_len, f.kv_len});
   const Rank3 rows(space, {0, 0, 0}, {f.batch, f.heads_q, f.q_len});
   if (f.q_len > 0 && f.kv_len > 0) {
-    Kokkos::parallel_for("kattn::reference_backward::scores", pairs, TextbookScores<ExecSpace, T>{no_lse, s, pr.window, pr.scale, pr.softcap, alibi_or_null});
+    Kokkos::parallel_for("kattn::reference_backward::scores", pairs, TextbookScores<ExecSpace, T>{no_lse, s, pr.window, pr.scale, pr.softcap, alibi_or_null, opt.bias});
     Kokkos::parallel_for("kattn::reference_backward::softmax", rows, TextbookSoftmax<ExecSpace, T>{no_lse, s, pr.window, sinks_or_null});
     Kokkos::parallel_for("kattn::reference_backward::dp", pairs, ProbabilityGradient<ExecSpace, T>{pr, dp});
     Kokkos::parallel_for("kattn::reference_backward::ds", rows, ScoreGradient<ExecSpace, T>{pr, s, dp, sinks_or_null, no_lse, sink_terms.data()});

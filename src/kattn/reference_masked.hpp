@@ -48,11 +48,16 @@ inline ElementMask expand_block_mask(const BlockMask& m, std::int64_t q_len, std
 
 namespace detail {
 
-// ALiBi's bias of (h, i, j) under opt (0 without slopes).
+// ALiBi's bias and the bias tensor's of (b, h, i, j) under opt (0 without either). The bias
+// tensor must be in host memory.
 template <class T>
-T alibi_of(const Options& opt, int h, std::int64_t i, std::int64_t j, std::int64_t Nq, std::int64_t Nk) {
-  if (opt.alibi_slopes.empty()) return T(0);
-  return alibi_bias(static_cast<T>(opt.alibi_slopes[static_cast<std::size_t>(h)]), KeyWindow::from(opt), i, j, Nq, Nk);
+T added_bias(const Options& opt, int b, int h, std::int64_t i, std::int64_t j, std::int64_t Nq, std::int64_t Nk) {
+  T x = 0;
+  if (!opt.alibi_slopes.empty())
+    x = alibi_bias(static_cast<T>(opt.alibi_slopes[static_cast<std::size_t>(h)]), KeyWindow::from(opt), i, j, Nq, Nk);
+  if (opt.bias.active())
+    opt.bias.dispatch([&](auto tag) { x += bias_value<T>(opt.bias.row<decltype(tag)>(b, h, i)[j]); });
+  return x;
 }
 
 // Scaled, softcapped, ALiBi-biased, masked scores of one (b, h, i) row; -inf where masked.
@@ -70,7 +75,7 @@ void masked_scores(const QView& q, const KView& k, const ElementMask& mask, cons
     for (int d = 0; d < D; ++d) dot += q(b, i, h, d) * k(b, j, h / G, d);
     T x = scale * dot;
     if (opt.softcap > 0.0) x = static_cast<T>(opt.softcap) * std::tanh(x / static_cast<T>(opt.softcap));
-    s[static_cast<std::size_t>(j)] = x + alibi_of<T>(opt, h, i, j, Nq, Nk);
+    s[static_cast<std::size_t>(j)] = x + added_bias<T>(opt, b, h, i, j, Nq, Nk);
   }
 }
 
@@ -157,7 +162,7 @@ std::vector<double> reference_backward_masked(const QView& q, const KView& k, co
           if (pj == T(0)) continue;
           T g = pj * (ds[static_cast<std::size_t>(j)] - di);
           if (opt.softcap > 0.0) {
-            const T capped = s[static_cast<std::size_t>(j)] - detail::alibi_of<T>(opt, h, i, j, Nq, Nk);
+            const T capped = s[static_cast<std::size_t>(j)] - detail::added_bias<T>(opt, b, h, i, j, Nq, Nk);
             const T th = capped / static_cast<T>(opt.softcap);  // = tanh(x / cap)
             g *= T(1) - th * th;
           }

@@ -9,6 +9,7 @@
 #include "kattn/core/key_window.hpp"
 #include "kattn/core/score_scaling.hpp"
 #include "kattn/detail/alibi.hpp"
+#include "kattn/detail/score_bias_check.hpp"
 #include "kattn/detail/shapes.hpp"
 #include "kattn/detail/sinks.hpp"
 
@@ -41,6 +42,8 @@ RowSoftmax row_softmax(const AttentionParams<double>& p, const Options& opt, con
     if (opt.softcap > 0) x = opt.softcap * std::tanh(x / opt.softcap);
     if (!opt.alibi_slopes.empty())
       x += alibi_bias(opt.alibi_slopes[static_cast<std::size_t>(row.h)], window, row.i, j, q_len, kv_len);
+    if (opt.bias.active())
+      opt.bias.dispatch([&](auto tag) { x += bias_value<double>(opt.bias.row<decltype(tag)>(row.b, row.h, row.i)[j]); });
     r.scores[j - first] = x;
     m = std::isnan(x) || std::isnan(m) ? std::numeric_limits<double>::quiet_NaN() : std::max(m, x);
   }
@@ -58,6 +61,7 @@ double reference_row(const AttentionParams<double>& p, const Options& opt, const
   validate(opt);
   detail::require_sinks(opt, p.heads_q);
   detail::require_alibi(opt, p.heads_q);
+  detail::require_bias(opt, p);
   const detail::RowSoftmax r = detail::row_softmax(p, opt, row);
   std::fill(o_row, o_row + p.head_dim, 0.0);
   const int kv_head = row.h / p.group_size();

@@ -60,7 +60,7 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
   // way (one pass over S^T fewer): a positive scale (the max commutes with it) and no softcap
   // (which needs the scaled scores).
   KOKKOS_INLINE_FUNCTION bool scale_deferred() const {
-    return amx && this->q_scale > 0.0f && this->cap_log2 == 0.0f && !this->p.alibi_log2;
+    return amx && this->q_scale > 0.0f && this->plain_scores();
   }
 
   // Padded sizes: dims in whole tiles of pairs (Q^T, K), of rows (V^T, O^T); keys in whole tiles
@@ -211,10 +211,10 @@ struct AmxColumnTiles : PairColumnTiles<ExecSpace> {
   }
 
   // The tile products computed the maxima of an unmasked tile (scores); a masked one, or one the
-  // softcap or ALiBi changed, is read again.
+  // softcap, ALiBi or a bias changed, is read again.
   KOKKOS_INLINE_FUNCTION void tile_max(const Member& member, const Head& h, int keys, bool masked) const {
     const float scale = scale_deferred() ? this->q_scale : 1.0f;
-    if (amx && !masked && this->cap_log2 == 0.0f && !this->p.alibi_log2) {
+    if (amx && !masked && this->plain_scores()) {
       if (scale != 1.0f)
         Kokkos::parallel_for(Kokkos::TeamThreadRange(member, this->geo.rows_p),
                              [&](const int r) { h.tile_max[r] *= scale; });

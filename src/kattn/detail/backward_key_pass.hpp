@@ -24,6 +24,7 @@
 #include "kattn/backward_params.hpp"
 #include "kattn/compat.hpp"
 #include "kattn/core/key_window.hpp"
+#include "kattn/core/score_bias.hpp"
 #include "kattn/core/tile_visibility.hpp"
 #include "kattn/detail/backward_nonfinite.hpp"
 #include "kattn/detail/backward_plan.hpp"
@@ -57,6 +58,7 @@ struct BackwardKeyPass {
   int scratch_level = 0;
   BackwardWorkspace<T> ws;
   BlockSparse bs;  // inactive: dense
+  ScoreBias bias;  // Options::bias; inactive: none
   // Only key tiles [tile_begin, tile_end) of each sequence (a piece of a call with progress
   // reports); each chunk still takes its tiles in order, so pieces give the same bits as one launch.
   std::int64_t tile_begin = 0, tile_end = INT64_MAX;
@@ -197,7 +199,7 @@ struct BackwardKeyPass {
       softcap_tanh(member, s.s, m_rows * geo.kp_keys, g.inv_cap);
       member.team_barrier();
     }
-    gradient_rows(member, hk, kb, n_keys, t0, m_rows, n_rows, windowed, q_len, kv_len, s);
+    gradient_rows(member, b, hk, kb, n_keys, t0, m_rows, n_rows, windowed, q_len, kv_len, s);
     member.team_barrier();
     DimLanesGemm::template invoke_blocks<true>(member, geo.kp_keys, geo.kp_dims, n_rows, s.s, 1, geo.kp_keys, s.dout,
                                                geo.kp_dims, s.dv, geo.kp_dims, static_cast<const T*>(nullptr),
@@ -221,10 +223,11 @@ struct BackwardKeyPass {
   }
 
   // P and dS for each row: masked (window, block mask, padding keys) where some row does not see
-  // the whole tile (windowed: the window cuts it, TileVisibility::whole).
-  KOKKOS_INLINE_FUNCTION void gradient_rows(const Member& member, int hk, std::int64_t kb, int n_keys, std::int64_t t0,
-                                            int m_rows, int n_rows, bool windowed, std::int64_t q_len,
-                                            std::int64_t kv_len, const Tiles& s) const {
+  // the whole tile (windowed: the window cuts it, TileVisibility::whole); ALiBi and the bias
+  // tensor added to its scores.
+  KOKKOS_INLINE_FUNCTION void gradient_rows(const Member& member, int b, int hk, std::int64_t kb, int n_keys,
+                                            std::int64_t t0, int m_rows, int n_rows, bool windowed,
+                                            std::int64_t q_len, std::int64_t kv_len, const Tiles& s) const {
     const int G = p.fwd.group_size();
     const bool full = n_keys == geo.kp_keys && !windowed &&
                       (!bs.active() || bs.all_listed(bs.rows_of(hk, G, t0, n_rows), kb, kb + n_keys - 1));
@@ -242,12 +245,22 @@ struct BackwardKeyPass {
         }
       }
       RowAlibi<T> alibi;
+      const int h = hk * G + static_cast<int>((t0 + r) % G);
       if (p.fwd.alibi_log2 && r < n_rows) {
-        alibi.slope = p.fwd.alibi_log2[hk * G + static_cast<int>((t0 + r) % G)];
+        alibi.slope = p.fwd.alibi_log2[h];
         alibi.diagonal = static_cast<T>(window.diagonal((t0 + r) / G, q_len, kv_len) - kb);
       }
-      gradient_row(s.s + r * geo.kp_keys, s.dp + r * geo.kp_keys, geo.kp_keys, begin, end, s.lse2[r], s.di[r], g,
-                   alibi);
+      T* const s_row = s.s + r * geo.kp_keys;
+      T* const dp_row = s.dp + r * geo.kp_keys;
+      if (!bias.active() || r >= n_rows) {
+        gradient_row(s_row, dp_row, geo.kp_keys, begin, end, s.lse2[r], s.di[r], g, alibi);
+        return;
+      }
+      bias.dispatch([&](auto tag) {
+        using B = decltype(tag);
+        gradient_row(s_row, dp_row, geo.kp_keys, begin, end, s.lse2[r], s.di[r], g, alibi,
+                     bias.template row<B>(b, h, (t0 + r) / G) + kb);
+      });
     });
   }
 

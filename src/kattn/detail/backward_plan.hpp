@@ -44,6 +44,7 @@ struct BackwardGeometry {
   int kp_rows = 0, kp_keys = 0, kp_dims = 0;
   // Query pass: rows padded to micro columns (lanes); keys and dims to micro rows.
   int qp_rows = 0, qp_keys = 0, qp_dims = 0;
+  bool bias_tile = false;  // the query pass stages a tile of Options::bias (keys x rows)
 
   static BackwardGeometry make(int block_q, int block_k, int head_dim, const BackwardMicroTiles& m) {
     BackwardGeometry g;
@@ -70,10 +71,10 @@ struct BackwardGeometry {
   }
   // Query pass scratch: Q^T and dO^T (D x rows), dQ^T (dims x rows), K and V copies (keys x dims,
   // when not read in place), S^T/P^T and dP^T/dS^T (keys x rows), lse2, D and ALiBi's slope and
-  // diagonal per row.
+  // diagonal per row, then the bias tile (keys x rows) when bias_tile.
   KOKKOS_INLINE_FUNCTION std::size_t query_pass_elements() const {
     return 2 * std::size_t(head_dim) * qp_rows + std::size_t(qp_dims) * qp_rows + 2 * std::size_t(qp_keys) * qp_dims +
-           2 * std::size_t(qp_keys) * qp_rows + 4 * std::size_t(qp_rows);
+           (bias_tile ? 3 : 2) * std::size_t(qp_keys) * qp_rows + 4 * std::size_t(qp_rows);
   }
 };
 
@@ -120,7 +121,9 @@ BackwardPlan plan_backward(const ExecSpace& space, int batch, int heads_kv, int 
   const bool dq_tile = raw_k;  // dQ = dS K of the tile, then added to memory
 
   const auto geometry = [&](int bq, int bk) {
-    return BackwardGeometry::make(bq, bk, head_dim, backward_micro_tiles<ExecSpace, T>());
+    BackwardGeometry g = BackwardGeometry::make(bq, bk, head_dim, backward_micro_tiles<ExecSpace, T>());
+    g.bias_tile = opt.bias.active() && plan.dq == DqStrategy::query_pass;
+    return g;
   };
   const auto bytes = [&](int bq, int bk) {
     const BackwardGeometry g = geometry(bq, bk);

@@ -26,6 +26,7 @@
 #include "kattn/detail/tile_gemm.hpp"
 #include "kattn/detail/tuning.hpp"
 #include "kattn/core/key_window.hpp"
+#include "kattn/core/score_bias.hpp"
 
 namespace kattn {
 namespace detail {
@@ -48,6 +49,7 @@ struct BackwardQueryPass {
   int scratch_level = 0;
   BackwardWorkspace<T> ws;
   BlockSparse bs;  // inactive: dense
+  ScoreBias bias;  // Options::bias (geo.bias_tile: staged per tile); inactive: none
 
   int league_size() const { return p.fwd.batch * p.fwd.heads_kv * row_tiles; }
   std::size_t scratch_bytes() const { return ScratchBuffer::shmem_size(geo.query_pass_elements()); }
@@ -64,6 +66,7 @@ struct BackwardQueryPass {
     T* di;    // per row
     T* slope;     // per row: ALiBi's slope (log2 units)
     T* diagonal;  // per row: the key on its diagonal (ALiBi's distance 0)
+    T* bias;      // the bias tensor's tile in log2 units, keys x rows (geo.bias_tile)
   };
 
   KOKKOS_INLINE_FUNCTION Tiles carve(const ScratchBuffer& buf) const {
@@ -81,6 +84,7 @@ struct BackwardQueryPass {
     t.di = t.lse2 + geo.qp_rows;
     t.slope = t.di + geo.qp_rows;
     t.diagonal = t.slope + geo.qp_rows;
+    t.bias = geo.bias_tile ? t.diagonal + geo.qp_rows : nullptr;
     return t;
   }
 
@@ -149,9 +153,13 @@ struct BackwardQueryPass {
       mask_rows(member, hk, t0, n_rows, kb, n_keys, q_len, kv_len, s.st);
       member.team_barrier();
     }
+    if (s.bias) {
+      stage_bias(member, b, hk, t0, n_rows, kb, n_keys, s.bias);
+      member.team_barrier();
+    }
     const bool alibi = p.fwd.alibi_log2 != nullptr;
     gradient_columns(member, s.st, s.dpt, geo.qp_keys, geo.qp_rows, s.lse2, s.di, g, alibi ? s.slope : nullptr,
-                     alibi ? s.diagonal : nullptr, static_cast<T>(kb));
+                     alibi ? s.diagonal : nullptr, static_cast<T>(kb), s.bias);
     member.team_barrier();
     Gemm::accumulate(member, geo.qp_dims, geo.qp_rows, n_keys, k, 1, k_row, s.dpt, geo.qp_rows, s.dqt, geo.qp_rows);
     member.team_barrier();
@@ -195,6 +203,22 @@ struct BackwardQueryPass {
         const bool in = k && d < p.fwd.head_dim;
         s.k[j * geo.qp_dims + d] = in ? k[d] : T(0);
         s.v[j * geo.qp_dims + d] = in ? v[d] : T(0);
+      });
+    });
+  }
+
+  // The bias tensor's tile (keys [kb, kb + n_keys) of the rows) into bt, keys x rows in log2 units;
+  // 0 for padding rows and keys.
+  KOKKOS_INLINE_FUNCTION void stage_bias(const Member& member, int b, int hk, std::int64_t t0, int n_rows,
+                                         std::int64_t kb, int n_keys, T* bt) const {
+    const int G = p.fwd.group_size();
+    bias.dispatch([&](auto tag) {
+      using B = decltype(tag);
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(member, geo.qp_rows), [&](const int r) {
+        const B* row =
+            r < n_rows ? bias.template row<B>(b, hk * G + static_cast<int>((t0 + r) % G), (t0 + r) / G) + kb : nullptr;
+        for (int j = 0; j < geo.qp_keys; ++j)
+          bt[j * geo.qp_rows + r] = row && j < n_keys ? bias_value<T>(row[j]) * static_cast<T>(kLog2e) : T(0);
       });
     });
   }

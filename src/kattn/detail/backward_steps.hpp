@@ -2,7 +2,7 @@
 // the tile dP = dO V^T:
 //
 //   softcap:  th = tanh(s / cap), t = cap log2(e) th            (the forward's cap, log2 units)
-//   ALiBi:    t += bias                                           (core/alibi.hpp, log2 units)
+//   ALiBi and the bias tensor: t += bias                          (log2 units)
 //   P  = 2^(t - lse2)                                             (recomputed from the saved LSE)
 //   dS = scale P (dP - D) (1 - th^2)                              (scale folded in for dQ and dK)
 //
@@ -19,6 +19,8 @@
 
 #include "kattn/compat.hpp"
 #include "kattn/core/alibi.hpp"
+#include "kattn/core/score_bias.hpp"
+#include "kattn/core/state.hpp"
 #include "kattn/detail/exp2.hpp"
 #include "kattn/detail/simd.hpp"
 
@@ -44,7 +46,8 @@ KOKKOS_INLINE_FUNCTION void gradient_scalar(T& s_to_p, T& dp_to_ds, T lse2, T di
     t = g.cap_log2 * th;
     if (th != -compat::infinity<T>()) deriv = T(1) - th * th;
   }
-  const T p = exp2(t + bias - lse2);
+  // A masked score stays -inf whatever its bias (an infinite one would make it NaN).
+  const T p = exp2((th == -compat::infinity<T>() ? th : t + bias) - lse2);
   s_to_p = p;
   // A masked key's dP is 0, as in the textbook, which never forms dO . v_j for it: a NaN or Inf in
   // a masked key's V must not reach the row through 0 x NaN.
@@ -64,7 +67,7 @@ inline void gradient_vector(T* s_to_p, T* dp_to_ds, simd::vec<T> lse2, simd::vec
     t = g.cap_log2 * th;
     deriv = th == -compat::infinity<T>() ? simd::splat<T>(T(1)) : T(1) - th * th;
   }
-  const V p = exp2<T>(t + bias - lse2);
+  const V p = exp2<T>((th == -compat::infinity<T>() ? th : t + bias) - lse2);
   simd::store(s_to_p, p);
   const V dp = th == -compat::infinity<T>() ? simd::splat<T>(T(0)) : simd::load(dp_to_ds);
   simd::store(dp_to_ds, g.ds_scale * p * (dp - di) * deriv);
@@ -85,11 +88,20 @@ struct RowAlibi {
   T diagonal = 0;
 };
 
+// The bias tensor's value of key j of a row (`row`: its keys from the tile's first; null: none) in
+// log2 units, 0 from key `end` on (masked, and maybe past the tensor's end).
+template <class T, class B>
+KOKKOS_INLINE_FUNCTION T row_bias(const B* row, int j, int end) {
+  return row && j < end ? bias_value<T>(row[j]) * static_cast<T>(kLog2e) : T(0);
+}
+
 // Key-pass layout (rows x keys, keys contiguous): one row's keys outside [begin, end) get -inf,
-// then P and dS for the row's `keys` entries (a multiple of the SIMD width). Thread-level.
-template <class T>
+// then P and dS for the row's `keys` entries (a multiple of the SIMD width), with ALiBi's and the
+// bias tensor's (bias_row, of element type B; null: none) terms. Thread-level.
+template <class T, class B = float>
 KOKKOS_INLINE_FUNCTION void gradient_row(T* s, T* dp, int keys, int begin, int end, T lse2, T di,
-                                         const GradientScales<T>& g, const RowAlibi<T>& alibi = {}) {
+                                         const GradientScales<T>& g, const RowAlibi<T>& alibi = {},
+                                         const B* bias_row = nullptr) {
   const T neg_inf = -compat::infinity<T>();
   for (int j = 0; j < begin; ++j) s[j] = neg_inf;
   for (int j = end; j < keys; ++j) s[j] = neg_inf;
@@ -97,29 +109,36 @@ KOKKOS_INLINE_FUNCTION void gradient_row(T* s, T* dp, int keys, int begin, int e
   using V = simd::vec<T>;
   constexpr int W = simd::width<T>();
   const V l = simd::splat<T>(lse2), d = simd::splat<T>(di);
-  if (alibi.slope == T(0)) {
+  if (alibi.slope == T(0) && !bias_row) {
     for (int j = 0; j < keys; j += W) gradient_vector(s + j, dp + j, l, d, g);
     return;
   }
   V distance;  // diagonal - j for the lanes' keys
   for (int k = 0; k < W; ++k) distance[k] = alibi.diagonal - T(k);
   const V slope = simd::splat<T>(alibi.slope);
-  for (int j = 0; j < keys; j += W, distance -= T(W))
-    gradient_vector(s + j, dp + j, l, d, g, -slope * (distance < T(0) ? -distance : distance));
+  for (int j = 0; j < keys; j += W, distance -= T(W)) {
+    V bias = -slope * (distance < T(0) ? -distance : distance);
+    if (bias_row)
+      for (int k = 0; k < W; ++k) bias[k] += row_bias<T>(bias_row, j + k, end);
+    gradient_vector(s + j, dp + j, l, d, g, bias);
+  }
 #else
   for (int j = 0; j < keys; ++j)
-    gradient_scalar(s[j], dp[j], lse2, di, g, alibi_bias(alibi.slope, alibi.diagonal - T(j)));
+    gradient_scalar(s[j], dp[j], lse2, di, g,
+                    alibi_bias(alibi.slope, alibi.diagonal - T(j)) + row_bias<T>(bias_row, j, end));
 #endif
 }
 
 // Query-pass layout (keys x rows, rows contiguous): P^T and dS^T for every key, with per-column
-// lse2 and D, and with ALiBi (slope not null) per-column slopes and diagonals, key j of the tile
-// being key first_key + j. Masking is done before (mask_column, online_softmax.hpp). rows is a multiple of the SIMD
+// lse2 and D, with ALiBi (slope not null) per-column slopes and diagonals, key j of the tile
+// being key first_key + j, and the bias tensor's tile (bias_tile, keys x rows in log2 units; null:
+// none). Masking is done before (mask_column, online_softmax.hpp). rows is a multiple of the SIMD
 // width.
 template <class Member, class T>
 KOKKOS_INLINE_FUNCTION void gradient_columns(const Member& member, T* st, T* dpt, int keys, int rows, const T* lse2,
                                              const T* di, const GradientScales<T>& g, const T* slope = nullptr,
-                                             const T* diagonal = nullptr, T first_key = T(0)) {
+                                             const T* diagonal = nullptr, T first_key = T(0),
+                                             const T* bias_tile = nullptr) {
   Kokkos::parallel_for(Kokkos::TeamThreadRange(member, keys), [&](const int j) {
 #if KATTN_HOST_SIMD
     using V = simd::vec<T>;
@@ -130,12 +149,14 @@ KOKKOS_INLINE_FUNCTION void gradient_columns(const Member& member, T* st, T* dpt
         const V distance = simd::load(diagonal + r) - (first_key + T(j));
         bias = -simd::load(slope + r) * (distance < T(0) ? -distance : distance);
       }
+      if (bias_tile) bias += simd::load(bias_tile + j * rows + r);
       gradient_vector(st + j * rows + r, dpt + j * rows + r, simd::load(lse2 + r), simd::load(di + r), g, bias);
     }
 #else
     Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, rows), [&](const int r) {
       gradient_scalar(st[j * rows + r], dpt[j * rows + r], lse2[r], di[r], g,
-                      slope ? alibi_bias(slope[r], diagonal[r] - (first_key + T(j))) : T(0));
+                      (slope ? alibi_bias(slope[r], diagonal[r] - (first_key + T(j))) : T(0)) +
+                          (bias_tile ? bias_tile[j * rows + r] : T(0)));
     });
 #endif
   });

@@ -25,6 +25,7 @@
 #include "kattn/detail/attention_impl.hpp"
 #include "kattn/detail/sinks.hpp"
 #include "kattn/detail/memory_check.hpp"
+#include "kattn/detail/score_bias_check.hpp"
 #include "kattn/detail/shapes.hpp"
 #include "kattn/detail/widening.hpp"
 #include "kattn/errors.hpp"
@@ -128,6 +129,7 @@ void cascade_impl(const ExecSpace& space, const QView& q, const KPView& k_prefix
   // A prefix key's distance from a query depends on the request's suffix length, which no one
   // diagonal of the prefix pass holds.
   refuse_alibi(opt, "cascade attention");
+  refuse_bias(opt, "cascade attention");
   run_suffix.check(q, o, lse);
   check_prefix(q, k_prefix, v_prefix);
   const std::int64_t N = q.extent(0), Hq = q.extent(1), D = q.extent(2);

@@ -29,11 +29,13 @@
 namespace kattn {
 namespace detail {
 
-// The key window and the score scaling (core/score_scaling.hpp) of a forward kernel.
+// The key window, the score scaling (core/score_scaling.hpp) and the bias tensor of a forward
+// kernel.
 template <class Kernel>
 void set_score_scaling(Kernel& kern, int head_dim, const Options& opt) {
   using T = decltype(kern.q_scale);
   kern.window = KeyWindow::from(opt);
+  kern.bias = opt.bias;
   const ScoreScaling sc = ScoreScaling::make(head_dim, opt.scale, opt.softcap);
   kern.q_scale = static_cast<T>(sc.q_scale);
   kern.cap_log2 = static_cast<T>(sc.cap_log2);
@@ -217,6 +219,7 @@ P query_piece(const P& p, Options& opt, std::int64_t begin, std::int64_t end) {
   piece.q_len = end - begin;
   piece.q_total = std::int64_t(p.batch) * piece.q_len;
   opt.diagonal_shift += begin + piece.q_len - p.q_len;
+  opt.bias = opt.bias.from_row(begin);
   return piece;
 }
 

@@ -1,6 +1,6 @@
 // The textbook algorithm's first two steps, shared by the float64 references of the forward
 // (reference.cpp) and the backward (reference_backward.cpp): S = scale q k^T (softcapped, ALiBi's
-// bias added, masked to -inf) for every (query, key) pair, then the row softmax P = exp(S - max) / l in place (with
+// bias and the bias tensor added, masked to -inf) for every (query, key) pair, then the row softmax P = exp(S - max) / l in place (with
 // the head's sink, if any, as one more logit in max and l).
 #pragma once
 
@@ -13,6 +13,7 @@
 #include "kattn/core/alibi.hpp"
 #include "kattn/core/attention_params.hpp"
 #include "kattn/core/key_window.hpp"
+#include "kattn/core/score_bias.hpp"
 #include "kattn/core/state.hpp"
 
 namespace kattn {
@@ -28,6 +29,7 @@ struct TextbookScores {
   KeyWindow window;
   T scale, softcap;
   const T* alibi = nullptr;  // Options::alibi_slopes per query head (natural units), or null
+  ScoreBias bias;            // Options::bias
 
   KOKKOS_INLINE_FUNCTION void operator()(const int b, const int h, const std::int64_t i, const std::int64_t j) const {
     const std::int64_t q_len = p.seq_q_len(b), kv_len = p.seq_kv_len(b);
@@ -43,6 +45,7 @@ struct TextbookScores {
     T x = scale * dot;
     if (softcap > T(0)) x = softcap * compat::tanh(x / softcap);
     if (alibi) x += alibi_bias(alibi[h], window, i, j, q_len, kv_len);
+    if (bias.active()) bias.dispatch([&](auto tag) { x += bias_value<T>(bias.row<decltype(tag)>(b, h, i)[j]); });
     s(b, h, i, j) = x;
   }
 };

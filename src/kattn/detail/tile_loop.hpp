@@ -3,7 +3,7 @@
 // each team keeps its query rows' online-softmax states and output accumulators in scratch and
 // folds key tiles into them:
 //
-//   S = Q K^T (scaled) -> softcap -> ALiBi -> mask (window, diagonal shift, block mask, padding)
+//   S = Q K^T (scaled) -> softcap -> ALiBi -> bias -> mask (window, diagonal shift, block mask, padding)
 //     -> tile max -> rescale (m, l, alpha) -> P = exp2(S - m) -> O = diag(alpha) O + P V
 //
 // then finishes each row (o / l, lse). The layout (the policy `Layout`) says only how the tiles
@@ -28,6 +28,7 @@
 #include "kattn/core/alibi.hpp"
 #include "kattn/core/attention_params.hpp"
 #include "kattn/core/key_window.hpp"
+#include "kattn/core/score_bias.hpp"
 #include "kattn/core/state.hpp"
 #include "kattn/core/storage.hpp"
 #include "kattn/core/tile_visibility.hpp"
@@ -64,6 +65,10 @@ struct TileArgs {
   int scratch_level = 0;
   SplitWorkspace<T> ws;
   BlockSparse bs;  // inactive: dense
+  ScoreBias bias;  // Options::bias; inactive: none
+
+  // Whether the scores are the products' alone (no softcap, ALiBi or bias changes them).
+  KOKKOS_INLINE_FUNCTION bool plain_scores() const { return cap_log2 == T(0) && !p.alibi_log2 && !bias.active(); }
 };
 
 // The loop. Layout derives from TileArgs<T> and provides, per team: carve (its scratch arrays),
@@ -154,6 +159,10 @@ struct TileLoop : Layout {
       add_alibi(member, w, kb, keys, h, w.hk + hl);
       member.team_barrier();
     }
+    if (this->bias.active()) {
+      add_bias(member, w, kb, n_keys, h, w.hk + hl);
+      member.team_barrier();
+    }
     if (masked) {
       mask(member, w, kb, n_keys, keys, h, w.hk + hl);
       member.team_barrier();
@@ -234,6 +243,22 @@ struct TileLoop : Layout {
                              [&](const int j) { row[j] += alibi_bias(slope[r], diagonal[r] - T(j)); });
       });
     }
+  }
+
+  // The bias tensor (core/score_bias.hpp) on the tile's scores, in log2 units: each row's keys read
+  // in place, contiguous; padding rows and keys are left to the mask.
+  KOKKOS_INLINE_FUNCTION void add_bias(const Member& member, const TileWork& w, std::int64_t kb, int n_keys,
+                                       const Head& h, int hk) const {
+    const int G = this->p.group_size();
+    this->bias.dispatch([&](auto tag) {
+      using B = decltype(tag);
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(member, w.n_rows), [&](const int r) {
+        const B* row = this->bias.template row<B>(w.b, hk * G + static_cast<int>((w.t0 + r) % G), (w.t0 + r) / G) + kb;
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, n_keys), [&](const int j) {
+          this->score(h, r, j) += bias_value<T>(row[j]) * static_cast<T>(kLog2e);
+        });
+      });
+    });
   }
 
   // Scores of keys a row does not see (window, diagonal shift, block mask; padding keys, and

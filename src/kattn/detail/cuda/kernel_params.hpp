@@ -31,6 +31,7 @@ const char* forward_params(const AttentionParams<S, float>& p, const Options& op
   if (opt.block_mask) return "block_mask: runs on the portable kernel";
   if (opt.softcap != 0.0) return "softcap: runs on the portable kernel";
   if (!opt.alibi_slopes.empty()) return "alibi_slopes: runs on the portable kernel";
+  if (opt.bias.active()) return "bias: runs on the portable kernel";
   const KeyWindow w = KeyWindow::from(opt);
   if (w.shift != 0) return "diagonal_shift: runs on the portable kernel";
   if (w.left >= 0 || w.right > 0) return "window: only the full and the causal mask run on CUDA";
@@ -90,6 +91,7 @@ const char* decode_params(const AttentionParams<S, float>& p, const Options& opt
   if (opt.block_mask) return "block_mask: runs on the portable kernel";
   if (opt.softcap != 0.0) return "softcap: runs on the portable kernel";
   if (!opt.alibi_slopes.empty()) return "alibi_slopes: runs on the portable kernel";
+  if (opt.bias.active()) return "bias: runs on the portable kernel";
   if (opt.split_chunk > 0) return "split_chunk: fixed-size key chunks run on the portable kernel";
   const KeyWindow w = KeyWindow::from(opt);
   if (w.shift != 0) return "diagonal_shift: runs on the portable kernel";

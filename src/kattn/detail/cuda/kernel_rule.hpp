@@ -3,12 +3,12 @@
 // caller runs the portable Kokkos kernel. The rule, in one place:
 //   - q, k, v, o in one 16-bit type (kattn::bf16 or kattn::fp16);
 //   - the forward: dense keys and values, lse float [B, Hq, Nq] or none, the full or the causal
-//     mask (no window, softcap, ALiBi, block mask or shifted diagonal), scale 0 (1/sqrt(D)) or positive,
+//     mask (no window, softcap, ALiBi, bias, block mask or shifted diagonal), scale 0 (1/sqrt(D)) or positive,
 //     head dim 64, 128 or 256, strides the kernels accept (forward_check says which), and no split
 //     asked for (Options::splits > 1 or split_chunk: the portable split-KV kernel). Then forward()
 //     picks the sm90a kernel on compute capability 9.0 and the sm80 one elsewhere;
 //   - the split-KV paged decode: a paged cache (kv::paged) with one query per sequence, lse float
-//     [B, Hq] or none, no softcap or ALiBi, left window or shifted diagonal (causal is the full mask for a
+//     [B, Hq] or none, no softcap, ALiBi or bias, left window or shifted diagonal (causal is the full mask for a
 //     sequence's last query), head dim 64, 128 or 256, a page table and sequences whose indices
 //     fit in int32, strides decode_check accepts; Options::splits is its split count (0: its
 //     planner), split_chunk stays portable;

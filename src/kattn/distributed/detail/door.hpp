@@ -24,6 +24,7 @@
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/shapes.hpp"
 #include "kattn/detail/alibi.hpp"
+#include "kattn/detail/score_bias_check.hpp"
 #include "kattn/detail/sinks.hpp"
 #include "kattn/detail/widening.hpp"
 #include "kattn/distributed/collective.hpp"
@@ -73,6 +74,7 @@ inline void validate_call(const Options& opt, const DistOptions& d) {
   // Only the ring has a transfer-free stand-in (DistOptions::communicate = false measures its overlap).
   KATTN_REQUIRE(d.communicate || d.scheme == Scheme::ring, "communicate: false is for the ring's forward alone; ",
                 name(d.scheme), " always transfers");
+  kattn::detail::refuse_bias(opt, "the distributed calls");
 }
 
 inline void refuse_atomic_if_deterministic(const DistOptions& d, const BackwardOptions& bopt) {

@@ -1,0 +1,33 @@
+// The checks of Options::bias (core/score_bias.hpp) against a call, written once for the forward,
+// the backward and the references: the same error, naming the argument, wherever it is refused.
+#pragma once
+
+#include <cstdint>
+
+#include "kattn/errors.hpp"
+#include "kattn/options.hpp"
+
+namespace kattn {
+namespace detail {
+
+// The bias fits the dense problem p (any params with batch, heads_q, q_len, kv_len and the ragged
+// and paged pointers): [B or 1, Hq or 1, Nq, Nk]; ragged and paged batches take none yet.
+template <class P>
+void require_bias(const Options& opt, const P& p) {
+  const ScoreBias& s = opt.bias;
+  if (!s.active()) return;
+  KATTN_REQUIRE(!p.q_indptr && !p.kv_indptr && !p.kv_page_indptr,
+                "bias: dense keys and values only (not a ragged batch or a paged cache)");
+  KATTN_REQUIRE((s.batch == 1 || s.batch == p.batch) && (s.heads == 1 || s.heads == p.heads_q) &&
+                    s.q_len == p.q_len && s.kv_len == p.kv_len,
+                "bias: expected [", p.batch, " or 1, ", p.heads_q, " or 1, ", p.q_len, ", ", p.kv_len, "], got [",
+                s.batch, ", ", s.heads, ", ", s.q_len, ", ", s.kv_len, "]");
+}
+
+// Refuses a bias where a path cannot take one (`where` names it).
+inline void refuse_bias(const Options& opt, const char* where) {
+  KATTN_REQUIRE(!opt.bias.active(), "bias: not supported with ", where);
+}
+
+}  // namespace detail
+}  // namespace kattn
