@@ -72,34 +72,44 @@ def _as_arrays(**named):
     return [as_array(x, name) for name, x in named.items()]
 
 
+def _with_bias(named, bias):
+    """(arrays, target, out) of the named arguments and the bias (None: none) on their device, and
+    the bias's array as kattn reads it."""
+    if bias is None:
+        return (*arguments(**named), None)
+    arrays, target, out = arguments(**named, bias=bias)
+    return arrays[:-1], target, out, arrays[-1]
+
+
 def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None,
-              layout="bnhd", return_lse=False, splits=0, split_chunk=0, block_q=0, block_k=0, workspace=None):
+              bias=None, layout="bnhd", return_lse=False, splits=0, split_chunk=0, block_q=0, block_k=0,
+              workspace=None):
     """o = softmax(scale * q k^T + mask) v over dense keys.
 
     q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D] (layout "bnhd"; "bhnd": [B, H, N, D]), Hq a multiple of
     Hkv (GQA). sinks: None, or one logit per query head [Hq] (attention sinks: each row's softmax
-    also runs over its head's sink, which carries no value). Returns o like q (head dim of v), and
-    with return_lse the natural-log lse [B, Hq, Nq] (-inf for a row that sees no key; with sinks,
-    the sink is in it).
+    also runs over its head's sink, which carries no value). bias: None, or an additive bias of the
+    scores [B or 1, Hq or 1, Nq, Nk] (float or bool: 0 where true, -inf where false; its last axis
+    contiguous, read in place). Returns o like q (head dim of v), and with return_lse the
+    natural-log lse [B, Hq, Nq] (-inf for a row that sees no key; with sinks, the sink is in it).
     """
-    (q_, k_, v_), target, out = arguments(q=q, k=k, v=v)
-    o, lse, _ = _kattn.attention(q_, k_, v_, layout,
-                                 _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k,
-                                          workspace, sinks, alibi_slopes), target)
+    (q_, k_, v_), target, out, bias_ = _with_bias(dict(q=q, k=k, v=v), bias)
+    opts = _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace, sinks,
+                    alibi_slopes)
+    o, lse, _ = _kattn.attention(q_, k_, v_, layout, dict(opts, bias=bias_), target)
     return (out(o), out(lse)) if return_lse else out(o)
 
 
 def attention_backward(q, k, v, o, lse, dout, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None,
-                       alibi_slopes=None, layout="bnhd", deterministic=False, block_q=0, block_k=0, workspace=None):
+                       alibi_slopes=None, bias=None, layout="bnhd", deterministic=False, block_q=0, block_k=0,
+                       workspace=None):
     """dq, dk, dv of sum(o * dout), for the o and lse kattn.attention returned with the same options;
-    with sinks, also dsinks [Hq] (float64), the gradient of the sinks.
+    with sinks, also dsinks [Hq] (float64), the gradient of the sinks. A bias takes no gradient.
 
     q, k, v, o, dout of one dtype (float16 and bfloat16 too: the gradients in it, lse float32)."""
-    arrays, target, out = arguments(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
-    dq, dk, dv, info = _kattn.attention_backward(
-        *arrays, layout, _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace, sinks,
-                                  alibi_slopes),
-        deterministic, target)
+    arrays, target, out, bias_ = _with_bias(dict(q=q, k=k, v=v, o=o, lse=lse, dout=dout), bias)
+    opts = _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace, sinks, alibi_slopes)
+    dq, dk, dv, info = _kattn.attention_backward(*arrays, layout, dict(opts, bias=bias_), deterministic, target)
     return _gradients(out, dq, dk, dv, info, sinks)
 
 

@@ -38,12 +38,16 @@ def as_array(x, name):
         device = getattr(x, "device", None)
         if device is not None and getattr(device, "type", "cpu") != "cpu":
             raise Error(f"{name}: expected a CPU tensor, got one on {device}")
-        bf16 = str(getattr(x, "dtype", "")) == "torch.bfloat16"
+        dtype = str(getattr(x, "dtype", ""))
         try:
-            if bf16:  # only PyTorch tensors have this dtype
+            if dtype == "torch.bfloat16":  # only PyTorch tensors have this dtype
                 import torch
 
                 return np.from_dlpack(x.view(torch.int16)).view(bfloat16)
+            if dtype == "torch.bool":  # a mask: older PyTorch has no DLPack for bool, byte views alike
+                import torch
+
+                return np.from_dlpack(x.view(torch.uint8)).view(np.bool_)
             return np.from_dlpack(x)
         except (RuntimeError, TypeError, BufferError) as e:
             raise Error(f"{name}: cannot be read through DLPack: {e}") from None

@@ -96,6 +96,18 @@ def _checked_sinks(sinks):
     return sinks
 
 
+def _checked_bias(bias, name):
+    """A call's bias: None, or a tensor that needs no gradient (kattn computes none for it)."""
+    if bias is None:
+        return None
+    if not isinstance(bias, torch.Tensor):
+        raise Error(f"{name}: expected a torch.Tensor or None, got {type(bias).__name__}")
+    if bias.requires_grad:
+        raise Error(f"{name}: requires grad, but kattn computes no gradient for a bias tensor yet; pass "
+                    f"{name}.detach()")
+    return bias
+
+
 def _dsinks(info, sinks, like):
     """The sinks' gradient from a backward's info, in the sinks' dtype and on their device (an empty
     tensor like `like` without sinks: an op returns tensors only)."""
@@ -114,16 +126,22 @@ def _backward_inputs(q, k, v, o, lse, dout):
     return arguments(q=q.detach(), k=k.detach(), v=v.detach(), o=o.detach(), lse=lse.detach(), dout=dout.detach())
 
 
-def _dense_forward(q, k, v, sinks, layout, *opts):
-    arrays, target, out = _inputs(q, k, v)
-    o, lse, _ = _kattn.attention(*arrays, layout, _kw(_Options(*opts), sinks), target)
+def _dense_forward(q, k, v, sinks, bias, layout, *opts):
+    from . import _with_bias
+
+    arrays, target, out, bias_ = _with_bias(dict(q=q.detach(), k=k.detach(), v=v.detach()), bias)
+    o, lse, _ = _kattn.attention(*arrays, layout, dict(_kw(_Options(*opts), sinks), bias=bias_), target)
     return out(o), out(lse)
 
 
-def _dense_backward(q, k, v, sinks, o, lse, dout, layout, *opts):
+def _dense_backward(q, k, v, sinks, o, lse, dout, bias, layout, *opts):
+    from . import _with_bias
+
     opts = _Options(*opts)
-    arrays, target, out = _backward_inputs(q, k, v, o, lse, dout)
-    dq, dk, dv, info = _kattn.attention_backward(*arrays, layout, _kw(opts, sinks), opts.deterministic, target)
+    named = dict(q=q.detach(), k=k.detach(), v=v.detach(), o=o.detach(), lse=lse.detach(), dout=dout.detach())
+    arrays, target, out, bias_ = _with_bias(named, bias)
+    dq, dk, dv, info = _kattn.attention_backward(*arrays, layout, dict(_kw(opts, sinks), bias=bias_),
+                                                 opts.deterministic, target)
     return out(dq), out(dk), out(dv), _dsinks(info, sinks, q)
 
 
@@ -150,7 +168,7 @@ def _accumulation(dtype):
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def _dense_forward_fake(q, k, v, sinks, layout, *opts):
+def _dense_forward_fake(q, k, v, sinks, bias, layout, *opts):
     n, h = (1, 2) if layout == "bnhd" else (2, 1)
     return (q.new_empty((*q.shape[:-1], v.shape[-1])),
             q.new_empty((q.shape[0], q.shape[h], q.shape[n]), dtype=_accumulation(q.dtype)))
@@ -237,7 +255,7 @@ def _op(name, arguments, forward, backward, forward_fake):
     return Function.apply
 
 
-_attention_op = _op("attention", f"str layout, {_OPTION_SCHEMA}", _dense_forward, _dense_backward,
+_attention_op = _op("attention", f"Tensor? bias, str layout, {_OPTION_SCHEMA}", _dense_forward, _dense_backward,
                     _dense_forward_fake)
 _ragged_op = _op("ragged_attention",
                  f"Tensor q_indptr, Tensor kv_indptr, int max_seqlen_q, int max_seqlen_k, {_OPTION_SCHEMA}",
@@ -262,7 +280,7 @@ def _required_layout(layout, call):
 
 
 def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None,
-              layout=None, deterministic=False, block_q=0, block_k=0, workspace=None):
+              bias=None, layout=None, deterministic=False, block_q=0, block_k=0, workspace=None):
     """o = softmax(scale * q k^T + mask) v with gradients for q, k, v (and sinks).
 
     layout (required): "bnhd", q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D]; or "bhnd", q [B, Hq, Nq, D],
@@ -273,7 +291,9 @@ def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, si
     value; on any device, read through a host copy, which waits for its stream; its gradient comes
     in its dtype, on its device); alibi_slopes None, or one slope per query head [Hq] (ALiBi: each
     score gains -slope * |i + Nk - Nq - j|; a sequence or a tensor, read through a host copy, with
-    no gradient). Tensors on the CPU or kattn's GPU whose last axis is contiguous, of
+    no gradient); bias None, or an additive bias of the scores [B or 1, Hq or 1, Nq, Nk] on q's device
+    (float, or bool: 0 where true, -inf where false; its last axis contiguous; no gradient).
+    Tensors on the CPU or kattn's GPU whose last axis is contiguous, of
     one dtype: float32, float64, float16 or bfloat16 (o and the gradients in it); float32 q over a
     float16 or bfloat16 k, v without gradients. deterministic: a bitwise
     reproducible backward for every thread count. workspace: a kattn.Workspace the forward and the
@@ -289,7 +309,7 @@ def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, si
                             f"backward takes q, k, v of one dtype; detach them (forward only) or give them one dtype")
     opts = _options(causal, window, softcap, scale, 0, block_q, block_k, workspace, deterministic,
                     alibi_slopes=alibi_slopes)
-    return _attention_op(q, k, v, sinks, layout, *opts)[0]
+    return _attention_op(q, k, v, sinks, _checked_bias(bias, "bias"), layout, *opts)[0]
 
 
 # ---- PyTorch's convention
@@ -320,13 +340,15 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     query [..., Hq, L, E], key and value [..., Hkv, S, E] (any leading batch dims, broadcast; none
     for [L, E] and [H, L, E]; kattn's value has the head dim E of query and key), one dtype; is_causal: query i sees keys j <= i
     (aligned top-left, as PyTorch's); scale None: 1/sqrt(E); Hkv != Hq (grouped-query attention)
-    only with enable_gqa=True, Hq a multiple of Hkv. Returns [..., Hq, L, E]. attn_mask (kattn
-    has no mask tensor yet) and dropout_p > 0 are refused with a kattn.Error. kattn's own addition:
-    sinks, a tensor [Hq] of attention sinks, as kattn.torch.attention's (with their gradient)."""
+    only with enable_gqa=True, Hq a multiple of Hkv. Returns [..., Hq, L, E]. attn_mask: a bool
+    mask (True: attend) or a float bias added to the scores, broadcastable to [..., Hq, L, S], with
+    no gradient; not with is_causal, as in PyTorch. dropout_p > 0 is refused with a kattn.Error.
+    kattn's own addition: sinks, a tensor [Hq] of attention sinks, as kattn.torch.attention's (with
+    their gradient)."""
     _require_tensors(query=query, key=key, value=value)
-    if attn_mask is not None:
-        raise Error("attn_mask: kattn has no mask tensor yet; is_causal is taken, and kattn.torch.attention's "
-                    "causal and window")
+    attn_mask = _checked_bias(attn_mask, "attn_mask")
+    if attn_mask is not None and is_causal:
+        raise Error("attn_mask: expected None with is_causal=True (PyTorch refuses both too)")
     if dropout_p != 0.0:
         raise Error(f"dropout_p: expected 0.0 (kattn has no dropout), got {dropout_p}")
     names, tensors = ("query", "key", "value"), (query, key, value)
@@ -361,7 +383,19 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             k, v = k[:, :, :nq], v[:, :, :nq]
         else:
             shift = nq - nk
-    o = _attention_op(q, k, v, _checked_sinks(sinks), "bhnd", *_options(is_causal, None, 0.0, scale, shift))[0]
+    bias = None
+    if attn_mask is not None:  # [..., L, S] broadcast to the call's [B, Hq, L, S], read in place
+        shape = (*batch, heads[0], query.shape[-2], key.shape[-2])
+        try:
+            bias = attn_mask.expand(*shape)
+        except RuntimeError:
+            raise Error(f"attn_mask: expected a shape that broadcasts to {shape}, got {tuple(attn_mask.shape)}") from None
+        while bias.dim() < 4:
+            bias = bias[None]
+        bias = bias.reshape(-1, *bias.shape[-3:]) if bias.dim() > 4 else bias
+        if bias.stride(-1) != 1 and bias.shape[-1] > 1:
+            bias = bias.contiguous()
+    o = _attention_op(q, k, v, _checked_sinks(sinks), bias, "bhnd", *_options(is_causal, None, 0.0, scale, shift))[0]
     return o.reshape(*batch, *o.shape[1:]) if query.dim() >= 4 else o.reshape(o.shape[4 - query.dim():])
 
 
@@ -374,7 +408,7 @@ def flash_attn(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
     _require_tensors(q=q, k=k, v=v)
     opts = _options(causal, window_size, softcap, softmax_scale, deterministic=deterministic,
                     window_name="window_size", scale_name="softmax_scale", alibi_slopes=alibi_slopes)
-    o, lse = _attention_op(q, k, v, None, "bnhd", *opts)
+    o, lse = _attention_op(q, k, v, None, None, "bnhd", *opts)
     return (o, _flash_lse(lse), q.new_empty((0,))) if return_attn_probs else o
 
 

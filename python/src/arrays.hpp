@@ -284,8 +284,36 @@ inline std::vector<double> per_head_of(const py::handle& value, const char* name
   return std::vector<double>(a.data(), a.data() + a.size());
 }
 
+// Options::bias from an array [B or 1, Hq or 1, Nq, Nk] (a NumPy array, or a tensor's descriptor)
+// of float32, float64, float16, bfloat16 or bool whose last axis is contiguous. Read in place: the
+// caller's dict holds the array for the call.
+inline kattn::ScoreBias bias_of(const py::handle& value) {
+  const Array a = py::isinstance<py::array>(value) ? host_array(py::reinterpret_borrow<py::array>(value))
+                                                  : described_array(value, "bias");
+  if (a.ndim() != 4)
+    throw kattn::Error("bias: expected a rank-4 array [B or 1, Hq or 1, Nq, Nk], got rank " + std::to_string(a.ndim()));
+  kattn::ScoreBias s;
+  py::ssize_t item = 0;
+  if (a.dtype == "float32") s.type = kattn::BiasType::f32, item = 4;
+  else if (a.dtype == "float64") s.type = kattn::BiasType::f64, item = 8;
+  else if (a.dtype == "float16") s.type = kattn::BiasType::f16, item = 2;
+  else if (a.dtype == "bfloat16") s.type = kattn::BiasType::bf16, item = 2;
+  else if (a.dtype == "bool") s.type = kattn::BiasType::boolean, item = 1;
+  else
+    throw kattn::Error("bias: expected float32, float64, float16, bfloat16 or bool, got " + a.dtype);
+  for (int d = 0; d < 4; ++d)
+    if (a.strides[d] % item != 0) throw kattn::Error("bias: expected strides in whole elements");
+  if (a.shape[3] > 1 && a.strides[3] != item)
+    throw kattn::Error("bias: expected contiguous keys (stride 1 along axis 3), got a stride of " +
+                       std::to_string(a.strides[3] / item) + " elements");
+  s.data = a.size() > 0 ? a.data : nullptr;
+  s.batch = a.shape[0], s.heads = a.shape[1], s.q_len = a.shape[2], s.kv_len = a.shape[3];
+  s.stride_batch = a.strides[0] / item, s.stride_head = a.strides[1] / item, s.stride_q = a.strides[2] / item;
+  return s;
+}
+
 // kattn::Options from the Python layer's keyword arguments (a dict: causal, window, softcap,
-// scale, diagonal_shift, sinks, alibi_slopes, splits, split_chunk, block_q, block_k, workspace),
+// scale, diagonal_shift, sinks, alibi_slopes, bias, splits, split_chunk, block_q, block_k, workspace),
 // validated.
 inline kattn::Options options_of(const py::dict& kw) {
   kattn::Options o;
@@ -315,6 +343,9 @@ inline kattn::Options options_of(const py::dict& kw) {
     } else if (key == "sinks") {
       if (value.is_none()) continue;
       o.sinks = per_head_of(value, "sinks", "logit");
+    } else if (key == "bias") {
+      if (value.is_none()) continue;
+      o.bias = bias_of(value);
     } else if (key == "alibi_slopes") {
       if (value.is_none()) continue;
       o.alibi_slopes = per_head_of(value, "alibi_slopes", "slope");

@@ -56,8 +56,10 @@ def test_a_model_compiles_with_fullgraph_and_matches_eager():
 def test_the_ops_pass_opcheck(dtype):
     g = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(2, 5, h, 8, generator=g).to(dtype).requires_grad_() for h in (4, 2, 2))
-    options = kattn.torch._options(causal=True, window=(3, -1))
-    torch.library.opcheck(torch.ops.kattn.attention.default, (q, k, v, None, "bnhd", *options))
+    options = kattn.torch._options(causal=True, window=(3, -1), alibi_slopes=[0.5, 0.0, 0.25, 1.0])
+    torch.library.opcheck(torch.ops.kattn.attention.default, (q, k, v, None, None, "bnhd", *options))
+    bias = torch.randn(1, 4, 5, 5, generator=g).to(dtype)  # [1, Hq, Nq, Nk]: a bias tensor, no gradient
+    torch.library.opcheck(torch.ops.kattn.attention.default, (q, k, v, None, bias, "bnhd", *options))
     cu = torch.tensor([0, 4, 10], dtype=torch.int64)
     packed = [t.detach().reshape(10, t.shape[2], 8).requires_grad_() for t in (q, k, v)]
     torch.library.opcheck(torch.ops.kattn.ragged_attention.default, (*packed, None, cu, cu, 6, 6, *options))

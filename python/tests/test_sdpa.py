@@ -140,8 +140,8 @@ def test_is_causal_is_top_left_where_kattns_causal_is_bottom_right():
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda q, k, v: kattn.torch.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(4, 6, dtype=torch.bool)),
-     "attn_mask: kattn has no mask tensor yet"),
+    (lambda q, k, v: kattn.torch.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(5, 6, dtype=torch.bool)),
+     "attn_mask: expected a shape that broadcasts to (1, 2, 4, 6), got (5, 6)"),
     (lambda q, k, v: kattn.torch.scaled_dot_product_attention(q, k, v, dropout_p=0.1), "dropout_p: expected 0.0"),
     (lambda q, k, v: kattn.torch.scaled_dot_product_attention(q, k[:, :1], v[:, :1]),
      "key: expected the heads of query (2, dim -3), got 1: different head counts (grouped-query attention) need "

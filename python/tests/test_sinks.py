@@ -387,4 +387,5 @@ def test_the_op_with_sinks_passes_opcheck(dtype):
     q, k, v, sinks = (x.detach().to(t) for x in leaf_tensors(2, 4, 2, 5, 5, 8, seed=18))
     q, k, v = (x.transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))  # bnhd (compile: bhnd)
     options = kattn.torch._options(causal=True, window=(3, -1))
-    torch.library.opcheck(torch.ops.kattn.attention.default, (q, k, v, sinks.requires_grad_(), "bnhd", *options))
+    torch.library.opcheck(torch.ops.kattn.attention.default,
+                          (q, k, v, sinks.requires_grad_(), None, "bnhd", *options))

@@ -1,0 +1,153 @@
+"""The bias tensor (bias= on kattn.attention and its backward, kattn.torch.attention, and
+scaled_dot_product_attention's attn_mask) against the float64 textbook with the same bias (in
+NumPy, and in PyTorch ops for autograd): float and bool, every broadcast shape, with gradients for
+q, k, v; and the refusals."""
+
+import numpy as np
+import pytest
+
+import kattn
+from reference import rel_err, textbook_backward
+
+B, NQ, NK, HQ, HKV, D = 2, 9, 13, 4, 2, 8
+
+
+def dense(seed=0, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(dtype) for s in ((B, NQ, HQ, D), (B, NK, HKV, D), (B, NK, HKV, D))]
+
+
+def bias_for(shape, seed=0, dtype=np.float64):
+    rng = np.random.default_rng(50 + seed)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.75
+    b = 2.0 * rng.standard_normal(shape)
+    b[rng.random(shape) < 0.05] = -np.inf
+    return b.astype(dtype)
+
+
+def as_float(bias):
+    return np.where(bias, 0.0, -np.inf) if bias.dtype == np.bool_ else bias.astype(np.float64)
+
+
+def textbook_with_bias(q, k, v, bias, causal=False):
+    """o, lse of the textbook with the bias added to the scores (the NumPy reference's own steps)."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    G = q.shape[2] // k.shape[2]
+    kk, vv = np.repeat(k, G, axis=2), np.repeat(v, G, axis=2)
+    s = np.einsum("bihd,bjhd->bhij", q, kk) / np.sqrt(q.shape[-1]) + as_float(bias)
+    if causal:
+        i = np.arange(q.shape[1])[:, None] + (k.shape[1] - q.shape[1])
+        s = np.where(np.arange(k.shape[1])[None, :] <= i, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True, initial=-np.inf)
+    m = np.where(np.isfinite(m), m, 0.0)
+    p = np.exp(s - m)
+    l = p.sum(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(l > 0, p / np.where(l > 0, l, 1), 0.0)
+        lse = np.where(l[..., 0] > 0, np.log(l[..., 0]) + m[..., 0], -np.inf)
+    return np.einsum("bhij,bjhd->bihd", p, vv), lse
+
+
+@pytest.mark.parametrize("shape", [(B, HQ, NQ, NK), (1, 1, NQ, NK), (B, 1, NQ, NK), (1, HQ, NQ, NK)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, np.bool_])
+@pytest.mark.parametrize("causal", [False, True])
+def test_forward_matches_the_textbook_with_the_bias(shape, dtype, causal):
+    q, k, v = dense(1)
+    bias = bias_for(shape, 1, dtype)
+    o, lse = kattn.attention(q, k, v, bias=bias, causal=causal, return_lse=True)
+    ref_o, ref_lse = textbook_with_bias(q, k, v, bias, causal)
+    assert rel_err(o, ref_o) <= 1e-12
+    assert np.array_equal(np.isneginf(lse), np.isneginf(ref_lse))
+    finite = np.isfinite(ref_lse)
+    assert np.abs(lse[finite] - ref_lse[finite]).max(initial=0.0) <= 1e-12
+
+
+def test_a_bias_of_zeros_is_no_bias():
+    q, k, v = dense(2)
+    want = kattn.attention(q, k, v, causal=True)
+    got = kattn.attention(q, k, v, causal=True, bias=np.zeros((1, 1, NQ, NK)))
+    assert rel_err(got, want) <= 1e-15
+
+
+def test_backward_gradients_with_the_bias():
+    q, k, v = dense(3)
+    dout = np.random.default_rng(4).standard_normal(q.shape)
+    bias = bias_for((B, HQ, NQ, NK), 3)
+    bias[~np.isfinite(bias)] = -30.0  # the finite-difference check below needs finite scores
+    o, lse = kattn.attention(q, k, v, bias=bias, return_lse=True)
+    dq, dk, dv = kattn.attention_backward(q, k, v, o, lse, dout, bias=bias)
+    # Central differences of sum(o * dout) in q, k and v at a few elements.
+    h = 1e-6
+    for x, g in ((q, dq), (k, dk), (v, dv)):
+        for e in (0, 17, x.size - 1):
+            flat = x.reshape(-1)
+            x0 = flat[e]
+            flat[e] = x0 + h
+            up = (kattn.attention(q, k, v, bias=bias) * dout).sum()
+            flat[e] = x0 - h
+            down = (kattn.attention(q, k, v, bias=bias) * dout).sum()
+            flat[e] = x0
+            assert abs(g.reshape(-1)[e] - (up - down) / (2 * h)) <= 1e-7 * max(1.0, abs(g.reshape(-1)[e]))
+    # A bias of zeros gives the textbook's gradients without one.
+    dq0, _, _ = textbook_backward(q, k, v, dout)
+    dq1, _, _ = kattn.attention_backward(q, k, v, *kattn.attention(q, k, v, return_lse=True), dout,
+                                         bias=np.zeros((1, 1, NQ, NK)))
+    assert rel_err(dq1, dq0) <= 1e-10
+
+
+@pytest.mark.parametrize("bias, message", [
+    (np.zeros((B, HQ, NK, NQ)), "bias: expected [2 or 1, 4 or 1, 9, 13], got [2, 4, 13, 9]"),
+    (np.zeros((NQ, NK)), "bias: expected a rank-4 array [B or 1, Hq or 1, Nq, Nk], got rank 2"),
+    (np.zeros((1, 1, NQ, NK), np.int32), "bias: expected float32, float64, float16, bfloat16 or bool, got int32"),
+    (np.zeros((1, 1, NK, NQ)).transpose(0, 1, 3, 2), "bias: expected contiguous keys"),
+])
+def test_bad_biases_are_refused_naming_them(bias, message):
+    q, k, v = dense()
+    with pytest.raises(kattn.Error, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")
+                       .replace(")", r"\)")):
+        kattn.attention(q, k, v, bias=bias)
+
+
+# ---- PyTorch: kattn.torch.attention(bias=) and SDPA's attn_mask, against autograd of SDPA's math
+
+@pytest.mark.parametrize("mask_shape", [(NQ, NK), (HQ, NQ, NK), (B, 1, NQ, NK), (B, HQ, NQ, NK)])
+@pytest.mark.parametrize("boolean", [False, True])
+def test_sdpa_attn_mask_matches_pytorch(mask_shape, boolean):
+    torch = pytest.importorskip("torch")
+    import kattn.torch  # noqa: F401  (needs PyTorch)
+
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(B, HQ, NQ, D, dtype=torch.float64, generator=g, requires_grad=True)
+    k = torch.randn(B, HQ, NK, D, dtype=torch.float64, generator=g, requires_grad=True)
+    v = torch.randn(B, HQ, NK, D, dtype=torch.float64, generator=g, requires_grad=True)
+    mask = torch.rand(mask_shape, generator=g) < 0.8 if boolean else torch.randn(mask_shape, generator=g,
+                                                                                   dtype=torch.float64)
+    if boolean:
+        mask[..., 0] = True  # every row sees a key (PyTorch gives NaN for a row it masks whole)
+    o = kattn.torch.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    additive = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(~mask, float("-inf")) if boolean else mask
+    scores = leaves[0] @ leaves[1].transpose(-1, -2) / D ** 0.5 + additive  # SDPA's math, in PyTorch ops
+    ref = torch.softmax(scores, dim=-1) @ leaves[2]
+    assert rel_err(o.detach().numpy(), ref.detach().numpy()) <= 1e-12
+    dout = torch.randn(o.shape, dtype=o.dtype, generator=g)
+    (o * dout).sum().backward()
+    (ref * dout).sum().backward()
+    for got, want in zip((q, k, v), leaves):
+        assert rel_err(got.grad.numpy(), want.grad.numpy()) <= 1e-10
+
+
+def test_torch_attention_takes_a_bias_and_refuses_one_that_requires_grad():
+    torch = pytest.importorskip("torch")
+    import kattn.torch  # noqa: F401  (needs PyTorch)
+
+    q, k, v = (torch.from_numpy(x) for x in dense(6))
+    bias = torch.from_numpy(bias_for((1, HQ, NQ, NK), 6))
+    o = kattn.torch.attention(q, k, v, bias=bias, layout="bnhd")
+    ref_o, _ = textbook_with_bias(q.numpy(), k.numpy(), v.numpy(), bias.numpy())
+    assert rel_err(o.numpy(), ref_o) <= 1e-12
+    with pytest.raises(kattn.Error, match="bias: requires grad, but kattn computes no gradient for a bias tensor"):
+        kattn.torch.attention(q, k, v, bias=bias.clone().requires_grad_(), layout="bnhd")
+    with pytest.raises(kattn.Error, match="attn_mask: expected None with is_causal=True"):
+        kattn.torch.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=True)
