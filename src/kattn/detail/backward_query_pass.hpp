@@ -23,6 +23,7 @@
 #include "kattn/detail/backward_steps.hpp"
 #include "kattn/detail/backward_workspace.hpp"
 #include "kattn/detail/online_softmax.hpp"
+#include "kattn/detail/simd.hpp"
 #include "kattn/detail/tile_gemm.hpp"
 #include "kattn/detail/tuning.hpp"
 #include "kattn/core/key_window.hpp"
@@ -212,13 +213,41 @@ struct BackwardQueryPass {
   KOKKOS_INLINE_FUNCTION void stage_bias(const Member& member, int b, int hk, std::int64_t t0, int n_rows,
                                          std::int64_t kb, int n_keys, T* bt) const {
     const int G = p.fwd.group_size();
+    const T log2e = static_cast<T>(kLog2e);
     bias.dispatch([&](auto tag) {
       using B = decltype(tag);
+      const auto row_of = [&](int r) {
+        return r < n_rows ? bias.template row<B>(b, hk * G + static_cast<int>((t0 + r) % G), (t0 + r) / G) + kb
+                          : nullptr;
+      };
+#if KATTN_HOST_SIMD
+      // On the host, W x W blocks loaded a row of keys at a time and transposed in registers (the
+      // forward's add_bias).
+      if constexpr (Tn::host && (std::is_same_v<B, T> || (std::is_same_v<T, float> && is_16bit_v<B>))) {
+        using V = simd::vec<T>;
+        constexpr int W = simd::width<T>();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(member, geo.qp_rows / W), [&](const int blk) {
+          const int r0 = blk * W;
+          const B* rows[W];
+          for (int k = 0; k < W; ++k) rows[k] = row_of(r0 + k);
+          int j = 0;
+          for (; j + W <= n_keys; j += W) {
+            V v[W];
+            for (int k = 0; k < W; ++k) v[k] = rows[k] ? simd::load_as<T>(rows[k] + j) * log2e : V{};
+            simd::transpose<T>(v);
+            for (int c = 0; c < W; ++c) simd::store(bt + (j + c) * geo.qp_rows + r0, v[c]);
+          }
+          for (; j < geo.qp_keys; ++j)
+            for (int k = 0; k < W; ++k)
+              bt[j * geo.qp_rows + r0 + k] = rows[k] && j < n_keys ? bias_value<T>(rows[k][j]) * log2e : T(0);
+        });
+        return;
+      }
+#endif
       Kokkos::parallel_for(Kokkos::TeamThreadRange(member, geo.qp_rows), [&](const int r) {
-        const B* row =
-            r < n_rows ? bias.template row<B>(b, hk * G + static_cast<int>((t0 + r) % G), (t0 + r) / G) + kb : nullptr;
+        const B* row = row_of(r);
         for (int j = 0; j < geo.qp_keys; ++j)
-          bt[j * geo.qp_rows + r] = row && j < n_keys ? bias_value<T>(row[j]) * static_cast<T>(kLog2e) : T(0);
+          bt[j * geo.qp_rows + r] = row && j < n_keys ? bias_value<T>(row[j]) * log2e : T(0);
       });
     });
   }

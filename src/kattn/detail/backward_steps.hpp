@@ -118,6 +118,13 @@ KOKKOS_INLINE_FUNCTION void gradient_row(T* s, T* dp, int keys, int begin, int e
   const V slope = simd::splat<T>(alibi.slope);
   for (int j = 0; j < keys; j += W, distance -= T(W)) {
     V bias = -slope * (distance < T(0) ? -distance : distance);
+    if constexpr (std::is_same_v<B, T> || (std::is_same_v<T, float> && is_16bit_v<B>)) {
+      if (bias_row && j + W <= end) {  // whole vectors of the row's keys, widened
+        bias += simd::load_as<T>(bias_row + j) * static_cast<T>(kLog2e);
+        gradient_vector(s + j, dp + j, l, d, g, bias);
+        continue;
+      }
+    }
     if (bias_row)
       for (int k = 0; k < W; ++k) bias[k] += row_bias<T>(bias_row, j + k, end);
     gradient_vector(s + j, dp + j, l, d, g, bias);

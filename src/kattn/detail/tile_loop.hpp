@@ -35,6 +35,7 @@
 #include "kattn/detail/block_sparse.hpp"
 #include "kattn/detail/masked_values.hpp"
 #include "kattn/detail/online_softmax.hpp"
+#include "kattn/detail/simd.hpp"
 #include "kattn/detail/tile_schedule.hpp"
 
 namespace kattn {
@@ -246,18 +247,64 @@ struct TileLoop : Layout {
   }
 
   // The bias tensor (core/score_bias.hpp) on the tile's scores, in log2 units: each row's keys read
-  // in place, contiguous; padding rows and keys are left to the mask.
+  // in place, in order; padding rows and keys are left to the mask. Where a key's scores are a
+  // column of rows (rows_contiguous), blocks of rows walk their keys together, so that each key's
+  // sums are one contiguous store and each row's bias still streams through its own cache lines.
   KOKKOS_INLINE_FUNCTION void add_bias(const Member& member, const TileWork& w, std::int64_t kb, int n_keys,
                                        const Head& h, int hk) const {
     const int G = this->p.group_size();
+    const T log2e = static_cast<T>(kLog2e);
     this->bias.dispatch([&](auto tag) {
       using B = decltype(tag);
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(member, w.n_rows), [&](const int r) {
-        const B* row = this->bias.template row<B>(w.b, hk * G + static_cast<int>((w.t0 + r) % G), (w.t0 + r) / G) + kb;
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, n_keys), [&](const int j) {
-          this->score(h, r, j) += bias_value<T>(row[j]) * static_cast<T>(kLog2e);
+      const auto row_of = [&](int r) {
+        return this->bias.template row<B>(w.b, hk * G + static_cast<int>((w.t0 + r) % G), (w.t0 + r) / G) + kb;
+      };
+#if KATTN_HOST_SIMD
+      // On the host, W x W blocks (W rows, W keys) loaded a row of keys at a time, widened, and
+      // transposed in registers into W columns: vector loads and stores only.
+      if constexpr (Layout::rows_contiguous && Layout::Tn::host &&
+                    (std::is_same_v<B, T> || (std::is_same_v<T, float> && is_16bit_v<B>))) {
+        using V = simd::vec<T>;
+        constexpr int W = simd::width<T>();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(member, (w.n_rows + W - 1) / W), [&](const int blk) {
+          const int r0 = blk * W, nr = w.n_rows - r0 < W ? w.n_rows - r0 : W;
+          const B* rows[W];
+          for (int k = 0; k < W; ++k) rows[k] = k < nr ? row_of(r0 + k) : nullptr;
+          int j = 0;
+          for (; j + W <= n_keys; j += W) {
+            V v[W];
+            for (int k = 0; k < W; ++k) v[k] = rows[k] ? simd::load_as<T>(rows[k] + j) : V{};
+            simd::transpose<T>(v);
+            for (int c = 0; c < W; ++c) {
+              T* column = &this->score(h, r0, j + c);
+              simd::store(column, simd::load(column) + v[c] * log2e);
+            }
+          }
+          for (; j < n_keys; ++j)
+            for (int k = 0; k < nr; ++k) this->score(h, r0 + k, j) += bias_value<T>(rows[k][j]) * log2e;
         });
-      });
+        return;
+      }
+#endif
+      if constexpr (Layout::rows_contiguous) {
+        constexpr int RB = 16;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(member, (w.n_rows + RB - 1) / RB), [&](const int blk) {
+          const int r0 = blk * RB, nr = w.n_rows - r0 < RB ? w.n_rows - r0 : RB;
+          const B* rows[RB];
+          for (int k = 0; k < nr; ++k) rows[k] = row_of(r0 + k);
+          for (int j = 0; j < n_keys; ++j) {
+            T* column = &this->score(h, r0, j);
+            for (int k = 0; k < nr; ++k) column[k] += bias_value<T>(rows[k][j]) * log2e;
+          }
+        });
+      } else {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(member, w.n_rows), [&](const int r) {
+          const B* row = row_of(r);
+          T* scores = &this->score(h, r, 0);
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, n_keys),
+                               [&](const int j) { scores[j] += bias_value<T>(row[j]) * log2e; });
+        });
+      }
     });
   }
 
