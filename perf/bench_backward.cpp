@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 
 #include <Kokkos_Core.hpp>
+#include <Kokkos_Random.hpp>
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -17,9 +18,12 @@
 
 #include "kattn/attention.hpp"
 #include "kattn/backward.hpp"
+#include "kattn/core/alibi.hpp"
 #include "kattn/reference_backward.hpp"
+#include "kattn/score_bias.hpp"
 #include "kattn/workspace.hpp"
 #include "machine.hpp"
+#include "paired.hpp"
 #include "random_view.hpp"
 
 namespace {
@@ -275,5 +279,46 @@ BENCHMARK_TEMPLATE(BM_TrainingStepWorkspace, kattn::bf16)
     ->Iterations(8)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// A score variant's cost in the backward, paired in one run (float, B = 1, 8 heads, the default dq
+// strategy): each iteration times the backward of the plain forward (A) and of the forward with
+// the variant (B); ratio_median is the median of time(B) / time(A). Variant 0: ALiBi (the paper's
+// slopes); 1: a float bias [1, 8, N, N].
+void BM_ScoreVariantBackwardCost(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0)), d = static_cast<int>(state.range(1)),
+            variant = static_cast<int>(state.range(3));
+  constexpr int H = 8;
+  kattn::Options plain;
+  plain.causal = state.range(2) != 0;
+  View4<float> q("q", 1, n, H, d), k("k", 1, n, H, d), v("v", 1, n, H, d), dout("do", 1, n, H, d);
+  View4<float> oa("o", 1, n, H, d), ob("o", 1, n, H, d), dq("dq", 1, n, H, d), dk("dk", 1, n, H, d),
+      dv("dv", 1, n, H, d);
+  View3<float> la("lse", 1, H, n), lb("lse", 1, H, n);
+  Kokkos::Random_XorShift64_Pool<> pool(7);
+  for (const auto& x : {q, k, v, dout}) Kokkos::fill_random(x, pool, -1.0f, 1.0f);
+  View4<float> bias("bias", 1, variant == 1 ? H : 0, n, n);
+  kattn::Options with = plain;
+  if (variant == 0) with.alibi_slopes = kattn::alibi_standard_slopes(H);
+  if (variant == 1) {
+    Kokkos::fill_random(bias, pool, -2.0f, 2.0f);
+    with.bias = kattn::score_bias(bias);
+  }
+  const Kokkos::DefaultExecutionSpace space;
+  kattn::attention(space, q, kattn::kv::dense(k, v), oa, la, plain);
+  kattn::attention(space, q, kattn::kv::dense(k, v), ob, lb, with);
+  const kattn::perf::Paired r = kattn::perf::paired(
+      state,
+      [&] { kattn::attention_backward(space, q, kattn::kv::dense(k, v), oa, la, dout, dq, dk, dv, plain); },
+      [&] { kattn::attention_backward(space, q, kattn::kv::dense(k, v), ob, lb, dout, dq, dk, dv, with); });
+  state.counters["ratio_median"] = r.median_ratio();
+  state.counters["ratio_min"] = r.ratio.front();
+  state.counters["ratio_max"] = r.ratio.back();
+}
+BENCHMARK(BM_ScoreVariantBackwardCost)
+    ->ArgsProduct({{1024}, {64, 128}, {0, 1}, {0, 1}})
+    ->ArgNames({"N", "D", "causal", "variant"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(7);
 
 }  // namespace

@@ -2,6 +2,7 @@
 // GFLOP/s (4 N^2 D, halved for causal), the fraction of this core's FMA peak measured in the
 // same run, and the extra memory each needs beyond its inputs and outputs.
 #include <Kokkos_Core.hpp>
+#include <Kokkos_Random.hpp>
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -10,12 +11,17 @@
 #include <vector>
 
 #include "kattn/attention.hpp"
+#include "kattn/core/alibi.hpp"
+#include "kattn/score_bias.hpp"
 #include "kattn/reference.hpp"
 #include "machine.hpp"
+#include "paired.hpp"
 #include "random_view.hpp"
 
 namespace {
 
+using kattn::perf::paired;
+using kattn::perf::Paired;
 using kattn::perf::random_view;
 using kattn::perf::View3;
 using kattn::perf::View4;
@@ -175,27 +181,13 @@ void BM_PrefillStorage(benchmark::State& state) {
   View4<S> ob("o", 1, n, 1, d);
   View3<float> lse("lse", 1, 1, n);
   const Kokkos::DefaultExecutionSpace space;
-  const auto seconds = [&](const auto& f) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    space.fence();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  const auto run_a = [&] { kattn::attention(space, qa, kattn::kv::dense(ka, va), oa, lse, opt); };
-  const auto run_b = [&] { kattn::attention(space, qb, kattn::kv::dense(kb, vb), ob, lse, opt); };
-  seconds(run_a), seconds(run_b);  // warm-up
-  std::vector<double> ratio, tb;
-  for (auto _ : state) {
-    const double ta = seconds(run_a);
-    tb.push_back(seconds(run_b));
-    ratio.push_back(tb.back() / ta);
-  }
-  std::sort(ratio.begin(), ratio.end());
-  std::sort(tb.begin(), tb.end());
+  const Paired r = paired(
+      state, [&] { kattn::attention(space, qa, kattn::kv::dense(ka, va), oa, lse, opt); },
+      [&] { kattn::attention(space, qb, kattn::kv::dense(kb, vb), ob, lse, opt); });
   const double flops = 4.0 * n * double(n) * d * (opt.causal ? 0.5 : 1.0);
-  state.counters["ratio_median"] = ratio[ratio.size() / 2];
-  state.counters["B_GFLOP/s"] = flops / tb[tb.size() / 2] / 1e9;
-  state.counters["frac_peak"] = flops / tb[tb.size() / 2] / 1e9 / fma_peak<float>();
+  state.counters["ratio_median"] = r.median_ratio();
+  state.counters["B_GFLOP/s"] = flops / r.tb[r.tb.size() / 2] / 1e9;
+  state.counters["frac_peak"] = flops / r.tb[r.tb.size() / 2] / 1e9 / fma_peak<float>();
 }
 
 void storage_shapes(benchmark::internal::Benchmark* b) {
@@ -205,5 +197,48 @@ void storage_shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK_TEMPLATE(BM_PrefillStorage, kattn::bf16)->Apply(storage_shapes);
 BENCHMARK_TEMPLATE(BM_PrefillStorage, kattn::fp16)->Apply(storage_shapes);
+
+// A score variant's cost, paired in one run (float, B = 1, 8 heads, no split): each iteration
+// times the plain forward (A) and the same with the variant (B); ratio_median is the median of
+// time(B) / time(A) (the target: at most 1.05). Variant 0: ALiBi (the paper's slopes); 1: a float
+// bias [1, 8, N, N]; 2: a bool mask [1, 1, N, N] (SDPA's broadcast boolean attn_mask).
+void BM_ScoreVariantCost(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0)), d = static_cast<int>(state.range(1)), variant =
+      static_cast<int>(state.range(3));
+  constexpr int H = 8;
+  kattn::Options plain;
+  plain.causal = state.range(2) != 0;
+  plain.splits = 1;
+  View4<float> q("q", 1, n, H, d), k("k", 1, n, H, d), v("v", 1, n, H, d), o("o", 1, n, H, d);
+  View3<float> lse("lse", 1, H, n);
+  Kokkos::Random_XorShift64_Pool<> pool(7);
+  Kokkos::fill_random(q, pool, -1.0f, 1.0f), Kokkos::fill_random(k, pool, -1.0f, 1.0f);
+  Kokkos::fill_random(v, pool, -1.0f, 1.0f);
+  View4<float> bias_f("bias", 1, variant == 1 ? H : 0, n, n);
+  Kokkos::View<bool****, Kokkos::LayoutRight> bias_b("mask", 1, 1, variant == 2 ? n : 0, n);
+  kattn::Options with = plain;
+  if (variant == 0) with.alibi_slopes = kattn::alibi_standard_slopes(H);
+  if (variant == 1) {
+    Kokkos::fill_random(bias_f, pool, -2.0f, 2.0f);
+    with.bias = kattn::score_bias(bias_f);
+  }
+  if (variant == 2) {
+    Kokkos::deep_copy(bias_b, true);
+    with.bias = kattn::score_bias(bias_b);
+  }
+  const Kokkos::DefaultExecutionSpace space;
+  const Paired r = paired(
+      state, [&] { kattn::attention(space, q, kattn::kv::dense(k, v), o, lse, plain); },
+      [&] { kattn::attention(space, q, kattn::kv::dense(k, v), o, lse, with); });
+  state.counters["ratio_median"] = r.median_ratio();
+  state.counters["ratio_min"] = r.ratio.front();
+  state.counters["ratio_max"] = r.ratio.back();
+}
+BENCHMARK(BM_ScoreVariantCost)
+    ->ArgsProduct({{2048}, {64, 128}, {0, 1}, {0, 1, 2}})
+    ->ArgNames({"N", "D", "causal", "variant"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(9);
 
 }  // namespace
