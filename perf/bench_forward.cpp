@@ -6,7 +6,6 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <chrono>
 #include <string>
 #include <vector>
 
@@ -97,27 +96,16 @@ void BM_InterleavedHeads(benchmark::State& state) {
   View4<T> oa("o", heads, n, 1, d), ob("o", 1, n, heads, d);
   View3<T> lsea("lse", heads, 1, n), lseb("lse", 1, heads, n);
   const Kokkos::DefaultExecutionSpace space;
-  const auto seconds = [&](const auto& f) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    space.fence();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  const auto run_a = [&] { kattn::attention(space, qa, kattn::kv::dense(ka, va), oa, lsea, opt); };
-  const auto run_b = [&] { kattn::attention(space, qb, kattn::kv::dense(kb, vb), ob, lseb, opt); };
-  seconds(run_a), seconds(run_b);  // warm-up
-  std::vector<double> ratio, tb;
-  for (auto _ : state) {
-    const double ta = seconds(run_a);
-    tb.push_back(seconds(run_b));
-    ratio.push_back(ta / tb.back());
-  }
-  std::sort(ratio.begin(), ratio.end());
-  std::sort(tb.begin(), tb.end());
+  const Paired r = paired(
+      state, [&] { kattn::attention(space, qa, kattn::kv::dense(ka, va), oa, lsea, opt); },
+      [&] { kattn::attention(space, qb, kattn::kv::dense(kb, vb), ob, lseb, opt); });
+  std::vector<double> rate(r.ratio.size());  // time(A) / time(B)
+  for (std::size_t i = 0; i < rate.size(); ++i) rate[i] = 1.0 / r.ratio[i];
+  std::sort(rate.begin(), rate.end());
   const double flops = 4.0 * heads * n * double(n) * d;
-  state.counters["ratio_median"] = ratio[ratio.size() / 2];
-  state.counters["B_GFLOP/s"] = flops / tb[tb.size() / 2] / 1e9;
-  state.counters["frac_peak"] = flops / tb[tb.size() / 2] / 1e9 / fma_peak<T>() / space.concurrency();
+  state.counters["ratio_median"] = rate[rate.size() / 2];
+  state.counters["B_GFLOP/s"] = flops / r.tb[r.tb.size() / 2] / 1e9;
+  state.counters["frac_peak"] = flops / r.tb[r.tb.size() / 2] / 1e9 / fma_peak<T>() / space.concurrency();
 }
 
 void head_shapes(benchmark::internal::Benchmark* b) {
