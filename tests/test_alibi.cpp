@@ -37,11 +37,7 @@ void check_dense(const Shape& shape, Options opt, int splits) {
   const std::uint64_t seed = fresh_seed();
   opt.splits = splits;
   opt.alibi_slopes = random_slopes(shape.Hq, seed + 11);
-  SCOPED_TRACE(describe(shape, opt) + " seed=" + std::to_string(seed));
-  Problem<T> p(shape, seed);
-  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
-  Kokkos::fence();
-  expect_close(p, reference_of(p, opt), tolerance<T>(), "dense with ALiBi");
+  expect_dense_matches_textbook<T>(shape, opt, seed, "dense with ALiBi");
 }
 
 TEST(Alibi, DenseMatchesTextbookForEveryVariantAndSplit) {

@@ -48,12 +48,8 @@ void check_dense(const Shape& shape, Options opt, int splits, int bias_batch, in
   opt.splits = splits;
   const View4<B> bias = random_bias<B>(bias_batch, bias_heads, shape.Nq, shape.Nk, seed + 3);
   opt.bias = score_bias(bias);
-  SCOPED_TRACE(describe(shape, opt) + " bias [" + std::to_string(bias_batch) + ", " + std::to_string(bias_heads) +
-               "] seed=" + std::to_string(seed));
-  Problem<T> p(shape, seed);
-  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
-  Kokkos::fence();
-  expect_close(p, reference_of(p, opt), tolerance<T>(), "dense with a bias");
+  expect_dense_matches_textbook<T>(shape, opt, seed, "dense with a bias",
+                                   " bias [" + std::to_string(bias_batch) + ", " + std::to_string(bias_heads) + "]");
 }
 
 TEST(Bias, DenseMatchesTextbookForEveryVariantSplitAndBroadcast) {

@@ -19,6 +19,18 @@
 namespace kattn {
 namespace test {
 
+// The dense forward of a fresh problem (this seed) under opt against the textbook with the same
+// options; `trace` names what the caller chose at random.
+template <class T>
+void expect_dense_matches_textbook(const Shape& shape, const Options& opt, std::uint64_t seed,
+                                   const std::string& what, const std::string& trace = "") {
+  SCOPED_TRACE(describe(shape, opt) + trace + " seed=" + std::to_string(seed));
+  Problem<T> p(shape, seed);
+  attention(TestSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
+  Kokkos::fence();
+  expect_close(p, reference_of(p, opt), tolerance<T>(), what);
+}
+
 // A block mask of 8 x 8 blocks over Nq x Nk (one head pattern for all), about a third of the
 // blocks unlisted; `edit` may change the kept blocks (row-major, blocks of queries x keys) first.
 template <class Edit = void (*)(std::vector<int>&)>
