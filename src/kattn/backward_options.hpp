@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "kattn/core/score_bias.hpp"
+
 namespace kattn {
 
 // dK and dV are always summed inside one team per key tile (no atomics, fixed order). dQ sums
@@ -32,6 +34,11 @@ struct BackwardOptions {
   DqStrategy dq = DqStrategy::automatic;
   // key_chunks: chunks per (sequence, KV head); 0 = planned from the problem (see backward_plan).
   int dq_chunks = 0;
+  // Where to write the gradient of Options::bias (kattn::score_bias_gradient, score_bias.hpp):
+  // the bias's shape, summed over its broadcast dims in a fixed order (deterministic whatever the
+  // strategy); inactive: not computed. A broadcast bias takes a workspace of B x Hq x Nq x Nk
+  // accumulation values for the sum.
+  ScoreBiasGradient dbias;
 };
 
 inline const char* name(DqStrategy s) {

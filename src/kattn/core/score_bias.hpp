@@ -82,4 +82,15 @@ struct ScoreBias {
   }
 };
 
+// Where the backward writes d(sum(o * dout)) / d(bias) (BackwardOptions::dbias): an array of
+// the bias's shape (its broadcast dims included: a dim of extent 1 receives the sum over that
+// dim), float, double, bf16 or fp16, keys contiguous. The gradient of a score is P (dP - D) where
+// P > 0 and 0 where P = 0 (masked keys, a -inf bias): such a score does not move the output.
+struct ScoreBiasGradient : ScoreBias {
+  template <class B>
+  KATTN_CORE_INLINE B* row_out(int b, int h, std::int64_t i) const {
+    return const_cast<B*>(row<B>(b, h, i));  // made from a writable array (score_bias_gradient)
+  }
+};
+
 }  // namespace kattn

@@ -24,6 +24,18 @@ void require_bias(const Options& opt, const P& p) {
                 s.batch, ", ", s.heads, ", ", s.q_len, ", ", s.kv_len, "]");
 }
 
+// The bias's gradient destination (BackwardOptions::dbias) fits Options::bias: the same shape,
+// broadcast dims included; a boolean mask has none.
+inline void require_bias_gradient(const Options& opt, const ScoreBiasGradient& dbias) {
+  if (!dbias.active()) return;
+  const ScoreBias& s = opt.bias;
+  KATTN_REQUIRE(s.active(), "dbias: the gradient of a bias, but the call has no bias (Options::bias)");
+  KATTN_REQUIRE(s.type != BiasType::boolean, "dbias: a boolean bias (a mask) has no gradient");
+  KATTN_REQUIRE(dbias.batch == s.batch && dbias.heads == s.heads && dbias.q_len == s.q_len && dbias.kv_len == s.kv_len,
+                "dbias: expected the bias's shape [", s.batch, ", ", s.heads, ", ", s.q_len, ", ", s.kv_len, "], got [",
+                dbias.batch, ", ", dbias.heads, ", ", dbias.q_len, ", ", dbias.kv_len, "]");
+}
+
 // Refuses a bias where a path cannot take one (`where` names it).
 inline void refuse_bias(const Options& opt, const char* where) {
   KATTN_REQUIRE(!opt.bias.active(), "bias: not supported with ", where);
