@@ -101,16 +101,19 @@ def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, si
 
 
 def attention_backward(q, k, v, o, lse, dout, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None,
-                       alibi_slopes=None, bias=None, layout="bnhd", deterministic=False, block_q=0, block_k=0,
-                       workspace=None):
+                       alibi_slopes=None, bias=None, bias_grad=False, layout="bnhd", deterministic=False, block_q=0,
+                       block_k=0, workspace=None):
     """dq, dk, dv of sum(o * dout), for the o and lse kattn.attention returned with the same options;
-    with sinks, also dsinks [Hq] (float64), the gradient of the sinks. A bias takes no gradient.
+    with sinks, also dsinks [Hq] (float64), the gradient of the sinks; with bias_grad=True, last,
+    dbias, the gradient of the (float) bias: its shape and dtype, summed over its broadcast dims.
 
     q, k, v, o, dout of one dtype (float16 and bfloat16 too: the gradients in it, lse float32)."""
     arrays, target, out, bias_ = _with_bias(dict(q=q, k=k, v=v, o=o, lse=lse, dout=dout), bias)
     opts = _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace, sinks, alibi_slopes)
-    dq, dk, dv, info = _kattn.attention_backward(*arrays, layout, dict(opts, bias=bias_), deterministic, target)
-    return _gradients(out, dq, dk, dv, info, sinks)
+    dq, dk, dv, info = _kattn.attention_backward(*arrays, layout, dict(opts, bias=bias_), deterministic, target,
+                                                 bias_grad)
+    grads = _gradients(out, dq, dk, dv, info, sinks)
+    return (*grads, out(info["dbias"])) if bias_grad else grads
 
 
 def ragged_attention(q, k, v, q_indptr, kv_indptr, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None,

@@ -97,14 +97,11 @@ def _checked_sinks(sinks):
 
 
 def _checked_bias(bias, name):
-    """A call's bias: None, or a tensor that needs no gradient (kattn computes none for it)."""
+    """A call's bias: None or a tensor (with a gradient where it requires one)."""
     if bias is None:
         return None
     if not isinstance(bias, torch.Tensor):
         raise Error(f"{name}: expected a torch.Tensor or None, got {type(bias).__name__}")
-    if bias.requires_grad:
-        raise Error(f"{name}: requires grad, but kattn computes no gradient for a bias tensor yet; pass "
-                    f"{name}.detach()")
     return bias
 
 
@@ -126,23 +123,28 @@ def _backward_inputs(q, k, v, o, lse, dout):
     return arguments(q=q.detach(), k=k.detach(), v=v.detach(), o=o.detach(), lse=lse.detach(), dout=dout.detach())
 
 
+def _detached(t):
+    return None if t is None else t.detach()
+
+
 def _dense_forward(q, k, v, sinks, bias, layout, *opts):
     from . import _with_bias
 
-    arrays, target, out, bias_ = _with_bias(dict(q=q.detach(), k=k.detach(), v=v.detach()), bias)
+    arrays, target, out, bias_ = _with_bias(dict(q=q.detach(), k=k.detach(), v=v.detach()), _detached(bias))
     o, lse, _ = _kattn.attention(*arrays, layout, dict(_kw(_Options(*opts), sinks), bias=bias_), target)
     return out(o), out(lse)
 
 
-def _dense_backward(q, k, v, sinks, o, lse, dout, bias, layout, *opts):
+def _dense_backward(q, k, v, sinks, o, lse, dout, bias_grad, bias, layout, *opts):
     from . import _with_bias
 
     opts = _Options(*opts)
     named = dict(q=q.detach(), k=k.detach(), v=v.detach(), o=o.detach(), lse=lse.detach(), dout=dout.detach())
-    arrays, target, out, bias_ = _with_bias(named, bias)
+    arrays, target, out, bias_ = _with_bias(named, _detached(bias))
     dq, dk, dv, info = _kattn.attention_backward(*arrays, layout, dict(_kw(opts, sinks), bias=bias_),
-                                                 opts.deterministic, target)
-    return out(dq), out(dk), out(dv), _dsinks(info, sinks, q)
+                                                 opts.deterministic, target, bias_grad)
+    dbias = out(info["dbias"]) if bias_grad else q.new_empty((0,))
+    return out(dq), out(dk), out(dv), _dsinks(info, sinks, q), dbias
 
 
 def _ragged_forward(q, k, v, sinks, q_indptr, kv_indptr, max_seqlen_q, max_seqlen_k, *opts):
@@ -153,13 +155,14 @@ def _ragged_forward(q, k, v, sinks, q_indptr, kv_indptr, max_seqlen_q, max_seqle
     return out(o), out(lse)
 
 
-def _ragged_backward(q, k, v, sinks, o, lse, dout, q_indptr, kv_indptr, max_seqlen_q, max_seqlen_k, *opts):
+def _ragged_backward(q, k, v, sinks, o, lse, dout, bias_grad, q_indptr, kv_indptr, max_seqlen_q, max_seqlen_k,
+                     *opts):
     opts = _Options(*opts)
     arrays, target, out = _backward_inputs(q, k, v, o, lse, dout)
     dq, dk, dv, info = _kattn.ragged_attention_backward(*arrays, index_array(q_indptr, "cu_seqlens_q"),
                                                         index_array(kv_indptr, "cu_seqlens_k"), _kw(opts, sinks),
                                                         opts.deterministic, target)
-    return out(dq), out(dk), out(dv), _dsinks(info, sinks, q)
+    return out(dq), out(dk), out(dv), _dsinks(info, sinks, q), q.new_empty((0,))  # ragged calls take no bias
 
 
 # ---- what the outputs look like (the fake implementations torch.compile traces with)
@@ -178,13 +181,16 @@ def _ragged_forward_fake(q, k, v, *rest):
     return q.new_empty((*q.shape[:-1], v.shape[-1])), q.new_empty(q.shape[:2], dtype=_accumulation(q.dtype))
 
 
-def _backward_fake(q, k, v, sinks, *rest):
+def _backward_fake(q, k, v, sinks, o, lse, dout, bias_grad, *rest):
+    bias = rest[0] if bias_grad else None  # the dense op's first argument after dout
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
-            q.new_empty((0,)) if sinks is None else sinks.new_empty(sinks.shape))
+            q.new_empty((0,)) if sinks is None else sinks.new_empty(sinks.shape),
+            q.new_empty((0,)) if bias is None else bias.new_empty(bias.shape))
 
 
 # ---- autograd: forward(q, k, v, sinks, *rest) -> (o, lse);
-# backward(q, k, v, sinks, o, lse, dout, *rest) -> (dq, dk, dv, dsinks) (dsinks empty without sinks)
+# backward(q, k, v, sinks, o, lse, dout, bias_grad, *rest) -> (dq, dk, dv, dsinks, dbias) (dsinks
+# empty without sinks, dbias without bias_grad: the bias, rest[0] of the dense op, requires grad)
 
 def _saved(ctx, name):
     """What a forward saved, for a backward that runs outside autograd."""
@@ -213,19 +219,24 @@ def _save(ctx, inputs, output):
     ctx.mark_non_differentiable(lse)
 
 
-def _gradients(ctx, backward, dout):
+def _gradients(ctx, backward, dout, with_bias):
+    """The gradients of an op's inputs; with_bias: its rest[0] is a bias (its gradient when asked)."""
     q, k, v, sinks, o, lse = _saved(ctx, "attention")
-    dq, dk, dv, dsinks = backward(q, k, v, sinks, o, lse, _prepared_dout(dout, q), *ctx.rest)
-    return (dq, dk, dv, None if sinks is None else dsinks, *([None] * len(ctx.rest)))
+    bias_grad = with_bias and ctx.needs_input_grad[4]
+    dq, dk, dv, dsinks, dbias = backward(q, k, v, sinks, o, lse, _prepared_dout(dout, q), bias_grad, *ctx.rest)
+    rest = [None] * len(ctx.rest)
+    if bias_grad:
+        rest[0] = dbias
+    return (dq, dk, dv, None if sinks is None else dsinks, *rest)
 
 
 _CUSTOM_OPS = all(hasattr(torch.library, f) for f in ("custom_op", "register_fake", "register_autograd"))
 
 
-def _op(name, arguments, forward, backward, forward_fake):
+def _op(name, arguments, forward, backward, forward_fake, with_bias=False):
     """kattn::<name> and kattn::<name>_backward as torch custom ops (or, in an older torch, an
     autograd.Function around the same kernels); returns the function that applies the forward
-    with autograd."""
+    with autograd. with_bias: the first of `arguments` is a bias, with a gradient."""
     if _CUSTOM_OPS:
         lib = torch.library
         forward_op = lib.custom_op(f"kattn::{name}", forward, mutates_args=(),
@@ -233,12 +244,13 @@ def _op(name, arguments, forward, backward, forward_fake):
                                           f"-> (Tensor, Tensor)")
         backward_op = lib.custom_op(
             f"kattn::{name}_backward", backward, mutates_args=(),
-            schema=f"(Tensor q, Tensor k, Tensor v, Tensor? sinks, Tensor o, Tensor lse, Tensor dout, {arguments}) "
-                   f"-> (Tensor, Tensor, Tensor, Tensor)")
+            schema=f"(Tensor q, Tensor k, Tensor v, Tensor? sinks, Tensor o, Tensor lse, Tensor dout, bool bias_grad, "
+                   f"{arguments}) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
         lib.register_fake(f"kattn::{name}", forward_fake)
         lib.register_fake(f"kattn::{name}_backward", _backward_fake)
         lib.register_autograd(f"kattn::{name}",
-                              lambda ctx, dout, dlse: _gradients(ctx, backward_op, dout), setup_context=_save)
+                              lambda ctx, dout, dlse: _gradients(ctx, backward_op, dout, with_bias),
+                              setup_context=_save)
         return forward_op
 
     class Function(torch.autograd.Function):
@@ -250,13 +262,13 @@ def _op(name, arguments, forward, backward, forward_fake):
 
         @staticmethod
         def backward(ctx, dout, dlse):
-            return _gradients(ctx, backward, dout)
+            return _gradients(ctx, backward, dout, with_bias)
 
     return Function.apply
 
 
 _attention_op = _op("attention", f"Tensor? bias, str layout, {_OPTION_SCHEMA}", _dense_forward, _dense_backward,
-                    _dense_forward_fake)
+                    _dense_forward_fake, with_bias=True)
 _ragged_op = _op("ragged_attention",
                  f"Tensor q_indptr, Tensor kv_indptr, int max_seqlen_q, int max_seqlen_k, {_OPTION_SCHEMA}",
                  _ragged_forward, _ragged_backward, _ragged_forward_fake)
@@ -292,7 +304,8 @@ def attention(q, k, v, *, causal=False, window=None, softcap=0.0, scale=None, si
     in its dtype, on its device); alibi_slopes None, or one slope per query head [Hq] (ALiBi: each
     score gains -slope * |i + Nk - Nq - j|; a sequence or a tensor, read through a host copy, with
     no gradient); bias None, or an additive bias of the scores [B or 1, Hq or 1, Nq, Nk] on q's device
-    (float, or bool: 0 where true, -inf where false; its last axis contiguous; no gradient).
+    (float, or bool: 0 where true, -inf where false; its last axis contiguous; a float bias that
+    requires grad gets its gradient, summed over its broadcast dims).
     Tensors on the CPU or kattn's GPU whose last axis is contiguous, of
     one dtype: float32, float64, float16 or bfloat16 (o and the gradients in it); float32 q over a
     float16 or bfloat16 k, v without gradients. deterministic: a bitwise
@@ -332,6 +345,27 @@ def _bhnd(t, batch):
     return t if t.dim() == 4 else t.reshape(-1, *t.shape[-3:])
 
 
+def _sdpa_bias(mask, batch, heads, nq, nk):
+    """SDPA's attn_mask [..., L, S] as kattn's bias [B or 1, Hq or 1, L, S], read in place: a batch or
+    head dim the mask broadcasts stays 1 (read once; its gradient summed by kattn), the others are
+    views of the mask (a copy only where its keys are not contiguous)."""
+    shape = (*batch, heads, nq, nk)
+    try:
+        fits = torch.broadcast_shapes(tuple(mask.shape), shape) == torch.Size(shape)
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise Error(f"attn_mask: expected a shape that broadcasts to {shape}, got {tuple(mask.shape)}")
+    m = mask.reshape((1,) * (len(shape) - mask.dim()) + tuple(mask.shape))
+    m = m.expand(*m.shape[:-2], nq, nk)
+    lead = tuple(m.shape[:-3])
+    if all(n == 1 for n in lead):
+        m = m.reshape(1, *m.shape[-3:])
+    else:
+        m = m.expand(*batch, *m.shape[-3:]).reshape(-1, *m.shape[-3:])
+    return m.contiguous() if m.stride(-1) != 1 and nk > 1 else m
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
                                  enable_gqa=False, sinks=None):
     """torch.nn.functional.scaled_dot_product_attention, by kattn: the same arguments, meaning what
@@ -341,8 +375,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     for [L, E] and [H, L, E]; kattn's value has the head dim E of query and key), one dtype; is_causal: query i sees keys j <= i
     (aligned top-left, as PyTorch's); scale None: 1/sqrt(E); Hkv != Hq (grouped-query attention)
     only with enable_gqa=True, Hq a multiple of Hkv. Returns [..., Hq, L, E]. attn_mask: a bool
-    mask (True: attend) or a float bias added to the scores, broadcastable to [..., Hq, L, S], with
-    no gradient; not with is_causal, as in PyTorch. dropout_p > 0 is refused with a kattn.Error.
+    mask (True: attend) or a float bias added to the scores, broadcastable to [..., Hq, L, S] (with
+    its gradient where it requires grad); not with is_causal, as in PyTorch. dropout_p > 0 is refused with a kattn.Error.
     kattn's own addition: sinks, a tensor [Hq] of attention sinks, as kattn.torch.attention's (with
     their gradient)."""
     _require_tensors(query=query, key=key, value=value)
@@ -383,18 +417,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             k, v = k[:, :, :nq], v[:, :, :nq]
         else:
             shift = nq - nk
-    bias = None
-    if attn_mask is not None:  # [..., L, S] broadcast to the call's [B, Hq, L, S], read in place
-        shape = (*batch, heads[0], query.shape[-2], key.shape[-2])
-        try:
-            bias = attn_mask.expand(*shape)
-        except RuntimeError:
-            raise Error(f"attn_mask: expected a shape that broadcasts to {shape}, got {tuple(attn_mask.shape)}") from None
-        while bias.dim() < 4:
-            bias = bias[None]
-        bias = bias.reshape(-1, *bias.shape[-3:]) if bias.dim() > 4 else bias
-        if bias.stride(-1) != 1 and bias.shape[-1] > 1:
-            bias = bias.contiguous()
+    bias = None if attn_mask is None else _sdpa_bias(attn_mask, batch, heads[0], query.shape[-2], key.shape[-2])
     o = _attention_op(q, k, v, _checked_sinks(sinks), bias, "bhnd", *_options(is_causal, None, 0.0, scale, shift))[0]
     return o.reshape(*batch, *o.shape[1:]) if query.dim() >= 4 else o.reshape(o.shape[4 - query.dim():])
 

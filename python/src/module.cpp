@@ -49,6 +49,26 @@ kattn::BackwardOptions backward_options(bool deterministic) {
   return b;
 }
 
+// A new array for the gradient of the call's bias: its shape and dtype, where the target makes
+// outputs; its BackwardOptions::dbias in b.
+Array bias_gradient_output(const Target& t, const kattn::ScoreBias& bias, kattn::BackwardOptions& b) {
+  if (!bias.active()) throw kattn::Error("bias_grad: the gradient of a bias, but the call has no bias");
+  const std::vector<py::ssize_t> shape{bias.batch, bias.heads, bias.q_len, bias.kv_len};
+  Array a;
+  switch (bias.type) {
+    case kattn::BiasType::f32: a = t.output<float>(shape, "dbias"); break;
+    case kattn::BiasType::f64: a = t.output<double>(shape, "dbias"); break;
+    case kattn::BiasType::bf16: a = t.output<kattn::bf16>(shape, "dbias"); break;
+    case kattn::BiasType::f16: a = t.output<kattn::fp16>(shape, "dbias"); break;
+    case kattn::BiasType::boolean: throw kattn::Error("bias_grad: a boolean bias (a mask) has no gradient");
+  }
+  kattn::ScoreBiasGradient& d = b.dbias;
+  d.data = a.data, d.type = bias.type;
+  d.batch = bias.batch, d.heads = bias.heads, d.q_len = bias.q_len, d.kv_len = bias.kv_len;
+  d.stride_q = bias.kv_len, d.stride_head = bias.q_len * bias.kv_len, d.stride_batch = bias.heads * d.stride_head;
+  return a;
+}
+
 // Each call below runs on `space` (the host, or a GPU stream: Target::run_on) over views in its
 // memory space, makes its outputs where the target makes them and returns their owners.
 
@@ -71,23 +91,27 @@ py::tuple dense_forward(const ExecSpace& space, const Target& t, const Array& q,
   return py::make_tuple(o.owner, lse.owner, plan_dict(plan));
 }
 
-// T: the storage of every array but lse, which is in accumulate_t<T>; the gradients come back in T.
+// T: the storage of every array but lse, which is in accumulate_t<T>; the gradients come back in T
+// (with bias_grad, the bias's in its own dtype: the info's "dbias").
 template <class T, class ExecSpace>
 py::tuple dense_backward(const ExecSpace& space, const Target& t, const Array& q, const Array& k, const Array& v,
                          const Array& o, const Array& lse, const Array& dout, const Layout& L,
-                         const kattn::Options& opt, bool deterministic) {
+                         const kattn::Options& opt, bool deterministic, bool bias_grad) {
   using Mem = typename ExecSpace::memory_space;
   const auto qv = view4<T, Mem>(q, "q", L), kv = view4<T, Mem>(k, "k", L), vv = view4<T, Mem>(v, "v", L);
   const auto ov = view4<T, Mem>(o, "o", L), dov = view4<T, Mem>(dout, "dout", L);
   const auto lv = view_n<kattn::accumulate_t<T>, 3, Mem>(lse, "lse");
   const Array dq = t.output<T>(q.shape, "dq"), dk = t.output<T>(k.shape, "dk"), dv = t.output<T>(v.shape, "dv");
   const auto dqv = view4<T, Mem>(dq, "dq", L), dkv = view4<T, Mem>(dk, "dk", L), dvv = view4<T, Mem>(dv, "dv", L);
+  kattn::BackwardOptions bopt = backward_options(deterministic);
+  const Array dbias = bias_grad ? bias_gradient_output(t, opt.bias, bopt) : Array{};
   kattn::BackwardInfo info;
   run_released(space, [&] {
-    info = kattn::attention_backward(space, qv, kattn::kv::dense(kv, vv), ov, lv, dov, dqv, dkv, dvv, opt,
-                                     backward_options(deterministic));
+    info = kattn::attention_backward(space, qv, kattn::kv::dense(kv, vv), ov, lv, dov, dqv, dkv, dvv, opt, bopt);
   });
-  return py::make_tuple(dq.owner, dk.owner, dv.owner, backward_dict(info));
+  py::dict d = backward_dict(info);
+  if (bias_grad) d["dbias"] = dbias.owner;
+  return py::make_tuple(dq.owner, dk.owner, dv.owner, d);
 }
 
 // ---- ragged and paged: q [total_q, Hq, D]; lse [total_q, Hq]; k, v [total_kv, Hkv, D] (ragged)
@@ -273,17 +297,18 @@ PYBIND11_MODULE(_kattn, m) {
   });
   m.def("attention_backward", [](const py::object& q, const py::object& k, const py::object& v, const py::object& o,
                                  const py::object& lse, const py::object& dout, const std::string& layout,
-                                 const py::dict& kw, bool deterministic, const py::object& target) {
+                                 const py::dict& kw, bool deterministic, const py::object& target, bool bias_grad) {
     const kattn::Options opt = options_of(kw);
     const Layout L = Layout::parse(layout);
     const Call c(target, {{q, "q"}, {k, "k"}, {v, "v"}, {o, "o"}, {lse, "lse"}, {dout, "dout"}});
     return c.run([&](const auto& space) {
       return with_dtype(backward_storage_of(c), [&](auto t) {
         return dense_backward<decltype(t)>(space, c.target, c[0], c[1], c[2], c[3], c[4], c[5], L, opt,
-                                           deterministic);
+                                           deterministic, bias_grad);
       });
     });
-  });
+  }, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"), py::arg("lse"), py::arg("dout"), py::arg("layout"),
+     py::arg("kw"), py::arg("deterministic"), py::arg("target"), py::arg("bias_grad") = false);
 
   m.def("ragged_attention", [](const py::object& q, const py::object& k, const py::object& v,
                                const py::object& q_indptr, const py::object& kv_indptr, const py::dict& kw,

@@ -1,7 +1,7 @@
 """The bias tensor (bias= on kattn.attention and its backward, kattn.torch.attention, and
 scaled_dot_product_attention's attn_mask) against the float64 textbook with the same bias (in
 NumPy, and in PyTorch ops for autograd): float and bool, every broadcast shape, with gradients for
-q, k, v; and the refusals."""
+q, k, v and the bias itself; and the refusals."""
 
 import numpy as np
 import pytest
@@ -96,6 +96,77 @@ def test_backward_gradients_with_the_bias():
     assert rel_err(dq1, dq0) <= 1e-10
 
 
+def textbook_dbias(q, k, v, dout, bias, causal=False):
+    """d(sum(o * dout)) / d(bias): P (dP - D) per score (0 where P = 0), summed over the bias's
+    broadcast dims."""
+    q, k, v, dout = (np.asarray(x, np.float64) for x in (q, k, v, dout))
+    G = q.shape[2] // k.shape[2]
+    kk, vv = np.repeat(k, G, axis=2), np.repeat(v, G, axis=2)
+    o, lse = textbook_with_bias(q, k, v, bias, causal)
+    s = np.einsum("bihd,bjhd->bhij", q, kk) / np.sqrt(q.shape[-1]) + as_float(bias)
+    if causal:
+        i = np.arange(q.shape[1])[:, None] + (k.shape[1] - q.shape[1])
+        s = np.where(np.arange(k.shape[1])[None, :] <= i, s, -np.inf)
+    with np.errstate(invalid="ignore"):
+        p = np.where(np.isfinite(lse)[..., None], np.exp(s - np.where(np.isfinite(lse), lse, 0.0)[..., None]), 0.0)
+    dp = np.einsum("bihd,bjhd->bhij", dout, vv)
+    d = np.einsum("bihd,bihd->bhi", dout, o)[..., None]
+    ds = np.where(p == 0, 0.0, p * (dp - d))
+    axes = tuple(a for a in (0, 1) if bias.shape[a] == 1)
+    return ds.sum(axis=axes, keepdims=True)
+
+
+@pytest.mark.parametrize("shape", [(B, HQ, NQ, NK), (1, 1, NQ, NK), (B, 1, NQ, NK), (1, HQ, NQ, NK)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_backward_gives_the_bias_its_gradient(shape, causal):
+    q, k, v = dense(7)
+    dout = np.random.default_rng(8).standard_normal(q.shape)
+    bias = bias_for(shape, 7)
+    o, lse = kattn.attention(q, k, v, bias=bias, causal=causal, return_lse=True)
+    *grads, dbias = kattn.attention_backward(q, k, v, o, lse, dout, bias=bias, causal=causal, bias_grad=True)
+    assert dbias.shape == shape and dbias.dtype == np.float64
+    want = textbook_dbias(q, k, v, dout, bias, causal)
+    assert np.abs(dbias - want).max() <= 1e-12
+    for got, ref in zip(grads, kattn.attention_backward(q, k, v, o, lse, dout, bias=bias, causal=causal)):
+        assert np.array_equal(got, ref)
+    # float32: the bias's dtype, within float's rounding.
+    q32, k32, v32 = (x.astype(np.float32) for x in (q, k, v))
+    b32 = bias.astype(np.float32)
+    o, lse = kattn.attention(q32, k32, v32, bias=b32, causal=causal, return_lse=True)
+    *_, d32 = kattn.attention_backward(q32, k32, v32, o, lse, dout.astype(np.float32), bias=b32, causal=causal,
+                                       bias_grad=True)
+    assert d32.dtype == np.float32
+    assert np.abs(d32 - want).max() <= 1e-5 * max(1.0, np.abs(want).max())
+
+
+def test_the_bias_gradient_matches_finite_differences():
+    q, k, v = dense(9)
+    dout = np.random.default_rng(10).standard_normal(q.shape)
+    bias = 2.0 * np.random.default_rng(11).standard_normal((1, HQ, NQ, NK))
+    o, lse = kattn.attention(q, k, v, bias=bias, return_lse=True)
+    *_, dbias = kattn.attention_backward(q, k, v, o, lse, dout, bias=bias, bias_grad=True)
+    h = 1e-6
+    flat = bias.reshape(-1)
+    for e in (0, 31, flat.size - 1):
+        x0 = flat[e]
+        flat[e] = x0 + h
+        up = (kattn.attention(q, k, v, bias=bias) * dout).sum()
+        flat[e] = x0 - h
+        down = (kattn.attention(q, k, v, bias=bias) * dout).sum()
+        flat[e] = x0
+        assert abs(dbias.reshape(-1)[e] - (up - down) / (2 * h)) <= 1e-7
+
+
+def test_a_mask_has_no_gradient():
+    q, k, v = dense(12)
+    keep = bias_for((1, 1, NQ, NK), 12, np.bool_)
+    o, lse = kattn.attention(q, k, v, bias=keep, return_lse=True)
+    with pytest.raises(kattn.Error, match=r"bias_grad: a boolean bias \(a mask\) has no gradient"):
+        kattn.attention_backward(q, k, v, o, lse, o, bias=keep, bias_grad=True)
+    with pytest.raises(kattn.Error, match="bias_grad: the gradient of a bias, but the call has no bias"):
+        kattn.attention_backward(q, k, v, o, lse, o, bias_grad=True)
+
+
 @pytest.mark.parametrize("bias, message", [
     (np.zeros((B, HQ, NK, NQ)), "bias: expected [2 or 1, 4 or 1, 9, 13], got [2, 4, 13, 9]"),
     (np.zeros((NQ, NK)), "bias: expected a rank-4 array [B or 1, Hq or 1, Nq, Nk], got rank 2"),
@@ -122,32 +193,51 @@ def test_sdpa_attn_mask_matches_pytorch(mask_shape, boolean):
     k = torch.randn(B, HQ, NK, D, dtype=torch.float64, generator=g, requires_grad=True)
     v = torch.randn(B, HQ, NK, D, dtype=torch.float64, generator=g, requires_grad=True)
     mask = torch.rand(mask_shape, generator=g) < 0.8 if boolean else torch.randn(mask_shape, generator=g,
-                                                                                   dtype=torch.float64)
+                                                                                   dtype=torch.float64,
+                                                                                   requires_grad=True)
     if boolean:
         mask[..., 0] = True  # every row sees a key (PyTorch gives NaN for a row it masks whole)
     o = kattn.torch.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    additive = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(~mask, float("-inf")) if boolean else mask
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, *(() if boolean else (mask,)))]
+    additive = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(~mask, float("-inf")) if boolean else leaves[3]
     scores = leaves[0] @ leaves[1].transpose(-1, -2) / D ** 0.5 + additive  # SDPA's math, in PyTorch ops
     ref = torch.softmax(scores, dim=-1) @ leaves[2]
     assert rel_err(o.detach().numpy(), ref.detach().numpy()) <= 1e-12
     dout = torch.randn(o.shape, dtype=o.dtype, generator=g)
     (o * dout).sum().backward()
     (ref * dout).sum().backward()
-    for got, want in zip((q, k, v), leaves):
+    for got, want in zip((q, k, v, *(() if boolean else (mask,))), leaves):
         assert rel_err(got.grad.numpy(), want.grad.numpy()) <= 1e-10
 
 
-def test_torch_attention_takes_a_bias_and_refuses_one_that_requires_grad():
+@pytest.mark.parametrize("shape", [(B, HQ, NQ, NK), (1, HQ, NQ, NK), (B, 1, NQ, NK), (1, 1, NQ, NK)])
+def test_torch_attention_gives_the_bias_its_gradient(shape):
+    torch = pytest.importorskip("torch")
+    import kattn.torch  # noqa: F401  (needs PyTorch)
+
+    q, k, v = (torch.from_numpy(x).requires_grad_() for x in dense(6))
+    bias = torch.from_numpy(bias_for(shape, 6)).requires_grad_()
+    o = kattn.torch.attention(q, k, v, bias=bias, layout="bnhd", causal=True)
+    ref_o, _ = textbook_with_bias(q.detach().numpy(), k.detach().numpy(), v.detach().numpy(), bias.detach().numpy(),
+                                  causal=True)
+    assert rel_err(o.detach().numpy(), ref_o) <= 1e-12
+    dout = torch.from_numpy(np.random.default_rng(13).standard_normal(o.shape))
+    (o * dout).sum().backward()
+    want = textbook_dbias(q.detach().numpy(), k.detach().numpy(), v.detach().numpy(), dout.numpy(),
+                          bias.detach().numpy(), causal=True)
+    assert bias.grad.shape == bias.shape
+    assert np.abs(bias.grad.numpy() - want).max() <= 1e-12
+    # A bias that needs no gradient gets none, and costs the backward nothing.
+    fixed = bias.detach()
+    kattn.torch.attention(q, k, v, bias=fixed, layout="bnhd").sum().backward()
+    assert fixed.grad is None
+
+
+def test_torch_refuses_is_causal_with_a_mask():
     torch = pytest.importorskip("torch")
     import kattn.torch  # noqa: F401  (needs PyTorch)
 
     q, k, v = (torch.from_numpy(x) for x in dense(6))
     bias = torch.from_numpy(bias_for((1, HQ, NQ, NK), 6))
-    o = kattn.torch.attention(q, k, v, bias=bias, layout="bnhd")
-    ref_o, _ = textbook_with_bias(q.numpy(), k.numpy(), v.numpy(), bias.numpy())
-    assert rel_err(o.numpy(), ref_o) <= 1e-12
-    with pytest.raises(kattn.Error, match="bias: requires grad, but kattn computes no gradient for a bias tensor"):
-        kattn.torch.attention(q, k, v, bias=bias.clone().requires_grad_(), layout="bnhd")
     with pytest.raises(kattn.Error, match="attn_mask: expected None with is_causal=True"):
         kattn.torch.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=True)

@@ -60,6 +60,8 @@ def test_the_ops_pass_opcheck(dtype):
     torch.library.opcheck(torch.ops.kattn.attention.default, (q, k, v, None, None, "bnhd", *options))
     bias = torch.randn(1, 4, 5, 5, generator=g).to(dtype)  # [1, Hq, Nq, Nk]: a bias tensor, no gradient
     torch.library.opcheck(torch.ops.kattn.attention.default, (q, k, v, None, bias, "bnhd", *options))
+    learned = bias.clone().requires_grad_()  # with its gradient
+    torch.library.opcheck(torch.ops.kattn.attention.default, (q, k, v, None, learned, "bnhd", *options))
     cu = torch.tensor([0, 4, 10], dtype=torch.int64)
     packed = [t.detach().reshape(10, t.shape[2], 8).requires_grad_() for t in (q, k, v)]
     torch.library.opcheck(torch.ops.kattn.ragged_attention.default, (*packed, None, cu, cu, 6, 6, *options))
