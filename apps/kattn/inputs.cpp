@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 
+#include "bias_tensor.hpp"
 #include "kattn/core/key_window.hpp"
 #include "kattn/cpu_products.hpp"
 #include "kattn/errors.hpp"
@@ -178,7 +179,7 @@ DenseInputs read_dense_inputs(Args& args, const std::string& extra, std::vector<
   return in;
 }
 
-Options read_options(Args& args) {
+Options read_options(Args& args, BiasTensor* bias) {
   Options opt;
   opt.causal = args.flag("--causal");
   if (auto w = args.integers("--window", 2)) {
@@ -197,6 +198,11 @@ Options read_options(Args& args) {
   if (auto p = args.value("--cpu-products")) opt.cpu_products = parse_cpu_products(*p, "--cpu-products");
   if (auto path = args.value("--sinks")) opt.sinks = read_per_head("--sinks", "logit", *path);
   if (auto path = args.value("--alibi-slopes")) opt.alibi_slopes = read_per_head("--alibi-slopes", "slope", *path);
+  KATTN_REQUIRE(bias || !args.has("--bias"), "--bias: a bias tensor goes with kattn run and grad, without --dist");
+  if (bias) {
+    bias->read(args);
+    opt.bias = bias->device();
+  }
   return opt;
 }
 
@@ -225,6 +231,7 @@ std::string mask_summary(const Options& opt) {
   }
   if (!opt.sinks.empty()) s += " sinks";
   if (!opt.alibi_slopes.empty()) s += " alibi";
+  if (opt.bias.active()) s += " bias";
   return s;
 }
 
