@@ -1,7 +1,7 @@
-// --bias FILE.npy: the score bias of a dense call (Options::bias), held for the command's
+// --bias FILE.npy | random: the score bias of a dense call (Options::bias), held for the command's
 // lifetime (kattn reads it in place). The array is [B or 1, Hq or 1, Nq, Nk] whatever --layout
 // says, kept in the file's type: float32, float64, float16, bf16 bits ('<u2', npy.hpp's
-// convention) or bool.
+// convention) or bool; `random` draws float32 unit normals [B, Hq, Nq, Nk] (random_variants.hpp).
 // The attention call checks the shape against the problem, and refuses ragged, paged, cascade and
 // distributed calls, naming `bias:`.
 #pragma once

@@ -61,8 +61,8 @@ DenseInputs read_dense_inputs(Args& args, const std::string& extra = "", std::ve
 
 class BiasTensor;
 // --causal, --window L,R, --softcap C, --scale S, --block-q N, --block-k N, --splits N, --split-chunk N,
-// --cpu-products P, --sinks FILE.npy, --alibi-slopes FILE.npy, and --bias FILE.npy where `bias`
-// holds it for the call (kattn run and grad); null: --bias is refused.
+// --cpu-products P, --sinks FILE.npy|random, --alibi-slopes FILE.npy|random|standard, and --bias
+// FILE.npy|random where `bias` holds it for the call (kattn run and grad); null: --bias is refused.
 Options read_options(Args& args, BiasTensor* bias = nullptr);
 // The values of a per-head option (--sinks, --alibi-slopes) from a 1-D array of floats, one `what`
 // per query head (the attention call checks the count).
