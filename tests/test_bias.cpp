@@ -1,7 +1,8 @@
 // The bias tensor (Options::bias, kattn::score_bias) against the float64 textbook with the same
 // bias: every mask variant and split, every broadcast shape and element type (float, double, bf16,
 // fp16, bool), decode row tiles, progress pieces, block-sparse, rows the bias masks whole, float
-// and bf16 storage, with ALiBi and sinks; the backward for every dq strategy; the refusals.
+// and bf16 storage, with ALiBi and sinks; the backward for every dq strategy, with the bias's own
+// gradient (every broadcast shape and element type, finite differences); the refusals.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 
 #include "kattn/attention.hpp"
 #include "kattn/block_mask.hpp"
+#include "kattn/reference_masked.hpp"
 #include "kattn/score_bias.hpp"
 #include "storage16_support.hpp"
 #include "variant_support.hpp"
@@ -168,6 +170,179 @@ TEST(Bias, FloatBackward) {
   expect_gradients_close(f, textbook_gradients(f, opt), grad_tolerance<float>(), "float backward with a bias");
 }
 
+// d(bias) of the kernels (BackwardOptions::dbias, element type DB) and of the textbook, for a
+// bias of this broadcast shape.
+template <class DB, class T>
+std::vector<double> kernel_dbias(const GradProblem<T>& p, const Options& opt, BackwardOptions b) {
+  const ScoreBias& s = opt.bias;
+  const View4<DB> d("dbias", s.batch, s.heads, s.q_len, s.kv_len);
+  poison(d);
+  b.dbias = score_bias_gradient(d);
+  p.backward(opt, b);
+  Kokkos::fence();
+  return to_host(d);
+}
+
+inline std::vector<double> textbook_dbias(const GradProblem<double>& p, const Options& opt) {
+  const ScoreBias& s = opt.bias;
+  const View4<double> d("dbias", s.batch, s.heads, s.q_len, s.kv_len);
+  poison(d);
+  GradProblem<double> ref(p.shape, 0);
+  copy_converted(p.q, ref.q);
+  copy_converted(p.k, ref.k);
+  copy_converted(p.v, ref.v);
+  copy_converted(p.dout, ref.dout);
+  reference_backward(TestSpace(), ref.q, ref.k, ref.v, ref.dout, ref.dq, ref.dk, ref.dv, opt, score_bias_gradient(d));
+  Kokkos::fence();
+  return to_host(d);
+}
+
+void expect_dbias_close(const std::vector<double>& got, const std::vector<double>& want, double tol,
+                        const std::string& what) {
+  const Errors e = compare(got, want);
+  EXPECT_FALSE(e.nan_mismatch) << what << ": dbias has NaN (or unwritten elements) the textbook does not";
+  EXPECT_LE(e.max_abs, tol) << what << ": dbias max abs error";
+}
+
+// d(bias) for every variant, broadcast shape and dq strategy against the textbook's; the other
+// gradients stay the textbook's too.
+TEST(Bias, GradientMatchesTextbookForEveryBroadcastAndStrategy) {
+  for (const Shape& shape : {Shape{2, 21, 29, 4, 2, 16}, Shape{3, 1, 40, 2, 1, 8}, Shape{1, 37, 9, 3, 3, 5}})
+    for (const Options& variant : option_variants())
+      for (const auto& [bb, hb] : {std::pair{shape.B, shape.Hq}, {1, shape.Hq}, {shape.B, 1}, {1, 1}}) {
+        const std::uint64_t seed = fresh_seed();
+        Options opt = variant;
+        const View4<double> bias = random_bias<double>(bb, hb, shape.Nq, shape.Nk, seed);
+        opt.bias = score_bias(bias);
+        if (seed % 4 == 0) opt.alibi_slopes.assign(static_cast<std::size_t>(shape.Hq), 0.3);
+        SCOPED_TRACE(describe(shape, opt) + " bias [" + std::to_string(bb) + ", " + std::to_string(hb) +
+                     "] seed=" + std::to_string(seed));
+        GradProblem<double> p(shape, seed);
+        p.forward(opt);
+        const std::vector<double> want = textbook_dbias(p, opt);
+        const GradProblem<double> ref = textbook_gradients(p, opt);
+        for (DqStrategy dq : {DqStrategy::key_chunks, DqStrategy::query_pass, DqStrategy::atomic}) {
+          BackwardOptions b;
+          b.dq = dq;
+          p.poison_gradients();
+          expect_dbias_close(kernel_dbias<double>(p, opt, b), want, kGradDoubleTol, std::string("dq ") + name(dq));
+          expect_gradients_close(p, ref, kGradDoubleTol, std::string("with dbias, dq ") + name(dq));
+        }
+      }
+}
+
+// The textbook's d(bias) is the loss's derivative: central differences of the float64 textbook
+// loss sum(o * dout) in a few bias entries, broadcast ones included.
+TEST(Bias, GradientMatchesFiniteDifferences) {
+  const Shape shape{2, 6, 7, 2, 1, 4};
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  for (const auto& [bb, hb] : {std::pair{2, 2}, {1, 1}}) {
+    Options opt;
+    opt.causal = seed % 2 == 0;
+    opt.softcap = seed % 3 == 0 ? 3.0 : 0.0;
+    const View4<double> bias("bias", bb, hb, shape.Nq, shape.Nk);
+    fill_normal(bias, seed);
+    opt.bias = score_bias(bias);
+    GradProblem<double> p(shape, seed);
+    p.forward(opt);
+    const std::vector<double> kernel = kernel_dbias<double>(p, opt, {});
+    const std::vector<double> textbook = textbook_dbias(p, opt);
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bias);
+    const double step = 1e-5;
+    for (std::size_t e = 0; e < h.span(); e += 5) {
+      const double x = h.data()[e];
+      const auto loss_at = [&](double value) {
+        h.data()[e] = value;
+        Kokkos::deep_copy(bias, h);
+        return textbook_loss(p, opt);
+      };
+      const double fd = (loss_at(x + step) - loss_at(x - step)) / (2 * step);
+      loss_at(x);
+      EXPECT_NEAR(textbook[e], fd, 1e-8) << "element " << e << " of a bias [" << bb << ", " << hb << "]";
+      EXPECT_NEAR(kernel[e], fd, 1e-8) << "element " << e << " of a bias [" << bb << ", " << hb << "]";
+    }
+  }
+}
+
+// dbias where P = 0 (keys the mask hides, -inf biases, rows the bias masks whole, skipped
+// block-sparse tiles) is 0; a broadcast sum is the same bits run to run.
+TEST(Bias, GradientIsZeroWhereNothingIsSeenAndDeterministic) {
+  const Shape shape{2, 24, 40, 2, 1, 8};
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  View4<double> bias = random_bias<double>(1, 2, shape.Nq, shape.Nk, seed);
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bias);
+  for (int j = 0; j < shape.Nk; ++j) h(0, 1, 5, j) = -kInf;  // head 1's row 5 sees nothing
+  Kokkos::deep_copy(bias, h);
+  Options opt;
+  opt.causal = true;
+  opt.bias = score_bias(bias);
+  GradProblem<double> p(shape, seed);
+  p.forward(opt);
+  const std::vector<double> d = kernel_dbias<double>(p, opt, {});
+  for (int hq = 0; hq < 2; ++hq)
+    for (int i = 0; i < shape.Nq; ++i)
+      for (int j = 0; j < shape.Nk; ++j) {
+        const std::size_t e = (std::size_t(hq) * shape.Nq + i) * shape.Nk + j;
+        if (j > i + shape.Nk - shape.Nq || std::isinf(h(0, hq, i, j)) || (hq == 1 && i == 5)) {
+          EXPECT_EQ(d[e], 0.0) << "head " << hq << " query " << i << " key " << j;
+        }
+      }
+  EXPECT_EQ(d, kernel_dbias<double>(p, opt, {})) << "a broadcast dbias differs run to run";
+  // Block-sparse: the blocks a row does not list are -inf in a dense bias with the same gradient.
+  const BlockMask mask = random_block_mask(shape.Nq, shape.Nk, seed + 9);
+  const Options sparse = with_mask(opt, mask);
+  p.forward(sparse);
+  const std::vector<double> got = kernel_dbias<double>(p, sparse, {});
+  const auto keep = expand_block_mask(mask, shape.Nq, shape.Nk);
+  View4<double> folded("bias", 1, 2, shape.Nq, shape.Nk);
+  auto f = Kokkos::create_mirror_view(folded);
+  for (int hq = 0; hq < 2; ++hq)
+    for (int i = 0; i < shape.Nq; ++i)
+      for (int j = 0; j < shape.Nk; ++j) {
+        const std::size_t e = (std::size_t(keep.heads == 1 ? 0 : hq) * shape.Nq + i) * shape.Nk + j;
+        f(0, hq, i, j) = keep.keep[e] ? h(0, hq, i, j) : -kInf;
+      }
+  Kokkos::deep_copy(folded, f);
+  Options dense = opt;
+  dense.bias = score_bias(folded);
+  expect_dbias_close(got, textbook_dbias(p, dense), kGradDoubleTol, "block-sparse");
+}
+
+// Float and 16-bit biases: dbias in the bias's type (the full shape in float is written in place;
+// the others are summed and rounded once) against the textbook's.
+TEST(Bias, FloatGradientInEveryElementType) {
+  const Shape shape{2, 33, 45, 4, 2, 32};
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  for (const auto& [bb, hb] : {std::pair{2, 4}, {1, 4}}) {
+    const View4<float> bias = random_bias<float>(bb, hb, shape.Nq, shape.Nk, seed);
+    Options opt;
+    opt.causal = true;
+    opt.bias = score_bias(bias);
+    GradProblem<float> p(shape, seed);
+    p.forward(opt);
+    GradProblem<double> d(shape, 0);
+    copy_converted(p.q, d.q);
+    copy_converted(p.k, d.k);
+    copy_converted(p.v, d.v);
+    copy_converted(p.dout, d.dout);
+    const std::vector<double> want = textbook_dbias(d, opt);
+    double scale = 0;
+    for (double x : want) scale = std::max(scale, std::abs(x));
+    // |dbias| <= P |dP - D|: float's rounding of the two sums, relative to the largest entry; bf16
+    // and fp16 add their own rounding of each entry.
+    expect_dbias_close(kernel_dbias<float>(p, opt, {}), want, 1e-5 * scale, "float dbias");
+    expect_dbias_close(kernel_dbias<double>(p, opt, {}), want, 1e-5 * scale, "double dbias of a float problem");
+    const std::vector<double> b16 = kernel_dbias<bf16>(p, opt, {});
+    const Errors e = compare(b16, want);
+    EXPECT_FALSE(e.nan_mismatch);
+    for (std::size_t i = 0; i < want.size(); ++i)
+      EXPECT_LE(std::abs(b16[i] - want[i]), std::abs(want[i]) * 0x1p-8 + 1e-5 * scale) << "bf16 dbias element " << i;
+  }
+}
+
 TEST(Bias, BadBiasesAreRefusedByName) {
   const Shape shape{2, 4, 6, 3, 1, 8};
   GradProblem<double> p(shape, fresh_seed());
@@ -198,6 +373,25 @@ TEST(Bias, BadBiasesAreRefusedByName) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("bias: expected contiguous keys"), std::string::npos) << e.what();
   }
+  // The gradient's destination: the bias's shape, a bias to differentiate, not a mask.
+  const auto expect_refused_gradient = [&](const Options& o, const ScoreBiasGradient& d, const std::string& message) {
+    BackwardOptions b;
+    b.dbias = d;
+    try {
+      p.backward(o, b);
+      ADD_FAILURE() << "the backward accepted: " << message;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  const View4<double> per_head("bias", 1, 3, 4, 6), all("dbias", 2, 3, 4, 6);
+  const View4<bool> keep("keep", 1, 1, 4, 6);
+  opt.bias = score_bias(per_head);
+  expect_refused_gradient(opt, score_bias_gradient(all), "dbias: expected the bias's shape [1, 3, 4, 6], got [2, 3, 4, 6]");
+  expect_refused_gradient(Options{}, score_bias_gradient(all), "dbias: the gradient of a bias, but the call has no bias");
+  opt.bias = score_bias(keep);
+  const View4<double> one("dbias", 1, 1, 4, 6);
+  expect_refused_gradient(opt, score_bias_gradient(one), "dbias: a boolean bias (a mask) has no gradient");
   // Ragged batches take none yet.
   const View4<double> fits("bias", 1, 1, 4, 6);
   opt.bias = score_bias(fits);

@@ -12,6 +12,7 @@
 #include "kattn/core/state.hpp"
 #include "kattn/detail/alibi.hpp"
 #include "kattn/detail/backends.hpp"
+#include "kattn/detail/bias_gradient.hpp"
 #include "kattn/detail/backward_key_pass.hpp"
 #include "kattn/detail/backward_plan.hpp"
 #include "kattn/detail/backward_query_pass.hpp"
@@ -27,8 +28,8 @@ namespace detail {
 
 namespace {
 
-// prepare (D, lse2) -> key pass (dK, dV [, dQ partials or atomics]) -> query pass (dQ) or the
-// sum of the dQ partials, each labelled "kattn::backward::<step>".
+// prepare (D, lse2) -> key pass (dK, dV [, dQ partials or atomics] [, d(bias)]) -> query pass (dQ)
+// or the sum of the dQ partials [-> the sum of d(bias)], each labelled "kattn::backward::<step>".
 template <class ExecSpace, class T>
 BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
                               const BackwardOptions& bopt, const BlockSparse& bs) {
@@ -43,7 +44,10 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
   info.block_q = plan.geo.block_q;
   info.block_k = plan.geo.block_k;
   info.workspace_bytes = plan.workspace_bytes;
+  Workspace* const held = opt.workspace;
+  const BiasGradient<ExecSpace, T> dbias(space, bopt.dbias, f.batch, f.heads_q, held);
   if (f.batch == 0 || f.heads_q == 0) {
+    dbias.finish();  // a broadcast dbias of no sequences or heads: 0
     if (opt.progress) report_progress(opt, 1.0);
     return info;
   }
@@ -51,7 +55,6 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Mem = typename ExecSpace::memory_space;
   using Array = Kokkos::View<T*, Mem>;
-  Workspace* const held = opt.workspace;
   const std::size_t rows = std::size_t(f.heads_kv) * plan.ws_rows;
   {
     const std::uint64_t row_values = saturating_mul(f.heads_kv, plan.ws_rows);
@@ -82,6 +85,7 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
   ws.dq = dq_partials.data();
   ws.rows = plan.ws_rows;
   ws.dims = plan.geo.kp_dims;
+
 
   const ScoreScaling sc = ScoreScaling::make(f.head_dim, opt.scale, opt.softcap);
   GradientScales<T> g;
@@ -120,6 +124,7 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
     kern.ws = ws;
     kern.bs = bs;
     kern.bias = opt.bias;
+    kern.dbias = dbias.target();
     auto policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
     policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
     if (!pieces) {
@@ -164,6 +169,7 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
     BackwardSumDq<ExecSpace, T> sum{p, ws, plan.dq == DqStrategy::key_chunks ? plan.chunks : 0};
     Kokkos::parallel_for("kattn::backward::sum_dq", Policy(space, sum.league_size(), Kokkos::AUTO), sum);
   }
+  dbias.finish();
   compat::fence(space, "kattn::backward: the workspace is freed on return");
   if (opt.progress) report_progress(opt, 1.0);  // the sum of dQ partials, or the one launch of each pass
   return info;
@@ -192,6 +198,7 @@ template <class ExecSpace, class T>
 BackwardInfo backward_impl(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
                            const BackwardOptions& bopt) {
   require_bias(opt, p.fwd);
+  require_bias_gradient(opt, bopt.dbias);
   return with_alibi(space, p.fwd, opt, [&](const AttentionParams<T>& fwd) {
     BackwardParams<T> with_slopes = p;
     with_slopes.fwd = fwd;

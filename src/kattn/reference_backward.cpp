@@ -5,6 +5,7 @@
 
 #include "kattn/compat.hpp"
 #include "kattn/detail/backends.hpp"
+#include "kattn/detail/bias_gradient.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/detail/score_matrix.hpp"
 #include "kattn/detail/alibi.hpp"
@@ -66,6 +67,7 @@ struct ScoreGradient {
   const T* sinks = nullptr;  // natural log, per query head; null: none
   AttentionParams<T> softmax_rows;  // the params the softmax wrote its lse through
   T* sink_terms = nullptr;
+  ScoreBiasGradient dbias;  // where P (dP - D) goes (bias_gradient.hpp); inactive: none
 
   KOKKOS_INLINE_FUNCTION void operator()(const int b, const int h, const std::int64_t i) const {
     const std::int64_t q_len = pr.p.fwd.seq_q_len(b), kv_len = pr.p.fwd.seq_kv_len(b);
@@ -77,8 +79,10 @@ struct ScoreGradient {
       sink_terms[(b * pr.p.fwd.q_len + i) * pr.p.fwd.heads_q + h] =
           sinks[h] == -compat::infinity<T>() ? T(0) : -compat::exp(sinks[h] - row_lse) * di;
     }
+    T* const dbias_row = dbias.active() ? dbias.template row_out<T>(b, h, i) : nullptr;
     for (std::int64_t j = 0; j < kv_len; ++j) {
       T ds = s(b, h, i, j) * (dp(b, h, i, j) - di);
+      if (dbias_row) dbias_row[j] = s(b, h, i, j) == T(0) ? T(0) : ds;  // a score with P = 0 moves nothing
       if (pr.softcap > T(0) && pr.window.visible(i, j, q_len, kv_len)) {
         const T th = compat::tanh(pr.raw_score(b, h, i, j) / pr.softcap);
         ds *= T(1) - th * th;
@@ -127,12 +131,19 @@ struct KeyValueGradient {
 }  // namespace
 
 template <class ExecSpace, class T>
-std::vector<double> reference_backward_impl(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt) {
+std::vector<double> reference_backward_impl(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
+                                            const ScoreBiasGradient& dbias_out) {
   compat::ScopedRegion region("kattn::reference_backward");
   const AttentionParams<T>& f = p.fwd;
   require_sinks(opt, f.heads_q);
+  require_bias(opt, f);
+  require_bias_gradient(opt, dbias_out);
   std::vector<double> dsinks(opt.sinks.size(), 0.0);
-  if (f.batch == 0 || f.heads_q == 0) return dsinks;
+  const BiasGradient<ExecSpace, T> dbias(space, dbias_out, f.batch, f.heads_q, nullptr);
+  if (f.batch == 0 || f.heads_q == 0) {
+    dbias.finish();
+    return dsinks;
+  }
   require_memory<typename ExecSpace::memory_space>(
       saturating_mul(saturating_mul(saturating_mul(f.batch, f.heads_q), saturating_mul(f.q_len, f.kv_len)),
                      2 * sizeof(T)),
@@ -162,7 +173,6 @@ std::vector<double> reference_backward_impl(const ExecSpace& space, const Backwa
   // ALiBi's bias and the bias tensor are constants of each score: they change P, and dS reaches
   // the scores through them unchanged, so the steps below need nothing more.
   require_alibi(opt, f.heads_q);
-  require_bias(opt, f);
   const auto alibi = per_head_values<T>(space, opt.alibi_slopes, 1.0, "kattn::reference_backward::alibi_slopes");
   const T* alibi_or_null = opt.alibi_slopes.empty() ? nullptr : alibi.data();
   Matrix<ExecSpace, T> s(space, "kattn::reference_backward::P", f.batch, f.heads_q, f.q_len, f.kv_len);
@@ -173,7 +183,7 @@ std::vector<double> reference_backward_impl(const ExecSpace& space, const Backwa
     Kokkos::parallel_for("kattn::reference_backward::scores", pairs, TextbookScores<ExecSpace, T>{no_lse, s, pr.window, pr.scale, pr.softcap, alibi_or_null, opt.bias});
     Kokkos::parallel_for("kattn::reference_backward::softmax", rows, TextbookSoftmax<ExecSpace, T>{no_lse, s, pr.window, sinks_or_null});
     Kokkos::parallel_for("kattn::reference_backward::dp", pairs, ProbabilityGradient<ExecSpace, T>{pr, dp});
-    Kokkos::parallel_for("kattn::reference_backward::ds", rows, ScoreGradient<ExecSpace, T>{pr, s, dp, sinks_or_null, no_lse, sink_terms.data()});
+    Kokkos::parallel_for("kattn::reference_backward::ds", rows, ScoreGradient<ExecSpace, T>{pr, s, dp, sinks_or_null, no_lse, sink_terms.data(), dbias.target()});
   }
   if (f.q_len > 0)
     Kokkos::parallel_for("kattn::reference_backward::dq",
@@ -183,6 +193,7 @@ std::vector<double> reference_backward_impl(const ExecSpace& space, const Backwa
     Kokkos::parallel_for("kattn::reference_backward::dkv",
                          Rank4(space, {0, 0, 0, 0}, {f.batch, f.heads_kv, f.kv_len, f.head_dim}),
                          KeyValueGradient<ExecSpace, T>{pr, s, dp});
+  dbias.finish();
   compat::fence(space, "kattn::reference_backward: P and dS are freed on return");
   const auto terms = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), sink_terms);
   for (std::int64_t r = 0; r < row_heads; ++r) dsinks[static_cast<std::size_t>(r % f.heads_q)] += double(terms(r));
@@ -190,7 +201,8 @@ std::vector<double> reference_backward_impl(const ExecSpace& space, const Backwa
 }
 
 #define KATTN_INSTANTIATE_REFERENCE_BACKWARD(Space, T) \
-  template std::vector<double> reference_backward_impl<Space, T>(const Space&, const BackwardParams<T>&, const Options&);
+  template std::vector<double> reference_backward_impl<Space, T>(const Space&, const BackwardParams<T>&, const Options&, \
+                                                                 const ScoreBiasGradient&);
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_REFERENCE_BACKWARD)
 
 }  // namespace detail

@@ -2,7 +2,8 @@
 // arrays, O(Nq Nk) memory per head): the oracle of the backward tests (in double) and of
 // `kattn grad --check`. It recomputes the softmax itself and uses D = rowsum(P * dP), so it
 // needs neither o nor lse:
-//   S = scale q k^T [softcapped, masked], P = softmax(S), dP = dO V^T, dS = P (dP - D),
+//   S = scale q k^T [softcapped, + ALiBi, + bias, masked], P = softmax(S), dP = dO V^T,
+//   dS = P (dP - D) (d(bias), summed over its broadcast dims),
 //   dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO (dK, dV summed over each GQA group),
 // with softcap's dS scaled by 1 - tanh^2(s / softcap).
 #pragma once
@@ -21,16 +22,19 @@ namespace detail {
 
 // Reads q, k, v, dout (and the ragged indptrs) of p; ignores o and lse.
 template <class ExecSpace, class T>
-std::vector<double> reference_backward_impl(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt);
+std::vector<double> reference_backward_impl(const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
+                                            const ScoreBiasGradient& dbias = {});
 
 }  // namespace detail
 
 // Same shapes as kattn::attention_backward over kv::dense, without o and lse. Returns when the gradients are
-// written, with the sinks' gradient (empty without Options::sinks).
+// written, with the sinks' gradient (empty without Options::sinks); with dbias (the backward's
+// BackwardOptions::dbias), the bias's gradient written there too.
 template <class ExecSpace, class QView, class KView, class VView, class DoView, class DqView, class DkView,
           class DvView>
 std::vector<double> reference_backward(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const DoView& dout,
-                        const DqView& dq, const DkView& dk, const DvView& dv, const Options& opt = {}) {
+                        const DqView& dq, const DkView& dk, const DvView& dv, const Options& opt = {},
+                        const ScoreBiasGradient& dbias = {}) {
   static_assert(detail::accessible_from<ExecSpace, QView, KView, VView, DoView, DqView, DkView, DvView>(),
                 "kattn::reference_backward: the views must be accessible from the execution space");
   using T = typename DqView::non_const_value_type;
@@ -42,7 +46,7 @@ std::vector<double> reference_backward(const ExecSpace& space, const QView& q, c
   p.fwd.o = nullptr;
   detail::check_gradient_views(q, k, v, dout, dout, dq, dk, dv);
   detail::fill_gradients(p, dout, dq, dk, dv);
-  return detail::reference_backward_impl(space, p, opt);
+  return detail::reference_backward_impl(space, p, opt, dbias);
 }
 
 }  // namespace kattn

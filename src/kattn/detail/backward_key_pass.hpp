@@ -4,6 +4,7 @@
 //
 //   S = Q K^T, dP = dO V^T                 (rows x keys: the keys are the vector lanes)
 //   P = 2^(S - lse2), dS = scale P (dP - D) [x softcap derivative]   (backward_steps.hpp)
+//   [d(bias) = P (dP - D), to memory]      (BackwardOptions::dbias: bias_gradient.hpp)
 //   dV += P^T dO, dK += dS^T Q             (keys x dims: the head dim is the lanes)
 //   dQ = dS K, added to memory             (rows x dims; key_chunks / atomic only: chunk 0 into
 //                                          dQ itself, chunks 1, 2, ... into partials)
@@ -59,6 +60,7 @@ struct BackwardKeyPass {
   BackwardWorkspace<T> ws;
   BlockSparse bs;  // inactive: dense
   ScoreBias bias;  // Options::bias; inactive: none
+  ScoreBiasGradient dbias;  // where P (dP - D) goes, of type T and the full shape (bias_gradient.hpp); inactive: none
   // Only key tiles [tile_begin, tile_end) of each sequence (a piece of a call with progress
   // reports); each chunk still takes its tiles in order, so pieces give the same bits as one launch.
   std::int64_t tile_begin = 0, tile_end = INT64_MAX;
@@ -256,10 +258,12 @@ struct BackwardKeyPass {
         gradient_row(s_row, dp_row, geo.kp_keys, begin, end, s.lse2[r], s.di[r], g, alibi);
         return;
       }
+      const std::int64_t i = (t0 + r) / G;
+      T* const dbias_row = dbias.active() ? dbias.template row_out<T>(b, h, i) + kb : nullptr;
       bias.dispatch([&](auto tag) {
         using B = decltype(tag);
         gradient_row(s_row, dp_row, geo.kp_keys, begin, end, s.lse2[r], s.di[r], g, alibi,
-                     bias.template row<B>(b, h, (t0 + r) / G) + kb);
+                     bias.template row<B>(b, h, i) + kb, dbias_row, n_keys);
       });
     });
   }

@@ -5,6 +5,7 @@
 //   ALiBi and the bias tensor: t += bias                          (log2 units)
 //   P  = 2^(t - lse2)                                             (recomputed from the saved LSE)
 //   dS = scale P (dP - D) (1 - th^2)                              (scale folded in for dQ and dK)
+//   d(bias) = P (dP - D) where P > 0, else 0                      (only where asked for)
 //
 // lse2 is the row's natural-log LSE in log2 units, or +inf for a row that saw no key (and for
 // padding rows), so that its P is exactly 0 even where the score is -inf. D = rowsum(dO * O).
@@ -39,7 +40,7 @@ struct GradientScales {
 // tanh(s / cap) when softcapping (-inf when masked), else the log2-unit score (-inf when masked).
 template <class T>
 KOKKOS_INLINE_FUNCTION void gradient_scalar(T& s_to_p, T& dp_to_ds, T lse2, T di, const GradientScales<T>& g,
-                                            T bias = T(0)) {
+                                            T bias = T(0), T* dbias = nullptr) {
   const T th = s_to_p;
   T t = th, deriv = T(1);
   if (g.cap_log2 != T(0)) {
@@ -53,13 +54,14 @@ KOKKOS_INLINE_FUNCTION void gradient_scalar(T& s_to_p, T& dp_to_ds, T lse2, T di
   // a masked key's V must not reach the row through 0 x NaN.
   const T dp = th == -compat::infinity<T>() ? T(0) : dp_to_ds;
   dp_to_ds = g.ds_scale * p * (dp - di) * deriv;
+  if (dbias) *dbias = p == T(0) ? T(0) : p * (dp - di);
 }
 
 #if KATTN_HOST_SIMD
 // The same on a vector of scores; lse2 and D are per lane (query pass) or broadcast (key pass).
 template <class T>
 inline void gradient_vector(T* s_to_p, T* dp_to_ds, simd::vec<T> lse2, simd::vec<T> di, const GradientScales<T>& g,
-                            simd::vec<T> bias = simd::vec<T>{}) {
+                            simd::vec<T> bias = simd::vec<T>{}, simd::vec<T>* dbias = nullptr) {
   using V = simd::vec<T>;
   const V th = simd::load(s_to_p);
   V t = th, deriv = simd::splat<T>(T(1));
@@ -71,6 +73,7 @@ inline void gradient_vector(T* s_to_p, T* dp_to_ds, simd::vec<T> lse2, simd::vec
   simd::store(s_to_p, p);
   const V dp = th == -compat::infinity<T>() ? simd::splat<T>(T(0)) : simd::load(dp_to_ds);
   simd::store(dp_to_ds, g.ds_scale * p * (dp - di) * deriv);
+  if (dbias) *dbias = p == T(0) ? simd::splat<T>(T(0)) : p * (dp - di);
 }
 #endif
 
@@ -97,11 +100,12 @@ KOKKOS_INLINE_FUNCTION T row_bias(const B* row, int j, int end) {
 
 // Key-pass layout (rows x keys, keys contiguous): one row's keys outside [begin, end) get -inf,
 // then P and dS for the row's `keys` entries (a multiple of the SIMD width), with ALiBi's and the
-// bias tensor's (bias_row, of element type B; null: none) terms. Thread-level.
+// bias tensor's (bias_row, of element type B; null: none) terms; with dbias_row (not null, bias_row
+// given) the bias's gradient of the row's first `valid` keys to it. Thread-level.
 template <class T, class B = float>
 KOKKOS_INLINE_FUNCTION void gradient_row(T* s, T* dp, int keys, int begin, int end, T lse2, T di,
                                          const GradientScales<T>& g, const RowAlibi<T>& alibi = {},
-                                         const B* bias_row = nullptr) {
+                                         const B* bias_row = nullptr, T* dbias_row = nullptr, int valid = 0) {
   const T neg_inf = -compat::infinity<T>();
   for (int j = 0; j < begin; ++j) s[j] = neg_inf;
   for (int j = end; j < keys; ++j) s[j] = neg_inf;
@@ -116,23 +120,35 @@ KOKKOS_INLINE_FUNCTION void gradient_row(T* s, T* dp, int keys, int begin, int e
   V distance;  // diagonal - j for the lanes' keys
   for (int k = 0; k < W; ++k) distance[k] = alibi.diagonal - T(k);
   const V slope = simd::splat<T>(alibi.slope);
+  V dbias;
+  const auto store_dbias = [&](int j) {  // the row's valid keys only: dbias_row ends there
+    if (!dbias_row) return;
+    if (j + W <= valid)
+      simd::store(dbias_row + j, dbias);
+    else
+      for (int k = 0; j + k < valid && k < W; ++k) dbias_row[j + k] = dbias[k];
+  };
+  V* const dbias_out = dbias_row ? &dbias : nullptr;
   for (int j = 0; j < keys; j += W, distance -= T(W)) {
     V bias = -slope * (distance < T(0) ? -distance : distance);
     if constexpr (std::is_same_v<B, T> || (std::is_same_v<T, float> && is_16bit_v<B>)) {
       if (bias_row && j + W <= end) {  // whole vectors of the row's keys, widened
         bias += simd::load_as<T>(bias_row + j) * static_cast<T>(kLog2e);
-        gradient_vector(s + j, dp + j, l, d, g, bias);
+        gradient_vector(s + j, dp + j, l, d, g, bias, dbias_out);
+        store_dbias(j);
         continue;
       }
     }
     if (bias_row)
       for (int k = 0; k < W; ++k) bias[k] += row_bias<T>(bias_row, j + k, end);
-    gradient_vector(s + j, dp + j, l, d, g, bias);
+    gradient_vector(s + j, dp + j, l, d, g, bias, dbias_out);
+    store_dbias(j);
   }
 #else
   for (int j = 0; j < keys; ++j)
     gradient_scalar(s[j], dp[j], lse2, di, g,
-                    alibi_bias(alibi.slope, alibi.diagonal - T(j)) + row_bias<T>(bias_row, j, end));
+                    alibi_bias(alibi.slope, alibi.diagonal - T(j)) + row_bias<T>(bias_row, j, end),
+                    dbias_row && j < valid ? dbias_row + j : nullptr);
 #endif
 }
 
