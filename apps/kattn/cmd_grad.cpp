@@ -12,6 +12,7 @@
 
 #include "args.hpp"
 #include "batch_inputs.hpp"
+#include "bias_tensor.hpp"
 #include "commands.hpp"
 #include "console.hpp"
 #include "dist_commands.hpp"
@@ -23,6 +24,7 @@
 #include "kattn/errors.hpp"
 #include "kattn/reference_backward.hpp"
 #include "kattn/reference_masked.hpp"
+#include "kattn/score_bias.hpp"
 #include "paths.hpp"
 #include "progress_line.hpp"
 #include "run_block_sparse.hpp"
@@ -37,13 +39,16 @@ const char* kGradUsage =
     "usage: kattn grad (--q Q.npy --k K.npy --v V.npy --do DO.npy | --random B,NQ,NK,HQ,HKV,D [--seed N])\n"
     "                  [--o O.npy --lse LSE.npy] [--block-q N] [--block-k N]\n"
     "                  [--causal] [--window LEFT,RIGHT] [--softcap C] [--scale S] [--dtype f32|f64|bf16|f16]\n"
-    "                  [--sinks SINKS.npy [--dsinks DSINKS.npy]] [--alibi-slopes SLOPES.npy]\n"
+    "                  [--sinks SINKS.npy|random [--dsinks DSINKS.npy]] [--alibi-slopes SLOPES.npy|random|standard]\n"
+    "                  [--bias BIAS.npy|random [--dbias DBIAS.npy]]\n"
     "                  [--dq DQ.npy] [--dk DK.npy] [--dv DV.npy] [--deterministic]\n"
     "                  [--dq-strategy auto|key-chunks|query-pass|atomic] [--dq-chunks N]\n"
     "                  [--check] [--check-rows N] [--repeat N [--no-workspace]] [--json]\n"
     "                  [--block-mask MASK.npy --mask-block B | --pattern P [--mask-block B]]  (block-sparse)\n"
     "  ragged batch:  as for kattn run (--random-ragged HQ,HKV,D --q-lens .. --kv-lens .., or --q/--k/--v\n"
     "                 [total, H, D] with --q-indptr and --kv-indptr, and --do [total_q, Hq, D])\n"
+    "  --sinks, --alibi-slopes, --bias: as for kattn run; --dsinks [Hq] and --dbias (the bias's shape, not\n"
+    "                 of a bool bias) write their gradients in float64 (dense inputs)\n"
     "  --cpu-products: as for kattn run, for the forward pass (the backward widens 16-bit inputs)\n"
     "  --layout bnhd|bhnd, --json, --quiet, --progress: as for kattn run (the forward's progress line, then\n"
     "                 the backward's)\n"
@@ -61,6 +66,7 @@ const char* kGradUsage =
 
 struct Gradients {
   std::vector<double> dq, dk, dv;
+  std::vector<double> dbias;  // with --dbias
   double seconds = 0;
   double forward_seconds = 0;  // 0 when o and lse were given
   BackwardInfo info;
@@ -108,8 +114,8 @@ GivenForward read_given_forward(Args& args, const DenseInputs& in) {
 
 template <class T>
 Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_values, const GivenForward& given,
-                       const Options& opt, const BackwardOptions& bopt, const BlockMask* mask, const Timing& timing,
-                       const Console& console, double forward_flops) {
+                       const Options& opt, BackwardOptions bopt, const BlockMask* mask, const Timing& timing,
+                       const Console& console, double forward_flops, const BiasTensor* dbias_of) {
   const auto q = to_view<Tensor4<T>>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
   const auto k = to_view<Tensor4<T>>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
   const auto v = to_view<Tensor4<T>>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
@@ -152,6 +158,13 @@ Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_va
   poison(dq);
   poison(dk);
   poison(dv);
+  Tensor4<double> dbias;  // the bias's shape, in float64 whatever the bias's type
+  if (dbias_of) {
+    const std::vector<std::int64_t> s = dbias_of->shape();
+    dbias = Tensor4<double>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dbias"), s[0], s[1], s[2], s[3]);
+    poison(dbias);
+    bopt.dbias = score_bias_gradient(dbias);
+  }
   space.fence();
   const RepeatWorkspace kept(timing, masked);
   time_calls(
@@ -168,6 +181,7 @@ Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_va
   out.dq = from_view(dq);
   out.dk = from_view(dk);
   out.dv = from_view(dv);
+  if (dbias_of) out.dbias = from_view(dbias);
   return out;
 }
 
@@ -226,6 +240,9 @@ int cmd_grad(Args& args) {
   const auto dsinks_path = args.value("--dsinks");
   if (dsinks_path) check_output_file("--dsinks", *dsinks_path);
   KATTN_REQUIRE(!dsinks_path || args.has("--sinks"), "--dsinks: the gradient of the sinks given with --sinks");
+  const auto dbias_path = args.value("--dbias");
+  if (dbias_path) check_output_file("--dbias", *dbias_path);
+  KATTN_REQUIRE(!dbias_path || args.has("--bias"), "--dbias: the gradient of the bias given with --bias");
   const CheckSettings check = read_check_settings(args);
   const Timing timing = read_timing(args);
   const Console console = read_console(args);
@@ -234,7 +251,9 @@ int cmd_grad(Args& args) {
   bopt.deterministic = args.flag("--deterministic");
   if (auto s = args.value("--dq-strategy")) bopt.dq = parse_strategy(*s);
   bopt.dq_chunks = static_cast<int>(args.integer("--dq-chunks", 1, 1 << 20).value_or(0));
-  const Options opt = read_options(args);
+  BiasTensor bias;
+  const Options opt = read_options(args, &bias);
+  KATTN_REQUIRE(!dbias_path || !bias.boolean(), "--dbias: a bool --bias (a mask) has no gradient");
   KATTN_REQUIRE(opt.splits == 0, "--splits: not used by grad (see --dq-strategy and --dq-chunks)");
   KATTN_REQUIRE(!dsinks_path || !wants_batch_inputs(args), "--dsinks: dense inputs only for now (not ragged or paged batches)");
   if (wants_batch_inputs(args))
@@ -256,7 +275,8 @@ int cmd_grad(Args& args) {
   if (check.enabled) gradient_check_samples(inputs, check, m != nullptr);  // refused before the work
   const double forward_flops = m ? sparse_flops(in, *m, opt) : attention_flops(in, opt);
   const auto run = [&](auto storage) {
-    return run_backward<decltype(storage)>(in, dout, given, opt, bopt, m, timing, console, forward_flops);
+    return run_backward<decltype(storage)>(in, dout, given, opt, bopt, m, timing, console, forward_flops,
+                                           dbias_path ? &bias : nullptr);
   };
   const Gradients g = in.dtype == io::DType::f64    ? run(double{})
                       : in.dtype == io::DType::bf16 ? run(bf16{})
@@ -303,12 +323,13 @@ int cmd_grad(Args& args) {
     j.add("dsinks", g.info.dsinks);
     if (dsinks_path) write_array(*dsinks_path, io::DType::f64, {in.Hq}, g.info.dsinks);
   }
+  if (dbias_path) write_array(*dbias_path, io::DType::f64, bias.shape(), g.dbias);
   int status = 0;
   if (check.enabled) {
     status = check_gradients(
-        host_gradients(inputs, dout, g.dq, g.dk, g.dv), opt, check, in.dtype, m != nullptr,
+        host_gradients(inputs, dout, g.dq, g.dk, g.dv), bias.on_host(opt), check, in.dtype, m != nullptr,
         [&](std::vector<double>& rq, std::vector<double>& rk, std::vector<double>& rv) {
-          const Gradients ref = textbook(in, dout, opt, m);
+          const Gradients ref = textbook(in, dout, m ? bias.on_host(opt) : opt, m);  // masked: on the host
           rq = ref.dq, rk = ref.dk, rv = ref.dv;
         },
         text, j);

@@ -11,6 +11,7 @@
 
 #include "args.hpp"
 #include "batch_inputs.hpp"
+#include "bias_tensor.hpp"
 #include "commands.hpp"
 #include "dist_commands.hpp"
 #include "inputs.hpp"
@@ -33,13 +34,19 @@ namespace {
 const char* kRunUsage =
     "usage: kattn run (--q Q.npy --k K.npy --v V.npy | --random B,NQ,NK,HQ,HKV,D [--seed N])\n"
     "                 [--algo naive|flash|splitkv] [--splits N] [--split-chunk N] [--block-q N] [--block-k N]\n"
-    "                 [--causal] [--window LEFT,RIGHT] [--softcap C] [--scale S] [--sinks SINKS.npy]\n"
-    "                 [--alibi-slopes SLOPES.npy] [--layout bnhd|bhnd]\n"
+    "                 [--causal] [--window LEFT,RIGHT] [--softcap C] [--scale S] [--sinks SINKS.npy|random]\n"
+    "                 [--alibi-slopes SLOPES.npy|random|standard] [--bias BIAS.npy|random] [--layout bnhd|bhnd]\n"
     "                 [--dtype f32|f64|bf16|f16] [--out O.npy] [--lse LSE.npy] [--save-inputs DIR]\n"
     "                 [--check] [--check-rows N] [--repeat N [--no-workspace]] [--json] [--quiet] [--progress]\n"
     "                 [--cpu-products auto|widened|bf16-dot|amx]\n"
     "  --layout        dense q, k, v, o files as bnhd [B, N, H, D] (the default) or bhnd [B, H, N, D]\n"
     "                  (PyTorch's); lse is [B, H, N] in both\n"
+    "  --sinks, --alibi-slopes: a 1-D float array of one value per query head. --bias: added to the\n"
+    "                  scores, [B or 1, Hq or 1, Nq, Nk] whatever --layout says; float32/64, float16, bf16\n"
+    "                  bits or bool (false masks the key); dense inputs, not --dist\n"
+    "  random, standard: in place of a file, for --random/--random-ragged inputs, drawn from --seed:\n"
+    "                  --sinks random (unit normal), --alibi-slopes random (uniform in [1/256, 1/2]) or\n"
+    "                  standard (the paper's geometric slopes), --bias random (float32 unit normal)\n"
     "  --check         compare with the float64 textbook algorithm on the same rounded inputs: every row\n"
     "                  when its score matrix fits in 1 GiB, else a sample of rows each computed exactly\n"
     "                  (first and last, every masked edge, 64 in all); exit status 3 when it fails,\n"
@@ -328,12 +335,13 @@ int cmd_run(Args& args) {
   KATTN_REQUIRE(!args.has("--save-inputs") || !(wants_block_sparse(args) || wants_cascade(args)),
                 "--save-inputs: not supported with --block-mask, --pattern or --cascade");
   const RunFlags f = read_run_flags(args);
-  const Options opt = read_options(args);
+  BiasTensor bias;
+  const Options opt = read_options(args, &bias);
   KATTN_REQUIRE(f.algo == "splitkv" || (opt.splits == 0 && opt.split_chunk == 0),
                 "--splits: splitting the keys needs --algo splitkv");
   if (wants_block_sparse(args)) {
     KATTN_REQUIRE(f.timing.repeat == 0, "--repeat: not supported with --block-mask / --pattern");
-    return run_block_sparse(args, f.algo, opt, f.check, f.console, f.out, f.lse);
+    return run_block_sparse(args, f.algo, opt, bias, f.check, f.console, f.out, f.lse);
   }
   if (wants_cascade(args)) {
     KATTN_REQUIRE(f.timing.repeat == 0, "--repeat: not supported with --cascade");
@@ -367,7 +375,7 @@ int cmd_run(Args& args) {
   if (f.lse) write_array(*f.lse, lse_dtype(in.dtype), {in.B, in.Hq, in.Nq}, out.lse);
   int status = 0;
   if (f.check.enabled) {
-    status = check_outputs(host_params(in, out.o, out.lse), opt, f.check, in.dtype, f.console, j, "run");
+    status = check_outputs(host_params(in, out.o, out.lse), bias.on_host(opt), f.check, in.dtype, f.console, j, "run");
   }
   f.console.notice(j);
   f.console.finish(j);

@@ -6,11 +6,14 @@
 #include <limits>
 #include <random>
 
+#include "bias_tensor.hpp"
+#include "kattn/core/alibi.hpp"
 #include "kattn/core/key_window.hpp"
 #include "kattn/cpu_products.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/memory.hpp"
 #include "paths.hpp"
+#include "random_variants.hpp"
 
 namespace kattn {
 namespace cli {
@@ -178,7 +181,7 @@ DenseInputs read_dense_inputs(Args& args, const std::string& extra, std::vector<
   return in;
 }
 
-Options read_options(Args& args) {
+Options read_options(Args& args, BiasTensor* bias) {
   Options opt;
   opt.causal = args.flag("--causal");
   if (auto w = args.integers("--window", 2)) {
@@ -195,8 +198,22 @@ Options read_options(Args& args) {
   opt.splits = static_cast<int>(args.integer("--splits", 0, 1 << 24).value_or(0));
   opt.split_chunk = args.integer("--split-chunk", 1, std::int64_t(1) << 40).value_or(0);
   if (auto p = args.value("--cpu-products")) opt.cpu_products = parse_cpu_products(*p, "--cpu-products");
-  if (auto path = args.value("--sinks")) opt.sinks = read_per_head("--sinks", "logit", *path);
-  if (auto path = args.value("--alibi-slopes")) opt.alibi_slopes = read_per_head("--alibi-slopes", "slope", *path);
+  if (auto v = args.value("--sinks"))
+    opt.sinks = *v == kRandomWord ? random_sinks(random_problem(args, "--sinks random"))
+                                  : read_per_head("--sinks", "logit", *v);
+  if (auto v = args.value("--alibi-slopes")) {
+    if (*v == kRandomWord)
+      opt.alibi_slopes = random_slopes(random_problem(args, "--alibi-slopes random"));
+    else if (*v == "standard")
+      opt.alibi_slopes = alibi_standard_slopes(int(random_problem(args, "--alibi-slopes standard").Hq));
+    else
+      opt.alibi_slopes = read_per_head("--alibi-slopes", "slope", *v);
+  }
+  KATTN_REQUIRE(bias || !args.has("--bias"), "--bias: a bias tensor goes with kattn run and grad, without --dist");
+  if (bias) {
+    bias->read(args);
+    opt.bias = bias->device();
+  }
   return opt;
 }
 
@@ -225,6 +242,7 @@ std::string mask_summary(const Options& opt) {
   }
   if (!opt.sinks.empty()) s += " sinks";
   if (!opt.alibi_slopes.empty()) s += " alibi";
+  if (opt.bias.active()) s += " bias";
   return s;
 }
 

@@ -59,14 +59,16 @@ std::vector<double> dense_rows(const DenseInputs& in, const DenseSource& source,
 DenseInputs read_dense_inputs(Args& args, const std::string& extra = "", std::vector<double>* extra_values = nullptr,
                               const char* refuse16 = kFloatOnly);
 
+class BiasTensor;
 // --causal, --window L,R, --softcap C, --scale S, --block-q N, --block-k N, --splits N, --split-chunk N,
-// --cpu-products P, --sinks FILE.npy, --alibi-slopes FILE.npy.
-Options read_options(Args& args);
+// --cpu-products P, --sinks FILE.npy|random, --alibi-slopes FILE.npy|random|standard, and --bias
+// FILE.npy|random where `bias` holds it for the call (kattn run and grad); null: --bias is refused.
+Options read_options(Args& args, BiasTensor* bias = nullptr);
 // The values of a per-head option (--sinks, --alibi-slopes) from a 1-D array of floats, one `what`
 // per query head (the attention call checks the count).
 std::vector<double> read_per_head(const char* flag, const char* what, const std::string& path);
 // The mask and score options a run's heading names: " causal", " window=L,R", " softcap=C",
-// " sinks", " alibi" (each only when set), empty for a plain full mask.
+// " sinks", " alibi", " bias" (each only when set), empty for a plain full mask.
 std::string mask_summary(const Options& opt);
 
 // The CPU products a forward of `dtype` storage runs under opt.cpu_products (the JSON's

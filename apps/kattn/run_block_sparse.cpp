@@ -86,7 +86,8 @@ struct Result {
 };
 
 template <class T>
-Result run_sparse(const std::string& algo, const DenseInputs& in, const BlockMask& m, const Options& opt) {
+Result run_sparse(const std::string& algo, const DenseInputs& in, const BlockMask& m, const Options& opt,
+                  const BiasTensor& bias) {
   const DenseViews<T> views = make_dense_views<T>(in);
   const auto q = views.q, k = views.k, v = views.v;
   const auto o = views.o;
@@ -102,7 +103,7 @@ Result run_sparse(const std::string& algo, const DenseInputs& in, const BlockMas
     reference_masked(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), q),
                      Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), k),
                      Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v), ho, hl,
-                     expand_block_mask(m, in.Nq, in.Nk), opt);
+                     expand_block_mask(m, in.Nq, in.Nk), bias.on_host(opt));
     Kokkos::deep_copy(o, ho);
     Kokkos::deep_copy(lse, hl);
   } else {
@@ -120,7 +121,8 @@ Result run_sparse(const std::string& algo, const DenseInputs& in, const BlockMas
 
 }  // namespace
 
-int run_block_sparse(Args& args, const std::string& algo, const Options& opt, const CheckSettings& check,
+int run_block_sparse(Args& args, const std::string& algo, const Options& opt, const BiasTensor& bias,
+                     const CheckSettings& check,
                      const Console& console, const std::optional<std::string>& out_path,
                      const std::optional<std::string>& lse_path) {
   KATTN_REQUIRE(!wants_batch_inputs(args), "--block-mask: block-sparse attention takes dense inputs ",
@@ -130,7 +132,8 @@ int run_block_sparse(Args& args, const std::string& algo, const Options& opt, co
   const BlockMask m = read_block_mask(args, in);
   args.finish();
   std::FILE* text = console.text();
-  const Result out = in.dtype == io::DType::f32 ? run_sparse<float>(algo, in, m, opt) : run_sparse<double>(algo, in, m, opt);
+  const Result out = in.dtype == io::DType::f32 ? run_sparse<float>(algo, in, m, opt, bias)
+                                                 : run_sparse<double>(algo, in, m, opt, bias);
   const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
   const double flops = sparse_flops(in, m, opt);
   const double gflops = out.seconds > 0 ? flops / out.seconds / 1e9 : 0.0;
@@ -153,7 +156,7 @@ int run_block_sparse(Args& args, const std::string& algo, const Options& opt, co
   if (check.enabled) {
     DenseInputs in64 = in;
     in64.dtype = io::DType::f64;
-    const Result ref = run_sparse<double>("naive", in64, m, opt);
+    const Result ref = run_sparse<double>("naive", in64, m, opt, bias);
     status = check_verdict(compare(out.o, ref.o), compare(out.lse, ref.lse), in.dtype,
                            "block mask as element mask, all " + std::to_string(in.B * in.Nq * in.Hq) + " rows", text,
                            j, "run");

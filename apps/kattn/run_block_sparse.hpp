@@ -5,6 +5,7 @@
 #include <string>
 
 #include "args.hpp"
+#include "bias_tensor.hpp"
 #include "console.hpp"
 #include "run_check.hpp"
 #include "inputs.hpp"
@@ -25,8 +26,10 @@ BlockMask read_block_mask(Args& args, const DenseInputs& in);
 double sparse_flops(const DenseInputs& in, const BlockMask& m, const Options& opt);
 
 // Reads the dense inputs and the mask, runs `algo` (naive, flash or splitkv), reports; returns
-// the exit status (3: --check failed).
-int run_block_sparse(Args& args, const std::string& algo, const Options& opt, const CheckSettings& check,
+// the exit status (3: --check failed). `bias`: opt's bias tensor, whose host copy the host
+// references read.
+int run_block_sparse(Args& args, const std::string& algo, const Options& opt, const BiasTensor& bias,
+                     const CheckSettings& check,
                      const Console& console, const std::optional<std::string>& out_path,
                      const std::optional<std::string>& lse_path);
 

@@ -1,7 +1,8 @@
 // Test helper: writes an .npy file from the command line, so that the CLI contract tests can hand
 // `kattn run` index arrays with any (also bad) values.
-//   npy_write OUT.npy i32|i64|f32|f64|f16|bf16 SHAPE VALUES     SHAPE "2,3"; VALUES "0,1,5" or "random",
-//   "random:nan=K" (element K NaN) or "random:scale=X" (every value times X)
+//   npy_write OUT.npy i32|i64|f32|f64|f16|bf16|b1 SHAPE VALUES     SHAPE "2,3"; VALUES "0,1,5" or "random",
+//   "random:nan=K" (element K NaN) or "random:scale=X" (every value times X); b1 (bool) is true
+//   where the value is > 0 (random: about half)
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -36,7 +37,7 @@ std::vector<std::int64_t> ints(const std::string& s) {
 
 int main(int argc, char** argv) {
   if (argc != 5) {
-    std::fprintf(stderr, "usage: npy_write OUT.npy i32|i64|f32|f64|f16|bf16 SHAPE VALUES|random\n");
+    std::fprintf(stderr, "usage: npy_write OUT.npy i32|i64|f32|f64|f16|bf16|b1 SHAPE VALUES|random\n");
     return 2;
   }
   const std::string path = argv[1], type = argv[2], values = argv[4];
@@ -64,6 +65,10 @@ int main(int argc, char** argv) {
   } else if (type == "i64") {
     std::vector<std::int64_t> d(v.begin(), v.end());
     kattn::io::write_npy(path, DType::i64, shape, d.data());
+  } else if (type == "b1") {
+    std::vector<unsigned char> d;
+    for (double x : v) d.push_back(x > 0);
+    kattn::io::write_npy(path, DType::b1, shape, d.data());
   } else if (type == "f16") {
     kattn::io::write_npy(path, shape, narrowed<kattn::fp16>(v));
   } else if (type == "bf16") {
