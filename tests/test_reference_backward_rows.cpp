@@ -1,6 +1,6 @@
 // reference_dq_row and reference_dkdv_rows (gradient rows of the textbook backward in float64,
 // without the [Nq, Nk] matrices) against the full textbook backward, on every row of small
-// problems: GQA, every mask variant, softcap, ragged batches with empty sequences; and
+// problems: GQA, every mask variant, softcap, ALiBi and a bias, ragged batches with empty sequences; and
 // key_rows_to_check's choice of key rows.
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@
 #include "kattn/ragged.hpp"
 #include "kattn/reference_backward.hpp"
 #include "kattn/reference_backward_rows.hpp"
+#include "kattn/score_bias.hpp"
 #include "ragged_support.hpp"
 #include "support.hpp"
 
@@ -65,6 +66,30 @@ TEST(ReferenceBackwardRows, DenseRowsEqualTheTextbookUnderEveryVariant) {
       reference_backward(Kokkos::DefaultHostExecutionSpace(), q, k, v, dout, dq, dk, dv, opt);
       H3 lse("lse", s.B, s.Hq, s.Nq);  // not read by the row functions
       expect_gradient_rows_match(backward_params(q, k, v, dout, lse, dout, dq, dk, dv), opt, describe(s, opt));
+    }
+}
+
+// ALiBi and a bias tensor, alone and under softcap (whose derivative reads the score before them).
+TEST(ReferenceBackwardRows, RowsWithAlibiAndABiasEqualTheTextbook) {
+  const Shape s{2, 9, 13, 4, 2, 8};
+  H4 bias("bias", 1, s.Hq, s.Nq, s.Nk);
+  for (const Options& variant : option_variants())
+    for (int what = 0; what < 3; ++what) {
+      const std::uint64_t seed = fresh_seed();
+      Options opt = variant;
+      if (what != 1) opt.alibi_slopes = {0.5, 0.25, 0.125, 0.0625};
+      if (what != 0) {
+        fill_normal(bias, seed + 4);
+        opt.bias = score_bias(bias);
+      }
+      H4 q("q", s.B, s.Nq, s.Hq, s.D), k("k", s.B, s.Nk, s.Hkv, s.D), v("v", s.B, s.Nk, s.Hkv, s.D);
+      H4 dout("do", s.B, s.Nq, s.Hq, s.D), dq("dq", s.B, s.Nq, s.Hq, s.D);
+      H4 dk("dk", s.B, s.Nk, s.Hkv, s.D), dv("dv", s.B, s.Nk, s.Hkv, s.D);
+      fill_normal(q, seed), fill_normal(k, seed + 1), fill_normal(v, seed + 2), fill_normal(dout, seed + 3);
+      reference_backward(Kokkos::DefaultHostExecutionSpace(), q, k, v, dout, dq, dk, dv, opt);
+      H3 lse("lse", s.B, s.Hq, s.Nq);
+      expect_gradient_rows_match(backward_params(q, k, v, dout, lse, dout, dq, dk, dv), opt,
+                                 describe(s, opt) + " seed=" + std::to_string(seed));
     }
 }
 

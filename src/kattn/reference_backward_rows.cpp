@@ -10,6 +10,7 @@
 #include "kattn/core/key_window.hpp"
 #include "kattn/core/score_scaling.hpp"
 #include "kattn/detail/shapes.hpp"
+#include "kattn/reference_rows.hpp"
 
 namespace kattn {
 
@@ -42,7 +43,7 @@ void reference_dq_row(const BackwardParams<double>& p, const Options& opt, const
     di += r.p[n] * dp[n];
   }
   for (std::size_t n = 0; n < r.p.size(); ++n) {
-    const double ds = r.p[n] * (dp[n] - di) * softcap_slope(r.scores[n], opt.softcap);
+    const double ds = r.p[n] * (dp[n] - di) * softcap_slope(r.capped[n], opt.softcap);
     const double* k = f.k_ptr(row.b, r.first + std::int64_t(n), kv_head);
     for (int d = 0; d < f.head_dim; ++d) dq_row[d] += scale * ds * k[d];
   }
@@ -85,7 +86,6 @@ void reference_dkdv_rows(const BackwardParams<double>& p, const Options& opt, co
     }
     for (const std::size_t r : members) {
       const std::int64_t j = rows[r].j;
-      const double* k = f.k_ptr(b, j, hk);
       const double* v = f.v_ptr(b, j, hk);
       double* dk_row = dk + r * D;
       double* dv_row = dv + r * D;
@@ -97,10 +97,9 @@ void reference_dkdv_rows(const BackwardParams<double>& p, const Options& opt, co
           if (lse[at] == -std::numeric_limits<double>::infinity()) continue;  // P = 0 on this row
           const double* q = f.q_ptr(b, i, h);
           const double* dout = p.do_ptr(b, i, h);
-          double s = sc.scale * dot(q, k, D);
-          if (opt.softcap > 0) s = opt.softcap * std::tanh(s / opt.softcap);
-          const double prob = std::exp(s - lse[at]);
-          const double ds = prob * (dot(dout, v, D) - di[at]) * softcap_slope(s, opt.softcap);
+          const detail::TextbookScore s = detail::textbook_score(f, opt, window, sc.scale, {b, i, h}, j);
+          const double prob = std::exp(s.logit - lse[at]);
+          const double ds = prob * (dot(dout, v, D) - di[at]) * softcap_slope(s.capped, opt.softcap);
           for (int d = 0; d < D; ++d) {
             dv_row[d] += prob * dout[d];
             dk_row[d] += sc.scale * ds * q[d];

@@ -17,6 +17,25 @@ namespace kattn {
 
 namespace detail {
 
+TextbookScore textbook_score(const AttentionParams<double>& p, const Options& opt, const KeyWindow& window,
+                             double scale, const QueryRow& row, std::int64_t j) {
+  const double* q = p.q_ptr(row.b, row.i, row.h);
+  const double* k = p.k_ptr(row.b, j, row.h / p.group_size());
+  double dot = 0;
+  for (int d = 0; d < p.head_dim; ++d) dot += q[d] * k[d];
+  TextbookScore s;
+  s.capped = scale * dot;
+  if (opt.softcap > 0) s.capped = opt.softcap * std::tanh(s.capped / opt.softcap);
+  s.logit = s.capped;
+  if (!opt.alibi_slopes.empty())
+    s.logit += alibi_bias(opt.alibi_slopes[static_cast<std::size_t>(row.h)], window, row.i, j, p.seq_q_len(row.b),
+                          p.seq_kv_len(row.b));
+  if (opt.bias.active())
+    opt.bias.dispatch(
+        [&](auto tag) { s.logit += bias_value<double>(opt.bias.row<decltype(tag)>(row.b, row.h, row.i)[j]); });
+  return s;
+}
+
 RowSoftmax row_softmax(const AttentionParams<double>& p, const Options& opt, const QueryRow& row) {
   const std::int64_t q_len = p.seq_q_len(row.b), kv_len = p.seq_kv_len(row.b);
   const KeyWindow window = KeyWindow::from(opt);
@@ -28,22 +47,15 @@ RowSoftmax row_softmax(const AttentionParams<double>& p, const Options& opt, con
   r.first = first;
   r.lse = sink;
   if (last < first) return r;
-  const double* q = p.q_ptr(row.b, row.i, row.h);
-  const int kv_head = row.h / p.group_size();
   // The textbook's steps on one row: scores, max, exp and sum, normalised.
   r.scores.resize(static_cast<std::size_t>(last - first + 1));
+  r.capped.resize(r.scores.size());
   r.p.assign(r.scores.size(), 0.0);
   double m = sink;
   for (std::int64_t j = first; j <= last; ++j) {
-    const double* k = p.k_ptr(row.b, j, kv_head);
-    double dot = 0;
-    for (int d = 0; d < p.head_dim; ++d) dot += q[d] * k[d];
-    double x = scale * dot;
-    if (opt.softcap > 0) x = opt.softcap * std::tanh(x / opt.softcap);
-    if (!opt.alibi_slopes.empty())
-      x += alibi_bias(opt.alibi_slopes[static_cast<std::size_t>(row.h)], window, row.i, j, q_len, kv_len);
-    if (opt.bias.active())
-      opt.bias.dispatch([&](auto tag) { x += bias_value<double>(opt.bias.row<decltype(tag)>(row.b, row.h, row.i)[j]); });
+    const TextbookScore s = textbook_score(p, opt, window, scale, row, j);
+    const double x = s.logit;
+    r.capped[j - first] = s.capped;
     r.scores[j - first] = x;
     m = std::isnan(x) || std::isnan(m) ? std::numeric_limits<double>::quiet_NaN() : std::max(m, x);
   }

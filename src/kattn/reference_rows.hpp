@@ -11,6 +11,7 @@
 
 #include "kattn/options.hpp"
 #include "kattn/core/attention_params.hpp"
+#include "kattn/core/key_window.hpp"
 
 namespace kattn {
 
@@ -35,8 +36,17 @@ namespace detail {
 struct RowSoftmax {
   std::int64_t first = 0;
   std::vector<double> scores, p;
+  std::vector<double> capped;  // each score before ALiBi and the bias: what softcap's derivative reads
   double lse = 0;
 };
+
+// The textbook's score of the row's query and key j: scale q . k, softcapped (`capped`), plus
+// ALiBi's and the bias's terms (`logit`). The one rule of the row references.
+struct TextbookScore {
+  double capped = 0, logit = 0;
+};
+TextbookScore textbook_score(const AttentionParams<double>& p, const Options& opt, const KeyWindow& window,
+                             double scale, const QueryRow& row, std::int64_t j);
 RowSoftmax row_softmax(const AttentionParams<double>& p, const Options& opt, const QueryRow& row);
 
 // The rule of a sample of rows (query rows here, key rows for the backward): for every sequence b
