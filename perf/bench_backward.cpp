@@ -281,9 +281,11 @@ BENCHMARK_TEMPLATE(BM_TrainingStepWorkspace, kattn::bf16)
     ->UseRealTime();
 
 // A score variant's cost in the backward, paired in one run (float, B = 1, 8 heads, the default dq
-// strategy): each iteration times the backward of the plain forward (A) and of the forward with
-// the variant (B); ratio_median is the median of time(B) / time(A). Variant 0: ALiBi (the paper's
-// slopes); 1: a float bias [1, 8, N, N].
+// strategy): each iteration times the backward without the variant (A) and with it (B);
+// ratio_median is the median of time(B) / time(A). Variant 0: ALiBi (the paper's slopes), A plain;
+// 1: a float bias [1, 8, N, N], A plain; 2: that bias's gradient (dbias [1, 8, N, N], written in
+// place), A the backward with the bias; 3: the gradient of a broadcast bias [1, 1, N, N] (summed
+// over the heads from a workspace), A the backward with that bias.
 void BM_ScoreVariantBackwardCost(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0)), d = static_cast<int>(state.range(1)),
             variant = static_cast<int>(state.range(3));
@@ -296,12 +298,18 @@ void BM_ScoreVariantBackwardCost(benchmark::State& state) {
   View3<float> la("lse", 1, H, n), lb("lse", 1, H, n);
   Kokkos::Random_XorShift64_Pool<> pool(7);
   for (const auto& x : {q, k, v, dout}) Kokkos::fill_random(x, pool, -1.0f, 1.0f);
-  View4<float> bias("bias", 1, variant == 1 ? H : 0, n, n);
+  const int bias_heads = variant == 3 ? 1 : H;
+  View4<float> bias("bias", 1, variant >= 1 ? bias_heads : 0, n, n), dbias("dbias", 1, variant >= 2 ? bias_heads : 0, n, n);
   kattn::Options with = plain;
   if (variant == 0) with.alibi_slopes = kattn::alibi_standard_slopes(H);
-  if (variant == 1) {
+  if (variant >= 1) {
     Kokkos::fill_random(bias, pool, -2.0f, 2.0f);
     with.bias = kattn::score_bias(bias);
+  }
+  kattn::BackwardOptions gradient;
+  if (variant >= 2) {
+    gradient.dbias = kattn::score_bias_gradient(dbias);
+    plain = with;  // A: the same backward without the bias's gradient
   }
   const Kokkos::DefaultExecutionSpace space;
   kattn::attention(space, q, kattn::kv::dense(k, v), oa, la, plain);
@@ -309,13 +317,13 @@ void BM_ScoreVariantBackwardCost(benchmark::State& state) {
   const kattn::perf::Paired r = kattn::perf::paired(
       state,
       [&] { kattn::attention_backward(space, q, kattn::kv::dense(k, v), oa, la, dout, dq, dk, dv, plain); },
-      [&] { kattn::attention_backward(space, q, kattn::kv::dense(k, v), ob, lb, dout, dq, dk, dv, with); });
+      [&] { kattn::attention_backward(space, q, kattn::kv::dense(k, v), ob, lb, dout, dq, dk, dv, with, gradient); });
   state.counters["ratio_median"] = r.median_ratio();
   state.counters["ratio_min"] = r.ratio.front();
   state.counters["ratio_max"] = r.ratio.back();
 }
 BENCHMARK(BM_ScoreVariantBackwardCost)
-    ->ArgsProduct({{1024}, {64, 128}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{1024}, {64, 128}, {0, 1}, {0, 1, 2, 3}})
     ->ArgNames({"N", "D", "causal", "variant"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
