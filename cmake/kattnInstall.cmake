@@ -1,4 +1,4 @@
-# `cmake --install`: headers, libkattn, the kattn program and a CMake package
+# `cmake --install`: headers, libkattn, the kattn and kattn-scale programs and a CMake package
 # (kattnConfig.cmake, kattnConfigVersion.cmake, kattnTargets.cmake with namespace kattn::),
 # so that other projects can find_package(kattn) and link kattn::kattn.
 include(GNUInstallDirs)
@@ -20,11 +20,11 @@ endforeach()
 # unless the caller (spack) sets RPATHs of its own.
 if(NOT DEFINED CMAKE_INSTALL_RPATH)
   file(RELATIVE_PATH _kattn_bin_to_lib "${CMAKE_INSTALL_FULL_BINDIR}" "${CMAKE_INSTALL_FULL_LIBDIR}")
-  set_target_properties(kattn-cli PROPERTIES INSTALL_RPATH "$ORIGIN/${_kattn_bin_to_lib}")
+  set_target_properties(kattn-cli kattn-scale PROPERTIES INSTALL_RPATH "$ORIGIN/${_kattn_bin_to_lib}")
   set_target_properties(${_kattn_libraries} PROPERTIES INSTALL_RPATH "$ORIGIN")
 endif()
 if(NOT DEFINED CMAKE_INSTALL_RPATH_USE_LINK_PATH)
-  set_target_properties(kattn-cli ${_kattn_libraries} PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+  set_target_properties(kattn-cli kattn-scale ${_kattn_libraries} PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
 endif()
 
 set_target_properties(kattn-cli PROPERTIES EXPORT_NAME cli)   # kattn::cli, the kattn program
@@ -44,6 +44,7 @@ install(TARGETS ${_kattn_exported} EXPORT kattnTargets
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS kattn-scale RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})  # the scaling study, not exported
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/src/kattn DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.hpp")
 install(FILES ${PROJECT_BINARY_DIR}/include/kattn/config.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kattn)

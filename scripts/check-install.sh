@@ -38,6 +38,8 @@ install_and_consume() {
   echo "-- the installed kattn program"
   env -u LD_LIBRARY_PATH "$prefix/bin/kattn" --version
   env -u LD_LIBRARY_PATH "$prefix/bin/kattn" run --random 1,256,256,4,4,64 --check --json
+  echo "-- the installed scaling study"
+  env -u LD_LIBRARY_PATH "$prefix/bin/kattn-scale" model --anchor meta-cp-1m --max-ranks 4
   local site py
   site=$(cache_value "$build" KATTN_PYTHON_INSTALL_DIR)
   py=$(cache_value "$build" Python_EXECUTABLE)

@@ -14,8 +14,6 @@
 namespace kattn {
 namespace cli {
 
-int host_threads() { return Kokkos::DefaultHostExecutionSpace().concurrency(); }
-
 int cmd_version(Args& args) {
   if (args.flag("--help")) {
     std::cout << "usage: kattn version [--json]   (or kattn --version)\n";

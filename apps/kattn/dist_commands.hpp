@@ -16,11 +16,5 @@ int run_distributed(Args& args, const std::string& mode);
 // kattn grad --dist ring|ulysses|hybrid ...: the forward and backward; each rank reads and writes its own part.
 int grad_distributed(Args& args, const std::string& mode);
 
-// kattn scale (a measured scaling-study row at the current rank count).
-int scale_measure(Args& args);
-
-// kattn scale --pingpong (latency and bandwidth between ranks 0 and 1, for the scaling model).
-int scale_pingpong(Args& args);
-
 }  // namespace cli
 }  // namespace kattn

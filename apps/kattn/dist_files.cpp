@@ -1,6 +1,5 @@
 #include "dist_files.hpp"
 
-#include <sys/resource.h>
 
 #include "dense_layout.hpp"
 #include "dtype.hpp"
@@ -74,14 +73,6 @@ void write_packed_rows(MPI_Comm comm, const std::string& path, io::DType dtype, 
   std::int64_t width = 1;
   for (std::size_t i = 1; i < shape.size(); ++i) width *= shape[i];
   write_positions(comm, path, dtype, shape, RowBlock{1, shape[0], width, packed_runs(rows)}, local);
-}
-
-long long peak_rss_max(MPI_Comm comm) {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  long long bytes = static_cast<long long>(u.ru_maxrss) * 1024;  // Linux: kilobytes
-  MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_LONG_LONG, MPI_MAX, comm);
-  return bytes;
 }
 
 }  // namespace cli

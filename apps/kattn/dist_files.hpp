@@ -39,8 +39,5 @@ void write_lse_positions(MPI_Comm comm, const std::string& path, const DenseInpu
 void write_packed_rows(MPI_Comm comm, const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,
                        const std::vector<std::int64_t>& rows, const std::vector<double>& local);
 
-// The largest peak resident set size of any rank so far, in bytes (every rank gets it).
-long long peak_rss_max(MPI_Comm comm);
-
 }  // namespace cli
 }  // namespace kattn

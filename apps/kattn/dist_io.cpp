@@ -89,14 +89,5 @@ dist::TrafficProblem traffic_problem(const DenseInputs& in, int bytes_per_value)
   return pr;
 }
 
-int on_rank0(MPI_Comm comm, const std::function<int()>& body) {
-  int status = 0;
-  dist::collective_check(comm, [&] {
-    if (rank_of(comm) == 0) status = body();
-  });
-  MPI_Bcast(&status, 1, MPI_INT, 0, comm);
-  return status;
-}
-
 }  // namespace cli
 }  // namespace kattn

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "args.hpp"
+#include "collective_steps.hpp"
 #include "kattn/distributed/collective.hpp"
 #include "kattn/distributed/options.hpp"
 #include "kattn/distributed/layout.hpp"
@@ -49,12 +50,6 @@ std::vector<double> gather_positions(MPI_Comm comm, const std::vector<double>& l
 // difference is the same kattn::Error on every rank.
 void agree_on_command(MPI_Comm comm, const std::string& mode, const Options& opt, const dist::DistOptions& d,
                       bool check, const std::vector<dist::Agreed>& extra = {});
-
-// The part of a command that rank 0 runs alone after the collective work (report, outputs, the
-// check against the reference): every rank calls it and waits for it, so that a failure there (a
-// file that cannot be written, a reference that does not fit) ends every rank with rank 0's
-// message instead of leaving them waiting; returns rank 0's exit status on every rank.
-int on_rank0(MPI_Comm comm, const std::function<int()>& body);
 
 }  // namespace cli
 }  // namespace kattn

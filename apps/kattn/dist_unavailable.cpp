@@ -15,16 +15,5 @@ int grad_distributed(Args&, const std::string&) {
   return 2;
 }
 
-int scale_measure(Args&) {
-  KATTN_REQUIRE(
-      false, "scale: measuring needs MPI (configure with -DKATTN_ENABLE_MPI=ON); --report and --model work without it");
-  return 2;
-}
-
-int scale_pingpong(Args&) {
-  KATTN_REQUIRE(false, "scale --pingpong: needs MPI (configure with -DKATTN_ENABLE_MPI=ON)");
-  return 2;
-}
-
 }  // namespace cli
 }  // namespace kattn

@@ -18,14 +18,6 @@
 namespace kattn {
 namespace cli {
 
-std::vector<double> random_normal(std::size_t n, std::uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<double> dist(0.0, 1.0);
-  std::vector<double> out(n);
-  for (auto& x : out) x = dist(gen);
-  return out;
-}
-
 std::vector<double> random_normal_rows(const RowBlock& rows, std::uint64_t seed) {
   // The same stream as random_normal(outer * N * inner, seed), every value drawn in order (the
   // normal distribution's draws cannot be skipped), only the runs' values kept.

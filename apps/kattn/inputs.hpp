@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "random_normal.hpp"
 #include "args.hpp"
 #include "dense_layout.hpp"
 #include "dtype.hpp"
@@ -75,8 +76,6 @@ std::string mask_summary(const Options& opt);
 // "cpu_products"); null when the program's kernels run on a GPU, where the option means nothing.
 const char* forward_cpu_products(const char* dtype, const Options& opt);
 
-// Unit-normal values from a seeded generator.
-std::vector<double> random_normal(std::size_t n, std::uint64_t seed);
 // The values random_normal(rows.outer * rows.N * rows.inner, seed) holds at the rows' runs.
 std::vector<double> random_normal_rows(const RowBlock& rows, std::uint64_t seed);
 

@@ -25,8 +25,8 @@ const char* kUsage =
     "  plan     how split-KV attention would cut the keys of a problem (splits, chunk, work units)\n"
     "  io       the HBM-traffic model of standard vs tiled attention\n"
     "  version  kattn's version, Kokkos version, backends and options (also --version)\n"
-    "  scale    scaling studies: measure a row under mpirun, --report (table + SVG), --model\n"
-    "Kokkos options (--kokkos-num-threads=N, ...) are accepted by every command; kattn --kokkos-help lists them.\n";
+    "Kokkos options (--kokkos-num-threads=N, ...) are accepted by every command; kattn --kokkos-help lists them.\n"
+    "Scaling studies are the program kattn-scale (measure, pingpong, model, report).\n";
 
 }  // namespace
 
@@ -54,7 +54,6 @@ int main(int argc, char* argv[]) {
         {"grad", kattn::cli::cmd_grad},
         {"io", kattn::cli::cmd_io},
         {"version", kattn::cli::cmd_version},
-        {"scale", kattn::cli::cmd_scale},
         {"plan", kattn::cli::cmd_plan},
     };
     std::string command = kargc > 1 ? kargv[1] : "";

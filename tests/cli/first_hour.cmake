@@ -3,10 +3,14 @@
 # the smaller refusals. Included from CMakeLists.txt (KATTN_BIN, DATA, kattn_cli_npy defined).
 set(FH ${DATA}/fh)
 function(kattn_cli_expect name)
-  cmake_parse_arguments(T "JSON_ONLY;ONE_LINE;SERIAL_ONLY" "STATUS;STDOUT;STDOUT_NOT;STDERR;STDERR_NOT"
+  cmake_parse_arguments(T "JSON_ONLY;ONE_LINE;SERIAL_ONLY" "STATUS;STDOUT;STDOUT_NOT;STDERR;STDERR_NOT;PROGRAM"
                         "ARGS;FILES;REMOVE;REQUIRES;SAME" ${ARGN})
+  set(bin ${KATTN_BIN})
+  if(T_PROGRAM)
+    set(bin $<TARGET_FILE:${T_PROGRAM}>)
+  endif()
   add_test(NAME cli.${name}
-           COMMAND ${CMAKE_COMMAND} -DBIN=${KATTN_BIN} "-DARGS=${T_ARGS}" "-DSTATUS=${T_STATUS}" "-DSTDOUT=${T_STDOUT}"
+           COMMAND ${CMAKE_COMMAND} -DBIN=${bin} "-DARGS=${T_ARGS}" "-DSTATUS=${T_STATUS}" "-DSTDOUT=${T_STDOUT}"
                    "-DSTDOUT_NOT=${T_STDOUT_NOT}" "-DSTDERR=${T_STDERR}" "-DSTDERR_NOT=${T_STDERR_NOT}"
                    "-DFILES=${T_FILES}" "-DREMOVE=${T_REMOVE}" "-DSAME=${T_SAME}" -DJSON_ONLY=${T_JSON_ONLY} -DONE_LINE=${T_ONE_LINE}
                    -DSERIAL_ONLY=${T_SERIAL_ONLY} -P ${CMAKE_CURRENT_SOURCE_DIR}/expect.cmake)
@@ -99,13 +103,13 @@ kattn_cli_expect(lse_is_dir ARGS run --random 1,8,8,1,1,4 --lse ${CMAKE_CURRENT_
                  STDERR "--lse .*: is a directory, expected a file name")
 kattn_cli_expect(grad_dq_missing_dir ARGS grad --random 1,8,8,1,1,4 --dv /nonexistent-kattn/dv.npy STATUS 2 ONE_LINE
                  STDOUT_NOT "." STDERR "--dv /nonexistent-kattn/dv.npy: no directory")
-kattn_cli_expect(scale_model_csv_missing_dir ARGS scale --model --tokens 4096 --tflops-per-rank 1
+kattn_cli_expect(scale_model_csv_missing_dir PROGRAM kattn-scale ARGS model --tokens 4096 --tflops-per-rank 1
                  --csv /nonexistent-kattn/s.csv STATUS 2 ONE_LINE STDOUT_NOT "."
                  STDERR "^kattn: --csv /nonexistent-kattn/s.csv: no directory /nonexistent-kattn to write it in\n$")
-kattn_cli_expect(scale_report_plot_missing_dir ARGS scale --report ${CMAKE_CURRENT_SOURCE_DIR}/data/scale_synthetic.csv
+kattn_cli_expect(scale_report_plot_missing_dir PROGRAM kattn-scale ARGS report --csv ${CMAKE_CURRENT_SOURCE_DIR}/data/scale_synthetic.csv
                  --plot /nonexistent-kattn/p.svg STATUS 2 ONE_LINE STDOUT_NOT "." STDERR "--plot /nonexistent-kattn/p.svg: no directory")
 if(KATTN_ENABLE_MPI)  # a one-rank MPI job started without mpiexec: refused before the first repetition
-  kattn_cli_expect(scale_run_csv_missing_dir ARGS scale --tokens 256 --dim 16 --csv /nonexistent-kattn/s.csv STATUS 2
+  kattn_cli_expect(scale_run_csv_missing_dir PROGRAM kattn-scale ARGS measure --tokens 256 --dim 16 --csv /nonexistent-kattn/s.csv STATUS 2
                    ONE_LINE STDOUT_NOT "." STDERR "--csv /nonexistent-kattn/s.csv: no directory /nonexistent-kattn")
   set(_fh_mpi_env "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_PROC_BIND=false")
   if(KATTN_SANITIZE)

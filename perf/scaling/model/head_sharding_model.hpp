@@ -5,7 +5,7 @@
 // gathers are complete, the results travel when it is done), each over the links its messages
 // take (a group of U consecutive ranks spans nodes when U > ranks per node). The inner attention
 // is the ring model over the R = P / U groups with Hq / U heads per rank (R = 1: one local call
-// over the whole sequence). Plain arithmetic, no MPI: `kattn scale --model --dist ulysses|hybrid`
+// over the whole sequence). Plain arithmetic, no MPI: `kattn-scale model --dist ulysses|hybrid`
 // prints it, the tests compare with it.
 #pragma once
 

@@ -1,7 +1,7 @@
 // Published scaling results and the parameters of the hardware they ran on, as inputs of the
 // scaling model: the model run with them must land near the published efficiency before it is
 // trusted to extrapolate. Sources and the derivation of every number are in docs/distributed-reference.md
-// ("How close the model gets"); `kattn scale --model --anchor NAME` prints the same.
+// ("How close the model gets"); `kattn-scale model --anchor NAME` prints the same.
 #pragma once
 
 #include <string>
@@ -72,7 +72,7 @@ inline RingModelInput meta_cp_1m_h100() {
 
 }  // namespace parts
 
-// Every anchor, by name: what `kattn scale --model --anchor NAME` and the tests run.
+// Every anchor, by name: what `kattn-scale model --anchor NAME` and the tests run.
 inline std::vector<ScalingAnchor> scaling_anchors() {
   return {{"ring-flash-attn-fwd", "github.com/zhuzilin/ring-flash-attention README, zigzag_ring, 8xH800, fwd only",
            0.852, parts::ring_flash_attn_h800(false)},

@@ -1,6 +1,6 @@
 // Measured inputs of the scaling model (scaling_model.hpp): the kernel's rate as a function of
 // the tokens per rank, interpolated between the sizes it was measured at, and a link's latency
-// and bandwidth fitted to ping-pong times. Plain arithmetic, no MPI: `kattn scale` measures, this
+// and bandwidth fitted to ping-pong times. Plain arithmetic, no MPI: `kattn-scale` measures, this
 // turns the measurements into model inputs.
 #pragma once
 

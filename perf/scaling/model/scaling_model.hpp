@@ -3,7 +3,7 @@
 // needed to hide a ring step's transfer behind its work). Every input is measured
 // (scaling_calibration.hpp: the kernel's rate against the shard size, a ping-pong's link) or a
 // stated parameter of the cluster (links between nodes, ranks per node, overheads). Plain
-// arithmetic, no MPI: `kattn scale --model` prints it, the tests and benchmarks compare with it.
+// arithmetic, no MPI: `kattn-scale model` prints it, the tests and benchmarks compare with it.
 #pragma once
 
 #include <algorithm>

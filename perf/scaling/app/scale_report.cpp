@@ -1,7 +1,5 @@
-// kattn scale: scaling studies. Without --report, --model or --pingpong it measures one row at the
-// current rank count (under mpirun; see scale_run.cpp); --pingpong measures the link between two
-// ranks (scale_pingpong.cpp); --report turns the CSVs of several runs into a table and an SVG figure
-// (scale_plot.cpp); --model predicts time and efficiency up to many ranks (scale_model.cpp).
+// kattn-scale report: the CSVs of several measured runs as one table (median repetition, spread,
+// efficiency and speedup per study and rank count) and an SVG figure (scale_plot.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -13,42 +11,15 @@
 #include <vector>
 
 #include "args.hpp"
-#include "commands.hpp"
-#include "dist_commands.hpp"
 #include "kattn/errors.hpp"
 #include "paths.hpp"
+#include "scale_commands.hpp"
 #include "scale_csv.hpp"
-#include "scale_model.hpp"
 #include "scale_plot.hpp"
 
 namespace kattn {
 namespace cli {
 namespace {
-
-const char* kScaleUsage =
-    "usage: mpirun -np P kattn scale [--study weak|strong] [--tokens N] [--dist ring|decode|ulysses|hybrid]\n"
-    "                 [--ulysses-size U] [--batch B] [--heads HQ,HKV] [--dim D] [--queries NQ]\n"
-    "                 [--dtype f32|f64|bf16|f16]\n"
-    "                 [--causal] [--zigzag] [--deterministic] [--chunk KEYS] [--repeat R] [--warmup W]\n"
-    "                 [--nocomm-baseline] [--backward] [--no-workspace] [--csv FILE] [--json]\n"
-    "         weak: --tokens is per rank; strong: --tokens is the whole sequence (ring, ulysses,\n"
-    "         hybrid) or KV cache (decode). Hybrid: groups of U ranks share heads (fewer ranks: one\n"
-    "         group). --backward: each repetition is a forward and its backward. The calls share one\n"
-    "         kattn::Workspace; --no-workspace: each allocates its own buffers (rows NAME-no-workspace).\n"
-    "         Appends one row per timed repetition to --csv (and as many for the comm-removed ring\n"
-    "         with --nocomm-baseline).\n"
-    "       kattn scale --report A.csv[,B.csv...] [--table T.md] [--plot P.svg]\n"
-    "       kattn scale --model [--dist ring|decode|ulysses|hybrid] [--ulysses-size U] [--study weak|strong]\n"
-    "                 --tokens N [--heads HQ,HKV]\n"
-    "                 [--dim D] [--batch B] [--queries NQ] [--dtype f32|f64|bf16|f16] [--causal]\n"
-    "                 [--sharding zigzag|contiguous]\n"
-    "                 (--tflops-per-rank F | --rate-curve TOKENS:TFLOPS,... | --from-csv FILE)\n"
-    "                 [--bandwidth BYTES_PER_S] [--latency S] (intra-node; from --pingpong)\n"
-    "                 [--ranks-per-node K --inter-bandwidth BYTES_PER_S --inter-latency S]\n"
-    "                 [--step-overhead S] [--mem-bandwidth BYTES_PER_S] [--merge-passes X]\n"
-    "                 [--backward-ratio R] [--max-ranks P] [--csv FILE] [--compare STUDY.csv]\n"
-    "       kattn scale --model --anchor ring-flash-attn-fwd|ring-flash-attn-fwd-bwd|meta-cp-1m [--max-ranks P]\n"
-    "       mpirun -np 2 kattn scale --pingpong [--both-ways] [--sizes BYTES,...] [--repeat R] [--json]\n";
 
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
@@ -67,18 +38,22 @@ std::string fmt(const char* f, double x) {
 
 // ---- report -------------------------------------------------------------------------------
 
-int scale_report(Args& args, const std::string& files) {
+}  // namespace
+
+int scale_report(Args& args) {
+  const auto files = args.value("--csv");
+  KATTN_REQUIRE(files, "--csv: expected the CSV files of the measured runs, comma-separated");
   const auto table_path = args.value("--table");
   const auto plot_path = args.value("--plot");
   args.finish();
   if (table_path) check_output_file("--table", *table_path);
   if (plot_path) check_output_file("--plot", *plot_path);
   std::vector<ScaleRow> rows;
-  const std::vector<std::string> paths = split_list(files);
-  KATTN_REQUIRE(!paths.empty(), "--report: expected one or more CSV files, comma-separated");
+  const std::vector<std::string> paths = split_list(*files);
+  KATTN_REQUIRE(!paths.empty(), "--csv: expected one or more CSV files, comma-separated");
   for (const std::string& p : paths)
     for (ScaleRow& r : read_scale_csv(p)) rows.push_back(std::move(r));
-  KATTN_REQUIRE(!rows.empty(), "--report: the CSV files hold no rows");
+  KATTN_REQUIRE(!rows.empty(), "--csv: the CSV files hold no rows");
   const std::vector<ScaleStudy> studies = group_studies(rows);
   // One line per study and rank count: the median repetition, the spread of the times, and
   // efficiency and speedup at the median.
@@ -121,19 +96,6 @@ int scale_report(Args& args, const std::string& files) {
     std::cout << "plot: " << *plot_path << " (" << studies.size() << " studies, " << points << " points)\n";
   }
   return 0;
-}
-
-}  // namespace
-
-int cmd_scale(Args& args) {
-  if (args.flag("--help")) {
-    std::cout << kScaleUsage;
-    return 0;
-  }
-  if (auto files = args.value("--report")) return scale_report(args, *files);
-  if (args.flag("--model")) return scale_model(args);
-  if (args.flag("--pingpong")) return scale_pingpong(args);
-  return scale_measure(args);
 }
 
 }  // namespace cli

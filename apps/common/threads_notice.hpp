@@ -7,6 +7,9 @@
 namespace kattn {
 namespace cli {
 
+// Threads of the host execution space, as set by --kokkos-num-threads or OMP_NUM_THREADS.
+int host_threads();
+
 // Records the thread count asked for (--kokkos-num-threads=N, --kokkos-threads=N or
 // OMP_NUM_THREADS), before Kokkos is initialised; 0 when none.
 void record_requested_threads(int argc, char* argv[]);

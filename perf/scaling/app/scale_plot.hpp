@@ -1,4 +1,4 @@
-// The figure of `kattn scale --report`: SVG, for a scaling paper.
+// The figure of `kattn-scale report`: SVG, for a scaling paper.
 #pragma once
 
 #include <string>

@@ -1,9 +1,9 @@
-// kattn scale --model: time and efficiency from one rank up to --max-ranks, from the kernel's rate
+// kattn-scale model: time and efficiency from one rank up to --max-ranks, from the kernel's rate
 // against the tokens per rank (given, a curve, or measured rows of a scaling CSV), a link measured
-// by `kattn scale --pingpong` or stated, and the cluster's parameters (links between nodes, ranks
+// by `kattn-scale pingpong` or stated, and the cluster's parameters (links between nodes, ranks
 // per node, per-step overheads). --anchor NAME runs a published setup with its hardware's
 // parameters and prints the published efficiency beside the model's.
-#include "scale_model.hpp"
+#include "scale_commands.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -132,7 +132,7 @@ void print_heads_row(int P, double N, const scaling::HeadShardedModel& m) {
 int run_anchor(const std::string& name, int max_ranks) {
   for (const scaling::ScalingAnchor& a : scaling::scaling_anchors()) {
     if (a.name != name) continue;
-    std::printf("kattn scale --model --anchor %s: %s\n", a.name.c_str(), a.source.c_str());
+    std::printf("kattn-scale model --anchor %s: %s\n", a.name.c_str(), a.source.c_str());
     std::printf("ring, %lld tokens, %d ranks, Hq=%d Hkv=%d D=%d, %d-byte values%s\n", (long long)a.input.tokens,
                 a.input.ranks, a.input.heads_q, a.input.heads_kv, a.input.head_dim, a.input.bytes_per_value,
                 a.input.causal ? (a.input.zigzag ? ", causal (zigzag)" : ", causal (contiguous)") : "");
@@ -259,7 +259,7 @@ int scale_model(Args& args) {
                                 : curve ? parse_rate_curve(*curve)
                                         : rate_from_csv(*from_csv, algorithm);
 
-  std::printf("kattn scale --model: %s %s scaling, %s, B=%d Hq=%lld Hkv=%lld D=%d%s%s\n", mode.c_str(), study.c_str(),
+  std::printf("kattn-scale model: %s %s scaling, %s, B=%d Hq=%lld Hkv=%lld D=%d%s%s\n", mode.c_str(), study.c_str(),
               dtype.c_str(), B, (long long)heads[0], (long long)heads[1], D,
               causal ? (" causal (" + sharding + ")").c_str() : "",
               backward_ratio > 0 ? ", forward + backward" : ", forward");
@@ -386,7 +386,7 @@ int scale_model(Args& args) {
     // Each side against its own one-rank point: the measured rows' efficiency is against the
     // one-rank run (which pays what a call costs besides the kernel), the model's against the bare
     // kernel rate.
-    // (Forward + backward: the rows of `kattn scale --backward`.)
+    // (Forward + backward: the rows of `kattn-scale measure --backward`.)
     const std::string measured_algorithm = algorithm + (backward_ratio > 0 ? "-fwd-bwd" : "");
     const ScaleStudy* st =
         model_efficiency.count(1) ? matching_study(measured_studies, model_row, measured_algorithm) : nullptr;

@@ -1,4 +1,4 @@
-// The CSV of scaling studies: one row per timed repetition of a `kattn scale` run, appended;
+// The CSV of scaling studies: one row per timed repetition of a `kattn-scale measure` run, appended;
 // read back by the report, which groups the rows into studies and points.
 #pragma once
 

@@ -1,4 +1,4 @@
-// kattn scale (measuring): one row of a weak or strong scaling study at the rank count of this
+// kattn-scale measure: one row of a weak or strong scaling study at the rank count of this
 // MPI job. Every rank draws random values for its own shard (values do not change the work),
 // runs warm-up and timed repetitions, and rank 0 appends one row per repetition to the CSV. With
 // --nocomm-baseline every repetition also runs the same ring with the transfers removed, right
@@ -16,11 +16,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "dist_commands.hpp"
-#include "dist_files.hpp"
-#include "dist_io.hpp"
+#include "collective_steps.hpp"
 #include "dtype.hpp"
-#include "inputs.hpp"
 #include "json.hpp"
 #include "kattn/distributed/collective.hpp"
 #include "kattn/distributed/attention.hpp"
@@ -30,6 +27,8 @@
 #include "machine_load.hpp"
 #include "mpi_session.hpp"
 #include "paths.hpp"
+#include "random_normal.hpp"
+#include "scale_commands.hpp"
 #include "scale_csv.hpp"
 
 namespace kattn {
@@ -97,7 +96,7 @@ class Progress {
     const double t = now();
     if (t - start_ < 2.0 || t - last_ < (tty_ ? 1.0 : 10.0)) return;
     last_ = t;
-    std::fprintf(stderr, "%skattn scale: %s, %.0f s%s", tty_ ? "\r" : "", what.c_str(), t - start_, tty_ ? "" : "\n");
+    std::fprintf(stderr, "%skattn-scale measure: %s, %.0f s%s", tty_ ? "\r" : "", what.c_str(), t - start_, tty_ ? "" : "\n");
     std::fflush(stderr);
     printed_ = true;
   }
@@ -359,9 +358,9 @@ int scale_measure(Args& args) {
     });
     Options shape;
     shape.causal = c.causal;
-    agree_on_command(
-        MPI_COMM_WORLD, c.mode, shape, c.d, false,
-        {dist::Agreed::integer("--tokens", "tokens", c.tokens), dist::Agreed::integer("--dim", "dim", c.dim),
+    std::vector<dist::Agreed> fields = dist::option_fields(shape, c.d);  // the scheme and its options
+    const std::vector<dist::Agreed> study = {
+         dist::Agreed::integer("--tokens", "tokens", c.tokens), dist::Agreed::integer("--dim", "dim", c.dim),
          dist::Agreed::integer("--batch", "batch", c.batch), dist::Agreed::integer("--heads", "query heads", c.heads_q),
          dist::Agreed::integer("--heads", "KV heads", c.heads_kv),
          dist::Agreed::integer("--queries", "queries", c.queries),
@@ -372,7 +371,9 @@ int scale_measure(Args& args) {
          dist::Agreed::boolean("--backward", "backward", c.backward),
          dist::Agreed::boolean("--no-workspace", "buffers per call", !c.workspace),
          dist::Agreed::boolean("--study", "strong scaling", c.study == "strong"),
-         with_storage(parse_dtype(c.dtype), [](auto t) { return dist::Agreed::dtype<decltype(t)>("--dtype"); })});
+         with_storage(parse_dtype(c.dtype), [](auto t) { return dist::Agreed::dtype<decltype(t)>("--dtype"); })};
+    fields.insert(fields.end(), study.begin(), study.end());
+    dist::collective_agree(MPI_COMM_WORLD, fields);
     // Rank 0 appends to the CSV at the end: a path it cannot write fails on every rank, before the runs.
     dist::collective_check(MPI_COMM_WORLD, [&] {
       if (rank == 0 && !c.csv.empty()) check_output_file("--csv", c.csv);
@@ -410,7 +411,7 @@ int scale_measure(Args& args) {
       const ScaleRow row = make_row(c, P, r.best, algorithm, 0, existing);
       const auto print = [&](const ScaleRow& w, double median) {
         std::printf(
-            "kattn scale: %s %s P=%d tokens=%s (%s per rank) %s: %.6f s (median %.6f s of %d repetitions), compute "
+            "kattn-scale measure: %s %s P=%d tokens=%s (%s per rank) %s: %.6f s (median %.6f s of %d repetitions), compute "
             "%s s (fastest rank %s s), exposed comm %s s, sent %s B/rank (model %s), %s TFLOP/s per rank, "
             "efficiency %s (%s), in CPU time %s; %s thread(s) per rank, load %s\n",
             w.str("study").c_str(), w.str("algorithm").c_str(), P, w.str("tokens").c_str(),

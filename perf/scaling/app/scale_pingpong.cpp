@@ -1,9 +1,9 @@
-// kattn scale --pingpong: the link between ranks 0 and 1, for the scaling model. Rank 0 sends a
+// kattn-scale pingpong: the link between ranks 0 and 1, for the scaling model. Rank 0 sends a
 // message of each size, rank 1 returns it; the one-way time is half the median round trip, and
 // a least-squares line through the sizes gives latency + bytes / bandwidth (scaling::fit_link).
 // With --both-ways the two ranks send each other a message of each size at once, as a ring step
 // or an all-to-all does, and the time is the median exchange's. Run the two ranks on one node for
-// the intra-node link (--bandwidth/--latency of --model), on two nodes for the inter-node one
+// the intra-node link (--bandwidth/--latency of kattn-scale model), on two nodes for the inter-node one
 // (--inter-bandwidth/--inter-latency).
 #include <mpi.h>
 
@@ -13,13 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "dist_commands.hpp"
-#include "dist_io.hpp"
+#include "collective_steps.hpp"
 #include "json.hpp"
 #include "kattn/distributed/collective.hpp"
 #include "model/scaling_calibration.hpp"
 #include "kattn/errors.hpp"
 #include "machine_load.hpp"
+#include "scale_commands.hpp"
 #include "mpi_session.hpp"
 #include "scale_csv.hpp"
 
@@ -87,7 +87,7 @@ int scale_pingpong(Args& args) {
         at = end + 1;
       }
       KATTN_REQUIRE(sizes.size() >= 2, "--sizes: expected at least two message sizes, got ", sizes.size());
-      KATTN_REQUIRE(P >= 2, "--pingpong: needs two ranks (mpirun -np 2), got ", P);
+      KATTN_REQUIRE(P >= 2, "pingpong: needs two ranks (mpirun -np 2), got ", P);
     });
     const double load = load_average();
     const std::size_t largest = static_cast<std::size_t>(*std::max_element(sizes.begin(), sizes.end()));
@@ -100,11 +100,11 @@ int scale_pingpong(Args& args) {
       const scaling::Link link = scaling::fit_link(samples);
       if (both_ways)
         std::printf(
-            "kattn scale --pingpong --both-ways: ranks 0 and 1 of %d sending each other at once, median of %d "
+            "kattn-scale pingpong --both-ways: ranks 0 and 1 of %d sending each other at once, median of %d "
             "exchanges per size, load %.2f\n",
             P, repeat, load);
       else
-        std::printf("kattn scale --pingpong: ranks 0 and 1 of %d, median of %d round trips per size, load %.2f\n", P,
+        std::printf("kattn-scale pingpong: ranks 0 and 1 of %d, median of %d round trips per size, load %.2f\n", P,
                     repeat, load);
       std::printf("%14s %14s %14s\n", "bytes", both_ways ? "exchange us" : "one-way us", "GB/s each way");
       for (const scaling::LinkSample& s : samples)

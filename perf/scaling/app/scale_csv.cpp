@@ -70,27 +70,27 @@ std::vector<std::string> split(const std::string& line) {
 
 std::vector<ScaleRow> read_scale_csv(const std::string& path) {
   std::ifstream f(path);
-  KATTN_REQUIRE(f.good(), "--report ", path, ": cannot open file");
+  KATTN_REQUIRE(f.good(), "--csv ", path, ": cannot open file");
   std::string line;
-  KATTN_REQUIRE(static_cast<bool>(std::getline(f, line)), "--report ", path, ": empty file, expected a header line");
+  KATTN_REQUIRE(static_cast<bool>(std::getline(f, line)), "--csv ", path, ": empty file, expected a header line");
   if (!line.empty() && line.back() == '\r') line.pop_back();
   const std::vector<std::string> header = split(line);
   for (const char* need : {"ranks", "algorithm", "seconds", "tflops_per_rank", "efficiency"}) {
     bool found = false;
     for (const auto& h : header) found = found || h == need;
-    KATTN_REQUIRE(found, "--report ", path, ": the header has no column '", need, "'");
+    KATTN_REQUIRE(found, "--csv ", path, ": the header has no column '", need, "'");
   }
   std::vector<ScaleRow> rows;
   for (int n = 2; std::getline(f, line); ++n) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
     const std::vector<std::string> cells = split(line);
-    KATTN_REQUIRE(cells.size() == header.size(), "--report ", path, ":", n, ": expected ", header.size(),
+    KATTN_REQUIRE(cells.size() == header.size(), "--csv ", path, ":", n, ": expected ", header.size(),
                   " comma-separated cells, got ", cells.size());
     ScaleRow r;
     for (std::size_t i = 0; i < header.size(); ++i) r.field[header[i]] = cells[i];
     const double ranks = r.num("ranks");
-    KATTN_REQUIRE(ranks >= 1 && ranks == std::floor(ranks), "--report ", path, ":", n,
+    KATTN_REQUIRE(ranks >= 1 && ranks == std::floor(ranks), "--csv ", path, ":", n,
                   ": expected a rank count >= 1, got '", r.str("ranks"), "'");
     r.num("seconds");
     r.num("efficiency");

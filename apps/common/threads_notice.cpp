@@ -7,7 +7,6 @@
 #include <thread>
 #include <type_traits>
 
-#include "commands.hpp"
 
 namespace kattn {
 namespace cli {
@@ -34,6 +33,8 @@ const char* kWhatToDo =
     "with a Kokkos that has OpenMP (spack install kattn +openmp)";
 
 }  // namespace
+
+int host_threads() { return Kokkos::DefaultHostExecutionSpace().concurrency(); }
 
 void record_requested_threads(int argc, char* argv[]) {
   if (const char* env = std::getenv("OMP_NUM_THREADS")) requested = to_threads(env);
