@@ -1,5 +1,6 @@
 #include "args.hpp"
 
+#include <cstdio>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -103,6 +104,12 @@ void Args::finish() const {
   if (args_.empty()) return;
   KATTN_REQUIRE(false, "unknown or repeated argument '", args_.front(), "' for 'kattn ", command_,
                 "' (see kattn ", command_, " --help)");
+}
+
+bool Args::help(const char* usage) {
+  if (!flag("--help")) return false;
+  std::fputs(usage, stdout);
+  return true;
 }
 
 }  // namespace cli

@@ -30,6 +30,8 @@ class Args {
   std::optional<std::vector<std::int64_t>> integers(const std::string& name, std::size_t count);
   // Throws kattn::Error for anything not taken.
   void finish() const;
+  // --help given: prints the command's usage on standard output and returns true.
+  bool help(const char* usage);
 
   const std::string& command() const { return command_; }
 

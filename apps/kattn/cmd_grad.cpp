@@ -224,10 +224,7 @@ DqStrategy parse_strategy(const std::string& s) {
 }  // namespace
 
 int cmd_grad(Args& args) {
-  if (args.flag("--help")) {
-    std::cout << kGradUsage;
-    return 0;
-  }
+  if (args.help(kGradUsage)) return 0;
   // --dist refuses bf16/f16 in rank 0's read_dense_inputs, so under mpirun the line is printed once.
   if (auto mode = args.value("--dist")) return grad_distributed(args, *mode);
   refuse_out_of_mode(args, {{"--zigzag", "--dist ring, ulysses or hybrid"},

@@ -13,10 +13,9 @@ namespace kattn {
 namespace cli {
 
 int cmd_io(Args& args) {
-  if (args.flag("--help")) {
-    std::cout << "usage: kattn io --n N --d D [--sram-kb KB] [--bytes B] [--bandwidth BYTES_PER_S] [--derate F] [--json]\n";
+  if (args.help("usage: kattn io --n N --d D [--sram-kb KB] [--bytes B] [--bandwidth BYTES_PER_S] [--derate F] "
+                "[--json]\n"))
     return 0;
-  }
   const auto n_opt = args.integer("--n", 1, std::int64_t(1) << 40);
   const auto d_opt = args.integer("--d", 1, std::int64_t(1) << 20);
   const double sram_kb = args.number("--sram-kb").value_or(192.0);

@@ -58,10 +58,7 @@ SplitPlan plan_for(const AttentionParams<T>& p, const Options& opt, const BatchL
 }  // namespace
 
 int cmd_plan(Args& args) {
-  if (args.flag("--help")) {
-    std::cout << kPlanUsage;
-    return 0;
-  }
+  if (args.help(kPlanUsage)) return 0;
   const auto batch = args.integer("--batch", 1, INT32_MAX);
   const auto kv_len = args.integer("--kv-len", 0, std::int64_t(1) << 40);
   const auto q_len = args.integer("--q-len", 0, std::int64_t(1) << 40);

@@ -317,10 +317,7 @@ int run_batch(const RunFlags& f, const BatchInputs& in, Options opt) {
 }  // namespace
 
 int cmd_run(Args& args) {
-  if (args.flag("--help")) {
-    std::cout << kRunUsage;
-    return 0;
-  }
+  if (args.help(kRunUsage)) return 0;
   // --dist refuses bf16/f16 in rank 0's read_dense_inputs, so under mpirun the line is printed once.
   if (auto mode = args.value("--dist")) return run_distributed(args, *mode);
   refuse_out_of_mode(args, {{"--zigzag", "--dist ring, ulysses or hybrid"},

@@ -15,10 +15,7 @@ namespace kattn {
 namespace cli {
 
 int cmd_version(Args& args) {
-  if (args.flag("--help")) {
-    std::cout << "usage: kattn version [--json]   (or kattn --version)\n";
-    return 0;
-  }
+  if (args.help("usage: kattn version [--json]   (or kattn --version)\n")) return 0;
   const bool json = args.flag("--json");
   args.finish();
   const BuildInfo info = build_info();

@@ -30,6 +30,18 @@ def as_float(bias):
     return np.where(bias, 0.0, -np.inf) if bias.dtype == np.bool_ else bias.astype(np.float64)
 
 
+def central_difference(loss, x, e, h=1e-6):
+    """(loss() with element e of x raised by h - with it lowered by h) / 2h; x is restored."""
+    flat = x.reshape(-1)
+    x0 = flat[e]
+    flat[e] = x0 + h
+    up = loss()
+    flat[e] = x0 - h
+    down = loss()
+    flat[e] = x0
+    return (up - down) / (2 * h)
+
+
 def textbook_with_bias(q, k, v, bias, causal=False):
     """o, lse of the textbook with the bias added to the scores (the NumPy reference's own steps)."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
@@ -78,17 +90,10 @@ def test_backward_gradients_with_the_bias():
     o, lse = kattn.attention(q, k, v, bias=bias, return_lse=True)
     dq, dk, dv = kattn.attention_backward(q, k, v, o, lse, dout, bias=bias)
     # Central differences of sum(o * dout) in q, k and v at a few elements.
-    h = 1e-6
     for x, g in ((q, dq), (k, dk), (v, dv)):
         for e in (0, 17, x.size - 1):
-            flat = x.reshape(-1)
-            x0 = flat[e]
-            flat[e] = x0 + h
-            up = (kattn.attention(q, k, v, bias=bias) * dout).sum()
-            flat[e] = x0 - h
-            down = (kattn.attention(q, k, v, bias=bias) * dout).sum()
-            flat[e] = x0
-            assert abs(g.reshape(-1)[e] - (up - down) / (2 * h)) <= 1e-7 * max(1.0, abs(g.reshape(-1)[e]))
+            fd = central_difference(lambda: (kattn.attention(q, k, v, bias=bias) * dout).sum(), x, e)
+            assert abs(g.reshape(-1)[e] - fd) <= 1e-7 * max(1.0, abs(g.reshape(-1)[e]))
     # A bias of zeros gives the textbook's gradients without one.
     dq0, _, _ = textbook_backward(q, k, v, dout)
     dq1, _, _ = kattn.attention_backward(q, k, v, *kattn.attention(q, k, v, return_lse=True), dout,
@@ -145,16 +150,9 @@ def test_the_bias_gradient_matches_finite_differences():
     bias = 2.0 * np.random.default_rng(11).standard_normal((1, HQ, NQ, NK))
     o, lse = kattn.attention(q, k, v, bias=bias, return_lse=True)
     *_, dbias = kattn.attention_backward(q, k, v, o, lse, dout, bias=bias, bias_grad=True)
-    h = 1e-6
-    flat = bias.reshape(-1)
-    for e in (0, 31, flat.size - 1):
-        x0 = flat[e]
-        flat[e] = x0 + h
-        up = (kattn.attention(q, k, v, bias=bias) * dout).sum()
-        flat[e] = x0 - h
-        down = (kattn.attention(q, k, v, bias=bias) * dout).sum()
-        flat[e] = x0
-        assert abs(dbias.reshape(-1)[e] - (up - down) / (2 * h)) <= 1e-7
+    for e in (0, 31, bias.size - 1):
+        fd = central_difference(lambda: (kattn.attention(q, k, v, bias=bias) * dout).sum(), bias, e)
+        assert abs(dbias.reshape(-1)[e] - fd) <= 1e-7
 
 
 def test_a_mask_has_no_gradient():

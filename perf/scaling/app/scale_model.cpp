@@ -178,7 +178,20 @@ const ScaleStudy* matching_study(const std::vector<ScaleStudy>& studies, const S
 
 }  // namespace
 
+static const char* const kUsage =
+    "usage: kattn-scale model [--dist ring|decode|ulysses|hybrid] [--ulysses-size U] [--study weak|strong]\n"
+    "                 --tokens N [--heads HQ,HKV]\n"
+    "                 [--dim D] [--batch B] [--queries NQ] [--dtype f32|f64|bf16|f16] [--causal]\n"
+    "                 [--sharding zigzag|contiguous]\n"
+    "                 (--tflops-per-rank F | --rate-curve TOKENS:TFLOPS,... | --from-csv FILE)\n"
+    "                 [--bandwidth BYTES_PER_S] [--latency S] (intra-node; from kattn-scale pingpong)\n"
+    "                 [--ranks-per-node K --inter-bandwidth BYTES_PER_S --inter-latency S]\n"
+    "                 [--step-overhead S] [--mem-bandwidth BYTES_PER_S] [--merge-passes X]\n"
+    "                 [--backward-ratio R] [--max-ranks P] [--csv FILE] [--compare STUDY.csv]\n"
+    "       kattn-scale model --anchor ring-flash-attn-fwd|ring-flash-attn-fwd-bwd|meta-cp-1m [--max-ranks P]\n";
+
 int scale_model(Args& args) {
+  if (args.help(kUsage)) return 0;
   const int max_ranks = static_cast<int>(args.integer("--max-ranks", 1, 1 << 20).value_or(1024));
   if (auto anchor = args.value("--anchor")) {
     args.finish();

@@ -68,7 +68,11 @@ double exchange_seconds(int rank, std::vector<char>& out, std::vector<char>& in,
 
 }  // namespace
 
+static const char* const kUsage =
+    "usage: mpirun -np 2 kattn-scale pingpong [--both-ways] [--sizes BYTES,...] [--repeat R] [--json]\n";
+
 int scale_pingpong(Args& args) {
+  if (args.help(kUsage)) return 0;
   MpiSession mpi;
   return mpi.run([&]() -> int {
     const int rank = mpi.rank(), P = mpi.size();

@@ -40,7 +40,11 @@ std::string fmt(const char* f, double x) {
 
 }  // namespace
 
+static const char* const kUsage =
+    "usage: kattn-scale report --csv A.csv[,B.csv...] [--table T.md] [--plot P.svg]\n";
+
 int scale_report(Args& args) {
+  if (args.help(kUsage)) return 0;
   const auto files = args.value("--csv");
   KATTN_REQUIRE(files, "--csv: expected the CSV files of the measured runs, comma-separated");
   const auto table_path = args.value("--table");

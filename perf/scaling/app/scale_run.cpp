@@ -309,7 +309,21 @@ ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& al
 
 }  // namespace
 
+static const char* const kUsage =
+    "usage: mpirun -np P kattn-scale measure [--study weak|strong] [--tokens N] [--dist ring|decode|ulysses|hybrid]\n"
+    "                 [--ulysses-size U] [--batch B] [--heads HQ,HKV] [--dim D] [--queries NQ]\n"
+    "                 [--dtype f32|f64|bf16|f16]\n"
+    "                 [--causal] [--zigzag] [--deterministic] [--chunk KEYS] [--repeat R] [--warmup W]\n"
+    "                 [--nocomm-baseline] [--backward] [--no-workspace] [--csv FILE] [--json]\n"
+    "         weak: --tokens is per rank; strong: --tokens is the whole sequence (ring, ulysses,\n"
+    "         hybrid) or KV cache (decode). Hybrid: groups of U ranks share heads (fewer ranks: one\n"
+    "         group). --backward: each repetition is a forward and its backward. The calls share one\n"
+    "         kattn::Workspace; --no-workspace: each allocates its own buffers (rows NAME-no-workspace).\n"
+    "         Appends one row per timed repetition to --csv (and as many for the comm-removed ring\n"
+    "         with --nocomm-baseline).\n";
+
 int scale_measure(Args& args) {
+  if (args.help(kUsage)) return 0;
   MpiSession mpi;
   return mpi.run([&]() -> int {
     const int rank = mpi.rank(), P = mpi.size();
