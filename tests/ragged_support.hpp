@@ -105,7 +105,9 @@ void ragged_reference(const RaggedProblem<T>& p, const Options& opt, std::vector
       Kokkos::deep_copy(q, mq);
       Kokkos::deep_copy(k, mk);
       Kokkos::deep_copy(v, mv);
-      reference(TestSpace(), q, k, v, o, lse, opt);
+      Options seq = opt;  // a bias: the sequence's corner
+      seq.bias = opt.bias.of_sequence(static_cast<int>(b), nq, nk);
+      reference(TestSpace(), q, k, v, o, lse, seq);
       Kokkos::fence();
       const auto ho = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), o);
       const auto hl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lse);

@@ -392,16 +392,79 @@ TEST(Bias, BadBiasesAreRefusedByName) {
   opt.bias = score_bias(keep);
   const View4<double> one("dbias", 1, 1, 4, 6);
   expect_refused_gradient(opt, score_bias_gradient(one), "dbias: a boolean bias (a mask) has no gradient");
-  // Ragged batches take none yet.
-  const View4<double> fits("bias", 1, 1, 4, 6);
-  opt.bias = score_bias(fits);
-  RaggedProblem<double> r({4}, {6}, 3, 1, 8, 1);
+  // A ragged batch's bias is padded to its longest sequence.
+  const View4<double> first_only("bias", 1, 1, 4, 6);
+  opt.bias = score_bias(first_only);
+  RaggedProblem<double> r({4, 7}, {6, 9}, 3, 1, 8, 1);
   const auto layout = make_ragged_layout<TestMemory>(host_index(r.q_indptr()), host_index(r.kv_indptr()));
   try {
     attention(TestSpace(), r.q, kv::ragged(r.k, r.v, layout), r.o, r.lse, opt);
-    ADD_FAILURE() << "a ragged batch accepted a bias";
+    ADD_FAILURE() << "a ragged batch accepted a bias of its first sequence's shape";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("bias: dense keys and values only"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bias: expected [2 or 1, 3 or 1, 7, 9] (the longest sequence's queries and "
+                                         "keys), got [1, 1, 4, 6]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Ragged batches and paged caches: the bias padded to the longest sequence, each sequence reading
+// its own corner, against each sequence's textbook with that corner (an empty sequence, one query,
+// keys past every query's).
+TEST(Bias, RaggedAndPagedMatchEachSequencesTextbook) {
+  const std::vector<std::int64_t> q_lens = {5, 0, 17, 1}, kv_lens = {9, 4, 17, 30};
+  for (const Options& variant : option_variants()) {
+    if (variant.diagonal_shift != 0) continue;  // whole sequences only
+    for (const auto& [bb, hb] : {std::pair{4, 4}, {1, 1}, {4, 1}}) {
+      const std::uint64_t seed = fresh_seed();
+      Options opt = variant;
+      const View4<double> bias = random_bias<double>(bb, hb, 17, 30, seed);
+      opt.bias = score_bias(bias);
+      if (seed % 3 == 0) opt.alibi_slopes.assign(4, 0.2);
+      SCOPED_TRACE(describe(Shape{}, opt) + " bias [" + std::to_string(bb) + ", " + std::to_string(hb) +
+                   "] seed=" + std::to_string(seed));
+      expect_ragged_and_paged_match(q_lens, kv_lens, 4, 2, opt, seed, "with a bias");
+    }
+  }
+}
+
+// The ragged backward with a bias, and the bias's gradient (padding entries 0), against the
+// textbook backward over the same ragged batch.
+TEST(Bias, RaggedBackwardAndGradientMatchTheTextbook) {
+  const std::vector<std::int64_t> q_lens = {5, 0, 17, 1}, kv_lens = {9, 4, 17, 30};
+  const int Hq = 4, Hkv = 2, D = 8;
+  const auto layout = make_ragged_layout<TestMemory>(host_index(indptr_of(q_lens)), host_index(indptr_of(kv_lens)));
+  for (const Options& variant : option_variants()) {
+    if (variant.diagonal_shift != 0) continue;
+    const std::uint64_t seed = fresh_seed();
+    Options opt = variant;
+    const int bb = seed % 2 ? 4 : 1;
+    const View4<double> bias = random_bias<double>(bb, Hq, 17, 30, seed);
+    opt.bias = score_bias(bias);
+    SCOPED_TRACE(describe(Shape{}, opt) + " bias batch " + std::to_string(bb) + " seed=" + std::to_string(seed));
+    RaggedProblem<double> p(q_lens, kv_lens, Hq, Hkv, D, seed);
+    View3<double> dout("do", p.q.extent(0), Hq, D), dq("dq", p.q.extent(0), Hq, D), dk("dk", p.k.extent(0), Hkv, D),
+        dv("dv", p.k.extent(0), Hkv, D), rq("rq", p.q.extent(0), Hq, D), rk("rk", p.k.extent(0), Hkv, D),
+        rv("rv", p.k.extent(0), Hkv, D);
+    fill_normal(dout, seed + 7);
+    const View4<double> dbias("dbias", bb, Hq, 17, 30), want("dbias", bb, Hq, 17, 30);
+    poison(dbias);
+    poison(want);
+    BackwardOptions b;
+    b.dbias = score_bias_gradient(dbias);
+    attention(TestSpace(), p.q, kv::ragged(p.k, p.v, layout), p.o, p.lse, opt);
+    attention_backward(TestSpace(), p.q, kv::ragged(p.k, p.v, layout), p.o, p.lse, dout, dq, dk, dv, opt, b);
+    detail::reference_backward_impl(TestSpace(),
+                                    ragged_backward_params(p.q, p.k, p.v, p.o, p.lse, dout, rq, rk, rv, layout), opt,
+                                    score_bias_gradient(want));
+    Kokkos::fence();
+    const std::pair<View3<double>, View3<double>> grads[3] = {{dq, rq}, {dk, rk}, {dv, rv}};
+    for (const auto& [got, ref] : grads) {
+      const Errors e = compare(to_host(got), to_host(ref));
+      EXPECT_FALSE(e.nan_mismatch);
+      EXPECT_LE(e.max_abs, kGradDoubleTol);
+    }
+    expect_dbias_close(to_host(dbias), to_host(want), kGradDoubleTol, "ragged");
   }
 }
 

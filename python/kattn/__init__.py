@@ -67,6 +67,11 @@ def _gradients(out, dq, dk, dv, info, sinks):
     return (*grads, dsinks)
 
 
+def _with_dbias(grads, out, info, bias_grad):
+    """A backward's results, with bias_grad the bias's gradient last."""
+    return (*grads, out(info["dbias"])) if bias_grad else grads
+
+
 def _as_arrays(**named):
     """The arguments as NumPy arrays (NumPy arrays, CPU tensors): what kattn.dist reads."""
     return [as_array(x, name) for name, x in named.items()]
@@ -112,37 +117,37 @@ def attention_backward(q, k, v, o, lse, dout, *, causal=False, window=None, soft
     opts = _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace, sinks, alibi_slopes)
     dq, dk, dv, info = _kattn.attention_backward(*arrays, layout, dict(opts, bias=bias_), deterministic, target,
                                                  bias_grad)
-    grads = _gradients(out, dq, dk, dv, info, sinks)
-    return (*grads, out(info["dbias"])) if bias_grad else grads
+    return _with_dbias(_gradients(out, dq, dk, dv, info, sinks), out, info, bias_grad)
 
 
 def ragged_attention(q, k, v, q_indptr, kv_indptr, *, causal=False, window=None, softcap=0.0, scale=None, sinks=None,
-                     alibi_slopes=None, return_lse=False, splits=0, split_chunk=0, block_q=0, block_k=0,
+                     alibi_slopes=None, bias=None, return_lse=False, splits=0, split_chunk=0, block_q=0, block_k=0,
                      workspace=None):
     """Attention over a batch of sequences packed without padding (FlashInfer's ragged layout).
 
     Sequence b owns rows q_indptr[b]:q_indptr[b+1] of q [total_q, Hq, D] and rows
-    kv_indptr[b]:kv_indptr[b+1] of k, v [total_kv, Hkv, D]. Returns o like q, and with return_lse
-    lse [total_q, Hq].
+    kv_indptr[b]:kv_indptr[b+1] of k, v [total_kv, Hkv, D]. bias: as kattn.attention's, padded to
+    the longest sequence ([B or 1, Hq or 1, max Nq, max Nk]; sequence b reads bias[b, :, :Nq_b,
+    :Nk_b]). Returns o like q, and with return_lse lse [total_q, Hq].
     """
-    arrays, target, out = arguments(q=q, k=k, v=v)
+    arrays, target, out, bias_ = _with_bias(dict(q=q, k=k, v=v), bias)
+    opts = _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace, sinks, alibi_slopes)
     o, lse, _ = _kattn.ragged_attention(*arrays, index_array(q_indptr, "q_indptr"), index_array(kv_indptr, "kv_indptr"),
-                                        _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k,
-                                                 workspace, sinks, alibi_slopes), target)
+                                        dict(opts, bias=bias_), target)
     return (out(o), out(lse)) if return_lse else out(o)
 
 
 def ragged_attention_backward(q, k, v, o, lse, dout, q_indptr, kv_indptr, *, causal=False, window=None, softcap=0.0,
-                              scale=None, sinks=None, alibi_slopes=None, deterministic=False, block_q=0, block_k=0,
-                              workspace=None):
+                              scale=None, sinks=None, alibi_slopes=None, bias=None, bias_grad=False,
+                              deterministic=False, block_q=0, block_k=0, workspace=None):
     """dq, dk, dv (shaped as q, k, v) for the o and lse kattn.ragged_attention returned; with sinks,
-    also dsinks [Hq] (float64)."""
-    arrays, target, out = arguments(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
+    also dsinks [Hq] (float64); with bias_grad=True, last, the bias's gradient (its padding 0)."""
+    arrays, target, out, bias_ = _with_bias(dict(q=q, k=k, v=v, o=o, lse=lse, dout=dout), bias)
+    opts = _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace, sinks, alibi_slopes)
     dq, dk, dv, info = _kattn.ragged_attention_backward(
-        *arrays, index_array(q_indptr, "q_indptr"), index_array(kv_indptr, "kv_indptr"),
-        _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace, sinks, alibi_slopes), deterministic,
-        target)
-    return _gradients(out, dq, dk, dv, info, sinks)
+        *arrays, index_array(q_indptr, "q_indptr"), index_array(kv_indptr, "kv_indptr"), dict(opts, bias=bias_),
+        deterministic, target, bias_grad)
+    return _with_dbias(_gradients(out, dq, dk, dv, info, sinks), out, info, bias_grad)
 
 
 def _pages(kv_cache):
@@ -169,38 +174,38 @@ def _page_table(kv_page_indptr, kv_page_indices, kv_last_page_len):
 
 
 def paged_attention(q, kv_cache, q_indptr, kv_page_indptr, kv_page_indices, kv_last_page_len, *, causal=False,
-                    window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None, return_lse=False, splits=0,
-                    split_chunk=0, block_q=0, block_k=0, workspace=None):
+                    window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None, bias=None, return_lse=False,
+                    splits=0, split_chunk=0, block_q=0, block_k=0, workspace=None):
     """Attention over a paged KV cache (vLLM's PagedAttention, FlashInfer's page table).
 
     kv_cache: (k_pages, v_pages), each [num_pages, page_size, Hkv, D], or one [num_pages, 2,
     page_size, Hkv, D] array. Sequence b's keys are the pages kv_page_indices[kv_page_indptr[b] :
     kv_page_indptr[b+1]], all full but the last, which holds kv_last_page_len[b] keys. Queries are
-    ragged: q [total_q, Hq, D] with q_indptr [B + 1]. Returns o like q, and with return_lse lse
-    [total_q, Hq].
+    ragged: q [total_q, Hq, D] with q_indptr [B + 1]. bias: as ragged_attention's (padded to the
+    longest sequence). Returns o like q, and with return_lse lse [total_q, Hq].
     """
     k_pages, v_pages = _pages(kv_cache)
-    arrays, target, out = arguments(q=q, **_named_pages(k_pages, v_pages))
+    arrays, target, out, bias_ = _with_bias(dict(q=q, **_named_pages(k_pages, v_pages)), bias)
+    opts = _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace, sinks, alibi_slopes)
     o, lse, _ = _kattn.paged_attention(
         *arrays, index_array(q_indptr, "q_indptr"), *_page_table(kv_page_indptr, kv_page_indices, kv_last_page_len),
-        _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace, sinks,
-                 alibi_slopes), target)
+        dict(opts, bias=bias_), target)
     return (out(o), out(lse)) if return_lse else out(o)
 
 
 def paged_attention_backward(q, kv_cache, o, lse, dout, q_indptr, kv_page_indptr, kv_page_indices, kv_last_page_len,
                              *, causal=False, window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None,
-                             deterministic=False, block_q=0, block_k=0, workspace=None):
+                             bias=None, bias_grad=False, deterministic=False, block_q=0, block_k=0, workspace=None):
     """dq [total_q, Hq, D] and dk_pages, dv_pages shaped as the pages (slots no sequence uses get 0);
-    with sinks, also dsinks [Hq] (float64). A page listed twice in the table (shared by sequences)
-    is refused."""
+    with sinks, also dsinks [Hq] (float64); with bias_grad=True, last, the bias's gradient. A page
+    listed twice in the table (shared by sequences) is refused."""
     k_pages, v_pages = _pages(kv_cache)
-    arrays, target, out = arguments(q=q, **_named_pages(k_pages, v_pages), o=o, lse=lse, dout=dout)
+    arrays, target, out, bias_ = _with_bias(dict(q=q, **_named_pages(k_pages, v_pages), o=o, lse=lse, dout=dout), bias)
+    opts = _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace, sinks, alibi_slopes)
     dq, dk, dv, info = _kattn.paged_attention_backward(
         *arrays, index_array(q_indptr, "q_indptr"), *_page_table(kv_page_indptr, kv_page_indices, kv_last_page_len),
-        _options(causal, window, softcap, scale, 0, 0, block_q, block_k, workspace, sinks, alibi_slopes), deterministic,
-        target)
-    return _gradients(out, dq, dk, dv, info, sinks)
+        dict(opts, bias=bias_), deterministic, target, bias_grad)
+    return _with_dbias(_gradients(out, dq, dk, dv, info, sinks), out, info, bias_grad)
 
 
 def decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, window=None, softcap=0.0, scale=None,

@@ -35,39 +35,41 @@ py::dict plan_dict(const kattn::SplitPlan& p) {
   return d;
 }
 
-py::dict backward_dict(const kattn::BackwardInfo& b) {
-  py::dict d;
-  d["dq_strategy"] = kattn::name(b.dq), d["deterministic"] = b.deterministic, d["chunks"] = b.chunks;
-  d["block_q"] = b.block_q, d["block_k"] = b.block_k, d["workspace_bytes"] = b.workspace_bytes;
-  d["dsinks"] = b.dsinks;  // a list of floats, one per query head; empty without sinks
-  return d;
-}
-
-kattn::BackwardOptions backward_options(bool deterministic) {
-  kattn::BackwardOptions b;
-  b.deterministic = deterministic;
-  return b;
-}
-
-// A new array for the gradient of the call's bias: its shape and dtype, where the target makes
-// outputs; its BackwardOptions::dbias in b.
-Array bias_gradient_output(const Target& t, const kattn::ScoreBias& bias, kattn::BackwardOptions& b) {
-  if (!bias.active()) throw kattn::Error("bias_grad: the gradient of a bias, but the call has no bias");
-  const std::vector<py::ssize_t> shape{bias.batch, bias.heads, bias.q_len, bias.kv_len};
-  Array a;
-  switch (bias.type) {
-    case kattn::BiasType::f32: a = t.output<float>(shape, "dbias"); break;
-    case kattn::BiasType::f64: a = t.output<double>(shape, "dbias"); break;
-    case kattn::BiasType::bf16: a = t.output<kattn::bf16>(shape, "dbias"); break;
-    case kattn::BiasType::f16: a = t.output<kattn::fp16>(shape, "dbias"); break;
-    case kattn::BiasType::boolean: throw kattn::Error("bias_grad: a boolean bias (a mask) has no gradient");
+// A backward call's options (deterministic; with bias_grad, the bias's gradient into a new array of
+// its shape and dtype, where the target makes outputs) and its info dict ("dbias": that array).
+class BackwardOutputs {
+ public:
+  BackwardOutputs(const Target& t, const kattn::ScoreBias& bias, bool deterministic, bool bias_grad) {
+    bopt_.deterministic = deterministic;
+    if (!bias_grad) return;
+    if (!bias.active()) throw kattn::Error("bias_grad: the gradient of a bias, but the call has no bias");
+    const std::vector<py::ssize_t> shape{bias.batch, bias.heads, bias.q_len, bias.kv_len};
+    switch (bias.type) {
+      case kattn::BiasType::f32: dbias_ = t.output<float>(shape, "dbias"); break;
+      case kattn::BiasType::f64: dbias_ = t.output<double>(shape, "dbias"); break;
+      case kattn::BiasType::bf16: dbias_ = t.output<kattn::bf16>(shape, "dbias"); break;
+      case kattn::BiasType::f16: dbias_ = t.output<kattn::fp16>(shape, "dbias"); break;
+      case kattn::BiasType::boolean: throw kattn::Error("bias_grad: a boolean bias (a mask) has no gradient");
+    }
+    kattn::ScoreBiasGradient& d = bopt_.dbias;
+    d.data = dbias_.data, d.type = bias.type;
+    d.batch = bias.batch, d.heads = bias.heads, d.q_len = bias.q_len, d.kv_len = bias.kv_len;
+    d.stride_q = bias.kv_len, d.stride_head = bias.q_len * bias.kv_len, d.stride_batch = bias.heads * d.stride_head;
   }
-  kattn::ScoreBiasGradient& d = b.dbias;
-  d.data = a.data, d.type = bias.type;
-  d.batch = bias.batch, d.heads = bias.heads, d.q_len = bias.q_len, d.kv_len = bias.kv_len;
-  d.stride_q = bias.kv_len, d.stride_head = bias.q_len * bias.kv_len, d.stride_batch = bias.heads * d.stride_head;
-  return a;
-}
+  const kattn::BackwardOptions& options() const { return bopt_; }
+  py::dict info(const kattn::BackwardInfo& b) const {
+    py::dict d;
+    d["dq_strategy"] = kattn::name(b.dq), d["deterministic"] = b.deterministic, d["chunks"] = b.chunks;
+    d["block_q"] = b.block_q, d["block_k"] = b.block_k, d["workspace_bytes"] = b.workspace_bytes;
+    d["dsinks"] = b.dsinks;  // a list of floats, one per query head; empty without sinks
+    if (bopt_.dbias.active()) d["dbias"] = dbias_.owner;
+    return d;
+  }
+
+ private:
+  kattn::BackwardOptions bopt_;
+  Array dbias_;
+};
 
 // Each call below runs on `space` (the host, or a GPU stream: Target::run_on) over views in its
 // memory space, makes its outputs where the target makes them and returns their owners.
@@ -103,15 +105,13 @@ py::tuple dense_backward(const ExecSpace& space, const Target& t, const Array& q
   const auto lv = view_n<kattn::accumulate_t<T>, 3, Mem>(lse, "lse");
   const Array dq = t.output<T>(q.shape, "dq"), dk = t.output<T>(k.shape, "dk"), dv = t.output<T>(v.shape, "dv");
   const auto dqv = view4<T, Mem>(dq, "dq", L), dkv = view4<T, Mem>(dk, "dk", L), dvv = view4<T, Mem>(dv, "dv", L);
-  kattn::BackwardOptions bopt = backward_options(deterministic);
-  const Array dbias = bias_grad ? bias_gradient_output(t, opt.bias, bopt) : Array{};
+  const BackwardOutputs out(t, opt.bias, deterministic, bias_grad);
   kattn::BackwardInfo info;
   run_released(space, [&] {
-    info = kattn::attention_backward(space, qv, kattn::kv::dense(kv, vv), ov, lv, dov, dqv, dkv, dvv, opt, bopt);
+    info = kattn::attention_backward(space, qv, kattn::kv::dense(kv, vv), ov, lv, dov, dqv, dkv, dvv, opt,
+                                     out.options());
   });
-  py::dict d = backward_dict(info);
-  if (bias_grad) d["dbias"] = dbias.owner;
-  return py::make_tuple(dq.owner, dk.owner, dv.owner, d);
+  return py::make_tuple(dq.owner, dk.owner, dv.owner, out.info(info));
 }
 
 // ---- ragged and paged: q [total_q, Hq, D]; lse [total_q, Hq]; k, v [total_kv, Hkv, D] (ragged)
@@ -163,7 +163,7 @@ py::tuple packed_forward(const ExecSpace& space, const Target& t, const Array& q
 template <class T, int KR, class Index, class ExecSpace>
 py::tuple packed_backward(const ExecSpace& space, const Target& t, const Array& q, const Array& k, const Array& v,
                           const Array& o, const Array& lse, const Array& dout, const Index& index,
-                          const kattn::Options& opt, bool deterministic) {
+                          const kattn::Options& opt, bool deterministic, bool bias_grad) {
   using Mem = typename ExecSpace::memory_space;
   const auto qv = view_n<T, 3, Mem>(q, "q"), ov = view_n<T, 3, Mem>(o, "o"), dov = view_n<T, 3, Mem>(dout, "dout");
   const auto kv = view_n<T, KR, Mem>(k, "k"), vv = view_n<T, KR, Mem>(v, "v");
@@ -172,11 +172,12 @@ py::tuple packed_backward(const ExecSpace& space, const Target& t, const Array& 
   const auto dqv = view_n<T, 3, Mem>(dq, "dq");
   const auto dkv = view_n<T, KR, Mem>(dk, "dk"), dvv = view_n<T, KR, Mem>(dv, "dv");
   const auto keys = index.template kv<Mem>(kv, vv);
+  const BackwardOutputs out(t, opt.bias, deterministic, bias_grad);
   kattn::BackwardInfo info;
   run_released(space, [&] {
-    info = kattn::attention_backward(space, qv, keys, ov, lv, dov, dqv, dkv, dvv, opt, backward_options(deterministic));
+    info = kattn::attention_backward(space, qv, keys, ov, lv, dov, dqv, dkv, dvv, opt, out.options());
   });
-  return py::make_tuple(dq.owner, dk.owner, dv.owner, backward_dict(info));
+  return py::make_tuple(dq.owner, dk.owner, dv.owner, out.info(info));
 }
 
 // Cascade: a prefix k_prefix, v_prefix [Np, Hkv, D] every sequence sees, then each sequence's own
@@ -325,17 +326,19 @@ PYBIND11_MODULE(_kattn, m) {
   m.def("ragged_attention_backward",
         [](const py::object& q, const py::object& k, const py::object& v, const py::object& o, const py::object& lse,
            const py::object& dout, const py::object& q_indptr, const py::object& kv_indptr, const py::dict& kw,
-           bool deterministic, const py::object& target) {
+           bool deterministic, const py::object& target, bool bias_grad) {
           const kattn::Options opt = options_of(kw);
           const Call c(target, {{q, "q"}, {k, "k"}, {v, "v"}, {o, "o"}, {lse, "lse"}, {dout, "dout"}});
           const RaggedIndex index(q_indptr, kv_indptr);
           return c.run([&](const auto& space) {
             return with_dtype(backward_storage_of(c), [&](auto t) {
               return packed_backward<decltype(t), 3>(space, c.target, c[0], c[1], c[2], c[3], c[4], c[5], index, opt,
-                                                     deterministic);
+                                                     deterministic, bias_grad);
             });
           });
-        });
+        },
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"), py::arg("lse"), py::arg("dout"), py::arg("q_indptr"),
+        py::arg("kv_indptr"), py::arg("kw"), py::arg("deterministic"), py::arg("target"), py::arg("bias_grad") = false);
 
   m.def("paged_attention", [](const py::object& q, const py::object& k_pages, const py::object& v_pages,
                               const py::object& q_indptr, const py::object& page_indptr,
@@ -354,17 +357,20 @@ PYBIND11_MODULE(_kattn, m) {
         [](const py::object& q, const py::object& k_pages, const py::object& v_pages, const py::object& o,
            const py::object& lse, const py::object& dout, const py::object& q_indptr, const py::object& page_indptr,
            const py::object& page_indices, const py::object& last_page_len, const py::dict& kw, bool deterministic,
-           const py::object& target) {
+           const py::object& target, bool bias_grad) {
           const kattn::Options opt = options_of(kw);
           const Call c(target, {{q, "q"}, {k_pages, "k"}, {v_pages, "v"}, {o, "o"}, {lse, "lse"}, {dout, "dout"}});
           const PagedIndex index(q_indptr, page_indptr, page_indices, last_page_len);
           return c.run([&](const auto& space) {
             return with_dtype(backward_storage_of(c), [&](auto t) {
               return packed_backward<decltype(t), 4>(space, c.target, c[0], c[1], c[2], c[3], c[4], c[5], index, opt,
-                                                     deterministic);
+                                                     deterministic, bias_grad);
             });
           });
-        });
+        },
+        py::arg("q"), py::arg("k_pages"), py::arg("v_pages"), py::arg("o"), py::arg("lse"), py::arg("dout"),
+        py::arg("q_indptr"), py::arg("page_indptr"), py::arg("page_indices"), py::arg("last_page_len"), py::arg("kw"),
+        py::arg("deterministic"), py::arg("target"), py::arg("bias_grad") = false);
 
   m.def("cascade_ragged_attention", [](const py::object& q, const py::object& k_prefix, const py::object& v_prefix,
                                        const py::object& k, const py::object& v, const py::object& q_indptr,

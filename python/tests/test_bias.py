@@ -239,3 +239,44 @@ def test_torch_refuses_is_causal_with_a_mask():
     bias = torch.from_numpy(bias_for((1, HQ, NQ, NK), 6))
     with pytest.raises(kattn.Error, match="attn_mask: expected None with is_causal=True"):
         kattn.torch.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=True)
+
+
+# ---- ragged batches and paged caches: the bias padded to the longest sequence
+
+@pytest.mark.parametrize("bias_shape", [(3, HQ), (1, 1)])
+def test_ragged_and_paged_calls_read_each_sequences_corner(bias_shape):
+    rng = np.random.default_rng(21)
+    q_lens, kv_lens = [4, 0, 9], [7, 3, 12]
+    q = rng.standard_normal((sum(q_lens), HQ, D))
+    k, v = (rng.standard_normal((sum(kv_lens), HKV, D)) for _ in range(2))
+    dout = rng.standard_normal(q.shape)
+    bias = bias_for((*bias_shape, max(q_lens), max(kv_lens)), 21)
+    qi, ki = np.cumsum([0, *q_lens]), np.cumsum([0, *kv_lens])
+    o, lse = kattn.ragged_attention(q, k, v, qi, ki, bias=bias, causal=True, return_lse=True)
+    *_, dbias = kattn.ragged_attention_backward(q, k, v, o, lse, dout, qi, ki, bias=bias, causal=True, bias_grad=True)
+    want = np.zeros_like(dbias)
+    for b, (nq, nk) in enumerate(zip(q_lens, kv_lens)):
+        if nq == 0:
+            continue
+        rows, keys = slice(qi[b], qi[b + 1]), slice(ki[b], ki[b + 1])
+        corner = bias[min(b, bias.shape[0] - 1):][:1, :, :nq, :nk]
+        one = [x[None] for x in (q[rows], k[keys], v[keys])]
+        ref_o, ref_lse = kattn.attention(*one, bias=corner, causal=True, return_lse=True)
+        assert rel_err(o[rows], ref_o[0]) <= 1e-12
+        want[min(b, bias.shape[0] - 1):][:1, :, :nq, :nk] += textbook_dbias(*one, dout[rows][None], corner, causal=True)
+    assert np.abs(dbias - want).max() <= 1e-12
+    # The same keys in pages of 4: the same result.
+    pages, table, indptr, last = [], [], [0], []
+    for b, nk in enumerate(kv_lens):
+        n = (nk + 3) // 4
+        for p in range(n):
+            page = np.zeros((2, 4, HKV, D))
+            take = slice(ki[b] + 4 * p, min(ki[b] + 4 * p + 4, ki[b + 1]))
+            page[0, :take.stop - take.start], page[1, :take.stop - take.start] = k[take], v[take]
+            table.append(len(pages))
+            pages.append(page)
+        indptr.append(indptr[-1] + n)
+        last.append(nk - 4 * (n - 1) if n else 0)
+    paged = kattn.paged_attention(q, np.stack(pages), qi, np.array(indptr), np.array(table), np.array(last),
+                                  bias=bias, causal=True)
+    assert rel_err(paged, o) <= 1e-13

@@ -1,6 +1,7 @@
 // An additive bias of the scores (Options::bias): PyTorch SDPA's attn_mask, relative position
 // biases, AlphaFold-style pair biases. bias[b, h, i, j] (natural-log units) is added to the score
-// of query i and key j of query head h in sequence b after softcap and ALiBi, before the mask; a
+// of query i and key j of query head h in sequence b (positions within the sequence: a ragged batch
+// or paged cache pads the array to its longest sequence) after softcap and ALiBi, before the mask; a
 // boolean bias means 0 where true (attend) and -inf where false, as SDPA's boolean attn_mask. Its
 // batch and head dims may be 1 (broadcast). kattn reads it in place, tile by tile, never copied
 // whole: the caller keeps it alive for the call, in memory the execution space can read. No
@@ -68,6 +69,20 @@ struct ScoreBias {
       case BiasType::f16: f(fp16{}); break;
       case BiasType::boolean: f(bool{}); break;
     }
+  }
+  // Sequence b's corner of the bias (its first q_len queries and kv_len keys, as a batch of one):
+  // what a call over that sequence alone reads.
+  ScoreBias of_sequence(int b, std::int64_t seq_q_len, std::int64_t seq_kv_len) const {
+    ScoreBias s = *this;
+    if (!data) return s;
+    dispatch([&](auto tag) {
+      using B = decltype(tag);
+      s.data = static_cast<const B*>(data) + (batch == 1 ? 0 : b * stride_batch);
+    });
+    s.batch = 1;
+    s.q_len = seq_q_len;
+    s.kv_len = seq_kv_len;
+    return s;
   }
   // The same bias from query row `first` on (a piece of the queries).
   ScoreBias from_row(std::int64_t first) const {

@@ -10,18 +10,19 @@
 namespace kattn {
 namespace detail {
 
-// The bias fits the dense problem p (any params with batch, heads_q, q_len, kv_len and the ragged
-// and paged pointers): [B or 1, Hq or 1, Nq, Nk]; ragged and paged batches take none yet.
+// The bias fits problem p (any params with batch, heads_q, q_len, kv_len and the ragged and paged
+// pointers): [B or 1, Hq or 1, Nq, Nk]; for a ragged batch or a paged cache, Nq and Nk are its
+// longest sequence's lengths, each sequence reading its own corner.
 template <class P>
 void require_bias(const Options& opt, const P& p) {
   const ScoreBias& s = opt.bias;
   if (!s.active()) return;
-  KATTN_REQUIRE(!p.q_indptr && !p.kv_indptr && !p.kv_page_indptr,
-                "bias: dense keys and values only (not a ragged batch or a paged cache)");
+  const bool packed = p.q_indptr || p.kv_indptr || p.kv_page_indptr;
   KATTN_REQUIRE((s.batch == 1 || s.batch == p.batch) && (s.heads == 1 || s.heads == p.heads_q) &&
                     s.q_len == p.q_len && s.kv_len == p.kv_len,
-                "bias: expected [", p.batch, " or 1, ", p.heads_q, " or 1, ", p.q_len, ", ", p.kv_len, "], got [",
-                s.batch, ", ", s.heads, ", ", s.q_len, ", ", s.kv_len, "]");
+                "bias: expected [", p.batch, " or 1, ", p.heads_q, " or 1, ", p.q_len, ", ", p.kv_len, "]",
+                packed ? " (the longest sequence's queries and keys)" : "", ", got [", s.batch, ", ", s.heads, ", ",
+                s.q_len, ", ", s.kv_len, "]");
 }
 
 // The bias's gradient destination (BackwardOptions::dbias) fits Options::bias: the same shape,
