@@ -63,6 +63,13 @@ kattn_cli_expect(run_random_variants_ragged ARGS run --random-ragged 4,2,16 --q-
                  --causal --algo splitkv --sinks random --alibi-slopes standard --check --json STATUS 0 JSON_ONLY
                  STDOUT "\"check\":\"pass\"")
 
+# Ragged batches and paged caches: the bias padded to the longest sequence.
+kattn_cli_expect(run_bias_ragged_check ARGS run --random-ragged 4,2,16 --q-lens 30,7,0 --kv-lens 30,12,5 --causal
+                 --bias ${DATA}/bias_f16.npy --check --json STATUS 0 JSON_ONLY REQUIRES bias_f16
+                 STDOUT "\"check\":\"pass\"")
+kattn_cli_expect(run_bias_paged_check ARGS run --random 1,8,8,4,2,8 --page-size 4 --bias random --check --json STATUS 0
+                 JSON_ONLY STDOUT "\"check\":\"pass\"")
+
 # Refusals: one line, exit status 2, naming --bias, --dbias or the library's bias.
 kattn_cli_expect(run_bias_wrong_shape ARGS run --random 1,8,8,4,2,8 --bias ${DATA}/bias_bad_shape.npy STATUS 2 ONE_LINE
                  REQUIRES bias_bad_shape STDERR "bias: expected \\[1 or 1, 4 or 1, 8, 8\\], got \\[1, 4, 8, 9\\]")
@@ -71,9 +78,8 @@ kattn_cli_expect(run_bias_rank3 ARGS run --random 1,8,8,4,2,8 --bias ${DATA}/bia
 kattn_cli_expect(run_bias_int ARGS run --random 1,2,1,2,1,4 --bias ${BAD_NPY}/int_q.npy STATUS 2 ONE_LINE
                  STDERR "--bias .*int_q.npy: expected float32, float64, float16, bf16 bits \\(<u2\\) or bool data, got <i4")
 kattn_cli_expect(run_bias_ragged ARGS run --random-ragged 4,2,16 --q-lens 8 --kv-lens 8 --bias ${DATA}/bias_bad_shape.npy
-                 STATUS 2 ONE_LINE REQUIRES bias_bad_shape STDERR "bias: dense keys and values only")
-kattn_cli_expect(run_bias_paged ARGS run --random 1,8,8,4,2,8 --page-size 4 --bias random STATUS 2 ONE_LINE
-                 STDERR "bias: dense keys and values only")
+                 STATUS 2 ONE_LINE REQUIRES bias_bad_shape
+                 STDERR "bias: expected \\[1 or 1, 4 or 1, 8, 8\\] \\(the longest sequence's queries and keys\\), got")
 kattn_cli_expect(run_bias_random_ragged ARGS run --random-ragged 4,2,16 --q-lens 8 --kv-lens 8 --bias random STATUS 2
                  ONE_LINE STDERR "--bias random: draws a \\[B, Hq, Nq, Nk\\] bias for --random")
 kattn_cli_expect(run_bias_cascade ARGS run --random-ragged 4,2,16 --q-lens 1,1 --kv-lens 8,8 --cascade --random-prefix 16
