@@ -59,6 +59,7 @@ CLONE_NEWNET = 0x40000000
 TUNSETIFF = 0x400454CA
 IFF_TUN = 0x0001
 IFF_NO_PI = 0x1000
+EARLY = 60e-6  # the user switch spins for the last EARLY seconds before a packet is due
 SKIP = 77  # ctest's SKIP_RETURN_CODE: the machine does not permit namespaces
 
 
@@ -70,13 +71,11 @@ class Fail(Exception):
 # small helpers
 
 
-def sh(*args, check=True, quiet=False, timeout=30):
+def sh(*args, check=True, timeout=30):
     """Runs a command (a list), returns its completed process; raises Fail on error when check."""
     p = subprocess.run(list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
     if check and p.returncode != 0:
         raise Fail("%s: %s" % (" ".join(shlex.quote(a) for a in args), (p.stderr or p.stdout).strip()))
-    if not quiet and p.returncode != 0:
-        pass
     return p
 
 
@@ -234,7 +233,7 @@ def netem_available():
     if sh("ip", "netns", "add", ns, check=False).returncode != 0:
         return False
     try:
-        return sh("ip", "-n", ns, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms",
+        return sh("tc", "-n", ns, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms",
                   check=False).returncode == 0
     finally:
         sh("ip", "netns", "del", ns, check=False)
@@ -242,7 +241,7 @@ def netem_available():
 
 def tc_shape(ns, dev, p, netem_ok):
     """One end of a link: half its latency and jitter (the other end adds the other half)."""
-    sh("ip", "-n", ns, "qdisc", "del", "dev", dev, "root", check=False)
+    sh("tc", "-n", ns, "qdisc", "del", "dev", dev, "root", check=False)
     delay, jitter = p["latency_ms"] / 2, p["jitter_ms"] / 2
     if delay or jitter or p["loss_pct"]:
         if not netem_ok:
@@ -262,7 +261,7 @@ def tc_shape(ns, dev, p, netem_ok):
         args = ["tbf", "rate", "%gmbit" % p["rate_mbit"], "burst", str(burst), "latency", "100ms"]
     else:
         return
-    sh("ip", "-n", ns, "qdisc", "add", "dev", dev, "root", *args)
+    sh("tc", "-n", ns, "qdisc", "add", "dev", dev, "root", *args)
 
 
 def kernel_shape(cfg):
@@ -427,10 +426,10 @@ def make_cgroups(cfg):
                 f.write("%d %d" % (int(pct / 100 * period), period))
 
 
-def write_launch_files(cfg, ranks_per_node=1):
+def write_launch_files(cfg, ranks_per_node=1, nodes=0):
     d = state_dir(cfg["name"])
     with open(os.path.join(d, "hostfile"), "w") as f:
-        for k in range(cfg["nodes"]):
+        for k in range(nodes or cfg["nodes"]):
             f.write("%s slots=%d\n" % (node_ip(k), ranks_per_node))
     agent = os.path.join(d, "agent")
     with open(agent, "w") as f:
@@ -594,7 +593,9 @@ def cmd_run(a):
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
     if not args:
         raise Fail("run: nothing to run (cluster.py run -- -np P program args)")
-    write_launch_files(cfg, a.ranks_per_node)
+    if not 0 <= a.nodes <= cfg["nodes"]:
+        raise Fail("--nodes %d: the cluster has %d" % (a.nodes, cfg["nodes"]))
+    write_launch_files(cfg, a.ranks_per_node, a.nodes)
     cmd = mpirun_command(cfg, a, args)
     if a.dry_run:
         print(" ".join(shlex.quote(c) for c in cmd))
@@ -901,13 +902,18 @@ def cmd_switch(a):
                     down(name, quiet=True)
                 finally:
                     return 0
+        # select wakes some 20-50 us late here: sleep until EARLY before the next event, then spin.
         timeout = 0.2
         if heap:
-            timeout = min(timeout, max(0.0, heap[0][0] - now))
+            timeout = min(timeout, max(0.0, heap[0][0] - now - EARLY))
         try:
             ready, _, _ = select.select(select_fds, [], [], timeout)
         except InterruptedError:
             continue
+        if not ready and heap:
+            due = heap[0][0]
+            while time.monotonic() < due:
+                pass
         for fd in ready:
             i = fd_index[fd]
             li = links[i]
@@ -1018,6 +1024,8 @@ def main(argv):
         p.add_argument("--timeout", type=float, default=60, metavar="S", help="mpirun's limit (default 60 s)")
         p.add_argument("--ranks-per-node", type=int, default=1, metavar="R",
                        help="slots per node (default 1); above 1 ranks on one node also use shared memory")
+        p.add_argument("--nodes", type=int, default=0, metavar="M",
+                       help="the hostfile's first M nodes only (default: all); -np P fills them in order")
         p.add_argument("--dry-run", action="store_true", help="print the mpirun command")
         p.add_argument("args", nargs=argparse.REMAINDER, help="-- mpirun arguments (-np P program args)")
 
