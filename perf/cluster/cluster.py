@@ -41,6 +41,7 @@ import heapq
 import json
 import os
 import random
+import resource
 import select
 import shlex
 import signal
@@ -59,7 +60,11 @@ CLONE_NEWNET = 0x40000000
 TUNSETIFF = 0x400454CA
 IFF_TUN = 0x0001
 IFF_NO_PI = 0x1000
-EARLY = 60e-6  # the user switch spins for the last EARLY seconds before a packet is due
+IFF_VNET_HDR = 0x4000
+TUNSETOFFLOAD = 0x400454D0
+TUN_F_CSUM = 0x01
+TUN_F_TSO4 = 0x02
+EARLY = 40e-6  # the user switch sends a packet up to EARLY before it is due (select wakes late)
 SKIP = 77  # ctest's SKIP_RETURN_CODE: the machine does not permit namespaces
 
 
@@ -316,7 +321,7 @@ def cmd_up(a):
             raise Fail("namespace %s exists but no state records it: `cluster.py down --name %s --all` "
                        "removes it" % (ns, a.name))
     os.makedirs(d, exist_ok=True)
-    cfg = {"name": a.name, "nodes": a.nodes, "switch": a.switch, "mtu": a.mtu, "queue": a.queue,
+    cfg = {"name": a.name, "nodes": a.nodes, "switch": a.switch, "mtu": a.mtu, "queue_bytes": int(a.queue * 1e6),
            "default": default, "links": links, "slow": slow, "created": [], "cgroups": [],
            "started": time.time(), "lifetime": a.lifetime, "script": SCRIPT}
     save(cfg)
@@ -416,7 +421,7 @@ def make_cgroups(cfg):
         os.makedirs(path, exist_ok=True)
         cfg["cgroups"].append(path)
         save(cfg)
-        period = 100000
+        period = 20000  # 20 ms: the throttle acts within a call of a few 100 ms
         with open(os.path.join(path, quota), "w") as f:
             if version == 1:
                 with open(os.path.join(path, "cpu.cfs_period_us"), "w") as g:
@@ -426,10 +431,11 @@ def make_cgroups(cfg):
                 f.write("%d %d" % (int(pct / 100 * period), period))
 
 
-def write_launch_files(cfg, ranks_per_node=1, nodes=0):
+def write_launch_files(cfg, ranks_per_node=1, nodes=None):
+    """The hostfile lists `nodes` (node numbers, in rank order; default all), ranks_per_node slots each."""
     d = state_dir(cfg["name"])
     with open(os.path.join(d, "hostfile"), "w") as f:
-        for k in range(nodes or cfg["nodes"]):
+        for k in nodes or range(cfg["nodes"]):
             f.write("%s slots=%d\n" % (node_ip(k), ranks_per_node))
     agent = os.path.join(d, "agent")
     with open(agent, "w") as f:
@@ -593,9 +599,13 @@ def cmd_run(a):
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
     if not args:
         raise Fail("run: nothing to run (cluster.py run -- -np P program args)")
-    if not 0 <= a.nodes <= cfg["nodes"]:
-        raise Fail("--nodes %d: the cluster has %d" % (a.nodes, cfg["nodes"]))
-    write_launch_files(cfg, a.ranks_per_node, a.nodes)
+    try:
+        nodes = [int(x) for x in a.nodes.split(",")] if "," in a.nodes else list(range(int(a.nodes or cfg["nodes"])))
+    except ValueError:
+        raise Fail("--nodes %r: a count M or a list K,L,..." % a.nodes)
+    if not nodes or any(not 0 <= k < cfg["nodes"] for k in nodes) or len(set(nodes)) != len(nodes):
+        raise Fail("--nodes %s: the cluster has nodes 0 .. %d" % (a.nodes, cfg["nodes"] - 1))
+    write_launch_files(cfg, a.ranks_per_node, nodes)
     cmd = mpirun_command(cfg, a, args)
     if a.dry_run:
         print(" ".join(shlex.quote(c) for c in cmd))
@@ -627,7 +637,11 @@ def cmd_agent(a):
     if paths:
         with open(os.path.join(paths[0], "cgroup.procs"), "w") as f:
             f.write(str(os.getpid()))
-    os.execvp("ip", ["ip", "netns", "exec", node_ns(cfg["name"], k), "sh", "-c", " ".join(rest)])
+    # Its own hostname too (a UTS namespace): Open MPI names shared-memory segments and session
+    # directories by host name, and two nodes with one name would share them.
+    ns = node_ns(cfg["name"], k)
+    os.execvp("ip", ["ip", "netns", "exec", ns, "unshare", "--uts", "--", "sh", "-c",
+                     'hostname "$0" && exec sh -c "$1"', ns, " ".join(rest)])
 
 
 def cmd_exec(a):
@@ -778,21 +792,39 @@ class Link:
         self.shaped = bool(self.half_delay or self.half_jitter or self.rate or self.loss)
 
 
+VNET_HDR = 10  # struct virtio_net_hdr: flags, gso_type, hdr_len, gso_size, csum_start, csum_offset
+
+
 def open_tun(ns, ifname):
+    """Attaches to the namespace's TUN device with offloads: the kernel hands over (and takes)
+    TCP segments of up to 64 KiB with a virtio_net_hdr, as a NIC with TSO would, so the switch
+    handles a few large packets instead of many MTU-sized ones."""
     with Netns(ns):
         fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
-        ifr = struct.pack("16sH22x", ifname.encode(), IFF_TUN | IFF_NO_PI)
-        fcntl.ioctl(fd, TUNSETIFF, ifr)
+        fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH22x", ifname.encode(), IFF_TUN | IFF_NO_PI | IFF_VNET_HDR))
+        fcntl.ioctl(fd, TUNSETOFFLOAD, TUN_F_CSUM | TUN_F_TSO4)
     return fd
 
 
-def cmd_switch(a):
-    """Forwards IPv4 packets between the namespaces' TUN devices, each after its links' delay.
+def wire_bytes(pkt):
+    """Bytes a (GSO) packet puts on the wire: its segments' IP packets."""
+    n = len(pkt) - VNET_HDR
+    if pkt[1]:  # gso_type: a segment of gso_size payload bytes each behind hdr_len header bytes
+        hdr_len, gso_size = struct.unpack_from("<HH", pkt, 2)
+        if gso_size and n > hdr_len:
+            segs = -(-(n - hdr_len) // gso_size)
+            return n + (segs - 1) * hdr_len
+    return n
 
-    A packet from i to j: i's uplink serialises it at i's rate (a FIFO), then it travels
-    i's half delay + j's half delay (+ jitter, kept in order per pair), then j's downlink
-    serialises it at j's rate. Loss: on i's uplink. Queues hold at most cfg["queue"] packets
-    per direction of a link (tail drop), as netem's limit."""
+
+def cmd_switch(a):
+    """Forwards IPv4 packets between the namespaces' TUN devices, each after its links' shaping.
+
+    A packet from i to j of w wire bytes: i's uplink sends it at i's rate after the packets
+    before it (a FIFO), it travels i's half delay + j's half delay (+ jitter; a pair's packets
+    stay in order), and j's downlink passes it on at j's rate, starting as its first bits arrive
+    (cut through: a transfer between two links of one rate pays that rate once). Loss: on i's
+    uplink. A link direction queues at most cfg["queue_bytes"] (tail drop)."""
     name = a.name
     d = state_dir(name)
     cfg = load(name)
@@ -831,8 +863,6 @@ def cmd_switch(a):
     links = []
     up_busy = [0.0] * n
     dn_busy = [0.0] * n
-    up_q = [0] * n
-    dn_q = [0] * n
     last = {}
     heap = []
     seq = 0
@@ -840,15 +870,16 @@ def cmd_switch(a):
     stats = [zero() for _ in range(n)]
     dirty = True
     next_stats = 0.0
-    qlimit = cfg["queue"]
+    qbytes = cfg["queue_bytes"]
     select_fds = list(fds)
     fd_index = {fd: i for i, fd in enumerate(fds)}
     dead = set()
+    cpu0 = 0.0
 
-    def deliver(j, pkt):
+    def deliver(j, pkt, w):
         try:
             os.write(fds[j], pkt)
-            stats[j]["rx_bytes"] += len(pkt)
+            stats[j]["rx_bytes"] += w
             stats[j]["rx_packets"] += 1
         except OSError:
             stats[j]["dropped"] += 1
@@ -857,36 +888,23 @@ def cmd_switch(a):
         if flags["reload"]:
             flags["reload"] = False
             cfg = load(name)
-            qlimit = cfg["queue"]
+            qbytes = cfg["queue_bytes"]
             links = [Link(link_of(cfg, k)) for k in range(cfg["nodes"])] + [Link(link_of(cfg, "head"))]
             with open(os.path.join(d, "switch.ready.tmp"), "w") as f:
                 f.write("%.6f\n" % time.time())
             os.replace(os.path.join(d, "switch.ready.tmp"), os.path.join(d, "switch.ready"))
         if flags["reset"]:
             flags["reset"] = False
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            cpu0 = ru.ru_utime + ru.ru_stime
             stats = [zero() for _ in range(n)]
             dirty = True
-        now = time.monotonic()
-        # Events due: stage 1 (arrival at the switch: on to j's downlink), stage 2 (delivery).
+        # select wakes some 20-50 us late here: wake EARLY before the next packet is due and send
+        # every packet due by EARLY from now, so packets leave within about +-25 us of their time.
+        now = time.monotonic() + EARLY
         while heap and heap[0][0] <= now:
-            t, _, stage, i, j, pkt = heapq.heappop(heap)
-            if stage == 1:
-                up_q[i] -= 1
-                lj = links[j]
-                if lj.rate:
-                    if dn_q[j] >= qlimit:
-                        stats[j]["dropped"] += 1
-                        continue
-                    t2 = max(t, dn_busy[j]) + len(pkt) / lj.rate
-                    dn_busy[j] = t2
-                    dn_q[j] += 1
-                    seq += 1
-                    heapq.heappush(heap, (t2, seq, 2, i, j, pkt))
-                else:
-                    deliver(j, pkt)
-            else:
-                dn_q[j] -= 1
-                deliver(j, pkt)
+            _, _, j, pkt, w = heapq.heappop(heap)
+            deliver(j, pkt, w)
             dirty = True
         if now >= next_stats:
             next_stats = now + 0.2
@@ -894,7 +912,10 @@ def cmd_switch(a):
                 dirty = False
                 tmp = os.path.join(d, "stats.json.tmp")
                 with open(tmp, "w") as f:
-                    json.dump({("head" if i == head else str(i)): s for i, s in enumerate(stats)}, f)
+                    out = {("head" if i == head else str(i)): st for i, st in enumerate(stats)}
+                    ru = resource.getrusage(resource.RUSAGE_SELF)
+                    out["switch_cpu_seconds"] = ru.ru_utime + ru.ru_stime - cpu0
+                    json.dump(out, f)
                 os.replace(tmp, os.path.join(d, "stats.json"))
             if cfg["lifetime"] and time.time() > cfg["started"] + cfg["lifetime"]:
                 print("switch: lifetime of %s s over: taking cluster %s down" % (cfg["lifetime"], name), flush=True)
@@ -902,24 +923,20 @@ def cmd_switch(a):
                     down(name, quiet=True)
                 finally:
                     return 0
-        # select wakes some 20-50 us late here: sleep until EARLY before the next event, then spin.
         timeout = 0.2
         if heap:
-            timeout = min(timeout, max(0.0, heap[0][0] - now - EARLY))
+            timeout = min(timeout, max(0.0, heap[0][0] - time.monotonic() - EARLY))
         try:
             ready, _, _ = select.select(select_fds, [], [], timeout)
         except InterruptedError:
             continue
-        if not ready and heap:
-            due = heap[0][0]
-            while time.monotonic() < due:
-                pass
         for fd in ready:
             i = fd_index[fd]
             li = links[i]
+            st = stats[i]
             for _ in range(64):
                 try:
-                    pkt = os.read(fd, 65536)
+                    pkt = os.read(fd, 65536 + VNET_HDR)
                 except BlockingIOError:
                     break
                 except OSError as e:
@@ -928,39 +945,48 @@ def cmd_switch(a):
                     dead.add(fd)
                     break
                 dirty = True
-                st = stats[i]
-                st["tx_bytes"] += len(pkt)
+                w = wire_bytes(pkt)
+                st["tx_bytes"] += w
                 st["tx_packets"] += 1
-                if len(pkt) < 20 or pkt[0] >> 4 != 4:
+                if len(pkt) < VNET_HDR + 20 or pkt[VNET_HDR] >> 4 != 4:
                     st["dropped"] += 1
                     continue
-                j = addr.get(pkt[16:20])
+                j = addr.get(pkt[VNET_HDR + 16:VNET_HDR + 20])
                 if j is None or j == i:
                     st["dropped"] += 1
                     continue
                 lj = links[j]
                 if not (li.shaped or lj.shaped):
-                    deliver(j, pkt)
+                    deliver(j, pkt, w)
                     continue
                 if li.loss and rng.random() < li.loss:
                     st["dropped"] += 1
                     continue
-                if up_q[i] >= qlimit:
-                    st["dropped"] += 1
-                    continue
-                t = time.monotonic()
+                now = time.monotonic()
+                start = end = now
                 if li.rate:
-                    t = max(t, up_busy[i]) + len(pkt) / li.rate
-                    up_busy[i] = t
-                t += li.half_delay + lj.half_delay
+                    start = max(now, up_busy[i])
+                    if (start - now) * li.rate > qbytes:
+                        st["dropped"] += 1
+                        continue
+                    end = start + w / li.rate
+                    up_busy[i] = end
+                delay = li.half_delay + lj.half_delay
                 jit = li.half_jitter + lj.half_jitter
                 if jit:
-                    t += rng.uniform(-jit, jit)
+                    delay = max(0.0, delay + rng.uniform(-jit, jit))
+                t = end + delay
+                if lj.rate:
+                    dstart = max(start + delay, dn_busy[j])
+                    if (dstart - start - delay) * lj.rate > qbytes:  # the backlog it finds there
+                        stats[j]["dropped"] += 1
+                        continue
+                    t = max(dstart + w / lj.rate, t)
+                    dn_busy[j] = t
                 t = max(t, last.get((i, j), 0.0))  # jitter never reorders a pair's packets
                 last[(i, j)] = t
-                up_q[i] += 1
                 seq += 1
-                heapq.heappush(heap, (t, seq, 1, i, j, pkt))
+                heapq.heappush(heap, (t, seq, j, pkt, w))
         if dead:
             select_fds = [fd for fd in select_fds if fd not in dead]
             if not select_fds:
@@ -1015,7 +1041,8 @@ def main(argv):
         p.add_argument("--switch", choices=("user", "kernel"), default="user",
                        help="user: TUN devices and this script's switch (default); kernel: veth, bridge, tc netem")
         p.add_argument("--mtu", type=int, default=9000, help="the links' MTU (default 9000)")
-        p.add_argument("--queue", type=int, default=1000, help="packets per link direction (default 1000)")
+        p.add_argument("--queue", type=float, default=1.0, metavar="MB",
+                       help="user switch: MB queued per direction of a shaped link before tail drop (default 1)")
         p.add_argument("--lifetime", type=float, default=4 * 3600, metavar="S",
                        help="the switch takes the cluster down after S seconds (default 4 h; 0: never)")
         p.add_argument("--replace", action="store_true", help="take a cluster of this name down first")
@@ -1024,8 +1051,9 @@ def main(argv):
         p.add_argument("--timeout", type=float, default=60, metavar="S", help="mpirun's limit (default 60 s)")
         p.add_argument("--ranks-per-node", type=int, default=1, metavar="R",
                        help="slots per node (default 1); above 1 ranks on one node also use shared memory")
-        p.add_argument("--nodes", type=int, default=0, metavar="M",
-                       help="the hostfile's first M nodes only (default: all); -np P fills them in order")
+        p.add_argument("--nodes", default="", metavar="M|K,L,..",
+                       help="the first M nodes only, or these nodes in this order (default: all); "
+                            "-np P fills them in order, --ranks-per-node at a time")
         p.add_argument("--dry-run", action="store_true", help="print the mpirun command")
         p.add_argument("args", nargs=argparse.REMAINDER, help="-- mpirun arguments (-np P program args)")
 
