@@ -581,7 +581,9 @@ def mpirun_command(cfg, a, args):
            ("btl_tcp_if_include", net),
            ("mpi_yield_when_idle", "1"),         # ranks share 2 cores: yield while waiting
            ("orte_keep_fqdn_hostnames", "1")]
-    cmd = ["ip", "netns", "exec", head_ns(cfg["name"]),
+    # nsenter, not ip netns exec: only the network namespace, so mpirun and its rsh agent keep this
+    # mount namespace's /sys (ip netns exec mounts a sysfs of its own, hiding /sys/fs/cgroup).
+    cmd = ["nsenter", "--net=/run/netns/" + head_ns(cfg["name"]),
            "timeout", "--kill-after=5", str(a.timeout),
            "mpirun", "--hostfile", os.path.join(d, "hostfile")]
     for k, v in mca:
@@ -633,8 +635,10 @@ def cmd_agent(a):
     k = int(host.rsplit(".", 1)[1]) - 1
     if not 0 <= k < cfg["nodes"]:
         raise Fail("agent: no node at %s" % host)
-    paths = cgroup_paths(cfg["name"], k) if str(k) in cfg["slow"] else None
-    if paths:
+    if str(k) in cfg["slow"]:
+        paths = cgroup_paths(cfg["name"], k)
+        if not paths or not os.path.isdir(paths[0]):
+            raise Fail("agent: node %d's cgroup is not visible from here" % k)
         with open(os.path.join(paths[0], "cgroup.procs"), "w") as f:
             f.write(str(os.getpid()))
     # Its own hostname too (a UTS namespace): Open MPI names shared-memory segments and session

@@ -13,7 +13,7 @@ OUT/study.csv (one row per run) and OUT/study.md (the table) and takes the clust
 
 Scenarios: a unshaped (user switch), k unshaped (kernel bridge), b 1 ms / 1 Gbit/s,
 c 5 ms / 100 Mbit/s, d b with node 1's link at 5 ms / 100 Mbit/s, e b with node 1's processes
-at half their share of the CPUs (a slow rank). Latencies are one way, node to node.
+limited to a quarter of their share of the CPUs (a slow rank: a cgroup CPU quota). Latencies are one way, node to node.
 Placements: P ranks on P nodes (1/node), or on P/2 nodes (2/node: shared memory inside a node).
 """
 
@@ -38,7 +38,7 @@ SCENARIOS = {
     "c": ("5 ms, 100 Mbit/s", ["--latency", "5", "--rate", "100"], {}),
     "d": ("1 ms, 1 Gbit/s; node 1: 5 ms, 100 Mbit/s", ["--latency", "1", "--rate", "1000",
                                                       "--link", "1:latency=5,rate=100"], {}),
-    "e": ("1 ms, 1 Gbit/s; node 1 at half its CPU share", ["--latency", "1", "--rate", "1000"], {"slow": 1}),
+    "e": ("1 ms, 1 Gbit/s; node 1 at a quarter of its CPU share", ["--latency", "1", "--rate", "1000"], {"slow": 1}),
 }
 
 # (label, --dist arguments, ranks per node)
@@ -118,11 +118,11 @@ def main():
                 if time.time() - t_start > a.budget:
                     log("budget of %g s spent: scenario %s P=%d and later skipped" % (a.budget, s, P))
                     continue
-                # Arrangement: the switch kind, and for a slow rank the CPU share (per P: half of P
-                # ranks' fair share of the cores, so the other ranks keep theirs).
+                # Arrangement: the switch kind, and for a slow rank its CPU limit (per P: a quarter of
+                # P ranks' fair share of the cores).
                 slow_pct = None
                 if opts.get("slow") is not None:
-                    slow_pct = round(100 * os.cpu_count() / P / 2, 1)
+                    slow_pct = round(100 * os.cpu_count() / P / 4, 2)
                 want = (opts.get("switch", "user"), slow_pct)
                 if want != up_as:
                     up = ["up", str(nodes), "--replace", "--switch", want[0], "--lifetime", str(a.budget + 600)]
@@ -146,24 +146,29 @@ def main():
                         break
                     if P % rpn or (rpn > 1 and P // rpn < 2):
                         continue
-                    cluster("stats", "--reset", check=False)
+                    before = json.loads(cluster("stats").stdout)
                     t0 = time.time()
                     p = run(sc["measure"] + problem + dist + ["--json"], nodes=P // rpn, ranks_per_node=rpn)
                     wall = time.time() - t0
                     row = {"scenario": s, "links": title, "ranks": P, "scheme": label, "per_node": rpn, "wall_s": round(wall, 2)}
                     if p.returncode != 0:
-                        row["error"] = (p.stderr.strip().splitlines() or ["status %d" % p.returncode])[-1][:200]
+                        msgs = [l for l in (p.stdout + p.stderr).splitlines() if l.strip() and not l.startswith("---")]
+                        row["error"] = ("status %d: " % p.returncode + (msgs[-1] if msgs else ""))[:200]
                         log("  P=%d %s %d/node: FAILED %s" % (P, label, rpn, row["error"]))
                         rows.append(row)
                         continue
                     r = last_json(p.stdout)
-                    st = json.loads(cluster("stats").stdout) if opts.get("switch", "user") == "user" else {}
-                    wire = [v["tx_bytes"] for k, v in st.items() if k != "head"]
+                    after = json.loads(cluster("stats").stdout)
+                    wire = [after[k]["tx_bytes"] - before[k]["tx_bytes"] for k in after
+                            if k not in ("head", "switch_cpu_seconds")]
                     row.update({k: r.get(k) for k in ("seconds_median", "seconds", "compute_seconds", "exposed_comm_seconds",
                                                       "bytes_sent_per_rank", "model_bytes_per_rank", "tflops_per_rank",
                                                       "compute_balance", "load_avg")})
                     row["calls"] = a.repeat + 1
                     row["wire_bytes_per_node_call"] = int(max(wire) / (a.repeat + 1)) if wire else ""
+                    if "switch_cpu_seconds" in after:
+                        row["switch_cpu_s_per_call"] = round((after["switch_cpu_seconds"] - before["switch_cpu_seconds"])
+                                                             / (a.repeat + 1), 4)
                     rows.append(row)
                     log("  P=%d %-10s %d/node: %.4f s/call (compute %.4f, exposed comm %.4f), %s B/rank (model %s), "
                         "%.1f s wall" % (P, label, rpn, float(r["seconds_median"]), float(r["compute_seconds"]),
@@ -203,7 +208,9 @@ def main():
             if not shm:
                 continue
             cmd += ["--bandwidth", "%.6g" % shm["bytes_per_second"], "--latency", "%.6g" % shm["latency_seconds"],
-                    "--ranks-per-node", str(r["per_node"]), "--inter-bandwidth", "%.6g" % link["bytes_per_second"],
+                    # The model's inter-node bandwidth is per rank: the node's link shared by its ranks.
+                    "--ranks-per-node", str(r["per_node"]),
+                    "--inter-bandwidth", "%.6g" % (link["bytes_per_second"] / r["per_node"]),
                     "--inter-latency", "%.6g" % link["latency_seconds"]]
         tmp = os.path.join(a.out, "model.tmp.csv")
         if os.path.exists(tmp):
@@ -218,7 +225,8 @@ def main():
 
     fields = ["scenario", "links", "ranks", "scheme", "per_node", "seconds_median", "seconds", "compute_seconds",
               "exposed_comm_seconds", "bytes_sent_per_rank", "model_bytes_per_rank", "wire_bytes_per_node_call",
-              "model_seconds", "tflops_per_rank", "compute_balance", "load_avg", "calls", "wall_s", "error"]
+              "model_seconds", "switch_cpu_s_per_call", "tflops_per_rank", "compute_balance", "load_avg", "calls",
+              "wall_s", "error"]
     with open(os.path.join(a.out, "study.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
@@ -230,21 +238,22 @@ def main():
         return "" if x in ("", None) else spec % float(x)
 
     lines = ["Strong scaling, %d tokens, heads %s, D=%d, causal, zigzag, f32, forward; median of %d calls after a "
-             "warm-up. %s, %d cores, %d ranks per node as stated." % (a.tokens, a.heads, a.dim, a.repeat, cpu,
-                                                                     os.cpu_count(), 1),
+             "warm-up; %s, %d cores shared by all ranks and the switch." % (a.tokens, a.heads, a.dim, a.repeat, cpu,
+                                                                           os.cpu_count()),
              "",
              "| links | P | scheme | ranks/node | s/call | compute s | exposed comm s | bytes sent/rank | model bytes "
-             "| wire bytes/node/call | model s/call |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| wire bytes/node/call | model s/call | switch CPU s/call |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append("| %s | %d | %s | %d | failed: %s | | | | | | |" % (r["links"], r["ranks"], r["scheme"], r["per_node"],
-                                                                          r["error"]))
+            lines.append("| %s | %d | %s | %d | failed: %s | | | | | | | |" % (
+                r["links"], r["ranks"], r["scheme"], r["per_node"], r["error"].replace("|", "/")))
             continue
-        lines.append("| %s | %d | %s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
+        lines.append("| %s | %d | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["links"], r["ranks"], r["scheme"], r["per_node"], fmt(r["seconds_median"], "%.3f"),
             fmt(r["compute_seconds"], "%.3f"), fmt(r["exposed_comm_seconds"], "%.3f"), r["bytes_sent_per_rank"],
-            r["model_bytes_per_rank"], r["wire_bytes_per_node_call"], fmt(r["model_seconds"], "%.3f")))
+            r["model_bytes_per_rank"], r["wire_bytes_per_node_call"], fmt(r["model_seconds"], "%.3f"),
+            fmt(r.get("switch_cpu_s_per_call"), "%.3f")))
     lines.append("")
     for (s, pair), v in sorted(links.items()):
         if isinstance(v, dict):
