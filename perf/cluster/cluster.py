@@ -446,10 +446,15 @@ def write_launch_files(cfg, ranks_per_node=1, nodes=None):
 
 
 def check_reachable(cfg):
-    """Every node answers the head's ICMP echo (through the switch)."""
+    """Every node answers the head's ICMP echo (through the switch). Tries for 10 s: a device's
+    queue starts when the kernel's link watch sees its carrier, up to a second after the switch
+    attached, and packets sent before are dropped."""
     with Netns(head_ns(cfg["name"])):
         for k in range(cfg["nodes"]):
-            rtts = icmp_ping(node_ip(k), 1, 5.0)
+            t0 = time.time()
+            rtts = []
+            while not rtts and time.time() - t0 < 10:
+                rtts = icmp_ping(node_ip(k), 1, 0.5)
             if not rtts:
                 raise Fail("node %d (%s) does not answer through the switch" % (k, node_ip(k)))
 
@@ -788,12 +793,13 @@ def cmd_status(a):
 
 
 class Link:
-    def __init__(self, p):
+    def __init__(self, p, queue_bytes):
         self.half_delay = p["latency_ms"] / 2e3
         self.half_jitter = p["jitter_ms"] / 2e3
         self.rate = p["rate_mbit"] * 1e6 / 8  # bytes per second, 0: unlimited
         self.loss = p["loss_pct"] / 100
         self.shaped = bool(self.half_delay or self.half_jitter or self.rate or self.loss)
+        self.queue = queue_bytes  # bytes each direction holds before it drops (at its rate)
 
 
 VNET_HDR = 10  # struct virtio_net_hdr: flags, gso_type, hdr_len, gso_size, csum_start, csum_offset
@@ -828,7 +834,7 @@ def cmd_switch(a):
     before it (a FIFO), it travels i's half delay + j's half delay (+ jitter; a pair's packets
     stay in order), and j's downlink passes it on at j's rate, starting as its first bits arrive
     (cut through: a transfer between two links of one rate pays that rate once). Loss: on i's
-    uplink. A link direction queues at most cfg["queue_bytes"] (tail drop)."""
+    uplink. A link direction queues at most Link.queue bytes (tail drop)."""
     name = a.name
     d = state_dir(name)
     cfg = load(name)
@@ -893,7 +899,7 @@ def cmd_switch(a):
             flags["reload"] = False
             cfg = load(name)
             qbytes = cfg["queue_bytes"]
-            links = [Link(link_of(cfg, k)) for k in range(cfg["nodes"])] + [Link(link_of(cfg, "head"))]
+            links = [Link(link_of(cfg, k), qbytes) for k in range(cfg["nodes"])] + [Link(link_of(cfg, "head"), 0)]
             with open(os.path.join(d, "switch.ready.tmp"), "w") as f:
                 f.write("%.6f\n" % time.time())
             os.replace(os.path.join(d, "switch.ready.tmp"), os.path.join(d, "switch.ready"))
@@ -970,7 +976,7 @@ def cmd_switch(a):
                 start = end = now
                 if li.rate:
                     start = max(now, up_busy[i])
-                    if (start - now) * li.rate > qbytes:
+                    if (start - now) * li.rate > li.queue:
                         st["dropped"] += 1
                         continue
                     end = start + w / li.rate
@@ -982,7 +988,7 @@ def cmd_switch(a):
                 t = end + delay
                 if lj.rate:
                     dstart = max(start + delay, dn_busy[j])
-                    if (dstart - start - delay) * lj.rate > qbytes:  # the backlog it finds there
+                    if (dstart - start - delay) * lj.rate > lj.queue:  # the backlog it finds there
                         stats[j]["dropped"] += 1
                         continue
                     t = max(dstart + w / lj.rate, t)
@@ -1046,7 +1052,8 @@ def main(argv):
                        help="user: TUN devices and this script's switch (default); kernel: veth, bridge, tc netem")
         p.add_argument("--mtu", type=int, default=9000, help="the links' MTU (default 9000)")
         p.add_argument("--queue", type=float, default=1.0, metavar="MB",
-                       help="user switch: MB queued per direction of a shaped link before tail drop (default 1)")
+                       help="user switch: MB queued per direction of a rate-limited link before tail drop "
+                            "(default 1, about netem's 1000 packets of 1500 B)")
         p.add_argument("--lifetime", type=float, default=4 * 3600, metavar="S",
                        help="the switch takes the cluster down after S seconds (default 4 h; 0: never)")
         p.add_argument("--replace", action="store_true", help="take a cluster of this name down first")
@@ -1071,9 +1078,9 @@ def main(argv):
     p = sub.add_parser("session", help="up, run, down (always)")
     upflags(p)
     runflags(p)
-    p = sub.add_parser("exec", help="a command in one node's namespace")
-    p.add_argument("node", help="K or head")
+    p = sub.add_parser("exec", help="a command in one node's namespace: exec [--timeout S] K -- command")
     p.add_argument("--timeout", type=float, default=60)
+    p.add_argument("node", help="K or head")
     p.add_argument("args", nargs=argparse.REMAINDER)
     p = sub.add_parser("probe", help="ICMP round trips between two nodes")
     p.add_argument("--from", dest="src", default="0")

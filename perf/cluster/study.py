@@ -31,15 +31,23 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CLUSTER = os.path.join(HERE, "cluster.py")
 NAME = "kattn-study"
 
+# name: (title, shaping flags, arrangement, the model's link: (one-way latency s, bytes/s) as
+# configured, or None: the ping-pong's fit). d's model puts the slow link (3 ms between node 1 and
+# the others, 100 Mbit/s) everywhere: a bound, as every ring step and every all-to-all waits for it.
 SCENARIOS = {
-    "a": ("unshaped (user switch)", [], {}),
-    "k": ("unshaped (kernel bridge)", [], {"switch": "kernel"}),
-    "b": ("1 ms, 1 Gbit/s", ["--latency", "1", "--rate", "1000"], {}),
-    "c": ("5 ms, 100 Mbit/s", ["--latency", "5", "--rate", "100"], {}),
+    "a": ("unshaped (user switch)", [], {}, None),
+    "k": ("unshaped (kernel bridge)", [], {"switch": "kernel"}, None),
+    "b": ("1 ms, 1 Gbit/s", ["--latency", "1", "--rate", "1000"], {}, (1e-3, 1000e6 / 8)),
+    "c": ("5 ms, 100 Mbit/s", ["--latency", "5", "--rate", "100"], {}, (5e-3, 100e6 / 8)),
     "d": ("1 ms, 1 Gbit/s; node 1: 5 ms, 100 Mbit/s", ["--latency", "1", "--rate", "1000",
-                                                      "--link", "1:latency=5,rate=100"], {}),
-    "e": ("1 ms, 1 Gbit/s; node 1 at a quarter of its CPU share", ["--latency", "1", "--rate", "1000"], {"slow": 1}),
+                                                      "--link", "1:latency=5,rate=100"], {}, (3e-3, 100e6 / 8)),
+    "e": ("1 ms, 1 Gbit/s; node 1 at a quarter of its CPU share", ["--latency", "1", "--rate", "1000"], {"slow": 1},
+          None),
 }
+
+# The link for the model: latency from 8-byte messages, bandwidth from 4 MiB ones (two sizes, so
+# the fit goes through both medians; more sizes let one noisy size skew the latency).
+PINGPONG = ["--json", "--sizes", "8,4194304", "--repeat", "10"]
 
 # (label, --dist arguments, ranks per node)
 CONFIGS = [
@@ -92,6 +100,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--timeout", type=float, default=60, help="per mpirun (s)")
     ap.add_argument("--budget", type=float, default=840, help="stop starting runs after this many seconds")
+    ap.add_argument("--links-only", action="store_true",
+                    help="measure only the links (ping-pongs) and redo the model over OUT/study.csv's runs")
     a = ap.parse_args()
     ranks = [int(x) for x in a.ranks.split(",")]
     nodes = max(ranks)
@@ -111,9 +121,14 @@ def main():
             extra += ["--" + k.replace("_", "-"), str(v)]
         return cluster("run", "--timeout", str(timeout), *extra, "--", *args, timeout=timeout + 30, check=False)
 
+    if a.links_only:
+        with open(os.path.join(a.out, "study.csv")) as f:
+            rows = [{k: v for k, v in r.items() if v != "" or k == "model_seconds"} for r in csv.DictReader(f)]
+        for r in rows:
+            r["ranks"], r["per_node"] = int(r["ranks"]), int(r["per_node"])
     try:
         for s in a.scenarios.split(","):
-            title, shape, opts = SCENARIOS[s]
+            title, shape, opts, _ = SCENARIOS[s]
             for P in ranks:
                 if time.time() - t_start > a.budget:
                     log("budget of %g s spent: scenario %s P=%d and later skipped" % (a.budget, s, P))
@@ -121,7 +136,7 @@ def main():
                 # Arrangement: the switch kind, and for a slow rank its CPU limit (per P: a quarter of
                 # P ranks' fair share of the cores).
                 slow_pct = None
-                if opts.get("slow") is not None:
+                if opts.get("slow") is not None and not a.links_only:
                     slow_pct = round(100 * os.cpu_count() / P / 4, 2)
                 want = (opts.get("switch", "user"), slow_pct)
                 if want != up_as:
@@ -134,14 +149,14 @@ def main():
                 # The links: ping-pong between nodes 0 and 1 (in d the slow link), and 0 and 2.
                 if (s, "inter") not in links:
                     for pair in ("0,1", "0,2"):
-                        p = run(sc["pingpong"] + ["--json", "--repeat", "10"], nodes=pair)
+                        p = run(sc["pingpong"] + PINGPONG, nodes=pair)
                         if p.returncode == 0:
                             links[(s, pair)] = last_json(p.stdout)
                             log("  ping-pong %s: latency %.1f us, %.3f GB/s" % (
                                 pair, links[(s, pair)]["latency_seconds"] * 1e6,
                                 links[(s, pair)]["bytes_per_second"] / 1e9))
                     links[(s, "inter")] = True
-                for label, dist, rpn in CONFIGS:
+                for label, dist, rpn in ([] if a.links_only else CONFIGS):
                     if time.time() - t_start > a.budget:
                         break
                     if P % rpn or (rpn > 1 and P // rpn < 2):
@@ -177,14 +192,14 @@ def main():
         # Intra-node link (shared memory) for the 2/node model.
         if time.time() - t_start < a.budget + 60:
             cluster("shape")
-            p = run(sc["pingpong"] + ["--json", "--repeat", "10"], nodes="1", ranks_per_node=2)
+            p = run(sc["pingpong"] + PINGPONG, nodes="1", ranks_per_node=2)
             if p.returncode == 0:
                 links[("shm", "0,0")] = last_json(p.stdout)
     finally:
         log(cluster("down", check=False).stdout.strip())
 
     # The model: each point from the unshaped run's kernel rate (its compute time) and the
-    # scenario's ping-pong fit (d: the slow link everywhere, an upper bound for one slow link).
+    # scenario's configured link (unshaped: the ping-pong's fit; e: none, the model has no slow rank).
     base = {}
     for r in rows:
         if r["scenario"] == "a" and "error" not in r:
@@ -193,8 +208,9 @@ def main():
     for r in rows:
         r["model_seconds"] = ""
         key = (r["ranks"], r["scheme"], r["per_node"])
-        pair = "0,1" if r["scenario"] in ("d",) else "0,2"
-        link = links.get((r["scenario"], pair))
+        conf = SCENARIOS[r["scenario"]][3]
+        link = ({"latency_seconds": conf[0], "bytes_per_second": conf[1]} if conf
+                else links.get((r["scenario"], "0,2")))
         if "error" in r or key not in base or not link or r["scenario"] == "e":
             continue
         dist = next(d for lab, d, rpn in CONFIGS if lab == r["scheme"] and rpn == r["per_node"])
@@ -252,7 +268,7 @@ def main():
         lines.append("| %s | %d | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["links"], r["ranks"], r["scheme"], r["per_node"], fmt(r["seconds_median"], "%.3f"),
             fmt(r["compute_seconds"], "%.3f"), fmt(r["exposed_comm_seconds"], "%.3f"), r["bytes_sent_per_rank"],
-            r["model_bytes_per_rank"], r["wire_bytes_per_node_call"], fmt(r["model_seconds"], "%.3f"),
+            r["model_bytes_per_rank"], r.get("wire_bytes_per_node_call", ""), fmt(r.get("model_seconds"), "%.3f"),
             fmt(r.get("switch_cpu_s_per_call"), "%.3f")))
     lines.append("")
     for (s, pair), v in sorted(links.items()):
