@@ -603,15 +603,15 @@ def mpirun_command(cfg, a, args):
 def cmd_run(a):
     require_root()
     cfg = load(a.name)
-    args = a.args[1:] if a.args[:1] == ["--"] else a.args
+    args = a.args
     if not args:
-        raise Fail("run: nothing to run (cluster.py run -- -np P program args)")
+        raise Fail("run: nothing to run (cluster.py run [options] -- -np P program args)")
     try:
-        nodes = [int(x) for x in a.nodes.split(",")] if "," in a.nodes else list(range(int(a.nodes or cfg["nodes"])))
+        nodes = [int(x) for x in a.hosts.split(",")] if "," in a.hosts else list(range(int(a.hosts or cfg["nodes"])))
     except ValueError:
-        raise Fail("--nodes %r: a count M or a list K,L,..." % a.nodes)
+        raise Fail("--nodes %r: a count M or a list K,L,..." % a.hosts)
     if not nodes or any(not 0 <= k < cfg["nodes"] for k in nodes) or len(set(nodes)) != len(nodes):
-        raise Fail("--nodes %s: the cluster has nodes 0 .. %d" % (a.nodes, cfg["nodes"] - 1))
+        raise Fail("--nodes %s: the cluster has nodes 0 .. %d" % (a.hosts, cfg["nodes"] - 1))
     write_launch_files(cfg, a.ranks_per_node, nodes)
     cmd = mpirun_command(cfg, a, args)
     if a.dry_run:
@@ -656,7 +656,9 @@ def cmd_agent(a):
 def cmd_exec(a):
     require_root()
     cfg = load(a.name)
-    args = a.args[1:] if a.args[:1] == ["--"] else a.args
+    args = a.args
+    if not args:
+        raise Fail("exec: nothing to run (cluster.py exec [--timeout S] K -- command)")
     ns = head_ns(cfg["name"]) if a.node == "head" else node_ns(cfg["name"], int(a.node))
     return subprocess.run(["ip", "netns", "exec", ns, "timeout", "--kill-after=5", str(a.timeout)] + args).returncode
 
@@ -1062,11 +1064,11 @@ def main(argv):
         p.add_argument("--timeout", type=float, default=60, metavar="S", help="mpirun's limit (default 60 s)")
         p.add_argument("--ranks-per-node", type=int, default=1, metavar="R",
                        help="slots per node (default 1); above 1 ranks on one node also use shared memory")
-        p.add_argument("--nodes", default="", metavar="M|K,L,..",
+        p.add_argument("--nodes", dest="hosts", default="", metavar="M|K,L,..",
                        help="the first M nodes only, or these nodes in this order (default: all); "
                             "-np P fills them in order, --ranks-per-node at a time")
         p.add_argument("--dry-run", action="store_true", help="print the mpirun command")
-        p.add_argument("args", nargs=argparse.REMAINDER, help="-- mpirun arguments (-np P program args)")
+
 
     p = sub.add_parser("up", help="create the namespaces, links and switch")
     upflags(p)
@@ -1081,7 +1083,6 @@ def main(argv):
     p = sub.add_parser("exec", help="a command in one node's namespace: exec [--timeout S] K -- command")
     p.add_argument("--timeout", type=float, default=60)
     p.add_argument("node", help="K or head")
-    p.add_argument("args", nargs=argparse.REMAINDER)
     p = sub.add_parser("probe", help="ICMP round trips between two nodes")
     p.add_argument("--from", dest="src", default="0")
     p.add_argument("--to", dest="dst", default="1")
@@ -1099,7 +1100,15 @@ def main(argv):
     p = sub.add_parser("_agent")
     p.add_argument("host")
     p.add_argument("args", nargs=argparse.REMAINDER)
+    # run, session and exec take their command after `--` (argparse's REMAINDER would also take
+    # the options before it); _agent takes mpirun's words as they come.
+    tail = []
+    if argv[:1] != ["_agent"] and "_agent" not in argv[:3] and "--" in argv:
+        i = argv.index("--")
+        argv, tail = argv[:i], argv[i + 1:]
     a = ap.parse_args(argv)
+    if a.cmd in ("run", "session", "exec"):
+        a.args = tail
     if not a.name.startswith("kattn") or "/" in a.name or len(a.name) > 40:
         ap.error("--name must start with 'kattn' (only kattn* namespaces are ever created or removed)")
     fn = {"up": cmd_up, "shape": cmd_shape, "run": cmd_run, "session": cmd_session, "exec": cmd_exec,
