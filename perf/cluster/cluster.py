@@ -4,10 +4,10 @@ joined by shaped links (latency, jitter, rate, loss), Open MPI over TCP between 
 
     cluster.py up N [--latency MS] [--rate MBIT] [--jitter MS] [--loss PCT]
                     [--link K:latency=MS,rate=MBIT,jitter=MS,loss=PCT ...] [--slow-rank K:PCT ...]
-    cluster.py run [--timeout S] -- <mpirun arguments: -np P program args...>
+    cluster.py run [--timeout S] [--nodes M|K,L,..] [--ranks-per-node R] -- <mpirun arguments: -np P prog ...>
     cluster.py shape [shaping flags as for up]        (change the links of a running cluster)
     cluster.py probe [--from I] [--to J]              (ICMP round trips between two nodes)
-    cluster.py exec K [--timeout S] -- command        (a command in node K's namespace)
+    cluster.py exec [--timeout S] K -- command        (a command in node K's namespace)
     cluster.py stats | status | down [--all]
     cluster.py session N [up flags] [--timeout S] -- <mpirun arguments>   (up, run, down always)
 
@@ -27,8 +27,9 @@ its rate. The head's link is never shaped (launch and control traffic only).
 
 Open MPI sees every namespace as a host: mpirun runs in NAME-head with a hostfile of the node
 addresses and an rsh agent (this script's `_agent`) that starts each node's orted with
-`ip netns exec`; ranks reach their own node's orted (PMIx) on that namespace's loopback, and the
-BTL and the out-of-band wiring use the 10.77.0.0/24 network only.
+`ip netns exec` under a host name of its own (Open MPI names shared memory by host name); ranks
+reach their own node's orted (PMIx) on that namespace's loopback, and the BTL and the out-of-band
+wiring use the 10.77.0.0/24 network only.
 
 Only namespaces, cgroups and processes this script created are touched; state lives in
 /run/kattn-cluster/NAME (KATTN_CLUSTER_STATE overrides the directory). Python standard library only.
@@ -1025,6 +1026,7 @@ def cmd_reaper(a):
 
 def main(argv):
     ap = argparse.ArgumentParser(prog="cluster.py", description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n\n", 1)[1] + "\nMore: docs/simulated-cluster.md",
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--name", default=os.environ.get("KATTN_CLUSTER", "kattn"),
                     help="the cluster's name: namespaces NAME-node0 .., NAME-head (default kattn)")

@@ -22,7 +22,6 @@ import csv
 import json
 import os
 import shlex
-import statistics
 import subprocess
 import sys
 import time
