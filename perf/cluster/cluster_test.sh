@@ -15,6 +15,7 @@ fail() { echo "FAILED: $*"; exit 1; }
 
 [ "$(id -u)" = 0 ] || skip "not root (network namespaces need CAP_NET_ADMIN)"
 command -v ip >/dev/null || skip "no ip command (iproute2)"
+for tool in tc nsenter unshare timeout; do command -v $tool >/dev/null || skip "no $tool"; done
 [ -c /dev/net/tun ] || skip "no /dev/net/tun"
 probe_ns="$name-probe-$$"
 ip netns add "$probe_ns" 2>/dev/null || skip "ip netns add is not permitted here"
