@@ -6,9 +6,9 @@
 
 Brings up a cluster (cluster.py, name kattn-study) of max(--ranks) nodes and, for each scenario
 (link shaping), measures one strong-scaling point per scheme and placement with the scaling
-program's measure command (`kattn scale` or `kattn-scale measure`: a warm-up call, then --repeat
+program's measure command (`kattn-scale measure`: a warm-up call, then --repeat
 timed calls, the median), the link with its ping-pong, and predicts each point with its model
-(`--model`) from the unshaped run's kernel rate and the scenario's ping-pong fit. Writes
+(`kattn-scale model`) from the unshaped run's kernel rate and the scenario's ping-pong fit. Writes
 OUT/study.csv (one row per run) and OUT/study.md (the table) and takes the cluster down always.
 
 Scenarios: a unshaped (user switch), k unshaped (kernel bridge), b 1 ms / 1 Gbit/s,
@@ -80,11 +80,9 @@ def last_json(text):
 
 
 def scale_commands(kattn):
-    """The scaling program's measure, pingpong and model commands (kattn-scale, or kattn scale)."""
+    """The scaling program's measure, pingpong and model commands: kattn-scale beside kattn."""
     ks = os.path.join(os.path.dirname(os.path.abspath(kattn)), "kattn-scale")
-    if os.access(ks, os.X_OK):
-        return {"measure": [ks, "measure"], "pingpong": [ks, "pingpong"], "model": [ks, "model"]}
-    return {"measure": [kattn, "scale"], "pingpong": [kattn, "scale", "--pingpong"], "model": [kattn, "scale", "--model"]}
+    return {"measure": [ks, "measure"], "pingpong": [ks, "pingpong"], "model": [ks, "model"]}
 
 
 def main():
