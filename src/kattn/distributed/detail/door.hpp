@@ -47,6 +47,8 @@ inline DistCall forward_call(Scheme s) {
       return DistCall::hybrid_forward;
     case Scheme::sharded_kv:
       return DistCall::sharded_kv_forward;
+    case Scheme::grid:
+      return DistCall::grid_forward;
     default:
       return DistCall::ring_forward;
   }
@@ -85,6 +87,8 @@ inline void refuse_atomic_if_deterministic(const DistOptions& d, const BackwardO
 
 // Only the ring takes a ragged batch.
 inline void require_ring_for_ragged(const DistOptions& d) {
+  KATTN_REQUIRE(d.scheme != Scheme::grid,
+                "scheme: grid does not take a ragged batch yet (dense batches only); use scheme ring");
   KATTN_REQUIRE(d.scheme == Scheme::ring, "scheme: a ragged batch goes round the ring only (scheme ring), got ",
                 name(d.scheme));
 }
@@ -117,10 +121,11 @@ inline bool receives_result(MPI_Comm comm, const DistOptions& d) {
   return rank == d.root;
 }
 
-// The ring or sharded_kv on params in float or double (q, o and the rows in T; K/V as stored).
+// The ring, grid or sharded_kv on params in float or double (q, o and the rows in T; K/V as stored).
 template <class ExecSpace, class T, class KV>
 DistStats ring_or_sharded_kv(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T, T, KV>& p,
                              const Options& opt, const DistOptions& d) {
+  if (d.scheme == Scheme::grid) return grid_forward_impl(comm, space, p, opt, d);
   return d.scheme == Scheme::sharded_kv ? sharded_kv_impl(comm, space, p, opt, d)
                                         : ring_forward_impl(comm, space, p, opt, d);
 }
@@ -220,6 +225,8 @@ inline void validate_backward_call(const Options& opt, const BackwardOptions& bo
   validate_call(opt, d);
   KATTN_REQUIRE(d.scheme != Scheme::sharded_kv,
                 "scheme: sharded-kv has no backward (it serves inference); use ring, ulysses or hybrid");
+  KATTN_REQUIRE(d.scheme != Scheme::grid,
+                "scheme: grid has no backward yet (forward only); use ring, ulysses or hybrid for the backward");
   KATTN_REQUIRE(d.communicate, "communicate: false is for the ring's forward alone; the backward always transfers");
   refuse_atomic_if_deterministic(d, bopt);
 }

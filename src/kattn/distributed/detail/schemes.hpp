@@ -88,6 +88,15 @@ template <class ExecSpace, class Q, class T, class KV>
 DistStats sharded_kv_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<Q, T, KV>& p,
                           const Options& opt, const DistOptions& d);
 
+// The grid (grid.cpp, grid_plan.hpp): query shards gathered along the grid's columns, K/V along its
+// rows, every (query shard, key shard) block computed once with the local kernels, the blocks'
+// finished rows merged at the query shard's owner in grid-row order; in deterministic mode the
+// blocks' chunk partials travel instead and the owner folds them in global chunk order (the bits of
+// one rank). Dense, forward. Instantiated as ring_forward_impl.
+template <class ExecSpace, class T, class KV>
+DistStats grid_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T, T, KV>& p,
+                            const Options& opt, const DistOptions& d);
+
 }  // namespace detail
 }  // namespace dist
 }  // namespace kattn
