@@ -92,8 +92,8 @@ void check_grid(const Shape& s, const Options& opt, bool deterministic = false) 
 }
 
 TEST(GridForward, DoubleMatchesReferenceForEveryShape) {
-  const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 4}, {2, 37, 37, 2, 1, 16}, {1, 53, 53, 4, 2, 8},
-                                     {2, 13, 13, 8, 1, 5}, {1, 3, 3, 2, 2, 4}};
+  const std::vector<Shape> shapes = {
+      {1, 1, 1, 1, 1, 4}, {2, 37, 37, 2, 1, 16}, {1, 53, 53, 4, 2, 8}, {2, 13, 13, 8, 1, 5}, {1, 3, 3, 2, 2, 4}};
   for (const Shape& s : shapes)
     for (const Options& o : variants()) check_grid(s, o);
 }
@@ -145,7 +145,8 @@ TEST(GridForward, Bf16KeysMatchReference) {
       SCOPED_TRACE(grid_name(d) + (causal ? " causal" : ""));
       const SequenceLayout l = dist::layout_of(s.Nq, P, d);
       const View4<float> q = shard(g.q, l, rank, "q");
-      const View4<bf16> k = rounded_copy<bf16>(shard(g.k, l, rank, "k")), v = rounded_copy<bf16>(shard(g.v, l, rank, "v"));
+      const View4<bf16> k = rounded_copy<bf16>(shard(g.k, l, rank, "k")),
+                        v = rounded_copy<bf16>(shard(g.v, l, rank, "v"));
       const std::size_t n = q.extent(1);
       View4<float> o("o", s.B, n, s.Hq, s.D);
       View3<float> lse("lse", s.B, s.Hq, n);
@@ -192,7 +193,7 @@ TEST(GridDeterministic, BitwiseEqualToOneRank) {
 
 TEST(GridForward, ChosenShapeIsTheMostSquare) {
   const DistOptions d = with_scheme(dist::Scheme::grid);
-  const std::vector<std::vector<int>> cases = {{1, 1, 1}, {2, 1, 2},  {3, 1, 3},  {4, 2, 2},
+  const std::vector<std::vector<int>> cases = {{1, 1, 1}, {2, 1, 2}, {3, 1, 3}, {4, 2, 2},
                                                {6, 2, 3}, {8, 2, 4}, {9, 3, 3}, {12, 3, 4}};
   for (const auto& c : cases) {
     const DistOptions::GridShape s = dist::grid_shape(c[0], d);
@@ -234,9 +235,9 @@ TEST(DistErrors, GridShapeMustBeTheRankCount) {
   GridLocal l;
   DistOptions d = with_scheme(dist::Scheme::grid);
   d.grid = {P + 1, 1};
-  expect_same_error([&] { dist::attention(MPI_COMM_WORLD, space, l.q, kv::dense(l.k, l.v), l.o, l.lse, Options{}, d); },
-                    "grid: expected rows x cols = the " + std::to_string(P) + " ranks, got " + std::to_string(P + 1) +
-                        " x 1");
+  expect_same_error(
+      [&] { dist::attention(MPI_COMM_WORLD, space, l.q, kv::dense(l.k, l.v), l.o, l.lse, Options{}, d); },
+      "grid: expected rows x cols = the " + std::to_string(P) + " ranks, got " + std::to_string(P + 1) + " x 1");
   d.grid = {2, 0};
   expect_same_error([&] { dist::attention(MPI_COMM_WORLD, space, l.q, kv::dense(l.k, l.v), l.o, l.lse, Options{}, d); },
                     "grid: expected rows and cols >= 1, or both 0 (chosen), got 2 x 0");

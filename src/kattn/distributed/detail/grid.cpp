@@ -92,8 +92,7 @@ class GridRunner {
         if (r != g_) t_values += det ? stream_values(r, rank_) : B * n_own * H * (D + 1);
       kv_values = 2 * B * nk_own * p_.heads_kv * D;
       for (int c = 0; c < C; ++c) kv_values += 2 * B * total_length(kv_in[c]) * p_.heads_kv * D;
-      require_buffers<Mem>(opt_.workspace, "kattn::dist::attention (grid)", t_values, sizeof(T), kv_values,
-                           sizeof(KV));
+      require_buffers<Mem>(opt_.workspace, "kattn::dist::attention (grid)", t_values, sizeof(T), kv_values, sizeof(KV));
       own_q_ = TBuf(opt_.workspace, "kattn::dist::grid::own_q", B * n_own * qrow, staged);
       own_k_ = KVBuf(opt_.workspace, "kattn::dist::grid::own_k", B * nk_own * row(), staged);
       own_v_ = KVBuf(opt_.workspace, "kattn::dist::grid::own_v", B * nk_own * row(), staged);
@@ -170,8 +169,8 @@ class GridRunner {
       if (c != c_) {
         const std::vector<Segment> out = plan_.pieces(rank_, c);
         if (!out.empty())
-          send_pieces(own_k_.mpi(), own_v_.mpi(), nk_own, row(), p_.batch, out, plan_.at(g_, c), kGridK, kGridV,
-                      comm_, sends, stats_);
+          send_pieces(own_k_.mpi(), own_v_.mpi(), nk_own, row(), p_.batch, out, plan_.at(g_, c), kGridK, kGridV, comm_,
+                      sends, stats_);
       }
     stats_.comm_seconds += now() - tp0;
 
@@ -310,8 +309,8 @@ class GridRunner {
 
   // Default mode: query shard qrank (dense at qb) against every piece of this row's keys its
   // queries see, this rank's own keys first, folded into finished rows (blk_o_, blk_lse_).
-  void compute_block(int r, int qrank, const T* qb, const Options& opt,
-                     std::vector<std::vector<MPI_Request>>& kv_reqs, const std::vector<std::vector<Segment>>& kv_in) {
+  void compute_block(int r, int qrank, const T* qb, const Options& opt, std::vector<std::vector<MPI_Request>>& kv_reqs,
+                     const std::vector<std::vector<Segment>>& kv_in) {
     const int H = p_.heads_q, D = p_.head_dim, C = plan_.cols();
     const std::int64_t n = plan_.q_layout().local_length(qrank);
     const RowAccumulator<T> acc = dense_acc(blk_o_[r].device(), blk_ml_[r].data(), n);
@@ -326,8 +325,8 @@ class GridRunner {
             const std::int64_t step = grid_piece_rows(qs.length);
             for (std::int64_t off = 0; off < qs.length; off += step) {
               const std::int64_t nq = std::min(step, qs.length - off), qi = qs.local + off;
-              const Options o = shard_options(opt, qs.global + off, nq, plan_.Nq(), piece.global, piece.length,
-                                              plan_.Nk());
+              const Options o =
+                  shard_options(opt, qs.global + off, nq, plan_.Nq(), piece.global, piece.length, plan_.Nk());
               const double pairs = double(KeyWindow::from(o).visible_pairs(nq, piece.length));
               if (pairs <= 0) continue;
               stats_.flops += 4.0 * D * pairs * p_.batch * H;
@@ -356,8 +355,8 @@ class GridRunner {
 
   // Deterministic mode: the chunk partials of query shard qrank against this row's keys, written
   // one after the other into its stream in the order its owner folds them (GridPlan::items).
-  void compute_stream(int r, int qrank, const T* qb, const Options& opt,
-                      std::vector<std::vector<MPI_Request>>& kv_reqs, const std::vector<std::vector<Segment>>& kv_in) {
+  void compute_stream(int r, int qrank, const T* qb, const Options& opt, std::vector<std::vector<MPI_Request>>& kv_reqs,
+                      const std::vector<std::vector<Segment>>& kv_in) {
     const int H = p_.heads_q, D = p_.head_dim;
     const std::int64_t n = plan_.q_layout().local_length(qrank);
     T* out = streams_out_[r].device();
@@ -401,8 +400,8 @@ class GridRunner {
         for (const GridItem& it : plan_.items(ks, rank_)) {
           const std::int64_t vals = std::int64_t(p_.batch) * it.rows * H;
           launch_rows(space_, "kattn::dist::grid::fold_chunks",
-                      FoldPartials<ExecSpace, T>{acc, PartialRows<T>{s + pos[r], s + pos[r] + vals * D, it.rows,
-                                                                     it.qs.local + it.row, 1}});
+                      FoldPartials<ExecSpace, T>{
+                          acc, PartialRows<T>{s + pos[r], s + pos[r] + vals * D, it.rows, it.qs.local + it.row, 1}});
           pos[r] += vals * (D + 1);
         }
       }
