@@ -125,6 +125,27 @@ TEST(GridForward, SinksAndAlibiMatchReference) {
   }
 }
 
+// Every message through host staging buffers (as for device memory without a GPU-aware MPI).
+TEST(GridForward, StagedThroughHostBuffers) {
+  const std::uint64_t seed = shared_seed();
+  const Shape s{2, 37, 37, 4, 2, 8};
+  Problem<double> g(s, seed);
+  const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
+  for (const Options& opt : {variants()[0], variants()[3]}) {
+    const Problem<double> ref = reference_of(g, opt);
+    for (const DistOptions::GridShape& shape : shapes_of(P))
+      for (bool det : {false, true}) {
+        DistOptions d = with_scheme(dist::Scheme::grid);
+        d.grid = shape, d.sharding = Sharding::zigzag, d.deterministic = det, d.chunk = 8;
+        d.staging = dist::Staging::host;
+        SCOPED_TRACE(grid_name(d) + " " + describe(s, opt));
+        const GridRun<double> r = run_grid(MPI_COMM_WORLD, g, opt, d);
+        EXPECT_TRUE(r.stats.staged);
+        expect_shard_close(r.o, r.lse, ref, r.layout, rank, kDoubleTol, "grid, staged");
+      }
+  }
+}
+
 // The deterministic mode's partials are exact too (chunk 8: several chunks per shard).
 TEST(GridForward, DeterministicMatchesReference) {
   for (const Options& o : variants()) check_grid({2, 37, 37, 4, 2, 8}, o, true);
