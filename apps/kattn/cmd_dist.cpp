@@ -130,7 +130,8 @@ int run_distributed(Args& args, const std::string& mode) {
       d.deterministic = args.flag("--deterministic");
       d.chunk = args.integer("--chunk", 1, INT64_MAX / 4).value_or(0);
       KATTN_REQUIRE(shards_sequence(mode) || d.sharding == dist::Sharding::contiguous,
-                    "--zigzag: only for --dist ring, ulysses or hybrid (decode shards the KV cache in rank order)");
+                    "--zigzag: only for --dist ring, ulysses, hybrid or grid (decode shards the KV cache in rank "
+                    "order)");
       const std::string algo = args.value("--algo").value_or("flash");
       KATTN_REQUIRE(algo == "flash", "--algo: --dist runs the tiled algorithm on every rank (flash), got '", algo, "'");
       out_path = args.value("--out");

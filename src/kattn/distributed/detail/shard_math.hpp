@@ -61,13 +61,12 @@ inline std::vector<Segment> parts_of(const Segment& ks, std::vector<KeyRange> se
   return pieces;
 }
 
-// The keys of key segment `ks` that some query row of rank `dest` sees, as pieces (global, local
-// in the owner's array, length) in global order. Each query segment sees one interval; each is
-// widened to whole multiples of `align` from the segment start (the deterministic mode's chunks,
-// which a launch reads whole), and intervals that touch are merged. Every rank computes the same
-// pieces for every (dest, segment): both sides of a transfer agree on it without a message.
-// The same for the query segments `qsegs` of a sequence of Nq queries, keys of Nk (the grid's
-// query groups, which gather several ranks' segments).
+// The keys of key segment `ks` (of a sequence of Nk keys) that some row of the query segments
+// `qsegs` (of Nq queries) sees, as pieces (global, local in the owner's array, length) in global
+// order. Each query segment sees one interval; each is widened to whole multiples of `align` from
+// the segment start (the deterministic mode's chunks, which a launch reads whole), and intervals
+// that touch are merged. Every rank computes the same pieces for every (queries, segment): both
+// sides of a transfer agree on it without a message.
 inline std::vector<Segment> needed_keys_of(const Options& opt, const std::vector<Segment>& qsegs, std::int64_t Nq,
                                            std::int64_t Nk, const Segment& ks, std::int64_t align) {
   std::vector<KeyRange> seen;
@@ -81,6 +80,7 @@ inline std::vector<Segment> needed_keys_of(const Options& opt, const std::vector
   }
   return parts_of(ks, std::move(seen));
 }
+// The same for the query segments of rank `dest` (the ring; the grid passes a column's segments).
 inline std::vector<Segment> needed_keys_of(const Options& opt, const SequenceLayout& ql, const SequenceLayout& kl,
                                            int dest, const Segment& ks, std::int64_t align) {
   return needed_keys_of(opt, ql.segments_of(dest), ql.length(), kl.length(), ks, align);
