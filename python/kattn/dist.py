@@ -107,11 +107,11 @@ def attention(comm, q, k, v, *, scheme="ring", q_indptr=None, kv_indptr=None, ul
     "sharded_kv"  the KV cache sharded, the queries (and o) the same on every rank (decode);
     "grid"        the ranks a rows x cols grid (`grid`=(rows, cols), rows * cols = P; None: the most
                   square shape): queries gathered along a grid column, K/V along a grid row, the
-                  results merged along the column (dense, forward only for now; (1, P) moves what
-                  the ring moves). Shards as the ring's.
+                  results merged along the column (forward only for now, a ragged batch one
+                  sequence at a time; (1, P) moves what the ring moves). Shards as the ring's.
 
     Dense shards: q [B, nq, Hq, D], k, v [B, nk, Hkv, D] (layout "bnhd"; "bhnd" too), this rank's
-    positions as positions(N, comm, scheme=..., ...) gives them. A ragged batch (ring only):
+    positions as positions(N, comm, scheme=..., ...) gives them. A ragged batch (ring; grid forward):
     q_indptr, kv_indptr [B + 1] the whole batch's offsets, the same on every rank, and q [nq, Hq, D],
     k, v [nk, Hkv, D] this rank's rows (ragged_positions). causal is bottom-right aligned on the
     global sequence (each sequence's own in a ragged batch). deterministic: bitwise the same o for

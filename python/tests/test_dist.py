@@ -84,6 +84,24 @@ def test_grid_equals_attention_for_every_shape(opt, sharding):
         assert np.array_equal(o, alone[:, qp])
 
 
+@pytest.mark.parametrize("opt", [{}, {"causal": True}, {"causal": True, "window": (3, 0)}])
+def test_ragged_grid_equals_ragged_attention(opt):
+    P = COMM.Get_size()
+    lens = [4 * P, 0, 2 * P, 6 * P]
+    indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    rng = np.random.default_rng(13)
+    q, k, v = (rng.standard_normal((indptr[-1], h, 16)) for h in (4, 2, 2))
+    ref_o, ref_lse = kattn.ragged_attention(q, k, v, indptr, indptr, return_lse=True, **opt)
+    for sharding in ("contiguous", "zigzag"):
+        rows = kattn.dist.ragged_positions(indptr, COMM, sharding=sharding)
+        for grid in _grid_shapes(P):
+            o, lse = kattn.dist.attention(COMM, q[rows], k[rows], v[rows], scheme="grid", grid=grid,
+                                          q_indptr=indptr, kv_indptr=indptr, sharding=sharding, return_lse=True,
+                                          **opt)
+            assert np.abs(o - ref_o[rows]).max(initial=0.0) <= 1e-12
+            assert np.abs(lse - ref_lse[rows]).max(initial=0.0) <= 1e-12
+
+
 def test_grid_shape_not_the_rank_count_raises_on_every_rank():
     q, k, v = global_problem(8, 8, 2, 1, 8, seed=5)
     pos = kattn.dist.positions(8, COMM)

@@ -12,9 +12,12 @@
 #include <vector>
 
 #include "dist_support.hpp"
+#include "kattn/attention.hpp"
 #include "kattn/distributed/attention.hpp"
+#include "kattn/distributed/ragged_layout.hpp"
 #include "kattn/distributed/traffic.hpp"
 #include "kattn/ragged.hpp"
+#include "ragged_support.hpp"
 #include "storage16_support.hpp"
 
 namespace kattn {
@@ -89,9 +92,10 @@ void check_grid(const Shape& s, const Options& opt, bool deterministic = false) 
       expect_shard_close(r.o, r.lse, ref, r.layout, rank, kDoubleTol, "grid");
       EXPECT_EQ(r.stats.bytes_sent, modelled_sent(s, sizeof(double), opt, d, dist::Pass::forward));
       // 1 x P moves what the ring moves.
-      if (shape.rows == 1)
+      if (shape.rows == 1) {
         EXPECT_EQ(r.stats.bytes_sent,
                   modelled_sent(s, sizeof(double), opt, with_scheme(dist::Scheme::ring, d), dist::Pass::forward));
+      }
     }
 }
 
@@ -240,6 +244,107 @@ TEST(GridForward, ChosenShapeIsTheMostSquare) {
   EXPECT_EQ(std::memcmp(al.data(), bl.data(), al.span() * sizeof(double)), 0) << "chosen vs named: lse";
 }
 
+// Rows `rows` of a packed [total, H, D] array.
+View3<double> packed_rows(const View3<double>& global, const std::vector<std::int64_t>& rows, const char* label) {
+  const int H = global.extent(1), D = global.extent(2);
+  View3<double> local(std::string(label), rows.size(), H, D);
+  auto g = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), global);
+  auto l = Kokkos::create_mirror_view(local);
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    for (int h = 0; h < H; ++h)
+      for (int x = 0; x < D; ++x) l(r, h, x) = g(rows[r], h, x);
+  Kokkos::deep_copy(local, l);
+  return local;
+}
+
+// This rank's packed rows next to the global rows they stand for (any rank of view).
+template <class V>
+Errors compare_packed(const V& local, const V& global, const std::vector<std::int64_t>& rows, bool bitwise = false) {
+  auto hl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), local);
+  auto hg = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), global);
+  const std::size_t per_row = local.extent(0) ? local.size() / local.extent(0) : 0;
+  std::vector<double> a, b;
+  Errors bits;
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    for (std::size_t x = 0; x < per_row; ++x) {
+      a.push_back(hl.data()[r * per_row + x]);
+      b.push_back(hg.data()[rows[r] * per_row + x]);
+      if (std::memcmp(&a.back(), &b.back(), sizeof(double)) != 0) bits.max_abs = 1;
+    }
+  return bitwise ? bits : compare(a, b);
+}
+
+// A ragged batch over the grid: the dense grid on each sequence (lengths in whole pieces, an empty
+// sequence among them) against the one-process ragged call at 1e-12, every shape and sharding; in
+// deterministic mode (any lengths) the bits of the one-rank deterministic ragged ring.
+void check_grid_ragged(const std::vector<std::int64_t>& q_lens, const std::vector<std::int64_t>& kv_lens,
+                       const Options& opt, int Hq, int Hkv, bool deterministic) {
+  const std::uint64_t seed = shared_seed();
+  const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD), D = 8;
+  std::string lens;
+  for (std::size_t b = 0; b < q_lens.size(); ++b)
+    lens += std::to_string(q_lens[b]) + "/" + std::to_string(kv_lens[b]) + " ";
+  SCOPED_TRACE("lengths " + lens + describe(Shape{1, 1, 1, Hq, Hkv, D}, opt) + (deterministic ? " deterministic" : "") +
+               " seed=" + std::to_string(seed));
+  const std::vector<std::int64_t> gq = indptr_of(q_lens), gk = indptr_of(kv_lens);
+  View3<double> q("q", gq.back(), Hq, D), k("k", gk.back(), Hkv, D), v("v", gk.back(), Hkv, D);
+  fill_normal(q, seed), fill_normal(k, seed + 1), fill_normal(v, seed + 2);
+  View3<double> ro("o", gq.back(), Hq, D);
+  View2<double> rlse("lse", gq.back(), Hq);
+  DistOptions one;
+  one.deterministic = deterministic, one.chunk = 8;
+  if (deterministic) {  // one rank's deterministic ragged ring
+    dist::attention(MPI_COMM_SELF, TestSpace(), q,
+                    kv::ragged(k, v, make_ragged_layout<TestMemory>(indptr_view(gq), indptr_view(gk))), ro, rlse, opt,
+                    one);
+  } else {
+    attention(TestSpace(), q, kv::ragged(k, v, make_ragged_layout<TestMemory>(indptr_view(gq), indptr_view(gk))), ro,
+              rlse, opt);
+  }
+  for (const DistOptions::GridShape& shape : shapes_of(P))
+    for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {
+      DistOptions d = with_scheme(dist::Scheme::grid, one);
+      d.grid = shape, d.sharding = sh;
+      SCOPED_TRACE(grid_name(d));
+      const std::vector<std::int64_t> qr = dist::ragged_positions(gq, rank, P, d),
+                                      kr = dist::ragged_positions(gk, rank, P, d);
+      const auto layout = make_ragged_layout<TestMemory>(indptr_view(dist::ragged_local_indptr(gq, rank, P, d)),
+                                                         indptr_view(dist::ragged_local_indptr(gk, rank, P, d)));
+      View3<double> o("o", qr.size(), Hq, D);
+      View2<double> lse("lse", qr.size(), Hq);
+      poison(o), poison(lse);
+      dist::attention(MPI_COMM_WORLD, TestSpace(), packed_rows(q, qr, "q"),
+                      kv::ragged(packed_rows(k, kr, "k"), packed_rows(v, kr, "v"), layout), o, lse, opt, d);
+      const Errors eo = compare_packed(o, ro, qr, deterministic), el = compare_packed(lse, rlse, qr, deterministic);
+      EXPECT_FALSE(eo.nan_mismatch);
+      EXPECT_FALSE(el.nan_mismatch);
+      EXPECT_LE(eo.max_abs, deterministic ? 0.0 : kDoubleTol) << "o";
+      EXPECT_LE(el.max_abs, deterministic ? 0.0 : kDoubleTol) << "lse";
+    }
+}
+
+TEST(GridRagged, MatchesOneProcessRagged) {
+  const int P = size_of(MPI_COMM_WORLD), unit = 2 * P;  // whole pieces under both shardings
+  std::vector<Options> v(4);
+  v[1].causal = true;
+  v[2].causal = true, v[2].window_left = 5;
+  v[3].window_left = 3, v[3].window_right = 2, v[3].softcap = 4.0;
+  for (const Options& opt : v)
+    for (int Hkv : {2, 1}) {
+      check_grid_ragged({3 * unit, 0, unit, 5 * unit}, {3 * unit, 0, unit, 5 * unit}, opt, 2, Hkv, false);
+      check_grid_ragged({2 * unit, unit}, {4 * unit, 3 * unit}, opt, 4, Hkv, false);  // keys of other lengths
+    }
+}
+
+TEST(GridRagged, DeterministicBitsAreOneRanksRing) {
+  Options causal;
+  causal.causal = true;
+  for (const Options& opt : {Options{}, causal}) {
+    check_grid_ragged({23, 0, 7, 41}, {23, 0, 7, 41}, opt, 2, 1, true);  // any lengths
+    check_grid_ragged({9, 30}, {17, 30}, opt, 4, 2, true);
+  }
+}
+
 // A valid dense problem: this rank's shard of 30 positions.
 struct GridLocal {
   View4<double> q, k, v, o;
@@ -283,9 +388,14 @@ TEST(DistErrors, GridRefusesWhatItDoesNotTakeYet) {
       "scheme: grid has no backward yet");
   const std::int64_t n = static_cast<std::int64_t>(l.q.extent(1));
   const auto layout = make_ragged_layout<TestMemory>(indptr_view({0, n}), indptr_view({0, n}));
-  View3<double> q3("q3", n, 2, 8), k3("k3", n, 1, 8), o3("o3", n, 2, 8);
-  expect_same_error([&] { dist::attention(MPI_COMM_WORLD, space, q3, kv::ragged(k3, k3, layout), o3, Options{}, d); },
-                    "scheme: grid does not take a ragged batch yet");
+  View3<double> q3("q3", n, 2, 8), k3("k3", n, 1, 8), o3("o3", n, 2, 8), d3("d3", n, 1, 8);
+  View2<double> l3("l3", n, 2);
+  expect_same_error(
+      [&] {
+        dist::attention_backward(MPI_COMM_WORLD, space, q3, kv::ragged(k3, k3, layout), o3, l3, o3, o3, d3, d3,
+                                 Options{}, BackwardOptions{}, d);
+      },
+      "scheme: grid has no backward yet");
   DistOptions quiet = d;
   quiet.communicate = false;
   expect_same_error(

@@ -27,7 +27,8 @@ enum class Scheme {
   sharded_kv,
   // A rows x cols grid of the ranks (DistOptions::grid): queries gathered along a grid column, K/V
   // along a grid row, each rank computing one (query group, key group) block; the blocks' finished
-  // states merged along the column in a fixed order (dense; forward only). 1 x P is the ring's
+  // states merged along the column in a fixed order (forward only; a ragged batch one sequence at
+  // a time). 1 x P is the ring's
   // traffic pattern (docs/distributed.md, "The grid").
   grid,
 };

@@ -85,12 +85,10 @@ inline void refuse_atomic_if_deterministic(const DistOptions& d, const BackwardO
                 "deterministic");
 }
 
-// Only the ring takes a ragged batch.
+// Only the ring takes a ragged batch (and the grid's forward).
 inline void require_ring_for_ragged(const DistOptions& d) {
-  KATTN_REQUIRE(d.scheme != Scheme::grid,
-                "scheme: grid does not take a ragged batch yet (dense batches only); use scheme ring");
-  KATTN_REQUIRE(d.scheme == Scheme::ring, "scheme: a ragged batch goes round the ring only (scheme ring), got ",
-                name(d.scheme));
+  KATTN_REQUIRE(d.scheme == Scheme::ring || d.scheme == Scheme::grid,
+                "scheme: a ragged batch takes scheme ring (or grid, forward only), got ", name(d.scheme));
 }
 
 // The float copies a 16-bit call makes (`values` of them): refused, naming them, when they do not fit.
@@ -215,9 +213,10 @@ DistStats forward(MPI_Comm comm, const ExecSpace& space, const QView& q, const k
     kattn::detail::require_sinks(opt, p.heads_q);
     kattn::detail::require_alibi(opt, p.heads_q);
   });
-  agree_call<S>(comm, DistCall::ring_ragged_forward);
+  agree_call<S>(comm, d.scheme == Scheme::grid ? DistCall::grid_ragged_forward : DistCall::ring_ragged_forward);
   return kattn::detail::with_sinks(space, p, opt, [&](const auto& ps) {
-    return ring_ragged_forward_impl(comm, space, ps, kv.layout.lengths, opt, d);
+    return d.scheme == Scheme::grid ? grid_ragged_forward_impl(comm, space, ps, kv.layout.lengths, opt, d)
+                                    : ring_ragged_forward_impl(comm, space, ps, kv.layout.lengths, opt, d);
   });
 }
 

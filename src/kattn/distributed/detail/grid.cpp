@@ -4,6 +4,9 @@
 // kernels, and sends the result to the query shard's owner, which merges what its column computed
 // in a fixed order. Every transfer is posted before the first kernel and runs under the compute.
 //
+// A ragged batch: the dense grid on each sequence in turn (ragged_sequences.hpp), every sequence
+// sharded as a dense one, all sequences under one failure latch.
+//
 // Default mode: each block is folded into finished rows (o, lse) where it is computed, and the
 // owner folds the rows of grid rows 0 .. rows - 1 in that order (a reduce-scatter of states along
 // the column). Deterministic mode: the blocks are the ring's chunk partials (one per query row and
@@ -25,6 +28,7 @@
 #include "kattn/distributed/detail/fold_kernels.hpp"
 #include "kattn/distributed/detail/grid_plan.hpp"
 #include "kattn/distributed/detail/pack.hpp"
+#include "kattn/distributed/detail/ragged_sequences.hpp"
 #include "kattn/distributed/detail/schemes.hpp"
 #include "kattn/distributed/detail/transport.hpp"
 
@@ -443,7 +447,7 @@ class GridRunner {
 
 template <class ExecSpace, class T, class KV>
 DistStats grid_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T, T, KV>& p,
-                            const Options& opt, const DistOptions& d) {
+                            const Options& opt, const DistOptions& d, FailureLatch* outer) {
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::grid");
   collective_agree(comm, problem_fields(DistCall::grid_forward, p, opt, d));
@@ -453,20 +457,64 @@ DistStats grid_forward_impl(MPI_Comm comm, const ExecSpace& space, const Attenti
   MPI_Comm_size(comm, &P);
   std::optional<GridPlan> plan;
   collective_check(comm, [&] { plan.emplace(opt, split.Nq, split.Nk, P, d); });
-  FailureLatch latch(comm);
-  GridRunner<ExecSpace, T, KV> runner(comm, space, p, opt, d, *plan, latch);
+  std::optional<FailureLatch> own;
+  if (!outer) own.emplace(comm);
+  GridRunner<ExecSpace, T, KV> runner(comm, space, p, opt, d, *plan, outer ? *outer : *own);
   const DistStats stats = runner.run();
-  latch.settle();
+  if (own) own->settle();
+  return stats;
+}
+
+template <class ExecSpace, class S>
+DistStats grid_ragged_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<S>& p,
+                                   const BatchLengths& lengths, const Options& opt, const DistOptions& d) {
+  using T = accumulate_t<S>;  // q, o and the states in T; K/V travel in S
+  compat::ScopedRegion area("kattn::dist");
+  compat::ScopedRegion region("kattn::dist::grid");
+  collective_agree(comm, problem_fields(DistCall::grid_ragged_forward, p, opt, d));
+  require_no_block_mask(opt);
+  const double t0 = now();
+  const RaggedSequences seqs = ragged_sequences(comm, lengths, d);
+  const int H = p.heads_q, D = p.head_dim;
+  const std::int64_t nq = seqs.q_local.back();
+  RowsAs<T, const S, ExecSpace> q;
+  RowsAs<T, S, ExecSpace> o;
+  collective_check(comm, [&] {
+    if (RowsAs<T, S, ExecSpace>::copies)
+      require_buffers<typename ExecSpace::memory_space>(opt.workspace, "kattn::dist::attention (grid)",
+                                                        2 * std::uint64_t(nq) * H * D, sizeof(T));
+    q = RowsAs<T, const S, ExecSpace>(opt.workspace, space, "kattn::dist::ragged::q", p.q, p.q_stride_seq,
+                                      p.q_stride_head, nq, H, D);
+    o = RowsAs<T, S, ExecSpace>(opt.workspace, space, "kattn::dist::ragged::o", p.o, p.o_stride_seq, p.o_stride_head,
+                                nq, H, D);
+  });
+  q.load(space);
+  DistStats stats = for_each_sequence<typename ExecSpace::memory_space>(
+      comm, seqs, d, [&](int b, const DistOptions& each, FailureLatch& latch) {
+        if (seqs.Nq[b] == 0) return DistStats();  // no rows to compute, on any rank
+        return grid_forward_impl(comm, space, sequence_params<T>(p, seqs, b, q, o, p.k, p.v), opt, each, &latch);
+      });
+  o.store(space);
+  space.fence();
+  stats.seconds = now() - t0;
   return stats;
 }
 
 #define KATTN_INSTANTIATE_GRID_KV(Space, T, KV)                                                                \
   template DistStats grid_forward_impl<Space, T, KV>(MPI_Comm, const Space&, const AttentionParams<T, T, KV>&, \
-                                                     const Options&, const DistOptions&);
-#define KATTN_INSTANTIATE_GRID(Space, T) KATTN_INSTANTIATE_GRID_KV(Space, T, T)
+                                                     const Options&, const DistOptions&, FailureLatch*);
+#define KATTN_INSTANTIATE_RAGGED_GRID(Space, S)                                                            \
+  template DistStats grid_ragged_forward_impl<Space, S>(MPI_Comm, const Space&, const AttentionParams<S>&, \
+                                                        const BatchLengths&, const Options&, const DistOptions&);
+#define KATTN_INSTANTIATE_GRID(Space, T) \
+  KATTN_INSTANTIATE_GRID_KV(Space, T, T) \
+  KATTN_INSTANTIATE_RAGGED_GRID(Space, T)
 KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_GRID)
-// 16-bit K/V under float queries, as the ring (the door widens 16-bit queries first).
-#define KATTN_INSTANTIATE_16BIT_GRID(Space, S) KATTN_INSTANTIATE_GRID_KV(Space, float, S)
+// 16-bit K/V under float queries, as the ring (the door widens 16-bit queries first); a ragged
+// batch of 16-bit arrays (q widened, o rounded once, per sequence).
+#define KATTN_INSTANTIATE_16BIT_GRID(Space, S) \
+  KATTN_INSTANTIATE_GRID_KV(Space, float, S)   \
+  KATTN_INSTANTIATE_RAGGED_GRID(Space, S)
 KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_GRID, bf16)
 KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_GRID, fp16)
 
