@@ -123,13 +123,15 @@ int run_distributed(Args& args, const std::string& mode) {
     std::optional<BatchInputs> batch;     // a ragged batch (--dist ring): its indices, every rank
     BatchSource batch_src;                // ... and where each rank reads (or draws) its rows
     dist::collective_check(comm, [&] {
-      KATTN_REQUIRE(mode_number(mode) >= 0, "--dist: expected ring, ulysses, hybrid or decode, got '", mode, "'");
+      KATTN_REQUIRE(mode_number(mode) >= 0, "--dist: expected ring, ulysses, hybrid, grid or decode, got '", mode,
+                    "'");
       read_grid(args, mode, P, d);
       if (args.flag("--zigzag")) d.sharding = dist::Sharding::zigzag;
       d.deterministic = args.flag("--deterministic");
       d.chunk = args.integer("--chunk", 1, INT64_MAX / 4).value_or(0);
       KATTN_REQUIRE(shards_sequence(mode) || d.sharding == dist::Sharding::contiguous,
-                    "--zigzag: only for --dist ring, ulysses or hybrid (decode shards the KV cache in rank order)");
+                    "--zigzag: only for --dist ring, ulysses, hybrid or grid (decode shards the KV cache in rank "
+                    "order)");
       const std::string algo = args.value("--algo").value_or("flash");
       KATTN_REQUIRE(algo == "flash", "--algo: --dist runs the tiled algorithm on every rank (flash), got '", algo, "'");
       out_path = args.value("--out");
@@ -191,6 +193,7 @@ int run_distributed(Args& args, const std::string& mode) {
       Json j;
       j.add("algo", "flash").add("dist", mode).add("ranks", P).add("sharding", dist::name(d.sharding));
       if (mode == "hybrid") j.add("ulysses_size", d.ulysses_size);
+      if (mode == "grid") j.add("grid", grid_text(mode, P, d).substr(6));
       j.add("deterministic", d.deterministic).add("dtype", dtype).add("dims", name(in.layout)).add("shape", in.shape());
       j.add("shape_is", "B,Nq,Nk,Hq,Hkv,D").add("causal", opt.causal);
       j.add("seconds", secs).add("gflops", secs > 0 ? flops / secs / 1e9 : 0.0);

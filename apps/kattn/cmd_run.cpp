@@ -90,12 +90,15 @@ const char* kRunUsage =
     "                 bf16/f16: the prefix in the run's type, o rounded once after the merge\n"
     "  --save-inputs DIR writes the inputs (random ones too) as DIR/q.npy, k.npy, v.npy and the index\n"
     "  arrays (q_indptr.npy, kv_indptr.npy or kv_page_indptr.npy, kv_page_indices.npy, kv_last_page_len.npy)\n"
-    "       mpirun -np P kattn run --dist ring|ulysses|hybrid|decode [--ulysses-size U] [--zigzag]\n"
+    "       mpirun -np P kattn run --dist ring|ulysses|hybrid|grid|decode [--ulysses-size U] [--grid R,C]\n"
+    "                 [--zigzag]\n"
     "                 [--deterministic] [--chunk KEYS] ...\n"
     "                 (ring: the sequence sharded over the ranks, K/V passed round; ulysses: the sequence\n"
     "                 sharded, an all-to-all gives each rank Hq/P heads of the whole sequence (Hq a\n"
     "                 multiple of P); hybrid: ulysses inside groups of U ranks, the ring across the P/U\n"
-    "                 groups; decode: the KV cache sharded, the queries replicated; rank 0 reads,\n"
+    "                 groups; grid: the ranks an R x C grid (R*C = P; default the most square), queries\n"
+    "                 gathered along a column, K/V along a row, the results merged along the column;\n"
+    "                 decode: the KV cache sharded, the queries replicated; rank 0 reads,\n"
     "                 scatters, gathers and writes); --dist ring also takes a ragged batch, every sequence\n"
     "                 sharded (its length a multiple of P, of 2P with --zigzag)\n";
 
@@ -320,8 +323,9 @@ int cmd_run(Args& args) {
   if (args.help(kRunUsage)) return 0;
   // --dist refuses bf16/f16 in rank 0's read_dense_inputs, so under mpirun the line is printed once.
   if (auto mode = args.value("--dist")) return run_distributed(args, *mode);
-  refuse_out_of_mode(args, {{"--zigzag", "--dist ring, ulysses or hybrid"},
+  refuse_out_of_mode(args, {{"--zigzag", "--dist ring, ulysses, hybrid or grid"},
                             {"--ulysses-size", "--dist hybrid"},
+                            {"--grid", "--dist grid"},
                             {"--deterministic", "--dist"},
                             {"--chunk", "--dist"},
                             {"--dq-strategy", "kattn grad"},

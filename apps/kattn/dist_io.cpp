@@ -53,13 +53,26 @@ std::vector<double> gather_positions(MPI_Comm comm, const std::vector<double>& l
 }
 
 int mode_number(const std::string& mode) {
-  return mode == "ring" ? 0 : mode == "decode" ? 1 : mode == "ulysses" ? 2 : mode == "hybrid" ? 3 : -1;
+  return mode == "ring"      ? 0
+         : mode == "decode"  ? 1
+         : mode == "ulysses" ? 2
+         : mode == "hybrid"  ? 3
+         : mode == "grid"    ? 4
+                             : -1;
 }
 
 void read_grid(Args& args, const std::string& mode, int ranks, dist::DistOptions& d) {
   d.scheme = mode == "decode" ? dist::Scheme::sharded_kv : dist::scheme_named(mode, "--dist");
   const auto U = args.integer("--ulysses-size", 1, 1 << 30);
   KATTN_REQUIRE(!U || mode == "hybrid", "--ulysses-size: only for --dist hybrid");
+  const auto grid = args.value("--grid");
+  KATTN_REQUIRE(!grid || mode == "grid", "--grid: only for --dist grid");
+  if (grid) {
+    const std::size_t comma = grid->find(',');
+    KATTN_REQUIRE(comma != std::string::npos, "--grid: expected ROWS,COLS, got '", *grid, "'");
+    d.grid.rows = static_cast<int>(parse_integer(grid->substr(0, comma), "--grid rows", 1, 1 << 30));
+    d.grid.cols = static_cast<int>(parse_integer(grid->substr(comma + 1), "--grid cols", 1, 1 << 30));
+  }
   if (mode != "hybrid") return;
   KATTN_REQUIRE(U, "--ulysses-size: --dist hybrid needs the ranks per head-sharding group (a divisor of the ",
                 ranks, " ranks)");
@@ -68,6 +81,10 @@ void read_grid(Args& args, const std::string& mode, int ranks, dist::DistOptions
 }
 
 std::string grid_text(const std::string& mode, int ranks, const dist::DistOptions& d) {
+  if (mode == "grid") {
+    const dist::DistOptions::GridShape g = dist::grid_shape(ranks, d);
+    return " grid=" + std::to_string(g.rows) + "x" + std::to_string(g.cols);
+  }
   if (mode != "hybrid") return "";
   return " grid=" + std::to_string(d.ulysses_size) + "x" + std::to_string(ranks / d.ulysses_size);
 }
@@ -75,7 +92,7 @@ std::string grid_text(const std::string& mode, int ranks, const dist::DistOption
 void agree_on_command(MPI_Comm comm, const std::string& mode, const Options& opt, const dist::DistOptions& d,
                       bool check, const std::vector<dist::Agreed>& extra) {
   std::vector<dist::Agreed> fields = {
-      dist::Agreed::integer("--dist", "mode (0 ring, 1 decode, 2 ulysses, 3 hybrid)", mode_number(mode)),
+      dist::Agreed::integer("--dist", "mode (0 ring, 1 decode, 2 ulysses, 3 hybrid, 4 grid)", mode_number(mode)),
       dist::Agreed::boolean("--check", "check", check)};
   for (const dist::Agreed& f : dist::option_fields(opt, d)) fields.push_back(f);
   fields.insert(fields.end(), extra.begin(), extra.end());

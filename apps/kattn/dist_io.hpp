@@ -25,19 +25,20 @@ namespace cli {
 
 // The --dist schemes: ring, ulysses and hybrid shard the sequence; decode shards the KV cache and
 // replicates the queries.
-int mode_number(const std::string& mode);  // 0 ring, 1 decode, 2 ulysses, 3 hybrid; -1 for anything else
+int mode_number(const std::string& mode);  // 0 ring, 1 decode, 2 ulysses, 3 hybrid, 4 grid; -1 otherwise
 inline bool shards_sequence(const std::string& mode) {
-  return mode == "ring" || mode == "ulysses" || mode == "hybrid";
+  return mode == "ring" || mode == "ulysses" || mode == "hybrid" || mode == "grid";
 }
 
-// The scheme of --dist MODE ("decode" is sharded_kv) and --ulysses-size U (hybrid only: ranks per
-// head-sharding group, a divisor of the P ranks) into d.
+// The scheme of --dist MODE ("decode" is sharded_kv), --ulysses-size U (hybrid only: ranks per
+// head-sharding group, a divisor of the P ranks) and --grid ROWS,COLS (grid only; absent: the most
+// square shape, dist::grid_shape; the library checks ROWS x COLS = P) into d.
 void read_grid(Args& args, const std::string& mode, int ranks, dist::DistOptions& d);
 
 // The problem of dense inputs for the traffic model, its arrays stored in `bytes_per_value`.
 dist::TrafficProblem traffic_problem(const DenseInputs& in, int bytes_per_value);
 
-// " grid=UxR" for hybrid, empty otherwise (for the header line).
+// " grid=UxR" for hybrid, " grid=ROWSxCOLS" for grid, empty otherwise (for the header line).
 std::string grid_text(const std::string& mode, int ranks, const dist::DistOptions& d);
 
 // Rank 0 gets the global array assembled from every rank's `local` (others get an empty vector);

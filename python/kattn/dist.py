@@ -22,12 +22,12 @@ from . import _as_arrays, _gradients, _kattn
 from ._arrays import returner, sinks_array
 
 __all__ = ["Workspace", "SCHEMES", "positions", "attention", "attention_backward", "ring_attention",
-           "ulysses_attention", "hybrid_attention", "ragged_positions", "ragged_ring_attention",
+           "ulysses_attention", "hybrid_attention", "grid_attention", "ragged_positions", "ragged_ring_attention",
            "ring_attention_backward", "ulysses_attention_backward", "hybrid_attention_backward",
            "ragged_ring_attention_backward"]
 
 # The schemes of kattn.dist.attention (docs/distributed.md, "Which scheme when").
-SCHEMES = ("ring", "ulysses", "hybrid", "sharded_kv")
+SCHEMES = ("ring", "ulysses", "hybrid", "sharded_kv", "grid")
 
 # Workspace(): buffers kept between calls (kattn.Workspace; docs/workspace.md): pass the same
 # workspace= to the calls of a loop (forward and backward alike). One per rank, one call at a time.
@@ -83,8 +83,20 @@ def _results(out, values, stats, return_stats):
     return result[0] if len(result) == 1 else result
 
 
-def attention(comm, q, k, v, *, scheme="ring", q_indptr=None, kv_indptr=None, ulysses_size=0, causal=False,
-              window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None, layout="bnhd",
+def _grid(grid, refused):
+    """grid=(rows, cols) as kattn reads it ((0, 0): chosen), and what was refused so far or by it
+    (raised on every rank)."""
+    if grid is None:
+        return (0, 0), refused
+    try:
+        rows, cols = (int(x) for x in grid)
+        return (rows, cols), refused
+    except (TypeError, ValueError):
+        return (0, 0), refused or f"grid: expected (rows, cols), got {grid!r}"
+
+
+def attention(comm, q, k, v, *, scheme="ring", q_indptr=None, kv_indptr=None, ulysses_size=0, grid=None,
+              causal=False, window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None, layout="bnhd",
               sharding="contiguous", deterministic=False, chunk=0, return_lse=False, return_stats=False,
               workspace=None):
     """Exact attention over the ranks of `comm`, spread by `scheme`:
@@ -92,10 +104,14 @@ def attention(comm, q, k, v, *, scheme="ring", q_indptr=None, kv_indptr=None, ul
     "ring"        the sequence sharded, K/V passed round a ring;
     "ulysses"     the sequence sharded, all-to-alls give each rank Hq / P heads (Hq a multiple of P);
     "hybrid"      ulysses inside groups of `ulysses_size` ranks (0: all), the ring across them;
-    "sharded_kv"  the KV cache sharded, the queries (and o) the same on every rank (decode).
+    "sharded_kv"  the KV cache sharded, the queries (and o) the same on every rank (decode);
+    "grid"        the ranks a rows x cols grid (`grid`=(rows, cols), rows * cols = P; None: the most
+                  square shape): queries gathered along a grid column, K/V along a grid row, the
+                  results merged along the column (forward only for now, a ragged batch one
+                  sequence at a time; (1, P) moves what the ring moves). Shards as the ring's.
 
     Dense shards: q [B, nq, Hq, D], k, v [B, nk, Hkv, D] (layout "bnhd"; "bhnd" too), this rank's
-    positions as positions(N, comm, scheme=..., ...) gives them. A ragged batch (ring only):
+    positions as positions(N, comm, scheme=..., ...) gives them. A ragged batch (ring; grid forward):
     q_indptr, kv_indptr [B + 1] the whole batch's offsets, the same on every rank, and q [nq, Hq, D],
     k, v [nk, Hkv, D] this rank's rows (ragged_positions). causal is bottom-right aligned on the
     global sequence (each sequence's own in a ragged batch). deterministic: bitwise the same o for
@@ -107,8 +123,10 @@ def attention(comm, q, k, v, *, scheme="ring", q_indptr=None, kv_indptr=None, ul
     arrays, refused = _arrays(q=q, k=k, v=v)
     sinks, refused = _sinks(sinks, refused)
     alibi, refused = _sinks(alibi_slopes, refused, "alibi_slopes", "slope")
+    shape, refused = _grid(grid, refused)
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale, sinks=sinks, alibi_slopes=alibi)
-    dist = dict(scheme=scheme, sharding=sharding, deterministic=deterministic, chunk=chunk, ulysses_size=ulysses_size)
+    dist = dict(scheme=scheme, sharding=sharding, deterministic=deterministic, chunk=chunk, ulysses_size=ulysses_size,
+                grid=shape)
     o, lse, stats = _kattn.dist_attention(comm.py2f(), *arrays, q_indptr, kv_indptr, layout, opts, dist, refused,
                                           workspace)
     return _results(returner(q), (o, lse) if return_lse else (o,), stats, return_stats)
@@ -129,7 +147,8 @@ def attention_backward(comm, q, k, v, o, lse, dout, *, scheme="ring", q_indptr=N
     sink_values, refused = _sinks(sinks, refused)
     alibi, refused = _sinks(alibi_slopes, refused, "alibi_slopes", "slope")
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale, sinks=sink_values, alibi_slopes=alibi)
-    dist = dict(scheme=scheme, sharding=sharding, deterministic=deterministic, chunk=chunk, ulysses_size=ulysses_size)
+    dist = dict(scheme=scheme, sharding=sharding, deterministic=deterministic, chunk=chunk, ulysses_size=ulysses_size,
+                grid=(0, 0))
     dq, dk, dv, stats = _kattn.dist_attention_backward(comm.py2f(), *arrays, q_indptr, kv_indptr, layout, opts, dist,
                                                        refused, workspace)
     grads = _gradients(returner(q), dq, dk, dv, stats, sinks)
@@ -167,6 +186,12 @@ def hybrid_attention(comm, q, k, v, **kw):
 def hybrid_attention_backward(comm, q, k, v, o, lse, dout, **kw):
     """attention_backward(..., scheme="hybrid", **kw): the gradients of hybrid_attention."""
     return attention_backward(comm, q, k, v, o, lse, dout, scheme="hybrid", **kw)
+
+
+def grid_attention(comm, q, k, v, *, grid=None, **kw):
+    """attention(comm, q, k, v, scheme="grid", grid=(rows, cols), **kw): the ranks a rows x cols
+    grid (None: the most square shape); shards as the ring's (positions(N, comm))."""
+    return attention(comm, q, k, v, scheme="grid", grid=grid, **kw)
 
 
 def ragged_positions(indptr, comm, *, sharding="contiguous", deterministic=False, chunk=0):

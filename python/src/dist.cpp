@@ -82,6 +82,10 @@ CallArgs read_call_args(MPI_Comm comm, const std::vector<std::pair<py::object, c
   a.d.deterministic = dist_kw["deterministic"].cast<bool>();
   a.d.chunk = dist_kw["chunk"].cast<std::int64_t>();
   a.d.ulysses_size = dist_kw["ulysses_size"].cast<int>();
+  if (dist_kw.contains("grid")) {
+    const py::tuple grid = dist_kw["grid"].cast<py::tuple>();
+    a.d.grid.rows = grid[0].cast<int>(), a.d.grid.cols = grid[1].cast<int>();
+  }
   a.dtype = storage_of(a.same[0], same[0].second);
   for (std::size_t i = 1; i < same.size(); ++i) require_same_dtype(a.same[i], same[i].second, a.same[0], "q");
   a.layout = Layout::parse(layout);
@@ -203,8 +207,8 @@ py::tuple with_agreed_dtype(MPI_Comm checks, Dtype dtype, F&& f) {
 }  // namespace
 
 void bind_dist(py::module_& m) {
-  // The one door. dist_kw: scheme ("ring", "ulysses", "hybrid", "sharded_kv"), sharding,
-  // deterministic, chunk, ulysses_size (hybrid's U; 0: all ranks). q_indptr, kv_indptr: None for
+  // The one door. dist_kw: scheme ("ring", "ulysses", "hybrid", "sharded_kv", "grid"), sharding,
+  // deterministic, chunk, ulysses_size (hybrid's U; 0: all ranks), grid ((rows, cols); (0, 0): chosen). q_indptr, kv_indptr: None for
   // dense shards, else the whole ragged batch's (every rank the same; q, k, v this rank's rows).
   // refused: what the Python layer refused on this rank ("" for nothing); the arrays are then None.
   m.def("dist_attention",

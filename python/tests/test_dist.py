@@ -60,6 +60,61 @@ def test_alibi_slopes_on_every_scheme_equal_attention_with_them(scheme):
         assert np.abs(got - want[:, pos]).max(initial=0.0) <= 1e-10
 
 
+def _grid_shapes(p):
+    return [(r, p // r) for r in range(1, p + 1) if p % r == 0] + [None]
+
+
+@pytest.mark.parametrize("opt", [{}, {"causal": True}, {"window": (7, 0)}])
+@pytest.mark.parametrize("sharding", ["contiguous", "zigzag"])
+def test_grid_equals_attention_for_every_shape(opt, sharding):
+    q, k, v = global_problem(50, 50, 4, 2, 16, seed=21)
+    ref_o, ref_lse = kattn.attention(q, k, v, return_lse=True, **opt)
+    pos = kattn.dist.positions(50, COMM, scheme="grid", sharding=sharding)
+    for grid in _grid_shapes(COMM.Get_size()):
+        o, lse = kattn.dist.attention(COMM, q[:, pos], k[:, pos], v[:, pos], scheme="grid", grid=grid,
+                                      sharding=sharding, return_lse=True, **opt)
+        assert np.abs(o - ref_o[:, pos]).max(initial=0.0) <= 1e-12
+        assert np.abs(lse - ref_lse[:, :, pos]).max(initial=0.0) <= 1e-12
+    # deterministic: one rank's bits
+    qp = kattn.dist.positions(50, COMM, scheme="grid", sharding=sharding, deterministic=True, chunk=8)
+    alone = kattn.dist.ring_attention(COMM.Split(COMM.Get_rank(), 0), q, k, v, deterministic=True, chunk=8, **opt)
+    for grid in _grid_shapes(COMM.Get_size()):
+        o = kattn.dist.grid_attention(COMM, q[:, qp], k[:, qp], v[:, qp], grid=grid, sharding=sharding,
+                                      deterministic=True, chunk=8, **opt)
+        assert np.array_equal(o, alone[:, qp])
+
+
+@pytest.mark.parametrize("opt", [{}, {"causal": True}, {"causal": True, "window": (3, 0)}])
+def test_ragged_grid_equals_ragged_attention(opt):
+    P = COMM.Get_size()
+    lens = [4 * P, 0, 2 * P, 6 * P]
+    indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    rng = np.random.default_rng(13)
+    q, k, v = (rng.standard_normal((indptr[-1], h, 16)) for h in (4, 2, 2))
+    ref_o, ref_lse = kattn.ragged_attention(q, k, v, indptr, indptr, return_lse=True, **opt)
+    for sharding in ("contiguous", "zigzag"):
+        rows = kattn.dist.ragged_positions(indptr, COMM, sharding=sharding)
+        for grid in _grid_shapes(P):
+            o, lse = kattn.dist.attention(COMM, q[rows], k[rows], v[rows], scheme="grid", grid=grid,
+                                          q_indptr=indptr, kv_indptr=indptr, sharding=sharding, return_lse=True,
+                                          **opt)
+            assert np.abs(o - ref_o[rows]).max(initial=0.0) <= 1e-12
+            assert np.abs(lse - ref_lse[rows]).max(initial=0.0) <= 1e-12
+
+
+def test_grid_shape_not_the_rank_count_raises_on_every_rank():
+    q, k, v = global_problem(8, 8, 2, 1, 8, seed=5)
+    pos = kattn.dist.positions(8, COMM)
+    p = COMM.Get_size()
+    with pytest.raises(kattn.Error, match=re.escape(f"grid: expected rows x cols = the {p} ranks, got {p + 1} x 1")):
+        kattn.dist.attention(COMM, q[:, pos], k[:, pos], v[:, pos], scheme="grid", grid=(p + 1, 1))
+    with pytest.raises(kattn.Error, match=re.escape("grid: expected (rows, cols), got 3")):
+        kattn.dist.attention(COMM, q[:, pos], k[:, pos], v[:, pos], scheme="grid", grid=3)
+    with pytest.raises(kattn.Error, match=re.escape("scheme: grid has no backward yet")):
+        kattn.dist.attention_backward(COMM, q[:, pos], k[:, pos], v[:, pos], q[:, pos], np.zeros((2, 2, len(pos))),
+                                      q[:, pos], scheme="grid")
+
+
 def test_deterministic_mode_is_bitwise_the_single_rank_result():
     q, k, v = global_problem(70, 70, 2, 1, 8, seed=3)
     qp = kattn.dist.positions(70, COMM, deterministic=True, chunk=16)
@@ -162,7 +217,7 @@ def test_sharded_kv_decodes_the_whole_cache_on_every_rank(opt, deterministic):
 def test_the_door_names_what_a_scheme_does_not_take():
     q, k, v = global_problem(8, 8, 2, 1, 8, seed=8)
     pos = kattn.dist.positions(8, COMM)
-    with pytest.raises(kattn.Error, match="scheme: expected ring, ulysses, hybrid or sharded-kv, got 'striped'"):
+    with pytest.raises(kattn.Error, match="scheme: expected ring, ulysses, hybrid, sharded-kv or grid, got 'striped'"):
         kattn.dist.attention(COMM, q[:, pos], k[:, pos], v[:, pos], scheme="striped")
     o, lse = kattn.dist.attention(COMM, q[:, pos], k[:, pos], v[:, pos], return_lse=True)
     with pytest.raises(kattn.Error, match="scheme: sharded-kv has no backward"):

@@ -150,7 +150,8 @@ TEST(DistErrors, RanksInDifferentCallsAllThrow) {
       },
       "call: expected distributed call (0 ring forward, 1 ring backward, 2 sharded-kv forward, 3 ulysses forward, "
       "4 ulysses backward, 5 hybrid forward, 6 hybrid backward, 7 ring forward over a ragged batch, 8 ring "
-      "backward over a ragged batch) 0 (from rank 0), got 2 on rank 1");
+      "backward over a ragged batch, 9 grid forward, 10 grid forward over a ragged batch) 0 (from rank 0), got 2 on "
+      "rank 1");
 }
 
 // The door takes every scheme; what a scheme does not take is refused on every rank alike, and a
@@ -175,7 +176,7 @@ TEST(DistErrors, SchemesRefuseWhatTheyDoNotTake) {
                         with_scheme(dist::Scheme::ulysses));
       },
       "scheme: ulysses takes q, k and v of one storage type");
-  // A ragged batch goes round the ring only.
+  // A ragged batch goes round the ring (or the grid, forward only).
   const std::int64_t n = static_cast<std::int64_t>(d.q.extent(1));
   const auto layout = make_ragged_layout<TestMemory>(indptr_view({0, n}), indptr_view({0, n}));
   View3<double> q3("q3", n, 2, 8), k3("k3", n, 1, 8), o3("o3", n, 2, 8);
@@ -184,7 +185,7 @@ TEST(DistErrors, SchemesRefuseWhatTheyDoNotTake) {
         dist::attention(MPI_COMM_WORLD, space, q3, kv::ragged(k3, k3, layout), o3, Options{},
                         with_scheme(dist::Scheme::hybrid));
       },
-      "scheme: a ragged batch goes round the ring only (scheme ring), got hybrid");
+      "scheme: a ragged batch takes scheme ring (or grid, forward only), got hybrid");
   // Switching the transfers off (DistOptions::communicate) is for the ring forward alone.
   DistOptions quiet;
   quiet.communicate = false;

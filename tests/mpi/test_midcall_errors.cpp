@@ -22,9 +22,9 @@ namespace {
 using dist::DistOptions;
 using dist::SequenceLayout;
 
-enum class Call { ring, ring_backward, ulysses, ulysses_backward, hybrid, hybrid_backward };
-const Call kCalls[] = {Call::ring,   Call::ring_backward,  Call::ulysses, Call::ulysses_backward,
-                       Call::hybrid, Call::hybrid_backward};
+enum class Call { ring, ring_backward, ulysses, ulysses_backward, hybrid, hybrid_backward, grid };
+const Call kCalls[] = {Call::ring,   Call::ring_backward,   Call::ulysses, Call::ulysses_backward,
+                       Call::hybrid, Call::hybrid_backward, Call::grid};
 
 const char* name(Call c) {
   switch (c) {
@@ -38,6 +38,8 @@ const char* name(Call c) {
       return "ulysses_backward";
     case Call::hybrid:
       return "hybrid";
+    case Call::grid:
+      return "grid";
     default:
       return "hybrid_backward";
   }
@@ -90,6 +92,9 @@ void run(Call c, const DistOptions& d, const BackwardOptions& bopt = {}) {
     case Call::hybrid_backward:
       dist::attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, Options{},
                                       bopt, with_scheme(dist::Scheme::hybrid, d));
+      break;
+    case Call::grid:  // the most square grid of the ranks (4: 2 x 2)
+      dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, Options{}, with_scheme(dist::Scheme::grid, d));
       break;
   }
 }

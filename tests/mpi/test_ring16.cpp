@@ -26,12 +26,13 @@ namespace {
 using dist::DistOptions;
 using dist::SequenceLayout;
 
-enum class Call { ring, ulysses, hybrid };
+enum class Call { ring, ulysses, hybrid, grid };
 
 // d with the scheme of the call.
 DistOptions of_call(Call call, const DistOptions& d) {
   return with_scheme(call == Call::ulysses  ? dist::Scheme::ulysses
                      : call == Call::hybrid ? dist::Scheme::hybrid
+                     : call == Call::grid   ? dist::Scheme::grid
                                             : dist::Scheme::ring,
                      d);
 }
@@ -78,13 +79,14 @@ void check_forward(Call call, const Shape& s, const Options& opt, const DistOpti
   const Problem16<S> p(s, seed);
   const Run16 r = run_forward(call, MPI_COMM_WORLD, p, opt, d);
   expect_16bit_rule<S>(p.host().params(), opt, r.o, r.lse, what);
-  if (call == Call::ring) {
+  if (call == Call::ring || call == Call::grid) {
     // K and V travel in their 16 bits: what was sent is the model at 2 bytes a value.
-    EXPECT_EQ(r.stats.bytes_sent, modelled_sent(s, 2, opt, d, dist::Pass::forward)) << what;
+    EXPECT_EQ(r.stats.bytes_sent, modelled_sent(s, 2, opt, of_call(call, d), dist::Pass::forward)) << what;
   }
   if (d.deterministic) {
-    // The bits of one rank alone (hybrid's deterministic mode is the ring's).
-    const Run16 alone = run_forward(call == Call::hybrid ? Call::ring : call, MPI_COMM_SELF, p, opt, d);
+    // The bits of one rank alone (hybrid's and the grid's deterministic modes are the ring's).
+    const Run16 alone =
+        run_forward(call == Call::hybrid || call == Call::grid ? Call::ring : call, MPI_COMM_SELF, p, opt, d);
     EXPECT_EQ(std::memcmp(alone.o.data(), r.o.data(), r.o.size() * sizeof(double)), 0)
         << what << ": o differs from one rank's";
     EXPECT_EQ(std::memcmp(alone.lse.data(), r.lse.data(), r.lse.size() * sizeof(double)), 0)
@@ -113,6 +115,16 @@ TEST(Ring16, ForwardMeetsTheRuleOnEveryShardingAndSendsSixteenBits) {
     for (const DistOptions& d : shardings()) {
       check_forward<bf16>(Call::ring, {2, 113, 113, 4, 2, 32}, o, d);  // GQA 2:1, uneven shards
       check_forward<fp16>(Call::ring, {1, 77, 130, 8, 1, 64}, o, d);   // GQA 8:1, Nq != Nk
+    }
+}
+
+// The grid in bf16 and fp16 (q widened, K/V sent in 16 bits, o rounded once), the most square
+// shape of the ranks; its deterministic bits the one-rank ring's.
+TEST(Ring16, GridMeetsTheRuleAndSendsSixteenBitKeys) {
+  for (const Options& o : masks())
+    for (const DistOptions& d : shardings()) {
+      check_forward<bf16>(Call::grid, {2, 113, 113, 4, 2, 32}, o, d);
+      check_forward<fp16>(Call::grid, {1, 77, 130, 8, 1, 64}, o, d);
     }
 }
 

@@ -95,7 +95,10 @@ inline std::vector<Agreed> option_fields(const Options& opt, const DistOptions& 
           Agreed::integer("options", "root", d.root),
           Agreed::boolean("options", "communicate", d.communicate),
           Agreed::integer("options", "ulysses_size", d.ulysses_size),
-          Agreed::integer("options", "scheme (0 ring, 1 ulysses, 2 hybrid, 3 sharded-kv)", static_cast<int>(d.scheme))};
+          Agreed::integer("options", "grid rows", d.grid.rows),
+          Agreed::integer("options", "grid cols", d.grid.cols),
+          Agreed::integer("options", "scheme (0 ring, 1 ulysses, 2 hybrid, 3 sharded-kv, 4 grid)",
+                          static_cast<int>(d.scheme))};
 }
 
 // Every rank's value of `local`, in rank order.

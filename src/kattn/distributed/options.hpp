@@ -25,9 +25,15 @@ enum class Scheme {
   // The KV cache sharded in rank order, the queries replicated; the ranks' finished rows merged by
   // a reduction (distributed decode; dense; forward only).
   sharded_kv,
+  // A rows x cols grid of the ranks (DistOptions::grid): queries gathered along a grid column, K/V
+  // along a grid row, each rank computing one (query group, key group) block; the blocks' finished
+  // states merged along the column in a fixed order (forward only; a ragged batch one sequence at
+  // a time). 1 x P is the ring's
+  // traffic pattern (docs/distributed.md, "The grid").
+  grid,
 };
 
-// "ring", "ulysses", "hybrid", "sharded-kv".
+// "ring", "ulysses", "hybrid", "sharded-kv", "grid".
 const char* name(Scheme s);
 // The scheme of that name ("sharded_kv" also); throws kattn::Error naming `argument` for any other.
 Scheme scheme_named(const std::string& name, const char* argument = "scheme");
@@ -62,6 +68,11 @@ struct DistOptions {
   // hybrid: ranks per head-sharding group, U in the grid P = U x R (rank g U + u is member u of
   // ring group g); 0 means P (one group). Ignored by the other schemes.
   int ulysses_size = 0;
+  // grid: the grid's shape, rows x cols = P (rank r * cols + c sits in row r, column c); {0, 0}
+  // chooses the most square one, rows <= cols (grid_shape). Ignored by the other schemes.
+  struct GridShape {
+    int rows = 0, cols = 0;
+  } grid;
   // sharded_kv: -1 gives every rank the result (MPI_Allreduce); a rank number gives it to that rank
   // only (MPI_Reduce); the others' o and lse are then left as they were. Ignored by the others.
   int root = -1;
@@ -102,6 +113,11 @@ inline std::int64_t shard_align(const DistOptions& d) { return d.deterministic ?
 
 // hybrid: U, the ranks of one head-sharding group, in a grid of `ranks` ranks.
 inline int ulysses_ranks(int ranks, const DistOptions& d) { return d.ulysses_size > 0 ? d.ulysses_size : ranks; }
+
+// grid: the shape used on `ranks` ranks: d.grid, or for {0, 0} rows the largest divisor of ranks
+// that is at most its square root and cols = ranks / rows (2 -> 1 x 2, 4 -> 2 x 2, 8 -> 2 x 4).
+// Throws kattn::Error naming `grid` when rows x cols is not ranks.
+DistOptions::GridShape grid_shape(int ranks, const DistOptions& d);
 
 // Throws kattn::Error naming the field when d holds a value no call takes (a scheme out of range, a
 // negative chunk, root or group size). Every call checks it first (on every rank, collectively).

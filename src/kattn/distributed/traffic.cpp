@@ -1,5 +1,6 @@
 #include "kattn/distributed/traffic.hpp"
 
+#include "kattn/distributed/detail/grid_plan.hpp"
 #include "kattn/distributed/detail/head_split.hpp"
 #include "kattn/distributed/detail/shard_math.hpp"
 #include "kattn/distributed/layout.hpp"
@@ -112,6 +113,38 @@ Traffic sharded_kv_traffic(const TrafficProblem& pr, const DistOptions& d, int r
   return t;
 }
 
+// grid (detail/grid_plan.hpp): rank (g, c) sends its query shard to every rank (g', c) that computes
+// it, its keys to every rank (g, c') whose column sees them, and each block it computes for another
+// rank (g', c) back to it: finished rows (D + 1 values a row and query head) by default, the chunk
+// partials (the same per row and chunk it sees) in deterministic mode. Queries and results travel in
+// the accumulation type (16-bit queries are widened first), K/V as stored.
+Traffic grid_traffic(const TrafficProblem& pr, const Options& opt, const DistOptions& d, int ranks, int rank) {
+  const detail::GridPlan plan(opt, pr.Nq, pr.Nk, ranks, d);
+  const std::int64_t B = pr.batch, H = pr.heads_q, D = pr.head_dim, ab = accumulate_bytes(pr.bytes_per_value);
+  const std::int64_t per_key = 2 * B * pr.heads_kv * D * pr.bytes_per_value, per_q = B * H * D * ab,
+                     per_row = B * H * (D + 1) * ab;
+  const int g = plan.row_of(rank), c = plan.col_of(rank);
+  const auto q_len = [&](int r) { return plan.q_layout().local_length(r); };
+  Traffic t;
+  for (int r = 0; r < plan.rows(); ++r) {
+    if (r == g) continue;
+    const int other = plan.at(r, c);
+    if (plan.sees(rank, r)) t.sent += q_len(rank) * per_q;    // my queries to (r, c)
+    if (plan.sees(other, g)) t.received += q_len(other) * per_q;
+    // results: what I computed for (r, c) and what (r, c) computed for me
+    if (plan.sees(other, g))
+      t.sent += (d.deterministic ? plan.stream_rows(g, other) : q_len(other)) * per_row;
+    if (plan.sees(rank, r))
+      t.received += (d.deterministic ? plan.stream_rows(r, rank) : q_len(rank)) * per_row;
+  }
+  for (int k = 0; k < plan.cols(); ++k) {
+    if (k == c) continue;
+    t.sent += detail::total_length(plan.pieces(rank, k)) * per_key;
+    t.received += detail::total_length(plan.pieces(plan.at(g, k), c)) * per_key;
+  }
+  return t;
+}
+
 }  // namespace
 
 Traffic traffic(const TrafficProblem& pr, const Options& opt, const DistOptions& d, int ranks, int rank, Pass pass) {
@@ -122,6 +155,8 @@ Traffic traffic(const TrafficProblem& pr, const Options& opt, const DistOptions&
                           rank, pass);
     case Scheme::sharded_kv:
       return sharded_kv_traffic(pr, d, ranks, rank);
+    case Scheme::grid:
+      return grid_traffic(pr, opt, d, ranks, rank);
     default:
       return head_sharded_traffic(pr, opt, d, ranks, rank, pass);
   }

@@ -31,7 +31,9 @@ enum class DistCall : int {
   hybrid_forward = 5,
   hybrid_backward = 6,
   ring_ragged_forward = 7,
-  ring_ragged_backward = 8
+  ring_ragged_backward = 8,
+  grid_forward = 9,
+  grid_ragged_forward = 10
 };
 
 // Which call this rank is in, as the first field every call agrees on.
@@ -39,7 +41,7 @@ inline Agreed call_field(DistCall call) {
   return Agreed::integer("call",
                          "distributed call (0 ring forward, 1 ring backward, 2 sharded-kv forward, 3 ulysses forward, "
                          "4 ulysses backward, 5 hybrid forward, 6 hybrid backward, 7 ring forward over a ragged "
-                         "batch, 8 ring backward over a ragged batch)",
+                         "batch, 8 ring backward over a ragged batch, 9 grid forward, 10 grid forward over a ragged batch)",
                          static_cast<int>(call));
 }
 

@@ -47,6 +47,8 @@ inline DistCall forward_call(Scheme s) {
       return DistCall::hybrid_forward;
     case Scheme::sharded_kv:
       return DistCall::sharded_kv_forward;
+    case Scheme::grid:
+      return DistCall::grid_forward;
     default:
       return DistCall::ring_forward;
   }
@@ -83,10 +85,10 @@ inline void refuse_atomic_if_deterministic(const DistOptions& d, const BackwardO
                 "deterministic");
 }
 
-// Only the ring takes a ragged batch.
+// Only the ring takes a ragged batch (and the grid's forward).
 inline void require_ring_for_ragged(const DistOptions& d) {
-  KATTN_REQUIRE(d.scheme == Scheme::ring, "scheme: a ragged batch goes round the ring only (scheme ring), got ",
-                name(d.scheme));
+  KATTN_REQUIRE(d.scheme == Scheme::ring || d.scheme == Scheme::grid,
+                "scheme: a ragged batch takes scheme ring (or grid, forward only), got ", name(d.scheme));
 }
 
 // The float copies a 16-bit call makes (`values` of them): refused, naming them, when they do not fit.
@@ -117,10 +119,11 @@ inline bool receives_result(MPI_Comm comm, const DistOptions& d) {
   return rank == d.root;
 }
 
-// The ring or sharded_kv on params in float or double (q, o and the rows in T; K/V as stored).
+// The ring, grid or sharded_kv on params in float or double (q, o and the rows in T; K/V as stored).
 template <class ExecSpace, class T, class KV>
 DistStats ring_or_sharded_kv(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T, T, KV>& p,
                              const Options& opt, const DistOptions& d) {
+  if (d.scheme == Scheme::grid) return grid_forward_impl(comm, space, p, opt, d);
   return d.scheme == Scheme::sharded_kv ? sharded_kv_impl(comm, space, p, opt, d)
                                         : ring_forward_impl(comm, space, p, opt, d);
 }
@@ -210,9 +213,10 @@ DistStats forward(MPI_Comm comm, const ExecSpace& space, const QView& q, const k
     kattn::detail::require_sinks(opt, p.heads_q);
     kattn::detail::require_alibi(opt, p.heads_q);
   });
-  agree_call<S>(comm, DistCall::ring_ragged_forward);
+  agree_call<S>(comm, d.scheme == Scheme::grid ? DistCall::grid_ragged_forward : DistCall::ring_ragged_forward);
   return kattn::detail::with_sinks(space, p, opt, [&](const auto& ps) {
-    return ring_ragged_forward_impl(comm, space, ps, kv.layout.lengths, opt, d);
+    return d.scheme == Scheme::grid ? grid_ragged_forward_impl(comm, space, ps, kv.layout.lengths, opt, d)
+                                    : ring_ragged_forward_impl(comm, space, ps, kv.layout.lengths, opt, d);
   });
 }
 
@@ -220,6 +224,8 @@ inline void validate_backward_call(const Options& opt, const BackwardOptions& bo
   validate_call(opt, d);
   KATTN_REQUIRE(d.scheme != Scheme::sharded_kv,
                 "scheme: sharded-kv has no backward (it serves inference); use ring, ulysses or hybrid");
+  KATTN_REQUIRE(d.scheme != Scheme::grid,
+                "scheme: grid has no backward yet (forward only); use ring, ulysses or hybrid for the backward");
   KATTN_REQUIRE(d.communicate, "communicate: false is for the ring's forward alone; the backward always transfers");
   refuse_atomic_if_deterministic(d, bopt);
 }

@@ -41,7 +41,8 @@ struct RaggedSequences {
 };
 
 // Every rank's lengths (`local`: this rank's, after collective_agree gave every rank the same B),
-// checked against the deterministic sharding: every rank sees every rank's lengths, so a mismatch
+// checked against the sharding (on whole chunks in deterministic mode; the grid's ragged batches
+// use it in both modes): every rank sees every rank's lengths, so a mismatch
 // throws the same kattn::Error on every rank.
 inline RaggedSequences ragged_sequences(MPI_Comm comm, const BatchLengths& local, const DistOptions& d) {
   int P = 1;
@@ -61,10 +62,13 @@ inline RaggedSequences ragged_sequences(MPI_Comm comm, const BatchLengths& local
     for (const bool keys : {false, true}) {
       std::int64_t& N = keys ? s.Nk[b] : s.Nq[b];
       for (int r = 0; r < P; ++r) N += lens[r] = all[r * 2 * B + (keys ? B : 0) + b];
-      require_layout(lens, SequenceLayout(N, P, d.sharding, chunk_of(d)), keys ? "kv_indptr" : "q_indptr",
+      require_layout(lens, SequenceLayout(N, P, d.sharding, shard_align(d)), keys ? "kv_indptr" : "q_indptr",
                      keys ? "key positions" : "query positions", "sequence " + std::to_string(b) + " ",
-                     ": the deterministic mode cuts every sequence on whole chunks; dist::ragged_local_indptr with "
-                     "the call's DistOptions gives each rank its local indptr");
+                     d.deterministic ? ": the deterministic mode cuts every sequence on whole chunks; "
+                                       "dist::ragged_local_indptr with the call's DistOptions gives each rank its "
+                                       "local indptr"
+                                     : ": dist::ragged_local_indptr with the call's DistOptions gives each rank its "
+                                       "local indptr");
     }
   return s;
 }

@@ -88,6 +88,21 @@ template <class ExecSpace, class Q, class T, class KV>
 DistStats sharded_kv_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<Q, T, KV>& p,
                           const Options& opt, const DistOptions& d);
 
+// The grid (grid.cpp, grid_plan.hpp): query shards gathered along the grid's columns, K/V along its
+// rows, every (query shard, key shard) block computed once with the local kernels, the blocks'
+// finished rows merged at the query shard's owner in grid-row order; in deterministic mode the
+// blocks' chunk partials travel instead and the owner folds them in global chunk order (the bits of
+// one rank). Forward only. Instantiated as ring_forward_impl. outer: as for the ring.
+template <class ExecSpace, class T, class KV>
+DistStats grid_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T, T, KV>& p,
+                            const Options& opt, const DistOptions& d, FailureLatch* outer = nullptr);
+
+// A ragged batch over the grid: the dense grid on each sequence in turn (every sequence sharded as
+// a dense sequence is: ragged_local_indptr), under one failure latch. S: float, double, bf16 or fp16.
+template <class ExecSpace, class S>
+DistStats grid_ragged_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<S>& p,
+                                   const BatchLengths& lengths, const Options& opt, const DistOptions& d);
+
 }  // namespace detail
 }  // namespace dist
 }  // namespace kattn

@@ -61,23 +61,29 @@ inline std::vector<Segment> parts_of(const Segment& ks, std::vector<KeyRange> se
   return pieces;
 }
 
-// The keys of key segment `ks` that some query row of rank `dest` sees, as pieces (global, local
-// in the owner's array, length) in global order. Each query segment sees one interval; each is
-// widened to whole multiples of `align` from the segment start (the deterministic mode's chunks,
-// which a launch reads whole), and intervals that touch are merged. Every rank computes the same
-// pieces for every (dest, segment): both sides of a transfer agree on it without a message.
-inline std::vector<Segment> needed_keys_of(const Options& opt, const SequenceLayout& ql, const SequenceLayout& kl,
-                                           int dest, const Segment& ks, std::int64_t align) {
+// The keys of key segment `ks` (of a sequence of Nk keys) that some row of the query segments
+// `qsegs` (of Nq queries) sees, as pieces (global, local in the owner's array, length) in global
+// order. Each query segment sees one interval; each is widened to whole multiples of `align` from
+// the segment start (the deterministic mode's chunks, which a launch reads whole), and intervals
+// that touch are merged. Every rank computes the same pieces for every (queries, segment): both
+// sides of a transfer agree on it without a message.
+inline std::vector<Segment> needed_keys_of(const Options& opt, const std::vector<Segment>& qsegs, std::int64_t Nq,
+                                           std::int64_t Nk, const Segment& ks, std::int64_t align) {
   std::vector<KeyRange> seen;
-  for (const Segment& qs : ql.segments_of(dest)) {
-    KeyRange r = visible_keys(shard_options(opt, qs.global, qs.length, ql.length(), ks.global, ks.length, kl.length()),
-                              qs.length, ks.length);
+  for (const Segment& qs : qsegs) {
+    KeyRange r = visible_keys(shard_options(opt, qs.global, qs.length, Nq, ks.global, ks.length, Nk), qs.length,
+                              ks.length);
     if (r.empty()) continue;
     r.lo = r.lo / align * align;
     r.hi = std::min(ks.length, (r.hi / align + 1) * align) - 1;
     seen.push_back(r);
   }
   return parts_of(ks, std::move(seen));
+}
+// The same for the query segments of rank `dest` (the ring; the grid passes a column's segments).
+inline std::vector<Segment> needed_keys_of(const Options& opt, const SequenceLayout& ql, const SequenceLayout& kl,
+                                           int dest, const Segment& ks, std::int64_t align) {
+  return needed_keys_of(opt, ql.segments_of(dest), ql.length(), kl.length(), ks, align);
 }
 
 // The same over every key segment of rank `owner`: what `owner` must send to `dest`.

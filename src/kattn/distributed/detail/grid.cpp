@@ -1,0 +1,523 @@
+// The grid scheme's forward (schemes.hpp, grid_plan.hpp): rank (g, c) of the rows x cols grid
+// receives the query shards of its column that see keys of its row and the keys of its row that
+// its column's queries see, computes each such query shard against those keys with the local
+// kernels, and sends the result to the query shard's owner, which merges what its column computed
+// in a fixed order. Every transfer is posted before the first kernel and runs under the compute.
+//
+// A ragged batch: the dense grid on each sequence in turn (ragged_sequences.hpp), every sequence
+// sharded as a dense one, all sequences under one failure latch.
+//
+// Default mode: each block is folded into finished rows (o, lse) where it is computed, and the
+// owner folds the rows of grid rows 0 .. rows - 1 in that order (a reduce-scatter of states along
+// the column). Deterministic mode: the blocks are the ring's chunk partials (one per query row and
+// global key chunk it sees), sent as they are, and the owner folds them in global chunk order, the
+// order of the ring's deterministic mode: the bits are those of one rank.
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "kattn/compat.hpp"
+#include "kattn/detail/backends.hpp"
+#include "kattn/distributed/detail/agreement.hpp"
+#include "kattn/distributed/detail/buffer_memory.hpp"
+#include "kattn/distributed/detail/chunk_partials.hpp"
+#include "kattn/distributed/detail/clock.hpp"
+#include "kattn/distributed/detail/failure_latch.hpp"
+#include "kattn/distributed/detail/fold_kernels.hpp"
+#include "kattn/distributed/detail/grid_plan.hpp"
+#include "kattn/distributed/detail/pack.hpp"
+#include "kattn/distributed/detail/ragged_sequences.hpp"
+#include "kattn/distributed/detail/schemes.hpp"
+#include "kattn/distributed/detail/transport.hpp"
+
+namespace kattn {
+namespace dist {
+namespace detail {
+
+namespace {
+
+// Tags of the grid's messages (kattn's own communicator; one message kind per tag).
+enum GridTag : int { kGridQ = 41, kGridK = 42, kGridV = 43, kGridO = 44, kGridLse = 45, kGridStream = 46 };
+
+template <class ExecSpace, class T, class KV>
+class GridRunner {
+ public:
+  using Mem = typename ExecSpace::memory_space;
+  using TBuf = MessageBuffer<T, Mem>;
+  using KVBuf = MessageBuffer<KV, Mem>;
+
+  GridRunner(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T, T, KV>& p, const Options& opt,
+             const DistOptions& d, const GridPlan& plan, FailureLatch& latch)
+      : comm_(comm), space_(space), p_(p), opt_(opt), d_(d), plan_(plan), latch_(latch) {
+    MPI_Comm_rank(comm, &rank_);
+    g_ = plan.row_of(rank_), c_ = plan.col_of(rank_);
+    stats_.staged = needs_staging<Mem>(d.staging);
+  }
+
+  DistStats run() {
+    const double t0 = now();
+    const int R = plan_.rows(), C = plan_.cols(), H = p_.heads_q, D = p_.head_dim;
+    const std::int64_t B = p_.batch, qrow = std::int64_t(H) * D;
+    const bool det = d_.deterministic;
+    const bool staged = stats_.staged;
+    // What this rank computes (the query shards of its column that see keys of its row), and whose
+    // results it merges (the rows of the grid whose keys its queries see).
+    for (int r = 0; r < R; ++r) {
+      if (plan_.sees(plan_.at(r, c_), g_)) computes_.push_back(r);
+      if (plan_.sees(rank_, r)) merges_.push_back(r);
+    }
+    std::vector<std::vector<Segment>> kv_in(C);
+    for (int c = 0; c < C; ++c)
+      if (c != c_) kv_in[c] = plan_.pieces(plan_.at(g_, c), c_);
+    const auto q_len_of = [&](int r) { return plan_.q_layout().local_length(plan_.at(r, c_)); };
+    const auto stream_values = [&](int row, int qrank) { return plan_.stream_rows(row, qrank) * B * H * (D + 1); };
+    std::int64_t max_rows = 0;
+    for (int r : computes_)
+      for (const Segment& qs : plan_.q_layout().segments_of(plan_.at(r, c_)))
+        max_rows = std::max(max_rows, std::min(qs.length, grid_piece_rows(qs.length)));
+    const std::int64_t n_own = p_.q_len, nk_own = p_.kv_len;
+
+    // Every buffer in one collective step: what does not fit fails on every rank before the first transfer.
+    arrived_.assign(C, false);
+    q_in_.resize(R);
+    k_in_.resize(C), v_in_.resize(C);
+    blk_o_.resize(R), blk_lse_.resize(R), blk_ml_.resize(R);
+    st_o_.resize(R), st_lse_.resize(R);
+    streams_out_.resize(R), streams_in_.resize(R);
+    collective_check(comm_, [&] {
+      std::uint64_t t_values = B * n_own * qrow + B * max_rows * H * (D + 1) + 2 * B * n_own * H, kv_values = 0;
+      for (int r : computes_) {
+        if (r != g_) t_values += B * q_len_of(r) * qrow;
+        t_values += det ? stream_values(g_, plan_.at(r, c_)) : B * q_len_of(r) * H * (D + 3);
+      }
+      for (int r : merges_)
+        if (r != g_) t_values += det ? stream_values(r, rank_) : B * n_own * H * (D + 1);
+      kv_values = 2 * B * nk_own * p_.heads_kv * D;
+      for (int c = 0; c < C; ++c) kv_values += 2 * B * total_length(kv_in[c]) * p_.heads_kv * D;
+      require_buffers<Mem>(opt_.workspace, "kattn::dist::attention (grid)", t_values, sizeof(T), kv_values, sizeof(KV));
+      own_q_ = TBuf(opt_.workspace, "kattn::dist::grid::own_q", B * n_own * qrow, staged);
+      own_k_ = KVBuf(opt_.workspace, "kattn::dist::grid::own_k", B * nk_own * row(), staged);
+      own_v_ = KVBuf(opt_.workspace, "kattn::dist::grid::own_v", B * nk_own * row(), staged);
+      for (int r : computes_) {
+        if (r != g_) q_in_[r] = TBuf(opt_.workspace, "kattn::dist::grid::q", B * q_len_of(r) * qrow, staged);
+        if (det) {
+          streams_out_[r] =
+              TBuf(opt_.workspace, "kattn::dist::grid::stream", stream_values(g_, plan_.at(r, c_)), staged);
+        } else {
+          blk_o_[r] = TBuf(opt_.workspace, "kattn::dist::grid::block_o", B * q_len_of(r) * qrow, staged);
+          blk_lse_[r] = TBuf(opt_.workspace, "kattn::dist::grid::block_lse", B * q_len_of(r) * H, staged);
+          blk_ml_[r] = kattn::detail::take_buffer<T, Mem>(opt_.workspace, space_, "kattn::dist::grid::block_ml",
+                                                          2 * std::size_t(B * q_len_of(r) * H));
+        }
+      }
+      for (int c = 0; c < C; ++c)
+        if (c != c_) {
+          const std::int64_t n = B * total_length(kv_in[c]) * row();
+          k_in_[c] = KVBuf(opt_.workspace, "kattn::dist::grid::k", n, staged);
+          v_in_[c] = KVBuf(opt_.workspace, "kattn::dist::grid::v", n, staged);
+        }
+      for (int r : merges_)
+        if (r != g_) {
+          if (det) {
+            streams_in_[r] = TBuf(opt_.workspace, "kattn::dist::grid::stream_in", stream_values(r, rank_), staged);
+          } else {
+            st_o_[r] = TBuf(opt_.workspace, "kattn::dist::grid::state_o", B * n_own * qrow, staged);
+            st_lse_[r] = TBuf(opt_.workspace, "kattn::dist::grid::state_lse", B * n_own * H, staged);
+          }
+        }
+      ws_o_ = kattn::detail::take_buffer<T, Mem>(opt_.workspace, space_, "kattn::dist::grid::partial_o",
+                                                 std::size_t(B * max_rows * qrow));
+      ws_lse_ = kattn::detail::take_buffer<T, Mem>(opt_.workspace, space_, "kattn::dist::grid::partial_lse",
+                                                   std::size_t(B * max_rows * H));
+      ml_ = kattn::detail::take_buffer<T, Mem>(opt_.workspace, space_, "kattn::dist::grid::ml",
+                                               2 * std::size_t(B * n_own * H));
+    });
+
+    // This rank's shards, packed dense: what it sends and what its own blocks read.
+    copy_rows(space_, Strided<const T>{p_.q, p_.q_stride_batch, p_.q_stride_seq, p_.q_stride_head}, 0,
+              dense(own_q_.device(), n_own, H, D), p_.batch, n_own, H, D);
+    copy_rows(space_, Strided<const KV>{p_.k, p_.k_stride_batch, p_.k_stride_seq, p_.k_stride_head}, 0,
+              dense(own_k_.device(), nk_own, p_.heads_kv, D), p_.batch, nk_own, p_.heads_kv, D);
+    copy_rows(space_, Strided<const KV>{p_.v, p_.v_stride_batch, p_.v_stride_seq, p_.v_stride_head}, 0,
+              dense(own_v_.device(), nk_own, p_.heads_kv, D), p_.batch, nk_own, p_.heads_kv, D);
+    space_.fence();
+    own_q_.stage_out(space_, B * n_own * qrow);
+    own_k_.stage_out(space_, B * nk_own * row());
+    own_v_.stage_out(space_, B * nk_own * row());
+
+    // Every receive and every send of the inputs, before the first kernel: the query shard to
+    // the ranks of this column that compute it, the keys to the ranks of this row whose queries see them.
+    std::vector<std::vector<MPI_Request>> q_reqs(R), kv_reqs(C), st_reqs(R);
+    std::vector<MPI_Request> sends;
+    const double tp0 = now();
+    for (int r : computes_)
+      if (r != g_) irecv(q_in_[r].mpi(), B * q_len_of(r) * qrow, plan_.at(r, c_), kGridQ, comm_, q_reqs[r]);
+    for (int c = 0; c < C; ++c)
+      if (c != c_ && !kv_in[c].empty())
+        recv_pieces(k_in_[c].mpi(), v_in_[c].mpi(), row(), p_.batch, kv_in[c], plan_.at(g_, c), kGridK, kGridV, comm_,
+                    kv_reqs[c]);
+    for (int r : merges_)
+      if (r != g_) {
+        if (det)
+          irecv(streams_in_[r].mpi(), stream_values(r, rank_), plan_.at(r, c_), kGridStream, comm_, st_reqs[r]);
+        else {
+          irecv(st_o_[r].mpi(), B * n_own * qrow, plan_.at(r, c_), kGridO, comm_, st_reqs[r]);
+          irecv(st_lse_[r].mpi(), B * n_own * H, plan_.at(r, c_), kGridLse, comm_, st_reqs[r]);
+        }
+      }
+    for (int r : merges_)
+      if (r != g_) isend(own_q_.mpi(), B * n_own * qrow, plan_.at(r, c_), kGridQ, comm_, sends, stats_);
+    for (int c = 0; c < C; ++c)
+      if (c != c_) {
+        const std::vector<Segment> out = plan_.pieces(rank_, c);
+        if (!out.empty())
+          send_pieces(own_k_.mpi(), own_v_.mpi(), nk_own, row(), p_.batch, out, plan_.at(g_, c), kGridK, kGridV, comm_,
+                      sends, stats_);
+      }
+    stats_.comm_seconds += now() - tp0;
+
+    Options opt = opt_;
+    if (det) {
+      Options tiles = opt_;
+      tiles.block_q = 0;
+      opt.block_k = deterministic_block_k<ExecSpace, T>(space_, D, plan_.Nq() * p_.group_size(), tiles);
+    }
+    // The blocks of other ranks' query shards first (their results travel while this rank
+    // computes its own), each result sent as soon as it is complete.
+    std::vector<int> order;
+    for (int r : computes_)
+      if (r != g_) order.push_back(r);
+    for (int r : computes_)
+      if (r == g_) order.push_back(r);
+    const int steps = static_cast<int>(order.size());
+    for (int s = 0; s < steps; ++s) {
+      const int r = order[s];
+      const int qrank = plan_.at(r, c_);
+      const double tw0 = now();
+      wait_all(q_reqs[r]);
+      if (r != g_) q_in_[r].stage_in(space_, B * q_len_of(r) * qrow);
+      const T* qb = r == g_ ? own_q_.device() : q_in_[r].device();
+      const double tw1 = now(), cpu1 = cpu_now();
+      stats_.comm_seconds += tw1 - tw0;
+      if (det)
+        compute_stream(r, qrank, qb, opt, kv_reqs, kv_in);
+      else
+        compute_block(r, qrank, qb, opt, kv_reqs, kv_in);
+      stats_.compute_seconds += now() - tw1;
+      stats_.compute_cpu_seconds += cpu_now() - cpu1;
+      ++stats_.steps;
+      if (r != g_) {
+        if (det) {
+          streams_out_[r].stage_out(space_, stream_values(g_, qrank));
+          isend(streams_out_[r].mpi(), stream_values(g_, qrank), qrank, kGridStream, comm_, sends, stats_);
+        } else {
+          blk_o_[r].stage_out(space_, B * q_len_of(r) * qrow);
+          blk_lse_[r].stage_out(space_, B * q_len_of(r) * H);
+          isend(blk_o_[r].mpi(), B * q_len_of(r) * qrow, qrank, kGridO, comm_, sends, stats_);
+          isend(blk_lse_[r].mpi(), B * q_len_of(r) * H, qrank, kGridLse, comm_, sends, stats_);
+        }
+      }
+      latch_.guard([&] {
+        if (d_.progress) d_.progress(s + 1, steps);
+      });
+    }
+    for (int c = 0; c < C; ++c) wait_all(kv_reqs[c]);  // keys no block read (a window)
+
+    // The merge of this rank's rows: in the order of grid rows, or of global key chunks.
+    const double tm0 = now();
+    for (int r : merges_) {
+      wait_all(st_reqs[r]);
+      if (r == g_) continue;
+      if (det)
+        streams_in_[r].stage_in(space_, stream_values(r, rank_));
+      else {
+        st_o_[r].stage_in(space_, B * n_own * qrow);
+        st_lse_[r].stage_in(space_, B * n_own * H);
+      }
+    }
+    stats_.comm_seconds += now() - tm0;
+    const double tm1 = now();
+    latch_.guard([&] { merge(n_own); });
+    stats_.compute_seconds += now() - tm1;
+    const double tw = now();
+    wait_all(sends);
+    stats_.comm_seconds += now() - tw;
+    stats_.seconds = now() - t0;
+    return stats_;
+  }
+
+ private:
+  std::int64_t row() const { return std::int64_t(p_.heads_kv) * p_.head_dim; }  // values per K/V position
+
+  // Where a piece of keys of key shard `owner` lies here: a dense buffer of `held` positions per
+  // sequence, at position `at`. Waits for it first.
+  struct Held {
+    const KV* k;
+    const KV* v;
+    std::int64_t held, at;
+  };
+  Held held_of(const Segment& piece, std::vector<std::vector<MPI_Request>>& kv_reqs,
+               const std::vector<std::vector<Segment>>& kv_in) {
+    if (piece.owner == rank_) return Held{own_k_.device(), own_v_.device(), p_.kv_len, piece.local};
+    const int c = plan_.col_of(piece.owner);
+    if (!arrived_[c]) {
+      const double t = now();
+      wait_all(kv_reqs[c]);
+      const std::int64_t n = p_.batch * total_length(kv_in[c]) * row();
+      k_in_[c].stage_in(space_, n);
+      v_in_[c].stage_in(space_, n);
+      arrived_[c] = true;
+      stats_.comm_seconds += now() - t;
+    }
+    std::int64_t at = 0;
+    for (const Segment& s : kv_in[c]) {
+      if (s.global == piece.global) break;
+      at += s.length;
+    }
+    return Held{k_in_[c].device(), v_in_[c].device(), total_length(kv_in[c]), at};
+  }
+
+  // Params of query rows [qi, qi + nq) of the dense query shard qb (n positions) against keys
+  // [j0, j0 + nk) of the piece held as h.
+  AttentionParams<T, T, KV> block_params(const T* qb, std::int64_t n, std::int64_t qi, std::int64_t nq, const Held& h,
+                                         std::int64_t j0, std::int64_t nk) const {
+    const int H = p_.heads_q, Hkv = p_.heads_kv, D = p_.head_dim;
+    AttentionParams<T, T, KV> q = p_;
+    q.q = qb + qi * H * D;
+    q.q_stride_batch = n * H * D, q.q_stride_seq = std::int64_t(H) * D, q.q_stride_head = D;
+    q.q_len = nq;
+    q.q_total = std::int64_t(p_.batch) * nq;
+    q.k = h.k + (h.at + j0) * Hkv * D;
+    q.v = h.v + (h.at + j0) * Hkv * D;
+    q.k_stride_batch = q.v_stride_batch = h.held * Hkv * D;
+    q.k_stride_seq = q.v_stride_seq = std::int64_t(Hkv) * D;
+    q.k_stride_head = q.v_stride_head = D;
+    q.kv_len = nk;
+    q.o = nullptr;
+    q.lse = nullptr;
+    return q;
+  }
+
+  // A dense [B][n][H][D] accumulator with (m, l) at ml.
+  RowAccumulator<T> dense_acc(T* o, T* ml, std::int64_t n) const {
+    RowAccumulator<T> a;
+    const int H = p_.heads_q, D = p_.head_dim;
+    a.o = o, a.o_b = n * H * D, a.o_i = std::int64_t(H) * D, a.o_h = D;
+    a.m = ml, a.l = ml + std::size_t(p_.batch) * n * H;
+    a.s_b = n * H, a.s_i = H, a.s_h = 1;
+    a.batch = p_.batch, a.heads = H, a.head_dim = D, a.q_len = n;
+    return a;
+  }
+
+  // Default mode: query shard qrank (dense at qb) against every piece of this row's keys its
+  // queries see, this rank's own keys first, folded into finished rows (blk_o_, blk_lse_).
+  void compute_block(int r, int qrank, const T* qb, const Options& opt, std::vector<std::vector<MPI_Request>>& kv_reqs,
+                     const std::vector<std::vector<Segment>>& kv_in) {
+    const int H = p_.heads_q, D = p_.head_dim, C = plan_.cols();
+    const std::int64_t n = plan_.q_layout().local_length(qrank);
+    const RowAccumulator<T> acc = dense_acc(blk_o_[r].device(), blk_ml_[r].data(), n);
+    latch_.guard([&] { launch_rows(space_, "kattn::dist::grid::init", InitRows<ExecSpace, T>{acc}); });
+    const auto qsegs = plan_.q_layout().segments_of(qrank);
+    for (int i = 0; i < C; ++i) {
+      const int owner = plan_.at(g_, (c_ + i) % C);
+      for (const Segment& piece : plan_.pieces(owner, c_)) {
+        const Held h = held_of(piece, kv_reqs, kv_in);
+        latch_.guard([&] {
+          for (const Segment& qs : qsegs) {
+            const std::int64_t step = grid_piece_rows(qs.length);
+            for (std::int64_t off = 0; off < qs.length; off += step) {
+              const std::int64_t nq = std::min(step, qs.length - off), qi = qs.local + off;
+              const Options o =
+                  shard_options(opt, qs.global + off, nq, plan_.Nq(), piece.global, piece.length, plan_.Nk());
+              const double pairs = double(KeyWindow::from(o).visible_pairs(nq, piece.length));
+              if (pairs <= 0) continue;
+              stats_.flops += 4.0 * D * pairs * p_.batch * H;
+              AttentionParams<T, T, KV> q = block_params(qb, n, qi, nq, h, 0, piece.length);
+              q.o = ws_o_.data();
+              q.o_stride_batch = nq * H * D, q.o_stride_seq = std::int64_t(H) * D, q.o_stride_head = D;
+              q.lse = ws_lse_.data();
+              q.lse_stride_batch = nq * H, q.lse_stride_head = 1, q.lse_stride_seq = H;
+              kattn::detail::attention_impl(space_, q, o, BatchLengths{});
+              launch_rows(space_, "kattn::dist::grid::fold",
+                          FoldPartials<ExecSpace, T>{acc, PartialRows<T>{ws_o_.data(), ws_lse_.data(), nq, qi, 1}});
+            }
+          }
+        });
+        for (auto& reqs : kv_reqs) poke(reqs);
+      }
+    }
+    latch_.guard([&] {
+      FinishRows<ExecSpace, T> fin{acc};
+      fin.lse = blk_lse_[r].device();
+      fin.l_b = n * H, fin.l_i = H, fin.l_h = 1;
+      launch_rows(space_, "kattn::dist::grid::finish", fin);
+      space_.fence();
+    });
+  }
+
+  // Deterministic mode: the chunk partials of query shard qrank against this row's keys, written
+  // one after the other into its stream in the order its owner folds them (GridPlan::items).
+  void compute_stream(int r, int qrank, const T* qb, const Options& opt, std::vector<std::vector<MPI_Request>>& kv_reqs,
+                      const std::vector<std::vector<Segment>>& kv_in) {
+    const int H = p_.heads_q, D = p_.head_dim;
+    const std::int64_t n = plan_.q_layout().local_length(qrank);
+    T* out = streams_out_[r].device();
+    std::int64_t pos = 0;
+    for (const Segment& ks : plan_.kv_layout().segments()) {
+      if (plan_.row_of(ks.owner) != g_) continue;
+      for (const GridItem& it : plan_.items(ks, qrank)) {
+        const Held h = held_of(it.piece, kv_reqs, kv_in);
+        const std::int64_t vals = std::int64_t(p_.batch) * it.rows * H;
+        latch_.guard([&] {
+          const Options o = shard_options(opt, it.qs.global + it.row, it.rows, plan_.Nq(), it.piece.global + it.at,
+                                          it.keys, plan_.Nk());
+          stats_.flops += 4.0 * D * double(KeyWindow::from(o).visible_pairs(it.rows, it.keys)) * p_.batch * H;
+          const AttentionParams<T, T, KV> q = block_params(qb, n, it.qs.local + it.row, it.rows, h, it.at, it.keys);
+          chunk_partials(space_, q, o, 1, it.keys, out + pos, out + pos + vals * D);
+        });
+        pos += vals * (D + 1);
+        for (auto& reqs : kv_reqs) poke(reqs);
+      }
+    }
+    latch_.guard([&] { space_.fence(); });
+  }
+
+  // This rank's rows: the partial results of its column folded into the caller's o in a fixed order.
+  void merge(std::int64_t n_own) {
+    const int H = p_.heads_q, D = p_.head_dim;
+    RowAccumulator<T> acc;
+    acc.o = p_.o;
+    acc.o_b = p_.o_stride_batch, acc.o_i = p_.o_stride_seq, acc.o_h = p_.o_stride_head;
+    acc.m = ml_.data();
+    acc.l = ml_.data() + std::size_t(p_.batch) * n_own * H;
+    acc.s_b = n_own * H, acc.s_i = H, acc.s_h = 1;
+    acc.batch = p_.batch, acc.heads = H, acc.head_dim = D, acc.q_len = n_own;
+    launch_rows(space_, "kattn::dist::grid::init", InitRows<ExecSpace, T>{acc});
+    if (d_.deterministic) {
+      // Every chunk partial of these rows in global key order, whichever grid row computed it.
+      std::vector<std::int64_t> pos(plan_.rows(), 0);
+      for (const Segment& ks : plan_.kv_layout().segments()) {
+        const int r = plan_.row_of(ks.owner);
+        const T* s = r == g_ ? streams_out_[r].device() : streams_in_[r].device();
+        for (const GridItem& it : plan_.items(ks, rank_)) {
+          const std::int64_t vals = std::int64_t(p_.batch) * it.rows * H;
+          launch_rows(space_, "kattn::dist::grid::fold_chunks",
+                      FoldPartials<ExecSpace, T>{
+                          acc, PartialRows<T>{s + pos[r], s + pos[r] + vals * D, it.rows, it.qs.local + it.row, 1}});
+          pos[r] += vals * (D + 1);
+        }
+      }
+    } else {
+      for (int r : merges_) {
+        const T* o = r == g_ ? blk_o_[r].device() : st_o_[r].device();
+        const T* lse = r == g_ ? blk_lse_[r].device() : st_lse_[r].device();
+        launch_rows(space_, "kattn::dist::grid::merge",
+                    FoldPartials<ExecSpace, T>{acc, PartialRows<T>{o, lse, n_own, 0, 1}});
+      }
+    }
+    FinishRows<ExecSpace, T> fin{acc};
+    fin.lse = p_.lse;
+    fin.l_b = p_.lse_stride_batch, fin.l_i = p_.lse_stride_seq, fin.l_h = p_.lse_stride_head;
+    launch_rows(space_, "kattn::dist::grid::finish", fin);
+    space_.fence();
+  }
+
+  MPI_Comm comm_;
+  ExecSpace space_;
+  AttentionParams<T, T, KV> p_;
+  Options opt_;
+  DistOptions d_;
+  const GridPlan& plan_;
+  FailureLatch& latch_;
+  int rank_ = 0, g_ = 0, c_ = 0;
+  std::vector<int> computes_, merges_;
+  TBuf own_q_;
+  std::vector<TBuf> q_in_, blk_o_, blk_lse_, st_o_, st_lse_, streams_out_, streams_in_;
+  std::vector<Kokkos::View<T*, Mem>> blk_ml_;
+  std::vector<KVBuf> k_in_, v_in_;
+  KVBuf own_k_, own_v_;
+  std::vector<bool> arrived_;  // a row rank's keys are here
+  Kokkos::View<T*, Mem> ws_o_, ws_lse_, ml_;
+  DistStats stats_;
+};
+
+}  // namespace
+
+template <class ExecSpace, class T, class KV>
+DistStats grid_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T, T, KV>& p,
+                            const Options& opt, const DistOptions& d, FailureLatch* outer) {
+  compat::ScopedRegion area("kattn::dist");
+  compat::ScopedRegion region("kattn::dist::grid");
+  collective_agree(comm, problem_fields(DistCall::grid_forward, p, opt, d));
+  require_no_block_mask(opt);
+  const GlobalSplit split = sharded_split(comm, p.q_len, p.kv_len, d);
+  int P = 1;
+  MPI_Comm_size(comm, &P);
+  std::optional<GridPlan> plan;
+  collective_check(comm, [&] { plan.emplace(opt, split.Nq, split.Nk, P, d); });
+  std::optional<FailureLatch> own;
+  if (!outer) own.emplace(comm);
+  GridRunner<ExecSpace, T, KV> runner(comm, space, p, opt, d, *plan, outer ? *outer : *own);
+  const DistStats stats = runner.run();
+  if (own) own->settle();
+  return stats;
+}
+
+template <class ExecSpace, class S>
+DistStats grid_ragged_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<S>& p,
+                                   const BatchLengths& lengths, const Options& opt, const DistOptions& d) {
+  using T = accumulate_t<S>;  // q, o and the states in T; K/V travel in S
+  compat::ScopedRegion area("kattn::dist");
+  compat::ScopedRegion region("kattn::dist::grid");
+  collective_agree(comm, problem_fields(DistCall::grid_ragged_forward, p, opt, d));
+  require_no_block_mask(opt);
+  const double t0 = now();
+  const RaggedSequences seqs = ragged_sequences(comm, lengths, d);
+  const int H = p.heads_q, D = p.head_dim;
+  const std::int64_t nq = seqs.q_local.back();
+  RowsAs<T, const S, ExecSpace> q;
+  RowsAs<T, S, ExecSpace> o;
+  collective_check(comm, [&] {
+    if (RowsAs<T, S, ExecSpace>::copies)
+      require_buffers<typename ExecSpace::memory_space>(opt.workspace, "kattn::dist::attention (grid)",
+                                                        2 * std::uint64_t(nq) * H * D, sizeof(T));
+    q = RowsAs<T, const S, ExecSpace>(opt.workspace, space, "kattn::dist::ragged::q", p.q, p.q_stride_seq,
+                                      p.q_stride_head, nq, H, D);
+    o = RowsAs<T, S, ExecSpace>(opt.workspace, space, "kattn::dist::ragged::o", p.o, p.o_stride_seq, p.o_stride_head,
+                                nq, H, D);
+  });
+  q.load(space);
+  DistStats stats = for_each_sequence<typename ExecSpace::memory_space>(
+      comm, seqs, d, [&](int b, const DistOptions& each, FailureLatch& latch) {
+        if (seqs.Nq[b] == 0) return DistStats();  // no rows to compute, on any rank
+        return grid_forward_impl(comm, space, sequence_params<T>(p, seqs, b, q, o, p.k, p.v), opt, each, &latch);
+      });
+  o.store(space);
+  space.fence();
+  stats.seconds = now() - t0;
+  return stats;
+}
+
+#define KATTN_INSTANTIATE_GRID_KV(Space, T, KV)                                                                \
+  template DistStats grid_forward_impl<Space, T, KV>(MPI_Comm, const Space&, const AttentionParams<T, T, KV>&, \
+                                                     const Options&, const DistOptions&, FailureLatch*);
+#define KATTN_INSTANTIATE_RAGGED_GRID(Space, S)                                                            \
+  template DistStats grid_ragged_forward_impl<Space, S>(MPI_Comm, const Space&, const AttentionParams<S>&, \
+                                                        const BatchLengths&, const Options&, const DistOptions&);
+#define KATTN_INSTANTIATE_GRID(Space, T) \
+  KATTN_INSTANTIATE_GRID_KV(Space, T, T) \
+  KATTN_INSTANTIATE_RAGGED_GRID(Space, T)
+KATTN_INSTANTIATE_FOR_BACKENDS(KATTN_INSTANTIATE_GRID)
+// 16-bit K/V under float queries, as the ring (the door widens 16-bit queries first); a ragged
+// batch of 16-bit arrays (q widened, o rounded once, per sequence).
+#define KATTN_INSTANTIATE_16BIT_GRID(Space, S) \
+  KATTN_INSTANTIATE_GRID_KV(Space, float, S)   \
+  KATTN_INSTANTIATE_RAGGED_GRID(Space, S)
+KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_GRID, bf16)
+KATTN_INSTANTIATE_FOR_BACKENDS_T(KATTN_INSTANTIATE_16BIT_GRID, fp16)
+
+}  // namespace detail
+}  // namespace dist
+}  // namespace kattn
