@@ -21,6 +21,7 @@
 #include "kattn/core/storage.hpp"
 #include "kattn/distributed/detail/agreement.hpp"
 #include "kattn/distributed/detail/buffer_memory.hpp"
+#include "kattn/distributed/detail/clock.hpp"
 #include "kattn/distributed/options.hpp"
 #include "kattn/distributed/detail/failure_latch.hpp"
 #include "kattn/distributed/detail/inner_stats.hpp"
@@ -157,6 +158,42 @@ AttentionParams<T, T, KV> sequence_params(const Params& p, const RaggedSequences
   if (p.lse) a.lse = p.lse + q0 * p.lse_stride_seq;
   a.lse_stride_seq = p.lse_stride_seq, a.lse_stride_head = p.lse_stride_head;
   return a;
+}
+
+// A ragged batch's forward as one dense distributed call per sequence in turn: forward(params,
+// each, latch) is the scheme's dense forward of one sequence's rows (q and o as it reads them, in
+// T: copies when stored in S, taken inside one collective check), every rank entering every
+// sequence's call; the stats summed, the wall clock the whole batch's. `call` names it in memory
+// errors.
+template <class ExecSpace, class S, class Forward>
+DistStats forward_each_sequence(MPI_Comm comm, const ExecSpace& space, const AttentionParams<S>& p,
+                                const BatchLengths& lengths, const Options& opt, const DistOptions& d, const char* call,
+                                const Forward& forward) {
+  using T = accumulate_t<S>;  // q, o and lse in the inner calls; K/V travel in S
+  const double t0 = now();
+  const RaggedSequences seqs = ragged_sequences(comm, lengths, d);
+  const int H = p.heads_q, D = p.head_dim;
+  const std::int64_t nq = seqs.q_local.back();
+  RowsAs<T, const S, ExecSpace> q;
+  RowsAs<T, S, ExecSpace> o;
+  collective_check(comm, [&] {
+    if (RowsAs<T, S, ExecSpace>::copies)
+      require_buffers<typename ExecSpace::memory_space>(opt.workspace, call, 2 * std::uint64_t(nq) * H * D, sizeof(T));
+    q = RowsAs<T, const S, ExecSpace>(opt.workspace, space, "kattn::dist::ragged::q", p.q, p.q_stride_seq,
+                                      p.q_stride_head, nq, H, D);
+    o = RowsAs<T, S, ExecSpace>(opt.workspace, space, "kattn::dist::ragged::o", p.o, p.o_stride_seq, p.o_stride_head,
+                                nq, H, D);
+  });
+  q.load(space);
+  DistStats stats = for_each_sequence<typename ExecSpace::memory_space>(
+      comm, seqs, d, [&](int b, const DistOptions& each, FailureLatch& latch) {
+        if (seqs.Nq[b] == 0) return DistStats();  // no rows to compute, on any rank
+        return forward(sequence_params<T>(p, seqs, b, q, o, p.k, p.v), each, &latch);
+      });
+  o.store(space);
+  space.fence();
+  stats.seconds = now() - t0;
+  return stats;
 }
 
 }  // namespace detail

@@ -475,32 +475,10 @@ namespace {
 template <class ExecSpace, class S>
 DistStats ring_ragged_deterministic_forward(MPI_Comm comm, const ExecSpace& space, const AttentionParams<S>& p,
                                             const BatchLengths& lengths, const Options& opt, const DistOptions& d) {
-  using T = accumulate_t<S>;  // q, o and lse in the ring; K/V travel in S
-  const double t0 = now();
-  const RaggedSequences seqs = ragged_sequences(comm, lengths, d);
-  const int H = p.heads_q, D = p.head_dim;
-  const std::int64_t nq = seqs.q_local.back();
-  RowsAs<T, const S, ExecSpace> q;
-  RowsAs<T, S, ExecSpace> o;
-  collective_check(comm, [&] {
-    if (RowsAs<T, S, ExecSpace>::copies)
-      require_buffers<typename ExecSpace::memory_space>(opt.workspace, "kattn::dist::attention (ring)",
-                                                        2 * std::uint64_t(nq) * H * D, sizeof(T));
-    q = RowsAs<T, const S, ExecSpace>(opt.workspace, space, "kattn::dist::ragged::q", p.q, p.q_stride_seq,
-                                      p.q_stride_head, nq, H, D);
-    o = RowsAs<T, S, ExecSpace>(opt.workspace, space, "kattn::dist::ragged::o", p.o, p.o_stride_seq, p.o_stride_head,
-                                nq, H, D);
-  });
-  q.load(space);
-  DistStats stats = for_each_sequence<typename ExecSpace::memory_space>(
-      comm, seqs, d, [&](int b, const DistOptions& each, FailureLatch& latch) {
-        if (seqs.Nq[b] == 0) return DistStats();  // no rows to compute
-        return ring_forward_impl(comm, space, sequence_params<T>(p, seqs, b, q, o, p.k, p.v), opt, each, &latch);
-      });
-  o.store(space);
-  space.fence();
-  stats.seconds = now() - t0;
-  return stats;
+  return forward_each_sequence(comm, space, p, lengths, opt, d, "kattn::dist::attention (ring)",
+                               [&](const auto& seq, const DistOptions& each, FailureLatch* latch) {
+                                 return ring_forward_impl(comm, space, seq, opt, each, latch);
+                               });
 }
 
 }  // namespace
