@@ -2,7 +2,8 @@
 """Ring against head sharding (ulysses, hybrid) on a simulated cluster's slow links.
 
     perf/cluster/study.py --kattn build/bin/kattn [--ranks 4,8] [--tokens 4096] [--repeat 5]
-                          [--scenarios a,k,b,c,d,e] [--out perf/cluster/results] [--budget 840]
+                          [--scenarios a,k,b,c,d,e] [--schemes ring,ulysses,"hybrid U=2",grid]
+                          [--out perf/cluster/results] [--budget 840]
 
 Brings up a cluster (cluster.py, name kattn-study) of max(--ranks) nodes and, for each scenario
 (link shaping), measures one strong-scaling point per scheme and placement with the scaling
@@ -55,6 +56,8 @@ CONFIGS = [
     ("hybrid U=2", ["--dist", "hybrid", "--ulysses-size", "2"], 1),
     ("ring", ["--dist", "ring"], 2),
     ("hybrid U=2", ["--dist", "hybrid", "--ulysses-size", "2"], 2),
+    ("grid", ["--dist", "grid"], 1),
+    ("grid", ["--dist", "grid"], 2),
 ]
 
 
@@ -94,6 +97,7 @@ def main():
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--scenarios", default="a,k,b,c,d,e")
+    ap.add_argument("--schemes", default="ring,ulysses,hybrid U=2,grid", help="which of the schemes to run")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--timeout", type=float, default=60, help="per mpirun (s)")
     ap.add_argument("--budget", type=float, default=840, help="stop starting runs after this many seconds")
@@ -154,6 +158,8 @@ def main():
                                 links[(s, pair)]["bytes_per_second"] / 1e9))
                     links[(s, "inter")] = True
                 for label, dist, rpn in ([] if a.links_only else CONFIGS):
+                    if label not in a.schemes.split(","):
+                        continue
                     if time.time() - t_start > a.budget:
                         break
                     if P % rpn or (rpn > 1 and P // rpn < 2):

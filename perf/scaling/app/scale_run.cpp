@@ -310,8 +310,9 @@ ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& al
 }  // namespace
 
 static const char* const kUsage =
-    "usage: mpirun -np P kattn-scale measure [--study weak|strong] [--tokens N] [--dist ring|decode|ulysses|hybrid]\n"
-    "                 [--ulysses-size U] [--batch B] [--heads HQ,HKV] [--dim D] [--queries NQ]\n"
+    "usage: mpirun -np P kattn-scale measure [--study weak|strong] [--tokens N]\n"
+    "                 [--dist ring|decode|ulysses|hybrid|grid] [--ulysses-size U] [--batch B] [--heads HQ,HKV]\n"
+    "                 [--dim D] [--queries NQ]\n"
     "                 [--dtype f32|f64|bf16|f16]\n"
     "                 [--causal] [--zigzag] [--deterministic] [--chunk KEYS] [--repeat R] [--warmup W]\n"
     "                 [--nocomm-baseline] [--backward] [--no-workspace] [--csv FILE] [--json]\n"
@@ -353,8 +354,9 @@ int scale_measure(Args& args) {
       c.json = args.flag("--json");
       args.finish();
       KATTN_REQUIRE(c.study == "weak" || c.study == "strong", "--study: expected weak or strong, got '", c.study, "'");
-      KATTN_REQUIRE(c.mode == "ring" || c.mode == "decode" || c.mode == "ulysses" || c.mode == "hybrid",
-                    "--dist: expected ring, decode, ulysses or hybrid, got '", c.mode, "'");
+      KATTN_REQUIRE(c.mode == "ring" || c.mode == "decode" || c.mode == "ulysses" || c.mode == "hybrid" ||
+                        c.mode == "grid",
+                    "--dist: expected ring, decode, ulysses, hybrid or grid, got '", c.mode, "'");
       c.d.scheme = c.mode == "decode" ? dist::Scheme::sharded_kv : dist::scheme_named(c.mode, "--dist");
       KATTN_REQUIRE(c.mode == "hybrid" ? c.ulysses_size > 0 : c.ulysses_size == 0,
                     c.mode == "hybrid" ? "--ulysses-size: required with --dist hybrid (the ranks of one head-sharding "
@@ -367,6 +369,7 @@ int scale_measure(Args& args) {
       KATTN_REQUIRE(!c.nocomm || (c.mode == "ring" && !c.d.deterministic && !c.backward),
                     "--nocomm-baseline: only for the ring's forward (not --deterministic, --backward or decode)");
       KATTN_REQUIRE(!c.backward || c.mode != "decode", "--backward: not for --dist decode (no gradients)");
+      KATTN_REQUIRE(!c.backward || c.mode != "grid", "--backward: not for --dist grid (it has no backward yet)");
       KATTN_REQUIRE(c.mode != "decode" || c.d.sharding == dist::Sharding::contiguous,
                     "--zigzag: not for --dist decode");
     });
