@@ -85,9 +85,10 @@ kattn_cli_expect(run_bias_random_ragged ARGS run --random-ragged 4,2,16 --q-lens
 kattn_cli_expect(run_bias_cascade ARGS run --random-ragged 4,2,16 --q-lens 1,1 --kv-lens 8,8 --cascade --random-prefix 16
                  --bias ${DATA}/bias_bad_shape.npy STATUS 2 ONE_LINE REQUIRES bias_bad_shape
                  STDERR "bias: not supported with cascade attention")
-if(KATTN_ENABLE_MPI)
+if(KATTN_ENABLE_MPI)  # a one-rank MPI job started without mpiexec (first_hour.cmake's environment for it)
   kattn_cli_expect(run_bias_dist ARGS run --dist ring --random 1,8,8,4,2,8 --bias random STATUS 2 ONE_LINE
                    STDERR "--bias: a bias tensor goes with kattn run and grad, without --dist")
+  set_tests_properties(cli.run_bias_dist PROPERTIES ENVIRONMENT "${_fh_mpi_env}")
 endif()
 kattn_cli_expect(run_sinks_random_files ARGS run --q ${DATA}/f32.npy --k ${DATA}/f32.npy --v ${DATA}/f32.npy
                  --sinks random STATUS 2 ONE_LINE REQUIRES fh_q
