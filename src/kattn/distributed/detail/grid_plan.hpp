@@ -100,20 +100,13 @@ class GridPlan {
   std::vector<GridItem> items(const Segment& ks, int qrank) const {
     std::vector<GridItem> out;
     for (const Segment& piece : pieces_of(ks, col_of(qrank)))
-      for (const Segment& qs : ql_.segments_of(qrank)) {
-        const Options whole = shard_options(opt_, qs.global, qs.length, Nq_, piece.global, piece.length, Nk_);
-        const KeyRange seen = visible_keys(whole, qs.length, piece.length);
-        if (seen.empty()) continue;
-        const KeyWindow w = KeyWindow::from(whole);
-        const std::int64_t step = grid_piece_rows(qs.length);
-        for (std::int64_t j0 = seen.lo / chunk_ * chunk_; j0 <= seen.hi; j0 += chunk_) {
-          const std::int64_t keys = std::min(chunk_, piece.length - j0);
-          const std::int64_t r0 = w.first_query(j0, qs.length, piece.length),
-                             r1 = w.last_query(j0 + keys - 1, qs.length, piece.length);
-          for (std::int64_t i = r0; i <= r1; i += step)
-            out.push_back(GridItem{qs, i, std::min(step, r1 - i + 1), piece, j0, keys});
-        }
-      }
+      for (const Segment& qs : ql_.segments_of(qrank))
+        for_each_chunk_rows(
+            opt_, qs, piece, Nq_, Nk_, chunk_, grid_piece_rows(qs.length),
+            [&](std::int64_t i, std::int64_t n, std::int64_t j0, std::int64_t keys) {
+              out.push_back(GridItem{qs, i, n, piece, j0, keys});
+            },
+            [] {});
     return out;
   }
   // Query rows over every item of key row `row` for shard qrank: its stream's length in rows.

@@ -396,19 +396,14 @@ class RingRunner {
   // per row and chunk, 1.3x-1.5x the work of the non-deterministic ring with a 256-key window).
   void fold_chunks(const Segment& qs, const Held& h, const Segment& ks, std::int64_t C, const Options& opt,
                    std::vector<std::vector<MPI_Request>>& reqs) {
-    const Options whole = shard_options(opt, qs.global, qs.length, s_.Nq, ks.global, ks.length, s_.Nk);
-    const KeyRange seen = visible_keys(whole, qs.length, ks.length);
-    if (seen.empty()) return;
-    const KeyWindow w = KeyWindow::from(whole);
-    const std::int64_t step = piece_rows(qs.length);
-    for (std::int64_t j0 = seen.lo / C * C; j0 <= seen.hi; j0 += C) {
-      const std::int64_t kv_len = std::min(C, ks.length - j0);
-      const std::int64_t r0 = w.first_query(j0, qs.length, ks.length),
-                         r1 = w.last_query(j0 + kv_len - 1, qs.length, ks.length);
-      for (std::int64_t i = r0; i <= r1; i += step)
-        fold_chunk_rows(qs.local + i, qs.global + i, std::min(step, r1 - i + 1), h, ks, j0, kv_len, opt);
-      for (auto& r : reqs) poke(r);
-    }
+    for_each_chunk_rows(
+        opt, qs, ks, s_.Nq, s_.Nk, C, piece_rows(qs.length),
+        [&](std::int64_t i, std::int64_t n, std::int64_t j0, std::int64_t keys) {
+          fold_chunk_rows(qs.local + i, qs.global + i, n, h, ks, j0, keys, opt);
+        },
+        [&] {
+          for (auto& r : reqs) poke(r);
+        });
   }
 
   // The partial of query rows [qi, qi + nq) (global qg) against the chunk [j0, j0 + kv_len) of

@@ -48,6 +48,27 @@ inline KeyRange visible_keys(const Options& o, std::int64_t q_len, std::int64_t 
   return r.empty() ? KeyRange{kv_len, -1} : r;
 }
 
+// The deterministic mode's walk over a (query segment qs, key piece ks) pair of a sequence of Nq
+// queries and Nk keys: each global key chunk of `chunk` keys some row sees, in order, and for it the
+// rows that see it in runs of at most `step`: rows(i, n, j0, keys) for rows [i, i + n) of qs and
+// keys [j0, j0 + keys) of ks; after_chunk() after each chunk. The ring folds these partials where
+// it computes them and the grid ships them, so both walk them in this one order.
+template <class Rows, class AfterChunk>
+void for_each_chunk_rows(const Options& opt, const Segment& qs, const Segment& ks, std::int64_t Nq, std::int64_t Nk,
+                         std::int64_t chunk, std::int64_t step, const Rows& rows, const AfterChunk& after_chunk) {
+  const Options whole = shard_options(opt, qs.global, qs.length, Nq, ks.global, ks.length, Nk);
+  const KeyRange seen = visible_keys(whole, qs.length, ks.length);
+  if (seen.empty()) return;
+  const KeyWindow w = KeyWindow::from(whole);
+  for (std::int64_t j0 = seen.lo / chunk * chunk; j0 <= seen.hi; j0 += chunk) {
+    const std::int64_t keys = std::min(chunk, ks.length - j0);
+    const std::int64_t r0 = w.first_query(j0, qs.length, ks.length),
+                       r1 = w.last_query(j0 + keys - 1, qs.length, ks.length);
+    for (std::int64_t i = r0; i <= r1; i += step) rows(i, std::min(step, r1 - i + 1), j0, keys);
+    after_chunk();
+  }
+}
+
 // Intervals of key segment ks (relative to its start) as pieces of it (global, local, length), in
 // order, intervals that overlap or touch merged.
 inline std::vector<Segment> parts_of(const Segment& ks, std::vector<KeyRange> seen) {
