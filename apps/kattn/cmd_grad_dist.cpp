@@ -112,8 +112,6 @@ int grad_distributed(Args& args, const std::string& mode) {
     dist::collective_check(comm, [&] {
       KATTN_REQUIRE(shards_sequence(mode), "--dist: grad distributes the sequence (ring, ulysses or hybrid), got '",
                     mode, "'");
-      KATTN_REQUIRE(mode != "grid",
-                    "--dist grid: grad has no grid backward yet (forward only), use ring, ulysses or hybrid");
       read_grid(args, mode, P, d);
       if (args.flag("--zigzag")) d.sharding = dist::Sharding::zigzag;
       d.deterministic = args.flag("--deterministic");

@@ -24,7 +24,7 @@ from ._arrays import returner, sinks_array
 __all__ = ["Workspace", "SCHEMES", "positions", "attention", "attention_backward", "ring_attention",
            "ulysses_attention", "hybrid_attention", "grid_attention", "ragged_positions", "ragged_ring_attention",
            "ring_attention_backward", "ulysses_attention_backward", "hybrid_attention_backward",
-           "ragged_ring_attention_backward"]
+           "grid_attention_backward", "ragged_ring_attention_backward"]
 
 # The schemes of kattn.dist.attention (docs/distributed.md, "Which scheme when").
 SCHEMES = ("ring", "ulysses", "hybrid", "sharded_kv", "grid")
@@ -107,11 +107,11 @@ def attention(comm, q, k, v, *, scheme="ring", q_indptr=None, kv_indptr=None, ul
     "sharded_kv"  the KV cache sharded, the queries (and o) the same on every rank (decode);
     "grid"        the ranks a rows x cols grid (`grid`=(rows, cols), rows * cols = P; None: the most
                   square shape): queries gathered along a grid column, K/V along a grid row, the
-                  results merged along the column (forward only for now, a ragged batch one
-                  sequence at a time; (1, P) moves what the ring moves). Shards as the ring's.
+                  results merged along the column (a ragged batch one sequence at a time;
+                  (1, P) moves what the ring moves). Shards as the ring's.
 
     Dense shards: q [B, nq, Hq, D], k, v [B, nk, Hkv, D] (layout "bnhd"; "bhnd" too), this rank's
-    positions as positions(N, comm, scheme=..., ...) gives them. A ragged batch (ring; grid forward):
+    positions as positions(N, comm, scheme=..., ...) gives them. A ragged batch (ring or grid):
     q_indptr, kv_indptr [B + 1] the whole batch's offsets, the same on every rank, and q [nq, Hq, D],
     k, v [nk, Hkv, D] this rank's rows (ragged_positions). causal is bottom-right aligned on the
     global sequence (each sequence's own in a ragged batch). deterministic: bitwise the same o for
@@ -133,10 +133,10 @@ def attention(comm, q, k, v, *, scheme="ring", q_indptr=None, kv_indptr=None, ul
 
 
 def attention_backward(comm, q, k, v, o, lse, dout, *, scheme="ring", q_indptr=None, kv_indptr=None, ulysses_size=0,
-                       causal=False, window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None,
+                       grid=None, causal=False, window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None,
                        layout="bnhd", sharding="contiguous", deterministic=False, chunk=0, return_stats=False,
                        workspace=None):
-    """The gradients of attention (schemes ring, ulysses, hybrid): dq, dk, dv, this rank's shards of
+    """The gradients of attention (schemes ring, ulysses, hybrid, grid): dq, dk, dv, this rank's shards of
     dL/dq, dL/dk, dL/dv (in q's dtype, shaped as q, k, v), from this rank's q, k, v, dout = dL/do,
     and o, lse as attention returned them (return_lse=True). The options must be the forward's.
     deterministic: bitwise the same gradients for every rank count and sharding. 16-bit shards:
@@ -147,8 +147,9 @@ def attention_backward(comm, q, k, v, o, lse, dout, *, scheme="ring", q_indptr=N
     sink_values, refused = _sinks(sinks, refused)
     alibi, refused = _sinks(alibi_slopes, refused, "alibi_slopes", "slope")
     opts = dict(causal=causal, window=window, softcap=softcap, scale=scale, sinks=sink_values, alibi_slopes=alibi)
+    shape, refused = _grid(grid, refused)
     dist = dict(scheme=scheme, sharding=sharding, deterministic=deterministic, chunk=chunk, ulysses_size=ulysses_size,
-                grid=(0, 0))
+                grid=shape)
     dq, dk, dv, stats = _kattn.dist_attention_backward(comm.py2f(), *arrays, q_indptr, kv_indptr, layout, opts, dist,
                                                        refused, workspace)
     grads = _gradients(returner(q), dq, dk, dv, stats, sinks)
@@ -192,6 +193,11 @@ def grid_attention(comm, q, k, v, *, grid=None, **kw):
     """attention(comm, q, k, v, scheme="grid", grid=(rows, cols), **kw): the ranks a rows x cols
     grid (None: the most square shape); shards as the ring's (positions(N, comm))."""
     return attention(comm, q, k, v, scheme="grid", grid=grid, **kw)
+
+
+def grid_attention_backward(comm, q, k, v, o, lse, dout, *, grid=None, **kw):
+    """attention_backward(..., scheme="grid", grid=(rows, cols), **kw): the gradients of grid_attention."""
+    return attention_backward(comm, q, k, v, o, lse, dout, scheme="grid", grid=grid, **kw)
 
 
 def ragged_positions(indptr, comm, *, sharding="contiguous", deterministic=False, chunk=0):

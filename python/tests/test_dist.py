@@ -110,9 +110,9 @@ def test_grid_shape_not_the_rank_count_raises_on_every_rank():
         kattn.dist.attention(COMM, q[:, pos], k[:, pos], v[:, pos], scheme="grid", grid=(p + 1, 1))
     with pytest.raises(kattn.Error, match=re.escape("grid: expected (rows, cols), got 3")):
         kattn.dist.attention(COMM, q[:, pos], k[:, pos], v[:, pos], scheme="grid", grid=3)
-    with pytest.raises(kattn.Error, match=re.escape("scheme: grid has no backward yet")):
+    with pytest.raises(kattn.Error, match=re.escape(f"grid: expected rows x cols = the {p} ranks, got {p + 1} x 1")):
         kattn.dist.attention_backward(COMM, q[:, pos], k[:, pos], v[:, pos], q[:, pos], np.zeros((2, 2, len(pos))),
-                                      q[:, pos], scheme="grid")
+                                      q[:, pos], scheme="grid", grid=(p + 1, 1))
 
 
 def test_deterministic_mode_is_bitwise_the_single_rank_result():

@@ -19,7 +19,7 @@ if not hasattr(kattn._kattn, "dist_attention_backward"):
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
 U = 2 if P % 2 == 0 else 1  # hybrid's group size
-NAMES = ["ring", "ulysses", "hybrid"]
+NAMES = ["ring", "ulysses", "hybrid", "grid"]
 
 
 def problem(n, hq, hkv, d, seed):

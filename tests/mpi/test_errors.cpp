@@ -150,7 +150,7 @@ TEST(DistErrors, RanksInDifferentCallsAllThrow) {
       },
       "call: expected distributed call (0 ring forward, 1 ring backward, 2 sharded-kv forward, 3 ulysses forward, "
       "4 ulysses backward, 5 hybrid forward, 6 hybrid backward, 7 ring forward over a ragged batch, 8 ring "
-      "backward over a ragged batch, 9 grid forward, 10 grid forward over a ragged batch) 0 (from rank 0), got 2 on "
+      "backward over a ragged batch, 9 grid forward, 10 grid forward over a ragged batch, 11 grid backward, 12 grid backward over a ragged batch) 0 (from rank 0), got 2 on "
       "rank 1");
 }
 

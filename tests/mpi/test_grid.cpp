@@ -2,8 +2,9 @@
 // contiguous and zigzag shards, causal/window/softcap, GQA, Nq != Nk, lengths that do not divide,
 // sinks and ALiBi, 16-bit K/V, against the float64 textbook at 1e-12; the bytes each rank sends
 // against dist::traffic; the deterministic mode bitwise equal to one rank's ring at every rank count
-// and shape; and the errors (a shape that is not the rank count, the backward and ragged batches not
-// taken yet, a failing progress callback) the same on every rank with no hang.
+// and shape; ragged batches, forward and backward; and the errors (a shape that is not the rank
+// count, communicate = false, a failing progress callback) the same on every rank with no hang. The
+// dense backward: test_grid_backward.cpp.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -275,8 +276,9 @@ Errors compare_packed(const V& local, const V& global, const std::vector<std::in
 }
 
 // A ragged batch over the grid: the dense grid on each sequence (lengths in whole pieces, an empty
-// sequence among them) against the one-process ragged call at 1e-12, every shape and sharding; in
-// deterministic mode (any lengths) the bits of the one-rank deterministic ragged ring.
+// sequence among them), forward and backward against the one-process ragged calls at 1e-12, every
+// shape and sharding; in deterministic mode (any lengths) the bits of the one-rank deterministic
+// ragged ring.
 void check_grid_ragged(const std::vector<std::int64_t>& q_lens, const std::vector<std::int64_t>& kv_lens,
                        const Options& opt, int Hq, int Hkv, bool deterministic) {
   const std::uint64_t seed = shared_seed();
@@ -287,19 +289,21 @@ void check_grid_ragged(const std::vector<std::int64_t>& q_lens, const std::vecto
   SCOPED_TRACE("lengths " + lens + describe(Shape{1, 1, 1, Hq, Hkv, D}, opt) + (deterministic ? " deterministic" : "") +
                " seed=" + std::to_string(seed));
   const std::vector<std::int64_t> gq = indptr_of(q_lens), gk = indptr_of(kv_lens);
-  View3<double> q("q", gq.back(), Hq, D), k("k", gk.back(), Hkv, D), v("v", gk.back(), Hkv, D);
-  fill_normal(q, seed), fill_normal(k, seed + 1), fill_normal(v, seed + 2);
-  View3<double> ro("o", gq.back(), Hq, D);
+  View3<double> q("q", gq.back(), Hq, D), k("k", gk.back(), Hkv, D), v("v", gk.back(), Hkv, D),
+      dout("dout", gq.back(), Hq, D);
+  fill_normal(q, seed), fill_normal(k, seed + 1), fill_normal(v, seed + 2), fill_normal(dout, seed + 3);
+  View3<double> ro("o", gq.back(), Hq, D), rdq("dq", gq.back(), Hq, D), rdk("dk", gk.back(), Hkv, D),
+      rdv("dv", gk.back(), Hkv, D);
   View2<double> rlse("lse", gq.back(), Hq);
   DistOptions one;
   one.deterministic = deterministic, one.chunk = 8;
+  const auto whole = kv::ragged(k, v, make_ragged_layout<TestMemory>(indptr_view(gq), indptr_view(gk)));
   if (deterministic) {  // one rank's deterministic ragged ring
-    dist::attention(MPI_COMM_SELF, TestSpace(), q,
-                    kv::ragged(k, v, make_ragged_layout<TestMemory>(indptr_view(gq), indptr_view(gk))), ro, rlse, opt,
-                    one);
+    dist::attention(MPI_COMM_SELF, TestSpace(), q, whole, ro, rlse, opt, one);
+    dist::attention_backward(MPI_COMM_SELF, TestSpace(), q, whole, ro, rlse, dout, rdq, rdk, rdv, opt, {}, one);
   } else {
-    attention(TestSpace(), q, kv::ragged(k, v, make_ragged_layout<TestMemory>(indptr_view(gq), indptr_view(gk))), ro,
-              rlse, opt);
+    attention(TestSpace(), q, whole, ro, rlse, opt);
+    attention_backward(TestSpace(), q, whole, ro, rlse, dout, rdq, rdk, rdv, opt);
   }
   for (const DistOptions::GridShape& shape : shapes_of(P))
     for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {
@@ -310,16 +314,23 @@ void check_grid_ragged(const std::vector<std::int64_t>& q_lens, const std::vecto
                                       kr = dist::ragged_positions(gk, rank, P, d);
       const auto layout = make_ragged_layout<TestMemory>(indptr_view(dist::ragged_local_indptr(gq, rank, P, d)),
                                                          indptr_view(dist::ragged_local_indptr(gk, rank, P, d)));
-      View3<double> o("o", qr.size(), Hq, D);
+      const auto mine = kv::ragged(packed_rows(k, kr, "k"), packed_rows(v, kr, "v"), layout);
+      const View3<double> lq = packed_rows(q, qr, "q");
+      View3<double> o("o", qr.size(), Hq, D), dq("dq", qr.size(), Hq, D), dk("dk", kr.size(), Hkv, D),
+          dv("dv", kr.size(), Hkv, D);
       View2<double> lse("lse", qr.size(), Hq);
-      poison(o), poison(lse);
-      dist::attention(MPI_COMM_WORLD, TestSpace(), packed_rows(q, qr, "q"),
-                      kv::ragged(packed_rows(k, kr, "k"), packed_rows(v, kr, "v"), layout), o, lse, opt, d);
-      const Errors eo = compare_packed(o, ro, qr, deterministic), el = compare_packed(lse, rlse, qr, deterministic);
-      EXPECT_FALSE(eo.nan_mismatch);
-      EXPECT_FALSE(el.nan_mismatch);
-      EXPECT_LE(eo.max_abs, deterministic ? 0.0 : kDoubleTol) << "o";
-      EXPECT_LE(el.max_abs, deterministic ? 0.0 : kDoubleTol) << "lse";
+      poison(o), poison(lse), poison(dq), poison(dk), poison(dv);
+      dist::attention(MPI_COMM_WORLD, TestSpace(), lq, mine, o, lse, opt, d);
+      dist::attention_backward(MPI_COMM_WORLD, TestSpace(), lq, mine, o, lse, packed_rows(dout, qr, "dout"), dq, dk, dv,
+                               opt, {}, d);
+      const std::pair<Errors, const char*> errors[] = {
+          {compare_packed(o, ro, qr, deterministic), "o"},     {compare_packed(lse, rlse, qr, deterministic), "lse"},
+          {compare_packed(dq, rdq, qr, deterministic), "dq"}, {compare_packed(dk, rdk, kr, deterministic), "dk"},
+          {compare_packed(dv, rdv, kr, deterministic), "dv"}};
+      for (const auto& [e, name] : errors) {
+        EXPECT_FALSE(e.nan_mismatch) << name;
+        EXPECT_LE(e.max_abs, deterministic ? 0.0 : kDoubleTol) << name;
+      }
     }
 }
 
@@ -375,28 +386,10 @@ TEST(DistErrors, GridShapeMustBeTheRankCount) {
   EXPECT_STREQ(dist::name(dist::Scheme::grid), "grid");
 }
 
-TEST(DistErrors, GridRefusesWhatItDoesNotTakeYet) {
+TEST(DistErrors, GridAlwaysTransfers) {
   const auto space = Kokkos::DefaultExecutionSpace();
   GridLocal l;
-  const DistOptions d = with_scheme(dist::Scheme::grid);
-  View4<double> dq("dq", 1, l.q.extent(1), 2, 8), dk("dk", 1, l.k.extent(1), 1, 8), dv("dv", 1, l.k.extent(1), 1, 8);
-  expect_same_error(
-      [&] {
-        dist::attention_backward(MPI_COMM_WORLD, space, l.q, kv::dense(l.k, l.v), l.o, l.lse, l.o, dq, dk, dv,
-                                 Options{}, BackwardOptions{}, d);
-      },
-      "scheme: grid has no backward yet");
-  const std::int64_t n = static_cast<std::int64_t>(l.q.extent(1));
-  const auto layout = make_ragged_layout<TestMemory>(indptr_view({0, n}), indptr_view({0, n}));
-  View3<double> q3("q3", n, 2, 8), k3("k3", n, 1, 8), o3("o3", n, 2, 8), d3("d3", n, 1, 8);
-  View2<double> l3("l3", n, 2);
-  expect_same_error(
-      [&] {
-        dist::attention_backward(MPI_COMM_WORLD, space, q3, kv::ragged(k3, k3, layout), o3, l3, o3, o3, d3, d3,
-                                 Options{}, BackwardOptions{}, d);
-      },
-      "scheme: grid has no backward yet");
-  DistOptions quiet = d;
+  DistOptions quiet = with_scheme(dist::Scheme::grid);
   quiet.communicate = false;
   expect_same_error(
       [&] { dist::attention(MPI_COMM_WORLD, space, l.q, kv::dense(l.k, l.v), l.o, l.lse, Options{}, quiet); },

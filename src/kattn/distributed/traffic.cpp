@@ -115,32 +115,53 @@ Traffic sharded_kv_traffic(const TrafficProblem& pr, const DistOptions& d, int r
 
 // grid (detail/grid_plan.hpp): rank (g, c) sends its query shard to every rank (g', c) that computes
 // it, its keys to every rank (g, c') whose column sees them, and each block it computes for another
-// rank (g', c) back to it: finished rows (D + 1 values a row and query head) by default, the chunk
-// partials (the same per row and chunk it sees) in deterministic mode. Queries and results travel in
-// the accumulation type (16-bit queries are widened first), K/V as stored.
-Traffic grid_traffic(const TrafficProblem& pr, const Options& opt, const DistOptions& d, int ranks, int rank) {
+// rank back to it. Forward: the block's finished rows for (g', c) (D + 1 values a row and query
+// head), or in deterministic mode its chunk partials (the same per row and chunk it sees). Backward:
+// the query shard travels with its o, dout and lse (3 D + 1 values a row and head); dQ goes back to
+// (g', c) and dK/dV to (g, c'), summed where computed, or in deterministic mode per chunk block (the
+// ring tour's blocks). Everything but K/V travels in the accumulation type (16-bit queries and
+// gradients are widened first), K/V as stored.
+Traffic grid_traffic(const TrafficProblem& pr, const Options& opt, const DistOptions& d, int ranks, int rank,
+                     Pass pass) {
   const detail::GridPlan plan(opt, pr.Nq, pr.Nk, ranks, d);
+  const bool backward = pass == Pass::backward, det = d.deterministic;
   const std::int64_t B = pr.batch, H = pr.heads_q, D = pr.head_dim, ab = accumulate_bytes(pr.bytes_per_value);
   const std::int64_t per_key = 2 * B * pr.heads_kv * D * pr.bytes_per_value, per_q = B * H * D * ab,
-                     per_row = B * H * (D + 1) * ab;
+                     per_grad = 2 * B * pr.heads_kv * D * ab;
+  // A query shard's row as it travels: q, and in the backward o, dout and lse with it.
+  const std::int64_t per_row = backward ? B * H * (3 * D + 1) * ab : per_q;
   const int g = plan.row_of(rank), c = plan.col_of(rank);
   const auto q_len = [&](int r) { return plan.q_layout().local_length(r); };
+  // What `from` computes for query shard qrank and sends its owner: forward rows or backward dQ.
+  const auto result = [&](int from, int qrank) -> std::int64_t {
+    if (!backward) return (det ? plan.stream_rows(plan.row_of(from), qrank) : q_len(qrank)) * B * H * (D + 1) * ab;
+    if (!det) return q_len(qrank) * per_q;
+    std::int64_t rows = 0;
+    for (int k = 0; k < plan.cols(); ++k)
+      for (const detail::GridBlock& b : plan.blocks(qrank, plan.at(plan.row_of(from), k))) rows += b.nq;
+    return rows * per_q;
+  };
+  // The dK/dV `from` sends key shard `owner` (of its row) in the backward.
+  const auto grads = [&](int from, int owner) -> std::int64_t {
+    if (!det) return detail::total_length(plan.pieces(owner, plan.col_of(from))) * per_grad;
+    std::int64_t keys = 0;
+    for (int r = 0; r < plan.rows(); ++r)
+      for (const detail::GridBlock& b : plan.blocks(plan.at(r, plan.col_of(from)), owner)) keys += b.nk;
+    return keys * per_grad;
+  };
   Traffic t;
   for (int r = 0; r < plan.rows(); ++r) {
     if (r == g) continue;
     const int other = plan.at(r, c);
-    if (plan.sees(rank, r)) t.sent += q_len(rank) * per_q;    // my queries to (r, c)
-    if (plan.sees(other, g)) t.received += q_len(other) * per_q;
-    // results: what I computed for (r, c) and what (r, c) computed for me
-    if (plan.sees(other, g))
-      t.sent += (d.deterministic ? plan.stream_rows(g, other) : q_len(other)) * per_row;
-    if (plan.sees(rank, r))
-      t.received += (d.deterministic ? plan.stream_rows(r, rank) : q_len(rank)) * per_row;
+    if (plan.sees(rank, r)) t.sent += q_len(rank) * per_row, t.received += result(other, rank);
+    if (plan.sees(other, g)) t.received += q_len(other) * per_row, t.sent += result(rank, other);
   }
   for (int k = 0; k < plan.cols(); ++k) {
     if (k == c) continue;
+    const int other = plan.at(g, k);
     t.sent += detail::total_length(plan.pieces(rank, k)) * per_key;
-    t.received += detail::total_length(plan.pieces(plan.at(g, k), c)) * per_key;
+    t.received += detail::total_length(plan.pieces(other, c)) * per_key;
+    if (backward) t.sent += grads(rank, other), t.received += grads(other, rank);
   }
   return t;
 }
@@ -156,7 +177,7 @@ Traffic traffic(const TrafficProblem& pr, const Options& opt, const DistOptions&
     case Scheme::sharded_kv:
       return sharded_kv_traffic(pr, d, ranks, rank);
     case Scheme::grid:
-      return grid_traffic(pr, opt, d, ranks, rank);
+      return grid_traffic(pr, opt, d, ranks, rank, pass);
     default:
       return head_sharded_traffic(pr, opt, d, ranks, rank, pass);
   }

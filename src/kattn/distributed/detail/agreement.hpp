@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "kattn/backward_options.hpp"
+#include "kattn/backward_params.hpp"
 #include "kattn/core/attention_params.hpp"
 #include "kattn/distributed/collective.hpp"
 #include "kattn/distributed/options.hpp"
@@ -33,7 +35,9 @@ enum class DistCall : int {
   ring_ragged_forward = 7,
   ring_ragged_backward = 8,
   grid_forward = 9,
-  grid_ragged_forward = 10
+  grid_ragged_forward = 10,
+  grid_backward = 11,
+  grid_ragged_backward = 12
 };
 
 // Which call this rank is in, as the first field every call agrees on.
@@ -41,7 +45,8 @@ inline Agreed call_field(DistCall call) {
   return Agreed::integer("call",
                          "distributed call (0 ring forward, 1 ring backward, 2 sharded-kv forward, 3 ulysses forward, "
                          "4 ulysses backward, 5 hybrid forward, 6 hybrid backward, 7 ring forward over a ragged "
-                         "batch, 8 ring backward over a ragged batch, 9 grid forward, 10 grid forward over a ragged batch)",
+                         "batch, 8 ring backward over a ragged batch, 9 grid forward, 10 grid forward over a ragged batch, "
+                         "11 grid backward, 12 grid backward over a ragged batch)",
                          static_cast<int>(call));
 }
 
@@ -60,6 +65,18 @@ std::vector<Agreed> problem_fields(DistCall call, const AttentionParams<Q, T, KV
                            Agreed::integer("q", "head dim", p.head_dim)};
   for (const Agreed& a : option_fields(opt, d)) f.push_back(a);
   return f;
+}
+
+// The fields a backward agrees on: the problem's and the backward options.
+template <class T>
+std::vector<Agreed> backward_fields(DistCall call, const BackwardParams<T>& p, const Options& opt, const DistOptions& d,
+                                    const BackwardOptions& bopt) {
+  std::vector<Agreed> fields = problem_fields(call, p.fwd, opt, d);
+  fields.push_back(Agreed::boolean("backward options", "deterministic", bopt.deterministic));
+  fields.push_back(Agreed::integer("backward options", "dq strategy", static_cast<int>(bopt.dq)));
+  fields.push_back(Agreed::integer("backward options", "dq_chunks", bopt.dq_chunks));
+  fields.push_back(Agreed::integer("options", "block_q", opt.block_q));
+  return fields;
 }
 
 // After collective_agree, so that every rank throws alike: a block mask is not sharded.

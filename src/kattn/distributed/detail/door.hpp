@@ -57,6 +57,7 @@ inline DistCall forward_call(Scheme s) {
 inline DistCall backward_call(Scheme s) {
   return s == Scheme::ulysses ? DistCall::ulysses_backward
          : s == Scheme::hybrid ? DistCall::hybrid_backward
+         : s == Scheme::grid   ? DistCall::grid_backward
                                : DistCall::ring_backward;
 }
 
@@ -85,10 +86,10 @@ inline void refuse_atomic_if_deterministic(const DistOptions& d, const BackwardO
                 "deterministic");
 }
 
-// Only the ring takes a ragged batch (and the grid's forward).
+// Only the ring and the grid take a ragged batch.
 inline void require_ring_for_ragged(const DistOptions& d) {
   KATTN_REQUIRE(d.scheme == Scheme::ring || d.scheme == Scheme::grid,
-                "scheme: a ragged batch takes scheme ring (or grid, forward only), got ", name(d.scheme));
+                "scheme: a ragged batch takes scheme ring or grid, got ", name(d.scheme));
 }
 
 // The float copies a 16-bit call makes (`values` of them): refused, naming them, when they do not fit.
@@ -196,7 +197,7 @@ DistStats forward(MPI_Comm comm, const ExecSpace& space, const QView& q, const k
   }
 }
 
-// The forward over a ragged batch: the ring.
+// The forward over a ragged batch: the ring or the grid.
 template <class ExecSpace, class QView, class KView, class VView, class MemorySpace, class OView, class LseView>
 DistStats forward(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Ragged<KView, VView, MemorySpace>& kv,
                   const OView& o, const LseView& lse, const Options& opt, const DistOptions& d) {
@@ -223,11 +224,17 @@ DistStats forward(MPI_Comm comm, const ExecSpace& space, const QView& q, const k
 inline void validate_backward_call(const Options& opt, const BackwardOptions& bopt, const DistOptions& d) {
   validate_call(opt, d);
   KATTN_REQUIRE(d.scheme != Scheme::sharded_kv,
-                "scheme: sharded-kv has no backward (it serves inference); use ring, ulysses or hybrid");
-  KATTN_REQUIRE(d.scheme != Scheme::grid,
-                "scheme: grid has no backward yet (forward only); use ring, ulysses or hybrid for the backward");
+                "scheme: sharded-kv has no backward (it serves inference); use ring, grid, ulysses or hybrid");
   KATTN_REQUIRE(d.communicate, "communicate: false is for the ring's forward alone; the backward always transfers");
   refuse_atomic_if_deterministic(d, bopt);
+}
+
+// The ring's or the grid's dense backward on params in float or double, K/V as stored at k, v.
+template <class ExecSpace, class T, class KV>
+DistStats ring_or_grid_backward(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const KV* k,
+                                const KV* v, const Options& opt, const DistOptions& d, const BackwardOptions& bopt) {
+  return d.scheme == Scheme::grid ? grid_backward_impl(comm, space, p, k, v, opt, d, bopt)
+                                  : ring_backward_impl(comm, space, p, k, v, opt, d, bopt);
 }
 
 // The dense backward on the arrays as stored: the ring over float or double, ulysses and hybrid
@@ -248,8 +255,8 @@ DistStats backward_as_stored(MPI_Comm comm, const ExecSpace& space, const QView&
   });
   agree_call<S>(comm, backward_call(d.scheme));
   if (head_sharded(d)) return head_sharded_backward_impl(comm, space, p, opt, d, bopt);
-  if constexpr (!is_16bit_v<S>) return ring_backward_impl(comm, space, p, opt, d, bopt);
-  return {};  // the 16-bit ring runs on float copies (backward)
+  if constexpr (!is_16bit_v<S>) return ring_or_grid_backward(comm, space, p, p.fwd.k, p.fwd.v, opt, d, bopt);
+  return {};  // the 16-bit ring and grid run on float copies (backward)
 }
 
 // The sinks' gradient over every rank's rows of the backward p (this rank's): each head's exact sum
@@ -282,7 +289,7 @@ DistStats backward(MPI_Comm comm, const ExecSpace& space, const QView& q, const 
   return stats;
 }
 
-// The backward over dense shards: ring, ulysses or hybrid.
+// The backward over dense shards: ring, grid, ulysses or hybrid.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
           class DqView, class DkView, class DvView>
 DistStats backward_of_rows(MPI_Comm comm, const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
@@ -311,7 +318,7 @@ DistStats backward_of_rows(MPI_Comm comm, const ExecSpace& space, const QView& q
     kattn::detail::require_alibi(opt, p.fwd.heads_q);
     });
     agree_call<S>(comm, backward_call(d.scheme));
-    const DistStats stats = ring_backward_impl(comm, space, p, kv.k.data(), kv.v.data(), opt, d, bopt);
+    const DistStats stats = ring_or_grid_backward(comm, space, p, kv.k.data(), kv.v.data(), opt, d, bopt);
     w.copy(dqf, dq), w.copy(dkf, dk), w.copy(dvf, dv);
     space.fence();
     return stats;
@@ -320,7 +327,7 @@ DistStats backward_of_rows(MPI_Comm comm, const ExecSpace& space, const QView& q
   }
 }
 
-// The backward over a ragged batch: the ring.
+// The backward over a ragged batch: the ring or the grid.
 template <class ExecSpace, class QView, class KView, class VView, class MemorySpace, class OView, class LseView,
           class DoView, class DqView, class DkView, class DvView>
 DistStats backward(MPI_Comm comm, const ExecSpace& space, const QView& q,
@@ -340,8 +347,10 @@ DistStats backward(MPI_Comm comm, const ExecSpace& space, const QView& q,
     kattn::detail::require_sinks(opt, p.fwd.heads_q);
     kattn::detail::require_alibi(opt, p.fwd.heads_q);
   });
-  agree_call<S>(comm, DistCall::ring_ragged_backward);
-  DistStats stats = ring_ragged_backward_impl(comm, space, p, kv.layout.lengths, opt, d, bopt);
+  const bool grid = d.scheme == Scheme::grid;
+  agree_call<S>(comm, grid ? DistCall::grid_ragged_backward : DistCall::ring_ragged_backward);
+  DistStats stats = grid ? grid_ragged_backward_impl(comm, space, p, kv.layout.lengths, opt, d, bopt)
+                         : ring_ragged_backward_impl(comm, space, p, kv.layout.lengths, opt, d, bopt);
   if (!opt.sinks.empty()) stats.dsinks = dist_sink_gradients(comm, space, p, opt);
   return stats;
 }

@@ -26,6 +26,7 @@
 #include "kattn/distributed/detail/clock.hpp"
 #include "kattn/distributed/detail/failure_latch.hpp"
 #include "kattn/distributed/detail/fold_kernels.hpp"
+#include "kattn/distributed/detail/grid_keys.hpp"
 #include "kattn/distributed/detail/grid_plan.hpp"
 #include "kattn/distributed/detail/pack.hpp"
 #include "kattn/distributed/detail/ragged_sequences.hpp"
@@ -46,19 +47,18 @@ class GridRunner {
  public:
   using Mem = typename ExecSpace::memory_space;
   using TBuf = MessageBuffer<T, Mem>;
-  using KVBuf = MessageBuffer<KV, Mem>;
 
   GridRunner(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T, T, KV>& p, const Options& opt,
              const DistOptions& d, const GridPlan& plan, FailureLatch& latch)
-      : comm_(comm), space_(space), p_(p), opt_(opt), d_(d), plan_(plan), latch_(latch) {
-    MPI_Comm_rank(comm, &rank_);
+      : comm_(comm), space_(space), p_(p), opt_(opt), d_(d), plan_(plan), latch_(latch),
+        rank_(rank_in(comm)), keys_(plan, rank_, p.batch, p.heads_kv, p.head_dim, p.kv_len) {
     g_ = plan.row_of(rank_), c_ = plan.col_of(rank_);
     stats_.staged = needs_staging<Mem>(d.staging);
   }
 
   DistStats run() {
     const double t0 = now();
-    const int R = plan_.rows(), C = plan_.cols(), H = p_.heads_q, D = p_.head_dim;
+    const int R = plan_.rows(), H = p_.heads_q, D = p_.head_dim;
     const std::int64_t B = p_.batch, qrow = std::int64_t(H) * D;
     const bool det = d_.deterministic;
     const bool staged = stats_.staged;
@@ -68,38 +68,31 @@ class GridRunner {
       if (plan_.sees(plan_.at(r, c_), g_)) computes_.push_back(r);
       if (plan_.sees(rank_, r)) merges_.push_back(r);
     }
-    std::vector<std::vector<Segment>> kv_in(C);
-    for (int c = 0; c < C; ++c)
-      if (c != c_) kv_in[c] = plan_.pieces(plan_.at(g_, c), c_);
     const auto q_len_of = [&](int r) { return plan_.q_layout().local_length(plan_.at(r, c_)); };
     const auto stream_values = [&](int row, int qrank) { return plan_.stream_rows(row, qrank) * B * H * (D + 1); };
     std::int64_t max_rows = 0;
     for (int r : computes_)
       for (const Segment& qs : plan_.q_layout().segments_of(plan_.at(r, c_)))
         max_rows = std::max(max_rows, std::min(qs.length, grid_piece_rows(qs.length)));
-    const std::int64_t n_own = p_.q_len, nk_own = p_.kv_len;
+    const std::int64_t n_own = p_.q_len;
 
     // Every buffer in one collective step: what does not fit fails on every rank before the first transfer.
-    arrived_.assign(C, false);
     q_in_.resize(R);
-    k_in_.resize(C), v_in_.resize(C);
     blk_o_.resize(R), blk_lse_.resize(R), blk_ml_.resize(R);
     st_o_.resize(R), st_lse_.resize(R);
     streams_out_.resize(R), streams_in_.resize(R);
     collective_check(comm_, [&] {
-      std::uint64_t t_values = B * n_own * qrow + B * max_rows * H * (D + 1) + 2 * B * n_own * H, kv_values = 0;
+      std::uint64_t t_values = B * n_own * qrow + B * max_rows * H * (D + 1) + 2 * B * n_own * H;
       for (int r : computes_) {
         if (r != g_) t_values += B * q_len_of(r) * qrow;
         t_values += det ? stream_values(g_, plan_.at(r, c_)) : B * q_len_of(r) * H * (D + 3);
       }
       for (int r : merges_)
         if (r != g_) t_values += det ? stream_values(r, rank_) : B * n_own * H * (D + 1);
-      kv_values = 2 * B * nk_own * p_.heads_kv * D;
-      for (int c = 0; c < C; ++c) kv_values += 2 * B * total_length(kv_in[c]) * p_.heads_kv * D;
-      require_buffers<Mem>(opt_.workspace, "kattn::dist::attention (grid)", t_values, sizeof(T), kv_values, sizeof(KV));
+      require_buffers<Mem>(opt_.workspace, "kattn::dist::attention (grid)", t_values, sizeof(T), keys_.values(),
+                           sizeof(KV));
       own_q_ = TBuf(opt_.workspace, "kattn::dist::grid::own_q", B * n_own * qrow, staged);
-      own_k_ = KVBuf(opt_.workspace, "kattn::dist::grid::own_k", B * nk_own * row(), staged);
-      own_v_ = KVBuf(opt_.workspace, "kattn::dist::grid::own_v", B * nk_own * row(), staged);
+      keys_.allocate(opt_.workspace, staged);
       for (int r : computes_) {
         if (r != g_) q_in_[r] = TBuf(opt_.workspace, "kattn::dist::grid::q", B * q_len_of(r) * qrow, staged);
         if (det) {
@@ -112,12 +105,6 @@ class GridRunner {
                                                           2 * std::size_t(B * q_len_of(r) * H));
         }
       }
-      for (int c = 0; c < C; ++c)
-        if (c != c_) {
-          const std::int64_t n = B * total_length(kv_in[c]) * row();
-          k_in_[c] = KVBuf(opt_.workspace, "kattn::dist::grid::k", n, staged);
-          v_in_[c] = KVBuf(opt_.workspace, "kattn::dist::grid::v", n, staged);
-        }
       for (int r : merges_)
         if (r != g_) {
           if (det) {
@@ -138,26 +125,17 @@ class GridRunner {
     // This rank's shards, packed dense: what it sends and what its own blocks read.
     copy_rows(space_, Strided<const T>{p_.q, p_.q_stride_batch, p_.q_stride_seq, p_.q_stride_head}, 0,
               dense(own_q_.device(), n_own, H, D), p_.batch, n_own, H, D);
-    copy_rows(space_, Strided<const KV>{p_.k, p_.k_stride_batch, p_.k_stride_seq, p_.k_stride_head}, 0,
-              dense(own_k_.device(), nk_own, p_.heads_kv, D), p_.batch, nk_own, p_.heads_kv, D);
-    copy_rows(space_, Strided<const KV>{p_.v, p_.v_stride_batch, p_.v_stride_seq, p_.v_stride_head}, 0,
-              dense(own_v_.device(), nk_own, p_.heads_kv, D), p_.batch, nk_own, p_.heads_kv, D);
-    space_.fence();
+    keys_.pack(space_, Strided<const KV>{p_.k, p_.k_stride_batch, p_.k_stride_seq, p_.k_stride_head},
+               Strided<const KV>{p_.v, p_.v_stride_batch, p_.v_stride_seq, p_.v_stride_head}, p_.heads_kv, D);
     own_q_.stage_out(space_, B * n_own * qrow);
-    own_k_.stage_out(space_, B * nk_own * row());
-    own_v_.stage_out(space_, B * nk_own * row());
 
     // Every receive and every send of the inputs, before the first kernel: the query shard to
     // the ranks of this column that compute it, the keys to the ranks of this row whose queries see them.
-    std::vector<std::vector<MPI_Request>> q_reqs(R), kv_reqs(C), st_reqs(R);
+    std::vector<std::vector<MPI_Request>> q_reqs(R), st_reqs(R);
     std::vector<MPI_Request> sends;
     const double tp0 = now();
     for (int r : computes_)
       if (r != g_) irecv(q_in_[r].mpi(), B * q_len_of(r) * qrow, plan_.at(r, c_), kGridQ, comm_, q_reqs[r]);
-    for (int c = 0; c < C; ++c)
-      if (c != c_ && !kv_in[c].empty())
-        recv_pieces(k_in_[c].mpi(), v_in_[c].mpi(), row(), p_.batch, kv_in[c], plan_.at(g_, c), kGridK, kGridV, comm_,
-                    kv_reqs[c]);
     for (int r : merges_)
       if (r != g_) {
         if (det)
@@ -169,13 +147,7 @@ class GridRunner {
       }
     for (int r : merges_)
       if (r != g_) isend(own_q_.mpi(), B * n_own * qrow, plan_.at(r, c_), kGridQ, comm_, sends, stats_);
-    for (int c = 0; c < C; ++c)
-      if (c != c_) {
-        const std::vector<Segment> out = plan_.pieces(rank_, c);
-        if (!out.empty())
-          send_pieces(own_k_.mpi(), own_v_.mpi(), nk_own, row(), p_.batch, out, plan_.at(g_, c), kGridK, kGridV, comm_,
-                      sends, stats_);
-      }
+    keys_.post(comm_, kGridK, kGridV, sends, stats_);
     stats_.comm_seconds += now() - tp0;
 
     Options opt = opt_;
@@ -202,9 +174,9 @@ class GridRunner {
       const double tw1 = now(), cpu1 = cpu_now();
       stats_.comm_seconds += tw1 - tw0;
       if (det)
-        compute_stream(r, qrank, qb, opt, kv_reqs, kv_in);
+        compute_stream(r, qrank, qb, opt);
       else
-        compute_block(r, qrank, qb, opt, kv_reqs, kv_in);
+        compute_block(r, qrank, qb, opt);
       stats_.compute_seconds += now() - tw1;
       stats_.compute_cpu_seconds += cpu_now() - cpu1;
       ++stats_.steps;
@@ -223,7 +195,7 @@ class GridRunner {
         if (d_.progress) d_.progress(s + 1, steps);
       });
     }
-    for (int c = 0; c < C; ++c) wait_all(kv_reqs[c]);  // keys no block read (a window)
+    keys_.wait();  // keys no block read (a window)
 
     // The merge of this rank's rows: in the order of grid rows, or of global key chunks.
     const double tm0 = now();
@@ -249,35 +221,7 @@ class GridRunner {
   }
 
  private:
-  std::int64_t row() const { return std::int64_t(p_.heads_kv) * p_.head_dim; }  // values per K/V position
-
-  // Where a piece of keys of key shard `owner` lies here: a dense buffer of `held` positions per
-  // sequence, at position `at`. Waits for it first.
-  struct Held {
-    const KV* k;
-    const KV* v;
-    std::int64_t held, at;
-  };
-  Held held_of(const Segment& piece, std::vector<std::vector<MPI_Request>>& kv_reqs,
-               const std::vector<std::vector<Segment>>& kv_in) {
-    if (piece.owner == rank_) return Held{own_k_.device(), own_v_.device(), p_.kv_len, piece.local};
-    const int c = plan_.col_of(piece.owner);
-    if (!arrived_[c]) {
-      const double t = now();
-      wait_all(kv_reqs[c]);
-      const std::int64_t n = p_.batch * total_length(kv_in[c]) * row();
-      k_in_[c].stage_in(space_, n);
-      v_in_[c].stage_in(space_, n);
-      arrived_[c] = true;
-      stats_.comm_seconds += now() - t;
-    }
-    std::int64_t at = 0;
-    for (const Segment& s : kv_in[c]) {
-      if (s.global == piece.global) break;
-      at += s.length;
-    }
-    return Held{k_in_[c].device(), v_in_[c].device(), total_length(kv_in[c]), at};
-  }
+  using Held = typename GridKeys<ExecSpace, KV>::Held;
 
   // Params of query rows [qi, qi + nq) of the dense query shard qb (n positions) against keys
   // [j0, j0 + nk) of the piece held as h.
@@ -313,8 +257,7 @@ class GridRunner {
 
   // Default mode: query shard qrank (dense at qb) against every piece of this row's keys its
   // queries see, this rank's own keys first, folded into finished rows (blk_o_, blk_lse_).
-  void compute_block(int r, int qrank, const T* qb, const Options& opt, std::vector<std::vector<MPI_Request>>& kv_reqs,
-                     const std::vector<std::vector<Segment>>& kv_in) {
+  void compute_block(int r, int qrank, const T* qb, const Options& opt) {
     const int H = p_.heads_q, D = p_.head_dim, C = plan_.cols();
     const std::int64_t n = plan_.q_layout().local_length(qrank);
     const RowAccumulator<T> acc = dense_acc(blk_o_[r].device(), blk_ml_[r].data(), n);
@@ -323,7 +266,7 @@ class GridRunner {
     for (int i = 0; i < C; ++i) {
       const int owner = plan_.at(g_, (c_ + i) % C);
       for (const Segment& piece : plan_.pieces(owner, c_)) {
-        const Held h = held_of(piece, kv_reqs, kv_in);
+        const Held h = keys_.held_of(space_, piece, stats_);
         latch_.guard([&] {
           for (const Segment& qs : qsegs) {
             const std::int64_t step = grid_piece_rows(qs.length);
@@ -345,7 +288,7 @@ class GridRunner {
             }
           }
         });
-        for (auto& reqs : kv_reqs) poke(reqs);
+        keys_.poke_all();
       }
     }
     latch_.guard([&] {
@@ -359,8 +302,7 @@ class GridRunner {
 
   // Deterministic mode: the chunk partials of query shard qrank against this row's keys, written
   // one after the other into its stream in the order its owner folds them (GridPlan::items).
-  void compute_stream(int r, int qrank, const T* qb, const Options& opt, std::vector<std::vector<MPI_Request>>& kv_reqs,
-                      const std::vector<std::vector<Segment>>& kv_in) {
+  void compute_stream(int r, int qrank, const T* qb, const Options& opt) {
     const int H = p_.heads_q, D = p_.head_dim;
     const std::int64_t n = plan_.q_layout().local_length(qrank);
     T* out = streams_out_[r].device();
@@ -368,7 +310,7 @@ class GridRunner {
     for (const Segment& ks : plan_.kv_layout().segments()) {
       if (plan_.row_of(ks.owner) != g_) continue;
       for (const GridItem& it : plan_.items(ks, qrank)) {
-        const Held h = held_of(it.piece, kv_reqs, kv_in);
+        const Held h = keys_.held_of(space_, it.piece, stats_);
         const std::int64_t vals = std::int64_t(p_.batch) * it.rows * H;
         latch_.guard([&] {
           const Options o = shard_options(opt, it.qs.global + it.row, it.rows, plan_.Nq(), it.piece.global + it.at,
@@ -378,7 +320,7 @@ class GridRunner {
           chunk_partials(space_, q, o, 1, it.keys, out + pos, out + pos + vals * D);
         });
         pos += vals * (D + 1);
-        for (auto& reqs : kv_reqs) poke(reqs);
+        keys_.poke_all();
       }
     }
     latch_.guard([&] { space_.fence(); });
@@ -432,13 +374,11 @@ class GridRunner {
   const GridPlan& plan_;
   FailureLatch& latch_;
   int rank_ = 0, g_ = 0, c_ = 0;
+  GridKeys<ExecSpace, KV> keys_;
   std::vector<int> computes_, merges_;
   TBuf own_q_;
   std::vector<TBuf> q_in_, blk_o_, blk_lse_, st_o_, st_lse_, streams_out_, streams_in_;
   std::vector<Kokkos::View<T*, Mem>> blk_ml_;
-  std::vector<KVBuf> k_in_, v_in_;
-  KVBuf own_k_, own_v_;
-  std::vector<bool> arrived_;  // a row rank's keys are here
   Kokkos::View<T*, Mem> ws_o_, ws_lse_, ml_;
   DistStats stats_;
 };

@@ -35,6 +35,26 @@ struct GridItem {
   std::int64_t at = 0, keys = 0;
 };
 
+// One block of the deterministic backward: query rows [cq, cq + nq) of segment qs against keys
+// [ck, ck + nk) of `piece`, each a global chunk (or its end): the blocks of the ring's tour.
+struct GridBlock {
+  Segment qs;
+  std::int64_t cq = 0, nq = 0;
+  Segment piece;
+  std::int64_t ck = 0, nk = 0;
+  std::int64_t q_global() const { return qs.global + cq; }
+  std::int64_t k_global() const { return piece.global + ck; }
+};
+
+// The orders in which the deterministic backward adds the blocks: every dQ row its key chunks in
+// ascending order, every dK/dV row its query chunks in descending order, as the ring's tour does.
+inline bool dq_order(const GridBlock& a, const GridBlock& b) {
+  return a.k_global() != b.k_global() ? a.k_global() < b.k_global() : a.q_global() < b.q_global();
+}
+inline bool dkv_order(const GridBlock& a, const GridBlock& b) {
+  return a.q_global() != b.q_global() ? a.q_global() > b.q_global() : a.k_global() < b.k_global();
+}
+
 // Query rows per launch: as the ring cuts them (its piece_rows), so that the launches stay small.
 inline std::int64_t grid_piece_rows(std::int64_t seg_len) {
   constexpr std::int64_t kMinPieceRows = 2048, kPiecesPerSegment = 8;
@@ -109,6 +129,25 @@ class GridPlan {
             [] {});
     return out;
   }
+  // Deterministic backward: the blocks of query shard qrank against key shard kown that some
+  // query sees (the keys those the column of qrank receives), in no particular order.
+  std::vector<GridBlock> blocks(int qrank, int kown) const {
+    std::vector<GridBlock> out;
+    for (const Segment& ks : kl_.segments_of(kown))
+      for (const Segment& piece : pieces_of(ks, col_of(qrank)))
+        for (const Segment& qs : ql_.segments_of(qrank))
+          for (std::int64_t cq = 0; cq < qs.length; cq += chunk_) {
+            const std::int64_t nq = std::min(chunk_, qs.length - cq);
+            // The keys the chunk's rows see form one interval: every chunk it touches has a visible pair.
+            const KeyRange seen = visible_keys(
+                shard_options(opt_, qs.global + cq, nq, Nq_, piece.global, piece.length, Nk_), nq, piece.length);
+            if (seen.empty()) continue;
+            for (std::int64_t ck = seen.lo / chunk_ * chunk_; ck <= seen.hi; ck += chunk_)
+              out.push_back(GridBlock{qs, cq, nq, piece, ck, std::min(chunk_, piece.length - ck)});
+          }
+    return out;
+  }
+
   // Query rows over every item of key row `row` for shard qrank: its stream's length in rows.
   std::int64_t stream_rows(int row, int qrank) const {
     std::int64_t n = 0;

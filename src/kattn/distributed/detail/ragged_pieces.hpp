@@ -322,6 +322,17 @@ RaggedPieces<MemorySpace> ragged_pieces(MPI_Comm comm, const BatchLengths& local
   return rp;
 }
 
+// The launch of query rows [qg, qg + nq) of a dense sequence of Nq queries against its keys
+// [kg, kg + nk) of Nk: one, or none when no pair is visible.
+inline PiecePair dense_pair(const Options& opt, std::int64_t qg, std::int64_t nq, std::int64_t Nq, std::int64_t kg,
+                            std::int64_t nk, std::int64_t Nk) {
+  PiecePair pp;
+  const Options o = shard_options(opt, qg, nq, Nq, kg, nk, Nk);
+  pp.pairs = double(KeyWindow::from(o).visible_pairs(nq, nk));
+  if (pp.pairs > 0) pp.runs.push_back(PieceRun{0, 0, o});
+  return pp;
+}
+
 // The launches of the dense ring's shard pair, query rows [qg, qg + nq) against keys [kg, kg + nk)
 // of the split's sequences: one under the shard's options (shard_math.hpp), or a ragged pair's.
 // No run: nothing visible.
@@ -329,11 +340,7 @@ template <class MemorySpace>
 PiecePair shard_pair(const Options& opt, const GlobalSplit& s, std::int64_t qg, std::int64_t nq, std::int64_t kg,
                      std::int64_t nk, const RaggedPieces<MemorySpace>* ragged) {
   if (ragged) return nq == 0 || nk == 0 ? PiecePair{} : ragged->pair_of(opt, qg / ragged->Uq, kg / ragged->Uk);
-  PiecePair pp;
-  const Options o = shard_options(opt, qg, nq, s.Nq, kg, nk, s.Nk);
-  pp.pairs = double(KeyWindow::from(o).visible_pairs(nq, nk));
-  if (pp.pairs > 0) pp.runs.push_back(PieceRun{0, 0, o});
-  return pp;
+  return dense_pair(opt, qg, nq, s.Nq, kg, nk, s.Nk);
 }
 
 // The ring's steps for `rank` (ring_steps). A ragged batch's: the shifts at which some sequence's

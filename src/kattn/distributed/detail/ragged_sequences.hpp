@@ -1,4 +1,4 @@
-// Ragged batches in deterministic mode: the ring one sequence at a time. Internal.
+// Ragged batches one sequence at a time: the ring's deterministic mode and the grid. Internal.
 //
 // The deterministic mode's key chunks are positions of one sequence (ring.hpp). A ragged batch
 // keeps them per sequence: every sequence b is sharded as the deterministic dense ring shards one,
@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kattn/backward_params.hpp"
 #include "kattn/core/storage.hpp"
 #include "kattn/distributed/detail/agreement.hpp"
 #include "kattn/distributed/detail/buffer_memory.hpp"
@@ -191,6 +192,60 @@ DistStats forward_each_sequence(MPI_Comm comm, const ExecSpace& space, const Att
         return forward(sequence_params<T>(p, seqs, b, q, o, p.k, p.v), each, &latch);
       });
   o.store(space);
+  space.fence();
+  stats.seconds = now() - t0;
+  return stats;
+}
+
+// A ragged batch's backward as one dense distributed call per sequence in turn, as
+// forward_each_sequence: backward(params, k, v, each, latch) is the scheme's dense backward of one
+// sequence's rows (q, o, dout and the gradients in T, K/V as stored at k, v), every rank entering
+// every sequence's call. A sequence no query of which is anywhere gets zero dK/dV.
+template <class ExecSpace, class S, class Backward>
+DistStats backward_each_sequence(MPI_Comm comm, const ExecSpace& space, const BackwardParams<S>& p,
+                                 const BatchLengths& lengths, const Options& opt, const DistOptions& d,
+                                 const char* call, const Backward& backward) {
+  using T = accumulate_t<S>;  // everything but K/V in the inner calls; K/V travel in S
+  using In = RowsAs<T, const S, ExecSpace>;
+  using Out = RowsAs<T, S, ExecSpace>;
+  const double t0 = now();
+  const RaggedSequences seqs = ragged_sequences(comm, lengths, d);
+  const AttentionParams<S>& f = p.fwd;
+  const int H = f.heads_q, Hkv = f.heads_kv, D = f.head_dim;
+  const std::int64_t nq = seqs.q_local.back(), nk = seqs.kv_local.back();
+  In q, dout;
+  Out o, dq, dk, dv;
+  collective_check(comm, [&] {
+    if (Out::copies)
+      require_buffers<typename ExecSpace::memory_space>(
+          opt.workspace, call, 4 * std::uint64_t(nq) * H * D + 2 * std::uint64_t(nk) * Hkv * D, sizeof(T));
+    q = In(opt.workspace, space, "kattn::dist::ragged::q", f.q, f.q_stride_seq, f.q_stride_head, nq, H, D);
+    o = Out(opt.workspace, space, "kattn::dist::ragged::o", f.o, f.o_stride_seq, f.o_stride_head, nq, H, D);
+    dout = In(opt.workspace, space, "kattn::dist::ragged::dout", p.dout, p.do_stride_seq, p.do_stride_head, nq, H, D);
+    dq = Out(opt.workspace, space, "kattn::dist::ragged::dq", p.dq, p.dq_stride_seq, p.dq_stride_head, nq, H, D);
+    dk = Out(opt.workspace, space, "kattn::dist::ragged::dk", p.dk, p.dk_stride_seq, p.dk_stride_head, nk, Hkv, D);
+    dv = Out(opt.workspace, space, "kattn::dist::ragged::dv", p.dv, p.dv_stride_seq, p.dv_stride_head, nk, Hkv, D);
+  });
+  q.load(space), o.load(space), dout.load(space);
+  DistStats stats = for_each_sequence<typename ExecSpace::memory_space>(
+      comm, seqs, d, [&](int b, const DistOptions& each, FailureLatch& latch) {
+        const std::int64_t q0 = seqs.q_local[b], k0 = seqs.kv_local[b];
+        if (seqs.Nq[b] == 0) {  // keys no query sees: zero gradients
+          for (const Out* g : {&dk, &dv})
+            zero_rows(space, Strided<T>{g->row(k0), 0, g->row_stride(), g->head_stride()}, 1, seqs.kv_local[b + 1] - k0,
+                      Hkv, D);
+          return DistStats();
+        }
+        BackwardParams<T> a;
+        // K and V go to the scheme as stored (the float params' are strides only).
+        a.fwd = sequence_params<T>(f, seqs, b, q, o, static_cast<const T*>(nullptr), static_cast<const T*>(nullptr));
+        a.dout = dout.row(q0), a.do_stride_seq = dout.row_stride(), a.do_stride_head = dout.head_stride();
+        a.dq = dq.row(q0), a.dq_stride_seq = dq.row_stride(), a.dq_stride_head = dq.head_stride();
+        a.dk = dk.row(k0), a.dk_stride_seq = dk.row_stride(), a.dk_stride_head = dk.head_stride();
+        a.dv = dv.row(k0), a.dv_stride_seq = dv.row_stride(), a.dv_stride_head = dv.head_stride();
+        return backward(a, f.k + k0 * f.k_stride_seq, f.v + k0 * f.v_stride_seq, each, &latch);
+      });
+  dq.store(space), dk.store(space), dv.store(space);
   space.fence();
   stats.seconds = now() - t0;
   return stats;

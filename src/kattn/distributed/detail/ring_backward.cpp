@@ -14,6 +14,7 @@
 #include "kattn/compat.hpp"
 #include "kattn/detail/backends.hpp"
 #include "kattn/distributed/detail/agreement.hpp"
+#include "kattn/distributed/detail/block_gradients.hpp"
 #include "kattn/distributed/detail/buffer_memory.hpp"
 #include "kattn/distributed/detail/clock.hpp"
 #include "kattn/distributed/detail/failure_latch.hpp"
@@ -50,12 +51,11 @@ class BackwardRunner {
   BackwardRunner(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const KV* k, const KV* v,
                  const Options& opt, const DistOptions& d, const BackwardOptions& bopt, const GlobalSplit& split,
                  FailureLatch& latch, const RaggedPieces<Mem>* ragged = nullptr)
-      : comm_(comm), space_(space), p_(p), k_(k), v_(v), opt_(opt), d_(d), bopt_(bopt), s_(split), latch_(latch),
-        ragged_(ragged) {
+      : comm_(comm), space_(space), p_(p), k_(k), v_(v), opt_(opt), d_(d), bopt_(deterministic_if(bopt, d)), s_(split), latch_(latch),
+        ragged_(ragged), blocks_(space, p, opt.workspace, bopt_) {
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &P_);
     stats_.staged = needs_staging<Mem>(d.staging);
-    if (d.deterministic) bopt_.deterministic = true;
   }
 
   DistStats run() {
@@ -97,89 +97,27 @@ class BackwardRunner {
               dense(v.device(), n, Hkv, D), f().batch, n, Hkv, D);
   }
 
-  // The `n` dense K (or V) rows at src as the backward kernels read them: src itself, or their
-  // float copy in ws when they travel in 16 bits. Widening is exact, so the kernels' arithmetic
-  // (products of the stored values, accumulated in float) is that of one process.
-  const T* widened(const KV* src, std::int64_t n, Kokkos::View<T*, Mem>& ws) {
-    if constexpr (std::is_same_v<KV, T>) {
-      return src;
-    } else {
-      const int Hkv = f().heads_kv, D = f().head_dim;
-      if (ws.extent(0) < std::size_t(kv_elems(n)))
-        ws = take_buffer<T, Mem>(opt_.workspace, space_, "kattn::dist::wide_kv", kv_elems(n));
-      copy_rows(space_, dense(src, n, Hkv, D), 0, dense_kv(ws.data(), n), f().batch, n, Hkv, D);
-      return ws.data();
-    }
+  // This rank's query rows from local row qi on, as a block reads them.
+  BackwardParams<T> rows_at(std::int64_t qi) const {
+    BackwardParams<T> b = p_;
+    b.fwd.q = f().q + qi * f().q_stride_seq;
+    b.fwd.o = f().o + qi * f().o_stride_seq;
+    b.fwd.lse = f().lse + qi * f().lse_stride_seq;
+    b.dout = p_.dout + qi * p_.do_stride_seq;
+    return b;
   }
 
-  void ensure_pair_workspace(std::int64_t nq, std::int64_t nk) {
-    const std::size_t q = std::size_t(f().batch) * nq * f().heads_q * f().head_dim, k = std::size_t(kv_elems(nk));
-    if (pair_dq_.extent(0) < q) pair_dq_ = take_buffer<T, Mem>(opt_.workspace, space_, "kattn::dist::pair_dq", q);
-    if (pair_dk_.extent(0) < k) {
-      pair_dk_ = take_buffer<T, Mem>(opt_.workspace, space_, "kattn::dist::pair_dk", k);
-      pair_dv_ = take_buffer<T, Mem>(opt_.workspace, space_, "kattn::dist::pair_dv", k);
-    }
-  }
-
-  // Gradients of local query rows [qi, qi + nq) (global qg) against keys [kj, kj + nk) (global kg)
-  // of dense K/V buffers holding `held` positions per sequence: dq into pair_dq_ ([B][nq][Hq][D]),
-  // dk, dv into pair_dk_, pair_dv_ ([B][nk][Hkv][D]). False (nothing written) when no pair is visible.
+  // The gradients of local query rows [qi, qi + nq) (global qg) against keys [kj, kj + nk) (global
+  // kg) of dense K/V buffers holding `held` positions per sequence (BlockGradients::compute).
   bool pair(std::int64_t qi, std::int64_t qg, std::int64_t nq, const T* k, const T* v, std::int64_t held,
             std::int64_t kj, std::int64_t kg, std::int64_t nk) {
-    const int H = f().heads_q, Hkv = f().heads_kv, D = f().head_dim;
-    const PiecePair pp = shard_pair(opt_, s_, qg, nq, kg, nk, ragged_);
-    if (pp.runs.empty()) return false;
-    ensure_pair_workspace(nq, nk);
-    BackwardParams<T> b = p_;
-    AttentionParams<T>& a = b.fwd;
-    a.q = f().q + qi * f().q_stride_seq;
-    a.o = f().o + qi * f().o_stride_seq;
-    a.lse = f().lse + qi * f().lse_stride_seq;
-    a.q_len = nq;
-    a.q_total = std::int64_t(f().batch) * nq;
-    a.k = k + kj * Hkv * D;
-    a.v = v + kj * Hkv * D;
-    a.k_stride_batch = a.v_stride_batch = held * Hkv * D;
-    a.k_stride_seq = a.v_stride_seq = std::int64_t(Hkv) * D;
-    a.k_stride_head = a.v_stride_head = D;
-    a.kv_len = nk;
-    b.dout = p_.dout + qi * p_.do_stride_seq;
-    b.dq = pair_dq_.data();
-    b.dq_stride_batch = nq * H * D, b.dq_stride_seq = std::int64_t(H) * D, b.dq_stride_head = D;
-    b.dk = pair_dk_.data();
-    b.dv = pair_dv_.data();
-    b.dk_stride_batch = b.dv_stride_batch = nk * Hkv * D;
-    b.dk_stride_seq = b.dv_stride_seq = std::int64_t(Hkv) * D;
-    b.dk_stride_head = b.dv_stride_head = D;
-    stats_.flops += 10.0 * D * pp.pairs * f().batch * H;  // 5 tile products of 2 D flops per pair
-    // The sequences of a ragged pair that see none of it get zero gradients from it.
-    if (!pp.covers_all) {
-      const int B = f().batch;
-      zero_rows(space_, Strided<T>{b.dq, b.dq_stride_batch, b.dq_stride_seq, b.dq_stride_head}, B, nq, H, D);
-      zero_rows(space_, dense_kv(b.dk, nk), B, nk, Hkv, D);
-      zero_rows(space_, dense_kv(b.dv, nk), B, nk, Hkv, D);
-    }
-    for (const PieceRun& r : pp.runs) {
-      BackwardParams<T> run = b;
-      if (ragged_) ragged_->use_run(run.fwd, r);
-      kattn::detail::backward_impl(space_, run, r.opt, bopt_);
-    }
-    return true;
+    return blocks_.compute(rows_at(qi), nq, k, v, held, kj, nk, shard_pair(opt_, s_, qg, nq, kg, nk, ragged_), ragged_,
+                           stats_.flops);
   }
 
   // dq rows [qi, qi + nq) += the pair's dq.
   void add_dq(std::int64_t qi, std::int64_t nq) {
-    const int H = f().heads_q, D = f().head_dim;
-    add_rows(space_, Strided<const T>{pair_dq_.data(), nq * H * D, std::int64_t(H) * D, D},
-             Strided<T>{p_.dq, p_.dq_stride_batch, p_.dq_stride_seq, p_.dq_stride_head}, qi, f().batch, nq, H, D);
-  }
-  // Rows [kj, kj + nk) of dk, dv += the pair's dk, dv.
-  void add_dkv(const Strided<T>& dk, const Strided<T>& dv, std::int64_t kj, std::int64_t nk) {
-    const int Hkv = f().heads_kv, D = f().head_dim;
-    add_rows(space_, Strided<const T>{pair_dk_.data(), nk * Hkv * D, std::int64_t(Hkv) * D, D}, dk, kj, f().batch, nk,
-             Hkv, D);
-    add_rows(space_, Strided<const T>{pair_dv_.data(), nk * Hkv * D, std::int64_t(Hkv) * D, D}, dv, kj, f().batch, nk,
-             Hkv, D);
+    blocks_.add_dq(Strided<T>{p_.dq, p_.dq_stride_batch, p_.dq_stride_seq, p_.dq_stride_head}, qi, nq);
   }
   // The caller's dk, dv rows [j0, j0 + n) += rows [from, from + n) of dk, dv.
   void add_to_outputs(const Strided<T>& dk, const Strided<T>& dv, std::int64_t from, std::int64_t j0, std::int64_t n) {
@@ -290,8 +228,8 @@ class BackwardRunner {
         zero_rows(space_, dense_kv(gv[slot].device(), held), f().batch, held, f().heads_kv, f().head_dim);
       }
       latch_.guard([&] {
-        const T* k = widened(i == 0 ? own_k.device() : kb[cur].device(), held, wide_k_);
-        const T* v = widened(i == 0 ? own_v.device() : vb[cur].device(), held, wide_v_);
+        const T* k = blocks_.widened(i == 0 ? own_k.device() : kb[cur].device(), held, 0);
+        const T* v = blocks_.widened(i == 0 ? own_v.device() : vb[cur].device(), held, 1);
         for (std::size_t j = 0; j < l.keys.size(); ++j) {
           const Segment& ks = l.keys[j];
           const std::int64_t kj = i == 0 ? ks.local : l.keys_at[j];
@@ -299,9 +237,9 @@ class BackwardRunner {
             if (!pair(qs.local, qs.global, qs.length, k, v, held, kj, ks.global, ks.length)) continue;
             add_dq(qs.local, qs.length);
             if (i == 0)
-              add_dkv(dk_out(), dv_out(), ks.local, ks.length);
+              blocks_.add_dkv(dk_out(), dv_out(), ks.local, ks.length);
             else
-              add_dkv(dense_kv(gk[slot].device(), held), dense_kv(gv[slot].device(), held), kj, ks.length);
+              blocks_.add_dkv(dense_kv(gk[slot].device(), held), dense_kv(gv[slot].device(), held), kj, ks.length);
             poke(kv_reqs);
             poke(grads[1 - slot]);
           }
@@ -594,8 +532,8 @@ class BackwardRunner {
       // query chunks in one fixed order, every dQ row the key chunks (g after g) in order.
       // After a failure the package still travels its tour (its gradients unfinished).
       latch_.guard([&] {
-        const T* k = widened(pk->k.device(), kp.length, wide_k_);
-        const T* v = widened(pk->v.device(), kp.length, wide_v_);
+        const T* k = blocks_.widened(pk->k.device(), kp.length, 0);
+        const T* v = blocks_.widened(pk->v.device(), kp.length, 1);
         for (std::int64_t cq = (qs.length - 1) / C * C; cq >= 0; cq -= C) {
           const std::int64_t nq = std::min(C, qs.length - cq);
           for (std::int64_t ck = 0; ck < kp.length; ck += C) {
@@ -603,7 +541,7 @@ class BackwardRunner {
             if (!pair(qs.local + cq, qs.global + cq, nq, k, v, kp.length, ck, kp.global + ck, nk))
               continue;
             add_dq(qs.local + cq, nq);
-            add_dkv(dense_kv(pk->dk.device(), kp.length), dense_kv(pk->dv.device(), kp.length), ck, nk);
+            blocks_.add_dkv(dense_kv(pk->dk.device(), kp.length), dense_kv(pk->dv.device(), kp.length), ck, nk);
           }
           for (auto& o : outgoing) poke(o.second->reqs);
         }
@@ -663,24 +601,11 @@ class BackwardRunner {
   FailureLatch& latch_;
   const RaggedPieces<Mem>* ragged_;
   int rank_ = 0, P_ = 1;
-  Kokkos::View<T*, Mem> pair_dq_, pair_dk_, pair_dv_;
-  Kokkos::View<T*, Mem> wide_k_, wide_v_;  // the float K/V the kernels read when they travel in 16 bits
+  BlockGradients<ExecSpace, T, KV> blocks_;
   std::uint64_t live_bytes_ = 0;           // of the tour's packages that exist (before sink_: it counts in it)
   std::unique_ptr<Package> sink_;          // where an empty package's messages land
   DistStats stats_;
 };
-
-// The fields the ring's backward agrees on: the problem's and the backward options.
-template <class T>
-std::vector<Agreed> ring_backward_fields(DistCall call, const BackwardParams<T>& p, const Options& opt,
-                                         const DistOptions& d, const BackwardOptions& bopt) {
-  std::vector<Agreed> fields = problem_fields(call, p.fwd, opt, d);
-  fields.push_back(Agreed::boolean("backward options", "deterministic", bopt.deterministic));
-  fields.push_back(Agreed::integer("backward options", "dq strategy", static_cast<int>(bopt.dq)));
-  fields.push_back(Agreed::integer("backward options", "dq_chunks", bopt.dq_chunks));
-  fields.push_back(Agreed::integer("options", "block_q", opt.block_q));
-  return fields;
-}
 
 }  // namespace
 
@@ -691,7 +616,7 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
   // Regions of the area ("kattn::dist", shared helpers) and of this entry point.
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::ring_backward");
-  collective_agree(comm, ring_backward_fields(DistCall::ring_backward, p, opt, d, bopt));
+  collective_agree(comm, backward_fields(DistCall::ring_backward, p, opt, d, bopt));
   require_no_block_mask(opt);
   const GlobalSplit split = sharded_split(comm, p.fwd.q_len, p.fwd.kv_len, d);
   std::optional<FailureLatch> own;
@@ -708,64 +633,6 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
   return ring_backward_impl(comm, space, p, p.fwd.k, p.fwd.v, opt, d, bopt, outer);
 }
 
-namespace {
-
-// Deterministic mode: the deterministic dense ring's backward on each sequence in turn
-// (ragged_sequences.hpp).
-template <class ExecSpace, class S>
-DistStats ring_ragged_deterministic_backward(MPI_Comm comm, const ExecSpace& space, const BackwardParams<S>& p,
-                                             const BatchLengths& lengths, const Options& opt, const DistOptions& d,
-                                             const BackwardOptions& bopt) {
-  using T = accumulate_t<S>;  // everything but K/V in the ring; K/V travel in S
-  using In = RowsAs<T, const S, ExecSpace>;
-  using Out = RowsAs<T, S, ExecSpace>;
-  const double t0 = now();
-  const RaggedSequences seqs = ragged_sequences(comm, lengths, d);
-  const AttentionParams<S>& f = p.fwd;
-  const int H = f.heads_q, Hkv = f.heads_kv, D = f.head_dim;
-  const std::int64_t nq = seqs.q_local.back(), nk = seqs.kv_local.back();
-  In q, dout;
-  Out o, dq, dk, dv;
-  collective_check(comm, [&] {
-    if (Out::copies)
-      require_buffers<typename ExecSpace::memory_space>(opt.workspace, "kattn::dist::attention_backward (ring)",
-                                                        4 * std::uint64_t(nq) * H * D + 2 * std::uint64_t(nk) * Hkv * D,
-                                                        sizeof(T));
-    q = In(opt.workspace, space, "kattn::dist::ragged::q", f.q, f.q_stride_seq, f.q_stride_head, nq, H, D);
-    o = Out(opt.workspace, space, "kattn::dist::ragged::o", f.o, f.o_stride_seq, f.o_stride_head, nq, H, D);
-    dout = In(opt.workspace, space, "kattn::dist::ragged::dout", p.dout, p.do_stride_seq, p.do_stride_head, nq, H, D);
-    dq = Out(opt.workspace, space, "kattn::dist::ragged::dq", p.dq, p.dq_stride_seq, p.dq_stride_head, nq, H, D);
-    dk = Out(opt.workspace, space, "kattn::dist::ragged::dk", p.dk, p.dk_stride_seq, p.dk_stride_head, nk, Hkv, D);
-    dv = Out(opt.workspace, space, "kattn::dist::ragged::dv", p.dv, p.dv_stride_seq, p.dv_stride_head, nk, Hkv, D);
-  });
-  q.load(space), o.load(space), dout.load(space);
-  DistStats stats = for_each_sequence<typename ExecSpace::memory_space>(
-      comm, seqs, d, [&](int b, const DistOptions& each, FailureLatch& latch) {
-        const std::int64_t q0 = seqs.q_local[b], k0 = seqs.kv_local[b];
-        if (seqs.Nq[b] == 0) {  // keys no query sees: zero gradients
-          for (const Out* g : {&dk, &dv})
-            zero_rows(space, Strided<T>{g->row(k0), 0, g->row_stride(), g->head_stride()}, 1, seqs.kv_local[b + 1] - k0,
-                      Hkv, D);
-          return DistStats();
-        }
-        BackwardParams<T> a;
-        // K and V go to the ring as stored (the float params' are strides only).
-        a.fwd = sequence_params<T>(f, seqs, b, q, o, static_cast<const T*>(nullptr), static_cast<const T*>(nullptr));
-        a.dout = dout.row(q0), a.do_stride_seq = dout.row_stride(), a.do_stride_head = dout.head_stride();
-        a.dq = dq.row(q0), a.dq_stride_seq = dq.row_stride(), a.dq_stride_head = dq.head_stride();
-        a.dk = dk.row(k0), a.dk_stride_seq = dk.row_stride(), a.dk_stride_head = dk.head_stride();
-        a.dv = dv.row(k0), a.dv_stride_seq = dv.row_stride(), a.dv_stride_head = dv.head_stride();
-        return ring_backward_impl(comm, space, a, f.k + k0 * f.k_stride_seq, f.v + k0 * f.v_stride_seq, opt, each, bopt,
-                                  &latch);
-      });
-  dq.store(space), dk.store(space), dv.store(space);
-  space.fence();
-  stats.seconds = now() - t0;
-  return stats;
-}
-
-}  // namespace
-
 template <class ExecSpace, class S>
 DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<S>& p,
                                     const BatchLengths& lengths, const Options& opt, const DistOptions& d,
@@ -774,9 +641,15 @@ DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const
   using T = accumulate_t<S>;  // everything but K/V in the ring; K/V travel in S
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::ring_backward");
-  collective_agree(comm, ring_backward_fields(DistCall::ring_ragged_backward, p, opt, d, bopt));
+  collective_agree(comm, backward_fields(DistCall::ring_ragged_backward, p, opt, d, bopt));
   require_no_block_mask(opt);
-  if (d.deterministic) return ring_ragged_deterministic_backward(comm, space, p, lengths, opt, d, bopt);
+  // Deterministic mode: the deterministic dense ring's backward on each sequence in turn.
+  if (d.deterministic)
+    return backward_each_sequence(comm, space, p, lengths, opt, d, "kattn::dist::attention_backward (ring)",
+                                  [&](const auto& seq, const auto* k, const auto* v, const DistOptions& each,
+                                      FailureLatch* latch) {
+                                    return ring_backward_impl(comm, space, seq, k, v, opt, each, bopt, latch);
+                                  });
   const RaggedPieces<Mem> rp = ragged_pieces<Mem>(comm, lengths, d);
   const AttentionParams<S>& f = p.fwd;
   const int H = f.heads_q, Hkv = f.heads_kv, D = f.head_dim;

@@ -92,7 +92,7 @@ DistStats sharded_kv_impl(MPI_Comm comm, const ExecSpace& space, const Attention
 // rows, every (query shard, key shard) block computed once with the local kernels, the blocks'
 // finished rows merged at the query shard's owner in grid-row order; in deterministic mode the
 // blocks' chunk partials travel instead and the owner folds them in global chunk order (the bits of
-// one rank). Forward only. Instantiated as ring_forward_impl. outer: as for the ring.
+// one rank). Instantiated as ring_forward_impl. outer: as for the ring.
 template <class ExecSpace, class T, class KV>
 DistStats grid_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<T, T, KV>& p,
                             const Options& opt, const DistOptions& d, FailureLatch* outer = nullptr);
@@ -102,6 +102,21 @@ DistStats grid_forward_impl(MPI_Comm comm, const ExecSpace& space, const Attenti
 template <class ExecSpace, class S>
 DistStats grid_ragged_forward_impl(MPI_Comm comm, const ExecSpace& space, const AttentionParams<S>& p,
                                    const BatchLengths& lengths, const Options& opt, const DistOptions& d);
+
+// The grid's backward (grid_backward.cpp): the forward's transfers plus each query shard's o, dout
+// and lse along the columns, every block's gradients with the local kernels, dQ summed back along
+// the columns in grid-row order and dK/dV along the rows in grid-column order; in deterministic
+// mode the ring tour's chunk blocks travel as they are and are added in the tour's order (the bits
+// of one rank). Instantiated as ring_backward_impl (k, v as stored). outer: as for the ring.
+template <class ExecSpace, class T, class KV>
+DistStats grid_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const KV* k,
+                             const KV* v, const Options& opt, const DistOptions& d, const BackwardOptions& bopt,
+                             FailureLatch* outer = nullptr);
+// A ragged batch: the dense grid's backward on each sequence in turn. S: float, double, bf16 or fp16.
+template <class ExecSpace, class S>
+DistStats grid_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<S>& p,
+                                    const BatchLengths& lengths, const Options& opt, const DistOptions& d,
+                                    const BackwardOptions& bopt);
 
 }  // namespace detail
 }  // namespace dist

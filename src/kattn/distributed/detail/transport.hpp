@@ -148,6 +148,18 @@ inline void poke(std::vector<MPI_Request>& reqs) {
   if (done) reqs.clear();
 }
 
+// This process's rank in comm, and comm's size.
+inline int rank_in(MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  return rank;
+}
+inline int size_in(MPI_Comm comm) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  return size;
+}
+
 inline void wait_all(std::vector<MPI_Request>& reqs) {
   if (!reqs.empty()) MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
   reqs.clear();
