@@ -28,7 +28,7 @@ float32, float64, float16 and bfloat16 with gradients (16-bit: fp32 accumulation
 rounded once to the inputs' dtype); attention also takes float32 q over a 16-bit k, v, forward only
 (kattn's backward has no such mixed storage, so such a call whose inputs require grad is refused).
 Across MPI ranks (kattn built with its MPI layer, mpi4py): ring_attention(comm, q, k, v, ...),
-ulysses_attention, hybrid_attention and ragged_ring_attention take each rank's shard of CPU tensors
+ulysses_attention, hybrid_attention, grid_attention and ragged_ring_attention take each rank's shard of CPU tensors
 and give its gradients; their backward is collective, as their forward.
 """
 
@@ -516,6 +516,16 @@ def hybrid_attention(comm, q, k, v, *, ulysses_size=0, causal=False, window=None
     return _dist("hybrid_attention", comm, q, k, v, ulysses_size=ulysses_size, causal=causal, window=window,
                  softcap=softcap, scale=scale, sinks=sinks, alibi_slopes=alibi_slopes,
                  layout=_required_layout(layout, "kattn.torch.hybrid_attention"),
+                 sharding=sharding, deterministic=deterministic, chunk=chunk, workspace=workspace)
+
+
+def grid_attention(comm, q, k, v, *, grid=None, causal=False, window=None, softcap=0.0, scale=None, sinks=None,
+                   alibi_slopes=None, layout=None, sharding="contiguous", deterministic=False, chunk=0, workspace=None):
+    """kattn.dist.grid_attention (the ranks a rows x cols grid: grid=(rows, cols), None for the most
+    square shape) with gradients, as ring_attention; shards as the ring's."""
+    return _dist("grid_attention", comm, q, k, v, grid=grid, causal=causal, window=window, softcap=softcap,
+                 scale=scale, sinks=sinks, alibi_slopes=alibi_slopes,
+                 layout=_required_layout(layout, "kattn.torch.grid_attention"),
                  sharding=sharding, deterministic=deterministic, chunk=chunk, workspace=workspace)
 
 

@@ -87,7 +87,7 @@ SplitPlan attention_impl(const ExecSpace& space, const AttentionParams<Q, T, KV>
 template <class ExecSpace, class Q, class T, class KV>
 void chunk_partials(const ExecSpace& space, const AttentionParams<Q, T, KV>& p, const Options& opt, int chunks,
                     std::int64_t chunk, T* ws_o, T* ws_lse) {
-  refuse_bias(opt, "the distributed calls");
+  require_bias(opt, p);
   if (p.batch == 0 || p.q_len == 0 || chunks == 0) return;
   // Always the transposed tiles, whatever run_attention would pick for the shape: their per-row
   // arithmetic is the same at every rank count.

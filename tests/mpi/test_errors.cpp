@@ -185,7 +185,7 @@ TEST(DistErrors, SchemesRefuseWhatTheyDoNotTake) {
         dist::attention(MPI_COMM_WORLD, space, q3, kv::ragged(k3, k3, layout), o3, Options{},
                         with_scheme(dist::Scheme::hybrid));
       },
-      "scheme: a ragged batch takes scheme ring (or grid, forward only), got hybrid");
+      "scheme: a ragged batch takes scheme ring or grid, got hybrid");
   // Switching the transfers off (DistOptions::communicate) is for the ring forward alone.
   DistOptions quiet;
   quiet.communicate = false;

@@ -84,6 +84,19 @@ struct ScoreBias {
     s.kv_len = seq_kv_len;
     return s;
   }
+  // The block of rows [row, row + rows) and keys [key, key + keys): what a call over that block of
+  // the queries and keys reads (the MPI layer's blocks of a sharded sequence).
+  ScoreBias block(std::int64_t row, std::int64_t key, std::int64_t rows, std::int64_t keys) const {
+    ScoreBias s = *this;
+    if (!data) return s;
+    dispatch([&](auto tag) {
+      using B = decltype(tag);
+      s.data = static_cast<const B*>(data) + row * stride_q + key;
+    });
+    s.q_len = rows;
+    s.kv_len = keys;
+    return s;
+  }
   // The same bias from query row `first` on (a piece of the queries).
   ScoreBias from_row(std::int64_t first) const {
     ScoreBias s = *this;
@@ -102,6 +115,11 @@ struct ScoreBias {
 // dim), float, double, bf16 or fp16, keys contiguous. The gradient of a score is P (dP - D) where
 // P > 0 and 0 where P = 0 (masked keys, a -inf bias): such a score does not move the output.
 struct ScoreBiasGradient : ScoreBias {
+  ScoreBiasGradient block(std::int64_t row, std::int64_t key, std::int64_t rows, std::int64_t keys) const {
+    ScoreBiasGradient g;
+    static_cast<ScoreBias&>(g) = ScoreBias::block(row, key, rows, keys);
+    return g;
+  }
   template <class B>
   KATTN_CORE_INLINE B* row_out(int b, int h, std::int64_t i) const {
     return const_cast<B*>(row<B>(b, h, i));  // made from a writable array (score_bias_gradient)

@@ -27,7 +27,7 @@ struct ZeroBiasRows {
   ScoreBiasGradient d;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t b, const std::int64_t h, const std::int64_t i) const {
     T* row = d.template row_out<T>(static_cast<int>(b), static_cast<int>(h), i);
-    for (std::int64_t j = 0; j < d.kv_len; ++j) row[j] = T(0);
+    for (std::int64_t j = 0; j < d.kv_len; ++j) row[j] = T{};  // +0 in every element type
   }
 };
 
@@ -56,6 +56,20 @@ struct SumBiasRows {
     }
   }
 };
+
+// Every element of dbias (any element type) set to 0: where no block of a distributed backward
+// writes (keys no query sees).
+template <class ExecSpace>
+void zero_bias_gradient(const ExecSpace& space, const ScoreBiasGradient& dbias) {
+  if (!dbias.active()) return;
+  using Rows = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>, Kokkos::IndexType<std::int64_t>>;
+  dbias.dispatch([&](auto tag) {
+    using B = decltype(tag);
+    if constexpr (!std::is_same_v<B, bool>)
+      Kokkos::parallel_for("kattn::backward::dbias_zero", Rows(space, {0, 0, 0}, {dbias.batch, dbias.heads, dbias.q_len}),
+                           ZeroBiasRows<B>{dbias});
+  });
+}
 
 template <class ExecSpace, class T>
 class BiasGradient {

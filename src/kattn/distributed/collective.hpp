@@ -86,6 +86,7 @@ inline std::vector<Agreed> option_fields(const Options& opt, const DistOptions& 
           Agreed::real("options", "sinks (sum)", finite_sum(opt.sinks)),
           Agreed::integer("options", "alibi_slopes (count)", static_cast<std::int64_t>(opt.alibi_slopes.size())),
           Agreed::real("options", "alibi_slopes (sum)", finite_sum(opt.alibi_slopes)),
+          Agreed::boolean("options", "bias", opt.bias.active()),
           Agreed::real("options", "scale", opt.scale),
           Agreed::integer("options", "block_k", opt.block_k),
           Agreed::boolean("options", "block_mask", opt.block_mask != nullptr),

@@ -12,6 +12,7 @@
 #include "kattn/backward_options.hpp"
 #include "kattn/backward_params.hpp"
 #include "kattn/core/attention_params.hpp"
+#include "kattn/detail/score_bias_check.hpp"
 #include "kattn/distributed/collective.hpp"
 #include "kattn/distributed/options.hpp"
 #include "kattn/distributed/layout.hpp"
@@ -77,6 +78,20 @@ std::vector<Agreed> backward_fields(DistCall call, const BackwardParams<T>& p, c
   fields.push_back(Agreed::integer("backward options", "dq_chunks", bopt.dq_chunks));
   fields.push_back(Agreed::integer("options", "block_q", opt.block_q));
   return fields;
+}
+
+// After the split (Nk, the sequence's keys over every rank), collective: the ring's bias
+// (Options::bias) holds this rank's query rows over every key, [B or 1, Hq or 1, q_len, Nk], and its
+// gradient (dbias, or none) the same shape.
+template <class P>
+void require_sharded_bias(MPI_Comm comm, const P& p, std::int64_t Nk, const Options& opt,
+                          const ScoreBiasGradient& dbias = {}) {
+  collective_check(comm, [&] {
+    P whole = p;
+    whole.kv_len = Nk;
+    kattn::detail::require_bias(opt, whole);
+    kattn::detail::require_bias_gradient(opt, dbias);
+  });
 }
 
 // After collective_agree, so that every rank throws alike: a block mask is not sharded.

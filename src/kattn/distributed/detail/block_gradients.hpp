@@ -14,6 +14,7 @@
 #include "kattn/distributed/detail/buffer_memory.hpp"
 #include "kattn/distributed/detail/pack.hpp"
 #include "kattn/distributed/detail/ragged_pieces.hpp"
+#include "kattn/distributed/detail/shard_math.hpp"
 #include "kattn/distributed/options.hpp"
 
 namespace kattn {
@@ -25,6 +26,12 @@ inline BackwardOptions deterministic_if(BackwardOptions b, const DistOptions& d)
   if (d.deterministic) b.deterministic = true;
   return b;
 }
+
+// Where a block lies in the bias (Options::bias) and its gradient: at this rank's query row `row`
+// and the sequence's key `key` (the ring's; the grid takes no bias).
+struct BlockAt {
+  std::int64_t row = 0, key = 0;
+};
 
 // T: q, o, dout, the gradients and the accumulation type; KV: the storage of K and V, widened to T
 // (exactly) before the kernels read them.
@@ -58,10 +65,11 @@ class BlockGradients {
 
   // The gradients of the nq query rows of `rows` (its q, o, lse and dout point at the block's first
   // row, with their strides) against keys [kj, kj + nk) of dense K/V buffers (in T) holding `held`
-  // positions per sequence, on the launches pp gives (ragged: its pieces' runs). False, nothing
-  // written, when the block has no visible pair. Adds its flops to `flops`.
+  // positions per sequence, on the launches pp gives (ragged: its pieces' runs). The bias and its
+  // gradient are read and written at the block's place `at` in them. False, nothing written, when
+  // the block has no visible pair. Adds its flops to `flops`.
   bool compute(const BackwardParams<T>& rows, std::int64_t nq, const T* k, const T* v, std::int64_t held,
-               std::int64_t kj, std::int64_t nk, const PiecePair& pp, const RaggedPieces<Mem>* ragged,
+               std::int64_t kj, std::int64_t nk, const PiecePair& pp, const RaggedPieces<Mem>* ragged, BlockAt at,
                double& flops) {
     if (pp.runs.empty()) return false;
     const AttentionParams<T>& f = shape_.fwd;
@@ -91,10 +99,12 @@ class BlockGradients {
       zero_rows(space_, kv_rows(dk_.data(), nk), f.batch, nk, Hkv, D);
       zero_rows(space_, kv_rows(dv_.data(), nk), f.batch, nk, Hkv, D);
     }
+    BackwardOptions bopt = bopt_;
+    bopt.dbias = bopt_.dbias.block(at.row, at.key, nq, nk);
     for (const PieceRun& r : pp.runs) {
       BackwardParams<T> run = b;
       if (ragged) ragged->use_run(run.fwd, r);
-      kattn::detail::backward_impl(space_, run, r.opt, bopt_);
+      kattn::detail::backward_impl(space_, run, with_block_bias(r.opt, at.row, at.key, nq, nk), bopt);
     }
     return true;
   }

@@ -77,7 +77,10 @@ inline void validate_call(const Options& opt, const DistOptions& d) {
   // Only the ring has a transfer-free stand-in (DistOptions::communicate = false measures its overlap).
   KATTN_REQUIRE(d.communicate || d.scheme == Scheme::ring, "communicate: false is for the ring's forward alone; ",
                 name(d.scheme), " always transfers");
-  kattn::detail::refuse_bias(opt, "the distributed calls");
+  // The ring's blocks stay on the rank of their queries, which holds their bias rows; the other
+  // schemes would move N^2 bias values.
+  KATTN_REQUIRE(!opt.bias.active() || d.scheme == Scheme::ring, "bias: the distributed calls take one with scheme ring, got ",
+                name(d.scheme));
 }
 
 inline void refuse_atomic_if_deterministic(const DistOptions& d, const BackwardOptions& bopt) {
@@ -210,6 +213,7 @@ DistStats forward(MPI_Comm comm, const ExecSpace& space, const QView& q, const k
   collective_check(comm, [&] {
     validate_call(opt, d);
     require_ring_for_ragged(d);
+    kattn::detail::refuse_bias(opt, "a ragged batch over MPI");
     p = ragged_params(q, kv.k, kv.v, o, lse, kv.layout);
     kattn::detail::require_sinks(opt, p.heads_q);
     kattn::detail::require_alibi(opt, p.heads_q);
@@ -343,6 +347,7 @@ DistStats backward(MPI_Comm comm, const ExecSpace& space, const QView& q,
   collective_check(comm, [&] {
     validate_backward_call(opt, bopt, d);
     require_ring_for_ragged(d);
+    kattn::detail::refuse_bias(opt, "a ragged batch over MPI");
     p = ragged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout);
     kattn::detail::require_sinks(opt, p.fwd.heads_q);
     kattn::detail::require_alibi(opt, p.fwd.heads_q);

@@ -306,7 +306,7 @@ class GridBackwardRunner {
           const PiecePair pp =
               dense_pair(opt_, qs.global, qs.length, plan_.Nq(), piece.global, piece.length, plan_.Nk());
           if (!blocks_.compute(rows_at(rows, n, qs.local), qs.length, k, v, h.held, h.at, piece.length, pp, nullptr,
-                               stats_.flops))
+                               BlockAt{}, stats_.flops))
             continue;
           blocks_.add_dq(dq, qs.local, qs.length);
           blocks_.add_dkv(dk, dv, h.at, piece.length);
@@ -378,7 +378,7 @@ class GridBackwardRunner {
       const auto [k, v] = widened_once(h, pb.kcol);
       const PiecePair pp = dense_pair(opt_, b.q_global(), b.nq, plan_.Nq(), b.k_global(), b.nk, plan_.Nk());
       if (!blocks_.compute(rows_at(rows, n, b.qs.local + b.cq), b.nq, k, v, h.held, h.at + b.ck, b.nk, pp, nullptr,
-                           stats_.flops))
+                           BlockAt{}, stats_.flops))
         continue;  // not reached: every placed block has a visible pair
       T* dq = dq_part_[r].device() + pb.dq_at;
       T* dkv = dkv_part_[pb.kcol].device() + pb.dkv_at;

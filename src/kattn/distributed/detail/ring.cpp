@@ -132,7 +132,7 @@ class RingRunner {
     for (const PieceRun& r : pp.runs) {
       AttentionParams<T, T, KV> run = q;
       const BatchLengths lengths = ragged_ ? ragged_->use_run(run, r) : BatchLengths{};
-      kattn::detail::attention_impl(space_, run, r.opt, lengths);
+      kattn::detail::attention_impl(space_, run, with_block_bias(r.opt, qi, ks.global, nq, ks.length), lengths);
     }
     launch_rows(space_, "kattn::dist::ring::fold",
                 FoldPartials<ExecSpace, T>{acc_, PartialRows<T>{ws_o_.data(), ws_lse_.data(), nq, qi, 1}});
@@ -411,7 +411,8 @@ class RingRunner {
   void fold_chunk_rows(std::int64_t qi, std::int64_t qg, std::int64_t nq, const Held& h, const Segment& ks,
                        std::int64_t j0, std::int64_t kv_len, const Options& opt) {
     const int H = p_.heads_q, Hkv = p_.heads_kv, D = p_.head_dim;
-    const Options o = shard_options(opt, qg, nq, s_.Nq, ks.global + j0, kv_len, s_.Nk);
+    const Options o = with_block_bias(shard_options(opt, qg, nq, s_.Nq, ks.global + j0, kv_len, s_.Nk), qi,
+                                      ks.global + j0, nq, kv_len);
     stats_.flops += 4.0 * D * double(KeyWindow::from(o).visible_pairs(nq, kv_len)) * p_.batch * H;
     AttentionParams<T, T, KV> q = p_;
     q.q = p_.q + qi * p_.q_stride_seq;
@@ -456,6 +457,7 @@ DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const Attenti
   collective_agree(comm, problem_fields(DistCall::ring_forward, p, opt, d));
   require_no_block_mask(opt);
   const GlobalSplit split = sharded_split(comm, p.q_len, p.kv_len, d);
+  require_sharded_bias(comm, p, split.Nk, opt);
   std::optional<FailureLatch> own;
   if (!outer) own.emplace(comm);
   RingRunner<ExecSpace, T, KV> runner(comm, space, p, opt, d, split, outer ? *outer : *own);

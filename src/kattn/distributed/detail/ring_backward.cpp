@@ -13,6 +13,7 @@
 #include "kattn/backward.hpp"
 #include "kattn/compat.hpp"
 #include "kattn/detail/backends.hpp"
+#include "kattn/detail/bias_gradient.hpp"
 #include "kattn/distributed/detail/agreement.hpp"
 #include "kattn/distributed/detail/block_gradients.hpp"
 #include "kattn/distributed/detail/buffer_memory.hpp"
@@ -65,6 +66,7 @@ class BackwardRunner {
               f.heads_q, f.head_dim);
     zero_rows(space_, dk_out(), f.batch, f.kv_len, f.heads_kv, f.head_dim);
     zero_rows(space_, dv_out(), f.batch, f.kv_len, f.heads_kv, f.head_dim);
+    kattn::detail::zero_bias_gradient(space_, bopt_.dbias);  // each block writes its own part
     if (d_.deterministic)
       run_tour();
     else
@@ -112,7 +114,7 @@ class BackwardRunner {
   bool pair(std::int64_t qi, std::int64_t qg, std::int64_t nq, const T* k, const T* v, std::int64_t held,
             std::int64_t kj, std::int64_t kg, std::int64_t nk) {
     return blocks_.compute(rows_at(qi), nq, k, v, held, kj, nk, shard_pair(opt_, s_, qg, nq, kg, nk, ragged_), ragged_,
-                           stats_.flops);
+                           BlockAt{qi, kg}, stats_.flops);
   }
 
   // dq rows [qi, qi + nq) += the pair's dq.
@@ -619,6 +621,7 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
   collective_agree(comm, backward_fields(DistCall::ring_backward, p, opt, d, bopt));
   require_no_block_mask(opt);
   const GlobalSplit split = sharded_split(comm, p.fwd.q_len, p.fwd.kv_len, d);
+  require_sharded_bias(comm, p.fwd, split.Nk, opt, bopt.dbias);
   std::optional<FailureLatch> own;
   if (!outer) own.emplace(comm);
   BackwardRunner<ExecSpace, T, KV> runner(comm, space, p, k, v, opt, d, bopt, split, outer ? *outer : *own);

@@ -30,6 +30,13 @@ inline Options shard_options(const Options& opt, std::int64_t q_global, std::int
   return o;
 }
 
+// The bias (Options::bias) of a block of this rank's query rows [row, row + rows) against the
+// global keys [key, key + keys): the ring's bias is this rank's rows over every key of the sequence.
+inline Options with_block_bias(Options o, std::int64_t row, std::int64_t key, std::int64_t rows, std::int64_t keys) {
+  o.bias = o.bias.block(row, key, rows, keys);
+  return o;
+}
+
 // The keys [lo, hi] of [0, kv_len) that some query row of [0, q_len) sees; lo > hi when none.
 struct KeyRange {
   std::int64_t lo = 0, hi = -1;
