@@ -24,26 +24,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// A bias [batch, heads, Nq, Nk] of element type B: normal values of spread 2 (for bool, true with
-// probability 3/4); a few -inf where B can hold them.
-template <class B>
-View4<B> random_bias(int batch, int heads, int Nq, int Nk, std::uint64_t seed) {
-  View4<B> v("bias", batch, heads, Nq, Nk);
-  auto h = Kokkos::create_mirror_view(v);
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<double> n(0.0, 2.0);
-  for (std::size_t e = 0; e < h.span(); ++e) {
-    if constexpr (std::is_same_v<B, bool>) {
-      h.data()[e] = gen() % 4 != 0;
-    } else {
-      const double x = gen() % 17 == 0 ? -kInf : n(gen);
-      h.data()[e] = narrow<B>(x);
-    }
-  }
-  Kokkos::deep_copy(v, h);
-  return v;
-}
-
 template <class T, class B>
 void check_dense(const Shape& shape, Options opt, int splits, int bias_batch, int bias_heads) {
   const std::uint64_t seed = fresh_seed();

@@ -1,14 +1,20 @@
 // The public merge and cascade attention: partial results over disjoint key sets merged into the
 // attention over their union, and a shared prefix attended once for many requests equal to flat
-// attention over prefix + suffix, ragged and paged, with and without a causal mask.
+// attention over prefix + suffix, ragged and paged, with and without a causal mask, with every
+// score variant (sinks, ALiBi, a bias tensor) as that flat attention has it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "kattn/attention.hpp"
+#include "kattn/core/request_rows.hpp"
 #include "kattn/merge.hpp"
+#include "kattn/score_bias.hpp"
 #include "ragged_support.hpp"
+#include "variant_support.hpp"
 
 namespace kattn {
 namespace test {
@@ -151,16 +157,20 @@ void check_cascade(const std::vector<std::int64_t>& q_lens, const std::vector<st
   expect_outputs_close(suffix.o, suffix.lse, o_ref, lse_ref, "cascade");
 }
 
+// With ALiBi, each query measures its distance to the prefix's keys and its suffix's as flat
+// attention over its own prefix + suffix does (the prefix pass places it in its request).
 TEST(Cascade, EqualsFlatAttentionOverPrefixAndSuffix) {
   const std::vector<std::int64_t> q_lens = {1, 1, 4, 1, 0, 2};
   const std::vector<std::int64_t> suffix_lens = {5, 0, 9, 300, 3, 2};
   for (int page : {0, 1, 16})
     for (bool causal : {false, true})
-      for (std::int64_t prefix : {0, 1, 517}) {
-        Options o;
-        o.causal = causal;
-        check_cascade<double>(q_lens, suffix_lens, prefix, 8, 2, 32, o, page);
-      }
+      for (std::int64_t prefix : {0, 1, 517})
+        for (bool alibi : {false, true}) {
+          Options o;
+          o.causal = causal;
+          if (alibi) o.alibi_slopes = {0.5, 0.0, 0.25, 1.0, 0.125, 2.0, 0.03125, 0.75};
+          check_cascade<double>(q_lens, suffix_lens, prefix, 8, 2, 32, o, page);
+        }
 }
 
 TEST(Cascade, SoftcapScaleGqaAndFloat) {
@@ -180,6 +190,127 @@ TEST(Cascade, SinksEqualFlatAttentionWithSinks) {
       o.sinks = {0.5, -std::numeric_limits<double>::infinity(), 3.0, -1.0};
       check_cascade<double>({1, 3, 0, 2}, {7, 2, 4, 40}, 129, 4, 2, 16, o, page);
     }
+}
+
+// The bias of a cascade of these requests after a prefix of `prefix` keys: random [batch, heads,
+// the longest request's queries, prefix + the longest suffix] of element type B, as flat attention
+// over prefix + suffix pads it.
+template <class B>
+View4<B> cascade_bias(int batch, int heads, const std::vector<std::int64_t>& q_lens,
+                      const std::vector<std::int64_t>& suffix_lens, std::int64_t prefix, std::uint64_t seed) {
+  const std::int64_t nq = *std::max_element(q_lens.begin(), q_lens.end());
+  const std::int64_t nk = prefix + *std::max_element(suffix_lens.begin(), suffix_lens.end());
+  return random_bias<B>(batch, heads, static_cast<int>(nq), static_cast<int>(nk), seed);
+}
+
+// Row i of the prefix pass is query i - indptr[r] of request r, requests without queries skipped.
+TEST(Cascade, RequestRowsPlaceEachRowInItsRequest) {
+  const std::vector<std::int64_t> indptr = {0, 0, 3, 3, 4, 6, 6}, keys = {10, 11, 12, 13, 14, 15};
+  const RequestRows rows{indptr.data(), keys.data(), 6, 3};
+  const std::vector<std::vector<std::int64_t>> want = {{1, 0, 3, 11}, {1, 1, 3, 11}, {1, 2, 3, 11},
+                                                       {3, 0, 1, 13}, {4, 0, 2, 14}, {4, 1, 2, 14}};
+  for (std::int64_t i = 0; i < 6; ++i) {
+    const QueryAt at = rows.at(i);
+    EXPECT_EQ((std::vector<std::int64_t>{at.seq, at.position, at.q_len, at.kv_len}), want[i]) << "row " << i;
+  }
+  const std::vector<std::int64_t> one = {0, 5}, one_keys = {7};
+  const QueryAt last = RequestRows{one.data(), one_keys.data(), 1, 5}.at(4);
+  EXPECT_EQ(last.seq, 0);
+  EXPECT_EQ(last.position, 4);
+}
+
+// A bias [B or 1, Hq or 1, max Nq, Np + max suffix]: request b's rows read bias[b, :, :Nq_b,
+// :Np + Nk_b], the prefix's keys first, as flat attention over prefix + suffix reads its corner.
+TEST(Cascade, BiasEqualsFlatAttentionWithTheBias) {
+  const std::vector<std::int64_t> q_lens = {2, 1, 5, 0, 3};
+  const std::vector<std::int64_t> suffix_lens = {1, 0, 40, 3, 2};
+  const std::int64_t prefix = 37;
+  for (int page : {0, 16})
+    for (bool causal : {false, true})
+      for (const auto& [bb, hb] : {std::pair{5, 4}, {1, 1}, {5, 1}, {1, 4}}) {
+        const std::uint64_t seed = fresh_seed();
+        Options o;
+        o.causal = causal;
+        const View4<double> bias = cascade_bias<double>(bb, hb, q_lens, suffix_lens, prefix, seed);
+        o.bias = score_bias(bias);
+        SCOPED_TRACE("bias [" + std::to_string(bb) + ", " + std::to_string(hb) + "]");
+        check_cascade<double>(q_lens, suffix_lens, prefix, 4, 2, 16, o, page);
+      }
+  // Every element type.
+  Options o;
+  o.causal = true;
+  const View4<float> f = cascade_bias<float>(5, 4, q_lens, suffix_lens, prefix, fresh_seed());
+  const View4<bool> mask = cascade_bias<bool>(1, 4, q_lens, suffix_lens, prefix, fresh_seed());
+  const View4<bf16> b16 = cascade_bias<bf16>(5, 1, q_lens, suffix_lens, prefix, fresh_seed());
+  const View4<fp16> h16 = cascade_bias<fp16>(1, 1, q_lens, suffix_lens, prefix, fresh_seed());
+  for (const ScoreBias& b : {score_bias(f), score_bias(mask), score_bias(b16), score_bias(h16)}) {
+    o.bias = b;
+    check_cascade<double>(q_lens, suffix_lens, prefix, 4, 2, 16, o, 0);
+  }
+}
+
+// Every variant at once, on the edge shapes: an empty suffix, a one-key suffix, suffixes longer
+// than the prefix, an empty prefix, lengths no tile divides (tiles of 16), GQA, softcap and scale,
+// a split suffix pass; float storage.
+TEST(Cascade, VariantsTogetherOnEdgeShapes) {
+  struct Case {
+    std::vector<std::int64_t> q_lens, suffix_lens;
+    std::int64_t prefix;
+  };
+  const std::vector<Case> cases = {{{1, 2, 0, 5}, {0, 1, 7, 300}, 37},
+                                   {{1}, {0}, 1},
+                                   {{17, 2}, {40, 1}, 5},
+                                   {{3, 1}, {20, 2}, 0}};
+  for (const Case& c : cases)
+    for (int variant = 0; variant < 4; ++variant) {
+      const std::uint64_t seed = fresh_seed();
+      Options o;
+      o.causal = variant % 2 == 1;
+      if (variant >= 2) o.softcap = 4.0, o.scale = 0.2;
+      o.block_q = o.block_k = 16;
+      o.splits = variant == 3 ? 3 : 0;  // the suffix pass (the prefix pass plans its own)
+      o.alibi_slopes = {0.25, 0.5, 1.0, 0.0, 0.125, 0.0625};
+      o.sinks = {0.5, -std::numeric_limits<double>::infinity(), 2.0, -1.0, 0.0, 1.0};
+      const View4<double> bias = cascade_bias<double>(variant % 2 ? 1 : int(c.q_lens.size()), variant < 2 ? 6 : 1,
+                                                      c.q_lens, c.suffix_lens, c.prefix, seed);
+      o.bias = score_bias(bias);
+      for (int page : {0, 4}) check_cascade<double>(c.q_lens, c.suffix_lens, c.prefix, 6, 2, 8, o, page);
+      const View4<float> fbias = cascade_bias<float>(1, 6, c.q_lens, c.suffix_lens, c.prefix, seed + 1);
+      o.bias = score_bias(fbias);
+      check_cascade<float>(c.q_lens, c.suffix_lens, c.prefix, 6, 3, 32, o, 0);
+    }
+}
+
+// Refusals name the argument: a bias of the wrong shape (the prefix's keys alone, or a suffix
+// length too few), slopes that are not one per head; windows stay refused.
+TEST(Cascade, RefusesBadVariantsByName) {
+  RaggedProblem<double> p({1, 3}, {3, 4}, 4, 2, 8, fresh_seed());
+  View3<double> kp("kp", 50, 2, 8), vp("vp", 50, 2, 8);
+  const auto layout = make_ragged_layout<TestMemory>(host_index(p.q_indptr()), host_index(p.kv_indptr()));
+  const auto refused = [&](const Options& opt, const std::string& message) {
+    try {
+      attention(TestSpace(), p.q, kv::cascade(kp, vp, kv::ragged(p.k, p.v, layout)), p.o, p.lse, opt);
+      ADD_FAILURE() << "accepted: " << message;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  const std::string expected =
+      "bias: expected [2 or 1, 4 or 1, 3, 54] (the longest request's queries; the prefix's keys, then the longest "
+      "suffix's), got ";
+  Options o;
+  const View4<double> prefix_only("bias", 2, 1, 3, 50), short_one("bias", 1, 4, 3, 53), heads("bias", 2, 2, 3, 54);
+  for (const auto& [bias, got] : {std::pair{prefix_only, "[2, 1, 3, 50]"}, {short_one, "[1, 4, 3, 53]"},
+                                  {heads, "[2, 2, 3, 54]"}}) {
+    o.bias = score_bias(bias);
+    refused(o, expected + got);
+  }
+  o.bias = ScoreBias{};
+  o.alibi_slopes = {0.5, 0.25, 1.0};
+  refused(o, "alibi_slopes: expected one slope per query head (4), got 3");
+  o.alibi_slopes.assign(4, 0.5);
+  o.window_left = 4;
+  refused(o, "window: cascade attention takes no sliding window");
 }
 
 TEST(Cascade, WithoutLse) {

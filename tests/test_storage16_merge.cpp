@@ -2,8 +2,8 @@
 // (storage16_support.hpp) against the float64 attention over the union of the keys: partial states
 // from bf16 / fp16 inputs merged in float, stored in 16 bits or in float (then o is rounded once,
 // by the merge, checked element by element); cascades over 16-bit prefixes and suffixes, ragged
-// and paged, with GQA, masks, requests without queries or keys, and float queries over a 16-bit
-// cascade.
+// and paged, with GQA, masks, ALiBi and a bias, requests without queries or keys, and float
+// queries over a 16-bit cascade.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -12,9 +12,12 @@
 #include <vector>
 
 #include "kattn/attention.hpp"
+#include "kattn/core/alibi.hpp"
 #include "kattn/merge.hpp"
+#include "kattn/score_bias.hpp"
 #include "ragged16_support.hpp"
 #include "storage16_support.hpp"
+#include "variant_support.hpp"
 
 namespace kattn {
 namespace test {
@@ -263,6 +266,25 @@ TEST(Storage16Cascade, FloatQueriesOver16BitCascades) {
   causal.causal = true;
   check_cascade16<bf16, float>({1, 1, 4, 1, 0, 2}, {5, 0, 9, 300, 3, 2}, 517, 8, 2, 32, causal, 0);
   check_cascade16<fp16, float>({1, 3}, {100, 7}, 3000, 8, 8, 128, Options{}, 16);
+}
+
+// ALiBi and a bias (float and bf16 elements, [B, Hq, max Nq, Np + max suffix] and broadcast) in
+// 16-bit cascades: the rule, o rounded once; float queries over a 16-bit cascade.
+TEST(Storage16Cascade, AlibiAndBiasMeetTheRule) {
+  const std::vector<std::int64_t> q_lens = {1, 3, 0, 2}, suffix_lens = {40, 3, 5, 1};
+  const std::int64_t prefix = 100;
+  const View4<float> per_request = random_bias<float>(4, 8, 3, prefix + 40, fresh_seed());
+  const View4<bf16> shared = random_bias<bf16>(1, 1, 3, prefix + 40, fresh_seed());
+  for (int page : {0, 16})
+    for (bool causal : {false, true}) {
+      Options o;
+      o.causal = causal;
+      o.alibi_slopes = alibi_standard_slopes(8);
+      o.bias = causal ? score_bias(per_request) : score_bias(shared);
+      check_cascade16<bf16>(q_lens, suffix_lens, prefix, 8, 2, 32, o, page);
+      check_cascade16<fp16>(q_lens, suffix_lens, prefix, 8, 2, 32, o, page);
+      check_cascade16<bf16, float>(q_lens, suffix_lens, prefix, 8, 2, 32, o, page);
+    }
 }
 
 }  // namespace

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backward_support.hpp"
@@ -18,6 +20,26 @@
 
 namespace kattn {
 namespace test {
+
+// A bias [batch, heads, Nq, Nk] of element type B: normal values of spread 2 (for bool, true with
+// probability 3/4); a few -inf where B can hold them.
+template <class B>
+View4<B> random_bias(int batch, int heads, int Nq, int Nk, std::uint64_t seed) {
+  View4<B> v("bias", batch, heads, Nq, Nk);
+  auto h = Kokkos::create_mirror_view(v);
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> n(0.0, 2.0);
+  for (std::size_t e = 0; e < h.span(); ++e) {
+    if constexpr (std::is_same_v<B, bool>) {
+      h.data()[e] = gen() % 4 != 0;
+    } else {
+      const double x = gen() % 17 == 0 ? -std::numeric_limits<double>::infinity() : n(gen);
+      h.data()[e] = narrow<B>(x);
+    }
+  }
+  Kokkos::deep_copy(v, h);
+  return v;
+}
 
 // The dense forward of a fresh problem (this seed) under opt against the textbook with the same
 // options; `trace` names what the caller chose at random.

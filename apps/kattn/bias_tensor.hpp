@@ -2,8 +2,8 @@
 // lifetime (kattn reads it in place). The array is [B or 1, Hq or 1, Nq, Nk] whatever --layout
 // says, kept in the file's type: float32, float64, float16, bf16 bits ('<u2', npy.hpp's
 // convention) or bool; `random` draws float32 unit normals [B, Hq, Nq, Nk] (random_variants.hpp).
-// The attention call checks the shape against the problem, and refuses ragged, paged, cascade and
-// distributed calls, naming `bias:`.
+// The attention call checks the shape against the problem (ragged, paged and cascade calls: padded
+// to the longest sequence), naming `bias:`; distributed runs refuse --bias.
 #pragma once
 
 #include <Kokkos_Core.hpp>

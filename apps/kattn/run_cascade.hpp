@@ -3,6 +3,8 @@
 // ragged batch; kattn::attention over kv::cascade attends the prefix once for all queries, then each suffix, and
 // merges. --check compares with attention over prefix + suffix, row by row in float64. --dtype
 // bf16|f16 (or float16 files) as for ragged runs: the prefix in the run's type, lse in float32.
+// --sinks, --alibi-slopes and --bias (in opt) as for ragged runs over prefix + suffix: the bias is
+// [B or 1, Hq or 1, max Nq, Np + max suffix], each request's queries over its prefix and suffix.
 #pragma once
 
 #include <optional>

@@ -24,7 +24,7 @@ Options every call takes: causal (bottom-right aligned: query i sees keys j <= i
 window=(left, right) (-1: unbounded), softcap, scale (None: 1/sqrt(head_dim)), sinks (None, or one
 logit per query head [Hq]: attention sinks; the backward calls then also return their gradient),
 alibi_slopes (None, or one slope per query head [Hq]: ALiBi, each score gains
--slope * |i + Nk - Nq - j|; cascade_attention refuses it),
+-slope * |i + Nk - Nq - j|),
 splits / split_chunk (split-KV; 0: planned), block_q / block_k (tile sizes; 0: tuned), workspace (a
 kattn.Workspace() that the calls of a loop share: after the first they take their scratch buffers
 from it instead of allocating them; the same results). Dense calls read layout="bnhd" ([B, N, H, D]) unless given
@@ -223,14 +223,17 @@ def decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, wi
 
 def cascade_attention(q, k_prefix, v_prefix, q_indptr, *, kv=None, kv_indptr=None, kv_cache=None,
                       kv_page_indptr=None, kv_page_indices=None, kv_last_page_len=None, causal=False, window=None,
-                      softcap=0.0, scale=None, sinks=None, alibi_slopes=None, return_lse=False, splits=0,
+                      softcap=0.0, scale=None, sinks=None, alibi_slopes=None, bias=None, return_lse=False, splits=0,
                       split_chunk=0, block_q=0, block_k=0, workspace=None):
     """Attention over a prefix shared by every sequence (k_prefix, v_prefix [Np, Hkv, D], read once
     for the whole batch), then each sequence's own keys: ragged (kv=(k, v) [total_kv, Hkv, D] with
     kv_indptr) or paged (kv_cache with kv_page_indptr, kv_page_indices, kv_last_page_len). q
-    [total_q, Hq, D] with q_indptr. The masks see the prefix and the sequence's keys as one
-    sequence. Returns o like q, and with return_lse lse [total_q, Hq]. Storage as attention's: the
-    prefix in the dtype of the suffix's keys; in 16 bits o is rounded once, after the merge."""
+    [total_q, Hq, D] with q_indptr. The masks and the score variants see the prefix and the
+    sequence's keys as one sequence: ALiBi measures each query's distance within its own prefix +
+    suffix, and bias is that of a ragged batch of prefix + suffix, padded to the longest ([B or 1,
+    Hq or 1, max Nq, Np + max suffix]; sequence b reads bias[b, :, :Nq_b, :Np + Nk_b], the prefix's
+    keys first). Returns o like q, and with return_lse lse [total_q, Hq]. Storage as attention's:
+    the prefix in the dtype of the suffix's keys; in 16 bits o is rounded once, after the merge."""
     opts = _options(causal, window, softcap, scale, splits, split_chunk, block_q, block_k, workspace, sinks,
                     alibi_slopes)
     if (kv is None) == (kv_cache is None):
@@ -241,15 +244,17 @@ def cascade_attention(q, k_prefix, v_prefix, q_indptr, *, kv=None, kv_indptr=Non
             raise Error("kv_indptr: expected the offsets of the ragged suffix keys")
         if not (isinstance(kv, (tuple, list)) and len(kv) == 2):
             raise Error("kv: expected (k, v), the ragged suffix keys and values")
-        arrays, target, out = arguments(q=q, k_prefix=k_prefix, v_prefix=v_prefix, k=kv[0], v=kv[1])
+        arrays, target, out, bias_ = _with_bias(dict(q=q, k_prefix=k_prefix, v_prefix=v_prefix, k=kv[0], v=kv[1]),
+                                                bias)
         o, lse = _kattn.cascade_ragged_attention(*arrays, index_array(q_indptr, "q_indptr"),
-                                                 index_array(kv_indptr, "kv_indptr"), opts, target)
+                                                 index_array(kv_indptr, "kv_indptr"), dict(opts, bias=bias_), target)
     else:
         k_pages, v_pages = _pages(kv_cache)
-        arrays, target, out = arguments(q=q, k_prefix=k_prefix, v_prefix=v_prefix, **_named_pages(k_pages, v_pages))
+        arrays, target, out, bias_ = _with_bias(
+            dict(q=q, k_prefix=k_prefix, v_prefix=v_prefix, **_named_pages(k_pages, v_pages)), bias)
         o, lse = _kattn.cascade_paged_attention(
             *arrays, index_array(q_indptr, "q_indptr"), *_page_table(kv_page_indptr, kv_page_indices, kv_last_page_len),
-            opts, target)
+            dict(opts, bias=bias_), target)
     return (out(o), out(lse)) if return_lse else out(o)
 
 

@@ -1,6 +1,6 @@
 """ALiBi (alibi_slopes=, one slope per query head: each score gains -slope * |i + Nk - Nq - j|) in
 the NumPy-level calls against the float64 textbook with the same bias (dense forward and backward,
-ragged and paged per sequence, flash-attn's call), kattn.torch's autograd against PyTorch's
+ragged, paged and cascade per sequence, flash-attn's call), kattn.torch's autograd against PyTorch's
 autograd of the textbook, and the refusals."""
 
 import numpy as np
@@ -58,6 +58,31 @@ def test_ragged_and_paged_match_the_textbook_per_sequence():
             rows, keys = slice(qi[b], qi[b + 1]), slice(ki[b], ki[b + 1])
             ref, _, _ = textbook(q[None, rows], k[None, keys], v[None, keys], causal=True, alibi_slopes=slopes)
             assert rel_err(o[rows], ref[0]) <= 1e-12
+
+
+@pytest.mark.parametrize("suffix", ["ragged", "paged"])
+@pytest.mark.parametrize("variant", [{}, {"causal": True}, {"causal": True, "softcap": 2.0, "scale": 0.3,
+                                                             "sinks": [0.5, -1.0, 2.0, 0.0]}])
+def test_cascade_measures_each_request_over_its_prefix_and_suffix(suffix, variant):
+    """A prefix key's distance depends on the request's suffix length: the cascade equals the
+    textbook over each request's own prefix + suffix."""
+    q_lens, suffix_lens = [3, 0, 1, 5, 2], [40, 7, 0, 130, 1]
+    q, k, v, qi, ki = ragged_batch(q_lens, suffix_lens, 4, 2, 16, seed=7)
+    rng = np.random.default_rng(8)
+    kp, vp = (rng.standard_normal((23, 2, 16)) for _ in range(2))
+    slopes = slopes_for(4, 7)
+    if suffix == "ragged":
+        keys = dict(kv=(k, v), kv_indptr=ki)
+    else:
+        pages, pi, idx, last = pages_of(k, v, ki, 8, seed=7)
+        keys = dict(kv_cache=pages, kv_page_indptr=pi, kv_page_indices=idx, kv_last_page_len=last)
+    o, lse = kattn.cascade_attention(q, kp, vp, qi, alibi_slopes=slopes, return_lse=True, **keys, **variant)
+    for b in range(len(q_lens)):
+        rows, own = slice(qi[b], qi[b + 1]), slice(ki[b], ki[b + 1])
+        whole = [np.concatenate([p, x[own]])[None] for p, x in ((kp, k), (vp, v))]
+        ref_o, ref_lse, _ = textbook(q[None, rows], *whole, alibi_slopes=slopes, **variant)
+        assert rel_err(o[rows], ref_o[0]) <= 1e-12
+        assert rel_err(lse[rows], ref_lse[0].T) <= 1e-12
 
 
 def test_flash_attn_func_takes_flash_attn_slopes():

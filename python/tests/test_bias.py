@@ -1,13 +1,14 @@
 """The bias tensor (bias= on kattn.attention and its backward, kattn.torch.attention, and
 scaled_dot_product_attention's attn_mask) against the float64 textbook with the same bias (in
 NumPy, and in PyTorch ops for autograd): float and bool, every broadcast shape, with gradients for
-q, k, v and the bias itself; and the refusals."""
+q, k, v and the bias itself; ragged, paged and cascade calls; and the refusals."""
 
 import numpy as np
 import pytest
 
 import kattn
-from reference import rel_err, textbook_backward
+from reference import alibi_bias, rel_err, textbook_backward
+from test_kinds import pages_of, ragged_batch
 
 B, NQ, NK, HQ, HKV, D = 2, 9, 13, 4, 2, 8
 
@@ -280,3 +281,48 @@ def test_ragged_and_paged_calls_read_each_sequences_corner(bias_shape):
     paged = kattn.paged_attention(q, np.stack(pages), qi, np.array(indptr), np.array(table), np.array(last),
                                   bias=bias, causal=True)
     assert rel_err(paged, o) <= 1e-13
+
+
+# ---- cascades: the bias of a ragged batch of prefix + suffix
+
+@pytest.mark.parametrize("bias_shape", [(4, HQ), (1, 1), (4, 1)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.bool_])
+@pytest.mark.parametrize("suffix", ["ragged", "paged"])
+def test_cascade_reads_each_requests_prefix_and_suffix_corner(bias_shape, dtype, suffix):
+    """bias [B or 1, Hq or 1, max Nq, Np + max suffix]: request b reads bias[b, :, :Nq_b, :Np + Nk_b],
+    the prefix's keys first; with ALiBi measured within the request."""
+    q_lens, suffix_lens, np_ = [4, 0, 9, 1], [7, 3, 12, 0], 10
+    q, k, v, qi, ki = ragged_batch(q_lens, suffix_lens, HQ, HKV, D, seed=31)
+    rng = np.random.default_rng(32)
+    kp, vp = (rng.standard_normal((np_, HKV, D)) for _ in range(2))
+    bias = bias_for((*bias_shape, max(q_lens), np_ + max(suffix_lens)), 31, dtype)
+    slopes = np.array([0.5, 0.0, 0.25, 1.0])
+    if suffix == "ragged":
+        keys = dict(kv=(k, v), kv_indptr=ki)
+    else:
+        pages, pi, idx, last = pages_of(k, v, ki, 4, seed=31)
+        keys = dict(kv_cache=pages, kv_page_indptr=pi, kv_page_indices=idx, kv_last_page_len=last)
+    o, lse = kattn.cascade_attention(q, kp, vp, qi, bias=bias, alibi_slopes=slopes, causal=True, return_lse=True,
+                                     **keys)
+    for b, (nq, nk) in enumerate(zip(q_lens, suffix_lens)):
+        if nq == 0:
+            continue
+        rows, own = slice(qi[b], qi[b + 1]), slice(ki[b], ki[b + 1])
+        corner = as_float(bias[min(b, bias.shape[0] - 1):][:1, :, :nq, :np_ + nk]) + alibi_bias(nq, np_ + nk, slopes)
+        whole = [np.concatenate([p, x[own]])[None] for p, x in ((kp, k), (vp, v))]
+        ref_o, ref_lse = textbook_with_bias(q[rows][None], *whole, corner, causal=True)
+        assert rel_err(o[rows], ref_o[0]) <= 1e-12
+        ref_lse = ref_lse[0].T
+        assert np.array_equal(np.isneginf(lse[rows]), np.isneginf(ref_lse))
+        finite = np.isfinite(ref_lse)
+        assert np.abs(lse[rows][finite] - ref_lse[finite]).max(initial=0.0) <= 1e-12
+
+
+def test_cascade_refuses_a_bias_of_the_prefix_alone():
+    q = np.zeros((3, HQ, D))
+    kp = vp = np.zeros((10, HKV, D))
+    k = v = np.zeros((5, HKV, D))
+    with pytest.raises(kattn.Error, match=r"bias: expected \[2 or 1, 4 or 1, 2, 13\] \(the longest request's "
+                                          r"queries; the prefix's keys, then the longest suffix's\), got \[2, 4, 2, 10\]"):
+        kattn.cascade_attention(q, kp, vp, np.array([0, 2, 3]), kv=(k, v), kv_indptr=np.array([0, 3, 5]),
+                                bias=np.zeros((2, HQ, 2, 10)))

@@ -102,7 +102,7 @@ void attention(const ExecSpace& space, const QView& q, const kv::Cascade<KPView,
   detail::require_dense_for_block_mask(opt, "a cascade");
   detail::cascade_impl(
       space, q, kv.k_prefix, kv.v_prefix, o, lse, opt, kv.suffix.layout.lengths,
-      detail::CascadeSuffix<ExecSpace, SK, SV, Layout>{space, kv.suffix.k, kv.suffix.v, kv.suffix.layout, opt});
+      detail::CascadeSuffix<ExecSpace, SK, SV, Layout>{space, kv.suffix.k, kv.suffix.v, kv.suffix.layout});
 }
 
 // dq, dk, dv = the gradients of sum(o * dout) for the o and lse the forward wrote with the same kv

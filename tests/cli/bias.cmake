@@ -1,9 +1,9 @@
 # A bias tensor of the scores (--bias FILE.npy | random): run and grad --check against the float64
-# textbook with the same bias (every element type, broadcast dims, a bool mask, block-sparse); grad
-# writes its gradient (--dbias, float64, the bias's shape); the random variants (--sinks random,
-# --alibi-slopes random|standard, --bias random) drawn the same from the same --seed; the refusals,
-# naming --bias or the library's `bias:`. Included from CMakeLists.txt (uses first_hour's
-# kattn_cli_expect).
+# textbook with the same bias (every element type, broadcast dims, a bool mask, block-sparse,
+# ragged, paged and cascade inputs); grad writes its gradient (--dbias, float64, the bias's shape);
+# the random variants (--sinks random, --alibi-slopes random|standard, --bias random) drawn the
+# same from the same --seed; the refusals, naming --bias or the library's `bias:`. Included from
+# CMakeLists.txt (uses first_hour's kattn_cli_expect).
 kattn_cli_npy(bias_f32 bias_f32.npy f32 2,4,60,80 random)
 kattn_cli_npy(bias_bf16 bias_bf16.npy bf16 2,1,60,80 random:scale=3)
 kattn_cli_npy(bias_f16 bias_f16.npy f16 1,4,30,30 random)
@@ -70,6 +70,17 @@ kattn_cli_expect(run_bias_ragged_check ARGS run --random-ragged 4,2,16 --q-lens 
 kattn_cli_expect(run_bias_paged_check ARGS run --random 1,8,8,4,2,8 --page-size 4 --bias random --check --json STATUS 0
                  JSON_ONLY STDOUT "\"check\":\"pass\"")
 
+# Cascades: the bias of each request's prefix + suffix [B or 1, Hq or 1, max Nq, Np + max suffix],
+# with ALiBi and sinks, checked against attention over prefix + suffix.
+kattn_cli_npy(bias_cascade bias_cascade.npy f32 2,4,3,40 random)
+kattn_cli_expect(run_bias_cascade_check ARGS run --cascade --random-ragged 4,2,16 --q-lens 3,1 --kv-lens 4,24
+                 --random-prefix 16 --causal --bias ${DATA}/bias_cascade.npy --alibi-slopes standard --sinks random
+                 --check --json STATUS 0 JSON_ONLY REQUIRES bias_cascade
+                 STDOUT "\"algo\":\"cascade\".*\"checked_rows\":16,\"total_rows\":16.*\"check\":\"pass\"")
+kattn_cli_expect(run_bias_cascade_bf16 ARGS run --cascade --random-ragged 4,2,16 --q-lens 3,1 --kv-lens 4,24
+                 --random-prefix 16 --dtype bf16 --bias ${DATA}/bias_cascade.npy --alibi-slopes random --check --json
+                 STATUS 0 JSON_ONLY REQUIRES bias_cascade STDOUT "\"dtype\":\"bf16\".*\"check\":\"pass\"")
+
 # Refusals: one line, exit status 2, naming --bias, --dbias or the library's bias.
 kattn_cli_expect(run_bias_wrong_shape ARGS run --random 1,8,8,4,2,8 --bias ${DATA}/bias_bad_shape.npy STATUS 2 ONE_LINE
                  REQUIRES bias_bad_shape STDERR "bias: expected \\[1 or 1, 4 or 1, 8, 8\\], got \\[1, 4, 8, 9\\]")
@@ -84,7 +95,7 @@ kattn_cli_expect(run_bias_random_ragged ARGS run --random-ragged 4,2,16 --q-lens
                  ONE_LINE STDERR "--bias random: draws a \\[B, Hq, Nq, Nk\\] bias for --random")
 kattn_cli_expect(run_bias_cascade ARGS run --random-ragged 4,2,16 --q-lens 1,1 --kv-lens 8,8 --cascade --random-prefix 16
                  --bias ${DATA}/bias_bad_shape.npy STATUS 2 ONE_LINE REQUIRES bias_bad_shape
-                 STDERR "bias: not supported with cascade attention")
+                 STDERR "bias: expected \\[2 or 1, 4 or 1, 1, 24\\] \\(the longest request's queries.*got \\[1, 4, 8, 9\\]")
 if(KATTN_ENABLE_MPI)  # a one-rank MPI job started without mpiexec (first_hour.cmake's environment for it)
   kattn_cli_expect(run_bias_dist ARGS run --dist ring --random 1,8,8,4,2,8 --bias random STATUS 2 ONE_LINE
                    STDERR "--bias: a bias tensor goes with kattn run and grad, without --dist")

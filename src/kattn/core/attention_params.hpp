@@ -6,6 +6,7 @@
 #pragma once
 
 #include "kattn/core/host_device.hpp"
+#include "kattn/core/request_rows.hpp"
 #include "kattn/core/storage.hpp"
 
 #include <cstdint>
@@ -62,6 +63,9 @@ struct AttentionParams {
   // ALiBi (core/alibi.hpp): each query head's slope times log2(e), the kernels' score units; null
   // when the call has none. Set by the forward's entry points from Options::alibi_slopes.
   const Acc* alibi_log2 = nullptr;
+  // A cascade's prefix pass with ALiBi or a bias (detail/cascade.hpp): the requests its one
+  // sequence's rows belong to. Inactive everywhere else.
+  RequestRows requests;
 
   KATTN_CORE_INLINE int group_size() const { return heads_q / heads_kv; }
 
@@ -74,6 +78,11 @@ struct AttentionParams {
       return pages == 0 ? 0 : (pages - 1) * page_size + kv_last_page_len[b];
     }
     return kv_indptr ? kv_indptr[b + 1] - kv_indptr[b] : kv_len;
+  }
+  // Query position i of sequence b (tile work that knows its sequence's lengths passes them) as
+  // the score variants place it: itself, or in a cascade's prefix pass the query of its request.
+  KATTN_CORE_INLINE QueryAt query_at(int b, std::int64_t i, std::int64_t seq_q, std::int64_t seq_kv) const {
+    return requests.active() ? requests.at(i) : QueryAt{b, i, seq_q, seq_kv};
   }
   // Global query row of (b, i): indexes o/lse in ragged layouts and the split workspace.
   KATTN_CORE_INLINE std::int64_t q_row(int b, std::int64_t i) const {

@@ -108,6 +108,18 @@ struct ScoreBias {
     s.q_len = q_len - first;
     return s;
   }
+  // The same bias over keys [first, first + count) alone (a part of the keys: a cascade's prefix
+  // or its suffixes), each row's keys still read in place.
+  ScoreBias of_keys(std::int64_t first, std::int64_t count) const {
+    ScoreBias s = *this;
+    if (!data) return s;
+    dispatch([&](auto tag) {
+      using B = decltype(tag);
+      s.data = static_cast<const B*>(data) + first;
+    });
+    s.kv_len = count;
+    return s;
+  }
 };
 
 // Where the backward writes d(sum(o * dout)) / d(bias) (BackwardOptions::dbias): an array of

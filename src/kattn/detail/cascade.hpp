@@ -12,14 +12,21 @@
 // Masks: none, or causal (every query sees the whole prefix and its request's suffix causally,
 // bottom-right aligned: query i of a request with n queries and m suffix keys sees suffix keys
 // j <= i + m - n), which needs m >= n - 1 for each request (its queries come after the prefix).
-// Sliding windows and diagonal shifts are refused. Softcap and scale apply to both parts.
+// Sliding windows and diagonal shifts are refused. Softcap, scale and the score variants apply as
+// in attention over each request's prefix + suffix: sinks once, on the merged rows; ALiBi's
+// distance and the bias's rows from each query's place in its own request (the prefix pass looks
+// it up: core/request_rows.hpp); the bias [B or 1, Hq or 1, max Nq, Np + max suffix] as a ragged
+// batch of prefix + suffix pads it, its first Np keys read by the prefix pass and the rest by the
+// suffix pass, tile by tile.
 #pragma once
 
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <vector>
 
+#include "kattn/core/request_rows.hpp"
 #include "kattn/core/storage.hpp"
 #include "kattn/detail/alibi.hpp"
 #include "kattn/detail/attention_impl.hpp"
@@ -97,6 +104,27 @@ params_of<QView, KView, VView, OView, LseView> prefix_params(const QView& q, con
   return p;
 }
 
+// The bias fits the cascade of suffix problem p (its longest request's queries and suffix keys)
+// after a prefix of np keys: the bias of attention over each request's prefix + suffix, padded as
+// a ragged batch pads it.
+template <class P>
+void require_cascade_bias(const Options& opt, const P& p, std::int64_t np) {
+  require_bias_shape(opt.bias, p.batch, p.heads_q, p.q_len, np + p.kv_len,
+                     " (the longest request's queries; the prefix's keys, then the longest suffix's)");
+}
+
+// The requests whose queries are the prefix pass's rows (suffix problem p's q_indptr), for the
+// variants that place a query in its request (ALiBi, the bias); `keys` receives the table of each
+// request's keys: the prefix's np and its suffix's.
+template <class MemorySpace, class P>
+RequestRows prefix_requests(const P& p, const BatchLengths& lengths, std::int64_t np,
+                            Kokkos::View<std::int64_t*, MemorySpace>& keys) {
+  std::vector<std::int64_t> n(lengths.kv_len);
+  for (std::int64_t& x : n) x += np;
+  keys = device_index<MemorySpace>(n, "cascade::request_keys");
+  return RequestRows{p.q_indptr, keys.data(), p.batch, p.q_len};
+}
+
 // The cascade's workspaces: the prefix pass's o and lse, the suffix pass's lse when the caller
 // wants none and, in 16-bit storage, the widened q and the suffix pass's float o.
 template <class MemorySpace>
@@ -109,7 +137,7 @@ void require_cascade_workspace(Workspace* ws, std::int64_t N, std::int64_t Hq, s
                               "run the cascade over fewer requests at a time");
 }
 
-// The prefix pass, the suffix pass (run_suffix(q, o, lse)) and their merge into o, lse. In 16-bit
+// The prefix pass, the suffix pass (run_suffix(q, o, lse, opt)) and their merge into o, lse. In 16-bit
 // storage both passes run float queries (q widened, exactly) over the 16-bit keys into float
 // partials, so that o is rounded once, by the merge (FlashAttention's convention).
 template <class ExecSpace, class QView, class KPView, class VPView, class OView, class LseView, class Suffix>
@@ -126,13 +154,11 @@ void cascade_impl(const ExecSpace& space, const QView& q, const KPView& k_prefix
   validate(opt);
   check_cascade(opt, lengths);
   require_sinks(opt, q.extent(1));
-  // A prefix key's distance from a query depends on the request's suffix length, which no one
-  // diagonal of the prefix pass holds.
-  refuse_alibi(opt, "cascade attention");
-  refuse_bias(opt, "cascade attention");
-  run_suffix.check(q, o, lse);
+  const auto suffix = run_suffix.params(q, o, lse);  // checks the suffix's views
   check_prefix(q, k_prefix, v_prefix);
-  const std::int64_t N = q.extent(0), Hq = q.extent(1), D = q.extent(2);
+  const std::int64_t N = q.extent(0), Hq = q.extent(1), D = q.extent(2), Np = k_prefix.extent(0);
+  require_alibi(opt, Hq);
+  require_cascade_bias(opt, suffix, Np);
   require_cascade_workspace<Mem>(opt.workspace, N, Hq, D, sizeof(Acc), widened);
   HeldBuffers<Acc, Mem> held;  // the buffers of the views below (from opt.workspace when set)
   const auto buffer = [&](const char* label, std::int64_t values) {
@@ -147,9 +173,19 @@ void cascade_impl(const ExecSpace& space, const QView& q, const KPView& k_prefix
   prefix_opt.splits = 0;
   prefix_opt.split_chunk = 0;
   prefix_opt.progress = nullptr;  // reported once, by the suffix pass
+  prefix_opt.bias = opt.bias.of_keys(0, Np);
+  Options suffix_opt = opt;
+  suffix_opt.bias = opt.bias.of_keys(Np, suffix.kv_len);
+  // A prefix key's ALiBi distance and bias row depend on the query's request, which the prefix
+  // pass's one sequence does not hold: it looks each row's request up.
+  const bool placed = !opt.alibi_slopes.empty() || opt.bias.active();
+  Kokkos::View<std::int64_t*, Mem> request_keys;
+  const RequestRows requests = placed ? prefix_requests(suffix, lengths, Np, request_keys) : RequestRows{};
   const auto passes = [&](const auto& q_pass, const auto& o_suffix, const auto& lse_suffix) {
-    attention_impl(space, prefix_params(q_pass, k_prefix, v_prefix, o_prefix, lse_prefix), prefix_opt, BatchLengths{});
-    run_suffix(q_pass, o_suffix, lse_suffix);
+    auto prefix = prefix_params(q_pass, k_prefix, v_prefix, o_prefix, lse_prefix);
+    prefix.requests = requests;
+    attention_impl(space, prefix, prefix_opt, BatchLengths{});
+    run_suffix(q_pass, o_suffix, lse_suffix, suffix_opt);
     merge(space, o_suffix, lse_suffix, o_prefix, lse_prefix, o, lse_suffix);
     apply_sinks(space, run_suffix.params(q, o, lse_suffix), opt);  // once, on the merged rows
   };
@@ -166,6 +202,7 @@ void cascade_impl(const ExecSpace& space, const QView& q, const KPView& k_prefix
   } else {
     with_lse(q, o);
   }
+  if (placed) compat::fence(space, "kattn::cascade: the requests' table is freed on return");
 }
 
 // The params of a request batch's own keys, ragged or paged.
@@ -187,17 +224,12 @@ struct CascadeSuffix {
   const KView& k;
   const VView& v;
   const Layout& layout;
-  const Options& opt;
-  template <class Q, class O, class L>
-  void check(const Q& q, const O& out, const L& out_lse) const {
-    (void)layout_params(q, k, v, out, out_lse, layout);
-  }
   template <class Q, class O, class L>
   auto params(const Q& q, const O& out, const L& out_lse) const {
     return layout_params(q, k, v, out, out_lse, layout);
   }
   template <class Q, class O, class L>
-  void operator()(const Q& q, const O& out, const L& out_lse) const {
+  void operator()(const Q& q, const O& out, const L& out_lse, const Options& opt) const {
     attention_impl(space, layout_params(q, k, v, out, out_lse, layout), opt, layout.lengths);
   }
 };

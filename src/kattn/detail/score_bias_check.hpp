@@ -10,19 +10,31 @@
 namespace kattn {
 namespace detail {
 
-// The bias fits problem p (any params with batch, heads_q, q_len, kv_len and the ragged and paged
-// pointers): [B or 1, Hq or 1, Nq, Nk]; for a ragged batch or a paged cache, Nq and Nk are its
-// longest sequence's lengths, each sequence reading its own corner.
+// The bias s fits [batch or 1, heads or 1, q_len, kv_len]; `note` (may be empty) says where those
+// lengths come from.
+inline void require_bias_shape(const ScoreBias& s, std::int64_t batch, std::int64_t heads, std::int64_t q_len,
+                               std::int64_t kv_len, const char* note) {
+  if (!s.active()) return;
+  KATTN_REQUIRE((s.batch == 1 || s.batch == batch) && (s.heads == 1 || s.heads == heads) && s.q_len == q_len &&
+                    s.kv_len == kv_len,
+                "bias: expected [", batch, " or 1, ", heads, " or 1, ", q_len, ", ", kv_len, "]", note, ", got [",
+                s.batch, ", ", s.heads, ", ", s.q_len, ", ", s.kv_len, "]");
+}
+
+// The bias fits problem p (AttentionParams): [B or 1, Hq or 1, Nq, Nk]; for a ragged batch or a
+// paged cache, Nq and Nk are its longest sequence's lengths, each sequence reading its own corner.
+// In a cascade's prefix pass (p.requests active) the rows are the requests' queries: [requests or
+// 1, Hq or 1, the longest request's queries, Nk].
 template <class P>
 void require_bias(const Options& opt, const P& p) {
-  const ScoreBias& s = opt.bias;
-  if (!s.active()) return;
+  if (p.requests.active()) {
+    require_bias_shape(opt.bias, p.requests.count, p.heads_q, p.requests.longest, p.kv_len,
+                       " (the longest request's queries and the shared keys)");
+    return;
+  }
   const bool packed = p.q_indptr || p.kv_indptr || p.kv_page_indptr;
-  KATTN_REQUIRE((s.batch == 1 || s.batch == p.batch) && (s.heads == 1 || s.heads == p.heads_q) &&
-                    s.q_len == p.q_len && s.kv_len == p.kv_len,
-                "bias: expected [", p.batch, " or 1, ", p.heads_q, " or 1, ", p.q_len, ", ", p.kv_len, "]",
-                packed ? " (the longest sequence's queries and keys)" : "", ", got [", s.batch, ", ", s.heads, ", ",
-                s.q_len, ", ", s.kv_len, "]");
+  require_bias_shape(opt.bias, p.batch, p.heads_q, p.q_len, p.kv_len,
+                     packed ? " (the longest sequence's queries and keys)" : "");
 }
 
 // The bias's gradient destination (BackwardOptions::dbias) fits Options::bias: the same shape,

@@ -28,6 +28,7 @@
 #include "kattn/core/alibi.hpp"
 #include "kattn/core/attention_params.hpp"
 #include "kattn/core/key_window.hpp"
+#include "kattn/core/request_rows.hpp"
 #include "kattn/core/score_bias.hpp"
 #include "kattn/core/state.hpp"
 #include "kattn/core/storage.hpp"
@@ -212,6 +213,12 @@ struct TileLoop : Layout {
     });
   }
 
+  // Query position i of the tile's sequence as the score variants place it (core/request_rows.hpp):
+  // itself, or in a cascade's prefix pass the query of its own request.
+  KOKKOS_INLINE_FUNCTION QueryAt query_at(const TileWork& w, std::int64_t i) const {
+    return this->p.query_at(w.b, i, w.q_len, w.kv_len);
+  }
+
   // ALiBi (core/alibi.hpp) on the tile's scores: each row's slope and diagonal (as an offset from
   // kb) staged in alpha and tile_max, which are free until the tile max and the rescale fill them,
   // then the bias added along the layout's contiguous direction. Padding rows get slope 0;
@@ -222,9 +229,9 @@ struct TileLoop : Layout {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows), [&](const int r) {
       Kokkos::single(Kokkos::PerThread(member), [&]() {
         const bool real = r < w.n_rows;
-        const std::int64_t i = (w.t0 + r) / G;
+        const QueryAt at = real ? query_at(w, (w.t0 + r) / G) : QueryAt{};
         h.alpha[r] = real ? this->p.alibi_log2[hk * G + static_cast<int>((w.t0 + r) % G)] : T(0);
-        h.tile_max[r] = real ? static_cast<T>(this->window.diagonal(i, w.q_len, w.kv_len) - kb) : T(0);
+        h.tile_max[r] = real ? static_cast<T>(this->window.diagonal(at.position, at.q_len, at.kv_len) - kb) : T(0);
       });
     });
     member.team_barrier();
@@ -257,7 +264,8 @@ struct TileLoop : Layout {
     this->bias.dispatch([&](auto tag) {
       using B = decltype(tag);
       const auto row_of = [&](int r) {
-        return this->bias.template row<B>(w.b, hk * G + static_cast<int>((w.t0 + r) % G), (w.t0 + r) / G) + kb;
+        const QueryAt at = query_at(w, (w.t0 + r) / G);
+        return this->bias.template row<B>(at.seq, hk * G + static_cast<int>((w.t0 + r) % G), at.position) + kb;
       };
 #if KATTN_HOST_SIMD
       // On the host, W x W blocks (W rows, W keys) loaded a row of keys at a time, widened, and

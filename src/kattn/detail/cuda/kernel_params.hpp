@@ -28,6 +28,7 @@ const char* forward_params(const AttentionParams<S, float>& p, const Options& op
   static_assert(sizeof(S) == 2, "the CUDA kernels store q, k, v and o in 16 bits (bf16 or fp16)");
   if (p.q_indptr || p.kv_indptr) return "kv: ragged batches run on the portable kernel";
   if (p.kv_page_indptr) return "kv: paged caches run on the portable kernel (the CUDA decode takes them)";
+  if (p.requests.active()) return "kv: a cascade's prefix pass with ALiBi or a bias runs on the portable kernel";
   if (opt.block_mask) return "block_mask: runs on the portable kernel";
   if (opt.softcap != 0.0) return "softcap: runs on the portable kernel";
   if (!opt.alibi_slopes.empty()) return "alibi_slopes: runs on the portable kernel";
