@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "model/grid_model.hpp"
 #include "model/scaling_model.hpp"
 
 namespace kattn {
@@ -80,6 +81,100 @@ inline std::vector<ScalingAnchor> scaling_anchors() {
            0.902, parts::ring_flash_attn_h800(true)},
           {"meta-cp-1m", "arXiv 2411.01783, Llama 3 405B 1M-token prefill, 16 x 8 H100, 77 s", 0.93,
            parts::meta_cp_1m_h100()}};
+}
+
+// Published speedups of 2D schemes over ring attention, with the hardware they ran on as model
+// inputs: `kattn-scale model --crossover NAME` prints the ring against the grid at 8 to 1024 ranks
+// on that hardware (the anchor's whole sequence over every rank count: strong scaling) and the
+// speedup at the published rank count beside the paper's. The papers' sequence lengths and head
+// shapes were not at hand: those below are assumptions, named as such, and so are the link and
+// kernel rates (each the hardware's usual figure). The model is kattn's grid, not the papers'
+// schedules: queries and results travel in float (kattn widens 16-bit queries), every block's
+// rows go back to their owner.
+struct GridAnchor {
+  std::string name;
+  std::string source;
+  int published_ranks = 0;
+  double published_speedup = 0;  // over ring attention, the paper's best at that rank count
+  std::string published;         // the claim as the paper states it
+  std::string assumed;           // what the model takes that the paper was not checked for
+  RingModelInput input;          // at published_ranks
+  // The anchor's problem and hardware on P ranks (the same whole sequence).
+  RingModelInput at(int P) const {
+    RingModelInput in = input;
+    in.ranks = P;
+    return in;
+  }
+};
+
+namespace parts {
+
+// A GPT-3-like attention layer (96 heads of 128, MHA), bf16, causal over zigzag shards, batch 1.
+inline RingModelInput gpt3_layer(std::int64_t tokens, int ranks) {
+  RingModelInput in;
+  in.ranks = ranks, in.tokens = tokens;
+  in.heads_q = 96, in.heads_kv = 96, in.head_dim = 128;
+  in.bytes_per_value = 2;
+  in.causal = true;
+  in.cluster.merge_passes = 3;
+  in.cluster.step_overhead_seconds = 10e-6;  // a kernel launch and a fold per piece
+  return in;
+}
+
+}  // namespace parts
+
+inline std::vector<GridAnchor> grid_anchors() {
+  std::vector<GridAnchor> out;
+  {
+    GridAnchor a;
+    a.name = "attention2d-a100";
+    a.source = "Attention2D, arXiv 2503.15758 (GPT-3-like model, 64 A100 on 16 nodes)";
+    a.published_ranks = 64, a.published_speedup = 5.0;
+    a.published = "up to 5x over Ring Attention on 64 A100 GPUs across 16 nodes";
+    a.assumed = "128K tokens, 96 heads x 128, bf16, causal; FlashAttention-2 at 190 TFLOP/s; 4 GPUs a node on "
+                "NVLink 3 (300 GB/s a direction); 200 Gb/s InfiniBand per GPU (25 GB/s)";
+    a.input = parts::gpt3_layer(std::int64_t(1) << 17, 64);
+    a.input.rate = KernelRate(190e12);
+    a.input.cluster.ranks_per_node = 4;
+    a.input.cluster.intra = Link{300e9, 10e-6};
+    a.input.cluster.inter = Link{25e9, 10e-6};
+    a.input.cluster.memory_bytes_per_second = 2.0e12;  // A100 80 GB HBM2e
+    out.push_back(a);
+  }
+  {
+    GridAnchor a;
+    a.name = "attention2d-h100";
+    a.source = "Attention2D, arXiv 2503.15758 (GPT-3-like model, 64 H100 on 64 nodes)";
+    a.published_ranks = 64, a.published_speedup = 9.4;
+    a.published = "up to 9.4x over Ring Attention on 64 H100 GPUs across 64 nodes";
+    a.assumed = "128K tokens, 96 heads x 128, bf16, causal; FlashAttention-3 at 500 TFLOP/s; one GPU a node, "
+                "400 Gb/s InfiniBand (50 GB/s)";
+    a.input = parts::gpt3_layer(std::int64_t(1) << 17, 64);
+    a.input.rate = KernelRate(500e12);
+    a.input.cluster.ranks_per_node = 1;
+    a.input.cluster.intra = Link{450e9, 5e-6};
+    a.input.cluster.inter = Link{50e9, 10e-6};
+    a.input.cluster.memory_bytes_per_second = 3.35e12;
+    out.push_back(a);
+  }
+  {
+    GridAnchor a;
+    a.name = "mesh-attention-256";
+    a.source = "Mesh-Attention, arXiv 2512.20968 (256 GPUs)";
+    a.published_ranks = 256, a.published_speedup = 3.4;
+    a.published = "up to 3.4x (2.9x on average) over Ring-Attention on 256 GPUs, 79-85% less communication";
+    a.assumed = "1M tokens, 32 heads x 128 (MHA), bf16, causal; 32 nodes of 8 H100-class GPUs (NVLink 450 GB/s a "
+                "direction, 400 Gb/s InfiniBand per GPU); kernel at 500 TFLOP/s";
+    a.input = parts::gpt3_layer(std::int64_t(1) << 20, 256);
+    a.input.heads_q = a.input.heads_kv = 32;
+    a.input.rate = KernelRate(500e12);
+    a.input.cluster.ranks_per_node = 8;
+    a.input.cluster.intra = Link{450e9, 5e-6};
+    a.input.cluster.inter = Link{50e9, 10e-6};
+    a.input.cluster.memory_bytes_per_second = 3.35e12;
+    out.push_back(a);
+  }
+  return out;
 }
 
 }  // namespace scaling
