@@ -69,8 +69,8 @@ void crossover_table(const scaling::GridAnchor& a, int max_ranks, bool md) {
     const double speedup = ring.seconds / g.seconds, less = 1.0 - g.bytes_per_rank / ring.bytes_per_rank;
     if (P == a.published_ranks) at_published = speedup, bytes_at_published = less;
     const std::string shape = std::to_string(g.shape.rows) + " x " + std::to_string(g.shape.cols);
-    std::printf(md ? "| %d | %.4g | %.4g | %s | %.4g | %.4g | %.0f%% | %.2f |\n"
-                   : "%8d %12.4g %12.4g %9s %12.4g %12.4g %9.0f%% %8.2f\n",
+    std::printf(md ? "| %d | %.4g | %.0f | %s | %.4g | %.0f | %.0f%% | %.2f |\n"
+                   : "%8d %12.4g %12.0f %9s %12.4g %12.0f %9.0f%% %8.2f\n",
                 P, ring.seconds, ring.bytes_per_rank / 1e6, shape.c_str(), g.seconds, g.bytes_per_rank / 1e6,
                 100 * less, speedup);
   }

@@ -109,13 +109,25 @@ struct GridAnchor {
 
 namespace parts {
 
-// A GPT-3-like attention layer (96 heads of 128, MHA), bf16, causal over zigzag shards, batch 1.
-inline RingModelInput gpt3_layer(std::int64_t tokens, int ranks) {
+// A 2D anchor's hardware: the kernel's rate, ranks per node, the links, the memory bandwidth.
+struct GridHardware {
+  double flops_per_second = 0;
+  int ranks_per_node = 0;
+  Link intra, inter;
+  double memory_bytes_per_second = 0;
+};
+
+// An attention layer of `heads` heads of 128 (MHA), bf16, causal over zigzag shards, batch 1.
+inline RingModelInput grid_setup(std::int64_t tokens, int ranks, int heads, const GridHardware& hw) {
   RingModelInput in;
   in.ranks = ranks, in.tokens = tokens;
-  in.heads_q = 96, in.heads_kv = 96, in.head_dim = 128;
+  in.heads_q = heads, in.heads_kv = heads, in.head_dim = 128;
   in.bytes_per_value = 2;
   in.causal = true;
+  in.rate = KernelRate(hw.flops_per_second);
+  in.cluster.ranks_per_node = hw.ranks_per_node;
+  in.cluster.intra = hw.intra, in.cluster.inter = hw.inter;
+  in.cluster.memory_bytes_per_second = hw.memory_bytes_per_second;
   in.cluster.merge_passes = 3;
   in.cluster.step_overhead_seconds = 10e-6;  // a kernel launch and a fold per piece
   return in;
@@ -124,57 +136,26 @@ inline RingModelInput gpt3_layer(std::int64_t tokens, int ranks) {
 }  // namespace parts
 
 inline std::vector<GridAnchor> grid_anchors() {
-  std::vector<GridAnchor> out;
-  {
-    GridAnchor a;
-    a.name = "attention2d-a100";
-    a.source = "Attention2D, arXiv 2503.15758 (GPT-3-like model, 64 A100 on 16 nodes)";
-    a.published_ranks = 64, a.published_speedup = 5.0;
-    a.published = "up to 5x over Ring Attention on 64 A100 GPUs across 16 nodes";
-    a.assumed = "128K tokens, 96 heads x 128, bf16, causal; FlashAttention-2 at 190 TFLOP/s; 4 GPUs a node on "
-                "NVLink 3 (300 GB/s a direction); 200 Gb/s InfiniBand per GPU (25 GB/s)";
-    a.input = parts::gpt3_layer(std::int64_t(1) << 17, 64);
-    a.input.rate = KernelRate(190e12);
-    a.input.cluster.ranks_per_node = 4;
-    a.input.cluster.intra = Link{300e9, 10e-6};
-    a.input.cluster.inter = Link{25e9, 10e-6};
-    a.input.cluster.memory_bytes_per_second = 2.0e12;  // A100 80 GB HBM2e
-    out.push_back(a);
-  }
-  {
-    GridAnchor a;
-    a.name = "attention2d-h100";
-    a.source = "Attention2D, arXiv 2503.15758 (GPT-3-like model, 64 H100 on 64 nodes)";
-    a.published_ranks = 64, a.published_speedup = 9.4;
-    a.published = "up to 9.4x over Ring Attention on 64 H100 GPUs across 64 nodes";
-    a.assumed = "128K tokens, 96 heads x 128, bf16, causal; FlashAttention-3 at 500 TFLOP/s; one GPU a node, "
-                "400 Gb/s InfiniBand (50 GB/s)";
-    a.input = parts::gpt3_layer(std::int64_t(1) << 17, 64);
-    a.input.rate = KernelRate(500e12);
-    a.input.cluster.ranks_per_node = 1;
-    a.input.cluster.intra = Link{450e9, 5e-6};
-    a.input.cluster.inter = Link{50e9, 10e-6};
-    a.input.cluster.memory_bytes_per_second = 3.35e12;
-    out.push_back(a);
-  }
-  {
-    GridAnchor a;
-    a.name = "mesh-attention-256";
-    a.source = "Mesh-Attention, arXiv 2512.20968 (256 GPUs)";
-    a.published_ranks = 256, a.published_speedup = 3.4;
-    a.published = "up to 3.4x (2.9x on average) over Ring-Attention on 256 GPUs, 79-85% less communication";
-    a.assumed = "1M tokens, 32 heads x 128 (MHA), bf16, causal; 32 nodes of 8 H100-class GPUs (NVLink 450 GB/s a "
-                "direction, 400 Gb/s InfiniBand per GPU); kernel at 500 TFLOP/s";
-    a.input = parts::gpt3_layer(std::int64_t(1) << 20, 256);
-    a.input.heads_q = a.input.heads_kv = 32;
-    a.input.rate = KernelRate(500e12);
-    a.input.cluster.ranks_per_node = 8;
-    a.input.cluster.intra = Link{450e9, 5e-6};
-    a.input.cluster.inter = Link{50e9, 10e-6};
-    a.input.cluster.memory_bytes_per_second = 3.35e12;
-    out.push_back(a);
-  }
-  return out;
+  // A100 80 GB: FlashAttention-2 forward, NVLink 3 (300 GB/s a direction), HBM2e; H100: FlashAttention-3
+  // forward, NVLink 4 (450 GB/s a direction), HBM3. Between nodes: the NIC's share per GPU.
+  const parts::GridHardware a100_4{190e12, 4, Link{300e9, 10e-6}, Link{25e9, 10e-6}, 2.0e12};
+  const parts::GridHardware h100_1{500e12, 1, Link{450e9, 5e-6}, Link{50e9, 10e-6}, 3.35e12};
+  const parts::GridHardware h100_8{500e12, 8, Link{450e9, 5e-6}, Link{50e9, 10e-6}, 3.35e12};
+  return {{"attention2d-a100", "Attention2D, arXiv 2503.15758 (GPT-3-like model, 64 A100 on 16 nodes)", 64, 5.0,
+           "up to 5x over Ring Attention on 64 A100 GPUs across 16 nodes",
+           "128K tokens, 96 heads x 128, bf16, causal; FlashAttention-2 at 190 TFLOP/s; 4 GPUs a node on NVLink 3 "
+           "(300 GB/s a direction); 200 Gb/s InfiniBand per GPU (25 GB/s)",
+           parts::grid_setup(std::int64_t(1) << 17, 64, 96, a100_4)},
+          {"attention2d-h100", "Attention2D, arXiv 2503.15758 (GPT-3-like model, 64 H100 on 64 nodes)", 64, 9.4,
+           "up to 9.4x over Ring Attention on 64 H100 GPUs across 64 nodes",
+           "128K tokens, 96 heads x 128, bf16, causal; FlashAttention-3 at 500 TFLOP/s; one GPU a node, 400 Gb/s "
+           "InfiniBand (50 GB/s)",
+           parts::grid_setup(std::int64_t(1) << 17, 64, 96, h100_1)},
+          {"mesh-attention-256", "Mesh-Attention, arXiv 2512.20968 (256 GPUs)", 256, 3.4,
+           "up to 3.4x (2.9x on average) over Ring-Attention on 256 GPUs, 79-85% less communication",
+           "1M tokens, 32 heads x 128 (MHA), bf16, causal; 32 nodes of 8 H100-class GPUs (NVLink 450 GB/s a "
+           "direction, 400 Gb/s InfiniBand per GPU); kernel at 500 TFLOP/s",
+           parts::grid_setup(std::int64_t(1) << 20, 256, 32, h100_8)}};
 }
 
 }  // namespace scaling
