@@ -74,6 +74,22 @@ def grid_shape(dist, P):
     return rows, P // rows
 
 
+def peers_needed(P, schemes):
+    """The transfers a rank has in flight at once, per scheme run at P ranks: 1 for the ring, R - 1 + C - 1
+    for an R x C grid (its inputs)."""
+    out = set()
+    for label, dist, rpn in CONFIGS:
+        if rpn != 1 or label not in schemes:
+            continue
+        if label == "ring":
+            out.add(1)
+        elif label.startswith("grid"):
+            R, C = grid_shape(dist, P)
+            if R * C == P:
+                out.add(R - 1 + C - 1)
+    return out
+
+
 def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
@@ -118,6 +134,10 @@ def main():
                     help="the model's kernel rate: the unshaped scenario's run of the same P, scheme and placement "
                          "(default), or the same scenario's ring run of that P and placement (the kernels under the "
                          "same load); grid rows always take the ring's (the grid's compute time includes its waits)")
+    ap.add_argument("--peers-link", action="store_true",
+                    help="also model each run of 1 rank a node with the link as `kattn-scale pingpong --peers K` "
+                         "measures it on the P ranks at once, before the runs (K: the transfers a rank has in flight, "
+                         "1 for the ring, R - 1 + C - 1 for an R x C grid)")
     ap.add_argument("--links-only", action="store_true",
                     help="measure only the links (ping-pongs) and redo the model over OUT/study.csv's runs")
     a = ap.parse_args()
@@ -174,6 +194,17 @@ def main():
                                 pair, links[(s, pair)]["latency_seconds"] * 1e6,
                                 links[(s, pair)]["bytes_per_second"] / 1e9))
                     links[(s, "inter")] = True
+                if a.peers_link and not a.links_only:
+                    for K in sorted(peers_needed(P, a.schemes.split(","))):
+                        if (s, "peers %d %d" % (P, K)) in links:
+                            continue
+                        p = run(sc["pingpong"] + ["--peers", str(K), "--sizes", "8,2097152", "--repeat", "5", "--json"],
+                                nodes=P)
+                        if p.returncode == 0:
+                            links[(s, "peers %d %d" % (P, K))] = last_json(p.stdout)
+                            log("  ping-pong --peers %d on %d ranks: latency %.1f us, %.4f GB/s" % (
+                                K, P, links[(s, "peers %d %d" % (P, K))]["latency_seconds"] * 1e6,
+                                links[(s, "peers %d %d" % (P, K))]["bytes_per_second"] / 1e9))
                 for label, dist, rpn in ([] if a.links_only else CONFIGS):
                     if label not in a.schemes.split(","):
                         continue
@@ -220,6 +251,20 @@ def main():
     finally:
         log(cluster("down", check=False).stdout.strip())
 
+    def model_seconds(cmd, P, link):
+        """kattn-scale model's seconds at P ranks with `link` as its --bandwidth/--latency; "" if it fails."""
+        tmp = os.path.join(a.out, "model.tmp.csv")
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        cmd = cmd + ["--bandwidth", "%.6g" % link["bytes_per_second"], "--latency", "%.6g" % link["latency_seconds"]]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+        out = ""
+        if p.returncode == 0 and os.path.exists(tmp):
+            with open(tmp) as f:
+                out = next((float(m["seconds"]) for m in csv.DictReader(f) if int(m["ranks"]) == P), "")
+            os.remove(tmp)
+        return out
+
     # The model: each point from a kernel rate (a run's work over its compute time: the kernels'
     # wall time, the other ranks' load included) and the scenario's configured link (unshaped: the
     # ping-pong's fit; e: none, the model has no slow rank). The grid's compute time includes its
@@ -246,32 +291,28 @@ def main():
                              "--causal", "--sharding", "zigzag", "--tflops-per-rank", "%.6g" % base[key],
                              "--max-ranks", str(r["ranks"]), "--csv", os.path.join(a.out, "model.tmp.csv")] + dist
         if r["per_node"] == 1:
-            cmd += ["--bandwidth", "%.6g" % link["bytes_per_second"], "--latency", "%.6g" % link["latency_seconds"]]
+            r["model_seconds"] = model_seconds(cmd, r["ranks"], link)
+            K = sum(grid_shape(dist, r["ranks"])) - 2 if r["scheme"].startswith("grid") else 1
+            peers = links.get((r["scenario"], "peers %d %d" % (r["ranks"], K)))
+            if peers:
+                r["model_peers_seconds"] = model_seconds(cmd, r["ranks"], peers)
         else:
             shm = links.get(("shm", "0,0"))
             if not shm:
                 continue
-            cmd += ["--bandwidth", "%.6g" % shm["bytes_per_second"], "--latency", "%.6g" % shm["latency_seconds"],
-                    # The model's inter-node bandwidth is per rank: the node's link shared by its ranks.
-                    "--ranks-per-node", str(r["per_node"]),
-                    "--inter-bandwidth", "%.6g" % (link["bytes_per_second"] / r["per_node"]),
-                    "--inter-latency", "%.6g" % link["latency_seconds"]]
-        tmp = os.path.join(a.out, "model.tmp.csv")
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
-        if p.returncode == 0 and os.path.exists(tmp):
-            with open(tmp) as f:
-                for m in csv.DictReader(f):
-                    if int(m["ranks"]) == r["ranks"]:
-                        r["model_seconds"] = float(m["seconds"])
-                        if r.get("seconds_median"):
-                            r["measured_over_model"] = round(float(r["seconds_median"]) / r["model_seconds"], 3)
-            os.remove(tmp)
+            r["model_seconds"] = model_seconds(cmd + [
+                "--ranks-per-node", str(r["per_node"]),
+                # The model's inter-node bandwidth is per rank: the node's link shared by its ranks.
+                "--inter-bandwidth", "%.6g" % (link["bytes_per_second"] / r["per_node"]),
+                "--inter-latency", "%.6g" % link["latency_seconds"]], r["ranks"], shm)
+        for m, ratio in (("model_seconds", "measured_over_model"), ("model_peers_seconds", "measured_over_model_peers")):
+            if r.get(m) and r.get("seconds_median"):
+                r[ratio] = round(float(r["seconds_median"]) / r[m], 3)
 
     fields = ["scenario", "links", "ranks", "scheme", "per_node", "seconds_median", "seconds", "compute_seconds",
               "exposed_comm_seconds", "bytes_sent_per_rank", "model_bytes_per_rank", "wire_bytes_per_node_call",
-              "model_seconds", "measured_over_model", "switch_cpu_s_per_call", "tflops_per_rank", "compute_balance", "load_avg", "calls",
+              "model_seconds", "measured_over_model", "model_peers_seconds", "measured_over_model_peers",
+              "switch_cpu_s_per_call", "tflops_per_rank", "compute_balance", "load_avg", "calls",
               "wall_s", "error"]
     with open(os.path.join(a.out, "study.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
@@ -288,21 +329,27 @@ def main():
                                                                            os.cpu_count()),
              "",
              "| links | P | scheme | ranks/node | s/call | compute s | exposed comm s | bytes sent/rank | model bytes "
-             "| wire bytes/node/call | model s/call | measured/model | switch CPU s/call |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| wire bytes/node/call | model s/call | measured/model | model s, --peers link | measured/model "
+             "(peers) | switch CPU s/call |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append("| %s | %d | %s | %d | failed: %s | | | | | | | | |" % (
+            lines.append("| %s | %d | %s | %d | failed: %s | | | | | | | | | | |" % (
                 r["links"], r["ranks"], r["scheme"], r["per_node"], r["error"].replace("|", "/")))
             continue
-        lines.append("| %s | %d | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        lines.append("| %s | %d | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["links"], r["ranks"], r["scheme"], r["per_node"], fmt(r["seconds_median"], "%.3f"),
             fmt(r["compute_seconds"], "%.3f"), fmt(r["exposed_comm_seconds"], "%.3f"), r["bytes_sent_per_rank"],
             r["model_bytes_per_rank"], r.get("wire_bytes_per_node_call", ""), fmt(r.get("model_seconds"), "%.3f"),
-            fmt(r.get("measured_over_model"), "%.2f"), fmt(r.get("switch_cpu_s_per_call"), "%.3f")))
+            fmt(r.get("measured_over_model"), "%.2f"), fmt(r.get("model_peers_seconds"), "%.3f"),
+            fmt(r.get("measured_over_model_peers"), "%.2f"), fmt(r.get("switch_cpu_s_per_call"), "%.3f")))
     lines.append("")
     for (s, pair), v in sorted(links.items()):
-        if isinstance(v, dict):
+        if isinstance(v, dict) and pair.startswith("peers"):
+            lines.append("- ping-pong %s, --peers %s on %s ranks (1 a node): latency %.1f us, bandwidth %.4f GB/s" % (
+                SCENARIOS[s][0], pair.split()[2], pair.split()[1], v["latency_seconds"] * 1e6,
+                v["bytes_per_second"] / 1e9))
+        elif isinstance(v, dict):
             lines.append("- ping-pong %s, nodes %s: latency %.1f us, bandwidth %.3f GB/s" % (
                 SCENARIOS[s][0] if s in SCENARIOS else "shared memory (2 ranks in one node)", pair,
                 v["latency_seconds"] * 1e6, v["bytes_per_second"] / 1e9))
