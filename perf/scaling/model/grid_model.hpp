@@ -6,7 +6,7 @@
 // The schedule it follows, as grid.cpp runs it: rank (g, c) computes the query shards of its grid
 // column against the keys of its grid row, R blocks of n queries x C n keys (n = N / P). Every
 // input is posted before the first kernel: its query shard to the R - 1 ranks of its column, its
-// K/V shard to the C - 1 ranks of its row (and the same arrive from them). The blocks for other
+// K/V shard (the keys each column sees) to the C - 1 ranks of its row, and the same arrive. The blocks for other
 // ranks' queries run first, each walking the row's key shards from its own on, waiting for each
 // shard as it needs it; each finished block's rows (o and lse) go back to the query shard's owner
 // at once; the rank's own block runs last, then it folds the R blocks of its rows in grid-row order.
@@ -20,7 +20,7 @@
 //
 // What it leaves out: the grid's backward (forward only), deterministic mode (its per-chunk
 // partials), windows, and causal masks over contiguous shards (unbalanced): the model takes
-// dense or causal-zigzag problems only, where every query shard sees every key shard.
+// dense or causal-zigzag problems only, where every query shard sees part of every key shard.
 #pragma once
 
 #include <algorithm>
@@ -232,7 +232,7 @@ inline GridModel model_grid(const RingModelInput& in, GridShape shape) {
   return m;
 }
 
-// Every shape of in.ranks, modelled; the fastest first on ties the fewer bytes, then fewer rows.
+// Every shape of in.ranks, modelled: the fastest; on a tie the fewer bytes, then the fewer rows.
 // `all` (optional) receives every shape's model in grid_shapes order.
 inline GridModel best_grid(const RingModelInput& in, std::vector<GridModel>* all = nullptr) {
   GridModel best;
