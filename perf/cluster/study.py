@@ -3,14 +3,15 @@
 
     perf/cluster/study.py --kattn build/bin/kattn [--ranks 4,8] [--tokens 4096] [--repeat 5]
                           [--scenarios a,k,b,c,d,e] [--schemes ring,ulysses,"hybrid U=2",grid,"grid 4x2"]
-                          [--rate-from unshaped|scenario] [--out perf/cluster/results] [--budget 840]
+                          [--rate-from unshaped|scenario] [--peers-link] [--out perf/cluster/results] [--budget 840]
 
 Brings up a cluster (cluster.py, name kattn-study) of max(--ranks) nodes and, for each scenario
 (link shaping), measures one strong-scaling point per scheme and placement with the scaling
 program's measure command (`kattn-scale measure`: a warm-up call, then --repeat
 timed calls, the median), the link with its ping-pong, and predicts each point with its model
 (`kattn-scale model`; the grid at the run's shape) from a kernel rate (--rate-from: the unshaped
-run's, or the same scenario's ring run's) and the scenario's link, with measured/model per run.
+run's, or the same scenario's ring run's) and the scenario's link (with --peers-link also the link
+`kattn-scale pingpong --peers K` measures on the P ranks), with measured/model per run.
 Writes OUT/study.csv (one row per run) and OUT/study.md (the table) and takes the cluster down always.
 
 Scenarios: a unshaped (user switch), k unshaped (kernel bridge), b 1 ms / 1 Gbit/s,
