@@ -24,10 +24,9 @@ void print_grid_header() {
 
 void print_grid_row(int P, double N, const scaling::GridModel& g, const scaling::RingModel& ring) {
   const std::string shape = std::to_string(g.shape.rows) + " x " + std::to_string(g.shape.cols);
-  std::printf("%8d %9s %14.0f %12.0f %12.4g %12.4g %12.4g %14.4g %10.3f %12.4g %12.4g %12.4g %8.2f\n", P,
-              shape.c_str(), N, g.tokens_per_rank, g.block_compute_seconds, g.inputs_seconds, g.seconds,
-              g.exposed_comm_seconds, g.efficiency, g.bytes_per_rank / 1e6, ring.seconds, ring.bytes_per_rank / 1e6,
-              ring.seconds / g.seconds);
+  std::printf("%8d %9s %14.0f %12.0f %12.4g %12.4g %12.4g %14.4g %10.3f %12.4g %12.4g %12.4g %8.2f\n", P, shape.c_str(),
+              N, g.tokens_per_rank, g.block_compute_seconds, g.inputs_seconds, g.seconds, g.exposed_comm_seconds,
+              g.efficiency, g.bytes_per_rank / 1e6, ring.seconds, ring.bytes_per_rank / 1e6, ring.seconds / g.seconds);
 }
 
 void print_grid_shapes(const std::vector<scaling::GridModel>& all, const scaling::GridModel& pick) {
@@ -55,7 +54,8 @@ void crossover_table(const scaling::GridAnchor& a, int max_ranks, bool md) {
               (long long)in0.tokens, in0.heads_q, in0.heads_kv, in0.head_dim, in0.bytes_per_value,
               in0.causal ? ", causal (zigzag)" : "", in0.cluster.ranks_per_node);
   if (md) {
-    std::printf("| ranks | ring s | ring MB/rank | grid R x C | grid s | grid MB/rank | less communication | speedup |\n");
+    std::printf(
+        "| ranks | ring s | ring MB/rank | grid R x C | grid s | grid MB/rank | less communication | speedup |\n");
     std::printf("|---|---|---|---|---|---|---|---|\n");
   } else {
     std::printf("%8s %12s %12s %9s %12s %12s %10s %8s\n", "ranks", "ring s", "ring MB", "R x C", "grid s", "grid MB",

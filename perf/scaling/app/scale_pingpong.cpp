@@ -129,12 +129,12 @@ int scale_pingpong(Args& args) {
     std::vector<char> buffer(largest, 1), received(both_ways ? largest : std::size_t(peers) * largest, 0);
     std::vector<scaling::LinkSample> samples;
     for (std::int64_t b : sizes)
-      samples.push_back(peers > 0 ? scaling::LinkSample{double(peers) * b, peers_seconds(rank, P, peers, buffer, received,
-                                                                                         std::size_t(b), repeat)}
-                                  : scaling::LinkSample{double(b), both_ways ? exchange_seconds(rank, buffer, received,
-                                                                                                std::size_t(b), repeat)
-                                                                             : one_way_seconds(rank, buffer,
-                                                                                               std::size_t(b), repeat)});
+      samples.push_back(
+          peers > 0 ? scaling::LinkSample{double(peers) * b,
+                                          peers_seconds(rank, P, peers, buffer, received, std::size_t(b), repeat)}
+                    : scaling::LinkSample{double(b),
+                                          both_ways ? exchange_seconds(rank, buffer, received, std::size_t(b), repeat)
+                                                    : one_way_seconds(rank, buffer, std::size_t(b), repeat)});
     return on_rank0(MPI_COMM_WORLD, [&]() -> int {
       const scaling::Link link = scaling::fit_link(samples);
       if (peers > 0)

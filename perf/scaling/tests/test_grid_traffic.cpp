@@ -35,10 +35,9 @@ dist::DistOptions grid_options(int rows, int cols) {
 }
 
 TEST(GridTraffic, TheModelsBytesAreTheLibrarysForEveryRank) {
-  const Case cases[] = {{4, 2, 8, 8, 4, false},  {4, 2, 8, 8, 4, true},   {8, 2, 8, 2, 2, true},
-                        {8, 4, 4, 4, 8, false},  {8, 1, 8, 8, 4, true},   {8, 8, 8, 8, 4, true},
-                        {6, 3, 6, 3, 2, false},  {6, 2, 6, 3, 2, true},   {16, 4, 8, 1, 2, true},
-                        {12, 3, 4, 4, 4, false}};
+  const Case cases[] = {{4, 2, 8, 8, 4, false}, {4, 2, 8, 8, 4, true},  {8, 2, 8, 2, 2, true},  {8, 4, 4, 4, 8, false},
+                        {8, 1, 8, 8, 4, true},  {8, 8, 8, 8, 4, true},  {6, 3, 6, 3, 2, false}, {6, 2, 6, 3, 2, true},
+                        {16, 4, 8, 1, 2, true}, {12, 3, 4, 4, 4, false}};
   for (const Case& c : cases) {
     RingModelInput in;
     in.ranks = c.P, in.tokens = 2 * c.P * 96, in.batch = 2;  // whole zigzag halves
