@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""Ring against head sharding (ulysses, hybrid) on a simulated cluster's slow links.
+"""Ring against head sharding (ulysses, hybrid) and the grid on a simulated cluster's slow links.
 
     perf/cluster/study.py --kattn build/bin/kattn [--ranks 4,8] [--tokens 4096] [--repeat 5]
-                          [--scenarios a,k,b,c,d,e] [--schemes ring,ulysses,"hybrid U=2",grid]
-                          [--out perf/cluster/results] [--budget 840]
+                          [--scenarios a,k,b,c,d,e] [--schemes ring,ulysses,"hybrid U=2",grid,"grid 4x2"]
+                          [--rate-from unshaped|scenario] [--peers-link] [--out perf/cluster/results] [--budget 840]
 
 Brings up a cluster (cluster.py, name kattn-study) of max(--ranks) nodes and, for each scenario
 (link shaping), measures one strong-scaling point per scheme and placement with the scaling
 program's measure command (`kattn-scale measure`: a warm-up call, then --repeat
 timed calls, the median), the link with its ping-pong, and predicts each point with its model
-(`kattn-scale model`) from the unshaped run's kernel rate and the scenario's ping-pong fit. Writes
-OUT/study.csv (one row per run) and OUT/study.md (the table) and takes the cluster down always.
+(`kattn-scale model`; the grid at the run's shape) from a kernel rate (--rate-from: the unshaped
+run's, or the same scenario's ring run's) and the scenario's link (with --peers-link also the link
+`kattn-scale pingpong --peers K` measures on the P ranks), with measured/model per run.
+Writes OUT/study.csv (one row per run) and OUT/study.md (the table) and takes the cluster down always.
 
 Scenarios: a unshaped (user switch), k unshaped (kernel bridge), b 1 ms / 1 Gbit/s,
 c 5 ms / 100 Mbit/s, d b with node 1's link at 5 ms / 100 Mbit/s, e b with node 1's processes
@@ -58,7 +60,35 @@ CONFIGS = [
     ("hybrid U=2", ["--dist", "hybrid", "--ulysses-size", "2"], 2),
     ("grid", ["--dist", "grid"], 1),
     ("grid", ["--dist", "grid"], 2),
+    # The model's pick at 8 ranks (kattn-scale model --dist grid), against the library's 2 x 4.
+    ("grid 4x2", ["--dist", "grid", "--grid", "4,2"], 1),
+    ("grid 4x2", ["--dist", "grid", "--grid", "4,2"], 2),
 ]
+
+
+def grid_shape(dist, P):
+    """The grid's shape of a run: --grid R,C, or the library's default (the most square, rows <= cols)."""
+    if "--grid" in dist:
+        r, c = dist[dist.index("--grid") + 1].split(",")
+        return int(r), int(c)
+    rows = max(r for r in range(1, P + 1) if P % r == 0 and r * r <= P)
+    return rows, P // rows
+
+
+def peers_needed(P, schemes):
+    """The transfers a rank has in flight at once, per scheme run at P ranks: 1 for the ring, R - 1 + C - 1
+    for an R x C grid (its inputs)."""
+    out = set()
+    for label, dist, rpn in CONFIGS:
+        if rpn != 1 or label not in schemes:
+            continue
+        if label == "ring":
+            out.add(1)
+        elif label.startswith("grid"):
+            R, C = grid_shape(dist, P)
+            if R * C == P:
+                out.add(R - 1 + C - 1)
+    return out
 
 
 def log(*a):
@@ -101,6 +131,14 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--timeout", type=float, default=60, help="per mpirun (s)")
     ap.add_argument("--budget", type=float, default=840, help="stop starting runs after this many seconds")
+    ap.add_argument("--rate-from", choices=("unshaped", "scenario"), default="unshaped",
+                    help="the model's kernel rate: the unshaped scenario's run of the same P, scheme and placement "
+                         "(default), or the same scenario's ring run of that P and placement (the kernels under the "
+                         "same load); grid rows always take the ring's (the grid's compute time includes its waits)")
+    ap.add_argument("--peers-link", action="store_true",
+                    help="also model each run of 1 rank a node with the link as `kattn-scale pingpong --peers K` "
+                         "measures it on the P ranks at once, before the runs (K: the transfers a rank has in flight, "
+                         "1 for the ring, R - 1 + C - 1 for an R x C grid)")
     ap.add_argument("--links-only", action="store_true",
                     help="measure only the links (ping-pongs) and redo the model over OUT/study.csv's runs")
     a = ap.parse_args()
@@ -157,6 +195,17 @@ def main():
                                 pair, links[(s, pair)]["latency_seconds"] * 1e6,
                                 links[(s, pair)]["bytes_per_second"] / 1e9))
                     links[(s, "inter")] = True
+                if a.peers_link and not a.links_only:
+                    for K in sorted(peers_needed(P, a.schemes.split(","))):
+                        if (s, "peers %d %d" % (P, K)) in links:
+                            continue
+                        p = run(sc["pingpong"] + ["--peers", str(K), "--sizes", "8,2097152", "--repeat", "5", "--json"],
+                                nodes=P)
+                        if p.returncode == 0:
+                            links[(s, "peers %d %d" % (P, K))] = last_json(p.stdout)
+                            log("  ping-pong --peers %d on %d ranks: latency %.1f us, %.4f GB/s" % (
+                                K, P, links[(s, "peers %d %d" % (P, K))]["latency_seconds"] * 1e6,
+                                links[(s, "peers %d %d" % (P, K))]["bytes_per_second"] / 1e9))
                 for label, dist, rpn in ([] if a.links_only else CONFIGS):
                     if label not in a.schemes.split(","):
                         continue
@@ -164,6 +213,8 @@ def main():
                         break
                     if P % rpn or (rpn > 1 and P // rpn < 2):
                         continue
+                    if label.startswith("grid") and "--grid" in dist and grid_shape(dist, P)[0] * grid_shape(dist, P)[1] != P:
+                        continue  # a shape for another rank count
                     before = json.loads(cluster("stats").stdout)
                     t0 = time.time()
                     p = run(sc["measure"] + problem + dist + ["--json"], nodes=P // rpn, ranks_per_node=rpn)
@@ -201,50 +252,68 @@ def main():
     finally:
         log(cluster("down", check=False).stdout.strip())
 
-    # The model: each point from the unshaped run's kernel rate (its compute time) and the
-    # scenario's configured link (unshaped: the ping-pong's fit; e: none, the model has no slow rank).
+    def model_seconds(cmd, P, link):
+        """kattn-scale model's seconds at P ranks with `link` as its --bandwidth/--latency; "" if it fails."""
+        tmp = os.path.join(a.out, "model.tmp.csv")
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        cmd = cmd + ["--bandwidth", "%.6g" % link["bytes_per_second"], "--latency", "%.6g" % link["latency_seconds"]]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+        out = ""
+        if p.returncode == 0 and os.path.exists(tmp):
+            with open(tmp) as f:
+                out = next((float(m["seconds"]) for m in csv.DictReader(f) if int(m["ranks"]) == P), "")
+            os.remove(tmp)
+        return out
+
+    # The model: each point from a kernel rate (a run's work over its compute time: the kernels'
+    # wall time, the other ranks' load included) and the scenario's configured link (unshaped: the
+    # ping-pong's fit; e: none, the model has no slow rank). The grid's compute time includes its
+    # waits for keys, so its rows take the ring's rate (the same n x n kernels).
     base = {}
     for r in rows:
-        if r["scenario"] == "a" and "error" not in r:
+        if (r["scenario"] == "a" or a.rate_from == "scenario") and "error" not in r:
             rate = float(r["tflops_per_rank"]) * float(r["seconds"]) / float(r["compute_seconds"])
-            base[(r["ranks"], r["scheme"], r["per_node"])] = rate
+            base[(r["scenario"] if a.rate_from == "scenario" else "a", r["ranks"], r["scheme"], r["per_node"])] = rate
     for r in rows:
         r["model_seconds"] = ""
-        key = (r["ranks"], r["scheme"], r["per_node"])
+        r["measured_over_model"] = ""
+        key = (r["scenario"] if a.rate_from == "scenario" else "a", r["ranks"],
+               "ring" if r["scheme"].startswith("grid") else r["scheme"], r["per_node"])
         conf = SCENARIOS[r["scenario"]][3]
         link = ({"latency_seconds": conf[0], "bytes_per_second": conf[1]} if conf
                 else links.get((r["scenario"], "0,2")))
         if "error" in r or key not in base or not link or r["scenario"] == "e":
             continue
         dist = next(d for lab, d, rpn in CONFIGS if lab == r["scheme"] and rpn == r["per_node"])
+        if r["scheme"].startswith("grid"):
+            dist = ["--dist", "grid", "--grid", "%d,%d" % grid_shape(dist, r["ranks"])]
         cmd = sc["model"] + ["--study", "strong", "--tokens", str(a.tokens), "--heads", a.heads, "--dim", str(a.dim),
                              "--causal", "--sharding", "zigzag", "--tflops-per-rank", "%.6g" % base[key],
                              "--max-ranks", str(r["ranks"]), "--csv", os.path.join(a.out, "model.tmp.csv")] + dist
         if r["per_node"] == 1:
-            cmd += ["--bandwidth", "%.6g" % link["bytes_per_second"], "--latency", "%.6g" % link["latency_seconds"]]
+            r["model_seconds"] = model_seconds(cmd, r["ranks"], link)
+            K = sum(grid_shape(dist, r["ranks"])) - 2 if r["scheme"].startswith("grid") else 1
+            peers = links.get((r["scenario"], "peers %d %d" % (r["ranks"], K)))
+            if peers:
+                r["model_peers_seconds"] = model_seconds(cmd, r["ranks"], peers)
         else:
             shm = links.get(("shm", "0,0"))
             if not shm:
                 continue
-            cmd += ["--bandwidth", "%.6g" % shm["bytes_per_second"], "--latency", "%.6g" % shm["latency_seconds"],
-                    # The model's inter-node bandwidth is per rank: the node's link shared by its ranks.
-                    "--ranks-per-node", str(r["per_node"]),
-                    "--inter-bandwidth", "%.6g" % (link["bytes_per_second"] / r["per_node"]),
-                    "--inter-latency", "%.6g" % link["latency_seconds"]]
-        tmp = os.path.join(a.out, "model.tmp.csv")
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
-        if p.returncode == 0 and os.path.exists(tmp):
-            with open(tmp) as f:
-                for m in csv.DictReader(f):
-                    if int(m["ranks"]) == r["ranks"]:
-                        r["model_seconds"] = float(m["seconds"])
-            os.remove(tmp)
+            r["model_seconds"] = model_seconds(cmd + [
+                "--ranks-per-node", str(r["per_node"]),
+                # The model's inter-node bandwidth is per rank: the node's link shared by its ranks.
+                "--inter-bandwidth", "%.6g" % (link["bytes_per_second"] / r["per_node"]),
+                "--inter-latency", "%.6g" % link["latency_seconds"]], r["ranks"], shm)
+        for m, ratio in (("model_seconds", "measured_over_model"), ("model_peers_seconds", "measured_over_model_peers")):
+            if r.get(m) and r.get("seconds_median"):
+                r[ratio] = round(float(r["seconds_median"]) / r[m], 3)
 
     fields = ["scenario", "links", "ranks", "scheme", "per_node", "seconds_median", "seconds", "compute_seconds",
               "exposed_comm_seconds", "bytes_sent_per_rank", "model_bytes_per_rank", "wire_bytes_per_node_call",
-              "model_seconds", "switch_cpu_s_per_call", "tflops_per_rank", "compute_balance", "load_avg", "calls",
+              "model_seconds", "measured_over_model", "model_peers_seconds", "measured_over_model_peers",
+              "switch_cpu_s_per_call", "tflops_per_rank", "compute_balance", "load_avg", "calls",
               "wall_s", "error"]
     with open(os.path.join(a.out, "study.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
@@ -261,21 +330,27 @@ def main():
                                                                            os.cpu_count()),
              "",
              "| links | P | scheme | ranks/node | s/call | compute s | exposed comm s | bytes sent/rank | model bytes "
-             "| wire bytes/node/call | model s/call | switch CPU s/call |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| wire bytes/node/call | model s/call | measured/model | model s, --peers link | measured/model "
+             "(peers) | switch CPU s/call |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append("| %s | %d | %s | %d | failed: %s | | | | | | | |" % (
+            lines.append("| %s | %d | %s | %d | failed: %s | | | | | | | | | | |" % (
                 r["links"], r["ranks"], r["scheme"], r["per_node"], r["error"].replace("|", "/")))
             continue
-        lines.append("| %s | %d | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        lines.append("| %s | %d | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["links"], r["ranks"], r["scheme"], r["per_node"], fmt(r["seconds_median"], "%.3f"),
             fmt(r["compute_seconds"], "%.3f"), fmt(r["exposed_comm_seconds"], "%.3f"), r["bytes_sent_per_rank"],
             r["model_bytes_per_rank"], r.get("wire_bytes_per_node_call", ""), fmt(r.get("model_seconds"), "%.3f"),
-            fmt(r.get("switch_cpu_s_per_call"), "%.3f")))
+            fmt(r.get("measured_over_model"), "%.2f"), fmt(r.get("model_peers_seconds"), "%.3f"),
+            fmt(r.get("measured_over_model_peers"), "%.2f"), fmt(r.get("switch_cpu_s_per_call"), "%.3f")))
     lines.append("")
     for (s, pair), v in sorted(links.items()):
-        if isinstance(v, dict):
+        if isinstance(v, dict) and pair.startswith("peers"):
+            lines.append("- ping-pong %s, --peers %s on %s ranks (1 a node): latency %.1f us, bandwidth %.4f GB/s" % (
+                SCENARIOS[s][0], pair.split()[2], pair.split()[1], v["latency_seconds"] * 1e6,
+                v["bytes_per_second"] / 1e9))
+        elif isinstance(v, dict):
             lines.append("- ping-pong %s, nodes %s: latency %.1f us, bandwidth %.3f GB/s" % (
                 SCENARIOS[s][0] if s in SCENARIOS else "shared memory (2 ranks in one node)", pair,
                 v["latency_seconds"] * 1e6, v["bytes_per_second"] / 1e9))

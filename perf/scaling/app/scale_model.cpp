@@ -2,12 +2,15 @@
 // against the tokens per rank (given, a curve, or measured rows of a scaling CSV), a link measured
 // by `kattn-scale pingpong` or stated, and the cluster's parameters (links between nodes, ranks
 // per node, per-step overheads). --anchor NAME runs a published setup with its hardware's
-// parameters and prints the published efficiency beside the model's.
+// parameters and prints the published efficiency beside the model's. --dist grid models the grid
+// scheme at its fastest shape (or --grid R,C) beside the ring; --crossover NAME runs a published
+// 2D scheme's hardware from 8 to --max-ranks ranks (scale_model_grid.cpp).
 #include "scale_commands.hpp"
 
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,6 +22,7 @@
 #include "kattn/errors.hpp"
 #include "paths.hpp"
 #include "scale_csv.hpp"
+#include "scale_model_grid.hpp"
 
 namespace kattn {
 namespace cli {
@@ -179,7 +183,8 @@ const ScaleStudy* matching_study(const std::vector<ScaleStudy>& studies, const S
 }  // namespace
 
 static const char* const kUsage =
-    "usage: kattn-scale model [--dist ring|decode|ulysses|hybrid] [--ulysses-size U] [--study weak|strong]\n"
+    "usage: kattn-scale model [--dist ring|decode|ulysses|hybrid|grid] [--ulysses-size U] [--grid R,C]\n"
+    "                 [--study weak|strong]\n"
     "                 --tokens N [--heads HQ,HKV]\n"
     "                 [--dim D] [--batch B] [--queries NQ] [--dtype f32|f64|bf16|f16] [--causal]\n"
     "                 [--sharding zigzag|contiguous]\n"
@@ -188,7 +193,12 @@ static const char* const kUsage =
     "                 [--ranks-per-node K --inter-bandwidth BYTES_PER_S --inter-latency S]\n"
     "                 [--step-overhead S] [--mem-bandwidth BYTES_PER_S] [--merge-passes X]\n"
     "                 [--backward-ratio R] [--max-ranks P] [--csv FILE] [--compare STUDY.csv]\n"
-    "       kattn-scale model --anchor ring-flash-attn-fwd|ring-flash-attn-fwd-bwd|meta-cp-1m [--max-ranks P]\n";
+    "       kattn-scale model --anchor ring-flash-attn-fwd|ring-flash-attn-fwd-bwd|meta-cp-1m [--max-ranks P]\n"
+    "       kattn-scale model --crossover all|attention2d-a100|attention2d-h100|mesh-attention-256\n"
+    "                 [--max-ranks P] [--markdown]\n"
+    "         --dist grid: every shape R x C = P is modelled and the fastest kept (the shape kattn-scale\n"
+    "         recommends; the library's own default is the most square); --grid R,C models that shape at\n"
+    "         R x C ranks only.\n";
 
 int scale_model(Args& args) {
   if (args.help(kUsage)) return 0;
@@ -197,9 +207,18 @@ int scale_model(Args& args) {
     args.finish();
     return run_anchor(*anchor, max_ranks);
   }
+  if (auto crossover = args.value("--crossover")) {
+    const bool markdown = args.flag("--markdown");
+    args.finish();
+    return run_crossover(*crossover, max_ranks, markdown);
+  }
   const std::string mode = args.value("--dist").value_or("ring");
-  KATTN_REQUIRE(mode == "ring" || mode == "decode" || mode == "ulysses" || mode == "hybrid",
-                "--dist: expected ring, decode, ulysses or hybrid, got '", mode, "'");
+  KATTN_REQUIRE(mode == "ring" || mode == "decode" || mode == "ulysses" || mode == "hybrid" || mode == "grid",
+                "--dist: expected ring, decode, ulysses, hybrid or grid, got '", mode, "'");
+  const auto grid_text = args.value("--grid");
+  KATTN_REQUIRE(!grid_text || mode == "grid", "--grid: only for --dist grid");
+  const std::optional<scaling::GridShape> forced =
+      grid_text ? std::optional<scaling::GridShape>(parse_grid_shape(*grid_text)) : std::nullopt;
   const bool heads_sharded = mode == "ulysses" || mode == "hybrid";
   // Hybrid: U ranks share heads (a node's worth, typically); fewer ranks than U are one group.
   const int ulysses_size = static_cast<int>(args.integer("--ulysses-size", 1, 1 << 20).value_or(0));
@@ -259,6 +278,10 @@ int scale_model(Args& args) {
                 "nodes");
   KATTN_REQUIRE(cl.step_overhead_seconds >= 0 && cl.merge_passes >= 0 && backward_ratio >= 0,
                 "--step-overhead/--merge-passes/--backward-ratio: expected values >= 0");
+  KATTN_REQUIRE(mode != "grid" || backward_ratio == 0,
+                "--backward-ratio: not for --dist grid (the model has the grid's forward only)");
+  KATTN_REQUIRE(mode != "grid" || !causal || sharding == "zigzag",
+                "--sharding: --dist grid with --causal needs zigzag (contiguous shards leave the grid unbalanced)");
   KATTN_REQUIRE(mode != "hybrid" || heads[0] % ulysses_size == 0, "--ulysses-size: expected a divisor of the ",
                 heads[0], " query heads (each member of a group computes Hq / U of them), got ", ulysses_size);
   // The model places groups of U consecutive ranks on nodes of --ranks-per-node: whole groups in a
@@ -276,10 +299,12 @@ int scale_model(Args& args) {
               dtype.c_str(), B, (long long)heads[0], (long long)heads[1], D,
               causal ? (" causal (" + sharding + ")").c_str() : "",
               backward_ratio > 0 ? ", forward + backward" : ", forward");
-  if (mode == "ring" || heads_sharded) {
+  if (mode == "ring" || heads_sharded || mode == "grid") {
     describe_cluster(rate, cl, backward_ratio);
     if (heads_sharded)
       print_heads_header();
+    else if (mode == "grid")
+      print_grid_header();
     else
       print_ring_header();
   } else {
@@ -294,11 +319,15 @@ int scale_model(Args& args) {
   bool extrapolated = false;
   int heads_limit = 0;       // Ulysses: the first rank count the query heads do not divide over
   std::vector<int> skipped;  // hybrid below U: rank counts (one group) the heads do not divide over
+  std::vector<scaling::GridModel> shapes;  // grid: every shape at the last rank count
+  scaling::GridModel grid_pick;
   // Powers of two; hybrid also at U, then U times powers of two (the grid needs U | P).
   const auto next = [&](int P) {
     return mode == "hybrid" && P < ulysses_size && 2 * P > ulysses_size ? ulysses_size : 2 * P;
   };
-  for (int P = 1; P <= max_ranks; P = next(P)) {
+  // --grid R,C: its one rank count only.
+  const int first_ranks = forced ? forced->rows * forced->cols : 1, last_ranks = forced ? first_ranks : max_ranks;
+  for (int P = first_ranks; P <= last_ranks; P = next(P)) {
     const int U = mode == "ulysses" ? P : std::min(ulysses_size, P);
     if (heads_sharded && heads[0] % U != 0) {
       if (mode == "hybrid") {  // only below U (U itself divides the heads): the larger grids follow
@@ -340,6 +369,20 @@ int scale_model(Args& args) {
       row.field["bytes_sent_per_rank"] = fmt("%.0f", m.bytes_per_rank);
       row.field["model_bytes_per_rank"] = fmt("%.0f", m.bytes_per_rank);
       row.field["tflops_per_rank"] = fmt("%.6g", m.flops_per_rank * (1 + backward_ratio) / m.seconds / 1e12);
+      row.field["efficiency"] = fmt("%.6f", m.efficiency);
+    } else if (mode == "grid") {
+      const scaling::RingModel ring = scaling::model_ring(in);
+      std::vector<scaling::GridModel> all;
+      const scaling::GridModel m = forced ? scaling::model_grid(in, *forced) : scaling::best_grid(in, &all);
+      print_grid_row(P, double(N), m, ring);
+      if (!forced) shapes = all;
+      grid_pick = m;
+      row.field["seconds"] = fmt("%.6g", m.seconds);
+      row.field["compute_seconds"] = fmt("%.6g", m.compute_seconds);
+      row.field["exposed_comm_seconds"] = fmt("%.6g", m.exposed_comm_seconds);
+      row.field["bytes_sent_per_rank"] = fmt("%.0f", m.bytes_per_rank);
+      row.field["model_bytes_per_rank"] = fmt("%.0f", m.bytes_per_rank);
+      row.field["tflops_per_rank"] = fmt("%.6g", m.flops_per_rank / m.seconds / 1e12);
       row.field["efficiency"] = fmt("%.6f", m.efficiency);
     } else if (mode == "ring") {
       const scaling::RingModel m = scaling::model_ring(in);
@@ -385,6 +428,11 @@ int scale_model(Args& args) {
     for (int P : skipped)
       std::printf("no row at %d ranks: %lld query heads do not divide over one group of %d\n", P, (long long)heads[0],
                   P);
+  } else if (mode == "grid") {
+    print_grid_shapes(shapes, grid_pick);
+    std::printf(
+        "the grid posts every input before its first kernel and sends each block's rows home as it finishes; "
+        "ring columns: the ring model on the same cluster; speedup: ring s / grid s\n");
   } else if (mode == "ring") {
     std::printf(
         "overlap condition: a step's K/V transfer hides behind its work (kernel, merge, overhead) from %.0f tokens "

@@ -30,6 +30,7 @@
 #include "random_normal.hpp"
 #include "scale_commands.hpp"
 #include "scale_csv.hpp"
+#include "scale_model_grid.hpp"
 
 namespace kattn {
 namespace cli {
@@ -311,15 +312,17 @@ ScaleRow make_row(const Config& c, int P, const Sample& s, const std::string& al
 
 static const char* const kUsage =
     "usage: mpirun -np P kattn-scale measure [--study weak|strong] [--tokens N]\n"
-    "                 [--dist ring|decode|ulysses|hybrid|grid] [--ulysses-size U] [--batch B] [--heads HQ,HKV]\n"
+    "                 [--dist ring|decode|ulysses|hybrid|grid] [--ulysses-size U] [--grid R,C] [--batch B]\n"
+    "                 [--heads HQ,HKV]\n"
     "                 [--dim D] [--queries NQ]\n"
     "                 [--dtype f32|f64|bf16|f16]\n"
     "                 [--causal] [--zigzag] [--deterministic] [--chunk KEYS] [--repeat R] [--warmup W]\n"
     "                 [--nocomm-baseline] [--backward] [--no-workspace] [--csv FILE] [--json]\n"
     "         weak: --tokens is per rank; strong: --tokens is the whole sequence (ring, ulysses,\n"
     "         hybrid) or KV cache (decode). Hybrid: groups of U ranks share heads (fewer ranks: one\n"
-    "         group). --backward: each repetition is a forward and its backward. The calls share one\n"
-    "         kattn::Workspace; --no-workspace: each allocates its own buffers (rows NAME-no-workspace).\n"
+    "         group). Grid: R x C = P (default: the library's, the most square). --backward: each\n"
+    "         repetition is a forward and its backward. The calls share one kattn::Workspace;\n"
+    "         --no-workspace: each allocates its own buffers (rows NAME-no-workspace).\n"
     "         Appends one row per timed repetition to --csv (and as many for the comm-removed ring\n"
     "         with --nocomm-baseline).\n";
 
@@ -335,6 +338,11 @@ int scale_measure(Args& args) {
       c.study = args.value("--study").value_or(c.study);
       c.mode = args.value("--dist").value_or(c.mode);
       c.ulysses_size = static_cast<int>(args.integer("--ulysses-size", 1, 1 << 20).value_or(0));
+      const auto grid = args.value("--grid");
+      if (grid) {
+        const scaling::GridShape g = parse_grid_shape(*grid);
+        c.d.grid = {g.rows, g.cols};
+      }
       c.tokens = args.integer("--tokens", 1, std::int64_t(1) << 40).value_or(c.tokens);
       c.batch = static_cast<int>(args.integer("--batch", 1, 1 << 20).value_or(c.batch));
       if (auto h = args.integers("--heads", 2)) c.heads_q = int((*h)[0]), c.heads_kv = int((*h)[1]);
@@ -358,6 +366,9 @@ int scale_measure(Args& args) {
                         c.mode == "grid",
                     "--dist: expected ring, decode, ulysses, hybrid or grid, got '", c.mode, "'");
       c.d.scheme = c.mode == "decode" ? dist::Scheme::sharded_kv : dist::scheme_named(c.mode, "--dist");
+      KATTN_REQUIRE(!grid || c.mode == "grid", "--grid: only for --dist grid");
+      KATTN_REQUIRE(!grid || std::int64_t(c.d.grid.rows) * c.d.grid.cols == P, "--grid: expected ROWS x COLS = the ",
+                    P, " ranks, got ", *grid);
       KATTN_REQUIRE(c.mode == "hybrid" ? c.ulysses_size > 0 : c.ulysses_size == 0,
                     c.mode == "hybrid" ? "--ulysses-size: required with --dist hybrid (the ranks of one head-sharding "
                                          "group, all of them when fewer)"

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "model/grid_model.hpp"
 #include "model/scaling_model.hpp"
 
 namespace kattn {
@@ -80,6 +81,81 @@ inline std::vector<ScalingAnchor> scaling_anchors() {
            0.902, parts::ring_flash_attn_h800(true)},
           {"meta-cp-1m", "arXiv 2411.01783, Llama 3 405B 1M-token prefill, 16 x 8 H100, 77 s", 0.93,
            parts::meta_cp_1m_h100()}};
+}
+
+// Published speedups of 2D schemes over ring attention, with the hardware they ran on as model
+// inputs: `kattn-scale model --crossover NAME` prints the ring against the grid at 8 to 1024 ranks
+// on that hardware (the anchor's whole sequence over every rank count: strong scaling) and the
+// speedup at the published rank count beside the paper's. The papers' sequence lengths and head
+// shapes were not at hand: those below are assumptions, named as such, and so are the link and
+// kernel rates (each the hardware's usual figure). The model is kattn's grid, not the papers'
+// schedules: queries and results travel in float (kattn widens 16-bit queries), every block's
+// rows go back to their owner.
+struct GridAnchor {
+  std::string name;
+  std::string source;
+  int published_ranks = 0;
+  double published_speedup = 0;  // over ring attention, the paper's best at that rank count
+  std::string published;         // the claim as the paper states it
+  std::string assumed;           // what the model takes that the paper was not checked for
+  RingModelInput input;          // at published_ranks
+  // The anchor's problem and hardware on P ranks (the same whole sequence).
+  RingModelInput at(int P) const {
+    RingModelInput in = input;
+    in.ranks = P;
+    return in;
+  }
+};
+
+namespace parts {
+
+// A 2D anchor's hardware: the kernel's rate, ranks per node, the links, the memory bandwidth.
+struct GridHardware {
+  double flops_per_second = 0;
+  int ranks_per_node = 0;
+  Link intra, inter;
+  double memory_bytes_per_second = 0;
+};
+
+// An attention layer of `heads` heads of 128 (MHA), bf16, causal over zigzag shards, batch 1.
+inline RingModelInput grid_setup(std::int64_t tokens, int ranks, int heads, const GridHardware& hw) {
+  RingModelInput in;
+  in.ranks = ranks, in.tokens = tokens;
+  in.heads_q = heads, in.heads_kv = heads, in.head_dim = 128;
+  in.bytes_per_value = 2;
+  in.causal = true;
+  in.rate = KernelRate(hw.flops_per_second);
+  in.cluster.ranks_per_node = hw.ranks_per_node;
+  in.cluster.intra = hw.intra, in.cluster.inter = hw.inter;
+  in.cluster.memory_bytes_per_second = hw.memory_bytes_per_second;
+  in.cluster.merge_passes = 3;
+  in.cluster.step_overhead_seconds = 10e-6;  // a kernel launch and a fold per piece
+  return in;
+}
+
+}  // namespace parts
+
+inline std::vector<GridAnchor> grid_anchors() {
+  // A100 80 GB: FlashAttention-2 forward, NVLink 3 (300 GB/s a direction), HBM2e; H100: FlashAttention-3
+  // forward, NVLink 4 (450 GB/s a direction), HBM3. Between nodes: the NIC's share per GPU.
+  const parts::GridHardware a100_4{190e12, 4, Link{300e9, 10e-6}, Link{25e9, 10e-6}, 2.0e12};
+  const parts::GridHardware h100_1{500e12, 1, Link{450e9, 5e-6}, Link{50e9, 10e-6}, 3.35e12};
+  const parts::GridHardware h100_8{500e12, 8, Link{450e9, 5e-6}, Link{50e9, 10e-6}, 3.35e12};
+  return {{"attention2d-a100", "Attention2D, arXiv 2503.15758 (GPT-3-like model, 64 A100 on 16 nodes)", 64, 5.0,
+           "up to 5x over Ring Attention on 64 A100 GPUs across 16 nodes",
+           "128K tokens, 96 heads x 128, bf16, causal; FlashAttention-2 at 190 TFLOP/s; 4 GPUs a node on NVLink 3 "
+           "(300 GB/s a direction); 200 Gb/s InfiniBand per GPU (25 GB/s)",
+           parts::grid_setup(std::int64_t(1) << 17, 64, 96, a100_4)},
+          {"attention2d-h100", "Attention2D, arXiv 2503.15758 (GPT-3-like model, 64 H100 on 64 nodes)", 64, 9.4,
+           "up to 9.4x over Ring Attention on 64 H100 GPUs across 64 nodes",
+           "128K tokens, 96 heads x 128, bf16, causal; FlashAttention-3 at 500 TFLOP/s; one GPU a node, 400 Gb/s "
+           "InfiniBand (50 GB/s)",
+           parts::grid_setup(std::int64_t(1) << 17, 64, 96, h100_1)},
+          {"mesh-attention-256", "Mesh-Attention, arXiv 2512.20968 (256 GPUs)", 256, 3.4,
+           "up to 3.4x (2.9x on average) over Ring-Attention on 256 GPUs, 79-85% less communication",
+           "1M tokens, 32 heads x 128 (MHA), bf16, causal; 32 nodes of 8 H100-class GPUs (NVLink 450 GB/s a "
+           "direction, 400 Gb/s InfiniBand per GPU); kernel at 500 TFLOP/s",
+           parts::grid_setup(std::int64_t(1) << 20, 256, 32, h100_8)}};
 }
 
 }  // namespace scaling
