@@ -380,7 +380,6 @@ int scale_measure(Args& args) {
       KATTN_REQUIRE(!c.nocomm || (c.mode == "ring" && !c.d.deterministic && !c.backward),
                     "--nocomm-baseline: only for the ring's forward (not --deterministic, --backward or decode)");
       KATTN_REQUIRE(!c.backward || c.mode != "decode", "--backward: not for --dist decode (no gradients)");
-      KATTN_REQUIRE(!c.backward || c.mode != "grid", "--backward: not for --dist grid (it has no backward yet)");
       KATTN_REQUIRE(c.mode != "decode" || c.d.sharding == dist::Sharding::contiguous,
                     "--zigzag: not for --dist decode");
     });
