@@ -139,6 +139,9 @@ def main():
                     help="also model each run of 1 rank a node with the link as `kattn-scale pingpong --peers K` "
                          "measures it on the P ranks at once, before the runs (K: the transfers a rank has in flight, "
                          "1 for the ring, R - 1 + C - 1 for an R x C grid)")
+    ap.add_argument("--backward", action="store_true",
+                    help="each call a forward and its backward (kattn-scale measure --backward); measured only: the "
+                         "time model covers the forward")
     ap.add_argument("--links-only", action="store_true",
                     help="measure only the links (ping-pongs) and redo the model over OUT/study.csv's runs")
     a = ap.parse_args()
@@ -146,7 +149,7 @@ def main():
     nodes = max(ranks)
     sc = scale_commands(a.kattn)
     problem = ["--study", "strong", "--tokens", str(a.tokens), "--heads", a.heads, "--dim", str(a.dim),
-               "--causal", "--zigzag", "--repeat", str(a.repeat), "--warmup", "1"]
+               "--causal", "--zigzag", "--repeat", str(a.repeat), "--warmup", "1"] + (["--backward"] if a.backward else [])
     os.makedirs(a.out, exist_ok=True)
     t_start = time.time()
     rows, links = [], {}
@@ -283,7 +286,7 @@ def main():
         conf = SCENARIOS[r["scenario"]][3]
         link = ({"latency_seconds": conf[0], "bytes_per_second": conf[1]} if conf
                 else links.get((r["scenario"], "0,2")))
-        if "error" in r or key not in base or not link or r["scenario"] == "e":
+        if "error" in r or key not in base or not link or r["scenario"] == "e" or a.backward:
             continue
         dist = next(d for lab, d, rpn in CONFIGS if lab == r["scheme"] and rpn == r["per_node"])
         if r["scheme"].startswith("grid"):

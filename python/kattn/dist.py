@@ -96,8 +96,8 @@ def _grid(grid, refused):
 
 
 def attention(comm, q, k, v, *, scheme="ring", q_indptr=None, kv_indptr=None, ulysses_size=0, grid=None,
-              causal=False, window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None, layout="bnhd",
-              sharding="contiguous", deterministic=False, chunk=0, return_lse=False, return_stats=False,
+              causal=False, window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None, bias=None,
+              layout="bnhd", sharding="contiguous", deterministic=False, chunk=0, return_lse=False, return_stats=False,
               workspace=None):
     """Exact attention over the ranks of `comm`, spread by `scheme`:
 
@@ -117,14 +117,16 @@ def attention(comm, q, k, v, *, scheme="ring", q_indptr=None, kv_indptr=None, ul
     global sequence (each sequence's own in a ragged batch). deterministic: bitwise the same o for
     every rank count and sharding (keys folded in global chunks of `chunk`, 0 = 1024). sinks: one
     logit per query head, alibi_slopes one slope per query head, as for kattn.attention (every
-    scheme takes both). Returns o (and lse [B, Hq, nq] or [nq, Hq], and this rank's
+    scheme takes both). bias (scheme "ring", dense shards): this rank's query rows of an additive
+    bias over every key of the sequence, [B or 1, Hq or 1, nq, Nk] (bias[:, :, i] belongs to this
+    rank's query i). Returns o (and lse [B, Hq, nq] or [nq, Hq], and this rank's
     stats dict)."""
     _require_mpi()
     arrays, refused = _arrays(q=q, k=k, v=v)
     sinks, refused = _sinks(sinks, refused)
     alibi, refused = _sinks(alibi_slopes, refused, "alibi_slopes", "slope")
     shape, refused = _grid(grid, refused)
-    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale, sinks=sinks, alibi_slopes=alibi)
+    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale, sinks=sinks, alibi_slopes=alibi, bias=bias)
     dist = dict(scheme=scheme, sharding=sharding, deterministic=deterministic, chunk=chunk, ulysses_size=ulysses_size,
                 grid=shape)
     o, lse, stats = _kattn.dist_attention(comm.py2f(), *arrays, q_indptr, kv_indptr, layout, opts, dist, refused,
@@ -134,6 +136,7 @@ def attention(comm, q, k, v, *, scheme="ring", q_indptr=None, kv_indptr=None, ul
 
 def attention_backward(comm, q, k, v, o, lse, dout, *, scheme="ring", q_indptr=None, kv_indptr=None, ulysses_size=0,
                        grid=None, causal=False, window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None,
+                       bias=None,
                        layout="bnhd", sharding="contiguous", deterministic=False, chunk=0, return_stats=False,
                        workspace=None):
     """The gradients of attention (schemes ring, ulysses, hybrid, grid): dq, dk, dv, this rank's shards of
@@ -146,7 +149,8 @@ def attention_backward(comm, q, k, v, o, lse, dout, *, scheme="ring", q_indptr=N
     arrays, refused = _arrays(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
     sink_values, refused = _sinks(sinks, refused)
     alibi, refused = _sinks(alibi_slopes, refused, "alibi_slopes", "slope")
-    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale, sinks=sink_values, alibi_slopes=alibi)
+    opts = dict(causal=causal, window=window, softcap=softcap, scale=scale, sinks=sink_values, alibi_slopes=alibi,
+                bias=bias)
     shape, refused = _grid(grid, refused)
     dist = dict(scheme=scheme, sharding=sharding, deterministic=deterministic, chunk=chunk, ulysses_size=ulysses_size,
                 grid=shape)

@@ -264,3 +264,26 @@ def test_torch_autograd_reaches_the_sinks():
     for shard, ref in zip(shards, whole):
         assert_close(shard.grad.numpy(), ref.grad[:, :, pos].numpy())
     assert_close(sinks.grad.numpy(), sinks_whole.grad.numpy())
+
+
+@pytest.mark.parametrize("sharding", ["contiguous", "zigzag"])
+@pytest.mark.parametrize("bias_shape", [(2, 12), (1, 12), (2, 1)])
+def test_ring_takes_each_ranks_rows_of_a_bias(sharding, bias_shape):
+    """A bias on the ring: each rank passes its query rows over every key; o and the gradients are
+    the shards of one process's with the whole bias. Other schemes refuse one on every rank."""
+    n = 37
+    q, k, v, dout = problem(n, 12, 4, 16, seed=41)
+    bias = np.random.default_rng(43).standard_normal(bias_shape + (n, n))
+    opt = dict(causal=True, window=(20, 0))
+    o, lse = kattn.attention(q, k, v, return_lse=True, bias=bias, **opt)
+    ref = kattn.attention_backward(q, k, v, o, lse, dout, bias=bias, **opt)
+    pos = positions("ring", n, COMM, sharding=sharding)
+    mine = np.ascontiguousarray(bias[:, :, pos])
+    o_r, lse_r = forward("ring", COMM, q[:, pos], k[:, pos], v[:, pos], sharding=sharding, bias=mine, **opt)
+    assert_close(o_r, o[:, pos])
+    grads = backward("ring", COMM, q[:, pos], k[:, pos], v[:, pos], o_r, lse_r, dout[:, pos], sharding=sharding,
+                     bias=mine, **opt)
+    for got, whole in zip(grads, ref):
+        assert_close(got, whole[:, pos])
+    with pytest.raises(kattn.Error, match=re.escape("bias: the distributed calls take one with scheme ring, got grid")):
+        forward("grid", COMM, q[:, pos], k[:, pos], v[:, pos], sharding=sharding, bias=mine, **opt)
