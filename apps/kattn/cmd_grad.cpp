@@ -55,7 +55,8 @@ const char* kGradUsage =
     "       mpirun -np P kattn grad --dist ring|ulysses|hybrid [--ulysses-size U] [--zigzag] [--deterministic]\n"
     "                 [--chunk KEYS] ...\n"
     "Gradients of sum(O * dO) with respect to q, k, v. O and LSE are computed by the forward pass\n"
-    "when not given. --check compares with the textbook backward in float64 and exits with status 3\n"
+    "when not given. --check compares dq, dk, dv (and dsinks with --sinks, dbias with --dbias: not in a sampled\n"
+    "check, nor dbias under a block mask) with the textbook backward in float64 and exits with status 3\n"
     "when the relative error exceeds 1e-4 (f32) / 1e-10 (f64) / 2^-7 (bf16) / 2^-10 (f16; 16-bit: dense\n"
     "or ragged inputs, gradients in the type, lse float32, files as for kattn run): every gradient when the\n"
     "textbook's two [B, Hq, Nq, Nk] arrays fit in 1 GiB, else (or with --check-rows N) N query rows of dq and N key\n"
@@ -65,8 +66,7 @@ const char* kGradUsage =
     "kattn::Workspace (--no-workspace: each allocates its own scratch).\n";
 
 struct Gradients {
-  std::vector<double> dq, dk, dv;
-  std::vector<double> dbias;  // with --dbias
+  GradientSet grads;  // dsinks with --sinks, dbias with --dbias
   double seconds = 0;
   double forward_seconds = 0;  // 0 when o and lse were given
   BackwardInfo info;
@@ -178,34 +178,40 @@ Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_va
       });
   if (line) line->finish();
   out.seconds = out.timing.median();
-  out.dq = from_view(dq);
-  out.dk = from_view(dk);
-  out.dv = from_view(dv);
-  if (dbias_of) out.dbias = from_view(dbias);
+  out.grads = {from_view(dq), from_view(dk), from_view(dv), out.info.dsinks, {}};
+  if (dbias_of) out.grads.dbias = from_view(dbias);
   return out;
 }
 
-// The textbook backward in float64 on the same (rounded) inputs.
-Gradients textbook(const DenseInputs& in, const std::vector<double>& dout_values, const Options& opt,
-                   const BlockMask* mask) {
+// The textbook backward in float64 on the same (rounded) inputs; dbias (not under a block mask)
+// when `dbias_of` holds the bias.
+GradientSet textbook(const DenseInputs& in, const std::vector<double>& dout_values, const Options& opt,
+                     const BlockMask* mask, const BiasTensor* dbias_of) {
   using T4 = Tensor4<double>;
   const auto q = to_view<T4>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
   const auto k = to_view<T4>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
   const auto v = to_view<T4>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
   const auto dout = to_view<T4>(dout_values, "do", in.B, in.Nq, in.Hq, in.D);
   T4 dq("dq", in.B, in.Nq, in.Hq, in.D), dk("dk", in.B, in.Nk, in.Hkv, in.D), dv("dv", in.B, in.Nk, in.Hkv, in.D);
+  GradientSet g;
   if (mask) {  // host loops with the block mask as element mask
     const auto host = [](const T4& view) { return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view); };
     auto hq = host(dq), hk = host(dk), hv = host(dv);
-    reference_backward_masked(host(q), host(k), host(v), host(dout), hq, hk, hv, expand_block_mask(*mask, in.Nq, in.Nk),
-                              opt);
+    g.dsinks = reference_backward_masked(host(q), host(k), host(v), host(dout), hq, hk, hv,
+                                         expand_block_mask(*mask, in.Nq, in.Nk), opt);
     Kokkos::deep_copy(dq, hq);
     Kokkos::deep_copy(dk, hk);
     Kokkos::deep_copy(dv, hv);
   } else {
-    reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, dout, dq, dk, dv, opt);
+    T4 dbias;
+    if (dbias_of) {
+      const std::vector<std::int64_t> s = dbias_of->shape();
+      dbias = T4("dbias", s[0], s[1], s[2], s[3]);
+    }
+    g.dsinks = reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, dout, dq, dk, dv, opt,
+                                  dbias_of ? score_bias_gradient(dbias) : ScoreBiasGradient{});
+    if (dbias_of) g.dbias = from_view(dbias);
   }
-  Gradients g;
   g.dq = from_view(dq);
   g.dk = from_view(dk);
   g.dv = from_view(dv);
@@ -270,7 +276,7 @@ int cmd_grad(Args& args) {
   const std::vector<double> unread;  // the check reads no o or lse
   const AttentionParams<double> inputs = host_params(in, unread, unread);
   if (check.enabled) gradient_check_samples(inputs, check, m != nullptr);  // refused before the work
-  const double forward_flops = m ? sparse_flops(in, *m, opt) : attention_flops(in, opt);
+  const double forward_flops = attention_flops(in, opt, m);
   const auto run = [&](auto storage) {
     return run_backward<decltype(storage)>(in, dout, given, opt, bopt, m, timing, console, forward_flops,
                                            dbias_path ? &bias : nullptr);
@@ -313,22 +319,19 @@ int cmd_grad(Args& args) {
   j.add("dq_strategy", name(g.info.dq)).add("deterministic", g.info.deterministic);
   if (g.info.dq == DqStrategy::key_chunks) j.add("chunks", g.info.chunks);
   j.add("workspace_bytes", static_cast<long long>(g.info.workspace_bytes));
-  if (dq_path) write_dense(*dq_path, in, in.Nq, in.Hq, g.dq);
-  if (dk_path) write_dense(*dk_path, in, in.Nk, in.Hkv, g.dk);
-  if (dv_path) write_dense(*dv_path, in, in.Nk, in.Hkv, g.dv);
+  if (dq_path) write_dense(*dq_path, in, in.Nq, in.Hq, g.grads.dq);
+  if (dk_path) write_dense(*dk_path, in, in.Nk, in.Hkv, g.grads.dk);
+  if (dv_path) write_dense(*dv_path, in, in.Nk, in.Hkv, g.grads.dv);
   if (!g.info.dsinks.empty()) {
     j.add("dsinks", g.info.dsinks);
     if (dsinks_path) write_array(*dsinks_path, io::DType::f64, {in.Hq}, g.info.dsinks);
   }
-  if (dbias_path) write_array(*dbias_path, io::DType::f64, bias.shape(), g.dbias);
+  if (dbias_path) write_array(*dbias_path, io::DType::f64, bias.shape(), g.grads.dbias);
   int status = 0;
   if (check.enabled) {
     status = check_gradients(
-        host_gradients(inputs, dout, g.dq, g.dk, g.dv), bias.on_host(opt), check, in.dtype, m != nullptr,
-        [&](std::vector<double>& rq, std::vector<double>& rk, std::vector<double>& rv) {
-          const Gradients ref = textbook(in, dout, m ? bias.on_host(opt) : opt, m);  // masked: on the host
-          rq = ref.dq, rk = ref.dk, rv = ref.dv;
-        },
+        host_gradients(inputs, dout, g.grads), bias.on_host(opt), check, in.dtype, m != nullptr,
+        [&] { return textbook(in, dout, m ? bias.on_host(opt) : opt, m, dbias_path ? &bias : nullptr); },  // masked: host
         text, j);
   }
   console.notice(j);

@@ -211,10 +211,11 @@ int grad_distributed(Args& args, const std::string& mode) {
         const auto v = to_view<T4>(full.v, "v", in.B, in.Nk, in.Hkv, in.D);
         const auto dov = to_view<T4>(dout, "do", in.B, in.Nq, in.Hq, in.D);
         T4 dq("dq", in.B, in.Nq, in.Hq, in.D), dk("dk", in.B, in.Nk, in.Hkv, in.D), dv("dv", in.B, in.Nk, in.Hkv, in.D);
-        reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, dov, dq, dk, dv, opt);
-        const ErrorStats e[3] = {compare(dq_all, from_view(dq)), compare(dk_all, from_view(dk)),
-                                 compare(dv_all, from_view(dv))};
-        status = gradient_verdict(e, "", "", in.dtype, text, j);
+        const std::vector<double> dsinks =
+            reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, dov, dq, dk, dv, opt);
+        const GradientSet tested{std::move(dq_all), std::move(dk_all), std::move(dv_all), g.dsinks, {}};
+        status = gradient_verdict(
+            compare_gradients(tested, {from_view(dq), from_view(dk), from_view(dv), dsinks, {}}), in.dtype, text, j);
       }
       if (json) std::cout << j.str() << "\n";
       return status;

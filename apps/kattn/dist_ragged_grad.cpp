@@ -23,6 +23,7 @@ struct RaggedGrads {
   std::vector<double> dq, dk, dv;                             // this rank's rows
   double forward_seconds = 0, seconds = 0, comm_seconds = 0;  // slowest rank
   long long bytes = 0;                                        // most sent by a rank (backward)
+  std::vector<double> dsinks;                                 // with --sinks (the same on every rank)
 };
 
 template <class T>
@@ -53,6 +54,7 @@ RaggedGrads grads_as(MPI_Comm comm, const BatchInputs& in, const BatchSource& sr
   g.comm_seconds = max_over(comm, s.comm_seconds);
   g.bytes = static_cast<long long>(max_over(comm, double(s.bytes_sent)));
   g.dq = from_view(dq), g.dk = from_view(dk), g.dv = from_view(dv);
+  g.dsinks = s.dsinks;
   return g;
 }
 
@@ -101,15 +103,15 @@ int grad_ragged_ring(MPI_Comm comm, const BatchInputs& in, const BatchSource& sr
     j.add("seconds", g.seconds).add("gflops", g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0);
     j.add("forward_seconds", g.forward_seconds).add("comm_seconds", g.comm_seconds).add("bytes_sent_per_rank", g.bytes);
     j.add("peak_rss_bytes_max", peak_rss);
+    if (!g.dsinks.empty()) j.add("dsinks", g.dsinks);
     int status = 0;
     if (check) {
       // The whole inputs, on rank 0 only and only for the check.
       BatchInputs whole = in;
       load_every_row(whole, src);
-      std::vector<double> rq, rk, rv;
-      ragged_textbook_backward(whole, ragged_dout(dout, whole), opt, rq, rk, rv);
-      const ErrorStats e[3] = {compare(dq_all, rq), compare(dk_all, rk), compare(dv_all, rv)};
-      status = gradient_verdict(e, "", "", in.dtype, text, j);
+      const GradientSet tested{std::move(dq_all), std::move(dk_all), std::move(dv_all), g.dsinks, {}};
+      status = gradient_verdict(compare_gradients(tested, ragged_textbook_backward(whole, ragged_dout(dout, whole), opt)),
+                                in.dtype, text, j);
     }
     if (json) std::cout << j.str() << "\n";
     return status;

@@ -23,7 +23,7 @@ namespace cli {
 namespace {
 
 struct Grads {
-  std::vector<double> dq, dk, dv;
+  GradientSet grads;  // dsinks with --sinks
   double seconds = 0, forward_seconds = 0;  // seconds: the backward's median
   BackwardInfo info;
   Timing timing;
@@ -64,7 +64,7 @@ Grads run(const BatchInputs& in, const std::vector<double>& dout_values, const O
       },
       [] {});
   g.seconds = g.timing.median();
-  g.dq = from_view(dq), g.dk = from_view(dk), g.dv = from_view(dv);
+  g.grads = {from_view(dq), from_view(dk), from_view(dv), g.info.dsinks, {}};
   return g;
 }
 
@@ -98,12 +98,10 @@ std::vector<double> ragged_dout(const RaggedDout& src, const BatchInputs& in, co
   return dout;
 }
 
-// Sequence by sequence, dense [1, N, H, D] each.
-void ragged_textbook_backward(const BatchInputs& in, const std::vector<double>& dout, const Options& opt,
-                              std::vector<double>& dq_all, std::vector<double>& dk_all, std::vector<double>& dv_all) {
-  dq_all.assign(in.q.size(), 0.0);
-  dk_all.assign(in.k.size(), 0.0);
-  dv_all.assign(in.v.size(), 0.0);
+// Sequence by sequence, dense [1, N, H, D] each; dsinks summed over them.
+GradientSet ragged_textbook_backward(const BatchInputs& in, const std::vector<double>& dout, const Options& opt) {
+  GradientSet all{std::vector<double>(in.q.size()), std::vector<double>(in.k.size()),
+                  std::vector<double>(in.v.size()), std::vector<double>(opt.sinks.size()), {}};
   const std::int64_t qrow = in.Hq * in.D, krow = in.Hkv * in.D;
   for (std::int64_t b = 0; b < in.batch(); ++b) {
     const std::int64_t q0 = in.q_indptr[b], nq = in.q_indptr[b + 1] - q0;
@@ -118,12 +116,14 @@ void ragged_textbook_backward(const BatchInputs& in, const std::vector<double>& 
     const T4 v = to_view<T4>(part(in.v, k0, nk, krow), "v", 1, nk, in.Hkv, in.D);
     const T4 d = to_view<T4>(part(dout, q0, nq, qrow), "do", 1, nq, in.Hq, in.D);
     T4 dq("dq", 1, nq, in.Hq, in.D), dk("dk", 1, nk, in.Hkv, in.D), dv("dv", 1, nk, in.Hkv, in.D);
-    reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, d, dq, dk, dv, opt);
+    const std::vector<double> dsinks = reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, d, dq, dk, dv, opt);
+    for (std::size_t h = 0; h < dsinks.size(); ++h) all.dsinks[h] += dsinks[h];
     const std::vector<double> hq = from_view(dq), hk = from_view(dk), hv = from_view(dv);
-    std::copy(hq.begin(), hq.end(), dq_all.begin() + q0 * qrow);
-    std::copy(hk.begin(), hk.end(), dk_all.begin() + k0 * krow);
-    std::copy(hv.begin(), hv.end(), dv_all.begin() + k0 * krow);
+    std::copy(hq.begin(), hq.end(), all.dq.begin() + q0 * qrow);
+    std::copy(hk.begin(), hk.end(), all.dk.begin() + k0 * krow);
+    std::copy(hv.begin(), hv.end(), all.dv.begin() + k0 * krow);
   }
+  return all;
 }
 
 int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, const CheckSettings& check,
@@ -161,18 +161,17 @@ int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, con
   j.add("shape", std::vector<long long>{in.batch(), in.total_q(), in.kv_rows(), in.Hq, in.Hkv, in.D});
   j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D").add("causal", opt.causal);
   j.add("seconds", g.seconds).add("forward_seconds", g.forward_seconds).add("dq_strategy", name(g.info.dq));
-  if (paths.dq) write_array(*paths.dq, in.dtype, {in.total_q(), in.Hq, in.D}, g.dq);
-  if (paths.dk) write_array(*paths.dk, in.dtype, {in.kv_rows(), in.Hkv, in.D}, g.dk);
-  if (paths.dv) write_array(*paths.dv, in.dtype, {in.kv_rows(), in.Hkv, in.D}, g.dv);
+  if (paths.dq) write_array(*paths.dq, in.dtype, {in.total_q(), in.Hq, in.D}, g.grads.dq);
+  if (paths.dk) write_array(*paths.dk, in.dtype, {in.kv_rows(), in.Hkv, in.D}, g.grads.dk);
+  if (paths.dv) write_array(*paths.dv, in.dtype, {in.kv_rows(), in.Hkv, in.D}, g.grads.dv);
   if (g.timing.repeat > 0)
     j.add("repeat", g.timing.repeat).add("seconds_min", g.timing.min()).add("seconds_max", g.timing.max());
+  if (!g.grads.dsinks.empty()) j.add("dsinks", g.grads.dsinks);
   int status = 0;
   if (check.enabled) {
     status = check_gradients(
-        host_gradients(inputs, dout, g.dq, g.dk, g.dv), opt, check, in.dtype, false,
-        [&](std::vector<double>& rq, std::vector<double>& rk, std::vector<double>& rv) {
-          ragged_textbook_backward(in, dout, opt, rq, rk, rv);
-        },
+        host_gradients(inputs, dout, g.grads), opt, check, in.dtype, false,
+        [&] { return ragged_textbook_backward(in, dout, opt); },
         text, j);
   }
   console.notice(j);

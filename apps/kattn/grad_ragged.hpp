@@ -13,6 +13,7 @@
 #include "args.hpp"
 #include "batch_inputs.hpp"
 #include "console.hpp"
+#include "grad_check.hpp"
 #include "kattn/backward_options.hpp"
 #include "kattn/options.hpp"
 #include "run_check.hpp"
@@ -38,9 +39,9 @@ RaggedDout ragged_dout_source(const std::optional<std::string>& do_file, const s
 std::vector<double> ragged_dout(const RaggedDout& src, const BatchInputs& in,
                                 const std::vector<std::int64_t>* rows = nullptr);
 
-// The float64 textbook backward of a ragged batch, sequence by sequence, in packed order.
-void ragged_textbook_backward(const BatchInputs& in, const std::vector<double>& dout, const Options& opt,
-                              std::vector<double>& dq, std::vector<double>& dk, std::vector<double>& dv);
+// The float64 textbook backward of a ragged batch, sequence by sequence, in packed order (dsinks
+// summed over the sequences).
+GradientSet ragged_textbook_backward(const BatchInputs& in, const std::vector<double>& dout, const Options& opt);
 
 int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, const CheckSettings& check,
                 const Timing& timing, const Console& console, const GradPaths& paths);

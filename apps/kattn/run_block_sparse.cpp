@@ -18,7 +18,6 @@
 #include "kattn/attention.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/io/npy.hpp"
-#include "kattn/core/key_window.hpp"
 #include "kattn/reference_masked.hpp"
 #include "paths.hpp"
 
@@ -57,24 +56,6 @@ BlockMask read_block_mask(Args& args, const DenseInputs& in) {
   KATTN_REQUIRE(heads == 1 || heads == in.Hq, "--block-mask: expected 1 or ", in.Hq, " heads (the query heads), got ",
                 heads);
   return BlockMask::from_dense(B, heads, qb, kb, a.values<std::int64_t>());
-}
-
-double sparse_flops(const DenseInputs& in, const BlockMask& m, const Options& opt) {
-  const KeyWindow w = KeyWindow::from(opt);
-  const std::int64_t B = m.block();
-  double pairs = 0;
-  for (int h = 0; h < m.heads(); ++h)
-    for (std::int64_t r = 0; r < m.q_blocks(); ++r)
-      for (std::int64_t e = m.indptr()[h * m.q_blocks() + r]; e < m.indptr()[h * m.q_blocks() + r + 1]; ++e) {
-        const std::int64_t c = m.indices()[e];
-        for (std::int64_t i = r * B; i < std::min((r + 1) * B, in.Nq); ++i) {
-          const std::int64_t lo = std::max(c * B, w.first(i, in.Nq, in.Nk));
-          const std::int64_t hi = std::min(std::min((c + 1) * B, in.Nk) - 1, w.last(i, in.Nq, in.Nk));
-          if (hi >= lo) pairs += static_cast<double>(hi - lo + 1);
-        }
-      }
-  const double heads = m.heads() == 1 ? static_cast<double>(in.Hq) : 1.0;
-  return 4.0 * static_cast<double>(in.D) * pairs * heads * static_cast<double>(in.B);
 }
 
 namespace {
@@ -135,7 +116,7 @@ int run_block_sparse(Args& args, const std::string& algo, const Options& opt, co
   const Result out = in.dtype == io::DType::f32 ? run_sparse<float>(algo, in, m, opt, bias)
                                                  : run_sparse<double>(algo, in, m, opt, bias);
   const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
-  const double flops = sparse_flops(in, m, opt);
+  const double flops = attention_flops(in, opt, &m);
   const double gflops = out.seconds > 0 ? flops / out.seconds / 1e9 : 0.0;
   std::fprintf(text, "kattn run: algo=%s dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n",
                algo.c_str(), dtype, name(in.layout), (long long)in.B, (long long)in.Nq, (long long)in.Nk,

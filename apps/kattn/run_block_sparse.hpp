@@ -22,9 +22,6 @@ inline bool wants_block_sparse(const Args& args) { return args.has("--block-mask
 // with --mask-block B, or from --pattern P (--mask-block defaults to 64), for inputs `in`.
 BlockMask read_block_mask(Args& args, const DenseInputs& in);
 
-// 4 D x (query-key pairs the block mask and the options both keep) per head.
-double sparse_flops(const DenseInputs& in, const BlockMask& m, const Options& opt);
-
 // Reads the dense inputs and the mask, runs `algo` (naive, flash or splitkv), reports; returns
 // the exit status (3: --check failed). `bias`: opt's bias tensor, whose host copy the host
 // references read.
