@@ -95,15 +95,10 @@ GivenForward read_given_forward(Args& args, const DenseInputs& in) {
   KATTN_REQUIRE(lse.is_floating(), "--lse ", *lf, ": expected float32 or float64 data, got ", io::name(lse.dtype));
   const std::vector<std::int64_t> o_shape = file_shape(in.layout, in.B, in.Nq, in.Hq, in.D),
                                   lse_shape = {in.B, in.Hq, in.Nq};
-  const auto str = [](const std::vector<std::int64_t>& s) {
-    std::string r = "(";
-    for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-    return r + ")";
-  };
-  KATTN_REQUIRE(o.shape == o_shape, "--o ", *of, ": expected shape ", str(o_shape), " (from q, ", name(in.layout),
-                "), got ", str(o.shape));
-  KATTN_REQUIRE(lse.shape == lse_shape, "--lse ", *lf, ": expected shape ", str(lse_shape),
-                " [B, Hq, Nq] (from q), got ", str(lse.shape));
+  KATTN_REQUIRE(o.shape == o_shape, "--o ", *of, ": expected shape ", shape_text(o_shape, "()"), " (from q, ", name(in.layout),
+                "), got ", shape_text(o.shape, "()"));
+  KATTN_REQUIRE(lse.shape == lse_shape, "--lse ", *lf, ": expected shape ", shape_text(lse_shape, "()"),
+                " [B, Hq, Nq] (from q), got ", shape_text(lse.shape, "()"));
   g.o = to_bnhd(in.layout, o.shape, o.values<double>());
   g.lse = lse.values<double>();
   round_to(in.dtype, g.o);
@@ -181,41 +176,6 @@ Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_va
   out.grads = {from_view(dq), from_view(dk), from_view(dv), out.info.dsinks, {}};
   if (dbias_of) out.grads.dbias = from_view(dbias);
   return out;
-}
-
-// The textbook backward in float64 on the same (rounded) inputs; dbias (not under a block mask)
-// when `dbias_of` holds the bias.
-GradientSet textbook(const DenseInputs& in, const std::vector<double>& dout_values, const Options& opt,
-                     const BlockMask* mask, const BiasTensor* dbias_of) {
-  using T4 = Tensor4<double>;
-  const auto q = to_view<T4>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
-  const auto k = to_view<T4>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
-  const auto v = to_view<T4>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
-  const auto dout = to_view<T4>(dout_values, "do", in.B, in.Nq, in.Hq, in.D);
-  T4 dq("dq", in.B, in.Nq, in.Hq, in.D), dk("dk", in.B, in.Nk, in.Hkv, in.D), dv("dv", in.B, in.Nk, in.Hkv, in.D);
-  GradientSet g;
-  if (mask) {  // host loops with the block mask as element mask
-    const auto host = [](const T4& view) { return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view); };
-    auto hq = host(dq), hk = host(dk), hv = host(dv);
-    g.dsinks = reference_backward_masked(host(q), host(k), host(v), host(dout), hq, hk, hv,
-                                         expand_block_mask(*mask, in.Nq, in.Nk), opt);
-    Kokkos::deep_copy(dq, hq);
-    Kokkos::deep_copy(dk, hk);
-    Kokkos::deep_copy(dv, hv);
-  } else {
-    T4 dbias;
-    if (dbias_of) {
-      const std::vector<std::int64_t> s = dbias_of->shape();
-      dbias = T4("dbias", s[0], s[1], s[2], s[3]);
-    }
-    g.dsinks = reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, dout, dq, dk, dv, opt,
-                                  dbias_of ? score_bias_gradient(dbias) : ScoreBiasGradient{});
-    if (dbias_of) g.dbias = from_view(dbias);
-  }
-  g.dq = from_view(dq);
-  g.dk = from_view(dk);
-  g.dv = from_view(dv);
-  return g;
 }
 
 DqStrategy parse_strategy(const std::string& s) {
@@ -331,7 +291,7 @@ int cmd_grad(Args& args) {
   if (check.enabled) {
     status = check_gradients(
         host_gradients(inputs, dout, g.grads), bias.on_host(opt), check, in.dtype, m != nullptr,
-        [&] { return textbook(in, dout, m ? bias.on_host(opt) : opt, m, dbias_path ? &bias : nullptr); },  // masked: host
+        [&] { return dense_textbook_backward(in, dout, m ? bias.on_host(opt) : opt, m, dbias_path ? &bias : nullptr); },
         text, j);
   }
   console.notice(j);

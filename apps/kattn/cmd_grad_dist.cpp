@@ -205,17 +205,9 @@ int grad_distributed(Args& args, const std::string& mode) {
         Args inputs("grad", input_args);
         std::vector<double> dout;
         const DenseInputs full = read_dense_inputs(inputs, "--do", &dout, nullptr);
-        using T4 = Tensor4<double>;
-        const auto q = to_view<T4>(full.q, "q", in.B, in.Nq, in.Hq, in.D);
-        const auto k = to_view<T4>(full.k, "k", in.B, in.Nk, in.Hkv, in.D);
-        const auto v = to_view<T4>(full.v, "v", in.B, in.Nk, in.Hkv, in.D);
-        const auto dov = to_view<T4>(dout, "do", in.B, in.Nq, in.Hq, in.D);
-        T4 dq("dq", in.B, in.Nq, in.Hq, in.D), dk("dk", in.B, in.Nk, in.Hkv, in.D), dv("dv", in.B, in.Nk, in.Hkv, in.D);
-        const std::vector<double> dsinks =
-            reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, dov, dq, dk, dv, opt);
         const GradientSet tested{std::move(dq_all), std::move(dk_all), std::move(dv_all), g.dsinks, {}};
         status = gradient_verdict(
-            compare_gradients(tested, {from_view(dq), from_view(dk), from_view(dv), dsinks, {}}), in.dtype, text, j);
+            compare_gradients(tested, dense_textbook_backward(full, dout, opt, nullptr, nullptr)), in.dtype, text, j);
       }
       if (json) std::cout << j.str() << "\n";
       return status;

@@ -219,34 +219,6 @@ void save_inputs(const std::string& dir, const DenseInputs& in) {
   write_dense(dir + "/v.npy", in, in.Nk, in.Hkv, in.v);
 }
 
-RunKind dense_kind(const RunFlags& f, const Options& opt, const BiasTensor& bias,
-                   std::shared_ptr<const DenseInputs> in) {
-  RunKind kind;
-  kind.algo = f.algo.c_str();
-  kind.dtype = in->dtype;
-  kind.heading = printed("algo=%s dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s", f.algo.c_str(),
-                         dtype_name(in->dtype), name(in->layout), (long long)in->B, (long long)in->Nq,
-                         (long long)in->Nk, (long long)in->Hq, (long long)in->Hkv, (long long)in->D,
-                         mask_summary(opt).c_str());
-  kind.flops = attention_flops(*in, opt);
-  kind.kv_bytes = 2.0 * in->B * in->Nk * in->Hkv * in->D * io::size_of(in->dtype);
-  kind.decode = in->Nq <= kDecodeQueries;
-  kind.call = [&f, opt, in, flops = kind.flops] {
-    return with_storage(in->dtype, [&](auto t) { return call_dense<decltype(t)>(f, flops, opt, *in); });
-  };
-  kind.describe = [in](Json& j) {
-    j.add("layout", "dense").add("dims", name(in->layout)).add("shape", in->shape()).add("shape_is", "B,Nq,Nk,Hq,Hkv,D");
-  };
-  kind.write = [in](const RunFlags& fl, const Outputs& out) {
-    if (fl.out) write_dense(*fl.out, *in, in->Nq, in->Hq, out.o);
-    if (fl.lse) write_array(*fl.lse, lse_dtype(in->dtype), {in->B, in->Hq, in->Nq}, out.lse);
-  };
-  kind.check = [&f, &bias, opt, in](const Outputs& out, Json& j) {
-    return check_outputs(host_params(*in, out.o, out.lse), bias.on_host(opt), f.check, in->dtype, f.console, j, "run");
-  };
-  return kind;
-}
-
 RunKind batch_kind(const RunFlags& f, const Options& opt, std::shared_ptr<const BatchInputs> in) {
   const std::vector<std::int64_t> kv_lens = in->kv_lens(), q_lens = in->q_lens();
   std::int64_t total_kv = 0, max_kv = 0, max_q = 0;
@@ -288,6 +260,34 @@ RunKind batch_kind(const RunFlags& f, const Options& opt, std::shared_ptr<const 
 }
 
 }  // namespace
+
+RunKind dense_kind(const RunFlags& f, const Options& opt, const BiasTensor& bias,
+                   std::shared_ptr<const DenseInputs> in) {
+  RunKind kind;
+  kind.algo = f.algo.c_str();
+  kind.dtype = in->dtype;
+  kind.heading = printed("algo=%s dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s", f.algo.c_str(),
+                         dtype_name(in->dtype), name(in->layout), (long long)in->B, (long long)in->Nq,
+                         (long long)in->Nk, (long long)in->Hq, (long long)in->Hkv, (long long)in->D,
+                         mask_summary(opt).c_str());
+  kind.flops = attention_flops(*in, opt);
+  kind.kv_bytes = 2.0 * in->B * in->Nk * in->Hkv * in->D * io::size_of(in->dtype);
+  kind.decode = in->Nq <= kDecodeQueries;
+  kind.call = [&f, opt, in, flops = kind.flops] {
+    return with_storage(in->dtype, [&](auto t) { return call_dense<decltype(t)>(f, flops, opt, *in); });
+  };
+  kind.describe = [in](Json& j) {
+    j.add("layout", "dense").add("dims", name(in->layout)).add("shape", in->shape()).add("shape_is", "B,Nq,Nk,Hq,Hkv,D");
+  };
+  kind.write = [in](const RunFlags& fl, const Outputs& out) {
+    if (fl.out) write_dense(*fl.out, *in, in->Nq, in->Hq, out.o);
+    if (fl.lse) write_array(*fl.lse, lse_dtype(in->dtype), {in->B, in->Hq, in->Nq}, out.lse);
+  };
+  kind.check = [&f, &bias, opt, in](const Outputs& out, Json& j) {
+    return check_outputs(host_params(*in, out.o, out.lse), bias.on_host(opt), f.check, in->dtype, f.console, j, "run");
+  };
+  return kind;
+}
 
 int run_pipeline(const RunFlags& f, const Options& opt, const RunKind& kind) {
   std::FILE* text = f.console.text();

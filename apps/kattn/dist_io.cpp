@@ -8,15 +8,6 @@
 
 namespace kattn {
 namespace cli {
-namespace {
-
-int rank_of(MPI_Comm comm) {
-  int r = 0;
-  MPI_Comm_rank(comm, &r);
-  return r;
-}
-
-}  // namespace
 
 // Point-to-point doubles in messages MPI's int count can carry.
 constexpr std::int64_t kPiece = std::int64_t(1) << 30;

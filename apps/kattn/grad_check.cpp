@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <string>
 
+#include "bias_tensor.hpp"
 #include "kattn/errors.hpp"
+#include "kattn/reference_backward.hpp"
+#include "kattn/reference_masked.hpp"
+#include "kattn/score_bias.hpp"
 #include "kattn/reference_backward_rows.hpp"
 
 namespace kattn {
@@ -132,6 +136,39 @@ int check_gradients(const GradientsUnderTest& g, const Options& opt, const Check
   if (!unchecked.empty()) unchecked += " (a sampled check compares rows of dq, dk and dv only)";
   return gradient_verdict({{"dq", c[0].stats(), how_q}, {"dk", c[1].stats(), how_k}, {"dv", c[2].stats(), how_k}},
                           dtype, text, j, describe, unchecked);
+}
+
+GradientSet dense_textbook_backward(const DenseInputs& in, const std::vector<double>& dout_values, const Options& opt,
+                                    const BlockMask* mask, const BiasTensor* dbias_of) {
+  using T4 = Tensor4<double>;
+  const auto q = to_view<T4>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
+  const auto k = to_view<T4>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
+  const auto v = to_view<T4>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
+  const auto dout = to_view<T4>(dout_values, "do", in.B, in.Nq, in.Hq, in.D);
+  T4 dq("dq", in.B, in.Nq, in.Hq, in.D), dk("dk", in.B, in.Nk, in.Hkv, in.D), dv("dv", in.B, in.Nk, in.Hkv, in.D);
+  GradientSet g;
+  if (mask) {  // host loops with the block mask as element mask
+    const auto host = [](const T4& view) { return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view); };
+    auto hq = host(dq), hk = host(dk), hv = host(dv);
+    g.dsinks = reference_backward_masked(host(q), host(k), host(v), host(dout), hq, hk, hv,
+                                         expand_block_mask(*mask, in.Nq, in.Nk), opt);
+    Kokkos::deep_copy(dq, hq);
+    Kokkos::deep_copy(dk, hk);
+    Kokkos::deep_copy(dv, hv);
+  } else {
+    T4 dbias;
+    if (dbias_of) {
+      const std::vector<std::int64_t> s = dbias_of->shape();
+      dbias = T4("dbias", s[0], s[1], s[2], s[3]);
+    }
+    g.dsinks = reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, dout, dq, dk, dv, opt,
+                                  dbias_of ? score_bias_gradient(dbias) : ScoreBiasGradient{});
+    if (dbias_of) g.dbias = from_view(dbias);
+  }
+  g.dq = from_view(dq);
+  g.dk = from_view(dk);
+  g.dv = from_view(dv);
+  return g;
 }
 
 int gradient_verdict(const std::vector<GradientError>& e, io::DType dtype, std::FILE* text, Json& j,

@@ -41,6 +41,13 @@ GradientsUnderTest host_gradients(const AttentionParams<double>& inputs, const s
 // it computes them).
 using FullGradients = std::function<GradientSet()>;
 
+// The textbook backward of dense inputs in float64 on the same (rounded) inputs, in their bnhd
+// order: under a block mask on the host (opt's bias in host memory then), with dbias (not under a
+// block mask) when `dbias_of` holds the bias.
+class BiasTensor;
+GradientSet dense_textbook_backward(const DenseInputs& in, const std::vector<double>& dout, const Options& opt,
+                                    const BlockMask* mask, const BiasTensor* dbias_of);
+
 // Whether --check will sample (refused up front where a sample cannot be taken: under a block mask).
 bool gradient_check_samples(const AttentionParams<double>& inputs, const CheckSettings& settings, bool block_mask);
 

@@ -58,12 +58,6 @@ io::NpyHeader read_rank4_floating(const std::string& path, const std::string& fl
   return a;
 }
 
-std::string shape_text(const std::vector<std::int64_t>& s) {
-  std::string r = "(";
-  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + ")";
-}
-
 }  // namespace
 
 void require_one_dtype(const std::string& flag, const std::string& path, io::DType dtype, io::DType first,
@@ -114,8 +108,8 @@ DenseInputs describe_dense_inputs(Args& args, const std::string& extra, DenseSou
   KATTN_REQUIRE(k.shape[0] == in.B, "--k ", *kf, ": expected batch ", in.B, " (from q), got ", k.shape[0]);
   KATTN_REQUIRE(k.shape[3] == in.D, "--k ", *kf, ": expected head dim ", in.D, " (from q), got ", k.shape[3]);
   KATTN_REQUIRE(v.shape[3] == in.D, "--v ", *vf, ": expected head dim ", in.D, " (from q and k), got ", v.shape[3]);
-  KATTN_REQUIRE(k.shape == v.shape, "--v ", *vf, ": expected the shape of k ", shape_text(k.shape), ", got ",
-                shape_text(v.shape));
+  KATTN_REQUIRE(k.shape == v.shape, "--v ", *vf, ": expected the shape of k ", shape_text(k.shape, "()"), ", got ",
+                shape_text(v.shape, "()"));
   require_one_dtype("--k", *kf, k.dtype, q.dtype, dtype.has_value());
   require_one_dtype("--v", *vf, v.dtype, q.dtype, dtype.has_value());
   in.dtype = run_dtype(dtype, q.dtype, *qf, refuse16);
@@ -126,8 +120,8 @@ DenseInputs describe_dense_inputs(Args& args, const std::string& extra, DenseSou
   source.headers = {q, k, v, io::NpyHeader{}};
   if (ef) {
     const io::NpyHeader e = read_rank4_floating(*ef, extra, in.layout);
-    KATTN_REQUIRE(e.shape == q.shape, extra, " ", *ef, ": expected the shape of q ", shape_text(q.shape), ", got ",
-                  shape_text(e.shape));
+    KATTN_REQUIRE(e.shape == q.shape, extra, " ", *ef, ": expected the shape of q ", shape_text(q.shape, "()"), ", got ",
+                  shape_text(e.shape, "()"));
     require_one_dtype(extra, *ef, e.dtype, q.dtype, dtype.has_value());
     require_bf16_bits_asked(extra, *ef, e.dtype, in.dtype, dtype.has_value());
     source.paths[3] = *ef;

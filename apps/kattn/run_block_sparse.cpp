@@ -26,15 +26,6 @@
 
 namespace kattn {
 namespace cli {
-namespace {
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-}  // namespace
 
 BlockMask read_block_mask(Args& args, const DenseInputs& in) {
   const auto file = args.value("--block-mask");
@@ -108,13 +99,8 @@ RunKind block_sparse_kind(Args& args, const RunFlags& f, const Options& opt, con
   const auto in = std::make_shared<const DenseInputs>(read_dense_inputs(args));
   const auto m = std::make_shared<const BlockMask>(read_block_mask(args, *in));
   args.finish();
-  RunKind kind;
-  kind.algo = f.algo.c_str();
-  kind.dtype = in->dtype;
-  kind.heading = printed("algo=%s dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s", f.algo.c_str(),
-                         dtype_name(in->dtype), name(in->layout), (long long)in->B, (long long)in->Nq,
-                         (long long)in->Nk, (long long)in->Hq, (long long)in->Hkv, (long long)in->D,
-                         mask_summary(opt).c_str());
+  RunKind kind = dense_kind(f, opt, bias, in);
+  kind.decode = false;
   kind.detail = printed("block mask: %lld x %lld blocks of %lld, %s, %.2f%% kept\n", (long long)m->q_blocks(),
                         (long long)m->k_blocks(), (long long)m->block(), m->heads() == 1 ? "shared" : "per head",
                         100.0 * m->density());
@@ -126,13 +112,9 @@ RunKind block_sparse_kind(Args& args, const RunFlags& f, const Options& opt, con
                                      : run_sparse<double>(fl, algo, flops, x, *m, opt, bias);
   };
   kind.call = [run, &f, in] { return run(f, f.algo, *in); };
-  kind.describe = [in, m](Json& j) {
-    j.add("layout", "dense").add("dims", name(in->layout)).add("shape", in->shape()).add("shape_is", "B,Nq,Nk,Hq,Hkv,D");
+  kind.describe = [dense = kind.describe, m](Json& j) {
+    dense(j);
     j.add("mask_block", (long long)m->block()).add("mask_heads", m->heads()).add("mask_density", m->density());
-  };
-  kind.write = [in](const RunFlags& fl, const Outputs& out) {
-    if (fl.out) write_dense(*fl.out, *in, in->Nq, in->Hq, out.o);
-    if (fl.lse) write_array(*fl.lse, in->dtype, {in->B, in->Hq, in->Nq}, out.lse);
   };
   kind.check = [run, &f, in](const Outputs& out, Json& j) {
     DenseInputs in64 = *in;

@@ -8,6 +8,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -89,9 +90,12 @@ void timed_with_progress(const RunFlags& f, double flops, Options& opt, Outputs&
 // The stages after the inputs: heading, timed call, time line and JSON, --out/--lse, --check.
 int run_pipeline(const RunFlags& f, const Options& opt, const RunKind& kind);
 
-// The kinds with files of their own (each reads its inputs from args, then args.finish()).
-// --block-mask / --pattern over dense inputs; `bias`: opt's bias tensor (the host reference reads it).
 class BiasTensor;
+struct DenseInputs;
+// Dense inputs [B, N, H, D]; `bias`: opt's bias tensor (the host reference reads it).
+RunKind dense_kind(const RunFlags& f, const Options& opt, const BiasTensor& bias, std::shared_ptr<const DenseInputs> in);
+// The kinds with files of their own (each reads its inputs from args, then args.finish()).
+// --block-mask / --pattern over dense inputs (dense_kind's, with the mask).
 RunKind block_sparse_kind(Args& args, const RunFlags& f, const Options& opt, const BiasTensor& bias);
 // --cascade: a ragged batch of suffixes behind a shared prefix.
 RunKind cascade_kind(Args& args, const RunFlags& f, const Options& opt);
