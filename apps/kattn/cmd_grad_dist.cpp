@@ -119,14 +119,7 @@ int grad_distributed(Args& args, const std::string& mode) {
       d.deterministic = args.flag("--deterministic");
       d.chunk = args.integer("--chunk", 1, std::int64_t(1) << 40).value_or(0);
       bopt.deterministic = d.deterministic;
-      if (auto s = args.value("--dq-strategy")) {
-        KATTN_REQUIRE(*s == "auto" || *s == "key-chunks" || *s == "query-pass" || *s == "atomic",
-                      "--dq-strategy: expected auto, key-chunks, query-pass or atomic, got '", *s, "'");
-        bopt.dq = *s == "key-chunks"   ? DqStrategy::key_chunks
-                  : *s == "query-pass" ? DqStrategy::query_pass
-                  : *s == "atomic"     ? DqStrategy::atomic
-                                       : DqStrategy::automatic;
-      }
+      if (auto s = args.value("--dq-strategy")) bopt.dq = parse_dq_strategy(*s);
       dq_path = args.value("--dq"), dk_path = args.value("--dk"), dv_path = args.value("--dv");
       check = args.flag("--check");
       json = args.flag("--json");

@@ -1,8 +1,6 @@
-// kattn grad on a ragged batch (--random-ragged ... or --q/--k/--v with --q-indptr and
-// --kv-indptr, as `kattn run` takes them; --do [total_q, Hq, D] or drawn): the split-KV forward,
-// then kattn::attention_backward; --check against the float64 textbook backward run per sequence,
-// or sampled rows (grad_check.hpp). --dtype bf16|f16: the library's 16-bit backward (gradients in
-// the type, lse float), checked on the same rounded inputs with dense grad's bounds.
+// What `kattn grad` on a ragged batch shares with `grad --dist ring` (cmd_grad.cpp's ragged kind
+// and dist_ragged_grad.cpp): where dO comes from (--do [total_q, Hq, D] or drawn), the float64
+// textbook backward run per sequence, the output paths and --dq-strategy.
 #pragma once
 
 #include <cstdint>
@@ -43,8 +41,8 @@ std::vector<double> ragged_dout(const RaggedDout& src, const BatchInputs& in,
 // summed over the sequences).
 GradientSet ragged_textbook_backward(const BatchInputs& in, const std::vector<double>& dout, const Options& opt);
 
-int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, const CheckSettings& check,
-                const Timing& timing, const Console& console, const GradPaths& paths);
+// --dq-strategy auto|key-chunks|query-pass|atomic (grad and grad --dist).
+DqStrategy parse_dq_strategy(const std::string& s);
 
 }  // namespace cli
 }  // namespace kattn
