@@ -60,16 +60,11 @@ RaggedShard ragged_shard(MPI_Comm comm, const BatchInputs& in, const dist::DistO
   return sh;
 }
 
-double max_over(MPI_Comm comm, double x) {
-  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, comm);
-  return x;
-}
-
 namespace {
 
 struct RaggedRun {
   std::vector<double> o, lse;  // this rank's rows
-  dist::DistStats stats;       // worst rank: max of seconds, compute, comm, bytes
+  SlowestRank slowest;
 };
 
 template <class T>
@@ -88,11 +83,7 @@ RaggedRun run_as(MPI_Comm comm, const BatchInputs& in, const BatchSource& src, c
   space.fence();
   MPI_Barrier(comm);
   RaggedRun run;
-  run.stats = dist::attention(comm, space, q, kv::ragged(k, v, sh.layout()), o, lse, opt, d);
-  run.stats.seconds = max_over(comm, run.stats.seconds);
-  run.stats.compute_seconds = max_over(comm, run.stats.compute_seconds);
-  run.stats.comm_seconds = max_over(comm, run.stats.comm_seconds);
-  run.stats.bytes_sent = static_cast<std::int64_t>(max_over(comm, double(run.stats.bytes_sent)));
+  run.slowest = slowest_rank(comm, dist::attention(comm, space, q, kv::ragged(k, v, sh.layout()), o, lse, opt, d));
   run.o = from_view(o);
   run.lse = from_view(lse);
   return run;
@@ -131,27 +122,19 @@ int run_ragged_ring(MPI_Comm comm, const BatchInputs& in, const BatchSource& src
   }
   return on_rank0(comm, [&]() -> int {
     std::FILE* text = console.text();
-    const double flops = batch_attention_flops(in, opt), secs = run.stats.seconds;
     std::fprintf(text,
-                 "kattn run: dist=ring ranks=%d sharding=%s%s algo=flash dtype=%s ragged batch of %lld sequences, %lld "
-                 "queries, %lld keys, Hq=%lld Hkv=%lld D=%lld%s\n",
-                 P, dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype_name(in.dtype),
-                 (long long)in.batch(), (long long)in.total_q(), (long long)in.kv_rows(), (long long)in.Hq,
-                 (long long)in.Hkv, (long long)in.D, mask_summary(opt).c_str());
-    std::fprintf(text,
-                 "time: %.6f s, %.2f GFLOP/s (%.2f per rank); slowest rank: compute %.6f s, exposed communication "
-                 "%.6f s; bytes sent per rank (max): %lld; peak memory per rank (max): %lld MB\n",
-                 secs, secs > 0 ? flops / secs / 1e9 : 0.0, secs > 0 ? flops / secs / 1e9 / P : 0.0,
-                 run.stats.compute_seconds, run.stats.comm_seconds, (long long)run.stats.bytes_sent, peak_rss >> 20);
+                 "kattn run: %s algo=flash dtype=%s ragged batch of %lld sequences, %lld queries, %lld keys, Hq=%lld "
+                 "Hkv=%lld D=%lld%s\n",
+                 dist_heading("ring", P, d).c_str(), dtype_name(in.dtype), (long long)in.batch(),
+                 (long long)in.total_q(), (long long)in.kv_rows(), (long long)in.Hq, (long long)in.Hkv,
+                 (long long)in.D, mask_summary(opt).c_str());
     Json j;
-    j.add("algo", "flash").add("dist", "ring").add("ranks", P).add("sharding", dist::name(d.sharding));
-    j.add("deterministic", d.deterministic);
+    j.add("algo", "flash");
+    add_dist_fields(j, "ring", P, d);
     j.add("dtype", dtype_name(in.dtype)).add("layout", "ragged").add("batch", (long long)in.batch());
     j.add("shape", std::vector<long long>{in.batch(), in.total_q(), in.kv_rows(), in.Hq, in.Hkv, in.D});
     j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D").add("causal", opt.causal);
-    j.add("seconds", secs).add("gflops", secs > 0 ? flops / secs / 1e9 : 0.0);
-    j.add("compute_seconds", run.stats.compute_seconds).add("comm_seconds", run.stats.comm_seconds);
-    j.add("bytes_sent_per_rank", (long long)run.stats.bytes_sent).add("peak_rss_bytes_max", peak_rss);
+    report_dist_forward(text, j, batch_attention_flops(in, opt), P, run.slowest, peak_rss);
     int status = 0;
     if (check) {
       // The whole inputs, on rank 0 only and only for the check.
