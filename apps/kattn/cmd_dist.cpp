@@ -27,7 +27,6 @@
 #include "kattn/distributed/collective.hpp"
 #include "kattn/distributed/attention.hpp"
 #include "kattn/distributed/traffic.hpp"
-#include "kattn/reference.hpp"
 #include "mpi_session.hpp"
 
 namespace kattn {
@@ -76,20 +75,6 @@ DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, co
     run.lse = from_view(lse);
   }
   return run;
-}
-
-struct Reference {
-  std::vector<double> o, lse;
-};
-Reference reference_of(const DenseInputs& in, const Options& opt) {
-  const auto q = to_view<Tensor4<double>>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
-  const auto k = to_view<Tensor4<double>>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
-  const auto v = to_view<Tensor4<double>>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
-  Tensor4<double> o("o", in.B, in.Nq, in.Hq, in.D);
-  Tensor3<double> lse("lse", in.B, in.Hq, in.Nq);
-  reference(Kokkos::DefaultExecutionSpace(), q, k, v, o, lse, opt);
-  Kokkos::fence();
-  return {from_view(o), from_view(lse)};
 }
 
 }  // namespace
@@ -175,11 +160,9 @@ int run_distributed(Args& args, const std::string& mode) {
       if (check) {
         // The whole inputs, on rank 0 only and only for the check.
         Args inputs("run", input_args);
-        DenseInputs in64 = read_dense_inputs(inputs, "", nullptr, nullptr);
-        in64.dtype = io::DType::f64;
-        const Reference ref = reference_of(in64, opt);
-        status = check_verdict(compare(o_all, ref.o), compare(lse_all, ref.lse), in.dtype,
-                               "all " + std::to_string(in.B * in.Nq * in.Hq) + " rows", text, j, "run");
+        const DenseInputs whole = read_dense_inputs(inputs, "", nullptr, nullptr);
+        status = check_outputs(host_params(whole, o_all, lse_all), opt, CheckSettings{true, 0}, in.dtype, console, j,
+                               "run");
       }
       console.finish(j);
       return status;
