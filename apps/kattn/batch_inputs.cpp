@@ -281,11 +281,10 @@ BatchInputs read_batch_inputs(Args& args, const char* refuse16, BatchSource* row
 }
 
 double batch_attention_flops(const BatchInputs& in, const Options& opt) {
-  const KeyWindow w = KeyWindow::from(opt);
   const std::vector<std::int64_t> ql = in.q_lens(), kl = in.kv_lens();
   double pairs = 0;
-  for (std::size_t b = 0; b < ql.size(); ++b) pairs += double(w.visible_pairs(ql[b], kl[b]));
-  return 4.0 * static_cast<double>(in.D) * pairs * static_cast<double>(in.Hq);
+  for (std::size_t b = 0; b < ql.size(); ++b) pairs += visible_pairs(ql[b], kl[b], in.Hq, opt);
+  return 4.0 * static_cast<double>(in.D) * pairs;
 }
 
 }  // namespace cli

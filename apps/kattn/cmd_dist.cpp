@@ -27,7 +27,6 @@
 #include "kattn/distributed/collective.hpp"
 #include "kattn/distributed/attention.hpp"
 #include "kattn/distributed/traffic.hpp"
-#include "kattn/reference.hpp"
 #include "mpi_session.hpp"
 
 namespace kattn {
@@ -37,15 +36,8 @@ namespace {
 struct DistRun {
   std::vector<double> o, lse;       // this rank's positions (decode: all of them, on rank 0 only)
   dist::SequenceLayout out_layout;  // the positions of o and lse each rank holds
-  dist::DistStats stats;       // worst rank: max of seconds, compute, comm, bytes
-  double compute_min = 0;
-  std::int64_t model_bytes = -1;  // the most any rank sends by dist::traffic
+  SlowestRank slowest;              // with the traffic model's bytes
 };
-
-double max_over(MPI_Comm comm, double x, MPI_Op op = MPI_MAX) {
-  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, op, comm);
-  return x;
-}
 
 template <class T>
 DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, const DenseSource& src,
@@ -74,35 +66,15 @@ DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, co
   DistRun run;
   dist::DistOptions dd = d;
   if (d.scheme == dist::Scheme::sharded_kv) dd.root = 0;  // rank 0 checks and writes
-  run.stats = dist::attention(comm, space, qv, kv::dense(kview, vv), o, lse, opt, dd);
-  run.compute_min = max_over(comm, run.stats.compute_seconds, MPI_MIN);
-  run.stats.seconds = max_over(comm, run.stats.seconds);
-  run.stats.compute_seconds = max_over(comm, run.stats.compute_seconds);
-  run.stats.compute_cpu_seconds = max_over(comm, run.stats.compute_cpu_seconds);
-  run.stats.comm_seconds = max_over(comm, run.stats.comm_seconds);
-  run.stats.bytes_sent = static_cast<std::int64_t>(max_over(comm, double(run.stats.bytes_sent)));
+  const dist::DistStats stats = dist::attention(comm, space, qv, kv::dense(kview, vv), o, lse, opt, dd);
   const double model = double(dist::traffic(traffic_problem(in, sizeof(T)), opt, dd, P, rank, dist::Pass::forward).sent);
-  run.model_bytes = static_cast<std::int64_t>(max_over(comm, model));
+  run.slowest = slowest_rank(comm, stats, model);
   run.out_layout = ql;
   if (sharded || rank == 0) {
     run.o = from_view(o);
     run.lse = from_view(lse);
   }
   return run;
-}
-
-struct Reference {
-  std::vector<double> o, lse;
-};
-Reference reference_of(const DenseInputs& in, const Options& opt) {
-  const auto q = to_view<Tensor4<double>>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
-  const auto k = to_view<Tensor4<double>>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
-  const auto v = to_view<Tensor4<double>>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
-  Tensor4<double> o("o", in.B, in.Nq, in.Hq, in.D);
-  Tensor3<double> lse("lse", in.B, in.Hq, in.Nq);
-  reference(Kokkos::DefaultExecutionSpace(), q, k, v, o, lse, opt);
-  Kokkos::fence();
-  return {from_view(o), from_view(lse)};
 }
 
 }  // namespace
@@ -174,43 +146,23 @@ int run_distributed(Args& args, const std::string& mode) {
     return on_rank0(comm, [&]() -> int {
       std::FILE* text = console.text();
       const double flops = attention_flops(in, opt);
-      const double secs = run.stats.seconds;
       const char* dtype = dtype_name(in.dtype);
-      std::fprintf(text,
-          "kattn run: dist=%s ranks=%d%s sharding=%s%s algo=flash dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld "
-          "Hkv=%lld D=%lld%s\n",
-          mode.c_str(), P, grid_text(mode, P, d).c_str(), dist::name(d.sharding), d.deterministic ? " deterministic" : "",
-          dtype, name(in.layout),
-          (long long)in.B, (long long)in.Nq, (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
-          mask_summary(opt).c_str());
-      std::fprintf(
-          text,
-          "time: %.6f s, %.2f GFLOP/s (%.2f per rank); slowest rank: compute %.6f s (fastest %.6f s), "
-          "exposed communication %.6f s; bytes sent per rank (max): %lld%s; peak memory per rank (max): %lld MB\n",
-          secs, secs > 0 ? flops / secs / 1e9 : 0.0, secs > 0 ? flops / secs / 1e9 / P : 0.0, run.stats.compute_seconds,
-          run.compute_min, run.stats.comm_seconds, (long long)run.stats.bytes_sent,
-          run.model_bytes >= 0 ? (" (model " + std::to_string(run.model_bytes) + ")").c_str() : "", peak_rss >> 20);
+      std::fprintf(text, "kattn run: %s algo=flash dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n",
+                   dist_heading(mode, P, d).c_str(), dtype, name(in.layout), (long long)in.B, (long long)in.Nq,
+                   (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D, mask_summary(opt).c_str());
       Json j;
-      j.add("algo", "flash").add("dist", mode).add("ranks", P).add("sharding", dist::name(d.sharding));
-      if (mode == "hybrid") j.add("ulysses_size", d.ulysses_size);
-      if (mode == "grid") j.add("grid", grid_text(mode, P, d).substr(6));
-      j.add("deterministic", d.deterministic).add("dtype", dtype).add("dims", name(in.layout)).add("shape", in.shape());
+      j.add("algo", "flash");
+      add_dist_fields(j, mode, P, d);
+      j.add("dtype", dtype).add("dims", name(in.layout)).add("shape", in.shape());
       j.add("shape_is", "B,Nq,Nk,Hq,Hkv,D").add("causal", opt.causal);
-      j.add("seconds", secs).add("gflops", secs > 0 ? flops / secs / 1e9 : 0.0);
-      j.add("compute_seconds", run.stats.compute_seconds).add("compute_seconds_min", run.compute_min);
-      j.add("comm_seconds", run.stats.comm_seconds).add("bytes_sent_per_rank", (long long)run.stats.bytes_sent);
-      j.add("compute_cpu_seconds", run.stats.compute_cpu_seconds);
-      if (run.model_bytes >= 0) j.add("model_bytes_per_rank", (long long)run.model_bytes);
-      j.add("peak_rss_bytes_max", peak_rss);
+      report_dist_forward(text, j, flops, P, run.slowest, peak_rss);
       int status = 0;
       if (check) {
         // The whole inputs, on rank 0 only and only for the check.
         Args inputs("run", input_args);
-        DenseInputs in64 = read_dense_inputs(inputs, "", nullptr, nullptr);
-        in64.dtype = io::DType::f64;
-        const Reference ref = reference_of(in64, opt);
-        status = check_verdict(compare(o_all, ref.o), compare(lse_all, ref.lse), in.dtype,
-                               "all " + std::to_string(in.B * in.Nq * in.Hq) + " rows", text, j, "run");
+        const DenseInputs whole = read_dense_inputs(inputs, "", nullptr, nullptr);
+        status = check_outputs(host_params(whole, o_all, lse_all), opt, CheckSettings{true, 0}, in.dtype, console, j,
+                               "run");
       }
       console.finish(j);
       return status;

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <memory>
+#include <type_traits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +31,7 @@
 #include "progress_line.hpp"
 #include "run_block_sparse.hpp"
 #include "run_check.hpp"
+#include "run_pipeline.hpp"
 #include "timing.hpp"
 
 namespace kattn {
@@ -55,7 +58,8 @@ const char* kGradUsage =
     "       mpirun -np P kattn grad --dist ring|ulysses|hybrid [--ulysses-size U] [--zigzag] [--deterministic]\n"
     "                 [--chunk KEYS] ...\n"
     "Gradients of sum(O * dO) with respect to q, k, v. O and LSE are computed by the forward pass\n"
-    "when not given. --check compares with the textbook backward in float64 and exits with status 3\n"
+    "when not given. --check compares dq, dk, dv (and dsinks with --sinks, dbias with --dbias: not in a sampled\n"
+    "check, nor dbias under a block mask) with the textbook backward in float64 and exits with status 3\n"
     "when the relative error exceeds 1e-4 (f32) / 1e-10 (f64) / 2^-7 (bf16) / 2^-10 (f16; 16-bit: dense\n"
     "or ragged inputs, gradients in the type, lse float32, files as for kattn run): every gradient when the\n"
     "textbook's two [B, Hq, Nq, Nk] arrays fit in 1 GiB, else (or with --check-rows N) N query rows of dq and N key\n"
@@ -64,17 +68,97 @@ const char* kGradUsage =
     "--repeat N: one warm-up backward call, then N timed ones (median, min, max), sharing one\n"
     "kattn::Workspace (--no-workspace: each allocates its own scratch).\n";
 
+// The flags of `grad` besides the inputs and the variant, with every output path checked.
+struct GradFlags {
+  GradPaths paths;
+  std::optional<std::string> dsinks, dbias;
+  CheckSettings check;
+  Timing timing;
+  Console console;
+  BackwardOptions bopt;
+};
+
 struct Gradients {
-  std::vector<double> dq, dk, dv;
-  std::vector<double> dbias;  // with --dbias
+  GradientSet grads;  // dsinks with --sinks, dbias with --dbias
   double seconds = 0;
   double forward_seconds = 0;  // 0 when o and lse were given
   BackwardInfo info;
   Timing timing;  // of the backward: seconds is its median
 };
 
+// One input kind of `grad` (dense, with a block mask or not; ragged): how it is called,
+// described, written and checked; the stages are grad_pipeline's.
+struct GradKind {
+  io::DType dtype = io::DType::f32;
+  std::string heading;  // the first line, after "kattn grad: "
+  std::string detail;   // lines between it and the dq strategy (each ending in \n)
+  double flops = 0;     // of the forward (the backward counts 2.5 times as many)
+  std::function<Gradients()> call;
+  std::function<void(Json&)> describe;  // the kind's JSON fields (shape, layout, ...)
+  std::function<void(const Gradients&)> write;  // --dq, --dk, --dv
+  std::function<int(const Gradients&, Json&)> check;
+};
+
 double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The forward over q and `keys` into o and lse (unless `forward` is false: they hold the given
+// ones), then the timed backward calls, each with its progress line; the gradients as float64
+// copies, dbias when `dbias` is allocated (the bias's shape).
+template <class Q, class Keys, class O, class Lse>
+Gradients backward_calls(const GradFlags& f, double flops, Options opt, BackwardOptions bopt, const Q& q,
+                         const Keys& keys, const O& o, const Lse& lse, const Q& dout, bool forward,
+                         const Tensor4<double>& dbias) {
+  const Kokkos::DefaultExecutionSpace space;
+  Gradients out;
+  out.timing = f.timing;
+  if (forward) {
+    std::optional<ProgressLine> line;
+    Options fwd = opt;
+    if (progress_wanted(f.console.progress, f.console.quiet, flops)) {
+      line.emplace(flops, f.console.progress);
+      fwd.progress = line->callback();
+    }
+    space.fence();
+    const auto t0 = std::chrono::steady_clock::now();
+    attention(space, q, keys, o, lse, fwd);
+    space.fence();
+    out.forward_seconds = since(t0);
+  }
+  // The backward's progress line: its passes in pieces (Options::progress).
+  std::optional<ProgressLine> line;
+  if (progress_wanted(f.console.progress, f.console.quiet, 2.5 * flops)) {
+    line.emplace(2.5 * flops, f.console.progress);
+    opt.progress = line->callback();
+  }
+  using KV = std::remove_const_t<std::remove_reference_t<decltype(keys.k)>>;
+  const Q dq(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dq"), q.layout());
+  const KV dk(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dk"), keys.k.layout());
+  const KV dv(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dv"), keys.v.layout());
+  poison(dq);
+  poison(dk);
+  poison(dv);
+  if (dbias.data()) {
+    poison(dbias);
+    bopt.dbias = score_bias_gradient(dbias);
+  }
+  space.fence();
+  const RepeatWorkspace kept(f.timing, opt);
+  time_calls(
+      out.timing,
+      [&] {
+        out.info = attention_backward(space, q, keys, o, lse, dout, dq, dk, dv, opt, bopt);
+        space.fence();
+      },
+      [&] {
+        if (line) line->restart();
+      });
+  if (line) line->finish();
+  out.seconds = out.timing.median();
+  out.grads = {from_view(dq), from_view(dk), from_view(dv), out.info.dsinks, {}};
+  if (dbias.data()) out.grads.dbias = from_view(dbias);
+  return out;
 }
 
 // o and lse given as files (read and shape-checked), or none.
@@ -95,15 +179,10 @@ GivenForward read_given_forward(Args& args, const DenseInputs& in) {
   KATTN_REQUIRE(lse.is_floating(), "--lse ", *lf, ": expected float32 or float64 data, got ", io::name(lse.dtype));
   const std::vector<std::int64_t> o_shape = file_shape(in.layout, in.B, in.Nq, in.Hq, in.D),
                                   lse_shape = {in.B, in.Hq, in.Nq};
-  const auto str = [](const std::vector<std::int64_t>& s) {
-    std::string r = "(";
-    for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-    return r + ")";
-  };
-  KATTN_REQUIRE(o.shape == o_shape, "--o ", *of, ": expected shape ", str(o_shape), " (from q, ", name(in.layout),
-                "), got ", str(o.shape));
-  KATTN_REQUIRE(lse.shape == lse_shape, "--lse ", *lf, ": expected shape ", str(lse_shape),
-                " [B, Hq, Nq] (from q), got ", str(lse.shape));
+  KATTN_REQUIRE(o.shape == o_shape, "--o ", *of, ": expected shape ", shape_text(o_shape, "()"), " (from q, ", name(in.layout),
+                "), got ", shape_text(o.shape, "()"));
+  KATTN_REQUIRE(lse.shape == lse_shape, "--lse ", *lf, ": expected shape ", shape_text(lse_shape, "()"),
+                " [B, Hq, Nq] (from q), got ", shape_text(lse.shape, "()"));
   g.o = to_bnhd(in.layout, o.shape, o.values<double>());
   g.lse = lse.values<double>();
   round_to(in.dtype, g.o);
@@ -113,112 +192,180 @@ GivenForward read_given_forward(Args& args, const DenseInputs& in) {
 }
 
 template <class T>
-Gradients run_backward(const DenseInputs& in, const std::vector<double>& dout_values, const GivenForward& given,
-                       const Options& opt, BackwardOptions bopt, const BlockMask* mask, const Timing& timing,
-                       const Console& console, double forward_flops, const BiasTensor* dbias_of) {
+Gradients dense_calls(const GradFlags& f, double flops, const DenseInputs& in, const std::vector<double>& dout_values,
+                      const GivenForward& given, Options opt, const BlockMask* mask, const BiasTensor* dbias_of) {
   const auto q = to_view<Tensor4<T>>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
   const auto k = to_view<Tensor4<T>>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
   const auto v = to_view<Tensor4<T>>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
   const auto dout = to_view<Tensor4<T>>(dout_values, "do", in.B, in.Nq, in.Hq, in.D);
   Tensor4<T> o;
   Tensor3<accumulate_t<T>> lse;  // float for 16-bit storage
-  const Kokkos::DefaultExecutionSpace space;
-  Options masked = opt;
-  masked.block_mask = mask;
-  Gradients out;
-  out.timing = timing;
   if (given.given) {
     o = to_view<Tensor4<T>>(given.o, "o", in.B, in.Nq, in.Hq, in.D);
     lse = to_view<Tensor3<accumulate_t<T>>>(given.lse, "lse", in.B, in.Hq, in.Nq);
   } else {
     o = Tensor4<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), in.B, in.Nq, in.Hq, in.D);
     lse = Tensor3<accumulate_t<T>>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), in.B, in.Hq, in.Nq);
-    std::optional<ProgressLine> line;
-    Options fwd = masked;
-    if (progress_wanted(console.progress, console.quiet, forward_flops)) {
-      line.emplace(forward_flops, console.progress);
-      fwd.progress = line->callback();
-    }
-    space.fence();
-    const auto t0 = std::chrono::steady_clock::now();
-    attention(space, q, kv::dense(k, v), o, lse, fwd);
-    space.fence();
-    out.forward_seconds = since(t0);
   }
-  // The backward's progress line: its passes in pieces (Options::progress).
-  std::optional<ProgressLine> line;
-  const double backward_flops = 2.5 * forward_flops;
-  if (progress_wanted(console.progress, console.quiet, backward_flops)) {
-    line.emplace(backward_flops, console.progress);
-    masked.progress = line->callback();
-  }
-  Tensor4<T> dq(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dq"), in.B, in.Nq, in.Hq, in.D);
-  Tensor4<T> dk(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dk"), in.B, in.Nk, in.Hkv, in.D);
-  Tensor4<T> dv(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dv"), in.B, in.Nk, in.Hkv, in.D);
-  poison(dq);
-  poison(dk);
-  poison(dv);
   Tensor4<double> dbias;  // the bias's shape, in float64 whatever the bias's type
   if (dbias_of) {
     const std::vector<std::int64_t> s = dbias_of->shape();
     dbias = Tensor4<double>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dbias"), s[0], s[1], s[2], s[3]);
-    poison(dbias);
-    bopt.dbias = score_bias_gradient(dbias);
   }
-  space.fence();
-  const RepeatWorkspace kept(timing, masked);
-  time_calls(
-      out.timing,
-      [&] {
-        out.info = attention_backward(space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, masked, bopt);
-        space.fence();
-      },
-      [&] {
-        if (line) line->restart();
-      });
-  if (line) line->finish();
-  out.seconds = out.timing.median();
-  out.dq = from_view(dq);
-  out.dk = from_view(dk);
-  out.dv = from_view(dv);
-  if (dbias_of) out.dbias = from_view(dbias);
-  return out;
+  opt.block_mask = mask;
+  return backward_calls(f, flops, opt, f.bopt, q, kv::dense(k, v), o, lse, dout, !given.given, dbias);
 }
 
-// The textbook backward in float64 on the same (rounded) inputs.
-Gradients textbook(const DenseInputs& in, const std::vector<double>& dout_values, const Options& opt,
-                   const BlockMask* mask) {
-  using T4 = Tensor4<double>;
-  const auto q = to_view<T4>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
-  const auto k = to_view<T4>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
-  const auto v = to_view<T4>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
-  const auto dout = to_view<T4>(dout_values, "do", in.B, in.Nq, in.Hq, in.D);
-  T4 dq("dq", in.B, in.Nq, in.Hq, in.D), dk("dk", in.B, in.Nk, in.Hkv, in.D), dv("dv", in.B, in.Nk, in.Hkv, in.D);
-  if (mask) {  // host loops with the block mask as element mask
-    const auto host = [](const T4& view) { return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view); };
-    auto hq = host(dq), hk = host(dk), hv = host(dv);
-    reference_backward_masked(host(q), host(k), host(v), host(dout), hq, hk, hv, expand_block_mask(*mask, in.Nq, in.Nk),
-                              opt);
-    Kokkos::deep_copy(dq, hq);
-    Kokkos::deep_copy(dk, hk);
-    Kokkos::deep_copy(dv, hv);
-  } else {
-    reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, dout, dq, dk, dv, opt);
-  }
-  Gradients g;
-  g.dq = from_view(dq);
-  g.dk = from_view(dk);
-  g.dv = from_view(dv);
-  return g;
+template <class T>
+Gradients ragged_calls(const GradFlags& f, double flops, const BatchInputs& in, const std::vector<double>& dout_values,
+                       Options opt) {
+  const std::int64_t tq = in.total_q(), tk = in.kv_rows();
+  const auto q = to_view<Tensor3<T>>(in.q, "q", tq, in.Hq, in.D);
+  const auto k = to_view<Tensor3<T>>(in.k, "k", tk, in.Hkv, in.D);
+  const auto v = to_view<Tensor3<T>>(in.v, "v", tk, in.Hkv, in.D);
+  const auto dout = to_view<Tensor3<T>>(dout_values, "do", tq, in.Hq, in.D);
+  const auto layout = make_ragged_layout(index_view(in.q_indptr, "q_indptr"), index_view(in.kv_indptr, "kv_indptr"));
+  const Tensor3<T> o("o", tq, in.Hq, in.D);
+  const Tensor2<accumulate_t<T>> lse("lse", tq, in.Hq);  // float for 16-bit storage
+  opt.splits = 1;
+  return backward_calls(f, flops, opt, f.bopt, q, kv::ragged(k, v, layout), o, lse, dout, true, Tensor4<double>());
 }
 
-DqStrategy parse_strategy(const std::string& s) {
-  if (s == "auto") return DqStrategy::automatic;
-  if (s == "key-chunks") return DqStrategy::key_chunks;
-  if (s == "query-pass") return DqStrategy::query_pass;
-  if (s == "atomic") return DqStrategy::atomic;
-  KATTN_REQUIRE(false, "--dq-strategy: expected auto, key-chunks, query-pass or atomic, got '", s, "'");
-  return DqStrategy::automatic;
+GradKind dense_grad_kind(Args& args, const GradFlags& f, const Options& opt, const BiasTensor& bias) {
+  auto dout = std::make_shared<std::vector<double>>();
+  const auto in = std::make_shared<const DenseInputs>(read_dense_inputs(args, "--do", dout.get(), nullptr));
+  KATTN_REQUIRE(dout->size() == in->q.size(),
+                "--do: give DO.npy (the gradient of the loss with respect to o) with --q/--k/--v, or use --random");
+  KATTN_REQUIRE(!is_16bit(in->dtype) || !wants_block_sparse(args), "--dtype ", dtype_name(in->dtype),
+                ": block-sparse gradients take f32 or f64 for now");
+  const auto given = std::make_shared<const GivenForward>(read_given_forward(args, *in));
+  const std::shared_ptr<const BlockMask> mask =
+      wants_block_sparse(args) ? std::make_shared<const BlockMask>(read_block_mask(args, *in)) : nullptr;
+  args.finish();
+  const BlockMask* m = mask.get();
+  const std::vector<double> unread;  // the check reads no o or lse
+  const AttentionParams<double> inputs = host_params(*in, unread, unread);
+  if (f.check.enabled) gradient_check_samples(inputs, f.check, m != nullptr);  // refused before the work
+  GradKind kind;
+  kind.dtype = in->dtype;
+  kind.heading = printed("dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s", dtype_name(in->dtype),
+                         name(in->layout), (long long)in->B, (long long)in->Nq, (long long)in->Nk, (long long)in->Hq,
+                         (long long)in->Hkv, (long long)in->D, mask_summary(opt).c_str());
+  if (m)
+    kind.detail = printed("block mask: %lld x %lld blocks of %lld, %s, %.2f%% kept\n", (long long)m->q_blocks(),
+                          (long long)m->k_blocks(), (long long)m->block(), m->heads() == 1 ? "shared" : "per head",
+                          100.0 * m->density());
+  kind.flops = attention_flops(*in, opt, m);  // of the kept pairs under a block mask
+  const BiasTensor* dbias_of = f.dbias ? &bias : nullptr;
+  kind.call = [&f, opt, in, dout, given, mask, dbias_of, flops = kind.flops] {
+    return with_storage(in->dtype, [&](auto t) {
+      return dense_calls<decltype(t)>(f, flops, *in, *dout, *given, opt, mask.get(), dbias_of);
+    });
+  };
+  kind.describe = [in, mask](Json& j) {
+    j.add("shape", in->shape());
+    if (mask) j.add("mask_block", (long long)mask->block()).add("mask_density", mask->density());
+  };
+  kind.write = [&f, in](const Gradients& g) {
+    if (f.paths.dq) write_dense(*f.paths.dq, *in, in->Nq, in->Hq, g.grads.dq);
+    if (f.paths.dk) write_dense(*f.paths.dk, *in, in->Nk, in->Hkv, g.grads.dk);
+    if (f.paths.dv) write_dense(*f.paths.dv, *in, in->Nk, in->Hkv, g.grads.dv);
+  };
+  kind.check = [&f, opt, &bias, in, dout, mask, dbias_of, inputs](const Gradients& g, Json& j) {
+    const Options host = bias.on_host(opt);
+    return check_gradients(
+        host_gradients(inputs, *dout, g.grads), host, f.check, in->dtype, mask != nullptr,
+        [&] { return dense_textbook_backward(*in, *dout, mask ? host : opt, mask.get(), dbias_of); },
+        f.console.text(), j);
+  };
+  return kind;
+}
+
+GradKind ragged_grad_kind(Args& args, const GradFlags& f, const Options& opt) {
+  const auto do_file = args.value("--do");
+  const auto seed = args.peek("--seed");
+  const bool files = args.has("--q");
+  const bool dtype_given = args.has("--dtype");
+  const auto in = std::make_shared<const BatchInputs>(read_batch_inputs(args, nullptr));
+  args.finish();
+  KATTN_REQUIRE(!in->paged, "kattn grad: ragged batches only (--kv-indptr), not paged caches");
+  const auto dout =
+      std::make_shared<const std::vector<double>>(ragged_dout(ragged_dout_source(do_file, seed, files, dtype_given, *in), *in));
+  const std::vector<double> unread;  // the check reads no o or lse
+  const AttentionParams<double> inputs = host_params(*in, unread, unread);
+  if (f.check.enabled) gradient_check_samples(inputs, f.check, false);
+  GradKind kind;
+  kind.dtype = in->dtype;
+  kind.heading = printed("dtype=%s ragged batch of %lld sequences, %lld queries, %lld keys, Hq=%lld Hkv=%lld D=%lld%s",
+                         dtype_name(in->dtype), (long long)in->batch(), (long long)in->total_q(),
+                         (long long)in->kv_rows(), (long long)in->Hq, (long long)in->Hkv, (long long)in->D,
+                         mask_summary(opt).c_str());
+  kind.flops = batch_attention_flops(*in, opt);
+  kind.call = [&f, opt, in, dout, flops = kind.flops] {
+    return with_storage(in->dtype, [&](auto t) { return ragged_calls<decltype(t)>(f, flops, *in, *dout, opt); });
+  };
+  kind.describe = [in](Json& j) {
+    j.add("layout", "ragged").add("batch", (long long)in->batch());
+    j.add("shape", std::vector<long long>{in->batch(), in->total_q(), in->kv_rows(), in->Hq, in->Hkv, in->D});
+    j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D");
+  };
+  kind.write = [&f, in](const Gradients& g) {
+    if (f.paths.dq) write_array(*f.paths.dq, in->dtype, {in->total_q(), in->Hq, in->D}, g.grads.dq);
+    if (f.paths.dk) write_array(*f.paths.dk, in->dtype, {in->kv_rows(), in->Hkv, in->D}, g.grads.dk);
+    if (f.paths.dv) write_array(*f.paths.dv, in->dtype, {in->kv_rows(), in->Hkv, in->D}, g.grads.dv);
+  };
+  kind.check = [&f, opt, in, dout, inputs](const Gradients& g, Json& j) {
+    return check_gradients(
+        host_gradients(inputs, *dout, g.grads), opt, f.check, in->dtype, false,
+        [&] { return ragged_textbook_backward(*in, *dout, opt); }, f.console.text(), j);
+  };
+  return kind;
+}
+
+// The stages after the inputs: the calls, the lines and the JSON, the files, --check.
+int grad_pipeline(const GradFlags& f, const Options& opt, const BiasTensor& bias, const GradKind& kind) {
+  const Gradients g = kind.call();
+  // FlashAttention-2's backward count (of the kept pairs under a block mask)
+  const double flops = 2.5 * kind.flops;
+  const double gflops = g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0;
+  const char* dtype = dtype_name(kind.dtype);
+  std::FILE* text = f.console.text();
+  std::fprintf(text, "kattn grad: %s\n%s", kind.heading.c_str(), kind.detail.c_str());
+  std::fprintf(text, "dq strategy: %s (%s)", name(g.info.dq),
+               g.info.deterministic ? "deterministic" : "not deterministic");
+  if (g.info.dq == DqStrategy::key_chunks) std::fprintf(text, ", %d key chunks", g.info.chunks);
+  std::fprintf(text, ", tiles %d x %d, workspace %.1f MB\n", g.info.block_q, g.info.block_k,
+               double(g.info.workspace_bytes) / 1e6);
+  std::fprintf(text, "time: backward %.6f s", g.seconds);
+  if (g.timing.repeat > 0)
+    std::fprintf(text, " (median of %d calls after a warm-up; min %.6f s, max %.6f s)", g.timing.repeat, g.timing.min(),
+                 g.timing.max());
+  std::fprintf(text, ", %.2f GFLOP/s (2.5x the forward's flop count)", gflops);
+  if (g.forward_seconds > 0)
+    std::fprintf(text, "; forward %.6f s, backward/forward %.2f", g.forward_seconds, g.seconds / g.forward_seconds);
+  std::fprintf(text, "\n");
+
+  Json j;
+  j.add("algo", "flash").add("dtype", dtype);
+  kind.describe(j);
+  j.add("causal", opt.causal);
+  j.add("seconds", g.seconds).add("gflops", gflops).add("threads", host_threads());
+  if (g.timing.repeat > 0)
+    j.add("repeat", g.timing.repeat).add("seconds_min", g.timing.min()).add("seconds_max", g.timing.max());
+  if (g.forward_seconds > 0) j.add("forward_seconds", g.forward_seconds).add("ratio", g.seconds / g.forward_seconds);
+  j.add("dq_strategy", name(g.info.dq)).add("deterministic", g.info.deterministic);
+  if (g.info.dq == DqStrategy::key_chunks) j.add("chunks", g.info.chunks);
+  j.add("workspace_bytes", static_cast<long long>(g.info.workspace_bytes));
+  kind.write(g);
+  if (!g.grads.dsinks.empty()) {
+    j.add("dsinks", g.grads.dsinks);
+    if (f.dsinks) write_array(*f.dsinks, io::DType::f64, {static_cast<std::int64_t>(g.grads.dsinks.size())}, g.grads.dsinks);
+  }
+  if (f.dbias) write_array(*f.dbias, io::DType::f64, bias.shape(), g.grads.dbias);
+  const int status = f.check.enabled ? kind.check(g, j) : 0;
+  f.console.notice(j);
+  f.console.finish(j);
+  return status;
 }
 
 }  // namespace
@@ -230,110 +377,29 @@ int cmd_grad(Args& args) {
   refuse_out_of_mode(args, {{"--zigzag", "--dist ring, ulysses or hybrid"},
                             {"--chunk", "--dist ring, ulysses or hybrid"},
                             {"--ulysses-size", "--dist hybrid"}});
-  const auto dq_path = args.value("--dq"), dk_path = args.value("--dk"), dv_path = args.value("--dv");
-  if (dq_path) check_output_file("--dq", *dq_path);
-  if (dk_path) check_output_file("--dk", *dk_path);
-  if (dv_path) check_output_file("--dv", *dv_path);
-  const auto dsinks_path = args.value("--dsinks");
-  if (dsinks_path) check_output_file("--dsinks", *dsinks_path);
-  KATTN_REQUIRE(!dsinks_path || args.has("--sinks"), "--dsinks: the gradient of the sinks given with --sinks");
-  const auto dbias_path = args.value("--dbias");
-  if (dbias_path) check_output_file("--dbias", *dbias_path);
-  KATTN_REQUIRE(!dbias_path || args.has("--bias"), "--dbias: the gradient of the bias given with --bias");
-  const CheckSettings check = read_check_settings(args);
-  const Timing timing = read_timing(args);
-  const Console console = read_console(args);
-  std::FILE* text = console.text();
-  BackwardOptions bopt;
-  bopt.deterministic = args.flag("--deterministic");
-  if (auto s = args.value("--dq-strategy")) bopt.dq = parse_strategy(*s);
-  bopt.dq_chunks = static_cast<int>(args.integer("--dq-chunks", 1, 1 << 20).value_or(0));
+  GradFlags f;
+  f.paths = {args.value("--dq"), args.value("--dk"), args.value("--dv")};
+  f.dsinks = args.value("--dsinks");
+  f.dbias = args.value("--dbias");
+  for (const auto& [flag, path] : {std::pair{"--dq", f.paths.dq}, std::pair{"--dk", f.paths.dk},
+                                   std::pair{"--dv", f.paths.dv}, std::pair{"--dsinks", f.dsinks},
+                                   std::pair{"--dbias", f.dbias}})
+    if (path) check_output_file(flag, *path);
+  KATTN_REQUIRE(!f.dsinks || args.has("--sinks"), "--dsinks: the gradient of the sinks given with --sinks");
+  KATTN_REQUIRE(!f.dbias || args.has("--bias"), "--dbias: the gradient of the bias given with --bias");
+  f.check = read_check_settings(args);
+  f.timing = read_timing(args);
+  f.console = read_console(args);
+  f.bopt.deterministic = args.flag("--deterministic");
+  if (auto s = args.value("--dq-strategy")) f.bopt.dq = parse_dq_strategy(*s);
+  f.bopt.dq_chunks = static_cast<int>(args.integer("--dq-chunks", 1, 1 << 20).value_or(0));
   BiasTensor bias;
   const Options opt = read_options(args, &bias);
-  KATTN_REQUIRE(!dbias_path || !bias.boolean(), "--dbias: a bool --bias (a mask) has no gradient");
+  KATTN_REQUIRE(!f.dbias || !bias.boolean(), "--dbias: a bool --bias (a mask) has no gradient");
   KATTN_REQUIRE(opt.splits == 0, "--splits: not used by grad (see --dq-strategy and --dq-chunks)");
-  KATTN_REQUIRE(!dsinks_path || !wants_batch_inputs(args), "--dsinks: dense inputs only for now (not ragged or paged batches)");
-  if (wants_batch_inputs(args))
-    return grad_ragged(args, opt, bopt, check, timing, console, {dq_path, dk_path, dv_path});
-  std::vector<double> dout;
-  const DenseInputs in = read_dense_inputs(args, "--do", &dout, nullptr);
-  KATTN_REQUIRE(dout.size() == in.q.size(),
-                "--do: give DO.npy (the gradient of the loss with respect to o) with --q/--k/--v, or use --random");
-  KATTN_REQUIRE(!is_16bit(in.dtype) || !wants_block_sparse(args), "--dtype ", dtype_name(in.dtype),
-                ": block-sparse gradients take f32 or f64 for now");
-  const GivenForward given = read_given_forward(args, in);
-  const std::optional<BlockMask> mask =
-      wants_block_sparse(args) ? std::optional<BlockMask>(read_block_mask(args, in)) : std::nullopt;
-  args.finish();
-
-  const BlockMask* m = mask ? &*mask : nullptr;
-  const std::vector<double> unread;  // the check reads no o or lse
-  const AttentionParams<double> inputs = host_params(in, unread, unread);
-  if (check.enabled) gradient_check_samples(inputs, check, m != nullptr);  // refused before the work
-  const double forward_flops = m ? sparse_flops(in, *m, opt) : attention_flops(in, opt);
-  const auto run = [&](auto storage) {
-    return run_backward<decltype(storage)>(in, dout, given, opt, bopt, m, timing, console, forward_flops,
-                                           dbias_path ? &bias : nullptr);
-  };
-  const Gradients g = in.dtype == io::DType::f64    ? run(double{})
-                      : in.dtype == io::DType::bf16 ? run(bf16{})
-                      : in.dtype == io::DType::f16  ? run(fp16{})
-                                                    : run(float{});
-  // FlashAttention-2's backward count (of the kept pairs under a block mask)
-  const double flops = 2.5 * forward_flops;
-  const double gflops = g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0;
-  const char* dtype = dtype_name(in.dtype);
-  std::fprintf(text, "kattn grad: dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n", dtype,
-               name(in.layout), (long long)in.B, (long long)in.Nq, (long long)in.Nk, (long long)in.Hq,
-               (long long)in.Hkv, (long long)in.D, mask_summary(opt).c_str());
-  if (m)
-    std::fprintf(text, "block mask: %lld x %lld blocks of %lld, %s, %.2f%% kept\n", (long long)m->q_blocks(),
-                 (long long)m->k_blocks(), (long long)m->block(), m->heads() == 1 ? "shared" : "per head",
-                 100.0 * m->density());
-  std::fprintf(text, "dq strategy: %s (%s)", name(g.info.dq),
-               g.info.deterministic ? "deterministic" : "not deterministic");
-  if (g.info.dq == DqStrategy::key_chunks) std::fprintf(text, ", %d key chunks", g.info.chunks);
-  std::fprintf(text, ", tiles %d x %d, workspace %.1f MB\n", g.info.block_q, g.info.block_k,
-               double(g.info.workspace_bytes) / 1e6);
-  std::fprintf(text, "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count)", g.seconds, gflops);
-  if (g.timing.repeat > 0)
-    std::fprintf(text, " (median of %d calls after a warm-up; min %.6f s, max %.6f s)", g.timing.repeat, g.timing.min(),
-                 g.timing.max());
-  if (g.forward_seconds > 0)
-    std::fprintf(text, "; forward %.6f s, backward/forward %.2f", g.forward_seconds, g.seconds / g.forward_seconds);
-  std::fprintf(text, "\n");
-
-  Json j;
-  j.add("algo", "flash").add("dtype", dtype).add("shape", in.shape()).add("causal", opt.causal);
-  if (m) j.add("mask_block", (long long)m->block()).add("mask_density", m->density());
-  j.add("seconds", g.seconds).add("gflops", gflops).add("threads", host_threads());
-  if (g.timing.repeat > 0)
-    j.add("repeat", g.timing.repeat).add("seconds_min", g.timing.min()).add("seconds_max", g.timing.max());
-  if (g.forward_seconds > 0) j.add("forward_seconds", g.forward_seconds).add("ratio", g.seconds / g.forward_seconds);
-  j.add("dq_strategy", name(g.info.dq)).add("deterministic", g.info.deterministic);
-  if (g.info.dq == DqStrategy::key_chunks) j.add("chunks", g.info.chunks);
-  j.add("workspace_bytes", static_cast<long long>(g.info.workspace_bytes));
-  if (dq_path) write_dense(*dq_path, in, in.Nq, in.Hq, g.dq);
-  if (dk_path) write_dense(*dk_path, in, in.Nk, in.Hkv, g.dk);
-  if (dv_path) write_dense(*dv_path, in, in.Nk, in.Hkv, g.dv);
-  if (!g.info.dsinks.empty()) {
-    j.add("dsinks", g.info.dsinks);
-    if (dsinks_path) write_array(*dsinks_path, io::DType::f64, {in.Hq}, g.info.dsinks);
-  }
-  if (dbias_path) write_array(*dbias_path, io::DType::f64, bias.shape(), g.dbias);
-  int status = 0;
-  if (check.enabled) {
-    status = check_gradients(
-        host_gradients(inputs, dout, g.dq, g.dk, g.dv), bias.on_host(opt), check, in.dtype, m != nullptr,
-        [&](std::vector<double>& rq, std::vector<double>& rk, std::vector<double>& rv) {
-          const Gradients ref = textbook(in, dout, m ? bias.on_host(opt) : opt, m);  // masked: on the host
-          rq = ref.dq, rk = ref.dk, rv = ref.dv;
-        },
-        text, j);
-  }
-  console.notice(j);
-  console.finish(j);
-  return status;
+  KATTN_REQUIRE(!f.dsinks || !wants_batch_inputs(args), "--dsinks: dense inputs only for now (not ragged or paged batches)");
+  return grad_pipeline(f, opt, bias,
+                       wants_batch_inputs(args) ? ragged_grad_kind(args, f, opt) : dense_grad_kind(args, f, opt, bias));
 }
 
 }  // namespace cli

@@ -36,16 +36,10 @@ namespace {
 struct DistGrads {
   std::vector<double> dq, dk, dv;  // this rank's positions
   dist::SequenceLayout q_layout, kv_layout;
-  double forward_seconds = 0, seconds = 0, comm_seconds = 0;
-  long long bytes = 0;
-  long long model_bytes = -1;  // the most any rank sends by dist::traffic (backward)
+  double forward_seconds = 0;  // slowest rank
+  SlowestRank slowest;         // of the backward, with the traffic model's bytes
   std::vector<double> dsinks;  // with --sinks: their gradient (the same on every rank)
 };
-
-double reduce_max(MPI_Comm comm, double x) {
-  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, comm);
-  return x;
-}
 
 template <class T>
 DistGrads run_as(MPI_Comm comm, const DenseInputs& in, const DenseSource& src,
@@ -73,15 +67,12 @@ DistGrads run_as(MPI_Comm comm, const DenseInputs& in, const DenseSource& src,
   MPI_Barrier(comm);
   DistGrads g;
   const auto forward = dist::attention(comm, space, q, kv::dense(k, v), o, lse, opt, d);
-  g.forward_seconds = reduce_max(comm, forward.seconds);
+  g.forward_seconds = max_over(comm, forward.seconds);
   MPI_Barrier(comm);
   const dist::DistStats s =
       dist::attention_backward(comm, space, q, kv::dense(k, v), o, lse, dout, dq, dk, dv, opt, bopt, d);
-  g.seconds = reduce_max(comm, s.seconds);
-  g.comm_seconds = reduce_max(comm, s.comm_seconds);
-  g.bytes = static_cast<long long>(reduce_max(comm, double(s.bytes_sent)));
-  g.model_bytes = static_cast<long long>(reduce_max(
-      comm, double(dist::traffic(traffic_problem(in, sizeof(T)), opt, d, P, rank, dist::Pass::backward).sent)));
+  g.slowest = slowest_rank(
+      comm, s, double(dist::traffic(traffic_problem(in, sizeof(T)), opt, d, P, rank, dist::Pass::backward).sent));
   g.q_layout = ql;
   g.kv_layout = kl;
   g.dq = from_view(dq);
@@ -117,14 +108,7 @@ int grad_distributed(Args& args, const std::string& mode) {
       d.deterministic = args.flag("--deterministic");
       d.chunk = args.integer("--chunk", 1, std::int64_t(1) << 40).value_or(0);
       bopt.deterministic = d.deterministic;
-      if (auto s = args.value("--dq-strategy")) {
-        KATTN_REQUIRE(*s == "auto" || *s == "key-chunks" || *s == "query-pass" || *s == "atomic",
-                      "--dq-strategy: expected auto, key-chunks, query-pass or atomic, got '", *s, "'");
-        bopt.dq = *s == "key-chunks"   ? DqStrategy::key_chunks
-                  : *s == "query-pass" ? DqStrategy::query_pass
-                  : *s == "atomic"     ? DqStrategy::atomic
-                                       : DqStrategy::automatic;
-      }
+      if (auto s = args.value("--dq-strategy")) bopt.dq = parse_dq_strategy(*s);
       dq_path = args.value("--dq"), dk_path = args.value("--dk"), dv_path = args.value("--dv");
       check = args.flag("--check");
       json = args.flag("--json");
@@ -176,26 +160,14 @@ int grad_distributed(Args& args, const std::string& mode) {
     }
     return on_rank0(comm, [&]() -> int {
       const char* dtype = dtype_name(in.dtype);
-      const double flops = 2.5 * attention_flops(in, opt);
-      std::fprintf(text, 
-          "kattn grad: dist=%s ranks=%d%s sharding=%s%s dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld "
-          "D=%lld%s\n",
-          mode.c_str(), P, grid_text(mode, P, d).c_str(), dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, (long long)in.B, (long long)in.Nq,
-          (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D, mask_summary(opt).c_str());
-      std::fprintf(text,
-                   "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
-                   "communication %.6f s; bytes sent per rank (max): %lld%s; peak memory per rank (max): %lld MB\n",
-                   g.seconds, g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0, g.forward_seconds, g.comm_seconds, g.bytes,
-                   g.model_bytes >= 0 ? (" (model " + std::to_string(g.model_bytes) + ")").c_str() : "",
-                   peak_rss >> 20);
+      std::fprintf(text, "kattn grad: %s dtype=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n",
+                   dist_heading(mode, P, d).c_str(), dtype, (long long)in.B, (long long)in.Nq, (long long)in.Nk,
+                   (long long)in.Hq, (long long)in.Hkv, (long long)in.D, mask_summary(opt).c_str());
       Json j;
-      j.add("algo", "flash").add("dist", mode).add("ranks", P).add("sharding", dist::name(d.sharding));
-      if (mode == "hybrid") j.add("ulysses_size", d.ulysses_size);
-      j.add("deterministic", d.deterministic).add("dtype", dtype).add("shape", in.shape()).add("causal", opt.causal);
-      j.add("seconds", g.seconds).add("gflops", g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0);
-      j.add("forward_seconds", g.forward_seconds).add("comm_seconds", g.comm_seconds).add("bytes_sent_per_rank", g.bytes);
-      if (g.model_bytes >= 0) j.add("model_bytes_per_rank", g.model_bytes);
-      j.add("peak_rss_bytes_max", peak_rss);
+      j.add("algo", "flash");
+      add_dist_fields(j, mode, P, d);
+      j.add("dtype", dtype).add("shape", in.shape()).add("causal", opt.causal);
+      report_dist_backward(text, j, 2.5 * attention_flops(in, opt), g.forward_seconds, g.slowest, peak_rss);
       if (!g.dsinks.empty()) j.add("dsinks", g.dsinks);
       int status = 0;
       if (check) {
@@ -203,16 +175,9 @@ int grad_distributed(Args& args, const std::string& mode) {
         Args inputs("grad", input_args);
         std::vector<double> dout;
         const DenseInputs full = read_dense_inputs(inputs, "--do", &dout, nullptr);
-        using T4 = Tensor4<double>;
-        const auto q = to_view<T4>(full.q, "q", in.B, in.Nq, in.Hq, in.D);
-        const auto k = to_view<T4>(full.k, "k", in.B, in.Nk, in.Hkv, in.D);
-        const auto v = to_view<T4>(full.v, "v", in.B, in.Nk, in.Hkv, in.D);
-        const auto dov = to_view<T4>(dout, "do", in.B, in.Nq, in.Hq, in.D);
-        T4 dq("dq", in.B, in.Nq, in.Hq, in.D), dk("dk", in.B, in.Nk, in.Hkv, in.D), dv("dv", in.B, in.Nk, in.Hkv, in.D);
-        reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, dov, dq, dk, dv, opt);
-        const ErrorStats e[3] = {compare(dq_all, from_view(dq)), compare(dk_all, from_view(dk)),
-                                 compare(dv_all, from_view(dv))};
-        status = gradient_verdict(e, "", "", in.dtype, text, j);
+        const GradientSet tested{std::move(dq_all), std::move(dk_all), std::move(dv_all), g.dsinks, {}};
+        status = gradient_verdict(
+            compare_gradients(tested, dense_textbook_backward(full, dout, opt, nullptr, nullptr)), in.dtype, text, j);
       }
       if (json) std::cout << j.str() << "\n";
       return status;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -20,6 +21,7 @@
 #include "paths.hpp"
 #include "progress_line.hpp"
 #include "run_check.hpp"
+#include "run_pipeline.hpp"
 #include "timing.hpp"
 #include "run_block_sparse.hpp"
 #include "run_cascade.hpp"
@@ -106,21 +108,6 @@ const char* kRunUsage =
 // cost), so the K+V read rate means something.
 constexpr std::int64_t kDecodeQueries = 16;
 
-struct Outputs {
-  std::vector<double> o, lse;
-  Timing timing;
-  SplitPlan plan;
-};
-
-// The flags of `run` besides the inputs and the variant, with every output path checked.
-struct RunFlags {
-  std::string algo;
-  std::optional<std::string> out, lse, save_dir;
-  CheckSettings check;
-  Console console;
-  Timing timing;
-};
-
 RunFlags read_run_flags(Args& args) {
   RunFlags f;
   f.algo = args.value("--algo").value_or("flash");
@@ -138,39 +125,32 @@ RunFlags read_run_flags(Args& args) {
   return f;
 }
 
-// Runs `call` as the timing says, with the progress line (when wanted) in opt.progress.
-template <class Call>
-void timed_with_progress(const RunFlags& f, double flops, Options& opt, Outputs& out, Call&& call) {
-  std::optional<ProgressLine> line;
-  if (progress_wanted(f.console.progress, f.console.quiet, flops)) {
-    line.emplace(flops, f.console.progress);
-    opt.progress = line->callback();
-  }
-  out.timing = f.timing;
-  const RepeatWorkspace kept(f.timing, opt);
-  time_calls(out.timing, call, [&] {
-    if (line) line->restart();
-  });
+// --algo naive: the textbook algorithm over dense keys, and over ragged or paged ones.
+template <class Q, class K, class V, class O, class Lse>
+void textbook(const Q& q, const kv::Dense<K, V>& keys, const O& o, const Lse& lse, const Options& opt) {
+  reference(Kokkos::DefaultExecutionSpace(), q, keys.k, keys.v, o, lse, opt);
+}
+template <class Q, class Keys, class O, class Lse>
+void textbook(const Q& q, const Keys& keys, const O& o, const Lse& lse, const Options& opt) {
+  reference(Kokkos::DefaultExecutionSpace(), q, keys.k, keys.v, o, lse, keys.layout, opt);
 }
 
-// Runs `algo` on the inputs rounded to T; returns o and lse as doubles. 16-bit T: flash or splitkv
-// (cmd_run refuses naive, the textbook algorithm being float/double only).
-template <class T>
-Outputs run_algo(const std::string& algo, const DenseInputs& in, Options opt, const RunFlags& f, double flops) {
-  const DenseViews<T> views = make_dense_views<T>(in);
-  const auto q = views.q, k = views.k, v = views.v;
-  const auto o = views.o;
-  const auto lse = views.lse;
+// The timed calls of `algo` over q and `keys` (a kv kind) into o and lse: kattn::attention, or
+// for naive the textbook (float or double only; cmd_run refuses naive for 16-bit storage).
+template <class Q, class Keys, class O, class Lse>
+Outputs call_attention(const RunFlags& f, double flops, Options opt, const Q& q, const Keys& keys, const O& o,
+                       const Lse& lse) {
   const Kokkos::DefaultExecutionSpace space;
+  if (f.algo == "flash") opt.splits = 1;
+  poison(o);
+  poison(lse);
   space.fence();
   Outputs out;
   timed_with_progress(f, flops, opt, out, [&] {
-    if (algo == "naive") {
-      if constexpr (!is_16bit_v<T>) reference(space, q, k, v, o, lse, opt);
-    } else {
-      if (algo == "flash") opt.splits = 1;
-      out.plan = attention(space, q, kv::dense(k, v), o, lse, opt);
-    }
+    if (f.algo != "naive")
+      out.plan = attention(space, q, keys, o, lse, opt);
+    else if constexpr (!is_16bit_v<typename O::non_const_value_type>)
+      textbook(q, keys, o, lse, opt);
     space.fence();
   });
   out.o = from_view(o);
@@ -178,45 +158,33 @@ Outputs run_algo(const std::string& algo, const DenseInputs& in, Options opt, co
   return out;
 }
 
-// The same for a ragged or paged batch: flash is split-KV with one split, naive the reference.
 template <class T>
-Outputs run_batch_algo(const std::string& algo, const BatchInputs& in, Options opt, const RunFlags& f, double flops) {
-  const Kokkos::DefaultExecutionSpace space;
+Outputs call_dense(const RunFlags& f, double flops, const Options& opt, const DenseInputs& in) {
+  const DenseViews<T> views = make_dense_views<T>(in);
+  return call_attention(f, flops, opt, views.q, kv::dense(views.k, views.v), views.o, views.lse);
+}
+
+template <class T>
+Outputs call_batch(const RunFlags& f, double flops, const Options& opt, const BatchInputs& in) {
   const std::int64_t rows = in.total_q();
   const auto q = to_view<Tensor3<T>>(in.q, "q", rows, in.Hq, in.D);
   Tensor3<T> o(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), rows, in.Hq, in.D);
   Tensor2<accumulate_t<T>> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), rows, in.Hq);
-  poison(o);
-  poison(lse);
-  if (algo == "flash") opt.splits = 1;
-  Outputs out;
   const auto q_indptr = index_view(in.q_indptr, "q_indptr");
-  const auto run = [&](const auto& keys) {
-    space.fence();
-    timed_with_progress(f, flops, opt, out, [&] {
-      if (algo != "naive")
-        out.plan = attention(space, q, keys, o, lse, opt);
-      else if constexpr (!is_16bit_v<T>)
-        reference(space, q, keys.k, keys.v, o, lse, keys.layout, opt);
-      space.fence();
-    });
-  };
   if (in.paged) {
     const auto k = to_view<Tensor4<T>>(in.k, "k", in.num_pages, in.page_size, in.Hkv, in.D);
     const auto v = to_view<Tensor4<T>>(in.v, "v", in.num_pages, in.page_size, in.Hkv, in.D);
-    run(kv::paged(k, v,
-                  make_paged_layout(q_indptr, index_view(in.page_indptr, "kv_page_indptr"),
-                                    index_view(in.page_indices, "kv_page_indices"),
-                                    index_view(in.last_page_len, "kv_last_page_len"), in.page_size)));
-  } else {
-    const std::int64_t kv_rows = in.kv_indptr.empty() ? 0 : in.kv_indptr.back();
-    const auto k = to_view<Tensor3<T>>(in.k, "k", kv_rows, in.Hkv, in.D);
-    const auto v = to_view<Tensor3<T>>(in.v, "v", kv_rows, in.Hkv, in.D);
-    run(kv::ragged(k, v, make_ragged_layout(q_indptr, index_view(in.kv_indptr, "kv_indptr"))));
+    return call_attention(f, flops, opt, q,
+                          kv::paged(k, v,
+                                    make_paged_layout(q_indptr, index_view(in.page_indptr, "kv_page_indptr"),
+                                                      index_view(in.page_indices, "kv_page_indices"),
+                                                      index_view(in.last_page_len, "kv_last_page_len"), in.page_size)),
+                          o, lse);
   }
-  out.o = from_view(o);
-  out.lse = from_view(lse);
-  return out;
+  const auto k = to_view<Tensor3<T>>(in.k, "k", in.kv_rows(), in.Hkv, in.D);
+  const auto v = to_view<Tensor3<T>>(in.v, "v", in.kv_rows(), in.Hkv, in.D);
+  return call_attention(f, flops, opt, q,
+                        kv::ragged(k, v, make_ragged_layout(q_indptr, index_view(in.kv_indptr, "kv_indptr"))), o, lse);
 }
 
 // --algo naive is the textbook algorithm, in float or double only.
@@ -251,15 +219,86 @@ void save_inputs(const std::string& dir, const DenseInputs& in) {
   write_dense(dir + "/v.npy", in, in.Nk, in.Hkv, in.v);
 }
 
-// The time line and its JSON fields. `decode`: the K+V read rate is printed (decode-like runs only).
-void report(const RunFlags& f, const char* dtype, double flops, double kv_bytes, bool decode, const Outputs& out,
-            const Options& opt, Json& j) {
+RunKind batch_kind(const RunFlags& f, const Options& opt, std::shared_ptr<const BatchInputs> in) {
+  const std::vector<std::int64_t> kv_lens = in->kv_lens(), q_lens = in->q_lens();
+  std::int64_t total_kv = 0, max_kv = 0, max_q = 0;
+  for (std::int64_t n : kv_lens) total_kv += n, max_kv = std::max(max_kv, n);
+  for (std::int64_t n : q_lens) max_q = std::max(max_q, n);
+  RunKind kind;
+  kind.algo = f.algo.c_str();
+  kind.dtype = in->dtype;
+  kind.heading = printed("algo=%s dtype=%s %s batch of %lld sequences, %lld queries, %lld keys (longest %lld), "
+                         "Hq=%lld Hkv=%lld D=%lld%s%s",
+                         f.algo.c_str(), dtype_name(in->dtype), in->paged ? "paged" : "ragged", (long long)in->batch(),
+                         (long long)in->total_q(), (long long)total_kv, (long long)max_kv, (long long)in->Hq,
+                         (long long)in->Hkv, (long long)in->D,
+                         in->paged ? (", page size " + std::to_string(in->page_size)).c_str() : "",
+                         mask_summary(opt).c_str());
+  kind.flops = batch_attention_flops(*in, opt);
+  kind.kv_bytes = 2.0 * total_kv * in->Hkv * in->D * io::size_of(in->dtype);
+  kind.decode = max_q <= kDecodeQueries;
+  kind.call = [&f, opt, in, flops = kind.flops] {
+    return with_storage(in->dtype, [&](auto t) { return call_batch<decltype(t)>(f, flops, opt, *in); });
+  };
+  kind.describe = [in, total_kv, max_q, max_kv](Json& j) {
+    j.add("layout", in->paged ? "paged" : "ragged").add("batch", (long long)in->batch());
+    j.add("total_q", (long long)in->total_q()).add("total_kv", (long long)total_kv);
+    j.add("max_q", (long long)max_q).add("max_kv", (long long)max_kv);
+    // Ragged and paged: the totals over the batch stand where dense runs have Nq and Nk.
+    j.add("shape", std::vector<long long>{in->batch(), in->total_q(), total_kv, in->Hq, in->Hkv, in->D});
+    j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D");
+    if (in->paged) j.add("page_size", (long long)in->page_size);
+  };
+  kind.write = [in](const RunFlags& fl, const Outputs& out) {
+    if (fl.out) write_array(*fl.out, in->dtype, {in->total_q(), in->Hq, in->D}, out.o);
+    if (fl.lse) write_array(*fl.lse, lse_dtype(in->dtype), {in->total_q(), in->Hq}, out.lse);
+  };
+  kind.check = [&f, opt, in](const Outputs& out, Json& j) {
+    return check_outputs(host_params(*in, out.o, out.lse), opt, f.check, in->dtype, f.console, j, "run");
+  };
+  return kind;
+}
+
+}  // namespace
+
+RunKind dense_kind(const RunFlags& f, const Options& opt, const BiasTensor& bias,
+                   std::shared_ptr<const DenseInputs> in) {
+  RunKind kind;
+  kind.algo = f.algo.c_str();
+  kind.dtype = in->dtype;
+  kind.heading = printed("algo=%s dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s", f.algo.c_str(),
+                         dtype_name(in->dtype), name(in->layout), (long long)in->B, (long long)in->Nq,
+                         (long long)in->Nk, (long long)in->Hq, (long long)in->Hkv, (long long)in->D,
+                         mask_summary(opt).c_str());
+  kind.flops = attention_flops(*in, opt);
+  kind.kv_bytes = 2.0 * in->B * in->Nk * in->Hkv * in->D * io::size_of(in->dtype);
+  kind.decode = in->Nq <= kDecodeQueries;
+  kind.call = [&f, opt, in, flops = kind.flops] {
+    return with_storage(in->dtype, [&](auto t) { return call_dense<decltype(t)>(f, flops, opt, *in); });
+  };
+  kind.describe = [in](Json& j) {
+    j.add("layout", "dense").add("dims", name(in->layout)).add("shape", in->shape()).add("shape_is", "B,Nq,Nk,Hq,Hkv,D");
+  };
+  kind.write = [in](const RunFlags& fl, const Outputs& out) {
+    if (fl.out) write_dense(*fl.out, *in, in->Nq, in->Hq, out.o);
+    if (fl.lse) write_array(*fl.lse, lse_dtype(in->dtype), {in->B, in->Hq, in->Nq}, out.lse);
+  };
+  kind.check = [&f, &bias, opt, in](const Outputs& out, Json& j) {
+    return check_outputs(host_params(*in, out.o, out.lse), bias.on_host(opt), f.check, in->dtype, f.console, j, "run");
+  };
+  return kind;
+}
+
+int run_pipeline(const RunFlags& f, const Options& opt, const RunKind& kind) {
   std::FILE* text = f.console.text();
+  std::fprintf(text, "kattn run: %s\n%s", kind.heading.c_str(), kind.detail.c_str());
+  std::fflush(text);
+  const Outputs out = kind.call();
   const double seconds = out.timing.median();
-  const double gflops = seconds > 0 ? flops / seconds / 1e9 : 0.0;
-  const double kv_gbs = seconds > 0 ? kv_bytes / seconds / 1e9 : 0.0;
-  std::fprintf(text, "time: %.6f s, %.2f GFLOP/s", seconds, gflops);
-  if (decode) std::fprintf(text, ", K+V read at %.2f GB/s", kv_gbs);
+  const double gflops = seconds > 0 ? kind.flops / seconds / 1e9 : 0.0;
+  const double kv_gbs = seconds > 0 ? kind.kv_bytes / seconds / 1e9 : 0.0;
+  std::fprintf(text, "time: %.6f s, %.2f GFLOP/s%s", seconds, gflops, kind.rate_note.c_str());
+  if (kind.decode) std::fprintf(text, ", K+V read at %.2f GB/s", kv_gbs);
   if (out.timing.repeat > 0)
     std::fprintf(text, " (median of %d calls after a warm-up; min %.6f s, max %.6f s)", out.timing.repeat,
                  out.timing.min(), out.timing.max());
@@ -269,55 +308,23 @@ void report(const RunFlags& f, const char* dtype, double flops, double kv_bytes,
                  out.plan.chunk > 0 ? (" of " + std::to_string(out.plan.chunk) + " keys").c_str() : "",
                  (long long)out.plan.units, (long long)out.plan.units_unsplit, out.plan.processors,
                  out.plan.reason.c_str());
-  j.add("algo", f.algo).add("dtype", dtype).add("causal", opt.causal);
+  const char* dtype = dtype_name(kind.dtype);
+  Json j;
+  j.add("algo", kind.algo).add("dtype", dtype).add("causal", opt.causal);
   j.add("seconds", seconds).add("gflops", gflops).add("threads", host_threads());
   if (const char* products = forward_cpu_products(dtype, opt)) j.add("cpu_products", products);
-  if (decode) j.add("kv_gbs", kv_gbs);
+  if (kind.decode) j.add("kv_gbs", kv_gbs);
   if (out.timing.repeat > 0)
     j.add("repeat", out.timing.repeat).add("seconds_min", out.timing.min()).add("seconds_max", out.timing.max());
   if (f.algo == "splitkv")
     j.add("splits", out.plan.splits).add("chunk", (long long)out.plan.chunk).add("units", (long long)out.plan.units);
-}
-
-int run_batch(const RunFlags& f, const BatchInputs& in, Options opt) {
-  if (f.save_dir) save_inputs(*f.save_dir, in);
-  std::FILE* text = f.console.text();
-  const char* dtype = dtype_name(in.dtype);
-  const std::vector<std::int64_t> kv_lens = in.kv_lens(), q_lens = in.q_lens();
-  std::int64_t total_kv = 0, max_kv = 0, max_q = 0;
-  for (std::int64_t n : kv_lens) total_kv += n, max_kv = std::max(max_kv, n);
-  for (std::int64_t n : q_lens) max_q = std::max(max_q, n);
-  std::fprintf(text, "kattn run: algo=%s dtype=%s %s batch of %lld sequences, %lld queries, %lld keys (longest %lld), "
-               "Hq=%lld Hkv=%lld D=%lld%s%s\n",
-               f.algo.c_str(), dtype, in.paged ? "paged" : "ragged", (long long)in.batch(), (long long)in.total_q(),
-               (long long)total_kv, (long long)max_kv, (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
-               in.paged ? (", page size " + std::to_string(in.page_size)).c_str() : "", mask_summary(opt).c_str());
-  std::fflush(text);
-  const double flops = batch_attention_flops(in, opt);
-  const Outputs out =
-      with_storage(in.dtype, [&](auto t) { return run_batch_algo<decltype(t)>(f.algo, in, opt, f, flops); });
-  const double kv_bytes = 2.0 * total_kv * in.Hkv * in.D * io::size_of(in.dtype);
-  Json j;
-  report(f, dtype, flops, kv_bytes, max_q <= kDecodeQueries, out, opt, j);
-  j.add("layout", in.paged ? "paged" : "ragged").add("batch", (long long)in.batch());
-  j.add("total_q", (long long)in.total_q()).add("total_kv", (long long)total_kv);
-  j.add("max_q", (long long)max_q).add("max_kv", (long long)max_kv);
-  // Ragged and paged: the totals over the batch stand where dense runs have Nq and Nk.
-  j.add("shape", std::vector<long long>{in.batch(), in.total_q(), total_kv, in.Hq, in.Hkv, in.D});
-  j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D");
-  if (in.paged) j.add("page_size", (long long)in.page_size);
-  if (f.out) write_array(*f.out, in.dtype, {in.total_q(), in.Hq, in.D}, out.o);
-  if (f.lse) write_array(*f.lse, lse_dtype(in.dtype), {in.total_q(), in.Hq}, out.lse);
-  int status = 0;
-  if (f.check.enabled) {
-    status = check_outputs(host_params(in, out.o, out.lse), opt, f.check, in.dtype, f.console, j, "run");
-  }
+  kind.describe(j);
+  kind.write(f, out);
+  const int status = f.check.enabled ? kind.check(out, j) : 0;
   f.console.notice(j);
   f.console.finish(j);
   return status;
 }
-
-}  // namespace
 
 int cmd_run(Args& args) {
   if (args.help(kRunUsage)) return 0;
@@ -340,47 +347,21 @@ int cmd_run(Args& args) {
   const Options opt = read_options(args, &bias);
   KATTN_REQUIRE(f.algo == "splitkv" || (opt.splits == 0 && opt.split_chunk == 0),
                 "--splits: splitting the keys needs --algo splitkv");
-  if (wants_block_sparse(args)) {
-    KATTN_REQUIRE(f.timing.repeat == 0, "--repeat: not supported with --block-mask / --pattern");
-    return run_block_sparse(args, f.algo, opt, bias, f.check, f.console, f.out, f.lse);
-  }
-  if (wants_cascade(args)) {
-    KATTN_REQUIRE(f.timing.repeat == 0, "--repeat: not supported with --cascade");
-    return run_cascade(args, f.algo, opt, f.check, f.console, f.out, f.lse);
-  }
+  if (wants_block_sparse(args)) return run_pipeline(f, opt, block_sparse_kind(args, f, opt, bias));
+  if (wants_cascade(args)) return run_pipeline(f, opt, cascade_kind(args, f, opt));
   if (wants_batch_inputs(args)) {
     KATTN_REQUIRE(!args.has("--layout"), "--layout: for dense inputs; ragged and paged arrays are [rows, H, D]");
-    const BatchInputs in = read_batch_inputs(args, nullptr);
+    const auto in = std::make_shared<const BatchInputs>(read_batch_inputs(args, nullptr));
     args.finish();
-    require_algo_for(f.algo, in.dtype);
-    return run_batch(f, in, opt);
+    require_algo_for(f.algo, in->dtype);
+    if (f.save_dir) save_inputs(*f.save_dir, *in);
+    return run_pipeline(f, opt, batch_kind(f, opt, in));
   }
-  const DenseInputs in = read_dense_inputs(args, "", nullptr, nullptr);
+  const auto in = std::make_shared<const DenseInputs>(read_dense_inputs(args, "", nullptr, nullptr));
   args.finish();
-  require_algo_for(f.algo, in.dtype);
-  if (f.save_dir) save_inputs(*f.save_dir, in);
-
-  std::FILE* text = f.console.text();
-  const char* dtype = dtype_name(in.dtype);
-  std::fprintf(text, "kattn run: algo=%s dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n",
-               f.algo.c_str(), dtype, name(in.layout), (long long)in.B, (long long)in.Nq, (long long)in.Nk,
-               (long long)in.Hq, (long long)in.Hkv, (long long)in.D, mask_summary(opt).c_str());
-  std::fflush(text);
-  const double flops = attention_flops(in, opt);
-  const Outputs out = with_storage(in.dtype, [&](auto t) { return run_algo<decltype(t)>(f.algo, in, opt, f, flops); });
-  const double kv_bytes = 2.0 * in.B * in.Nk * in.Hkv * in.D * io::size_of(in.dtype);
-  Json j;
-  report(f, dtype, flops, kv_bytes, in.Nq <= kDecodeQueries, out, opt, j);
-  j.add("layout", "dense").add("dims", name(in.layout)).add("shape", in.shape()).add("shape_is", "B,Nq,Nk,Hq,Hkv,D");
-  if (f.out) write_dense(*f.out, in, in.Nq, in.Hq, out.o);
-  if (f.lse) write_array(*f.lse, lse_dtype(in.dtype), {in.B, in.Hq, in.Nq}, out.lse);
-  int status = 0;
-  if (f.check.enabled) {
-    status = check_outputs(host_params(in, out.o, out.lse), bias.on_host(opt), f.check, in.dtype, f.console, j, "run");
-  }
-  f.console.notice(j);
-  f.console.finish(j);
-  return status;
+  require_algo_for(f.algo, in->dtype);
+  if (f.save_dir) save_inputs(*f.save_dir, *in);
+  return run_pipeline(f, opt, dense_kind(f, opt, bias, in));
 }
 
 }  // namespace cli

@@ -19,13 +19,13 @@ std::vector<double> swap_middle(const std::vector<double>& v, std::int64_t B, st
   return out;
 }
 
-std::string shape_text(const std::vector<std::int64_t>& s) {
-  std::string r = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 }  // namespace
+
+std::string shape_text(const std::vector<std::int64_t>& shape, const char* brackets) {
+  std::string s(1, brackets[0]);
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + brackets[1];
+}
 
 Layout read_layout(Args& args) {
   const std::string s = args.value("--layout").value_or("bnhd");

@@ -27,6 +27,9 @@ std::vector<double> to_bnhd(Layout layout, const std::vector<std::int64_t>& shap
 std::vector<double> from_bnhd(Layout layout, std::int64_t B, std::int64_t N, std::int64_t H, std::int64_t D,
                               const std::vector<double>& values);
 
+// "[2, 3, 4]" (brackets "()": "(2, 3, 4)"), for messages.
+std::string shape_text(const std::vector<std::int64_t>& shape, const char* brackets = "[]");
+
 // One line on standard error when q read in `layout` gives more than 128 heads and fewer
 // positions than heads (no model has that many heads; the file is likely in the other layout).
 void warn_if_transposed(const std::string& flag, const std::string& path, Layout layout,

@@ -1,6 +1,5 @@
 #include "dist_files.hpp"
 
-
 #include "dense_layout.hpp"
 #include "dtype.hpp"
 #include "kattn/distributed/collective.hpp"
@@ -8,12 +7,6 @@
 namespace kattn {
 namespace cli {
 namespace {
-
-int rank_of(MPI_Comm comm) {
-  int r = 0;
-  MPI_Comm_rank(comm, &r);
-  return r;
-}
 
 // Rank 0 creates the file with its header; after that (the check is collective, so a barrier)
 // every rank writes its rows. A failure on any rank ends every rank with its message.

@@ -39,5 +39,12 @@ void write_lse_positions(MPI_Comm comm, const std::string& path, const DenseInpu
 void write_packed_rows(MPI_Comm comm, const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,
                        const std::vector<std::int64_t>& rows, const std::vector<double>& local);
 
+// This process's rank in comm.
+inline int rank_of(MPI_Comm comm) {
+  int r = 0;
+  MPI_Comm_rank(comm, &r);
+  return r;
+}
+
 }  // namespace cli
 }  // namespace kattn

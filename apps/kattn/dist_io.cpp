@@ -8,15 +8,6 @@
 
 namespace kattn {
 namespace cli {
-namespace {
-
-int rank_of(MPI_Comm comm) {
-  int r = 0;
-  MPI_Comm_rank(comm, &r);
-  return r;
-}
-
-}  // namespace
 
 // Point-to-point doubles in messages MPI's int count can carry.
 constexpr std::int64_t kPiece = std::int64_t(1) << 30;
@@ -87,6 +78,74 @@ std::string grid_text(const std::string& mode, int ranks, const dist::DistOption
   }
   if (mode != "hybrid") return "";
   return " grid=" + std::to_string(d.ulysses_size) + "x" + std::to_string(ranks / d.ulysses_size);
+}
+
+std::string dist_heading(const std::string& mode, int ranks, const dist::DistOptions& d) {
+  return "dist=" + mode + " ranks=" + std::to_string(ranks) + grid_text(mode, ranks, d) +
+         " sharding=" + dist::name(d.sharding) + (d.deterministic ? " deterministic" : "");
+}
+
+void add_dist_fields(Json& j, const std::string& mode, int ranks, const dist::DistOptions& d) {
+  j.add("dist", mode).add("ranks", ranks).add("sharding", dist::name(d.sharding));
+  if (mode == "hybrid") j.add("ulysses_size", d.ulysses_size);
+  if (mode == "grid") j.add("grid", grid_text(mode, ranks, d).substr(6));
+  j.add("deterministic", d.deterministic);
+}
+
+double max_over(MPI_Comm comm, double x, MPI_Op op) {
+  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, op, comm);
+  return x;
+}
+
+SlowestRank slowest_rank(MPI_Comm comm, const dist::DistStats& s, double model_sent) {
+  SlowestRank r;
+  r.stats = s;
+  r.compute_min = max_over(comm, s.compute_seconds, MPI_MIN);
+  r.stats.seconds = max_over(comm, s.seconds);
+  r.stats.compute_seconds = max_over(comm, s.compute_seconds);
+  r.stats.compute_cpu_seconds = max_over(comm, s.compute_cpu_seconds);
+  r.stats.comm_seconds = max_over(comm, s.comm_seconds);
+  r.stats.bytes_sent = static_cast<std::int64_t>(max_over(comm, double(s.bytes_sent)));
+  r.model_bytes = static_cast<long long>(max_over(comm, model_sent));
+  if (r.model_bytes < 0) r.model_bytes = -1;
+  return r;
+}
+
+namespace {
+
+std::string model_text(long long model_bytes) {
+  return model_bytes >= 0 ? " (model " + std::to_string(model_bytes) + ")" : "";
+}
+
+}  // namespace
+
+void report_dist_forward(std::FILE* text, Json& j, double flops, int ranks, const SlowestRank& s, long long peak_rss) {
+  const double secs = s.stats.seconds, gflops = secs > 0 ? flops / secs / 1e9 : 0.0;
+  std::fprintf(text,
+               "time: %.6f s, %.2f GFLOP/s (%.2f per rank); slowest rank: compute %.6f s (fastest %.6f s), exposed "
+               "communication %.6f s; bytes sent per rank (max): %lld%s; peak memory per rank (max): %lld MB\n",
+               secs, gflops, gflops / ranks, s.stats.compute_seconds, s.compute_min, s.stats.comm_seconds,
+               (long long)s.stats.bytes_sent, model_text(s.model_bytes).c_str(), peak_rss >> 20);
+  j.add("seconds", secs).add("gflops", gflops);
+  j.add("compute_seconds", s.stats.compute_seconds).add("compute_seconds_min", s.compute_min);
+  j.add("comm_seconds", s.stats.comm_seconds).add("bytes_sent_per_rank", (long long)s.stats.bytes_sent);
+  j.add("compute_cpu_seconds", s.stats.compute_cpu_seconds);
+  if (s.model_bytes >= 0) j.add("model_bytes_per_rank", s.model_bytes);
+  j.add("peak_rss_bytes_max", peak_rss);
+}
+
+void report_dist_backward(std::FILE* text, Json& j, double flops, double forward_seconds, const SlowestRank& s,
+                          long long peak_rss) {
+  const double secs = s.stats.seconds, gflops = secs > 0 ? flops / secs / 1e9 : 0.0;
+  std::fprintf(text,
+               "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
+               "communication %.6f s; bytes sent per rank (max): %lld%s; peak memory per rank (max): %lld MB\n",
+               secs, gflops, forward_seconds, s.stats.comm_seconds, (long long)s.stats.bytes_sent,
+               model_text(s.model_bytes).c_str(), peak_rss >> 20);
+  j.add("seconds", secs).add("gflops", gflops).add("forward_seconds", forward_seconds);
+  j.add("comm_seconds", s.stats.comm_seconds).add("bytes_sent_per_rank", (long long)s.stats.bytes_sent);
+  if (s.model_bytes >= 0) j.add("model_bytes_per_rank", s.model_bytes);
+  j.add("peak_rss_bytes_max", peak_rss);
 }
 
 void agree_on_command(MPI_Comm comm, const std::string& mode, const Options& opt, const dist::DistOptions& d,

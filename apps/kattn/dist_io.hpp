@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "kattn/distributed/layout.hpp"
 #include "kattn/distributed/traffic.hpp"
 #include "inputs.hpp"
+#include "json.hpp"
 #include "kattn/options.hpp"
 
 namespace kattn {
@@ -40,6 +42,29 @@ dist::TrafficProblem traffic_problem(const DenseInputs& in, int bytes_per_value)
 
 // " grid=UxR" for hybrid, " grid=ROWSxCOLS" for grid, empty otherwise (for the header line).
 std::string grid_text(const std::string& mode, int ranks, const dist::DistOptions& d);
+
+// The header's scheme, "dist=MODE ranks=P[ grid=..] sharding=S[ deterministic]", and its JSON
+// fields (dist, ranks, sharding, ulysses_size, grid, deterministic).
+std::string dist_heading(const std::string& mode, int ranks, const dist::DistOptions& d);
+void add_dist_fields(Json& j, const std::string& mode, int ranks, const dist::DistOptions& d);
+
+// The largest x over the ranks (MPI_MIN: the smallest).
+double max_over(MPI_Comm comm, double x, MPI_Op op = MPI_MAX);
+// The slowest rank's stats of a distributed call (the most of each time and of bytes_sent over
+// the ranks), the fastest rank's compute time, and the most bytes dist::traffic predicts for a
+// rank (`model_sent` this rank's; negative on every rank: no model, model_bytes -1).
+struct SlowestRank {
+  dist::DistStats stats;
+  double compute_min = 0;
+  long long model_bytes = -1;
+};
+SlowestRank slowest_rank(MPI_Comm comm, const dist::DistStats& s, double model_sent = -1);
+
+// The time line and JSON fields of a distributed forward (run) and backward (grad; its forward's
+// slowest time beside it), on rank 0.
+void report_dist_forward(std::FILE* text, Json& j, double flops, int ranks, const SlowestRank& s, long long peak_rss);
+void report_dist_backward(std::FILE* text, Json& j, double flops, double forward_seconds, const SlowestRank& s,
+                          long long peak_rss);
 
 // Rank 0 gets the global array assembled from every rank's `local` (others get an empty vector);
 // only --check needs it, the files being read and written per rank (dist_files.hpp).

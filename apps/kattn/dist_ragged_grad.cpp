@@ -21,8 +21,9 @@ namespace {
 
 struct RaggedGrads {
   std::vector<double> dq, dk, dv;                             // this rank's rows
-  double forward_seconds = 0, seconds = 0, comm_seconds = 0;  // slowest rank
-  long long bytes = 0;                                        // most sent by a rank (backward)
+  double forward_seconds = 0;                                 // slowest rank
+  SlowestRank slowest;                                        // of the backward
+  std::vector<double> dsinks;                                 // with --sinks (the same on every rank)
 };
 
 template <class T>
@@ -49,10 +50,9 @@ RaggedGrads grads_as(MPI_Comm comm, const BatchInputs& in, const BatchSource& sr
   g.forward_seconds = max_over(comm, dist::attention(comm, space, q, kvs, o, lse, opt, d).seconds);
   MPI_Barrier(comm);
   const dist::DistStats s = dist::attention_backward(comm, space, q, kvs, o, lse, dov, dq, dk, dv, opt, bopt, d);
-  g.seconds = max_over(comm, s.seconds);
-  g.comm_seconds = max_over(comm, s.comm_seconds);
-  g.bytes = static_cast<long long>(max_over(comm, double(s.bytes_sent)));
+  g.slowest = slowest_rank(comm, s);
   g.dq = from_view(dq), g.dk = from_view(dk), g.dv = from_view(dv);
+  g.dsinks = s.dsinks;
   return g;
 }
 
@@ -80,36 +80,28 @@ int grad_ragged_ring(MPI_Comm comm, const BatchInputs& in, const BatchSource& sr
   return on_rank0(comm, [&]() -> int {
     std::FILE* text = json ? stderr : stdout;  // --json: standard output holds the JSON alone
     const char* dtype = dtype_name(in.dtype);
-    const double flops = 2.5 * batch_attention_flops(in, opt);
     std::fprintf(text,
-                 "kattn grad: dist=ring ranks=%d sharding=%s%s dtype=%s ragged batch of %lld sequences, %lld queries, "
-                 "%lld keys, Hq=%lld Hkv=%lld D=%lld%s\n",
-                 P, dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype, (long long)in.batch(),
-                 (long long)in.total_q(), (long long)in.kv_rows(), (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
+                 "kattn grad: %s dtype=%s ragged batch of %lld sequences, %lld queries, %lld keys, Hq=%lld Hkv=%lld "
+                 "D=%lld%s\n",
+                 dist_heading("ring", P, d).c_str(), dtype, (long long)in.batch(), (long long)in.total_q(),
+                 (long long)in.kv_rows(), (long long)in.Hq, (long long)in.Hkv, (long long)in.D,
                  mask_summary(opt).c_str());
-    std::fprintf(text,
-                 "time: backward %.6f s, %.2f GFLOP/s (2.5x the forward's flop count); forward %.6f s; exposed "
-                 "communication %.6f s; bytes sent per rank (max): %lld; peak memory per rank (max): %lld MB\n",
-                 g.seconds, g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0, g.forward_seconds, g.comm_seconds, g.bytes,
-                 peak_rss >> 20);
     Json j;
-    j.add("algo", "flash").add("dist", "ring").add("ranks", P).add("sharding", dist::name(d.sharding));
-    j.add("deterministic", d.deterministic);
+    j.add("algo", "flash");
+    add_dist_fields(j, "ring", P, d);
     j.add("dtype", dtype).add("layout", "ragged").add("batch", (long long)in.batch());
     j.add("shape", std::vector<long long>{in.batch(), in.total_q(), in.kv_rows(), in.Hq, in.Hkv, in.D});
     j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D").add("causal", opt.causal);
-    j.add("seconds", g.seconds).add("gflops", g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0);
-    j.add("forward_seconds", g.forward_seconds).add("comm_seconds", g.comm_seconds).add("bytes_sent_per_rank", g.bytes);
-    j.add("peak_rss_bytes_max", peak_rss);
+    report_dist_backward(text, j, 2.5 * batch_attention_flops(in, opt), g.forward_seconds, g.slowest, peak_rss);
+    if (!g.dsinks.empty()) j.add("dsinks", g.dsinks);
     int status = 0;
     if (check) {
       // The whole inputs, on rank 0 only and only for the check.
       BatchInputs whole = in;
       load_every_row(whole, src);
-      std::vector<double> rq, rk, rv;
-      ragged_textbook_backward(whole, ragged_dout(dout, whole), opt, rq, rk, rv);
-      const ErrorStats e[3] = {compare(dq_all, rq), compare(dk_all, rk), compare(dv_all, rv)};
-      status = gradient_verdict(e, "", "", in.dtype, text, j);
+      const GradientSet tested{std::move(dq_all), std::move(dk_all), std::move(dv_all), g.dsinks, {}};
+      status = gradient_verdict(compare_gradients(tested, ragged_textbook_backward(whole, ragged_dout(dout, whole), opt)),
+                                in.dtype, text, j);
     }
     if (json) std::cout << j.str() << "\n";
     return status;

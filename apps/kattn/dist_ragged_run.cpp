@@ -12,7 +12,6 @@
 #include "kattn/distributed/collective.hpp"
 #include "kattn/distributed/ragged_layout.hpp"
 #include "kattn/distributed/attention.hpp"
-#include "kattn/reference.hpp"
 #include "run_check.hpp"
 
 namespace kattn {
@@ -60,16 +59,11 @@ RaggedShard ragged_shard(MPI_Comm comm, const BatchInputs& in, const dist::DistO
   return sh;
 }
 
-double max_over(MPI_Comm comm, double x) {
-  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, comm);
-  return x;
-}
-
 namespace {
 
 struct RaggedRun {
   std::vector<double> o, lse;  // this rank's rows
-  dist::DistStats stats;       // worst rank: max of seconds, compute, comm, bytes
+  SlowestRank slowest;
 };
 
 template <class T>
@@ -88,27 +82,10 @@ RaggedRun run_as(MPI_Comm comm, const BatchInputs& in, const BatchSource& src, c
   space.fence();
   MPI_Barrier(comm);
   RaggedRun run;
-  run.stats = dist::attention(comm, space, q, kv::ragged(k, v, sh.layout()), o, lse, opt, d);
-  run.stats.seconds = max_over(comm, run.stats.seconds);
-  run.stats.compute_seconds = max_over(comm, run.stats.compute_seconds);
-  run.stats.comm_seconds = max_over(comm, run.stats.comm_seconds);
-  run.stats.bytes_sent = static_cast<std::int64_t>(max_over(comm, double(run.stats.bytes_sent)));
+  run.slowest = slowest_rank(comm, dist::attention(comm, space, q, kv::ragged(k, v, sh.layout()), o, lse, opt, d));
   run.o = from_view(o);
   run.lse = from_view(lse);
   return run;
-}
-
-// The float64 reference on the whole batch (rank 0, --check).
-void reference_of(const BatchInputs& in, const Options& opt, std::vector<double>& o_ref, std::vector<double>& lse_ref) {
-  const auto q = to_view<Tensor3<double>>(in.q, "q", in.total_q(), in.Hq, in.D);
-  const auto k = to_view<Tensor3<double>>(in.k, "k", in.kv_rows(), in.Hkv, in.D);
-  const auto v = to_view<Tensor3<double>>(in.v, "v", in.kv_rows(), in.Hkv, in.D);
-  Tensor3<double> o("o", in.total_q(), in.Hq, in.D);
-  Tensor2<double> lse("lse", in.total_q(), in.Hq);
-  reference(Kokkos::DefaultExecutionSpace(), q, k, v, o, lse,
-            make_ragged_layout(index_view(in.q_indptr, "q_indptr"), index_view(in.kv_indptr, "kv_indptr")), opt);
-  Kokkos::fence();
-  o_ref = from_view(o), lse_ref = from_view(lse);
 }
 
 }  // namespace
@@ -131,36 +108,26 @@ int run_ragged_ring(MPI_Comm comm, const BatchInputs& in, const BatchSource& src
   }
   return on_rank0(comm, [&]() -> int {
     std::FILE* text = console.text();
-    const double flops = batch_attention_flops(in, opt), secs = run.stats.seconds;
     std::fprintf(text,
-                 "kattn run: dist=ring ranks=%d sharding=%s%s algo=flash dtype=%s ragged batch of %lld sequences, %lld "
-                 "queries, %lld keys, Hq=%lld Hkv=%lld D=%lld%s\n",
-                 P, dist::name(d.sharding), d.deterministic ? " deterministic" : "", dtype_name(in.dtype),
-                 (long long)in.batch(), (long long)in.total_q(), (long long)in.kv_rows(), (long long)in.Hq,
-                 (long long)in.Hkv, (long long)in.D, mask_summary(opt).c_str());
-    std::fprintf(text,
-                 "time: %.6f s, %.2f GFLOP/s (%.2f per rank); slowest rank: compute %.6f s, exposed communication "
-                 "%.6f s; bytes sent per rank (max): %lld; peak memory per rank (max): %lld MB\n",
-                 secs, secs > 0 ? flops / secs / 1e9 : 0.0, secs > 0 ? flops / secs / 1e9 / P : 0.0,
-                 run.stats.compute_seconds, run.stats.comm_seconds, (long long)run.stats.bytes_sent, peak_rss >> 20);
+                 "kattn run: %s algo=flash dtype=%s ragged batch of %lld sequences, %lld queries, %lld keys, Hq=%lld "
+                 "Hkv=%lld D=%lld%s\n",
+                 dist_heading("ring", P, d).c_str(), dtype_name(in.dtype), (long long)in.batch(),
+                 (long long)in.total_q(), (long long)in.kv_rows(), (long long)in.Hq, (long long)in.Hkv,
+                 (long long)in.D, mask_summary(opt).c_str());
     Json j;
-    j.add("algo", "flash").add("dist", "ring").add("ranks", P).add("sharding", dist::name(d.sharding));
-    j.add("deterministic", d.deterministic);
+    j.add("algo", "flash");
+    add_dist_fields(j, "ring", P, d);
     j.add("dtype", dtype_name(in.dtype)).add("layout", "ragged").add("batch", (long long)in.batch());
     j.add("shape", std::vector<long long>{in.batch(), in.total_q(), in.kv_rows(), in.Hq, in.Hkv, in.D});
     j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D").add("causal", opt.causal);
-    j.add("seconds", secs).add("gflops", secs > 0 ? flops / secs / 1e9 : 0.0);
-    j.add("compute_seconds", run.stats.compute_seconds).add("comm_seconds", run.stats.comm_seconds);
-    j.add("bytes_sent_per_rank", (long long)run.stats.bytes_sent).add("peak_rss_bytes_max", peak_rss);
+    report_dist_forward(text, j, batch_attention_flops(in, opt), P, run.slowest, peak_rss);
     int status = 0;
     if (check) {
       // The whole inputs, on rank 0 only and only for the check.
       BatchInputs whole = in;
       load_every_row(whole, src);
-      std::vector<double> o_ref, lse_ref;
-      reference_of(whole, opt, o_ref, lse_ref);
-      status = check_verdict(compare(o_all, o_ref), compare(lse_all, lse_ref), in.dtype,
-                             "all " + std::to_string(in.total_q() * in.Hq) + " rows", text, j, "run");
+      status = check_outputs(host_params(whole, o_all, lse_all), opt, CheckSettings{true, 0}, in.dtype, console, j,
+                             "run");
     }
     console.finish(j);
     return status;

@@ -33,8 +33,6 @@ struct RaggedShard {
   RaggedLayout<Kokkos::DefaultExecutionSpace::memory_space> layout() const;
 };
 RaggedShard ragged_shard(MPI_Comm comm, const BatchInputs& in, const dist::DistOptions& d);
-// The largest x over the ranks.
-double max_over(MPI_Comm comm, double x);
 
 // After the flags are agreed; returns rank 0's exit status on every rank.
 int run_ragged_ring(MPI_Comm comm, const BatchInputs& in, const BatchSource& src, const Options& opt,

@@ -1,4 +1,4 @@
-// --check of `kattn grad` (dense and ragged): dq, dk, dv against float64 textbook values on the
+// --check of `kattn grad` (dense and ragged): dq, dk, dv (and dsinks, dbias) against float64 textbook values on the
 // same (rounded) inputs. The full textbook backward when its two [B, Hq, Nq, Nk] arrays fit in
 // 1 GiB; otherwise, or when asked with --check-rows N, a sample each computed exactly
 // (kattn/reference_backward_rows.hpp): N query rows of dq and N key rows of dk and dv, the first and
@@ -21,32 +21,56 @@
 namespace kattn {
 namespace cli {
 
-// The gradients under test and the inputs they came from (host, float64), in the layouts
-// `kattn grad` writes: q, k, v and dO through p.fwd / p.dout, the tested gradients at p.dq, p.dk, p.dv
-// (read only, though BackwardParams holds them as T*).
+// Gradients of one run, or of the textbook, in the layouts `kattn grad` writes: dq, dk, dv, and
+// dsinks [Hq] (with --sinks) and dbias (the bias's shape, with --dbias); empty: not computed.
+struct GradientSet {
+  std::vector<double> dq, dk, dv, dsinks, dbias;
+};
+
+// The gradients under test and the inputs they came from (host, float64): q, k, v and dO through
+// p.fwd / p.dout, the tested dq, dk, dv at p.dq, p.dk, p.dv (read only, though BackwardParams holds
+// them as T*), all of them in *tested.
 struct GradientsUnderTest {
   BackwardParams<double> p;
-  std::int64_t dq_size = 0, dkv_size = 0;  // elements of dq, and of each of dk and dv
+  const GradientSet* tested = nullptr;
 };
 GradientsUnderTest host_gradients(const AttentionParams<double>& inputs, const std::vector<double>& dout,
-                                  const std::vector<double>& dq, const std::vector<double>& dk,
-                                  const std::vector<double>& dv);
+                                  const GradientSet& tested);
 
-// The full textbook backward's dq, dk, dv in the layouts of the tested ones.
-using FullGradients = std::function<void(std::vector<double>& dq, std::vector<double>& dk, std::vector<double>& dv)>;
+// The full textbook backward's gradients in the layouts of the tested ones (dsinks, dbias where
+// it computes them).
+using FullGradients = std::function<GradientSet()>;
+
+// The textbook backward of dense inputs in float64 on the same (rounded) inputs, in their bnhd
+// order: under a block mask on the host (opt's bias in host memory then), with dbias (not under a
+// block mask) when `dbias_of` holds the bias.
+class BiasTensor;
+GradientSet dense_textbook_backward(const DenseInputs& in, const std::vector<double>& dout, const Options& opt,
+                                    const BlockMask* mask, const BiasTensor* dbias_of);
 
 // Whether --check will sample (refused up front where a sample cannot be taken: under a block mask).
 bool gradient_check_samples(const AttentionParams<double>& inputs, const CheckSettings& settings, bool block_mask);
 
-// The verdict on dq, dk, dv compared with the textbook's (e: their errors; how_q, how_k: how
-// their rows were chosen, empty for every row): a line each on `text`, the errors in j (dq/dk/dv
-// errors, then what `describe` adds, then max_abs_err, rel_err, nonfinite, check). Returns 0, or 3
-// with a line on standard error.
-int gradient_verdict(const ErrorStats (&e)[3], const std::string& how_q, const std::string& how_k, io::DType dtype,
-                     std::FILE* text, Json& j, const std::function<void(Json&)>& describe = {});
+// One compared gradient: its name, its errors, and how its rows were chosen (empty: every row).
+struct GradientError {
+  std::string name;
+  ErrorStats e;
+  std::string how;
+};
+// dq, dk, dv of `tested` against `ref`, then dsinks and dbias where both hold them (every element).
+std::vector<GradientError> compare_gradients(const GradientSet& tested, const GradientSet& ref);
+
+// The verdict on compared gradients: a line each on `text` (and one naming a tested gradient
+// `unchecked` says the check could not compare), the errors in j (<name>_max_abs_err,
+// <name>_rel_err, then what `describe` adds, then max_abs_err, rel_err, nonfinite, check), one
+// error rule for all. Returns 0, or 3 with a line on standard error.
+int gradient_verdict(const std::vector<GradientError>& e, io::DType dtype, std::FILE* text, Json& j,
+                     const std::function<void(Json&)>& describe = {}, const std::string& unchecked = "");
 
 // Runs the check, prints its lines on `text`, records it in j (check_mode, checked_rows,
-// checked_key_rows, dq/dk/dv errors, nonfinite, check). Returns 0, or 3 with a line on standard error.
+// checked_key_rows, the gradients' errors, nonfinite, check): every gradient against the full
+// textbook's, or sampled rows of dq, dk and dv (dsinks and dbias need every row: not compared then).
+// Returns 0, or 3 with a line on standard error.
 int check_gradients(const GradientsUnderTest& g, const Options& opt, const CheckSettings& settings, io::DType dtype,
                     bool block_mask, const FullGradients& full, std::FILE* text, Json& j);
 

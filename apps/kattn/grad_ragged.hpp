@@ -1,8 +1,6 @@
-// kattn grad on a ragged batch (--random-ragged ... or --q/--k/--v with --q-indptr and
-// --kv-indptr, as `kattn run` takes them; --do [total_q, Hq, D] or drawn): the split-KV forward,
-// then kattn::attention_backward; --check against the float64 textbook backward run per sequence,
-// or sampled rows (grad_check.hpp). --dtype bf16|f16: the library's 16-bit backward (gradients in
-// the type, lse float), checked on the same rounded inputs with dense grad's bounds.
+// What `kattn grad` on a ragged batch shares with `grad --dist ring` (cmd_grad.cpp's ragged kind
+// and dist_ragged_grad.cpp): where dO comes from (--do [total_q, Hq, D] or drawn), the float64
+// textbook backward run per sequence, the output paths and --dq-strategy.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +11,7 @@
 #include "args.hpp"
 #include "batch_inputs.hpp"
 #include "console.hpp"
+#include "grad_check.hpp"
 #include "kattn/backward_options.hpp"
 #include "kattn/options.hpp"
 #include "run_check.hpp"
@@ -38,12 +37,12 @@ RaggedDout ragged_dout_source(const std::optional<std::string>& do_file, const s
 std::vector<double> ragged_dout(const RaggedDout& src, const BatchInputs& in,
                                 const std::vector<std::int64_t>* rows = nullptr);
 
-// The float64 textbook backward of a ragged batch, sequence by sequence, in packed order.
-void ragged_textbook_backward(const BatchInputs& in, const std::vector<double>& dout, const Options& opt,
-                              std::vector<double>& dq, std::vector<double>& dk, std::vector<double>& dv);
+// The float64 textbook backward of a ragged batch, sequence by sequence, in packed order (dsinks
+// summed over the sequences).
+GradientSet ragged_textbook_backward(const BatchInputs& in, const std::vector<double>& dout, const Options& opt);
 
-int grad_ragged(Args& args, const Options& opt, const BackwardOptions& bopt, const CheckSettings& check,
-                const Timing& timing, const Console& console, const GradPaths& paths);
+// --dq-strategy auto|key-chunks|query-pass|atomic (grad and grad --dist).
+DqStrategy parse_dq_strategy(const std::string& s);
 
 }  // namespace cli
 }  // namespace kattn

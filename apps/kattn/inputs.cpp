@@ -8,6 +8,7 @@
 
 #include "bias_tensor.hpp"
 #include "kattn/core/alibi.hpp"
+#include "kattn/block_mask.hpp"
 #include "kattn/core/key_window.hpp"
 #include "kattn/cpu_products.hpp"
 #include "kattn/errors.hpp"
@@ -55,12 +56,6 @@ io::NpyHeader read_rank4_floating(const std::string& path, const std::string& fl
   KATTN_REQUIRE(a.shape.size() == 4, flag, " ", path, ": expected a rank-4 array ", dims, ", got rank ",
                 a.shape.size());
   return a;
-}
-
-std::string shape_text(const std::vector<std::int64_t>& s) {
-  std::string r = "(";
-  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + ")";
 }
 
 }  // namespace
@@ -113,8 +108,8 @@ DenseInputs describe_dense_inputs(Args& args, const std::string& extra, DenseSou
   KATTN_REQUIRE(k.shape[0] == in.B, "--k ", *kf, ": expected batch ", in.B, " (from q), got ", k.shape[0]);
   KATTN_REQUIRE(k.shape[3] == in.D, "--k ", *kf, ": expected head dim ", in.D, " (from q), got ", k.shape[3]);
   KATTN_REQUIRE(v.shape[3] == in.D, "--v ", *vf, ": expected head dim ", in.D, " (from q and k), got ", v.shape[3]);
-  KATTN_REQUIRE(k.shape == v.shape, "--v ", *vf, ": expected the shape of k ", shape_text(k.shape), ", got ",
-                shape_text(v.shape));
+  KATTN_REQUIRE(k.shape == v.shape, "--v ", *vf, ": expected the shape of k ", shape_text(k.shape, "()"), ", got ",
+                shape_text(v.shape, "()"));
   require_one_dtype("--k", *kf, k.dtype, q.dtype, dtype.has_value());
   require_one_dtype("--v", *vf, v.dtype, q.dtype, dtype.has_value());
   in.dtype = run_dtype(dtype, q.dtype, *qf, refuse16);
@@ -125,8 +120,8 @@ DenseInputs describe_dense_inputs(Args& args, const std::string& extra, DenseSou
   source.headers = {q, k, v, io::NpyHeader{}};
   if (ef) {
     const io::NpyHeader e = read_rank4_floating(*ef, extra, in.layout);
-    KATTN_REQUIRE(e.shape == q.shape, extra, " ", *ef, ": expected the shape of q ", shape_text(q.shape), ", got ",
-                  shape_text(e.shape));
+    KATTN_REQUIRE(e.shape == q.shape, extra, " ", *ef, ": expected the shape of q ", shape_text(q.shape, "()"), ", got ",
+                  shape_text(e.shape, "()"));
     require_one_dtype(extra, *ef, e.dtype, q.dtype, dtype.has_value());
     require_bf16_bits_asked(extra, *ef, e.dtype, in.dtype, dtype.has_value());
     source.paths[3] = *ef;
@@ -333,11 +328,29 @@ ErrorStats compare(const std::vector<double>& out, const std::vector<double>& re
   return e;
 }
 
-double attention_flops(const DenseInputs& in, const Options& opt) {
-  const double pairs = double(KeyWindow::from(opt).visible_pairs(in.Nq, in.Nk));
-  return 4.0 * static_cast<double>(in.D) * pairs * static_cast<double>(in.B * in.Hq);
+double visible_pairs(std::int64_t q_len, std::int64_t kv_len, std::int64_t Hq, const Options& opt,
+                     const BlockMask* mask) {
+  const KeyWindow w = KeyWindow::from(opt);
+  if (!mask) return double(w.visible_pairs(q_len, kv_len)) * double(Hq);
+  const std::int64_t B = mask->block();  // the kept blocks' pairs the window keeps
+  double pairs = 0;
+  for (int h = 0; h < mask->heads(); ++h)
+    for (std::int64_t r = 0; r < mask->q_blocks(); ++r)
+      for (std::int64_t e = mask->indptr()[h * mask->q_blocks() + r]; e < mask->indptr()[h * mask->q_blocks() + r + 1];
+           ++e) {
+        const std::int64_t c = mask->indices()[e];
+        for (std::int64_t i = r * B; i < std::min((r + 1) * B, q_len); ++i) {
+          int begin = 0, end = 0;
+          w.tile_keys(i, c * B, static_cast<int>(std::min(B, kv_len - c * B)), q_len, kv_len, begin, end);
+          pairs += double(end - begin);
+        }
+      }
+  return mask->heads() == 1 ? pairs * double(Hq) : pairs;
 }
 
+double attention_flops(const DenseInputs& in, const Options& opt, const BlockMask* mask) {
+  return 4.0 * double(in.D) * double(in.B) * visible_pairs(in.Nq, in.Nk, in.Hq, opt, mask);
+}
 void write_dense(const std::string& path, const DenseInputs& in, std::int64_t N, std::int64_t H,
                  const std::vector<double>& values) {
   write_array(path, in.dtype, file_shape(in.layout, in.B, N, H, in.D), from_bnhd(in.layout, in.B, N, H, in.D, values));

@@ -117,8 +117,13 @@ struct ErrorStats {
 };
 ErrorStats compare(const std::vector<double>& out, const std::vector<double>& ref);
 
-// 4 D x (visible query-key pairs) per head: the multiply-adds of S = Q K^T and O = P V.
-double attention_flops(const DenseInputs& in, const Options& opt);
+// The (query, key) pairs of one sequence's Hq query heads that the key window keeps, and the
+// block mask when given: the program's one count of them (flop rates; the check's progress
+// counts its rows by the same KeyWindow).
+double visible_pairs(std::int64_t q_len, std::int64_t kv_len, std::int64_t Hq, const Options& opt,
+                     const BlockMask* mask = nullptr);
+// 4 D x the visible pairs of dense inputs: the multiply-adds of S = Q K^T and O = P V.
+double attention_flops(const DenseInputs& in, const Options& opt, const BlockMask* mask = nullptr);
 
 // Writes a dense [B, N, H, D] array (values in bnhd order) in the inputs' dtype and layout.
 void write_dense(const std::string& path, const DenseInputs& in, std::int64_t N, std::int64_t H,

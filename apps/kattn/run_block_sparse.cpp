@@ -9,30 +9,23 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "batch_inputs.hpp"
+#include "bias_tensor.hpp"
 #include "commands.hpp"
 #include "json.hpp"
 #include "kattn/attention.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/io/npy.hpp"
-#include "kattn/core/key_window.hpp"
 #include "kattn/reference_masked.hpp"
 #include "paths.hpp"
+#include "run_pipeline.hpp"
 
 namespace kattn {
 namespace cli {
-namespace {
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-}  // namespace
 
 BlockMask read_block_mask(Args& args, const DenseInputs& in) {
   const auto file = args.value("--block-mask");
@@ -59,61 +52,39 @@ BlockMask read_block_mask(Args& args, const DenseInputs& in) {
   return BlockMask::from_dense(B, heads, qb, kb, a.values<std::int64_t>());
 }
 
-double sparse_flops(const DenseInputs& in, const BlockMask& m, const Options& opt) {
-  const KeyWindow w = KeyWindow::from(opt);
-  const std::int64_t B = m.block();
-  double pairs = 0;
-  for (int h = 0; h < m.heads(); ++h)
-    for (std::int64_t r = 0; r < m.q_blocks(); ++r)
-      for (std::int64_t e = m.indptr()[h * m.q_blocks() + r]; e < m.indptr()[h * m.q_blocks() + r + 1]; ++e) {
-        const std::int64_t c = m.indices()[e];
-        for (std::int64_t i = r * B; i < std::min((r + 1) * B, in.Nq); ++i) {
-          const std::int64_t lo = std::max(c * B, w.first(i, in.Nq, in.Nk));
-          const std::int64_t hi = std::min(std::min((c + 1) * B, in.Nk) - 1, w.last(i, in.Nq, in.Nk));
-          if (hi >= lo) pairs += static_cast<double>(hi - lo + 1);
-        }
-      }
-  const double heads = m.heads() == 1 ? static_cast<double>(in.Hq) : 1.0;
-  return 4.0 * static_cast<double>(in.D) * pairs * heads * static_cast<double>(in.B);
-}
-
 namespace {
 
-struct Result {
-  std::vector<double> o, lse;
-  double seconds = 0;
-  SplitPlan plan;
-};
-
+// Block-sparse attention of `algo` on the inputs in T, timed as `f` says (as_algo: in place of
+// f.algo, for the check's reference). naive is the host oracle with the block mask expanded.
 template <class T>
-Result run_sparse(const std::string& algo, const DenseInputs& in, const BlockMask& m, const Options& opt,
-                  const BiasTensor& bias) {
+Outputs run_sparse(const RunFlags& f, const std::string& algo, double flops, const DenseInputs& in, const BlockMask& m,
+                   const Options& opt, const BiasTensor& bias) {
   const DenseViews<T> views = make_dense_views<T>(in);
   const auto q = views.q, k = views.k, v = views.v;
   const auto o = views.o;
   const auto lse = views.lse;
   const Kokkos::DefaultExecutionSpace space;
   space.fence();
-  Result r;
-  const auto t0 = std::chrono::steady_clock::now();
-  if (algo == "naive") {
-    // Host oracle (host views; the element mask is the block mask expanded).
-    auto ho = Kokkos::create_mirror_view(o);
-    auto hl = Kokkos::create_mirror_view(lse);
-    reference_masked(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), q),
-                     Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), k),
-                     Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v), ho, hl,
-                     expand_block_mask(m, in.Nq, in.Nk), bias.on_host(opt));
-    Kokkos::deep_copy(o, ho);
-    Kokkos::deep_copy(lse, hl);
-  } else {
-    Options masked = opt;
-    masked.block_mask = &m;
-    if (algo == "flash") masked.splits = 1;
-    r.plan = attention(space, q, kv::dense(k, v), o, lse, masked);
-  }
-  space.fence();
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  Outputs r;
+  Options masked = opt;
+  masked.block_mask = &m;
+  if (algo == "flash") masked.splits = 1;
+  timed_with_progress(f, flops, masked, r, [&] {
+    if (algo == "naive") {
+      // Host oracle (host views; the element mask is the block mask expanded).
+      auto ho = Kokkos::create_mirror_view(o);
+      auto hl = Kokkos::create_mirror_view(lse);
+      reference_masked(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), q),
+                       Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), k),
+                       Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v), ho, hl,
+                       expand_block_mask(m, in.Nq, in.Nk), bias.on_host(opt));
+      Kokkos::deep_copy(o, ho);
+      Kokkos::deep_copy(lse, hl);
+    } else {
+      r.plan = attention(space, q, kv::dense(k, v), o, lse, masked);
+    }
+    space.fence();
+  });
   r.o = from_view(o);
   r.lse = from_view(lse);
   return r;
@@ -121,49 +92,42 @@ Result run_sparse(const std::string& algo, const DenseInputs& in, const BlockMas
 
 }  // namespace
 
-int run_block_sparse(Args& args, const std::string& algo, const Options& opt, const BiasTensor& bias,
-                     const CheckSettings& check,
-                     const Console& console, const std::optional<std::string>& out_path,
-                     const std::optional<std::string>& lse_path) {
+RunKind block_sparse_kind(Args& args, const RunFlags& f, const Options& opt, const BiasTensor& bias) {
   KATTN_REQUIRE(!wants_batch_inputs(args), "--block-mask: block-sparse attention takes dense inputs ",
                 "(--q/--k/--v [B,N,H,D] or --random), not ragged or paged batches");
-  KATTN_REQUIRE(check.rows == 0, "--check-rows: block-sparse runs check every row (--check)");
-  const DenseInputs in = read_dense_inputs(args);
-  const BlockMask m = read_block_mask(args, in);
+  KATTN_REQUIRE(f.check.rows == 0, "--check-rows: block-sparse runs check every row (--check)");
+  const auto in = std::make_shared<const DenseInputs>(read_dense_inputs(args));
+  const auto m = std::make_shared<const BlockMask>(read_block_mask(args, *in));
   args.finish();
-  std::FILE* text = console.text();
-  const Result out = in.dtype == io::DType::f32 ? run_sparse<float>(algo, in, m, opt, bias)
-                                                 : run_sparse<double>(algo, in, m, opt, bias);
-  const char* dtype = in.dtype == io::DType::f32 ? "f32" : "f64";
-  const double flops = sparse_flops(in, m, opt);
-  const double gflops = out.seconds > 0 ? flops / out.seconds / 1e9 : 0.0;
-  std::fprintf(text, "kattn run: algo=%s dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n",
-               algo.c_str(), dtype, name(in.layout), (long long)in.B, (long long)in.Nq, (long long)in.Nk,
-               (long long)in.Hq, (long long)in.Hkv, (long long)in.D, mask_summary(opt).c_str());
-  std::fprintf(text, "block mask: %lld x %lld blocks of %lld, %s, %.2f%% kept\n", (long long)m.q_blocks(),
-               (long long)m.k_blocks(), (long long)m.block(), m.heads() == 1 ? "shared" : "per head",
-               100.0 * m.density());
-  std::fprintf(text, "time: %.6f s, %.2f GFLOP/s (kept pairs only)\n", out.seconds, gflops);
-  Json j;
-  j.add("algo", algo).add("dtype", dtype).add("causal", opt.causal).add("layout", "dense").add("dims", name(in.layout));
-  j.add("shape", in.shape()).add("shape_is", "B,Nq,Nk,Hq,Hkv,D");
-  j.add("mask_block", (long long)m.block()).add("mask_heads", m.heads()).add("mask_density", m.density());
-  j.add("seconds", out.seconds).add("gflops", gflops).add("threads", host_threads());
-  if (algo == "splitkv") j.add("splits", out.plan.splits).add("chunk", (long long)out.plan.chunk);
-  if (out_path) write_dense(*out_path, in, in.Nq, in.Hq, out.o);
-  if (lse_path) write_array(*lse_path, in.dtype, {in.B, in.Hq, in.Nq}, out.lse);
-  int status = 0;
-  if (check.enabled) {
-    DenseInputs in64 = in;
+  RunKind kind = dense_kind(f, opt, bias, in);
+  kind.decode = false;
+  kind.detail = printed("block mask: %lld x %lld blocks of %lld, %s, %.2f%% kept\n", (long long)m->q_blocks(),
+                        (long long)m->k_blocks(), (long long)m->block(), m->heads() == 1 ? "shared" : "per head",
+                        100.0 * m->density());
+  kind.rate_note = " (kept pairs only)";
+  kind.flops = attention_flops(*in, opt, m.get());
+  const auto run = [opt, m, &bias, flops = kind.flops](const RunFlags& fl, const std::string& algo,
+                                                      const DenseInputs& x) {
+    return x.dtype == io::DType::f32 ? run_sparse<float>(fl, algo, flops, x, *m, opt, bias)
+                                     : run_sparse<double>(fl, algo, flops, x, *m, opt, bias);
+  };
+  kind.call = [run, &f, in] { return run(f, f.algo, *in); };
+  kind.describe = [dense = kind.describe, m](Json& j) {
+    dense(j);
+    j.add("mask_block", (long long)m->block()).add("mask_heads", m->heads()).add("mask_density", m->density());
+  };
+  kind.check = [run, &f, in](const Outputs& out, Json& j) {
+    DenseInputs in64 = *in;
     in64.dtype = io::DType::f64;
-    const Result ref = run_sparse<double>("naive", in64, m, opt, bias);
-    status = check_verdict(compare(out.o, ref.o), compare(out.lse, ref.lse), in.dtype,
-                           "block mask as element mask, all " + std::to_string(in.B * in.Nq * in.Hq) + " rows", text,
-                           j, "run");
-  }
-  console.notice(j);
-  console.finish(j);
-  return status;
+    RunFlags once = f;  // the reference: one call, no progress line
+    once.timing = Timing{};
+    once.console.progress = false, once.console.quiet = true;
+    const Outputs ref = run(once, "naive", in64);
+    return check_verdict(compare(out.o, ref.o), compare(out.lse, ref.lse), in->dtype,
+                         "block mask as element mask, all " + std::to_string(in->B * in->Nq * in->Hq) + " rows",
+                         f.console.text(), j, "run");
+  };
+  return kind;
 }
 
 }  // namespace cli

@@ -1,8 +1,8 @@
 #include "run_cascade.hpp"
 
 #include <Kokkos_Core.hpp>
-#include <chrono>
 #include <cstdio>
+#include <memory>
 #include <vector>
 
 #include "batch_inputs.hpp"
@@ -12,6 +12,7 @@
 #include "kattn/attention.hpp"
 #include "kattn/errors.hpp"
 #include "paths.hpp"
+#include "run_pipeline.hpp"
 
 namespace kattn {
 namespace cli {
@@ -74,10 +75,9 @@ BatchInputs whole_sequences(const BatchInputs& in, const Prefix& prefix) {
   return w;
 }
 
-// o in T, lse in its accumulation type (float for bf16 and fp16).
+// o in T, lse in its accumulation type (float for bf16 and fp16), timed as `f` says.
 template <class T>
-double run(const BatchInputs& in, const Prefix& prefix, const Options& opt, std::vector<double>& o_out,
-           std::vector<double>& lse_out) {
+Outputs run(const RunFlags& f, double flops, const BatchInputs& in, const Prefix& prefix, Options opt) {
   const Kokkos::DefaultExecutionSpace space;
   const std::int64_t tq = in.total_q(), tk = in.kv_rows();
   const auto q = to_view<Tensor3<T>>(in.q, "q", tq, in.Hq, in.D);
@@ -91,22 +91,22 @@ double run(const BatchInputs& in, const Prefix& prefix, const Options& opt, std:
   poison(lse);
   const auto layout = make_ragged_layout(index_view(in.q_indptr, "q_indptr"), index_view(in.kv_indptr, "kv_indptr"));
   space.fence();
-  const auto t0 = std::chrono::steady_clock::now();
-  attention(space, q, kv::cascade(kp, vp, kv::ragged(k, v, layout)), o, lse, opt);
-  space.fence();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  o_out = from_view(o);
-  lse_out = from_view(lse);
-  return seconds;
+  Outputs out;
+  timed_with_progress(f, flops, opt, out, [&] {
+    attention(space, q, kv::cascade(kp, vp, kv::ragged(k, v, layout)), o, lse, opt);
+    space.fence();
+  });
+  out.o = from_view(o);
+  out.lse = from_view(lse);
+  return out;
 }
 
 }  // namespace
 
-int run_cascade(Args& args, const std::string& algo, const Options& opt, const CheckSettings& check,
-                const Console& console, const std::optional<std::string>& out_path,
-                const std::optional<std::string>& lse_path) {
+RunKind cascade_kind(Args& args, const RunFlags& f, const Options& opt) {
   args.flag("--cascade");
-  KATTN_REQUIRE(algo == "flash", "--cascade: runs kattn::attention over kv::cascade (the tiled algorithm), not --algo ", algo);
+  KATTN_REQUIRE(f.algo == "flash", "--cascade: runs kattn::attention over kv::cascade (the tiled algorithm), not --algo ",
+                f.algo);
   const auto seed_text = args.peek("--seed");
   const std::uint64_t seed =
       seed_text ? static_cast<std::uint64_t>(parse_integer(*seed_text, "--seed", 0, INT64_MAX)) : 0;
@@ -114,46 +114,39 @@ int run_cascade(Args& args, const std::string& algo, const Options& opt, const C
   KATTN_REQUIRE(random || args.has("--kv-indptr"), "--cascade: the requests' suffixes are a ragged batch ",
                 "(--random-ragged ... or --q/--k/--v with --q-indptr and --kv-indptr)");
   const bool dtype_given = args.has("--dtype");
-  const BatchInputs in = read_batch_inputs(args, nullptr);
-  KATTN_REQUIRE(!in.paged, "--cascade: ragged suffixes (--kv-indptr), not a paged cache");
-  const Prefix prefix = read_prefix(args, in, random, seed, dtype_given);
+  const auto in = std::make_shared<const BatchInputs>(read_batch_inputs(args, nullptr));
+  KATTN_REQUIRE(!in->paged, "--cascade: ragged suffixes (--kv-indptr), not a paged cache");
+  const auto prefix = std::make_shared<const Prefix>(read_prefix(args, *in, random, seed, dtype_given));
   args.finish();
-  std::vector<double> o, lse;
-  double seconds = 0;
-  switch (in.dtype) {
-    case io::DType::f64: seconds = run<double>(in, prefix, opt, o, lse); break;
-    case io::DType::bf16: seconds = run<bf16>(in, prefix, opt, o, lse); break;
-    case io::DType::f16: seconds = run<fp16>(in, prefix, opt, o, lse); break;
-    default: seconds = run<float>(in, prefix, opt, o, lse);
-  }
-  const BatchInputs whole = whole_sequences(in, prefix);
-  const double flops = batch_attention_flops(whole, opt);
-  std::FILE* text = console.text();
-  const char* dtype = dtype_name(in.dtype);
-  std::fprintf(text,
-               "kattn run: cascade dtype=%s %lld requests, %lld queries, a shared prefix of %lld keys and %lld "
-               "suffix keys, Hq=%lld Hkv=%lld D=%lld%s\n",
-               dtype, (long long)in.batch(), (long long)in.total_q(), (long long)prefix.keys, (long long)in.kv_rows(),
-               (long long)in.Hq, (long long)in.Hkv, (long long)in.D, mask_summary(opt).c_str());
-  std::fprintf(text, "time: %.6f s, %.2f GFLOP/s\n", seconds, seconds > 0 ? flops / seconds / 1e9 : 0.0);
-  Json j;
-  j.add("algo", "cascade").add("dtype", dtype).add("causal", opt.causal).add("layout", "ragged");
-  j.add("batch", (long long)in.batch()).add("prefix_keys", (long long)prefix.keys);
-  j.add("shape", std::vector<long long>{in.batch(), in.total_q(), in.kv_rows(), in.Hq, in.Hkv, in.D});
-  j.add("shape_is", "B,total_q,total_suffix_kv,Hq,Hkv,D");
-  j.add("seconds", seconds).add("gflops", seconds > 0 ? flops / seconds / 1e9 : 0.0).add("threads", host_threads());
-  if (out_path) write_array(*out_path, in.dtype, {in.total_q(), in.Hq, in.D}, o);
-  if (lse_path) write_array(*lse_path, lse_dtype(in.dtype), {in.total_q(), in.Hq}, lse);
-  int status = 0;
-  if (check.enabled) {
+  const auto whole = std::make_shared<const BatchInputs>(whole_sequences(*in, *prefix));
+  RunKind kind;
+  kind.algo = "cascade";
+  kind.dtype = in->dtype;
+  kind.heading = printed("cascade dtype=%s %lld requests, %lld queries, a shared prefix of %lld keys and %lld suffix "
+                         "keys, Hq=%lld Hkv=%lld D=%lld%s",
+                         dtype_name(in->dtype), (long long)in->batch(), (long long)in->total_q(),
+                         (long long)prefix->keys, (long long)in->kv_rows(), (long long)in->Hq, (long long)in->Hkv,
+                         (long long)in->D, mask_summary(opt).c_str());
+  kind.flops = batch_attention_flops(*whole, opt);
+  kind.call = [&f, opt, in, prefix, flops = kind.flops] {
+    return with_storage(in->dtype, [&](auto t) { return run<decltype(t)>(f, flops, *in, *prefix, opt); });
+  };
+  kind.describe = [in, prefix](Json& j) {
+    j.add("layout", "ragged").add("batch", (long long)in->batch()).add("prefix_keys", (long long)prefix->keys);
+    j.add("shape", std::vector<long long>{in->batch(), in->total_q(), in->kv_rows(), in->Hq, in->Hkv, in->D});
+    j.add("shape_is", "B,total_q,total_suffix_kv,Hq,Hkv,D");
+  };
+  kind.write = [in](const RunFlags& fl, const Outputs& out) {
+    if (fl.out) write_array(*fl.out, in->dtype, {in->total_q(), in->Hq, in->D}, out.o);
+    if (fl.lse) write_array(*fl.lse, lse_dtype(in->dtype), {in->total_q(), in->Hq}, out.lse);
+  };
+  kind.check = [&f, opt, in, whole, flops = kind.flops](const Outputs& out, Json& j) {
     // Row by row against attention over prefix + suffix: every row when that is cheap.
-    CheckSettings rows = check;
-    if (rows.rows == 0) rows.rows = flops < kCheckAllRowsWork ? std::max<std::int64_t>(1, in.total_q() * in.Hq) : 64;
-    status = check_outputs(host_params(whole, o, lse), opt, rows, in.dtype, console, j, "run");
-  }
-  console.notice(j);
-  console.finish(j);
-  return status;
+    CheckSettings rows = f.check;
+    if (rows.rows == 0) rows.rows = flops < kCheckAllRowsWork ? std::max<std::int64_t>(1, in->total_q() * in->Hq) : 64;
+    return check_outputs(host_params(*whole, out.o, out.lse), opt, rows, in->dtype, f.console, j, "run");
+  };
+  return kind;
 }
 
 }  // namespace cli

@@ -7,22 +7,14 @@
 // [B or 1, Hq or 1, max Nq, Np + max suffix], each request's queries over its prefix and suffix.
 #pragma once
 
-#include <optional>
-#include <string>
-
 #include "args.hpp"
-#include "console.hpp"
-#include "kattn/options.hpp"
-#include "run_check.hpp"
 
 namespace kattn {
 namespace cli {
 
 inline bool wants_cascade(const Args& args) { return args.has("--cascade"); }
 
-int run_cascade(Args& args, const std::string& algo, const Options& opt, const CheckSettings& check,
-                const Console& console, const std::optional<std::string>& out_path,
-                const std::optional<std::string>& lse_path);
+// cascade_kind (run_pipeline.hpp) reads the inputs and runs them.
 
 }  // namespace cli
 }  // namespace kattn

@@ -45,6 +45,19 @@ add_test(NAME cli.grad_bias_broadcast_shape COMMAND ${CMAKE_COMMAND} -DFILE=${BI
                                                    -DDESCR=<f8 "-DSHAPE=1, 1, 30, 30"
                                                    -P ${CMAKE_CURRENT_SOURCE_DIR}/npy_shape.cmake)
 set_tests_properties(cli.grad_bias_broadcast_shape PROPERTIES FIXTURES_REQUIRED bias_dbias_broadcast)
+# grad --check compares dbias (with --dbias) with the textbook's by the rule of dq, dk, dv; under a
+# block mask the masked textbook has none, and the check says so.
+kattn_cli_expect(grad_dbias_check ARGS grad --random 1,30,30,4,2,8 --causal --dtype f64 --bias ${DATA}/bias_f16.npy
+                 --sinks random --dbias ${BIAS_DIR}/dbias_check.npy --check --json STATUS 0 JSON_ONLY
+                 REQUIRES bias_f16 bias_dir REMOVE ${BIAS_DIR}/dbias_check.npy
+                 STDOUT "\"dsinks_rel_err\":[-0-9.e]+,\"dbias_max_abs_err\":(0|[0-9.]+e-(1[0-9]|[2-9][0-9])),\"dbias_rel_err\":.*\"check\":\"pass\"")
+kattn_cli_expect(grad_dbias_check_broadcast ARGS grad --random 2,60,80,4,2,8 --window 5,5 --bias ${DATA}/bias_bf16.npy
+                 --dbias ${BIAS_DIR}/dbias_check_bc.npy --check --json STATUS 0 JSON_ONLY REQUIRES bias_bf16 bias_dir
+                 REMOVE ${BIAS_DIR}/dbias_check_bc.npy STDOUT "\"dbias_rel_err\":[-0-9.e]+.*\"check\":\"pass\"")
+kattn_cli_expect(grad_dbias_block_mask_unchecked ARGS grad --random 1,30,30,4,2,8 --bias ${DATA}/bias_f64.npy
+                 --dbias ${BIAS_DIR}/dbias_unchecked.npy --pattern local:1 --mask-block 10 --check STATUS 0
+                 REQUIRES bias_f64 bias_dir REMOVE ${BIAS_DIR}/dbias_unchecked.npy
+                 STDOUT "check: not compared: dbias \\(the masked textbook backward has none\\)")
 kattn_cli_expect(grad_bias_bool ARGS grad --random 1,30,40,4,2,8 --bias ${DATA}/bias_bool.npy --check --json STATUS 0
                  JSON_ONLY REQUIRES bias_bool STDOUT "\"check\":\"pass\"")
 

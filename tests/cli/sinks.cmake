@@ -16,3 +16,22 @@ kattn_cli_expect(run_sinks_wrong_count ARGS run --random 1,8,8,4,2,8 --sinks ${D
                  REQUIRES sinks3 STDERR "sinks: expected one logit per query head \\(4\\), got 3")
 kattn_cli_expect(grad_dsinks_without_sinks ARGS grad --random 1,8,8,4,2,8 --dsinks ${DATA}/dsinks_none.npy STATUS 2
                  ONE_LINE STDERR "--dsinks: the gradient of the sinks given with --sinks")
+
+# grad --check compares dsinks with the textbook's too (issue 56), by the rule of dq, dk, dv: dense,
+# ragged (summed over the sequences) and under --dist; a sampled check says it cannot.
+set(DSINKS_CHECKED "\"dsinks_max_abs_err\":[-0-9.e]+,\"dsinks_rel_err\":[-0-9.e]+.*\"check\":\"pass\"")
+kattn_cli_expect(grad_dsinks_check ARGS grad --random 2,30,40,4,2,8 --window 6,3 --sinks random --check --json
+                 STATUS 0 JSON_ONLY STDOUT "${DSINKS_CHECKED}")
+kattn_cli_expect(grad_dsinks_check_text ARGS grad --random 1,30,30,4,2,8 --causal --dtype f64
+                 --sinks ${DATA}/sinks4.npy --check STATUS 0 REQUIRES sinks4
+                 STDOUT "check dsinks vs float64 textbook backward: max abs err [0-9.]+e-(1[0-9]|[2-9][0-9]), rel err")
+kattn_cli_expect(grad_dsinks_check_ragged ARGS grad --random-ragged 4,2,16 --q-lens 10,1,0,7 --kv-lens 20,9,3,7
+                 --causal --sinks ${DATA}/sinks4.npy --check --json STATUS 0 JSON_ONLY REQUIRES sinks4
+                 STDOUT "\"dsinks\":\\[.*${DSINKS_CHECKED}")
+kattn_cli_expect(grad_dsinks_sampled ARGS grad --random 1,30,30,4,2,8 --sinks ${DATA}/sinks4.npy --check-rows 8
+                 STATUS 0 REQUIRES sinks4 STDOUT "check: not compared: dsinks \\(a sampled check compares rows")
+if(KATTN_ENABLE_MPI)  # a one-rank MPI job started without mpiexec (first_hour.cmake's environment for it)
+  kattn_cli_expect(grad_dsinks_check_dist ARGS grad --dist ring --random 1,16,24,4,2,8 --causal --sinks random
+                   --check --json STATUS 0 JSON_ONLY STDOUT "${DSINKS_CHECKED}")
+  set_tests_properties(cli.grad_dsinks_check_dist PROPERTIES ENVIRONMENT "${_fh_mpi_env}")
+endif()

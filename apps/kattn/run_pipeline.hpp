@@ -1,0 +1,104 @@
+// `kattn run` as one pipeline: inputs -> the call through kattn::attention (timed) -> report ->
+// write -> check. What differs between the input kinds (dense, ragged or paged, block-sparse,
+// cascade) is a RunKind, data the stages read; the stages are written once (cmd_run.cpp).
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdarg>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "console.hpp"
+#include "json.hpp"
+#include "kattn/io/npy.hpp"
+#include "kattn/options.hpp"
+#include "kattn/plan_splits.hpp"
+#include "progress_line.hpp"
+#include "run_check.hpp"
+#include "timing.hpp"
+
+namespace kattn {
+namespace cli {
+
+// The flags of `run` besides the inputs and the variant, with every output path checked.
+struct RunFlags {
+  std::string algo;
+  std::optional<std::string> out, lse, save_dir;
+  CheckSettings check;
+  Console console;
+  Timing timing;
+};
+
+// o and lse of a run (float64 copies, in the layouts `run` writes), its timing and split plan.
+struct Outputs {
+  std::vector<double> o, lse;
+  Timing timing;
+  SplitPlan plan;
+};
+
+// printf into a string (the headings).
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+inline std::string printed(const char* format, ...) {
+  va_list args, again;
+  va_start(args, format);
+  va_copy(again, args);
+  std::string s(static_cast<std::size_t>(std::vsnprintf(nullptr, 0, format, args)), '\0');
+  std::vsnprintf(&s[0], s.size() + 1, format, again);
+  va_end(again);
+  va_end(args);
+  return s;
+}
+
+// One input kind of a run: how it is called, described, written and checked.
+struct RunKind {
+  const char* algo = "";  // the JSON's "algo" (the --algo run, or "cascade")
+  io::DType dtype = io::DType::f32;
+  std::string heading;          // the first line, after "kattn run: "
+  std::string detail;           // lines printed between it and the time (each ending in \n)
+  std::string rate_note;        // after the GFLOP/s of the time line
+  double flops = 0;             // of one call (4 D per visible pair and head)
+  double kv_bytes = 0;          // K and V's bytes, for the read rate of decode-like runs
+  bool decode = false;          // print the K+V read rate
+  std::function<Outputs()> call;                           // the timed calls (time_kind)
+  std::function<void(Json&)> describe;                     // the kind's JSON fields (layout, shape, ...)
+  std::function<void(const RunFlags&, const Outputs&)> write;  // --out and --lse
+  std::function<int(const Outputs&, Json&)> check;         // --check: the exit status
+};
+
+// Runs `call` (which fences) as the flags' timing says, with the progress line (when wanted) in
+// opt.progress, recording the timing in out.
+template <class Call>
+void timed_with_progress(const RunFlags& f, double flops, Options& opt, Outputs& out, Call&& call) {
+  std::optional<ProgressLine> line;
+  if (progress_wanted(f.console.progress, f.console.quiet, flops)) {
+    line.emplace(flops, f.console.progress);
+    opt.progress = line->callback();
+  }
+  out.timing = f.timing;
+  const RepeatWorkspace kept(f.timing, opt);
+  time_calls(out.timing, call, [&] {
+    if (line) line->restart();
+  });
+}
+
+// The stages after the inputs: heading, timed call, time line and JSON, --out/--lse, --check.
+int run_pipeline(const RunFlags& f, const Options& opt, const RunKind& kind);
+
+class BiasTensor;
+struct DenseInputs;
+// Dense inputs [B, N, H, D]; `bias`: opt's bias tensor (the host reference reads it).
+RunKind dense_kind(const RunFlags& f, const Options& opt, const BiasTensor& bias, std::shared_ptr<const DenseInputs> in);
+// The kinds with files of their own (each reads its inputs from args, then args.finish()).
+// --block-mask / --pattern over dense inputs (dense_kind's, with the mask).
+RunKind block_sparse_kind(Args& args, const RunFlags& f, const Options& opt, const BiasTensor& bias);
+// --cascade: a ragged batch of suffixes behind a shared prefix.
+RunKind cascade_kind(Args& args, const RunFlags& f, const Options& opt);
+
+}  // namespace cli
+}  // namespace kattn
