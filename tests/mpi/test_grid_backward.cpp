@@ -80,7 +80,8 @@ void check_grid_backward(const Shape& s, const Options& opt) {
 }
 
 TEST(GridBackward, DoubleMatchesOneRankForEveryShape) {
-  const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 4}, {2, 37, 37, 2, 1, 16}, {1, 53, 53, 4, 2, 8}, {1, 3, 3, 2, 2, 4}};
+  const std::vector<Shape> shapes = {
+      {1, 1, 1, 1, 1, 4}, {2, 37, 37, 2, 1, 16}, {1, 53, 53, 4, 2, 8}, {1, 3, 3, 2, 2, 4}};
   for (const Shape& s : shapes)
     for (const Options& o : variants()) check_grid_backward(s, o);
 }

@@ -61,8 +61,8 @@ void check_ring_bias(const Shape& s, Options opt, const BiasCase& bc, const Dist
   const std::uint64_t seed = shared_seed();
   const int rank = rank_of(MPI_COMM_WORLD);
   SCOPED_TRACE(describe(s, opt) + " bias " + std::to_string(bc.batch) + "x" + std::to_string(bc.heads) +
-               (bc.bf16_bias ? " bf16" : "") + " " + dist::name(d.sharding) + (d.deterministic ? " deterministic" : "") +
-               " seed=" + std::to_string(seed));
+               (bc.bf16_bias ? " bf16" : "") + " " + dist::name(d.sharding) +
+               (d.deterministic ? " deterministic" : "") + " seed=" + std::to_string(seed));
   View4<double> bias("bias", bc.batch, bc.heads, s.Nq, s.Nk);
   fill_normal(bias, seed + 11);
   View4<bf16> bias16("bias16", bc.batch, bc.heads, s.Nq, s.Nk);
@@ -99,14 +99,14 @@ void check_ring_bias(const Shape& s, Options opt, const BiasCase& bc, const Dist
   BackwardOptions b;
   b.dbias = score_bias_gradient(my_dbias);
   View4<double> o;
-  const LocalGrads<double> r = sharded_backward(MPI_COMM_WORLD, g, d, [&](const ShardedGrads<double>& x,
-                                                                          LocalGrads<double>& out) {
-    o = View4<double>("o", s.B, x.q.extent(1), s.Hq, s.D);
-    View3<double> lse("lse", s.B, s.Hq, x.q.extent(1));
-    dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), x.q, kv::dense(x.k, x.v), o, lse, mine, d);
-    out.stats = dist::attention_backward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), x.q, kv::dense(x.k, x.v), x.o,
-                                         x.lse, x.dout, out.dq, out.dk, out.dv, mine, b, d);
-  });
+  const LocalGrads<double> r =
+      sharded_backward(MPI_COMM_WORLD, g, d, [&](const ShardedGrads<double>& x, LocalGrads<double>& out) {
+        o = View4<double>("o", s.B, x.q.extent(1), s.Hq, s.D);
+        View3<double> lse("lse", s.B, s.Hq, x.q.extent(1));
+        dist::attention(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), x.q, kv::dense(x.k, x.v), o, lse, mine, d);
+        out.stats = dist::attention_backward(MPI_COMM_WORLD, Kokkos::DefaultExecutionSpace(), x.q, kv::dense(x.k, x.v),
+                                             x.o, x.lse, x.dout, out.dq, out.dk, out.dv, mine, b, d);
+      });
   const bool bits = d.deterministic;
   EXPECT_LE(max_abs_diff(o, shard(g.p.o, ql, rank, "o"), bits), bits ? 0.0 : kDoubleTol) << "o";
   EXPECT_LE(max_abs_diff(my_dbias, bias_rows(dbias, ql, rank), bits), bits ? 0.0 : kDoubleTol) << "dbias";
@@ -162,8 +162,9 @@ TEST(DistErrors, RingBiasOfTheWrongShapeOrScheme) {
   expect_same_error([&] { dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, opt); },
                     "bias: expected [1 or 1, 2 or 1, " + n0 + ", 30], got [1, 2, " + n0 + ", 29]");
   opt.bias = score_bias(all_keys);
-  expect_same_error([&] { dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, opt, with_scheme(dist::Scheme::grid)); },
-                    "bias: the distributed calls take one with scheme ring, got grid");
+  expect_same_error(
+      [&] { dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, opt, with_scheme(dist::Scheme::grid)); },
+      "bias: the distributed calls take one with scheme ring, got grid");
   View3<double> q3("q3", n, 2, 8), k3("k3", n, 1, 8), o3("o3", n, 2, 8);
   const std::int64_t ln = static_cast<std::int64_t>(n);
   const auto layout = make_ragged_layout<TestMemory>(indptr_view({0, ln}), indptr_view({0, ln}));

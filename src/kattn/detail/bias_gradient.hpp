@@ -66,8 +66,8 @@ void zero_bias_gradient(const ExecSpace& space, const ScoreBiasGradient& dbias) 
   dbias.dispatch([&](auto tag) {
     using B = decltype(tag);
     if constexpr (!std::is_same_v<B, bool>)
-      Kokkos::parallel_for("kattn::backward::dbias_zero", Rows(space, {0, 0, 0}, {dbias.batch, dbias.heads, dbias.q_len}),
-                           ZeroBiasRows<B>{dbias});
+      Kokkos::parallel_for("kattn::backward::dbias_zero",
+                           Rows(space, {0, 0, 0}, {dbias.batch, dbias.heads, dbias.q_len}), ZeroBiasRows<B>{dbias});
   });
 }
 

@@ -46,8 +46,8 @@ inline Agreed call_field(DistCall call) {
   return Agreed::integer("call",
                          "distributed call (0 ring forward, 1 ring backward, 2 sharded-kv forward, 3 ulysses forward, "
                          "4 ulysses backward, 5 hybrid forward, 6 hybrid backward, 7 ring forward over a ragged "
-                         "batch, 8 ring backward over a ragged batch, 9 grid forward, 10 grid forward over a ragged batch, "
-                         "11 grid backward, 12 grid backward over a ragged batch)",
+                         "batch, 8 ring backward over a ragged batch, 9 grid forward, 10 grid forward over a "
+                         "ragged batch, 11 grid backward, 12 grid backward over a ragged batch)",
                          static_cast<int>(call));
 }
 

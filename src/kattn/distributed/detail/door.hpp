@@ -79,8 +79,8 @@ inline void validate_call(const Options& opt, const DistOptions& d) {
                 name(d.scheme), " always transfers");
   // The ring's blocks stay on the rank of their queries, which holds their bias rows; the other
   // schemes would move N^2 bias values.
-  KATTN_REQUIRE(!opt.bias.active() || d.scheme == Scheme::ring, "bias: the distributed calls take one with scheme ring, got ",
-                name(d.scheme));
+  KATTN_REQUIRE(!opt.bias.active() || d.scheme == Scheme::ring,
+                "bias: the distributed calls take one with scheme ring, got ", name(d.scheme));
 }
 
 inline void refuse_atomic_if_deterministic(const DistOptions& d, const BackwardOptions& bopt) {

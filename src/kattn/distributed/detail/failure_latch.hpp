@@ -76,6 +76,18 @@ class FailureLatch {
   bool known_ = false, finished_ = false;
 };
 
+// run(latch) under `outer` when the caller has one (a ragged batch's sequences share it), else
+// under a latch of its own, settled after the run: a failure anywhere is then the same error on
+// every rank. Returns what run returns.
+template <class Run>
+auto under_latch(MPI_Comm comm, FailureLatch* outer, const Run& run) {
+  if (outer) return run(*outer);
+  FailureLatch own(comm);
+  const auto result = run(own);
+  own.settle();
+  return result;
+}
+
 }  // namespace detail
 }  // namespace dist
 }  // namespace kattn

@@ -397,12 +397,9 @@ DistStats grid_forward_impl(MPI_Comm comm, const ExecSpace& space, const Attenti
   MPI_Comm_size(comm, &P);
   std::optional<GridPlan> plan;
   collective_check(comm, [&] { plan.emplace(opt, split.Nq, split.Nk, P, d); });
-  std::optional<FailureLatch> own;
-  if (!outer) own.emplace(comm);
-  GridRunner<ExecSpace, T, KV> runner(comm, space, p, opt, d, *plan, outer ? *outer : *own);
-  const DistStats stats = runner.run();
-  if (own) own->settle();
-  return stats;
+  return under_latch(comm, outer, [&](FailureLatch& latch) {
+    return GridRunner<ExecSpace, T, KV>(comm, space, p, opt, d, *plan, latch).run();
+  });
 }
 
 template <class ExecSpace, class S>

@@ -61,8 +61,18 @@ class GridBackwardRunner {
   GridBackwardRunner(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const KV* k, const KV* v,
                      const Options& opt, const DistOptions& d, const BackwardOptions& bopt, const GridPlan& plan,
                      FailureLatch& latch)
-      : comm_(comm), space_(space), p_(p), k_(k), v_(v), opt_(opt), d_(d), plan_(plan), latch_(latch),
-        rank_(rank_in(comm)), g_(plan.row_of(rank_)), c_(plan.col_of(rank_)),
+      : comm_(comm),
+        space_(space),
+        p_(p),
+        k_(k),
+        v_(v),
+        opt_(opt),
+        d_(d),
+        plan_(plan),
+        latch_(latch),
+        rank_(rank_in(comm)),
+        g_(plan.row_of(rank_)),
+        c_(plan.col_of(rank_)),
         keys_(plan, rank_, p.fwd.batch, p.fwd.heads_kv, p.fwd.head_dim, p.fwd.kv_len),
         blocks_(space, p, opt.workspace, deterministic_if(bopt, d)) {
     stats_.staged = needs_staging<Mem>(d.staging);
@@ -97,8 +107,8 @@ class GridBackwardRunner {
       for (int r : merges_)
         if (r != g_) values += dq_in_values(r);
       for (int c = 0; c < C; ++c) values += dkv_values(c) + dkv_in_values(c);
-      require_buffers<Mem>(opt_.workspace, "kattn::dist::attention_backward (grid)", values, sizeof(T),
-                           keys_.values(), sizeof(KV));
+      require_buffers<Mem>(opt_.workspace, "kattn::dist::attention_backward (grid)", values, sizeof(T), keys_.values(),
+                           sizeof(KV));
       own_rows_ = TBuf(opt_.workspace, "kattn::dist::grid_bw::own_rows", rows_values(n_own), staged);
       keys_.allocate(opt_.workspace, staged);
       for (int r : computes_) {
@@ -401,7 +411,8 @@ class GridBackwardRunner {
       for (const GridBlock& b : plan_.blocks(rank_, other)) dq_blocks.push_back({b, plan_.row_of(other)});
       for (const GridBlock& b : plan_.blocks(other, rank_)) dkv_blocks.push_back({b, plan_.col_of(other)});
     }
-    std::sort(dq_blocks.begin(), dq_blocks.end(), [](const auto& a, const auto& b) { return dq_order(a.first, b.first); });
+    std::sort(dq_blocks.begin(), dq_blocks.end(),
+              [](const auto& a, const auto& b) { return dq_order(a.first, b.first); });
     std::sort(dkv_blocks.begin(), dkv_blocks.end(),
               [](const auto& a, const auto& b) { return dkv_order(a.first, b.first); });
     std::vector<std::int64_t> at(std::max(plan_.rows(), plan_.cols()), 0);
@@ -435,7 +446,7 @@ class GridBackwardRunner {
   std::vector<int> computes_, merges_, sends_dkv_, gets_dkv_;
   TBuf own_rows_;
   std::vector<TBuf> rows_in_, dq_part_, dq_in_, dkv_part_, dkv_in_;
-  std::vector<std::pair<const T*, const T*>> wide_;  // each key column's K/V as the kernels read them
+  std::vector<std::pair<const T*, const T*>> wide_;   // each key column's K/V as the kernels read them
   std::vector<std::int64_t> dq_stream_, dkv_stream_;  // deterministic: the streams' lengths
   std::vector<std::vector<PlacedBlock>> placed_;      // deterministic: per query shard
   DistStats stats_;
@@ -454,12 +465,9 @@ DistStats grid_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
   const GlobalSplit split = sharded_split(comm, p.fwd.q_len, p.fwd.kv_len, d);
   std::optional<GridPlan> plan;
   collective_check(comm, [&] { plan.emplace(opt, split.Nq, split.Nk, size_in(comm), d); });
-  std::optional<FailureLatch> own;
-  if (!outer) own.emplace(comm);
-  GridBackwardRunner<ExecSpace, T, KV> runner(comm, space, p, k, v, opt, d, bopt, *plan, outer ? *outer : *own);
-  const DistStats stats = runner.run();
-  if (own) own->settle();
-  return stats;
+  return under_latch(comm, outer, [&](FailureLatch& latch) {
+    return GridBackwardRunner<ExecSpace, T, KV>(comm, space, p, k, v, opt, d, bopt, *plan, latch).run();
+  });
 }
 
 template <class ExecSpace, class S>
@@ -470,19 +478,19 @@ DistStats grid_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const
   compat::ScopedRegion region("kattn::dist::grid_backward");
   collective_agree(comm, backward_fields(DistCall::grid_ragged_backward, p, opt, d, bopt));
   require_no_block_mask(opt);
-  return backward_each_sequence(comm, space, p, lengths, opt, d, "kattn::dist::attention_backward (grid)",
-                                [&](const auto& seq, const auto* k, const auto* v, const DistOptions& each,
-                                    FailureLatch* latch) {
-                                  return grid_backward_impl(comm, space, seq, k, v, opt, each, bopt, latch);
-                                });
+  return backward_each_sequence(
+      comm, space, p, lengths, opt, d, "kattn::dist::attention_backward (grid)",
+      [&](const auto& seq, const auto* k, const auto* v, const DistOptions& each, FailureLatch* latch) {
+        return grid_backward_impl(comm, space, seq, k, v, opt, each, bopt, latch);
+      });
 }
 
-#define KATTN_INSTANTIATE_GRID_BACKWARD_KV(Space, T, KV)                                                          \
+#define KATTN_INSTANTIATE_GRID_BACKWARD_KV(Space, T, KV)                                                           \
   template DistStats grid_backward_impl<Space, T, KV>(MPI_Comm, const Space&, const BackwardParams<T>&, const KV*, \
-                                                      const KV*, const Options&, const DistOptions&,              \
+                                                      const KV*, const Options&, const DistOptions&,               \
                                                       const BackwardOptions&, FailureLatch*);
-#define KATTN_INSTANTIATE_RAGGED_GRID_BACKWARD(Space, S)                                                      \
-  template DistStats grid_ragged_backward_impl<Space, S>(MPI_Comm, const Space&, const BackwardParams<S>&,   \
+#define KATTN_INSTANTIATE_RAGGED_GRID_BACKWARD(Space, S)                                                          \
+  template DistStats grid_ragged_backward_impl<Space, S>(MPI_Comm, const Space&, const BackwardParams<S>&,        \
                                                          const BatchLengths&, const Options&, const DistOptions&, \
                                                          const BackwardOptions&);
 #define KATTN_INSTANTIATE_GRID_BACKWARD(Space, T) \

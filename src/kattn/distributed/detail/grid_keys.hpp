@@ -33,9 +33,18 @@ class GridKeys {
   };
 
   GridKeys(const GridPlan& plan, int rank, int batch, int heads_kv, int dim, std::int64_t own)
-      : plan_(plan), rank_(rank), g_(plan.row_of(rank)), c_(plan.col_of(rank)), batch_(batch),
-        row_(std::int64_t(heads_kv) * dim), own_(own), in_(plan.cols()), reqs_(plan.cols()),
-        arrived_(plan.cols(), false), k_in_(plan.cols()), v_in_(plan.cols()) {
+      : plan_(plan),
+        rank_(rank),
+        g_(plan.row_of(rank)),
+        c_(plan.col_of(rank)),
+        batch_(batch),
+        row_(std::int64_t(heads_kv) * dim),
+        own_(own),
+        in_(plan.cols()),
+        reqs_(plan.cols()),
+        arrived_(plan.cols(), false),
+        k_in_(plan.cols()),
+        v_in_(plan.cols()) {
     for (int c = 0; c < plan.cols(); ++c)
       if (c != c_) in_[c] = plan.pieces(plan.at(g_, c), c_);
   }
@@ -77,7 +86,8 @@ class GridKeys {
   void post(MPI_Comm comm, int tag_k, int tag_v, std::vector<MPI_Request>& sends, DistStats& stats) {
     for (int c = 0; c < plan_.cols(); ++c)
       if (c != c_ && !in_[c].empty())
-        recv_pieces(k_in_[c].mpi(), v_in_[c].mpi(), row_, batch_, in_[c], plan_.at(g_, c), tag_k, tag_v, comm, reqs_[c]);
+        recv_pieces(k_in_[c].mpi(), v_in_[c].mpi(), row_, batch_, in_[c], plan_.at(g_, c), tag_k, tag_v, comm,
+                    reqs_[c]);
     for (int c = 0; c < plan_.cols(); ++c)
       if (c != c_) {
         const std::vector<Segment> out = plan_.pieces(rank_, c);

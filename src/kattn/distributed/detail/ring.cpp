@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -458,12 +457,9 @@ DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const Attenti
   require_no_block_mask(opt);
   const GlobalSplit split = sharded_split(comm, p.q_len, p.kv_len, d);
   require_sharded_bias(comm, p, split.Nk, opt);
-  std::optional<FailureLatch> own;
-  if (!outer) own.emplace(comm);
-  RingRunner<ExecSpace, T, KV> runner(comm, space, p, opt, d, split, outer ? *outer : *own);
-  const DistStats stats = runner.run();
-  if (own) own->settle();
-  return stats;
+  return under_latch(comm, outer, [&](FailureLatch& latch) {
+    return RingRunner<ExecSpace, T, KV>(comm, space, p, opt, d, split, latch).run();
+  });
 }
 
 namespace {

@@ -7,7 +7,6 @@
 #include <iterator>
 #include <map>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "kattn/backward.hpp"
@@ -52,8 +51,8 @@ class BackwardRunner {
   BackwardRunner(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const KV* k, const KV* v,
                  const Options& opt, const DistOptions& d, const BackwardOptions& bopt, const GlobalSplit& split,
                  FailureLatch& latch, const RaggedPieces<Mem>* ragged = nullptr)
-      : comm_(comm), space_(space), p_(p), k_(k), v_(v), opt_(opt), d_(d), bopt_(deterministic_if(bopt, d)), s_(split), latch_(latch),
-        ragged_(ragged), blocks_(space, p, opt.workspace, bopt_) {
+      : comm_(comm), space_(space), p_(p), k_(k), v_(v), opt_(opt), d_(d), bopt_(deterministic_if(bopt, d)),
+        s_(split), latch_(latch), ragged_(ragged), blocks_(space, p, opt.workspace, bopt_) {
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &P_);
     stats_.staged = needs_staging<Mem>(d.staging);
@@ -622,12 +621,9 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
   require_no_block_mask(opt);
   const GlobalSplit split = sharded_split(comm, p.fwd.q_len, p.fwd.kv_len, d);
   require_sharded_bias(comm, p.fwd, split.Nk, opt, bopt.dbias);
-  std::optional<FailureLatch> own;
-  if (!outer) own.emplace(comm);
-  BackwardRunner<ExecSpace, T, KV> runner(comm, space, p, k, v, opt, d, bopt, split, outer ? *outer : *own);
-  const DistStats stats = runner.run();
-  if (own) own->settle();
-  return stats;
+  return under_latch(comm, outer, [&](FailureLatch& latch) {
+    return BackwardRunner<ExecSpace, T, KV>(comm, space, p, k, v, opt, d, bopt, split, latch).run();
+  });
 }
 
 template <class ExecSpace, class T>
