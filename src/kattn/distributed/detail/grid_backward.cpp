@@ -238,24 +238,14 @@ class GridBackwardRunner {
     if (d_.deterministic) return dq_stream_[r];
     return r == g_ || std::find(computes_.begin(), computes_.end(), r) == computes_.end() ? 0 : q_values(q_len(r));
   }
-  std::int64_t dq_in_values(int r) const {
-    if (!d_.deterministic) return q_values(f().q_len);
-    std::int64_t n = 0;
-    for (int c = 0; c < plan_.cols(); ++c)
-      for (const GridBlock& b : plan_.blocks(rank_, plan_.at(r, c))) n += q_values(b.nq);
-    return n;
-  }
+  std::int64_t dq_in_values(int r) const { return d_.deterministic ? dq_in_stream_[r] : q_values(f().q_len); }
   std::int64_t dkv_values(int c) const {
     if (d_.deterministic) return dkv_stream_[c];
     return c == c_ ? 0 : 2 * kv_values(total_length(keys_.in(c)));
   }
   std::int64_t dkv_in_values(int c) const {
     if (c == c_ || std::find(gets_dkv_.begin(), gets_dkv_.end(), c) == gets_dkv_.end()) return 0;
-    if (!d_.deterministic) return 2 * kv_values(total_length(plan_.pieces(rank_, c)));
-    std::int64_t n = 0;
-    for (int r = 0; r < plan_.rows(); ++r)
-      for (const GridBlock& b : plan_.blocks(plan_.at(r, c), rank_)) n += 2 * kv_values(b.nk);
-    return n;
+    return d_.deterministic ? dkv_in_stream_[c] : 2 * kv_values(total_length(plan_.pieces(rank_, c)));
   }
 
   void pack_own_rows(std::int64_t n) {
@@ -349,10 +339,15 @@ class GridBackwardRunner {
   }
 
   // Deterministic mode: where each block of this rank's goes (PlacedBlock), per query shard in the
-  // order its stream holds them, and the streams' lengths.
+  // order its stream holds them, and the lengths of the streams out and in (from each grid row's
+  // rank of this column, dQ; from each column's rank of this row, dK/dV).
   void place_blocks() {
     const int R = plan_.rows(), C = plan_.cols();
-    dq_stream_.assign(R, 0), dkv_stream_.assign(C, 0);
+    dq_stream_.assign(R, 0), dkv_stream_.assign(C, 0), dq_in_stream_.assign(R, 0), dkv_in_stream_.assign(C, 0);
+    for (int other = 0; other < R * C; ++other) {
+      for (const GridBlock& b : plan_.blocks(rank_, other)) dq_in_stream_[plan_.row_of(other)] += q_values(b.nq);
+      for (const GridBlock& b : plan_.blocks(other, rank_)) dkv_in_stream_[plan_.col_of(other)] += 2 * kv_values(b.nk);
+    }
     std::vector<std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t>> dkv_at(C);
     for (int c = 0; c < C; ++c) {
       std::vector<GridBlock> to_owner;  // every block of this column against key shard (g_, c)
@@ -446,9 +441,10 @@ class GridBackwardRunner {
   std::vector<int> computes_, merges_, sends_dkv_, gets_dkv_;
   TBuf own_rows_;
   std::vector<TBuf> rows_in_, dq_part_, dq_in_, dkv_part_, dkv_in_;
-  std::vector<std::pair<const T*, const T*>> wide_;   // each key column's K/V as the kernels read them
-  std::vector<std::int64_t> dq_stream_, dkv_stream_;  // deterministic: the streams' lengths
-  std::vector<std::vector<PlacedBlock>> placed_;      // deterministic: per query shard
+  std::vector<std::pair<const T*, const T*>> wide_;  // each key column's K/V as the kernels read them
+  // deterministic: the lengths of the streams out and in
+  std::vector<std::int64_t> dq_stream_, dkv_stream_, dq_in_stream_, dkv_in_stream_;
+  std::vector<std::vector<PlacedBlock>> placed_;  // deterministic: per query shard
   DistStats stats_;
 };
 
