@@ -162,7 +162,7 @@ void expect_16bit_rule(const AttentionParams<double>& p, const Options& opt, con
         const QueryRow row{b, i, h};
         const double lse_ref = reference_row(p, opt, row, ref.data());
         textbook_row_in<S>(p, opt, row, tb.data());
-        const std::ptrdiff_t at = p.o_ptr(b, i, h) - p.o;
+        const std::ptrdiff_t at = p.o_ptr(b, i, h) - p.o.data;
         for (int d = 0; d < p.head_dim; ++d) {
           const double x = o[at + d];
           if (std::isnan(x) != std::isnan(ref[d])) nan_mismatch = true;
@@ -171,7 +171,7 @@ void expect_16bit_rule(const AttentionParams<double>& p, const Options& opt, con
           err_tb = std::max(err_tb, std::abs(tb[d] - ref[d]));
         }
         if (!lse.empty()) {
-          const double x = lse[p.lse_ptr(b, i, h) - p.lse];
+          const double x = lse[p.lse_ptr(b, i, h) - p.lse.data];
           if (std::isnan(x) != std::isnan(lse_ref))
             nan_mismatch = true;
           else if (std::isinf(lse_ref))

@@ -46,16 +46,10 @@ GradientsUnderTest host_gradients(const AttentionParams<double>& inputs, const s
   GradientsUnderTest g;
   BackwardParams<double>& p = g.p;
   p.fwd = inputs;
-  p.dout = dout.data();
-  p.do_stride_batch = p.dq_stride_batch = inputs.q_stride_batch;
-  p.do_stride_seq = p.dq_stride_seq = inputs.q_stride_seq;
-  p.do_stride_head = p.dq_stride_head = inputs.q_stride_head;
-  p.dq = const_cast<double*>(tested.dq.data());  // read only: the gradients under test
-  p.dk = const_cast<double*>(tested.dk.data());
-  p.dv = const_cast<double*>(tested.dv.data());
-  p.dk_stride_batch = p.dv_stride_batch = inputs.k_stride_batch;
-  p.dk_stride_seq = p.dv_stride_seq = inputs.k_stride_seq;
-  p.dk_stride_head = p.dv_stride_head = inputs.k_stride_head;
+  p.dout = same_layout(dout.data(), inputs.q);
+  p.dq = same_layout(const_cast<double*>(tested.dq.data()), inputs.q);  // read only: the gradients under test
+  p.dk = same_layout(const_cast<double*>(tested.dk.data()), inputs.k);
+  p.dv = same_layout(const_cast<double*>(tested.dv.data()), inputs.k);
   g.tested = &tested;
   return g;
 }
@@ -110,7 +104,7 @@ int check_gradients(const GradientsUnderTest& g, const Options& opt, const Check
   std::vector<double> row(f.head_dim);
   for (const QueryRow& r : rows) {
     reference_dq_row(p, opt, r, row.data());
-    c[0].add(p.dq_ptr(r.b, r.i, r.h), p.dq, row.data(), f.head_dim);
+    c[0].add(p.dq_ptr(r.b, r.i, r.h), p.dq.data, row.data(), f.head_dim);
   }
   std::vector<KeyRow> keys;
   if (wanted >= total_k) {
@@ -124,8 +118,8 @@ int check_gradients(const GradientsUnderTest& g, const Options& opt, const Check
   std::vector<double> dk(keys.size() * f.head_dim), dv(keys.size() * f.head_dim);
   reference_dkdv_rows(p, opt, keys, dk.data(), dv.data());
   for (std::size_t r = 0; r < keys.size(); ++r) {
-    c[1].add(p.dk_ptr(keys[r].b, keys[r].j, keys[r].h), p.dk, dk.data() + r * f.head_dim, f.head_dim);
-    c[2].add(p.dv_ptr(keys[r].b, keys[r].j, keys[r].h), p.dv, dv.data() + r * f.head_dim, f.head_dim);
+    c[1].add(p.dk_ptr(keys[r].b, keys[r].j, keys[r].h), p.dk.data, dk.data() + r * f.head_dim, f.head_dim);
+    c[2].add(p.dv_ptr(keys[r].b, keys[r].j, keys[r].h), p.dv.data, dv.data() + r * f.head_dim, f.head_dim);
   }
   checked_q = static_cast<std::int64_t>(rows.size()), checked_k = static_cast<std::int64_t>(keys.size());
   const std::string how_q = sample_description(checked_q, f.q_total * f.heads_q, "query rows");

@@ -67,16 +67,11 @@ CheckSettings read_check_settings(Args& args) {
 AttentionParams<double> host_params(const DenseInputs& in, const std::vector<double>& o,
                                     const std::vector<double>& lse) {
   AttentionParams<double> p;
-  p.q = in.q.data(), p.k = in.k.data(), p.v = in.v.data();
-  p.o = const_cast<double*>(o.data());  // read only: the outputs under test
-  p.lse = const_cast<double*>(lse.data());
-  p.q_stride_batch = p.o_stride_batch = in.Nq * in.Hq * in.D;
-  p.q_stride_seq = p.o_stride_seq = in.Hq * in.D;
-  p.q_stride_head = p.o_stride_head = in.D;
-  p.k_stride_batch = p.v_stride_batch = in.Nk * in.Hkv * in.D;
-  p.k_stride_seq = p.v_stride_seq = in.Hkv * in.D;
-  p.k_stride_head = p.v_stride_head = in.D;
-  p.lse_stride_batch = in.Hq * in.Nq, p.lse_stride_head = in.Nq, p.lse_stride_seq = 1;
+  const int Hq = static_cast<int>(in.Hq), Hkv = static_cast<int>(in.Hkv), D = static_cast<int>(in.D);
+  p.q = dense_operand(in.q.data(), in.Nq, Hq, D);
+  p.k = dense_operand(in.k.data(), in.Nk, Hkv, D), p.v = dense_operand(in.v.data(), in.Nk, Hkv, D);
+  p.o = dense_operand(const_cast<double*>(o.data()), in.Nq, Hq, D);  // read only: the outputs under test
+  p.lse = Operand<double>(const_cast<double*>(lse.data()), in.Hq * in.Nq, 1, in.Nq);  // [B, Hq, Nq]
   p.batch = static_cast<int>(in.B), p.heads_q = static_cast<int>(in.Hq), p.heads_kv = static_cast<int>(in.Hkv);
   p.head_dim = static_cast<int>(in.D);
   p.q_len = in.Nq, p.kv_len = in.Nk, p.q_total = in.B * in.Nq;
@@ -86,19 +81,15 @@ AttentionParams<double> host_params(const DenseInputs& in, const std::vector<dou
 AttentionParams<double> host_params(const BatchInputs& in, const std::vector<double>& o,
                                     const std::vector<double>& lse) {
   AttentionParams<double> p;
-  p.q = in.q.data(), p.k = in.k.data(), p.v = in.v.data();
-  p.o = const_cast<double*>(o.data());
-  p.lse = const_cast<double*>(lse.data());
-  p.q_stride_seq = p.o_stride_seq = in.Hq * in.D;
-  p.q_stride_head = p.o_stride_head = in.D;
-  p.k_stride_seq = p.v_stride_seq = in.Hkv * in.D;
-  p.k_stride_head = p.v_stride_head = in.D;
-  p.lse_stride_seq = in.Hq, p.lse_stride_head = 1;
+  const int Hq = static_cast<int>(in.Hq), Hkv = static_cast<int>(in.Hkv), D = static_cast<int>(in.D);
+  p.q = dense_operand(in.q.data(), 0, Hq, D), p.o = dense_operand(const_cast<double*>(o.data()), 0, Hq, D);
+  p.k = dense_operand(in.k.data(), 0, Hkv, D), p.v = dense_operand(in.v.data(), 0, Hkv, D);
+  p.lse = dense_operand(const_cast<double*>(lse.data()), 0, Hq, 1);
   p.batch = static_cast<int>(in.batch()), p.heads_q = static_cast<int>(in.Hq), p.heads_kv = static_cast<int>(in.Hkv);
   p.head_dim = static_cast<int>(in.D);
   p.q_indptr = in.q_indptr.data();
   if (in.paged) {
-    p.k_stride_batch = p.v_stride_batch = in.page_size * in.Hkv * in.D;
+    p.k.stride_batch = p.v.stride_batch = in.page_size * in.Hkv * in.D;
     p.kv_page_indptr = in.page_indptr.data();
     p.kv_page_indices = in.page_indices.data();
     p.kv_last_page_len = in.last_page_len.data();
@@ -153,12 +144,12 @@ int check_outputs(const AttentionParams<double>& p, const Options& opt, const Ch
     for (int d = 0; d < p.head_dim; ++d) {
       out_o.push_back(o[d]);
       ref_o.push_back(o_row[d]);
-      o_at.push_back(static_cast<std::int64_t>(o - p.o) + d);
+      o_at.push_back(static_cast<std::int64_t>(o - p.o.data) + d);
     }
     const double* l = p.lse_ptr(r.b, r.i, r.h);
     out_lse.push_back(*l);
     ref_lse.push_back(lse);
-    lse_at.push_back(static_cast<std::int64_t>(l - p.lse));
+    lse_at.push_back(static_cast<std::int64_t>(l - p.lse.data));
     if (line) {
       done += double(window.keys_seen(r.i, p.seq_q_len(r.b), p.seq_kv_len(r.b)));
       if (n % 64 == 63 || n + 1 == rows.size()) line->callback()(pairs > 0 ? done / pairs : double(n + 1) / rows.size());

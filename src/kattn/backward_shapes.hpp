@@ -50,29 +50,10 @@ void require_distinct(const Out& out, const char* out_name, const In& in, const 
 
 template <class T, class DoView, class DqView, class DkView, class DvView>
 void fill_gradients(BackwardParams<T>& p, const DoView& dout, const DqView& dq, const DkView& dk, const DvView& dv) {
-  // Rank 4: stride 0 is the batch (dense) or the page (paged dk, dv); rank 3 (ragged): no batch dim.
-  constexpr int s = DoView::rank == 4 ? 1 : 0;
-  constexpr int t = DkView::rank == 4 ? 1 : 0;
-  p.dout = dout.data();
-  p.dq = dq.data();
-  p.dk = dk.data();
-  p.dv = dv.data();
-  if (s) {
-    p.do_stride_batch = dout.stride(0);
-    p.dq_stride_batch = dq.stride(0);
-  }
-  if (t) {
-    p.dk_stride_batch = dk.stride(0);
-    p.dv_stride_batch = dv.stride(0);
-  }
-  p.do_stride_seq = dout.stride(s);
-  p.do_stride_head = dout.stride(s + 1);
-  p.dq_stride_seq = dq.stride(s);
-  p.dq_stride_head = dq.stride(s + 1);
-  p.dk_stride_seq = dk.stride(t);
-  p.dk_stride_head = dk.stride(t + 1);
-  p.dv_stride_seq = dv.stride(t);
-  p.dv_stride_head = dv.stride(t + 1);
+  p.dout = detail::rows_operand(dout);
+  p.dq = detail::rows_operand(dq);
+  p.dk = detail::rows_operand(dk);
+  p.dv = detail::rows_operand(dv);
 }
 
 template <class QView, class KView, class VView, class OView, class DoView, class DqView, class DkView,
@@ -170,7 +151,7 @@ BackwardParams<typename DqView::non_const_value_type> ragged_backward_params(
   static_assert(DoView::rank == 3 && DqView::rank == 3 && DkView::rank == 3 && DvView::rank == 3,
                 "kattn: ragged do, dq, dk and dv must be rank-3 views [total, heads, dim]");
   const AttentionParams<T> fwd = ragged_params(q, k, v, detail::writable_alias(o), detail::writable_alias(lse), layout);
-  KATTN_REQUIRE(fwd.lse != nullptr, "lse: required, the forward's lse [total_q, Hq]");
+  KATTN_REQUIRE(fwd.lse.data != nullptr, "lse: required, the forward's lse [total_q, Hq]");
   return detail::with_gradients<T, QView, KView, VView, OView, LseView>(fwd, q, k, v, o, dout, dq, dk, dv);
 }
 
@@ -190,7 +171,7 @@ BackwardParams<typename DqView::non_const_value_type> paged_backward_params(
                 " is listed earlier too (shared by sequences); the backward needs each page in one place "
                 "(its dK and dV would be the sum over the sequences that share it)");
   const AttentionParams<T> fwd = paged_params(q, k, v, detail::writable_alias(o), detail::writable_alias(lse), layout);
-  KATTN_REQUIRE(fwd.lse != nullptr, "lse: required, the forward's lse [total_q, Hq]");
+  KATTN_REQUIRE(fwd.lse.data != nullptr, "lse: required, the forward's lse [total_q, Hq]");
   return detail::with_gradients<T, QView, KView, VView, OView, LseView>(fwd, q, k, v, o, dout, dq, dk, dv);
 }
 

@@ -126,7 +126,8 @@ detail::params_of<QView, KView, VView, OView, LseView> paged_params(const QView&
   detail::require_extent(v, "v", 3, "head dim", p.head_dim, "q");
   detail::require_contiguous_dim(k, "k");
   detail::require_contiguous_dim(v, "v");
-  detail::set_kv_views(p, k, v);
+  p.k = detail::rows_operand(k);
+  p.v = detail::rows_operand(v);
   p.batch = static_cast<int>(layout.batch);
   p.heads_kv = static_cast<int>(k.extent(2));
   p.q_len = layout.lengths.max_q();

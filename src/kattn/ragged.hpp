@@ -121,17 +121,9 @@ void ragged_query_params(const QView& q, const OView& o, const LseView& lse, std
   require_contiguous_dim(q, "q");
   require_contiguous_dim(o, "o");
   KATTN_REQUIRE(Hq <= INT32_MAX && D <= INT32_MAX, "q: heads and head dim must each fit in 32 bits");
-  p.q = q.data();
-  p.q_stride_seq = q.stride(0);
-  p.q_stride_head = q.stride(1);
-  p.o = o.data();
-  p.o_stride_seq = o.stride(0);
-  p.o_stride_head = o.stride(1);
-  if (want_lse) {
-    p.lse = lse.data();
-    p.lse_stride_seq = lse.stride(0);
-    p.lse_stride_head = lse.stride(1);
-  }
+  p.q = rows_operand(q);
+  p.o = rows_operand(o);
+  if (want_lse) p.lse = lse_operand(lse);
   p.heads_q = static_cast<int>(Hq);
   p.head_dim = static_cast<int>(D);
   p.q_total = total_q;
@@ -195,12 +187,8 @@ detail::params_of<QView, KView, VView, OView, LseView> ragged_params(const QView
   detail::require_extent(v, "v", 2, "head dim", p.head_dim, "q");
   detail::require_contiguous_dim(k, "k");
   detail::require_contiguous_dim(v, "v");
-  p.k = k.data();
-  p.k_stride_seq = k.stride(0);
-  p.k_stride_head = k.stride(1);
-  p.v = v.data();
-  p.v_stride_seq = v.stride(0);
-  p.v_stride_head = v.stride(1);
+  p.k = detail::rows_operand(k);
+  p.v = detail::rows_operand(v);
   p.batch = static_cast<int>(layout.batch);
   p.heads_kv = static_cast<int>(k.extent(1));
   p.q_len = layout.lengths.max_q();

@@ -156,7 +156,7 @@ std::vector<double> reference_backward_impl(const ExecSpace& space, const Backwa
   Problem<T> pr{p, KeyWindow::from(opt), static_cast<T>(ScoreScaling::make(f.head_dim, opt.scale, opt.softcap).scale),
                 static_cast<T>(opt.softcap)};
   AttentionParams<T> no_lse = f;  // P only (with sinks, its own lse): the backward reads the forward's lse
-  no_lse.lse = nullptr;
+  no_lse.lse = {};
   using Mem = typename ExecSpace::memory_space;
   const bool with_sinks = !opt.sinks.empty();
   const auto sinks = device_sinks<T>(space, opt.sinks, 1.0);
@@ -164,10 +164,7 @@ std::vector<double> reference_backward_impl(const ExecSpace& space, const Backwa
   Kokkos::View<T*, Mem> row_lse("kattn::reference_backward::lse", row_heads);
   Kokkos::View<T*, Mem> sink_terms("kattn::reference_backward::sink_terms", row_heads);
   if (with_sinks) {  // rows (b, i) then heads, in lse_ptr's dense and ragged rules
-    no_lse.lse = row_lse.data();
-    no_lse.lse_stride_batch = f.q_len * f.heads_q;
-    no_lse.lse_stride_seq = f.heads_q;
-    no_lse.lse_stride_head = 1;
+    no_lse.lse = Operand<T>(row_lse.data(), f.q_len * f.heads_q, f.heads_q, 1);
   }
   const T* sinks_or_null = with_sinks ? sinks.data() : nullptr;
   // ALiBi's bias and the bias tensor are constants of each score: they change P, and dS reaches

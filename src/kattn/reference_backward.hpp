@@ -43,7 +43,7 @@ std::vector<double> reference_backward(const ExecSpace& space, const QView& q, c
   const Kokkos::View<T***, typename DqView::memory_space> no_lse;
   BackwardParams<T> p;
   p.fwd = dense_params(q, k, v, detail::writable_alias(dout), no_lse);
-  p.fwd.o = nullptr;
+  p.fwd.o = {};
   detail::check_gradient_views(q, k, v, dout, dout, dq, dk, dv);
   detail::fill_gradients(p, dout, dq, dk, dv);
   return detail::reference_backward_impl(space, p, opt, dbias);

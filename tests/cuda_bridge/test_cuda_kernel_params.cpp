@@ -22,14 +22,14 @@ TEST(CudaKernelParams, ForwardParamsFromTheLibrarys) {
   alignas(16) static float lse[64];
   kattn::AttentionParams<S, float> a;
   a.batch = 2, a.q_len = 100, a.kv_len = 300, a.heads_q = 8, a.heads_kv = 2, a.head_dim = 128;
-  a.q = a.k = a.v = buf;
-  a.o = buf;
-  a.lse = lse;
-  a.q_stride_head = a.o_stride_head = 128, a.q_stride_seq = a.o_stride_seq = 8 * 128;
-  a.q_stride_batch = a.o_stride_batch = 100 * 8 * 128;
-  a.k_stride_head = a.v_stride_head = 128, a.k_stride_seq = a.v_stride_seq = 2 * 128;
-  a.k_stride_batch = a.v_stride_batch = 300 * 2 * 128;
-  a.lse_stride_seq = 1, a.lse_stride_head = 100, a.lse_stride_batch = 800;
+  a.q.data = a.k.data = a.v.data = buf;
+  a.o.data = buf;
+  a.lse.data = lse;
+  a.q.stride_head = a.o.stride_head = 128, a.q.stride_seq = a.o.stride_seq = 8 * 128;
+  a.q.stride_batch = a.o.stride_batch = 100 * 8 * 128;
+  a.k.stride_head = a.v.stride_head = 128, a.k.stride_seq = a.v.stride_seq = 2 * 128;
+  a.k.stride_batch = a.v.stride_batch = 300 * 2 * 128;
+  a.lse.stride_seq = 1, a.lse.stride_head = 100, a.lse.stride_batch = 800;
   kattn::Options opt;
   opt.causal = true;
   opt.scale = 0.25;
@@ -63,7 +63,7 @@ TEST(CudaKernelParams, ForwardParamsFromTheLibrarys) {
   rag.q_indptr = rag.kv_indptr = indptr;
   refused(rag, opt, "ragged");
   kattn::AttentionParams<S, float> strided = a;
-  strided.lse_stride_seq = 8, strided.lse_stride_head = 1;  // [B, Nq, Hq]
+  strided.lse.stride_seq = 8, strided.lse.stride_head = 1;  // [B, Nq, Hq]
   refused(strided, opt, "lse");
   kattn::Options full;
   EXPECT_TRUE((forward_params(a, full, DType::kBF16, f) == nullptr && !f.causal))
@@ -77,13 +77,13 @@ TEST(CudaKernelParams, TheFrontDoorsRule) {
   alignas(16) static float lse[64];
   kattn::AttentionParams<kattn::fp16> a;  // lse and accumulation in float
   a.batch = 1, a.q_len = 64, a.kv_len = 64, a.heads_q = 4, a.heads_kv = 4, a.head_dim = 64;
-  a.q = a.k = a.v = buf;
-  a.o = buf;
-  a.lse = lse;
-  a.q_stride_head = a.o_stride_head = a.k_stride_head = a.v_stride_head = 64;
-  a.q_stride_seq = a.o_stride_seq = a.k_stride_seq = a.v_stride_seq = 256;
-  a.q_stride_batch = a.o_stride_batch = a.k_stride_batch = a.v_stride_batch = 64 * 256;
-  a.lse_stride_seq = 1, a.lse_stride_head = 64, a.lse_stride_batch = 256;
+  a.q.data = a.k.data = a.v.data = buf;
+  a.o.data = buf;
+  a.lse.data = lse;
+  a.q.stride_head = a.o.stride_head = a.k.stride_head = a.v.stride_head = 64;
+  a.q.stride_seq = a.o.stride_seq = a.k.stride_seq = a.v.stride_seq = 256;
+  a.q.stride_batch = a.o.stride_batch = a.k.stride_batch = a.v.stride_batch = 64 * 256;
+  a.lse.stride_seq = 1, a.lse.stride_head = 64, a.lse.stride_batch = 256;
   kattn::Options opt;
   ForwardParams f;
   const char* why = dispatch_params(a, opt, f);
@@ -123,13 +123,13 @@ TEST(CudaKernelParams, PagedDecodeParamsFromTheLibrarys) {
   kattn::AttentionParams<kattn::bf16> a;
   a.batch = 3, a.heads_q = 8, a.heads_kv = 2, a.head_dim = 128, a.page_size = 16, a.num_pages = 40;
   a.q_len = 1, a.kv_len = 33, a.q_total = 3;
-  a.q = a.k = a.v = buf;
-  a.o = buf;
-  a.lse = lse;
-  a.q_stride_seq = a.o_stride_seq = 8 * 128, a.q_stride_head = a.o_stride_head = 128;  // [3, 8, 128]
-  a.k_stride_batch = a.v_stride_batch = 16 * 2 * 128, a.k_stride_seq = a.v_stride_seq = 2 * 128;
-  a.k_stride_head = a.v_stride_head = 128;
-  a.lse_stride_seq = 8, a.lse_stride_head = 1;  // [3, 8]
+  a.q.data = a.k.data = a.v.data = buf;
+  a.o.data = buf;
+  a.lse.data = lse;
+  a.q.stride_seq = a.o.stride_seq = 8 * 128, a.q.stride_head = a.o.stride_head = 128;  // [3, 8, 128]
+  a.k.stride_batch = a.v.stride_batch = 16 * 2 * 128, a.k.stride_seq = a.v.stride_seq = 2 * 128;
+  a.k.stride_head = a.v.stride_head = 128;
+  a.lse.stride_seq = 8, a.lse.stride_head = 1;  // [3, 8]
   a.q_indptr = a.kv_page_indptr = a.kv_page_indices = a.kv_last_page_len = table64;
   const std::vector<std::int64_t> q_len{1, 1, 1}, kv_len{33, 0, 16};
   kattn::Options opt;
@@ -192,7 +192,7 @@ TEST(CudaKernelParams, PagedDecodeParamsFromTheLibrarys) {
   progress.progress = [](double) { return true; };
   refused(a, progress, q_len, kv_len, "progress");
   kattn::AttentionParams<kattn::bf16> strided = a;
-  strided.lse_stride_seq = 1, strided.lse_stride_head = 3;  // [Hq, B]
+  strided.lse.stride_seq = 1, strided.lse.stride_head = 3;  // [Hq, B]
   refused(strided, opt, q_len, kv_len, "lse");
   kattn::AttentionParams<kattn::bf16> many_pages = a;
   many_pages.num_pages = std::int64_t(1) << 31;
@@ -204,7 +204,7 @@ TEST(CudaKernelParams, PagedDecodeParamsFromTheLibrarys) {
   d96.head_dim = 96;
   refused(d96, opt, q_len, kv_len, "head_dim");
   kattn::AttentionParams<kattn::bf16> odd = a;
-  odd.k_stride_seq = 2 * 128 + 4;  // the decode loads 8 elements at a time
+  odd.k.stride_seq = 2 * 128 + 4;  // the decode loads 8 elements at a time
   refused(odd, opt, q_len, kv_len, "strides");
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "kattn/core/host_device.hpp"
+#include "kattn/core/operand.hpp"
 #include "kattn/core/request_rows.hpp"
 #include "kattn/core/storage.hpp"
 
@@ -21,22 +22,16 @@ struct AttentionParams {
   using kv_type = KV;
   using acc_type = Acc;
 
-  // q (b, i, h, d) = q[b * q_stride_batch + i * q_stride_seq + h * q_stride_head + d]; in a
+  // q (b, i, h, d) = q.data[b * q.stride_batch + i * q.stride_seq + h * q.stride_head + d]; in a
   // ragged batch, row i of sequence b is global row q_indptr[b] + i and the batch stride is 0.
-  const T* q = nullptr;
-  std::int64_t q_stride_batch = 0, q_stride_seq = 0, q_stride_head = 0;
+  Operand<const T> q;
   // k, v (b, j, h, d) likewise (kv_indptr for ragged); paged: page p, slot s at
   // p * stride_batch + s * stride_seq.
-  const KV* k = nullptr;
-  std::int64_t k_stride_batch = 0, k_stride_seq = 0, k_stride_head = 0;
-  const KV* v = nullptr;
-  std::int64_t v_stride_batch = 0, v_stride_seq = 0, v_stride_head = 0;
-  // o like q; lse (b, h, i) = lse[b * lse_stride_batch + h * lse_stride_head + i * lse_stride_seq]
-  // (row q_indptr[b] + i when ragged); lse may be null.
-  T* o = nullptr;
-  std::int64_t o_stride_batch = 0, o_stride_seq = 0, o_stride_head = 0;
-  Acc* lse = nullptr;
-  std::int64_t lse_stride_batch = 0, lse_stride_head = 0, lse_stride_seq = 0;
+  Operand<const KV> k, v;
+  // o like q; lse (b, h, i) at b * stride_batch + h * stride_head + i * stride_seq (row
+  // q_indptr[b] + i when ragged); lse may be null.
+  Operand<T> o;
+  Operand<Acc> lse;
 
   int batch = 0;
   int heads_q = 0;
@@ -88,34 +83,31 @@ struct AttentionParams {
   KATTN_CORE_INLINE std::int64_t q_row(int b, std::int64_t i) const {
     return q_indptr ? q_indptr[b] + i : std::int64_t(b) * q_len + i;
   }
-  KATTN_CORE_INLINE const T* q_ptr(int b, std::int64_t i, int h) const {
-    return q + (q_indptr ? 0 : b * q_stride_batch) + (q_indptr ? q_indptr[b] + i : i) * q_stride_seq +
-           h * q_stride_head;
+  // Offset of query row i of sequence b (dense or ragged) for a q-like operand.
+  template <class U>
+  KATTN_CORE_INLINE U* q_row_ptr(const Operand<U>& a, int b, std::int64_t i, int h) const {
+    return a.data + (q_indptr ? (q_indptr[b] + i) * a.stride_seq : b * a.stride_batch + i * a.stride_seq) +
+           h * a.stride_head;
   }
-  KATTN_CORE_INLINE T* o_ptr(int b, std::int64_t i, int h) const {
-    return o + (q_indptr ? 0 : b * o_stride_batch) + (q_indptr ? q_indptr[b] + i : i) * o_stride_seq +
-           h * o_stride_head;
-  }
-  KATTN_CORE_INLINE Acc* lse_ptr(int b, std::int64_t i, int h) const {
-    return lse + (q_indptr ? 0 : b * lse_stride_batch) + (q_indptr ? q_indptr[b] + i : i) * lse_stride_seq +
-           h * lse_stride_head;
-  }
-  // Offset of key j of sequence b (before the head offset) in k (stride set s) or v.
-  KATTN_CORE_INLINE std::int64_t kv_offset(int b, std::int64_t j, std::int64_t stride_batch,
-                                                std::int64_t stride_seq) const {
+  KATTN_CORE_INLINE const T* q_ptr(int b, std::int64_t i, int h) const { return q_row_ptr(q, b, i, h); }
+  KATTN_CORE_INLINE T* o_ptr(int b, std::int64_t i, int h) const { return q_row_ptr(o, b, i, h); }
+  KATTN_CORE_INLINE Acc* lse_ptr(int b, std::int64_t i, int h) const { return q_row_ptr(lse, b, i, h); }
+  // Key j of sequence b, head h, in a k-like operand (dense, ragged or paged).
+  template <class U>
+  KATTN_CORE_INLINE U* kv_row_ptr(const Operand<U>& a, int b, std::int64_t j, int h) const {
+    std::int64_t at = 0;
     if (kv_page_indptr) {
       const std::int64_t page = kv_page_indices[kv_page_indptr[b] + j / page_size];
-      return page * stride_batch + (j % page_size) * stride_seq;
+      at = page * a.stride_batch + (j % page_size) * a.stride_seq;
+    } else if (kv_indptr) {
+      at = (kv_indptr[b] + j) * a.stride_seq;
+    } else {
+      at = b * a.stride_batch + j * a.stride_seq;
     }
-    if (kv_indptr) return (kv_indptr[b] + j) * stride_seq;
-    return b * stride_batch + j * stride_seq;
+    return a.data + at + h * a.stride_head;
   }
-  KATTN_CORE_INLINE const KV* k_ptr(int b, std::int64_t j, int h) const {
-    return k + kv_offset(b, j, k_stride_batch, k_stride_seq) + h * k_stride_head;
-  }
-  KATTN_CORE_INLINE const KV* v_ptr(int b, std::int64_t j, int h) const {
-    return v + kv_offset(b, j, v_stride_batch, v_stride_seq) + h * v_stride_head;
-  }
+  KATTN_CORE_INLINE const KV* k_ptr(int b, std::int64_t j, int h) const { return kv_row_ptr(k, b, j, h); }
+  KATTN_CORE_INLINE const KV* v_ptr(int b, std::int64_t j, int h) const { return kv_row_ptr(v, b, j, h); }
 };
 
 }  // namespace kattn

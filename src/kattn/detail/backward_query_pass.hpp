@@ -135,8 +135,8 @@ struct BackwardQueryPass {
     if (in_place) {
       k = p.fwd.k_ptr(b, kb, hk);
       v = p.fwd.v_ptr(b, kb, hk);
-      k_row = p.fwd.k_stride_seq;
-      v_row = p.fwd.v_stride_seq;
+      k_row = p.fwd.k.stride_seq;
+      v_row = p.fwd.v.stride_seq;
     } else {
       load_keys(member, b, hk, kb, n_keys, s);
       member.team_barrier();

@@ -167,8 +167,8 @@ struct ColumnTiles : TileArgs<T, Q, KV> {
       if (Tn::kv_in_place && !p.kv_page_indptr && n_keys == geo.keys_p && geo.dims_p == D) {
         c.k = p.k_ptr(w.b, kb, w.hk);
         c.v = p.v_ptr(w.b, kb, w.hk);
-        c.k_row = p.k_stride_seq;
-        c.v_row = p.v_stride_seq;
+        c.k_row = p.k.stride_seq;
+        c.v_row = p.v.stride_seq;
         return;
       }
     }

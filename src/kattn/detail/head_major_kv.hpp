@@ -45,7 +45,7 @@ bool wants_head_major(const AttentionParams<Q, T, KV>& p) {
     return false;  // double: the same rate with the copy as without (within the noise), at twice the bytes
   } else {
     if (p.heads_kv < 2 || p.kv_len == 0 || p.q_len * p.group_size() < kHeadMajorMinRows) return false;
-    if (p.k_stride_seq == p.head_dim && p.v_stride_seq == p.head_dim) return false;  // already head-major
+    if (p.k.stride_seq == p.head_dim && p.v.stride_seq == p.head_dim) return false;  // already head-major
     return fits_copy_budget<Kokkos::HostSpace>(2 * std::uint64_t(p.batch) * p.heads_kv * p.kv_len * p.head_dim *
                                                sizeof(KV));
   }
@@ -67,14 +67,14 @@ HeadMajorKV<ExecSpace, KV> make_head_major(const ExecSpace& space, AttentionPara
     return HeadMajorKV<ExecSpace, KV>{};  // no memory for the copies: the kernel reads K and V in place
   }
   const std::int64_t per_head = p.kv_len * p.head_dim, per_batch = p.heads_kv * per_head;
-  const auto copy = [&](const KV* from, std::int64_t sb, std::int64_t sj, std::int64_t sh, KV* to) {
-    copy_rows(space, Strided<const KV>{from, sb, sj, sh}, 0, Strided<KV>{to, per_batch, p.head_dim, per_head}, p.batch,
-              p.kv_len, p.heads_kv, p.head_dim, "kattn::attention::head_major_kv");
+  const Operand<KV> k_copy(c.k.data(), per_batch, p.head_dim, per_head),
+      v_copy(c.v.data(), per_batch, p.head_dim, per_head);
+  const auto copy = [&](const Operand<const KV>& from, const Operand<KV>& to) {
+    copy_rows(space, from, 0, to, p.batch, p.kv_len, p.heads_kv, p.head_dim, "kattn::attention::head_major_kv");
   };
-  copy(p.k, p.k_stride_batch, p.k_stride_seq, p.k_stride_head, c.k.data());
-  copy(p.v, p.v_stride_batch, p.v_stride_seq, p.v_stride_head, c.v.data());
-  p.k = c.k.data(), p.k_stride_batch = per_batch, p.k_stride_seq = p.head_dim, p.k_stride_head = per_head;
-  p.v = c.v.data(), p.v_stride_batch = per_batch, p.v_stride_seq = p.head_dim, p.v_stride_head = per_head;
+  copy(p.k, k_copy);
+  copy(p.v, v_copy);
+  p.k = k_copy, p.v = v_copy;
   return c;
 }
 

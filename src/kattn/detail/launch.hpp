@@ -213,9 +213,9 @@ namespace detail {
 template <class P>
 P query_piece(const P& p, Options& opt, std::int64_t begin, std::int64_t end) {
   P piece = p;
-  piece.q += begin * p.q_stride_seq;
-  piece.o += begin * p.o_stride_seq;
-  if (piece.lse) piece.lse += begin * p.lse_stride_seq;
+  piece.q = p.q.from_row(begin);
+  piece.o = p.o.from_row(begin);
+  if (piece.lse) piece.lse = p.lse.from_row(begin);
   piece.q_len = end - begin;
   piece.q_total = std::int64_t(p.batch) * piece.q_len;
   opt.diagonal_shift += begin + piece.q_len - p.q_len;

@@ -176,9 +176,9 @@ struct PairColumnTiles : ColumnTiles<ExecSpace, float, bf16, bf16> {
   KOKKOS_INLINE_FUNCTION void stage_keys(const Member& member, const TileWork& w, std::int64_t kb, int n_keys,
                                          int scored, int D2, bool in_place, const Tiles& s, Cursor& c) const {
     const auto& p = this->p;
-    if (in_place && p.k_stride_seq % 2 == 0) {
+    if (in_place && p.k.stride_seq % 2 == 0) {
       c.pairs = reinterpret_cast<const Pair*>(p.k_ptr(w.b, kb, w.hk));
-      c.pair_row = p.k_stride_seq / 2;
+      c.pair_row = p.k.stride_seq / 2;
       return;
     }
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, scored), [&](const int j) {

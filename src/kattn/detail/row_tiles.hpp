@@ -92,10 +92,10 @@ struct RowTiles : TileArgs<T, Q, KV> {
   }
   // Offsets from a key's row pointer (first head of the team) to head hl's K and V rows.
   KOKKOS_INLINE_FUNCTION std::ptrdiff_t k_head_offset(int hl) const {
-    return geo.in_place ? hl * this->p.k_stride_head : std::ptrdiff_t(hl) * geo.copy_elements();
+    return geo.in_place ? hl * this->p.k.stride_head : std::ptrdiff_t(hl) * geo.copy_elements();
   }
   KOKKOS_INLINE_FUNCTION std::ptrdiff_t v_head_offset(int hl) const {
-    return geo.in_place ? hl * this->p.v_stride_head : std::ptrdiff_t(hl) * geo.copy_elements();
+    return geo.in_place ? hl * this->p.v.stride_head : std::ptrdiff_t(hl) * geo.copy_elements();
   }
 
   KOKKOS_INLINE_FUNCTION int q_dims() const { return geo.dims_p; }  // zero-padded to the lanes
@@ -167,7 +167,7 @@ struct RowTiles : TileArgs<T, Q, KV> {
       pair_scores<Member, T>(
           member, geo, keys, keys_ahead(), [&](int hl) { return static_cast<const T*>(head(s, hl).q); },
           [&](int hl) { return k_head_offset(hl); }, [&](int hl) { return head(s, hl).s; }, c.krow,
-          RowsAfter<KV>{c.vrow, keys, this->p.v_stride_head});  // this tile's V is read next
+          RowsAfter<KV>{c.vrow, keys, this->p.v.stride_head});  // this tile's V is read next
       return;
     }
     row_scores<Member, T>(
@@ -195,7 +195,7 @@ struct RowTiles : TileArgs<T, Q, KV> {
         member, geo, n_keys, keys_ahead(), [&](int hl) { return static_cast<const T*>(head(s, hl).s); },
         [&](int hl) { return v_head_offset(hl); }, [&](int hl) { return head(s, hl).o; },
         [&](int hl) { return head(s, hl).alpha[0]; }, c.vrow,
-        RowsAfter<KV>{c.knext, c.n_next, this->p.k_stride_head});  // then the next tile's K
+        RowsAfter<KV>{c.knext, c.n_next, this->p.k.stride_head});  // then the next tile's K
   }
 
   // Row pointers (first head of the team) of the tile at kb into buffer `buf`, walking pages
@@ -210,22 +210,22 @@ struct RowTiles : TileArgs<T, Q, KV> {
     RowPtr<KV>* vrow = krow + geo.keys_p;
     Kokkos::single(Kokkos::PerTeam(member), [&]() {
       if (p.kv_page_indptr) {
-        const std::int64_t k_head = std::int64_t(w.hk) * p.k_stride_head;
-        const std::int64_t v_head = std::int64_t(w.hk) * p.v_stride_head;
+        const std::int64_t k_head = std::int64_t(w.hk) * p.k.stride_head;
+        const std::int64_t v_head = std::int64_t(w.hk) * p.v.stride_head;
         std::int64_t idx = p.kv_page_indptr[w.b] + kb / p.page_size;
         std::int64_t slot = kb % p.page_size;
         for (int j = 0; j < n_keys; ++j) {
           const std::int64_t page = p.kv_page_indices[idx];
-          krow[j].p = p.k + page * p.k_stride_batch + slot * p.k_stride_seq + k_head;
-          vrow[j].p = p.v + page * p.v_stride_batch + slot * p.v_stride_seq + v_head;
+          krow[j].p = p.k.data + page * p.k.stride_batch + slot * p.k.stride_seq + k_head;
+          vrow[j].p = p.v.data + page * p.v.stride_batch + slot * p.v.stride_seq + v_head;
           if (++slot == p.page_size) slot = 0, ++idx;
         }
       } else {
         const KV* k0 = p.k_ptr(w.b, kb, w.hk);
         const KV* v0 = p.v_ptr(w.b, kb, w.hk);
         for (int j = 0; j < n_keys; ++j) {
-          krow[j].p = k0 + j * p.k_stride_seq;
-          vrow[j].p = v0 + j * p.v_stride_seq;
+          krow[j].p = k0 + j * p.k.stride_seq;
+          vrow[j].p = v0 + j * p.v.stride_seq;
         }
       }
       for (int j = n_keys; j < geo.keys_p; ++j) krow[j] = krow[n_keys - 1], vrow[j] = vrow[n_keys - 1];
@@ -237,8 +237,8 @@ struct RowTiles : TileArgs<T, Q, KV> {
         const int j = jh / geo.heads, hl = jh % geo.heads;
         KV* kc = s.k_copy + hl * geo.copy_elements() + std::size_t(j) * geo.dims_p;
         KV* vc = s.v_copy + hl * geo.copy_elements() + std::size_t(j) * geo.dims_p;
-        const KV* k = krow[j].p + hl * p.k_stride_head;
-        const KV* v = vrow[j].p + hl * p.v_stride_head;
+        const KV* k = krow[j].p + hl * p.k.stride_head;
+        const KV* v = vrow[j].p + hl * p.v.stride_head;
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, geo.dims_p), [&](const int d) {
           kc[d] = d < p.head_dim ? k[d] : KV{};  // KV{}: +0 in every storage type
           vc[d] = d < p.head_dim ? v[d] : KV{};

@@ -53,16 +53,20 @@ void require_extent(const View& view, const char* name, int dim, const char* wha
 }
 
 // K and V of rank 4 (batch or page, position, head, dim) into params: data and strides.
-template <class P, class KView, class VView>
-void set_kv_views(P& p, const KView& k, const VView& v) {
-  p.k = k.data();
-  p.k_stride_batch = k.stride(0);
-  p.k_stride_seq = k.stride(1);
-  p.k_stride_head = k.stride(2);
-  p.v = v.data();
-  p.v_stride_batch = v.stride(0);
-  p.v_stride_seq = v.stride(1);
-  p.v_stride_head = v.stride(2);
+// The operand over a view of rows: [B, N, H, D] (or paged [pages, page_size, H, D]) or, without a
+// batch axis, [N, H, D] (ragged and packed rows).
+template <class View>
+Operand<typename View::value_type> rows_operand(const View& a) {
+  using S = std::int64_t;
+  if constexpr (View::rank == 4) return {a.data(), S(a.stride(0)), S(a.stride(1)), S(a.stride(2))};
+  else return {a.data(), 0, S(a.stride(0)), S(a.stride(1))};
+}
+// The operand over an lse view: [B, H, N] or, without a batch axis, [N, H].
+template <class View>
+Operand<typename View::value_type> lse_operand(const View& a) {
+  using S = std::int64_t;
+  if constexpr (View::rank == 3) return {a.data(), S(a.stride(0)), S(a.stride(2)), S(a.stride(1))};
+  else return {a.data(), 0, S(a.stride(0)), S(a.stride(1))};
 }
 
 }  // namespace detail
@@ -108,21 +112,11 @@ detail::params_of<QView, KView, VView, OView, LseView> dense_params(const QView&
                 " heads: more rows than fit in 64 bits");
 
   detail::params_of<QView, KView, VView, OView, LseView> p;
-  p.q = q.data();
-  p.q_stride_batch = q.stride(0);
-  p.q_stride_seq = q.stride(1);
-  p.q_stride_head = q.stride(2);
-  detail::set_kv_views(p, k, v);
-  p.o = o.data();
-  p.o_stride_batch = o.stride(0);
-  p.o_stride_seq = o.stride(1);
-  p.o_stride_head = o.stride(2);
-  if (want_lse) {
-    p.lse = lse.data();
-    p.lse_stride_batch = lse.stride(0);
-    p.lse_stride_head = lse.stride(1);
-    p.lse_stride_seq = lse.stride(2);
-  }
+  p.q = detail::rows_operand(q);
+  p.k = detail::rows_operand(k);
+  p.v = detail::rows_operand(v);
+  p.o = detail::rows_operand(o);
+  if (want_lse) p.lse = detail::lse_operand(lse);
   p.batch = static_cast<int>(B);
   p.heads_q = static_cast<int>(Hq);
   p.heads_kv = static_cast<int>(Hkv);

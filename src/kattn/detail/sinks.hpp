@@ -78,10 +78,8 @@ auto with_sinks(const ExecSpace& space, P p, const Options& opt, const Run& run,
   if (!p.lse) {
     own_lse = take_buffer<Acc, typename ExecSpace::memory_space>(opt.workspace, space, "kattn::sinks::lse",
                                                                  std::size_t(p.q_total * p.heads_q));
-    p.lse = own_lse.data();
-    p.lse_stride_batch = p.q_len * p.heads_q;  // rows (b, i) then heads: lse_ptr's dense and ragged rules
-    p.lse_stride_seq = p.heads_q;
-    p.lse_stride_head = 1;
+    // rows (b, i) then heads: lse_ptr's dense and ragged rules
+    p.lse = Operand<Acc>(own_lse.data(), p.q_len * p.heads_q, p.heads_q, 1);
   }
   auto result = run(p);
   if (finished_here) apply_sinks(space, p, opt);

@@ -6,18 +6,11 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kattn/core/operand.hpp"
 #include "kattn/core/storage.hpp"
 
 namespace kattn {
 namespace detail {
-
-// Strided 4-D addressing of (b, j, h, d): base[b * sb + j * sj + h * sh + d].
-template <class T>
-struct Strided {
-  T* base = nullptr;
-  std::int64_t sb = 0, sj = 0, sh = 0;
-  KOKKOS_INLINE_FUNCTION T* at(int b, std::int64_t j, int h) const { return base + b * sb + j * sj + h * sh; }
-};
 
 // f(b, j, h) for every head h of the row (b, j) that a team of a [batch x n] league stands for,
 // the heads over the team's threads.
@@ -33,8 +26,8 @@ KOKKOS_INLINE_FUNCTION void for_each_head_of_row(const Member& member, std::int6
 template <class ExecSpace, class From, class To>
 struct CopyRows {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  Strided<const From> src;
-  Strided<To> dst;
+  Operand<const From> src;
+  Operand<To> dst;
   std::int64_t j0 = 0, n = 0;
   int heads = 0, dim = 0;
   KOKKOS_INLINE_FUNCTION void operator()(const Member& member) const {
@@ -52,7 +45,7 @@ struct CopyRows {
 
 // label: the kernel's, in its caller's area ("kattn::<area>::<step>").
 template <class ExecSpace, class From, class To>
-void copy_rows(const ExecSpace& space, Strided<const From> src, std::int64_t j0, Strided<To> dst, int batch,
+void copy_rows(const ExecSpace& space, Operand<const From> src, std::int64_t j0, Operand<To> dst, int batch,
                std::int64_t n, int heads, int dim, const char* label) {
   if (batch == 0 || n == 0 || heads == 0) return;
   CopyRows<ExecSpace, From, To> f{src, dst, j0, n, heads, dim};

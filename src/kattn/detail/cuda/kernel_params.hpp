@@ -37,26 +37,26 @@ const char* forward_params(const AttentionParams<S, float>& p, const Options& op
   if (w.shift != 0) return "diagonal_shift: runs on the portable kernel";
   if (w.left >= 0 || w.right > 0) return "window: only the full and the causal mask run on CUDA";
   if (p.q_len > INT_MAX || p.kv_len > INT_MAX) return "seq_len: more than 2^31 - 1 positions";
-  if (p.lse && (p.lse_stride_seq != 1 || p.lse_stride_head != p.q_len ||
-                p.lse_stride_batch != std::int64_t(p.heads_q) * p.q_len))
+  if (p.lse && (p.lse.stride_seq != 1 || p.lse.stride_head != p.q_len ||
+                p.lse.stride_batch != std::int64_t(p.heads_q) * p.q_len))
     return "lse: the CUDA kernels write [B, Hq, Nq] contiguous";
   ForwardParams f;
   f.dtype = dtype;
-  f.q = p.q;
-  f.k = p.k;
-  f.v = p.v;
-  f.o = p.o;
-  f.lse = p.lse;
+  f.q = p.q.data;
+  f.k = p.k.data;
+  f.v = p.v.data;
+  f.o = p.o.data;
+  f.lse = p.lse.data;
   f.batch = p.batch;
   f.seqlen_q = static_cast<int>(p.q_len);
   f.seqlen_k = static_cast<int>(p.kv_len);
   f.heads_q = p.heads_q;
   f.heads_kv = p.heads_kv;
   f.head_dim = p.head_dim;
-  f.q_batch_stride = p.q_stride_batch, f.q_seq_stride = p.q_stride_seq, f.q_head_stride = p.q_stride_head;
-  f.k_batch_stride = p.k_stride_batch, f.k_seq_stride = p.k_stride_seq, f.k_head_stride = p.k_stride_head;
-  f.v_batch_stride = p.v_stride_batch, f.v_seq_stride = p.v_stride_seq, f.v_head_stride = p.v_stride_head;
-  f.o_batch_stride = p.o_stride_batch, f.o_seq_stride = p.o_stride_seq, f.o_head_stride = p.o_stride_head;
+  f.q_batch_stride = p.q.stride_batch, f.q_seq_stride = p.q.stride_seq, f.q_head_stride = p.q.stride_head;
+  f.k_batch_stride = p.k.stride_batch, f.k_seq_stride = p.k.stride_seq, f.k_head_stride = p.k.stride_head;
+  f.v_batch_stride = p.v.stride_batch, f.v_seq_stride = p.v.stride_seq, f.v_head_stride = p.v.stride_head;
+  f.o_batch_stride = p.o.stride_batch, f.o_seq_stride = p.o.stride_seq, f.o_head_stride = p.o.stride_head;
   f.scale = static_cast<float>(opt.scale);
   f.causal = w.right == 0;
   out = f;
@@ -99,7 +99,7 @@ const char* decode_params(const AttentionParams<S, float>& p, const Options& opt
   if (w.left >= 0) return "window: a left window runs on the portable kernel";
   if (p.kv_len > INT_MAX) return "kv_len: a sequence of more than 2^31 - 1 keys";
   if (p.num_pages > INT_MAX || p.page_size > INT_MAX) return "k: more than 2^31 - 1 pages or keys per page";
-  if (p.lse && (p.lse_stride_seq != p.heads_q || p.lse_stride_head != 1))
+  if (p.lse && (p.lse.stride_seq != p.heads_q || p.lse.stride_head != 1))
     return "lse: the CUDA decode writes [B, Hq] contiguous";
   DecodePageTable t;
   t.indptr.assign(1, 0);
@@ -113,15 +113,15 @@ const char* decode_params(const AttentionParams<S, float>& p, const Options& opt
   }
   DecodeParams d;
   d.dtype = dtype;
-  d.q = p.q;  // row b of q, o and lse is sequence b's one query
-  d.q_batch_stride = p.q_stride_seq, d.q_head_stride = p.q_stride_head;
-  d.k_cache = p.k;
-  d.k_page_stride = p.k_stride_batch, d.k_token_stride = p.k_stride_seq, d.k_head_stride = p.k_stride_head;
-  d.v_cache = p.v;
-  d.v_page_stride = p.v_stride_batch, d.v_token_stride = p.v_stride_seq, d.v_head_stride = p.v_stride_head;
-  d.o = p.o;
-  d.o_batch_stride = p.o_stride_seq, d.o_head_stride = p.o_stride_head;
-  d.lse = p.lse;
+  d.q = p.q.data;  // row b of q, o and lse is sequence b's one query
+  d.q_batch_stride = p.q.stride_seq, d.q_head_stride = p.q.stride_head;
+  d.k_cache = p.k.data;
+  d.k_page_stride = p.k.stride_batch, d.k_token_stride = p.k.stride_seq, d.k_head_stride = p.k.stride_head;
+  d.v_cache = p.v.data;
+  d.v_page_stride = p.v.stride_batch, d.v_token_stride = p.v.stride_seq, d.v_head_stride = p.v.stride_head;
+  d.o = p.o.data;
+  d.o_batch_stride = p.o.stride_seq, d.o_head_stride = p.o.stride_head;
+  d.lse = p.lse.data;
   d.batch = p.batch;
   d.heads_q = p.heads_q;
   d.heads_kv = p.heads_kv;

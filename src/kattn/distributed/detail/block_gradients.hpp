@@ -58,7 +58,7 @@ class BlockGradients {
       const int Hkv = shape_.fwd.heads_kv, D = shape_.fwd.head_dim;
       if (w.extent(0) < std::size_t(kv_elems(n)))
         w = take_buffer<T, Mem>(ws_, space_, "kattn::dist::wide_kv", kv_elems(n));
-      copy_rows(space_, dense(src, n, Hkv, D), 0, dense(w.data(), n, Hkv, D), shape_.fwd.batch, n, Hkv, D);
+      copy_rows(space_, dense_operand(src, n, Hkv, D), 0, dense_operand(w.data(), n, Hkv, D), shape_.fwd.batch, n, Hkv, D);
       return w.data();
     }
   }
@@ -79,19 +79,12 @@ class BlockGradients {
     AttentionParams<T>& a = b.fwd;
     a.q_len = nq;
     a.q_total = std::int64_t(f.batch) * nq;
-    a.k = k + kj * Hkv * D;
-    a.v = v + kj * Hkv * D;
-    a.k_stride_batch = a.v_stride_batch = held * Hkv * D;
-    a.k_stride_seq = a.v_stride_seq = std::int64_t(Hkv) * D;
-    a.k_stride_head = a.v_stride_head = D;
+    a.k = dense_operand(k, held, Hkv, D).from_row(kj);
+    a.v = dense_operand(v, held, Hkv, D).from_row(kj);
     a.kv_len = nk;
-    b.dq = dq_.data();
-    b.dq_stride_batch = nq * H * D, b.dq_stride_seq = std::int64_t(H) * D, b.dq_stride_head = D;
-    b.dk = dk_.data();
-    b.dv = dv_.data();
-    b.dk_stride_batch = b.dv_stride_batch = nk * Hkv * D;
-    b.dk_stride_seq = b.dv_stride_seq = std::int64_t(Hkv) * D;
-    b.dk_stride_head = b.dv_stride_head = D;
+    b.dq = dq_rows(nq);
+    b.dk = kv_rows(dk_.data(), nk);
+    b.dv = kv_rows(dv_.data(), nk);
     flops += 10.0 * D * pp.pairs * f.batch * H;  // 5 tile products of 2 D flops per pair
     // The sequences of a ragged block that see none of it get zero gradients from it.
     if (!pp.covers_all) {
@@ -110,15 +103,15 @@ class BlockGradients {
   }
 
   // Rows [qi, qi + nq) of dq += the last block's dq.
-  void add_dq(const Strided<T>& dq, std::int64_t qi, std::int64_t nq) const {
+  void add_dq(const Operand<T>& dq, std::int64_t qi, std::int64_t nq) const {
     const AttentionParams<T>& f = shape_.fwd;
-    add_rows(space_, as_const(dq_rows(nq)), dq, qi, f.batch, nq, f.heads_q, f.head_dim);
+    add_rows(space_, Operand<const T>(dq_rows(nq)), dq, qi, f.batch, nq, f.heads_q, f.head_dim);
   }
   // Rows [kj, kj + nk) of dk, dv += the last block's dk, dv.
-  void add_dkv(const Strided<T>& dk, const Strided<T>& dv, std::int64_t kj, std::int64_t nk) const {
+  void add_dkv(const Operand<T>& dk, const Operand<T>& dv, std::int64_t kj, std::int64_t nk) const {
     const AttentionParams<T>& f = shape_.fwd;
-    add_rows(space_, as_const(kv_rows(dk_.data(), nk)), dk, kj, f.batch, nk, f.heads_kv, f.head_dim);
-    add_rows(space_, as_const(kv_rows(dv_.data(), nk)), dv, kj, f.batch, nk, f.heads_kv, f.head_dim);
+    add_rows(space_, Operand<const T>(kv_rows(dk_.data(), nk)), dk, kj, f.batch, nk, f.heads_kv, f.head_dim);
+    add_rows(space_, Operand<const T>(kv_rows(dv_.data(), nk)), dv, kj, f.batch, nk, f.heads_kv, f.head_dim);
   }
 
   // The last block's gradients, dense: [B][nq][Hq][D] and [B][nk][Hkv][D].
@@ -130,11 +123,12 @@ class BlockGradients {
   std::int64_t kv_elems(std::int64_t n) const {
     return std::int64_t(shape_.fwd.batch) * n * shape_.fwd.heads_kv * shape_.fwd.head_dim;
   }
-  Strided<T> dq_rows(std::int64_t nq) const { return dense(dq_.data(), nq, shape_.fwd.heads_q, shape_.fwd.head_dim); }
-  Strided<T> kv_rows(T* base, std::int64_t nk) const {
-    return dense(base, nk, shape_.fwd.heads_kv, shape_.fwd.head_dim);
+  Operand<T> dq_rows(std::int64_t nq) const {
+    return dense_operand(dq_.data(), nq, shape_.fwd.heads_q, shape_.fwd.head_dim);
   }
-  static Strided<const T> as_const(const Strided<T>& s) { return Strided<const T>{s.base, s.sb, s.sj, s.sh}; }
+  Operand<T> kv_rows(T* base, std::int64_t nk) const {
+    return dense_operand(base, nk, shape_.fwd.heads_kv, shape_.fwd.head_dim);
+  }
 
   void ensure_workspace(std::int64_t nq, std::int64_t nk) {
     const AttentionParams<T>& f = shape_.fwd;

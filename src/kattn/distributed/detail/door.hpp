@@ -259,7 +259,7 @@ DistStats backward_as_stored(MPI_Comm comm, const ExecSpace& space, const QView&
   });
   agree_call<S>(comm, backward_call(d.scheme));
   if (head_sharded(d)) return head_sharded_backward_impl(comm, space, p, opt, d, bopt);
-  if constexpr (!is_16bit_v<S>) return ring_or_grid_backward(comm, space, p, p.fwd.k, p.fwd.v, opt, d, bopt);
+  if constexpr (!is_16bit_v<S>) return ring_or_grid_backward(comm, space, p, p.fwd.k.data, p.fwd.v.data, opt, d, bopt);
   return {};  // the 16-bit ring and grid run on float copies (backward)
 }
 

@@ -14,6 +14,7 @@
 
 #include "kattn/compat.hpp"
 #include "kattn/detail/merge_rows.hpp"
+#include "kattn/core/operand.hpp"
 #include "kattn/core/state.hpp"
 
 namespace kattn {
@@ -22,17 +23,23 @@ namespace detail {
 
 template <class T>
 struct RowAccumulator {
-  T* o = nullptr;  // o(b, i, h, d) = o[b * o_b + i * o_i + h * o_h + d]
-  std::int64_t o_b = 0, o_i = 0, o_h = 0;
-  T* m = nullptr;  // m(b, i, h) = m[b * s_b + i * s_i + h * s_h], l likewise
-  T* l = nullptr;
-  std::int64_t s_b = 0, s_i = 0, s_h = 0;
+  Operand<T> o;     // the rows (b, i, h, :)
+  Operand<T> m, l;  // their states (b, i, h)
   int batch = 0, heads = 0, head_dim = 0;
   std::int64_t q_len = 0;  // local query positions
-
-  KOKKOS_INLINE_FUNCTION T* o_at(int b, std::int64_t i, int h) const { return o + b * o_b + i * o_i + h * o_h; }
-  KOKKOS_INLINE_FUNCTION std::int64_t s_at(int b, std::int64_t i, int h) const { return b * s_b + i * s_i + h * s_h; }
 };
+
+// The accumulator of rows o (batch x n rows of heads x dim) with their (m, l) dense in ml
+// (2 x batch x n x heads values).
+template <class T>
+RowAccumulator<T> accumulator(const Operand<T>& o, T* ml, int batch, std::int64_t n, int heads, int dim) {
+  RowAccumulator<T> a;
+  a.o = o;
+  a.m = dense_operand(ml, n, heads, 1);
+  a.l = dense_operand(ml + std::int64_t(batch) * n * heads, n, heads, 1);
+  a.batch = batch, a.heads = heads, a.head_dim = dim, a.q_len = n;
+  return a;
+}
 
 template <class T>
 struct PartialRows {
@@ -54,12 +61,12 @@ struct InitRows {
     const int b = member.league_rank() / static_cast<int>(acc.q_len);
     const std::int64_t i = member.league_rank() % acc.q_len;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, acc.heads), [&](const int h) {
-      T* o = acc.o_at(b, i, h);
+      T* o = acc.o.at(b, i, h);
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, acc.head_dim), [&](const int d) { o[d] = T(0); });
       Kokkos::single(Kokkos::PerThread(member), [&]() {
         const RowState<T> e = RowState<T>::empty();
-        acc.m[acc.s_at(b, i, h)] = e.m;
-        acc.l[acc.s_at(b, i, h)] = e.l;
+        *acc.m.at(b, i, h) = e.m;
+        *acc.l.at(b, i, h) = e.l;
       });
     });
   }
@@ -78,42 +85,38 @@ struct FoldPartials {
     const std::int64_t i = part.q_first + ip;
     const std::int64_t rows = part.rows(acc.batch, acc.heads);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, acc.heads), [&](const int h) {
-      T* o = acc.o_at(b, i, h);
-      const std::int64_t si = acc.s_at(b, i, h);
-      RowState<T> st{acc.m[si], acc.l[si]};
+      T* o = acc.o.at(b, i, h);
+      T *m = acc.m.at(b, i, h), *l = acc.l.at(b, i, h);
+      RowState<T> st{*m, *l};
       const std::int64_t row = (std::int64_t(b) * part.q_len + ip) * acc.heads + h;
       kattn::detail::fold_parts(
           member, st, o, part.count, acc.head_dim, [&](int s) { return part.o + (s * rows + row) * acc.head_dim; },
           [&](int s) { return part.lse[s * rows + row]; });
       Kokkos::single(Kokkos::PerThread(member), [&]() {
-        acc.m[si] = st.m;
-        acc.l[si] = st.l;
+        *m = st.m;
+        *l = st.l;
       });
     });
   }
 };
 
 // Finishes every row: o <- o / l in place (0 for a row that saw no key), lse (natural log) to
-// `lse` when not null: lse(b, i, h) = lse[b * l_b + i * l_i + h * l_h].
+// `lse` when set.
 template <class ExecSpace, class T>
 struct FinishRows {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   RowAccumulator<T> acc;
-  T* lse = nullptr;
-  std::int64_t l_b = 0, l_i = 0, l_h = 0;
+  Operand<T> lse{};
   // Optional copy of the finished o elsewhere (the user's o when the accumulator is a record).
-  T* out = nullptr;
-  std::int64_t out_b = 0, out_i = 0, out_h = 0;
+  Operand<T> out{};
   int league_size() const { return acc.batch * static_cast<int>(acc.q_len); }
   KOKKOS_INLINE_FUNCTION void operator()(const Member& member) const {
     const int b = member.league_rank() / static_cast<int>(acc.q_len);
     const std::int64_t i = member.league_rank() % acc.q_len;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, acc.heads), [&](const int h) {
-      const std::int64_t si = acc.s_at(b, i, h);
-      const T* o = acc.o_at(b, i, h);
-      kattn::detail::finish_row(member, RowState<T>{acc.m[si], acc.l[si]}, o, acc.head_dim,
-                                out ? out + b * out_b + i * out_i + h * out_h : acc.o_at(b, i, h),
-                                lse ? lse + b * l_b + i * l_i + h * l_h : nullptr);
+      const T* o = acc.o.at(b, i, h);
+      kattn::detail::finish_row(member, RowState<T>{*acc.m.at(b, i, h), *acc.l.at(b, i, h)}, o, acc.head_dim,
+                                out ? out.at(b, i, h) : acc.o.at(b, i, h), lse ? lse.at(b, i, h) : nullptr);
     });
   }
 };

@@ -123,10 +123,8 @@ class GridRunner {
     });
 
     // This rank's shards, packed dense: what it sends and what its own blocks read.
-    copy_rows(space_, Strided<const T>{p_.q, p_.q_stride_batch, p_.q_stride_seq, p_.q_stride_head}, 0,
-              dense(own_q_.device(), n_own, H, D), p_.batch, n_own, H, D);
-    keys_.pack(space_, Strided<const KV>{p_.k, p_.k_stride_batch, p_.k_stride_seq, p_.k_stride_head},
-               Strided<const KV>{p_.v, p_.v_stride_batch, p_.v_stride_seq, p_.v_stride_head}, p_.heads_kv, D);
+    copy_rows(space_, p_.q, 0, dense_operand(own_q_.device(), n_own, H, D), p_.batch, n_own, H, D);
+    keys_.pack(space_, p_.k, p_.v, p_.heads_kv, D);
     own_q_.stage_out(space_, B * n_own * qrow);
 
     // Every receive and every send of the inputs, before the first kernel: the query shard to
@@ -229,30 +227,21 @@ class GridRunner {
                                          std::int64_t j0, std::int64_t nk) const {
     const int H = p_.heads_q, Hkv = p_.heads_kv, D = p_.head_dim;
     AttentionParams<T, T, KV> q = p_;
-    q.q = qb + qi * H * D;
-    q.q_stride_batch = n * H * D, q.q_stride_seq = std::int64_t(H) * D, q.q_stride_head = D;
+    q.q = dense_operand(qb, n, H, D).from_row(qi);
     q.q_len = nq;
     q.q_total = std::int64_t(p_.batch) * nq;
-    q.k = h.k + (h.at + j0) * Hkv * D;
-    q.v = h.v + (h.at + j0) * Hkv * D;
-    q.k_stride_batch = q.v_stride_batch = h.held * Hkv * D;
-    q.k_stride_seq = q.v_stride_seq = std::int64_t(Hkv) * D;
-    q.k_stride_head = q.v_stride_head = D;
+    q.k = dense_operand(h.k, h.held, Hkv, D).from_row(h.at + j0);
+    q.v = dense_operand(h.v, h.held, Hkv, D).from_row(h.at + j0);
     q.kv_len = nk;
-    q.o = nullptr;
-    q.lse = nullptr;
+    q.o = {};
+    q.lse = {};
     return q;
   }
 
   // A dense [B][n][H][D] accumulator with (m, l) at ml.
   RowAccumulator<T> dense_acc(T* o, T* ml, std::int64_t n) const {
-    RowAccumulator<T> a;
     const int H = p_.heads_q, D = p_.head_dim;
-    a.o = o, a.o_b = n * H * D, a.o_i = std::int64_t(H) * D, a.o_h = D;
-    a.m = ml, a.l = ml + std::size_t(p_.batch) * n * H;
-    a.s_b = n * H, a.s_i = H, a.s_h = 1;
-    a.batch = p_.batch, a.heads = H, a.head_dim = D, a.q_len = n;
-    return a;
+    return accumulator(dense_operand(o, n, H, D), ml, p_.batch, n, H, D);
   }
 
   // Default mode: query shard qrank (dense at qb) against every piece of this row's keys its
@@ -278,10 +267,8 @@ class GridRunner {
               if (pairs <= 0) continue;
               stats_.flops += 4.0 * D * pairs * p_.batch * H;
               AttentionParams<T, T, KV> q = block_params(qb, n, qi, nq, h, 0, piece.length);
-              q.o = ws_o_.data();
-              q.o_stride_batch = nq * H * D, q.o_stride_seq = std::int64_t(H) * D, q.o_stride_head = D;
-              q.lse = ws_lse_.data();
-              q.lse_stride_batch = nq * H, q.lse_stride_head = 1, q.lse_stride_seq = H;
+              q.o = dense_operand(ws_o_.data(), nq, H, D);
+              q.lse = dense_operand(ws_lse_.data(), nq, H, 1);
               kattn::detail::attention_impl(space_, q, o, BatchLengths{});
               launch_rows(space_, "kattn::dist::grid::fold",
                           FoldPartials<ExecSpace, T>{acc, PartialRows<T>{ws_o_.data(), ws_lse_.data(), nq, qi, 1}});
@@ -293,8 +280,7 @@ class GridRunner {
     }
     latch_.guard([&] {
       FinishRows<ExecSpace, T> fin{acc};
-      fin.lse = blk_lse_[r].device();
-      fin.l_b = n * H, fin.l_i = H, fin.l_h = 1;
+      fin.lse = dense_operand(blk_lse_[r].device(), n, H, 1);
       launch_rows(space_, "kattn::dist::grid::finish", fin);
       space_.fence();
     });
@@ -329,13 +315,7 @@ class GridRunner {
   // This rank's rows: the partial results of its column folded into the caller's o in a fixed order.
   void merge(std::int64_t n_own) {
     const int H = p_.heads_q, D = p_.head_dim;
-    RowAccumulator<T> acc;
-    acc.o = p_.o;
-    acc.o_b = p_.o_stride_batch, acc.o_i = p_.o_stride_seq, acc.o_h = p_.o_stride_head;
-    acc.m = ml_.data();
-    acc.l = ml_.data() + std::size_t(p_.batch) * n_own * H;
-    acc.s_b = n_own * H, acc.s_i = H, acc.s_h = 1;
-    acc.batch = p_.batch, acc.heads = H, acc.head_dim = D, acc.q_len = n_own;
+    const RowAccumulator<T> acc = accumulator(p_.o, ml_.data(), p_.batch, n_own, H, D);
     launch_rows(space_, "kattn::dist::grid::init", InitRows<ExecSpace, T>{acc});
     if (d_.deterministic) {
       // Every chunk partial of these rows in global key order, whichever grid row computed it.
@@ -361,7 +341,6 @@ class GridRunner {
     }
     FinishRows<ExecSpace, T> fin{acc};
     fin.lse = p_.lse;
-    fin.l_b = p_.lse_stride_batch, fin.l_i = p_.lse_stride_seq, fin.l_h = p_.lse_stride_head;
     launch_rows(space_, "kattn::dist::grid::finish", fin);
     space_.fence();
   }

@@ -83,9 +83,9 @@ class GridBackwardRunner {
     const int R = plan_.rows(), C = plan_.cols();
     const bool det = d_.deterministic, staged = stats_.staged;
     const std::int64_t n_own = f().q_len;
-    zero_rows(space_, dq_out(), f().batch, n_own, f().heads_q, f().head_dim);
-    zero_rows(space_, dk_out(), f().batch, f().kv_len, f().heads_kv, f().head_dim);
-    zero_rows(space_, dv_out(), f().batch, f().kv_len, f().heads_kv, f().head_dim);
+    zero_rows(space_, p_.dq, f().batch, n_own, f().heads_q, f().head_dim);
+    zero_rows(space_, p_.dk, f().batch, f().kv_len, f().heads_kv, f().head_dim);
+    zero_rows(space_, p_.dv, f().batch, f().kv_len, f().heads_kv, f().head_dim);
     // The query shards this rank computes (of its column, seeing keys of its row), the grid rows
     // that compute its own, and the row ranks whose keys its column sees / that see its keys.
     for (int r = 0; r < R; ++r) {
@@ -125,9 +125,7 @@ class GridBackwardRunner {
     });
 
     pack_own_rows(n_own);
-    keys_.pack(space_, Strided<const KV>{k_, f().k_stride_batch, f().k_stride_seq, f().k_stride_head},
-               Strided<const KV>{v_, f().v_stride_batch, f().v_stride_seq, f().v_stride_head}, f().heads_kv,
-               f().head_dim);
+    keys_.pack(space_, same_layout(k_, f().k), same_layout(v_, f().v), f().heads_kv, f().head_dim);
     if (!det) {  // the sums' accumulators (the streams are written whole)
       for (int r : computes_) zero(dq_part_[r], dq_values(r));
       for (int c = 0; c < C; ++c) zero(dkv_part_[c], dkv_values(c));
@@ -222,12 +220,8 @@ class GridBackwardRunner {
   std::int64_t kv_values(std::int64_t n) const { return std::int64_t(f().batch) * n * keys_.row(); }
   // A query shard's rows as they travel: q, o and dout ([B][n][Hq][D] each), then lse ([B][n][Hq]).
   std::int64_t rows_values(std::int64_t n) const { return 3 * q_values(n) + std::int64_t(f().batch) * n * f().heads_q; }
-  Strided<T> dq_out() const { return Strided<T>{p_.dq, p_.dq_stride_batch, p_.dq_stride_seq, p_.dq_stride_head}; }
-  Strided<T> dk_out() const { return Strided<T>{p_.dk, p_.dk_stride_batch, p_.dk_stride_seq, p_.dk_stride_head}; }
-  Strided<T> dv_out() const { return Strided<T>{p_.dv, p_.dv_stride_batch, p_.dv_stride_seq, p_.dv_stride_head}; }
-  Strided<T> dense_q(T* base, std::int64_t n) const { return dense(base, n, f().heads_q, f().head_dim); }
-  Strided<T> dense_kv(T* base, std::int64_t n) const { return dense(base, n, f().heads_kv, f().head_dim); }
-  static Strided<const T> as_const(const Strided<T>& s) { return Strided<const T>{s.base, s.sb, s.sj, s.sh}; }
+  Operand<T> dense_q(T* base, std::int64_t n) const { return dense_operand(base, n, f().heads_q, f().head_dim); }
+  Operand<T> dense_kv(T* base, std::int64_t n) const { return dense_operand(base, n, f().heads_kv, f().head_dim); }
   void zero(const TBuf& buf, std::int64_t n) const {
     if (n > 0) Kokkos::deep_copy(space_, Kokkos::subview(buf.view(), std::pair<std::size_t, std::size_t>(0, n)), T{});
   }
@@ -251,30 +245,23 @@ class GridBackwardRunner {
   void pack_own_rows(std::int64_t n) {
     const int B = f().batch, H = f().heads_q, D = f().head_dim;
     T* base = own_rows_.device();
-    copy_rows(space_, Strided<const T>{f().q, f().q_stride_batch, f().q_stride_seq, f().q_stride_head}, 0,
-              dense_q(base, n), B, n, H, D);
-    copy_rows(space_, Strided<const T>{f().o, f().o_stride_batch, f().o_stride_seq, f().o_stride_head}, 0,
-              dense_q(base + q_values(n), n), B, n, H, D);
-    copy_rows(space_, Strided<const T>{p_.dout, p_.do_stride_batch, p_.do_stride_seq, p_.do_stride_head}, 0,
-              dense_q(base + 2 * q_values(n), n), B, n, H, D);
-    copy_rows(space_, Strided<const T>{f().lse, f().lse_stride_batch, f().lse_stride_seq, f().lse_stride_head}, 0,
-              dense(base + 3 * q_values(n), n, H, 1), B, n, H, 1);
+    copy_rows(space_, f().q, 0, dense_q(base, n), B, n, H, D);
+    copy_rows(space_, Operand<const T>(f().o), 0, dense_q(base + q_values(n), n), B, n, H, D);
+    copy_rows(space_, p_.dout, 0, dense_q(base + 2 * q_values(n), n), B, n, H, D);
+    copy_rows(space_, Operand<const T>(f().lse), 0, dense_operand(base + 3 * q_values(n), n, H, 1), B, n, H, 1);
     space_.fence();
     own_rows_.stage_out(space_, rows_values(n));
   }
 
   // The block rows from row qi on of a query shard of n rows packed as rows_values(n) at base.
   BackwardParams<T> rows_at(T* base, std::int64_t n, std::int64_t qi) const {
-    const int H = f().heads_q, D = f().head_dim;
+    const int H = f().heads_q;
     BackwardParams<T> b = p_;
     AttentionParams<T>& a = b.fwd;
-    const std::int64_t off = qi * H * D;
-    a.q = base + off, a.o = base + q_values(n) + off, b.dout = base + 2 * q_values(n) + off;
-    a.q_stride_batch = a.o_stride_batch = b.do_stride_batch = n * H * D;
-    a.q_stride_seq = a.o_stride_seq = b.do_stride_seq = std::int64_t(H) * D;
-    a.q_stride_head = a.o_stride_head = b.do_stride_head = D;
-    a.lse = base + 3 * q_values(n) + qi * H;
-    a.lse_stride_batch = n * H, a.lse_stride_seq = H, a.lse_stride_head = 1;
+    a.q = dense_q(base, n).from_row(qi);
+    a.o = dense_q(base + q_values(n), n).from_row(qi);
+    b.dout = dense_q(base + 2 * q_values(n), n).from_row(qi);
+    a.lse = dense_operand(base + 3 * q_values(n), n, H, 1).from_row(qi);
     return b;
   }
 
@@ -292,13 +279,13 @@ class GridBackwardRunner {
   void compute_sums(int r, T* rows) {
     const int C = plan_.cols(), qrank = plan_.at(r, c_);
     const std::int64_t n = q_len(r);
-    const Strided<T> dq = r == g_ ? dq_out() : dense_q(dq_part_[r].device(), n);
+    const Operand<T> dq = r == g_ ? p_.dq : dense_q(dq_part_[r].device(), n);
     const auto qsegs = plan_.q_layout().segments_of(qrank);
     for (int i = 0; i < C; ++i) {
       const int col = (c_ + i) % C, owner = plan_.at(g_, col);
       const std::int64_t held = col == c_ ? f().kv_len : total_length(keys_.in(col));
-      const Strided<T> dk = col == c_ ? dk_out() : dense_kv(dkv_part_[col].device(), held);
-      const Strided<T> dv = col == c_ ? dv_out() : dense_kv(dkv_part_[col].device() + kv_values(held), held);
+      const Operand<T> dk = col == c_ ? p_.dk : dense_kv(dkv_part_[col].device(), held);
+      const Operand<T> dv = col == c_ ? p_.dv : dense_kv(dkv_part_[col].device() + kv_values(held), held);
       for (const Segment& piece : plan_.pieces(owner, c_)) {
         const auto h = keys_.held_of(space_, piece, stats_);
         const auto [k, v] = widened_once(h, col);
@@ -322,17 +309,16 @@ class GridBackwardRunner {
     const int H = f().heads_q, Hkv = f().heads_kv, D = f().head_dim, B = f().batch;
     const std::int64_t n = f().q_len;
     for (int r : merges_)
-      if (r != g_) add_rows(space_, as_const(dense_q(dq_in_[r].device(), n)), dq_out(), 0, B, n, H, D);
+      if (r != g_) add_rows(space_, Operand<const T>(dense_q(dq_in_[r].device(), n)), p_.dq, 0, B, n, H, D);
     for (int c : gets_dkv_) {
       const std::int64_t held = total_length(plan_.pieces(rank_, c));
       std::int64_t at = 0;
       for (const Segment& piece : plan_.pieces(rank_, c)) {
         const auto part = [&](std::int64_t off) {
-          const Strided<T> s = dense_kv(dkv_in_[c].device() + off, held);
-          return Strided<const T>{s.base + at * s.sj, s.sb, s.sj, s.sh};
+          return Operand<const T>(dense_kv(dkv_in_[c].device() + off, held).from_row(at));
         };
-        add_rows(space_, part(0), dk_out(), piece.local, B, piece.length, Hkv, D);
-        add_rows(space_, part(kv_values(held)), dv_out(), piece.local, B, piece.length, Hkv, D);
+        add_rows(space_, part(0), p_.dk, piece.local, B, piece.length, Hkv, D);
+        add_rows(space_, part(kv_values(held)), p_.dv, piece.local, B, piece.length, Hkv, D);
         at += piece.length;
       }
     }
@@ -387,11 +373,11 @@ class GridBackwardRunner {
         continue;  // not reached: every placed block has a visible pair
       T* dq = dq_part_[r].device() + pb.dq_at;
       T* dkv = dkv_part_[pb.kcol].device() + pb.dkv_at;
-      copy_rows(space_, Strided<const T>{blocks_.dq(), b.nq * H * D, std::int64_t(H) * D, D}, 0, dense_q(dq, b.nq), B,
+      copy_rows(space_, Operand<const T>{blocks_.dq(), b.nq * H * D, std::int64_t(H) * D, D}, 0, dense_q(dq, b.nq), B,
                 b.nq, H, D);
-      copy_rows(space_, Strided<const T>{blocks_.dk(), b.nk * Hkv * D, std::int64_t(Hkv) * D, D}, 0,
+      copy_rows(space_, Operand<const T>{blocks_.dk(), b.nk * Hkv * D, std::int64_t(Hkv) * D, D}, 0,
                 dense_kv(dkv, b.nk), B, b.nk, Hkv, D);
-      copy_rows(space_, Strided<const T>{blocks_.dv(), b.nk * Hkv * D, std::int64_t(Hkv) * D, D}, 0,
+      copy_rows(space_, Operand<const T>{blocks_.dv(), b.nk * Hkv * D, std::int64_t(Hkv) * D, D}, 0,
                 dense_kv(dkv + kv_values(b.nk), b.nk), B, b.nk, Hkv, D);
       keys_.poke_all();
     }
@@ -413,15 +399,15 @@ class GridBackwardRunner {
     std::vector<std::int64_t> at(std::max(plan_.rows(), plan_.cols()), 0);
     for (const auto& [b, r] : dq_blocks) {
       T* s = (r == g_ ? dq_part_[r].device() : dq_in_[r].device()) + at[r];
-      add_rows(space_, as_const(dense_q(s, b.nq)), dq_out(), b.qs.local + b.cq, B, b.nq, H, D);
+      add_rows(space_, Operand<const T>(dense_q(s, b.nq)), p_.dq, b.qs.local + b.cq, B, b.nq, H, D);
       at[r] += q_values(b.nq);
     }
     std::fill(at.begin(), at.end(), 0);
     for (const auto& [b, c] : dkv_blocks) {
       T* s = (c == c_ ? dkv_part_[c].device() : dkv_in_[c].device()) + at[c];
       const std::int64_t j = b.piece.local + b.ck;
-      add_rows(space_, as_const(dense_kv(s, b.nk)), dk_out(), j, B, b.nk, Hkv, D);
-      add_rows(space_, as_const(dense_kv(s + kv_values(b.nk), b.nk)), dv_out(), j, B, b.nk, Hkv, D);
+      add_rows(space_, Operand<const T>(dense_kv(s, b.nk)), p_.dk, j, B, b.nk, Hkv, D);
+      add_rows(space_, Operand<const T>(dense_kv(s + kv_values(b.nk), b.nk)), p_.dv, j, B, b.nk, Hkv, D);
       at[c] += 2 * kv_values(b.nk);
     }
   }

@@ -73,9 +73,9 @@ class GridKeys {
   }
 
   // This rank's shard, packed dense: what it sends and what its own blocks read.
-  void pack(const ExecSpace& space, const Strided<const KV>& k, const Strided<const KV>& v, int heads_kv, int dim) {
-    copy_rows(space, k, 0, dense(own_k_.device(), own_, heads_kv, dim), batch_, own_, heads_kv, dim);
-    copy_rows(space, v, 0, dense(own_v_.device(), own_, heads_kv, dim), batch_, own_, heads_kv, dim);
+  void pack(const ExecSpace& space, const Operand<const KV>& k, const Operand<const KV>& v, int heads_kv, int dim) {
+    copy_rows(space, k, 0, dense_operand(own_k_.device(), own_, heads_kv, dim), batch_, own_, heads_kv, dim);
+    copy_rows(space, v, 0, dense_operand(own_v_.device(), own_, heads_kv, dim), batch_, own_, heads_kv, dim);
     space.fence();
     own_k_.stage_out(space, batch_ * own_ * row_);
     own_v_.stage_out(space, batch_ * own_ * row_);

@@ -52,7 +52,7 @@ class HeadExchange {
     Buffer<T> whole, out;
     std::vector<MPI_Request> reqs;
     std::int64_t whole_elems = 0;
-    Strided<const T> src;  // for this rank's own part, copied in place by wait()
+    Operand<const T> src;  // for this rank's own part, copied in place by wait()
     SequenceLayout layout;
     HeadRange own;
     int dim = 0;
@@ -69,7 +69,7 @@ class HeadExchange {
   // gathers may be in flight: every rank posts them in the same order, so their messages match in
   // that order.
   template <class T>
-  Pending<T> post_gather(const Strided<const T>& src, const SequenceLayout& layout, const std::vector<HeadRange>& heads,
+  Pending<T> post_gather(const Operand<const T>& src, const SequenceLayout& layout, const std::vector<HeadRange>& heads,
                          int dim, const char* label) {
     const double t0 = now();
     const std::int64_t N = layout.length(), n_own = layout.local_length(rank_);
@@ -85,8 +85,8 @@ class HeadExchange {
     });
     for (int r = 0; r < P_; ++r)
       if (r != rank_)
-        copy_rows(space_, offset_heads(src, heads[r].first), 0,
-                  dense(g.out.device() + at[r], n_own, heads[r].count, dim), batch_, n_own, heads[r].count, dim);
+        copy_rows(space_, src.from_head(heads[r].first), 0,
+                  dense_operand(g.out.device() + at[r], n_own, heads[r].count, dim), batch_, n_own, heads[r].count, dim);
     space_.fence();
     g.out.stage_out(space_, at.back());
     for (int r = 0; r < P_; ++r) {
@@ -110,10 +110,10 @@ class HeadExchange {
     wait_all(g.reqs);
     if (P_ > 1) g.whole.stage_in(space_, g.whole_elems);
     g.out = Buffer<T>();
-    const std::int64_t N = g.layout.length();
+    const Operand<T> whole = dense_operand(g.whole.device(), g.layout.length(), g.own.count, g.dim);
     for (const Segment& s : g.layout.segments_of(rank_))
-      copy_rows(space_, offset_heads(g.src, g.own.first), s.local, whole_at(g.whole, N, s.global, g.own.count, g.dim),
-                batch_, s.length, g.own.count, g.dim);
+      copy_rows(space_, g.src.from_head(g.own.first), s.local, whole.from_row(s.global), batch_, s.length, g.own.count,
+                g.dim);
     space_.fence();
     stats_.comm_seconds += now() - t0;
     return g.whole;
@@ -125,7 +125,7 @@ class HeadExchange {
   // zeroed by the caller), for KV heads that several ranks computed parts of.
   template <class T>
   void scatter(const Buffer<T>& whole, const SequenceLayout& layout, const std::vector<HeadRange>& heads, int dim,
-               const Strided<T>& dst, bool add) {
+               const Operand<T>& dst, bool add) {
     const double t0 = now();
     const std::int64_t N = layout.length(), n_own = layout.local_length(rank_);
     const int h_own = heads[rank_].count;
@@ -148,16 +148,16 @@ class HeadExchange {
     wait_all(reqs);
     in.stage_in(space_, at.back());
     for (int r = 0; r < P_; ++r) {
-      const Strided<T> into = offset_heads(dst, heads[r].first);
+      const Operand<T> into = dst.from_head(heads[r].first);
       if (r != rank_) {
-        place(dense<const T>(in.device() + at[r], n_own, heads[r].count, dim), into, n_own, heads[r].count, dim, add);
+        place(dense_operand<const T>(in.device() + at[r], n_own, heads[r].count, dim), into, n_own, heads[r].count, dim,
+              add);
         continue;
       }
       // This rank's own part, from `whole` in place: segment by segment (each at its global position).
       for (const Segment& s : layout.segments_of(rank_)) {
-        const Strided<T> own = whole_at(whole, N, s.global, h_own, dim);
-        const Strided<T> to{into.base + s.local * into.sj, into.sb, into.sj, into.sh};
-        place(Strided<const T>{own.base, own.sb, own.sj, own.sh}, to, s.length, h_own, dim, add);
+        const Operand<const T> own = dense_operand(whole.device(), N, h_own, dim).from_row(s.global);
+        place(own, into.from_row(s.local), s.length, h_own, dim, add);
       }
     }
     space_.fence();
@@ -165,11 +165,6 @@ class HeadExchange {
   }
 
  private:
-  template <class U>
-  static Strided<U> offset_heads(const Strided<U>& s, int first) {
-    return Strided<U>{s.base + first * s.sh, s.sb, s.sj, s.sh};
-  }
-
   // Offsets of the per-rank parts of an outgoing (gather) or incoming (scatter) buffer, dense
   // [B][n_own][heads[r].count][dim] each, this rank's own part empty; the last entry is the total.
   std::vector<std::int64_t> part_offsets(std::int64_t n_own, const std::vector<HeadRange>& heads, int dim) const {
@@ -179,16 +174,9 @@ class HeadExchange {
     return at;
   }
 
-  // Rows from global position j of a whole-sequence buffer [B][N][h][dim].
-  template <class T>
-  static Strided<T> whole_at(const Buffer<T>& whole, std::int64_t N, std::int64_t j, int h, int dim) {
-    const Strided<T> d = dense(whole.device(), N, h, dim);
-    return Strided<T>{d.base + j * d.sj, d.sb, d.sj, d.sh};
-  }
-
   // n rows of a part into dst: copied, or added (scatter's add: parts summed in rank order).
   template <class T>
-  void place(const Strided<const T>& part, const Strided<T>& into, std::int64_t n, int h, int dim, bool add) const {
+  void place(const Operand<const T>& part, const Operand<T>& into, std::int64_t n, int h, int dim, bool add) const {
     if (add) {
       // Sums are made in a computing type: 16-bit parts would be rounded twice.
       if constexpr (is_16bit_v<T>)

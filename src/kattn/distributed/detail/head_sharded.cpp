@@ -63,22 +63,16 @@ DistStats block_ring(const HybridGrid& grid, const ExecSpace& space, const Atten
     const std::int64_t values = std::int64_t(a.batch) * a.q_len * hq * D;
     const Floats q = take_buffer<float, Mem>(opt.workspace, space, "kattn::dist::hybrid::q_float", values),
                  o = take_buffer<float, Mem>(opt.workspace, space, "kattn::dist::hybrid::o_float", values);
-    const Strided<float> q_dense = dense(q.data(), a.q_len, hq, D), o_dense = dense(o.data(), a.q_len, hq, D);
-    copy_rows(space, Strided<const T>{a.q, a.q_stride_batch, a.q_stride_seq, a.q_stride_head}, 0, q_dense, a.batch,
-              a.q_len, hq, D);
+    const Operand<float> q_dense = dense_operand(q.data(), a.q_len, hq, D),
+                         o_dense = dense_operand(o.data(), a.q_len, hq, D);
+    copy_rows(space, a.q, 0, q_dense, a.batch, a.q_len, hq, D);
     // The block's dense problem with float queries and outputs.
     AttentionParams<float, float, T> f;
-    f.q = q.data(), f.q_stride_batch = q_dense.sb, f.q_stride_seq = q_dense.sj, f.q_stride_head = q_dense.sh;
-    f.o = o.data(), f.o_stride_batch = o_dense.sb, f.o_stride_seq = o_dense.sj, f.o_stride_head = o_dense.sh;
-    f.k = a.k, f.k_stride_batch = a.k_stride_batch, f.k_stride_seq = a.k_stride_seq, f.k_stride_head = a.k_stride_head;
-    f.v = a.v, f.v_stride_batch = a.v_stride_batch, f.v_stride_seq = a.v_stride_seq, f.v_stride_head = a.v_stride_head;
-    f.lse = a.lse, f.lse_stride_batch = a.lse_stride_batch, f.lse_stride_head = a.lse_stride_head;
-    f.lse_stride_seq = a.lse_stride_seq;
+    f.q = q_dense, f.o = o_dense, f.k = a.k, f.v = a.v, f.lse = a.lse;
     f.batch = a.batch, f.heads_q = hq, f.heads_kv = a.heads_kv, f.head_dim = D;
     f.q_len = a.q_len, f.kv_len = a.kv_len, f.q_total = a.q_total;
     const DistStats stats = ring_forward_impl(grid.ring(), space, f, opt, d, &latch);
-    copy_rows(space, Strided<const float>{o.data(), o_dense.sb, o_dense.sj, o_dense.sh}, 0,
-              Strided<T>{a.o, a.o_stride_batch, a.o_stride_seq, a.o_stride_head}, a.batch, a.q_len, hq, D);
+    copy_rows(space, Operand<const float>(o_dense), 0, a.o, a.batch, a.q_len, hq, D);
     space.fence();
     return stats;
   }
@@ -92,7 +86,7 @@ DistStats head_sharded_forward_impl(MPI_Comm comm, const ExecSpace& space, const
   const bool hybrid = d.scheme == Scheme::hybrid;
   std::vector<Agreed> fields =
       problem_fields(hybrid ? DistCall::hybrid_forward : DistCall::ulysses_forward, p, opt, d);
-  fields.push_back(Agreed::boolean("lse", "an LSE output", p.lse != nullptr));
+  fields.push_back(Agreed::boolean("lse", "an LSE output", p.lse.data != nullptr));
   return run_head_sharded<ExecSpace>(
       comm, hybrid ? "kattn::dist::hybrid" : "kattn::dist::ulysses", fields, p, opt, d, false,
       [&](const GlobalSplit& split, DistStats& stats, FailureLatch& latch) {

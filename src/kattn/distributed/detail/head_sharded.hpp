@@ -46,17 +46,10 @@ inline Options heads_of(const Options& opt, int first, int count) {
   return o;
 }
 
-// Dense whole-sequence addressing [B][N][heads][dim], starting at head `first`.
-struct WholeStrides {
-  std::int64_t batch, seq, head;
-  static WholeStrides of(std::int64_t N, int heads, int dim) {
-    return {N * heads * dim, std::int64_t(heads) * dim, std::int64_t(dim)};
-  }
-};
-
+// A dense whole-sequence buffer [B][N][heads][dim] from head `first` on.
 template <class U>
-Strided<const U> strided_in(const U* base, std::int64_t sb, std::int64_t sj, std::int64_t sh) {
-  return Strided<const U>{base, sb, sj, sh};
+Operand<U> whole_from_head(U* base, std::int64_t N, int heads, int dim, int first) {
+  return dense_operand(base ? base + std::int64_t(first) * dim : nullptr, N, heads, dim);
 }
 
 // Points a (forward) problem at whole-sequence buffers of this rank's heads for one block:
@@ -65,14 +58,9 @@ template <class T>
 AttentionParams<T> block_params(AttentionParams<T> a, const HeadSplit& hs, const HeadBlock& blk, std::int64_t Nq,
                                 std::int64_t Nk, const T* q, const T* k, const T* v, T* o, accumulate_t<T>* lse) {
   const int D = a.head_dim, hq = hs.q.count, hkv = hs.kv.count;
-  const WholeStrides sq = WholeStrides::of(Nq, hq, D), skv = WholeStrides::of(Nk, hkv, D),
-                     sl = WholeStrides::of(Nq, hq, 1);
-  a.q = q + blk.q.first * D, a.q_stride_batch = sq.batch, a.q_stride_seq = sq.seq, a.q_stride_head = sq.head;
-  a.o = o + blk.q.first * D, a.o_stride_batch = sq.batch, a.o_stride_seq = sq.seq, a.o_stride_head = sq.head;
-  a.k = k + blk.kv.first * D, a.k_stride_batch = skv.batch, a.k_stride_seq = skv.seq, a.k_stride_head = skv.head;
-  a.v = v + blk.kv.first * D, a.v_stride_batch = skv.batch, a.v_stride_seq = skv.seq, a.v_stride_head = skv.head;
-  a.lse = lse ? lse + blk.q.first : nullptr;
-  a.lse_stride_batch = sl.batch, a.lse_stride_seq = sl.seq, a.lse_stride_head = sl.head;
+  a.q = whole_from_head(q, Nq, hq, D, blk.q.first), a.o = whole_from_head(o, Nq, hq, D, blk.q.first);
+  a.k = whole_from_head(k, Nk, hkv, D, blk.kv.first), a.v = whole_from_head(v, Nk, hkv, D, blk.kv.first);
+  a.lse = whole_from_head(lse, Nq, hq, 1, blk.q.first);
   a.heads_q = blk.q.count, a.heads_kv = blk.kv.count;
   a.q_len = Nq, a.kv_len = Nk, a.q_total = std::int64_t(a.batch) * Nq;
   return a;
@@ -112,20 +100,15 @@ void head_sharded_forward(MPI_Comm comm, const ExecSpace& space, const Attention
   });
   HeadExchange<ExecSpace> ex(comm, space, p.batch, stats, latch, ws);
   // The three gathers in flight together.
-  auto pq = ex.post_gather(strided_in(p.q, p.q_stride_batch, p.q_stride_seq, p.q_stride_head), q_layout, qh, D,
-                           "kattn::dist::heads::q");
-  auto pk = ex.post_gather(strided_in(p.k, p.k_stride_batch, p.k_stride_seq, p.k_stride_head), kv_layout, kvh, D,
-                           "kattn::dist::heads::k");
-  auto pv = ex.post_gather(strided_in(p.v, p.v_stride_batch, p.v_stride_seq, p.v_stride_head), kv_layout, kvh, D,
-                           "kattn::dist::heads::v");
+  auto pq = ex.post_gather(p.q, q_layout, qh, D, "kattn::dist::heads::q");
+  auto pk = ex.post_gather(p.k, kv_layout, kvh, D, "kattn::dist::heads::k");
+  auto pv = ex.post_gather(p.v, kv_layout, kvh, D, "kattn::dist::heads::v");
   const Buffer q = ex.wait(pq), k = ex.wait(pk), v = ex.wait(pv);
   for (const HeadBlock& blk : hs.blocks)
     inner(block_params(p, hs, blk, Nq, Nk, q.device(), k.device(), v.device(), o.device(), lse.device()),
           hs.q.first + blk.q.first, stats);
-  ex.scatter(o, q_layout, qh, D, Strided<T>{p.o, p.o_stride_batch, p.o_stride_seq, p.o_stride_head}, false);
-  if (p.lse)
-    ex.scatter(lse, q_layout, qh, 1, Strided<Acc>{p.lse, p.lse_stride_batch, p.lse_stride_seq, p.lse_stride_head},
-               false);
+  ex.scatter(o, q_layout, qh, D, p.o, false);
+  if (p.lse) ex.scatter(lse, q_layout, qh, 1, p.lse, false);
 }
 
 // Backward: dq of this rank's query positions, dk and dv of its key positions (a KV head computed
@@ -179,18 +162,12 @@ void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const Backward
   });
   HeadExchange<ExecSpace> ex(comm, space, B, stats, latch, ws);
   // The six gathers in flight together.
-  auto pq = ex.post_gather(strided_in(f.q, f.q_stride_batch, f.q_stride_seq, f.q_stride_head), q_layout, qh, D,
-                           "kattn::dist::heads::q");
-  auto pk = ex.post_gather(strided_in(f.k, f.k_stride_batch, f.k_stride_seq, f.k_stride_head), kv_layout, kvh, D,
-                           "kattn::dist::heads::k");
-  auto pv = ex.post_gather(strided_in(f.v, f.v_stride_batch, f.v_stride_seq, f.v_stride_head), kv_layout, kvh, D,
-                           "kattn::dist::heads::v");
-  auto po = ex.post_gather(strided_in<T>(f.o, f.o_stride_batch, f.o_stride_seq, f.o_stride_head), q_layout, qh, D,
-                           "kattn::dist::heads::o");
-  auto pl = ex.post_gather(strided_in<Acc>(f.lse, f.lse_stride_batch, f.lse_stride_seq, f.lse_stride_head), q_layout,
-                           qh, 1, "kattn::dist::heads::lse");
-  auto pd = ex.post_gather(strided_in(p.dout, p.do_stride_batch, p.do_stride_seq, p.do_stride_head), q_layout, qh, D,
-                           "kattn::dist::heads::dout");
+  auto pq = ex.post_gather(f.q, q_layout, qh, D, "kattn::dist::heads::q");
+  auto pk = ex.post_gather(f.k, kv_layout, kvh, D, "kattn::dist::heads::k");
+  auto pv = ex.post_gather(f.v, kv_layout, kvh, D, "kattn::dist::heads::v");
+  auto po = ex.post_gather(Operand<const T>(f.o), q_layout, qh, D, "kattn::dist::heads::o");
+  auto pl = ex.post_gather(Operand<const Acc>(f.lse), q_layout, qh, 1, "kattn::dist::heads::lse");
+  auto pd = ex.post_gather(p.dout, q_layout, qh, D, "kattn::dist::heads::dout");
   const Buffer q = ex.wait(pq), k = ex.wait(pk), v = ex.wait(pv), o = ex.wait(po), dout = ex.wait(pd);
   const AccBuffer lse = ex.wait(pl);
   // The wholes in Acc: as received, or widened.
@@ -198,7 +175,8 @@ void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const Backward
   Acc* o_acc;  // read only (AttentionParams holds o as written)
   if constexpr (widened) {
     const auto widen_whole = [&](const T* from, std::int64_t at, std::int64_t N, int heads) {
-      copy_rows(space, dense<const T>(from, N, heads, D), 0, dense(wide.data() + at, N, heads, D), B, N, heads, D);
+      copy_rows(space, dense_operand(from, N, heads, D), 0, dense_operand(wide.data() + at, N, heads, D), B, N, heads,
+                D);
       return wide.data() + at;
     };
     q_acc = widen_whole(q.device(), 0, Nq, hs.q.count);
@@ -212,29 +190,22 @@ void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const Backward
   }
   AttentionParams<Acc> shape;  // what block_params does not set
   shape.batch = B, shape.head_dim = D;
-  const WholeStrides sq = WholeStrides::of(Nq, hs.q.count, D), skv = WholeStrides::of(Nk, hs.kv.count, D);
+  const int hq = hs.q.count, hkv = hs.kv.count;
   for (const HeadBlock& blk : hs.blocks) {
     BackwardParams<Acc> b;
     b.fwd = block_params(shape, hs, blk, Nq, Nk, q_acc, k_acc, v_acc, o_acc, lse.device());
-    b.dout = do_acc + blk.q.first * D;
-    b.do_stride_batch = sq.batch, b.do_stride_seq = sq.seq, b.do_stride_head = sq.head;
-    b.dq = dq.device() + blk.q.first * D;
-    b.dq_stride_batch = sq.batch, b.dq_stride_seq = sq.seq, b.dq_stride_head = sq.head;
-    b.dk = dk.device() + blk.kv.first * D;
-    b.dv = dv.device() + blk.kv.first * D;
-    b.dk_stride_batch = b.dv_stride_batch = skv.batch;
-    b.dk_stride_seq = b.dv_stride_seq = skv.seq;
-    b.dk_stride_head = b.dv_stride_head = skv.head;
+    b.dout = whole_from_head(do_acc, Nq, hq, D, blk.q.first);
+    b.dq = whole_from_head(dq.device(), Nq, hq, D, blk.q.first);
+    b.dk = whole_from_head(dk.device(), Nk, hkv, D, blk.kv.first);
+    b.dv = whole_from_head(dv.device(), Nk, hkv, D, blk.kv.first);
     inner(b, hs.q.first + blk.q.first, stats);
   }
-  const Strided<T> dq_out{p.dq, p.dq_stride_batch, p.dq_stride_seq, p.dq_stride_head},
-      dk_out{p.dk, p.dk_stride_batch, p.dk_stride_seq, p.dk_stride_head},
-      dv_out{p.dv, p.dv_stride_batch, p.dv_stride_seq, p.dv_stride_head};
+  const Operand<T> dq_out = p.dq, dk_out = p.dk, dv_out = p.dv;
   if constexpr (widened) {
     // Rounded once into the gathers' 16-bit buffers (free now), and sent in 16 bits.
     const auto round_whole = [&](const AccBuffer& from, const Buffer& into, std::int64_t N, int heads) {
-      copy_rows(space, dense<const Acc>(from.device(), N, heads, D), 0, dense(into.device(), N, heads, D), B, N, heads,
-                D);
+      copy_rows(space, Operand<const Acc>(dense_operand(from.device(), N, heads, D)), 0,
+                dense_operand(into.device(), N, heads, D), B, N, heads, D);
       space.fence();
       return into;
     };
@@ -245,14 +216,12 @@ void head_sharded_backward(MPI_Comm comm, const ExecSpace& space, const Backward
     } else {
       // Parts summed in Acc at their destination, then rounded once.
       const std::int64_t kv_out = std::int64_t(B) * nk * f.heads_kv * D;
-      const Strided<Acc> dk_sum = dense(sums.data(), nk, f.heads_kv, D),
-                         dv_sum = dense(sums.data() + kv_out, nk, f.heads_kv, D);
+      const Operand<Acc> dk_sum = dense_operand(sums.data(), nk, f.heads_kv, D),
+                         dv_sum = dense_operand(sums.data() + kv_out, nk, f.heads_kv, D);
       ex.scatter(dk, kv_layout, kvh, D, dk_sum, true);
       ex.scatter(dv, kv_layout, kvh, D, dv_sum, true);
-      copy_rows(space, Strided<const Acc>{dk_sum.base, dk_sum.sb, dk_sum.sj, dk_sum.sh}, 0, dk_out, B, nk, f.heads_kv,
-                D);
-      copy_rows(space, Strided<const Acc>{dv_sum.base, dv_sum.sb, dv_sum.sj, dv_sum.sh}, 0, dv_out, B, nk, f.heads_kv,
-                D);
+      copy_rows(space, Operand<const Acc>(dk_sum), 0, dk_out, B, nk, f.heads_kv, D);
+      copy_rows(space, Operand<const Acc>(dv_sum), 0, dv_out, B, nk, f.heads_kv, D);
       space.fence();
     }
   } else {

@@ -12,18 +12,11 @@ namespace dist {
 namespace detail {
 
 using ::kattn::detail::for_each_head_of_row;
-using ::kattn::detail::Strided;
 
 template <class ExecSpace, class From, class To>
-void copy_rows(const ExecSpace& space, Strided<const From> src, std::int64_t j0, Strided<To> dst, int batch,
+void copy_rows(const ExecSpace& space, Operand<const From> src, std::int64_t j0, Operand<To> dst, int batch,
                std::int64_t n, int heads, int dim) {
   kattn::detail::copy_rows(space, src, j0, dst, batch, n, heads, dim, "kattn::dist::copy_rows");
-}
-
-// Dense [B][n][H][D] addressing of a flat buffer.
-template <class T>
-KOKKOS_INLINE_FUNCTION Strided<T> dense(T* base, std::int64_t n, int H, int D) {
-  return Strided<T>{base, n * H * D, std::int64_t(H) * D, D};
 }
 
 // dst(b, j0 + j, h, :) += src(b, j, h, :) for j in [0, n); with `zero`, dst(b, j0 + j, h, :) = 0
@@ -31,8 +24,8 @@ KOKKOS_INLINE_FUNCTION Strided<T> dense(T* base, std::int64_t n, int H, int D) {
 template <class ExecSpace, class T>
 struct AddRows {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  Strided<const T> src;
-  Strided<T> dst;
+  Operand<const T> src;
+  Operand<T> dst;
   std::int64_t j0 = 0, n = 0;
   int heads = 0, dim = 0;
   bool zero = false;
@@ -50,7 +43,7 @@ struct AddRows {
 };
 
 template <class ExecSpace, class T>
-void add_rows(const ExecSpace& space, Strided<const T> src, Strided<T> dst, std::int64_t j0, int batch, std::int64_t n,
+void add_rows(const ExecSpace& space, Operand<const T> src, Operand<T> dst, std::int64_t j0, int batch, std::int64_t n,
               int heads, int dim) {
   if (batch == 0 || n == 0 || heads == 0) return;
   AddRows<ExecSpace, T> f{src, dst, j0, n, heads, dim, false};
@@ -59,9 +52,9 @@ void add_rows(const ExecSpace& space, Strided<const T> src, Strided<T> dst, std:
 }
 
 template <class ExecSpace, class T>
-void zero_rows(const ExecSpace& space, Strided<T> dst, int batch, std::int64_t n, int heads, int dim) {
+void zero_rows(const ExecSpace& space, Operand<T> dst, int batch, std::int64_t n, int heads, int dim) {
   if (batch == 0 || n == 0 || heads == 0) return;
-  AddRows<ExecSpace, T> f{Strided<const T>{}, dst, 0, n, heads, dim, true};
+  AddRows<ExecSpace, T> f{Operand<const T>{}, dst, 0, n, heads, dim, true};
   Kokkos::parallel_for("kattn::dist::zero_rows",
                        Kokkos::TeamPolicy<ExecSpace>(space, static_cast<int>(batch * n), Kokkos::AUTO), f);
 }

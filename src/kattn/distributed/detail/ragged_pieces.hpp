@@ -359,8 +359,8 @@ std::vector<RingStep> ring_plan(const Options& opt, const GlobalSplit& s, int ra
 template <class ExecSpace, class Src, class Dst>
 struct PermuteRows {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  Strided<const Src> src;
-  Strided<Dst> dst;
+  Operand<const Src> src;
+  Operand<Dst> dst;
   const std::int64_t* rows = nullptr;
   bool scatter = false;
   int heads = 0, dim = 0;
@@ -377,7 +377,7 @@ struct PermuteRows {
 };
 
 template <class ExecSpace, class Src, class Dst, class Rows>
-void permute_rows(const ExecSpace& space, const Rows& rows, bool scatter, Strided<const Src> src, Strided<Dst> dst,
+void permute_rows(const ExecSpace& space, const Rows& rows, bool scatter, Operand<const Src> src, Operand<Dst> dst,
                   int heads, int dim) {
   if (rows.extent(0) == 0 || heads == 0 || dim == 0) return;
   Kokkos::parallel_for("kattn::dist::ragged::permute_rows",
@@ -385,20 +385,19 @@ void permute_rows(const ExecSpace& space, const Rows& rows, bool scatter, Stride
                        PermuteRows<ExecSpace, Src, Dst>{src, dst, rows.data(), scatter, heads, dim});
 }
 
-// The caller's rows (row stride sj, head stride sh) into the dense piece-major array `dense`.
+// The caller's rows (a ragged operand: no batch axis) into the dense piece-major array `dense`.
 template <class ExecSpace, class Src, class Dst, class Rows>
-void to_piece_major(const ExecSpace& space, const Rows& rows, const Src* caller, std::int64_t sj, std::int64_t sh,
-                    Dst* dense, int heads, int dim) {
-  permute_rows(space, rows, false, Strided<const Src>{caller, 0, sj, sh},
-               Strided<Dst>{dense, 0, std::int64_t(heads) * dim, dim}, heads, dim);
+void to_piece_major(const ExecSpace& space, const Rows& rows, const Operand<Src>& caller, Dst* dense, int heads,
+                    int dim) {
+  permute_rows(space, rows, false, Operand<const std::remove_const_t<Src>>(caller), dense_operand(dense, 0, heads, dim),
+               heads, dim);
 }
 
 // And back.
 template <class ExecSpace, class Src, class Dst, class Rows>
-void from_piece_major(const ExecSpace& space, const Rows& rows, const Src* dense, Dst* caller, std::int64_t sj,
-                      std::int64_t sh, int heads, int dim) {
-  permute_rows(space, rows, true, Strided<const Src>{dense, 0, std::int64_t(heads) * dim, dim},
-               Strided<Dst>{caller, 0, sj, sh}, heads, dim);
+void from_piece_major(const ExecSpace& space, const Rows& rows, const Src* dense, const Operand<Dst>& caller, int heads,
+                      int dim) {
+  permute_rows(space, rows, true, dense_operand(dense, 0, heads, dim), caller, heads, dim);
 }
 
 // A flat array of n values for a piece-major copy (inside the caller's collective memory check).
@@ -420,16 +419,9 @@ AttentionParams<T, T, KV> piece_major_params(const Params& p, std::int64_t nq, s
   pm.heads_q = H, pm.heads_kv = Hkv, pm.head_dim = D;
   pm.q_len = pm.q_total = nq;
   pm.kv_len = nk;
-  pm.q = q, pm.o = o;
-  pm.q_stride_batch = pm.o_stride_batch = nq * H * D;
-  pm.q_stride_seq = pm.o_stride_seq = std::int64_t(H) * D;
-  pm.q_stride_head = pm.o_stride_head = D;
-  pm.k = k, pm.v = v;
-  pm.k_stride_batch = pm.v_stride_batch = nk * Hkv * D;
-  pm.k_stride_seq = pm.v_stride_seq = std::int64_t(Hkv) * D;
-  pm.k_stride_head = pm.v_stride_head = D;
-  pm.lse = lse;
-  pm.lse_stride_batch = nq * H, pm.lse_stride_seq = H, pm.lse_stride_head = 1;
+  pm.q = dense_operand(q, nq, H, D), pm.o = dense_operand(o, nq, H, D);
+  pm.k = dense_operand(k, nk, Hkv, D), pm.v = dense_operand(v, nk, Hkv, D);
+  pm.lse = dense_operand(lse, nq, H, 1);
   return pm;
 }
 

@@ -96,7 +96,7 @@ DistStats for_each_sequence(MPI_Comm comm, const RaggedSequences& seqs, const Di
   return stats;
 }
 
-// n rows of heads x dim values of the caller's (row stride sj, head stride sh) as the ring reads or
+// n rows of heads x dim values of the caller's (a ragged operand) as the ring reads or
 // writes them in T: the caller's own rows when stored in T, else a dense float copy, widened from
 // the caller's by load() and rounded back once by store(). S: the caller's type, const for inputs.
 template <class T, class S, class ExecSpace>
@@ -107,35 +107,33 @@ class RowsAs {
 
   RowsAs() = default;
   // Allocates the copy (inside the caller's collective memory check) without filling it.
-  RowsAs(Workspace* ws, const ExecSpace& space, const char* label, S* caller, std::int64_t sj, std::int64_t sh,
-         std::int64_t n, int heads, int dim)
-      : caller_{caller, 0, sj, sh}, n_(n), heads_(heads), dim_(dim) {
+  RowsAs(Workspace* ws, const ExecSpace& space, const char* label, const Operand<S>& caller, std::int64_t n, int heads,
+         int dim)
+      : caller_(caller), n_(n), heads_(heads), dim_(dim) {
     if constexpr (copies) {
       copy_ = take_buffer<T, typename ExecSpace::memory_space>(ws, space, label, n * heads * dim);
-      const Strided<T> rows = dense(copy_.data(), n, heads, dim);
-      rows_ = Strided<Value>{rows.base, 0, rows.sj, rows.sh};
+      rows_ = dense_operand(copy_.data(), 0, heads, dim);
     } else {
-      rows_ = Strided<Value>{caller, 0, sj, sh};
+      rows_ = caller;
     }
   }
 
   void load(const ExecSpace& space) const {
     if constexpr (copies)
-      copy_rows(space, Strided<const std::remove_const_t<S>>{caller_.base, 0, caller_.sj, caller_.sh}, 0,
-                Strided<T>{copy_.data(), 0, rows_.sj, rows_.sh}, 1, n_, heads_, dim_);
+      copy_rows(space, Operand<const std::remove_const_t<S>>(caller_), 0, dense_operand(copy_.data(), 0, heads_, dim_),
+                1, n_, heads_, dim_);
   }
   void store(const ExecSpace& space) const {
     if constexpr (copies)
-      copy_rows(space, Strided<const T>{copy_.data(), 0, rows_.sj, rows_.sh}, 0, caller_, 1, n_, heads_, dim_);
+      copy_rows(space, dense_operand<const T>(copy_.data(), 0, heads_, dim_), 0, caller_, 1, n_, heads_, dim_);
   }
 
-  Value* row(std::int64_t i) const { return rows_.base + i * rows_.sj; }
-  std::int64_t row_stride() const { return rows_.sj; }
-  std::int64_t head_stride() const { return rows_.sh; }
+  // The rows from row i on.
+  Operand<Value> from_row(std::int64_t i) const { return rows_.from_row(i); }
 
  private:
-  Strided<S> caller_;
-  Strided<Value> rows_;
+  Operand<S> caller_;
+  Operand<Value> rows_;
   Kokkos::View<T*, typename ExecSpace::memory_space> copy_;
   std::int64_t n_ = 0;
   int heads_ = 0, dim_ = 0;
@@ -145,19 +143,16 @@ class RowsAs {
 // (KV) and lse the caller's. P: the caller's ragged params (their k, v, lse and strides).
 template <class T, class KV, class Q, class O, class Params>
 AttentionParams<T, T, KV> sequence_params(const Params& p, const RaggedSequences& s, int b, const Q& q, const O& o,
-                                          const KV* k, const KV* v) {
+                                          const Operand<const KV>& k, const Operand<const KV>& v) {
   const std::int64_t q0 = s.q_local[b], k0 = s.kv_local[b];
   AttentionParams<T, T, KV> a;
   a.batch = 1;
   a.heads_q = p.heads_q, a.heads_kv = p.heads_kv, a.head_dim = p.head_dim;
   a.q_len = a.q_total = s.q_local[b + 1] - q0;
   a.kv_len = s.kv_local[b + 1] - k0;
-  a.q = q.row(q0), a.q_stride_seq = q.row_stride(), a.q_stride_head = q.head_stride();
-  a.o = o.row(q0), a.o_stride_seq = o.row_stride(), a.o_stride_head = o.head_stride();
-  a.k = k ? k + k0 * p.k_stride_seq : nullptr, a.k_stride_seq = p.k_stride_seq, a.k_stride_head = p.k_stride_head;
-  a.v = v ? v + k0 * p.v_stride_seq : nullptr, a.v_stride_seq = p.v_stride_seq, a.v_stride_head = p.v_stride_head;
-  if (p.lse) a.lse = p.lse + q0 * p.lse_stride_seq;
-  a.lse_stride_seq = p.lse_stride_seq, a.lse_stride_head = p.lse_stride_head;
+  a.q = q.from_row(q0), a.o = o.from_row(q0);
+  a.k = k ? k.from_row(k0) : k, a.v = v ? v.from_row(k0) : v;
+  a.lse = p.lse ? p.lse.from_row(q0) : p.lse;
   return a;
 }
 
@@ -180,10 +175,8 @@ DistStats forward_each_sequence(MPI_Comm comm, const ExecSpace& space, const Att
   collective_check(comm, [&] {
     if (RowsAs<T, S, ExecSpace>::copies)
       require_buffers<typename ExecSpace::memory_space>(opt.workspace, call, 2 * std::uint64_t(nq) * H * D, sizeof(T));
-    q = RowsAs<T, const S, ExecSpace>(opt.workspace, space, "kattn::dist::ragged::q", p.q, p.q_stride_seq,
-                                      p.q_stride_head, nq, H, D);
-    o = RowsAs<T, S, ExecSpace>(opt.workspace, space, "kattn::dist::ragged::o", p.o, p.o_stride_seq, p.o_stride_head,
-                                nq, H, D);
+    q = RowsAs<T, const S, ExecSpace>(opt.workspace, space, "kattn::dist::ragged::q", p.q, nq, H, D);
+    o = RowsAs<T, S, ExecSpace>(opt.workspace, space, "kattn::dist::ragged::o", p.o, nq, H, D);
   });
   q.load(space);
   DistStats stats = for_each_sequence<typename ExecSpace::memory_space>(
@@ -219,12 +212,12 @@ DistStats backward_each_sequence(MPI_Comm comm, const ExecSpace& space, const Ba
     if (Out::copies)
       require_buffers<typename ExecSpace::memory_space>(
           opt.workspace, call, 4 * std::uint64_t(nq) * H * D + 2 * std::uint64_t(nk) * Hkv * D, sizeof(T));
-    q = In(opt.workspace, space, "kattn::dist::ragged::q", f.q, f.q_stride_seq, f.q_stride_head, nq, H, D);
-    o = Out(opt.workspace, space, "kattn::dist::ragged::o", f.o, f.o_stride_seq, f.o_stride_head, nq, H, D);
-    dout = In(opt.workspace, space, "kattn::dist::ragged::dout", p.dout, p.do_stride_seq, p.do_stride_head, nq, H, D);
-    dq = Out(opt.workspace, space, "kattn::dist::ragged::dq", p.dq, p.dq_stride_seq, p.dq_stride_head, nq, H, D);
-    dk = Out(opt.workspace, space, "kattn::dist::ragged::dk", p.dk, p.dk_stride_seq, p.dk_stride_head, nk, Hkv, D);
-    dv = Out(opt.workspace, space, "kattn::dist::ragged::dv", p.dv, p.dv_stride_seq, p.dv_stride_head, nk, Hkv, D);
+    q = In(opt.workspace, space, "kattn::dist::ragged::q", f.q, nq, H, D);
+    o = Out(opt.workspace, space, "kattn::dist::ragged::o", f.o, nq, H, D);
+    dout = In(opt.workspace, space, "kattn::dist::ragged::dout", p.dout, nq, H, D);
+    dq = Out(opt.workspace, space, "kattn::dist::ragged::dq", p.dq, nq, H, D);
+    dk = Out(opt.workspace, space, "kattn::dist::ragged::dk", p.dk, nk, Hkv, D);
+    dv = Out(opt.workspace, space, "kattn::dist::ragged::dv", p.dv, nk, Hkv, D);
   });
   q.load(space), o.load(space), dout.load(space);
   DistStats stats = for_each_sequence<typename ExecSpace::memory_space>(
@@ -232,18 +225,15 @@ DistStats backward_each_sequence(MPI_Comm comm, const ExecSpace& space, const Ba
         const std::int64_t q0 = seqs.q_local[b], k0 = seqs.kv_local[b];
         if (seqs.Nq[b] == 0) {  // keys no query sees: zero gradients
           for (const Out* g : {&dk, &dv})
-            zero_rows(space, Strided<T>{g->row(k0), 0, g->row_stride(), g->head_stride()}, 1, seqs.kv_local[b + 1] - k0,
-                      Hkv, D);
+            zero_rows(space, g->from_row(k0), 1, seqs.kv_local[b + 1] - k0, Hkv, D);
           return DistStats();
         }
         BackwardParams<T> a;
         // K and V go to the scheme as stored (the float params' are strides only).
-        a.fwd = sequence_params<T>(f, seqs, b, q, o, static_cast<const T*>(nullptr), static_cast<const T*>(nullptr));
-        a.dout = dout.row(q0), a.do_stride_seq = dout.row_stride(), a.do_stride_head = dout.head_stride();
-        a.dq = dq.row(q0), a.dq_stride_seq = dq.row_stride(), a.dq_stride_head = dq.head_stride();
-        a.dk = dk.row(k0), a.dk_stride_seq = dk.row_stride(), a.dk_stride_head = dk.head_stride();
-        a.dv = dv.row(k0), a.dv_stride_seq = dv.row_stride(), a.dv_stride_head = dv.head_stride();
-        return backward(a, f.k + k0 * f.k_stride_seq, f.v + k0 * f.v_stride_seq, each, &latch);
+        a.fwd =
+            sequence_params<T>(f, seqs, b, q, o, same_layout<const T>(nullptr, f.k), same_layout<const T>(nullptr, f.v));
+        a.dout = dout.from_row(q0), a.dq = dq.from_row(q0), a.dk = dk.from_row(k0), a.dv = dv.from_row(k0);
+        return backward(a, f.k.from_row(k0).data, f.v.from_row(k0).data, each, &latch);
       });
   dq.store(space), dk.store(space), dv.store(space);
   space.fence();

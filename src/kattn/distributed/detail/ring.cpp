@@ -75,7 +75,6 @@ class RingRunner {
       run_ring();
     FinishRows<ExecSpace, T> fin{acc_};
     fin.lse = p_.lse;
-    fin.l_b = p_.lse_stride_batch, fin.l_i = p_.lse_stride_seq, fin.l_h = p_.lse_stride_head;
     launch_rows(space_, "kattn::dist::ring::finish", fin);
     space_.fence();
     stats_.seconds = now() - t0;
@@ -90,10 +89,8 @@ class RingRunner {
   void pack_own(const Buffer& k, const Buffer& v) {
     const int Hkv = p_.heads_kv, D = p_.head_dim;
     const std::int64_t n = p_.kv_len;
-    copy_rows(space_, Strided<const KV>{p_.k, p_.k_stride_batch, p_.k_stride_seq, p_.k_stride_head}, 0,
-              dense(k.device(), n, Hkv, D), p_.batch, n, Hkv, D);
-    copy_rows(space_, Strided<const KV>{p_.v, p_.v_stride_batch, p_.v_stride_seq, p_.v_stride_head}, 0,
-              dense(v.device(), n, Hkv, D), p_.batch, n, Hkv, D);
+    copy_rows(space_, p_.k, 0, dense_operand(k.device(), n, Hkv, D), p_.batch, n, Hkv, D);
+    copy_rows(space_, p_.v, 0, dense_operand(v.device(), n, Hkv, D), p_.batch, n, Hkv, D);
   }
 
   // Keys of one piece (needed_keys) as this rank holds them: in a dense K/V buffer of `held`
@@ -112,20 +109,15 @@ class RingRunner {
     const PiecePair pp = shard_pair(opt_, s_, qg, nq, ks.global, ks.length, ragged_);
     if (pp.runs.empty()) return;
     AttentionParams<T, T, KV> q = p_;
-    q.q = p_.q + qi * p_.q_stride_seq;
+    q.q = p_.q.from_row(qi);
     q.q_len = nq;
     q.q_total = std::int64_t(p_.batch) * nq;
-    q.k = h.k + h.at * Hkv * D;
-    q.v = h.v + h.at * Hkv * D;
-    q.k_stride_batch = q.v_stride_batch = h.held * Hkv * D;
-    q.k_stride_seq = q.v_stride_seq = std::int64_t(Hkv) * D;
-    q.k_stride_head = q.v_stride_head = D;
+    q.k = dense_operand(h.k, h.held, Hkv, D).from_row(h.at);
+    q.v = dense_operand(h.v, h.held, Hkv, D).from_row(h.at);
     q.kv_len = ks.length;
     ensure_workspace(nq);
-    q.o = ws_o_.data();
-    q.o_stride_batch = nq * H * D, q.o_stride_seq = std::int64_t(H) * D, q.o_stride_head = D;
-    q.lse = ws_lse_.data();
-    q.lse_stride_batch = nq * H, q.lse_stride_head = 1, q.lse_stride_seq = H;
+    q.o = dense_operand(ws_o_.data(), nq, H, D);
+    q.lse = dense_operand(ws_lse_.data(), nq, H, 1);
     stats_.flops += 4.0 * D * pp.pairs * p_.batch * H;
     if (!pp.covers_all) clear_partials(nq);
     for (const PieceRun& r : pp.runs) {
@@ -152,12 +144,7 @@ class RingRunner {
     const int H = p_.heads_q;
     ml_ =
         take_buffer<T, Mem>(opt_.workspace, space_, "kattn::dist::ring::ml", 2 * std::size_t(p_.batch) * p_.q_len * H);
-    acc_.o = p_.o;
-    acc_.o_b = p_.o_stride_batch, acc_.o_i = p_.o_stride_seq, acc_.o_h = p_.o_stride_head;
-    acc_.m = ml_.data();
-    acc_.l = ml_.data() + std::size_t(p_.batch) * p_.q_len * H;
-    acc_.s_b = p_.q_len * H, acc_.s_i = H, acc_.s_h = 1;
-    acc_.batch = p_.batch, acc_.heads = H, acc_.head_dim = p_.head_dim, acc_.q_len = p_.q_len;
+    acc_ = accumulator(p_.o, ml_.data(), p_.batch, p_.q_len, H, p_.head_dim);
   }
 
   // Query rows per launch of the ring: a ragged pair is one call over every sequence's part.
@@ -414,17 +401,14 @@ class RingRunner {
                                       ks.global + j0, nq, kv_len);
     stats_.flops += 4.0 * D * double(KeyWindow::from(o).visible_pairs(nq, kv_len)) * p_.batch * H;
     AttentionParams<T, T, KV> q = p_;
-    q.q = p_.q + qi * p_.q_stride_seq;
+    q.q = p_.q.from_row(qi);
     q.q_len = nq;
     q.q_total = std::int64_t(p_.batch) * nq;
-    q.k = h.k + (h.at + j0) * Hkv * D;
-    q.v = h.v + (h.at + j0) * Hkv * D;
-    q.k_stride_batch = q.v_stride_batch = h.held * Hkv * D;
-    q.k_stride_seq = q.v_stride_seq = std::int64_t(Hkv) * D;
-    q.k_stride_head = q.v_stride_head = D;
+    q.k = dense_operand(h.k, h.held, Hkv, D).from_row(h.at + j0);
+    q.v = dense_operand(h.v, h.held, Hkv, D).from_row(h.at + j0);
     q.kv_len = kv_len;
-    q.o = nullptr;
-    q.lse = nullptr;
+    q.o = {};
+    q.lse = {};
     ensure_workspace(nq);
     chunk_partials(space_, q, o, 1, kv_len, ws_o_.data(), ws_lse_.data());
     launch_rows(space_, "kattn::dist::ring::fold_chunks",
@@ -503,17 +487,17 @@ DistStats ring_ragged_forward_impl(MPI_Comm comm, const ExecSpace& space, const 
     v = piece_major_array<S>(opt.workspace, space, "kattn::dist::ragged::v", kv_elems);
     lse = piece_major_array<T>(opt.workspace, space, "kattn::dist::ragged::lse", std::uint64_t(nq) * H);
   });
-  to_piece_major(space, rp.q_rows, p.q, p.q_stride_seq, p.q_stride_head, q.data(), H, D);
-  to_piece_major(space, rp.kv_rows, p.k, p.k_stride_seq, p.k_stride_head, k.data(), Hkv, D);
-  to_piece_major(space, rp.kv_rows, p.v, p.v_stride_seq, p.v_stride_head, v.data(), Hkv, D);
+  to_piece_major(space, rp.q_rows, p.q, q.data(), H, D);
+  to_piece_major(space, rp.kv_rows, p.k, k.data(), Hkv, D);
+  to_piece_major(space, rp.kv_rows, p.v, v.data(), Hkv, D);
   const AttentionParams<T, T, S> pm =
       piece_major_params(p, nq, nk, q.data(), k.data(), v.data(), o.data(), p.lse ? lse.data() : nullptr);
   FailureLatch latch(comm);
   RingRunner<ExecSpace, T, S> runner(comm, space, pm, opt, d, rp.split, latch, &rp);
   const DistStats stats = runner.run();
   latch.settle();
-  from_piece_major(space, rp.q_rows, o.data(), p.o, p.o_stride_seq, p.o_stride_head, H, D);
-  if (p.lse) from_piece_major(space, rp.q_rows, lse.data(), p.lse, p.lse_stride_seq, p.lse_stride_head, H, 1);
+  from_piece_major(space, rp.q_rows, o.data(), p.o, H, D);
+  if (p.lse) from_piece_major(space, rp.q_rows, lse.data(), p.lse, H, 1);
   space.fence();
   return stats;
 }

@@ -61,10 +61,9 @@ class BackwardRunner {
   DistStats run() {
     const double t0 = now();
     const AttentionParams<T>& f = p_.fwd;
-    zero_rows(space_, Strided<T>{p_.dq, p_.dq_stride_batch, p_.dq_stride_seq, p_.dq_stride_head}, f.batch, f.q_len,
-              f.heads_q, f.head_dim);
-    zero_rows(space_, dk_out(), f.batch, f.kv_len, f.heads_kv, f.head_dim);
-    zero_rows(space_, dv_out(), f.batch, f.kv_len, f.heads_kv, f.head_dim);
+    zero_rows(space_, p_.dq, f.batch, f.q_len, f.heads_q, f.head_dim);
+    zero_rows(space_, p_.dk, f.batch, f.kv_len, f.heads_kv, f.head_dim);
+    zero_rows(space_, p_.dv, f.batch, f.kv_len, f.heads_kv, f.head_dim);
     kattn::detail::zero_bias_gradient(space_, bopt_.dbias);  // each block writes its own part
     if (d_.deterministic)
       run_tour();
@@ -79,9 +78,7 @@ class BackwardRunner {
   const AttentionParams<T>& f() const { return p_.fwd; }
   std::int64_t kv_row() const { return std::int64_t(f().heads_kv) * f().head_dim; }  // values per K/V position
   std::int64_t kv_elems(std::int64_t n) const { return std::int64_t(f().batch) * n * f().heads_kv * f().head_dim; }
-  Strided<T> dk_out() const { return Strided<T>{p_.dk, p_.dk_stride_batch, p_.dk_stride_seq, p_.dk_stride_head}; }
-  Strided<T> dv_out() const { return Strided<T>{p_.dv, p_.dv_stride_batch, p_.dv_stride_seq, p_.dv_stride_head}; }
-  Strided<T> dense_kv(T* base, std::int64_t n) const { return dense(base, n, f().heads_kv, f().head_dim); }
+  Operand<T> dense_kv(T* base, std::int64_t n) const { return dense_operand(base, n, f().heads_kv, f().head_dim); }
 
   Buffer buffer(const char* label, std::int64_t n) const {
     return Buffer(opt_.workspace, label, kv_elems(n), stats_.staged);
@@ -92,19 +89,17 @@ class BackwardRunner {
 
   void pack_local(std::int64_t j0, std::int64_t n, const KVBuffer& k, const KVBuffer& v) {
     const int Hkv = f().heads_kv, D = f().head_dim;
-    copy_rows(space_, Strided<const KV>{k_, f().k_stride_batch, f().k_stride_seq, f().k_stride_head}, j0,
-              dense(k.device(), n, Hkv, D), f().batch, n, Hkv, D);
-    copy_rows(space_, Strided<const KV>{v_, f().v_stride_batch, f().v_stride_seq, f().v_stride_head}, j0,
-              dense(v.device(), n, Hkv, D), f().batch, n, Hkv, D);
+    copy_rows(space_, same_layout(k_, f().k), j0, dense_operand(k.device(), n, Hkv, D), f().batch, n, Hkv, D);
+    copy_rows(space_, same_layout(v_, f().v), j0, dense_operand(v.device(), n, Hkv, D), f().batch, n, Hkv, D);
   }
 
   // This rank's query rows from local row qi on, as a block reads them.
   BackwardParams<T> rows_at(std::int64_t qi) const {
     BackwardParams<T> b = p_;
-    b.fwd.q = f().q + qi * f().q_stride_seq;
-    b.fwd.o = f().o + qi * f().o_stride_seq;
-    b.fwd.lse = f().lse + qi * f().lse_stride_seq;
-    b.dout = p_.dout + qi * p_.do_stride_seq;
+    b.fwd.q = f().q.from_row(qi);
+    b.fwd.o = f().o.from_row(qi);
+    b.fwd.lse = f().lse.from_row(qi);
+    b.dout = p_.dout.from_row(qi);
     return b;
   }
 
@@ -118,14 +113,13 @@ class BackwardRunner {
 
   // dq rows [qi, qi + nq) += the pair's dq.
   void add_dq(std::int64_t qi, std::int64_t nq) {
-    blocks_.add_dq(Strided<T>{p_.dq, p_.dq_stride_batch, p_.dq_stride_seq, p_.dq_stride_head}, qi, nq);
+    blocks_.add_dq(p_.dq, qi, nq);
   }
   // The caller's dk, dv rows [j0, j0 + n) += rows [from, from + n) of dk, dv.
-  void add_to_outputs(const Strided<T>& dk, const Strided<T>& dv, std::int64_t from, std::int64_t j0, std::int64_t n) {
+  void add_to_outputs(const Operand<T>& dk, const Operand<T>& dv, std::int64_t from, std::int64_t j0, std::int64_t n) {
     const int Hkv = f().heads_kv, D = f().head_dim;
-    const auto src = [&](const Strided<T>& a) { return Strided<const T>{a.base + from * a.sj, a.sb, a.sj, a.sh}; };
-    add_rows(space_, src(dk), dk_out(), j0, f().batch, n, Hkv, D);
-    add_rows(space_, src(dv), dv_out(), j0, f().batch, n, Hkv, D);
+    add_rows(space_, Operand<const T>(dk.from_row(from)), p_.dk, j0, f().batch, n, Hkv, D);
+    add_rows(space_, Operand<const T>(dv.from_row(from)), p_.dv, j0, f().batch, n, Hkv, D);
   }
 
   // ---- the ring -----------------------------------------------------------------------------
@@ -238,7 +232,7 @@ class BackwardRunner {
             if (!pair(qs.local, qs.global, qs.length, k, v, held, kj, ks.global, ks.length)) continue;
             add_dq(qs.local, qs.length);
             if (i == 0)
-              blocks_.add_dkv(dk_out(), dv_out(), ks.local, ks.length);
+              blocks_.add_dkv(p_.dk, p_.dv, ks.local, ks.length);
             else
               blocks_.add_dkv(dense_kv(gk[slot].device(), held), dense_kv(gv[slot].device(), held), kj, ks.length);
             poke(kv_reqs);
@@ -629,7 +623,7 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
 template <class ExecSpace, class T>
 DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const BackwardParams<T>& p, const Options& opt,
                              const DistOptions& d, const BackwardOptions& bopt, FailureLatch* outer) {
-  return ring_backward_impl(comm, space, p, p.fwd.k, p.fwd.v, opt, d, bopt, outer);
+  return ring_backward_impl(comm, space, p, p.fwd.k.data, p.fwd.v.data, opt, d, bopt, outer);
 }
 
 template <class ExecSpace, class S>
@@ -671,30 +665,24 @@ DistStats ring_ragged_backward_impl(MPI_Comm comm, const ExecSpace& space, const
     v = piece_major_array<S>(opt.workspace, space, "kattn::dist::ragged::v", kv_elems);
     dk = array("kattn::dist::ragged::dk", kv_elems), dv = array("kattn::dist::ragged::dv", kv_elems);
   });
-  to_piece_major(space, rp.q_rows, f.q, f.q_stride_seq, f.q_stride_head, q.data(), H, D);
-  to_piece_major(space, rp.q_rows, f.o, f.o_stride_seq, f.o_stride_head, o.data(), H, D);
-  to_piece_major(space, rp.q_rows, p.dout, p.do_stride_seq, p.do_stride_head, dout.data(), H, D);
-  to_piece_major(space, rp.q_rows, f.lse, f.lse_stride_seq, f.lse_stride_head, lse.data(), H, 1);
-  to_piece_major(space, rp.kv_rows, f.k, f.k_stride_seq, f.k_stride_head, k.data(), Hkv, D);
-  to_piece_major(space, rp.kv_rows, f.v, f.v_stride_seq, f.v_stride_head, v.data(), Hkv, D);
+  to_piece_major(space, rp.q_rows, f.q, q.data(), H, D);
+  to_piece_major(space, rp.q_rows, f.o, o.data(), H, D);
+  to_piece_major(space, rp.q_rows, p.dout, dout.data(), H, D);
+  to_piece_major(space, rp.q_rows, f.lse, lse.data(), H, 1);
+  to_piece_major(space, rp.kv_rows, f.k, k.data(), Hkv, D);
+  to_piece_major(space, rp.kv_rows, f.v, v.data(), Hkv, D);
   // The float params' k and v are strides only: the runner reads K/V as stored (ring_backward_impl).
   BackwardParams<T> pm;
   pm.fwd = piece_major_params<T, T>(f, nq, nk, q.data(), nullptr, nullptr, o.data(), lse.data());
-  pm.dout = dout.data(), pm.dq = dq.data();
-  pm.do_stride_batch = pm.dq_stride_batch = pm.fwd.q_stride_batch;
-  pm.do_stride_seq = pm.dq_stride_seq = pm.fwd.q_stride_seq;
-  pm.do_stride_head = pm.dq_stride_head = pm.fwd.q_stride_head;
-  pm.dk = dk.data(), pm.dv = dv.data();
-  pm.dk_stride_batch = pm.dv_stride_batch = pm.fwd.k_stride_batch;
-  pm.dk_stride_seq = pm.dv_stride_seq = pm.fwd.k_stride_seq;
-  pm.dk_stride_head = pm.dv_stride_head = pm.fwd.k_stride_head;
+  pm.dout = same_layout(dout.data(), pm.fwd.q), pm.dq = same_layout(dq.data(), pm.fwd.q);
+  pm.dk = same_layout(dk.data(), pm.fwd.k), pm.dv = same_layout(dv.data(), pm.fwd.k);
   FailureLatch latch(comm);
   BackwardRunner<ExecSpace, T, S> runner(comm, space, pm, k.data(), v.data(), opt, d, bopt, rp.split, latch, &rp);
   const DistStats stats = runner.run();
   latch.settle();
-  from_piece_major(space, rp.q_rows, dq.data(), p.dq, p.dq_stride_seq, p.dq_stride_head, H, D);
-  from_piece_major(space, rp.kv_rows, dk.data(), p.dk, p.dk_stride_seq, p.dk_stride_head, Hkv, D);
-  from_piece_major(space, rp.kv_rows, dv.data(), p.dv, p.dv_stride_seq, p.dv_stride_head, Hkv, D);
+  from_piece_major(space, rp.q_rows, dq.data(), p.dq, H, D);
+  from_piece_major(space, rp.kv_rows, dk.data(), p.dk, Hkv, D);
+  from_piece_major(space, rp.kv_rows, dv.data(), p.dv, Hkv, D);
   space.fence();
   return stats;
 }

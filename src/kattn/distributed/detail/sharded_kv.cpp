@@ -102,10 +102,8 @@ DistStats sharded_kv_impl(MPI_Comm comm, const ExecSpace& space, const Attention
       rec = take_buffer<T, Mem>(opt.workspace, space, "kattn::dist::sharded_kv::rows", rows * (D + 1));
       if (staged) host = HostTwin<T>(opt.workspace, "kattn::dist::sharded_kv::rows_host", rec.extent(0));
       AttentionParams<Q, T, KV> pr = p;
-      pr.o = rec.data() + 1;
-      pr.o_stride_batch = p.q_len * p.heads_q * w, pr.o_stride_seq = p.heads_q * w, pr.o_stride_head = w;
-      pr.lse = rec.data();
-      pr.lse_stride_batch = p.q_len * p.heads_q * w, pr.lse_stride_seq = p.heads_q * w, pr.lse_stride_head = w;
+      pr.lse = Operand<T>(rec.data(), p.q_len * p.heads_q * w, p.heads_q * w, w);
+      pr.o = same_layout(rec.data() + 1, pr.lse);
       Options split = local;
       split.splits = kattn::plan_splits(space, p, opt).splits;
       kattn::detail::attention_impl(space, pr, split, BatchLengths{});
@@ -168,12 +166,9 @@ DistStats sharded_kv_impl(MPI_Comm comm, const ExecSpace& space, const Attention
     });
     double compute = now() - tc0, comm_time = 0;
     RowAccumulator<T> acc;
-    acc.m = acc_rows.data();
-    acc.l = acc_rows.data() + 1;
-    acc.o = acc_rows.data() + 2;
-    acc.o_b = acc.s_b = p.q_len * p.heads_q * w;
-    acc.o_i = acc.s_i = p.heads_q * w;
-    acc.o_h = acc.s_h = w;
+    acc.m = Operand<T>(acc_rows.data(), p.q_len * p.heads_q * w, p.heads_q * w, w);
+    acc.l = same_layout(acc_rows.data() + 1, acc.m);
+    acc.o = same_layout(acc_rows.data() + 2, acc.m);
     acc.batch = p.batch, acc.heads = p.heads_q, acc.head_dim = D, acc.q_len = p.q_len;
 
     T* mpi_ptr = staged ? link.mpi() : acc_rows.data();
@@ -231,9 +226,7 @@ DistStats sharded_kv_impl(MPI_Comm comm, const ExecSpace& space, const Attention
     if (d.root < 0 || rank == d.root) {
       FinishRows<ExecSpace, T> fin{acc};
       fin.lse = p.lse;
-      fin.l_b = p.lse_stride_batch, fin.l_i = p.lse_stride_seq, fin.l_h = p.lse_stride_head;
       fin.out = p.o;
-      fin.out_b = p.o_stride_batch, fin.out_i = p.o_stride_seq, fin.out_h = p.o_stride_head;
       launch_rows(space, "kattn::dist::sharded_kv::finish", fin);
     }
     space.fence();
