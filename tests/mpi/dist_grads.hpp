@@ -20,6 +20,17 @@
 namespace kattn {
 namespace test {
 
+// The options every distributed backward test runs first (each appends its own): none, causal,
+// a two-sided window, a causal window with softcap, and softcap with a scale.
+inline std::vector<Options> backward_variants() {
+  std::vector<Options> v(5);
+  v[1].causal = true;
+  v[2].window_left = 5, v[2].window_right = 3;
+  v[3].causal = true, v[3].window_left = 7, v[3].softcap = 4.0;
+  v[4].softcap = 2.5, v[4].scale = 0.3;
+  return v;
+}
+
 // A global problem with its forward outputs and an upstream gradient.
 template <class T>
 struct Grads {

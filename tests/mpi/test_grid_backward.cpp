@@ -37,11 +37,8 @@ LocalGrads<T> run_grid_backward(MPI_Comm comm, const Grads<T>& g, const Options&
 }
 
 std::vector<Options> variants() {
-  std::vector<Options> v(7);
-  v[1].causal = true;
-  v[2].window_left = 5, v[2].window_right = 3;
-  v[3].causal = true, v[3].window_left = 7, v[3].softcap = 4.0;
-  v[4].softcap = 2.5, v[4].scale = 0.3;
+  std::vector<Options> v = backward_variants();
+  v.resize(7);
   v[5].window_left = 0, v[5].window_right = -1;  // each query sees one key: most blocks skipped
   v[6].causal = true, v[6].block_q = 5, v[6].block_k = 3;
   return v;

@@ -40,11 +40,8 @@ void check_backward(const Shape& s, const Options& opt, const DistOptions& d) {
 }
 
 std::vector<Options> variants() {
-  std::vector<Options> v(6);
-  v[1].causal = true;
-  v[2].window_left = 5, v[2].window_right = 3;
-  v[3].causal = true, v[3].window_left = 7, v[3].softcap = 4.0;
-  v[4].softcap = 2.5, v[4].scale = 0.3;
+  std::vector<Options> v = backward_variants();
+  v.resize(6);
   v[5].causal = true, v[5].block_q = 5, v[5].block_k = 3;
   return v;
 }
