@@ -93,6 +93,23 @@ inline double textbook_loss(const GradProblem<double>& p, const Options& opt) {
   return output_loss(p);
 }
 
+// The central difference (L(x + h) - L(x - h)) / 2h of textbook_loss in element e of x, one of
+// p's inputs; hx is x's host mirror, its element e restored (and copied back) afterwards.
+template <class HostView>
+double central_difference(const GradProblem<double>& p, const Options& opt, const View4<double>& x, const HostView& hx,
+                          std::size_t e, double h) {
+  const double x0 = hx.data()[e];
+  hx.data()[e] = x0 + h;
+  Kokkos::deep_copy(x, hx);
+  const double up = textbook_loss(p, opt);
+  hx.data()[e] = x0 - h;
+  Kokkos::deep_copy(x, hx);
+  const double down = textbook_loss(p, opt);
+  hx.data()[e] = x0;
+  Kokkos::deep_copy(x, hx);
+  return (up - down) / (2 * h);
+}
+
 // dq, dk, dv against the reference: max abs error in double, relative in float.
 template <class T>
 void expect_gradients_close(const GradProblem<T>& out, const GradProblem<double>& ref, double tol,

@@ -19,6 +19,7 @@
 #include "kattn/core/key_window.hpp"
 #include "kattn/core/score_scaling.hpp"
 #include "kattn/core/storage.hpp"
+#include "kattn/reference_backward.hpp"
 #include "kattn/reference_rows.hpp"
 #include "support.hpp"
 
@@ -305,6 +306,32 @@ inline void expect_16bit_grad_rule(const std::vector<double> (&a)[3], const Text
         << names[g] << what << ": max error (the textbook in 16 bits: " << err_tb
         << ", o in 16 bits changes it by up to " << tb.allowance[g] << ")";
   }
+}
+
+// What a 16-bit backward is checked against: dout in S and its exact values (seeded seed + 3), the
+// float64 reference gradients (dq, dk, dv) on p's exact inputs, and the textbook in S.
+template <class S>
+struct Backward16Reference {
+  View4<S> dout;
+  View4<double> dout_d;
+  std::vector<double> grads[3];
+  Textbook16Backward tb;
+};
+
+template <class S>
+Backward16Reference<S> backward16_reference(const Problem16<S>& p, const Options& opt, std::uint64_t seed) {
+  const Shape& s = p.shape;
+  Backward16Reference<S> r;
+  r.dout = View4<S>("dout", s.B, s.Nq, s.Hq, s.D);
+  r.dout_d = View4<double>("dout_d", s.B, s.Nq, s.Hq, s.D);
+  View4<double> dq_r("dq_r", s.B, s.Nq, s.Hq, s.D), dk_r("dk_r", s.B, s.Nk, s.Hkv, s.D),
+      dv_r("dv_r", s.B, s.Nk, s.Hkv, s.D);
+  fill_rounded(r.dout, r.dout_d, seed + 3);
+  reference_backward(TestSpace(), p.qd, p.kd, p.vd, r.dout_d, dq_r, dk_r, dv_r, opt);
+  Kokkos::fence();
+  r.grads[0] = to_host(dq_r), r.grads[1] = to_host(dk_r), r.grads[2] = to_host(dv_r);
+  r.tb = textbook16_backward<S>(p.host().params(), to_host(r.dout_d), opt);
+  return r;
 }
 
 }  // namespace test

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "kattn/block_mask.hpp"
 #include "kattn/core/storage.hpp"
+#include "kattn/errors.hpp"
 #include "kattn/options.hpp"
 #include "kattn/reference.hpp"
 
@@ -201,15 +203,10 @@ constexpr double tolerance() {
   return std::is_same<T, double>::value ? kDoubleTol : kFloatTol;
 }
 
-// o and lse of any layout (views of any rank) against the reference's, flattened in the same
-// order: no NaN the reference does not have, max abs error in double, relative in float.
-template <class OView, class LseView>
-void expect_outputs_close(const OView& o, const LseView& lse, const std::vector<double>& o_ref,
-                          const std::vector<double>& lse_ref, const std::string& what,
-                          double tol = tolerance<typename OView::non_const_value_type>()) {
-  using T = typename OView::non_const_value_type;
-  const Errors eo = compare(to_host(o), o_ref);
-  const Errors el = compare(to_host(lse), lse_ref);
+// The errors of o (eo) and lse (el) in storage T within tol: no NaN the reference does not have,
+// max abs error in double; in float o's relative error and lse's max abs error within 10 tol.
+template <class T>
+void expect_output_errors_within(const Errors& eo, const Errors& el, double tol, const std::string& what) {
   EXPECT_FALSE(eo.nan_mismatch) << what << ": o has NaN (or unwritten elements) the reference does not";
   EXPECT_FALSE(el.nan_mismatch) << what << ": lse has NaN (or unwritten elements) the reference does not";
   if (std::is_same<T, double>::value) {
@@ -221,10 +218,32 @@ void expect_outputs_close(const OView& o, const LseView& lse, const std::vector<
   }
 }
 
+// o and lse of any layout (views of any rank) against the reference's, flattened in the same
+// order (expect_output_errors_within).
+template <class OView, class LseView>
+void expect_outputs_close(const OView& o, const LseView& lse, const std::vector<double>& o_ref,
+                          const std::vector<double>& lse_ref, const std::string& what,
+                          double tol = tolerance<typename OView::non_const_value_type>()) {
+  expect_output_errors_within<typename OView::non_const_value_type>(compare(to_host(o), o_ref),
+                                                                     compare(to_host(lse), lse_ref), tol, what);
+}
+
 // Asserts o and lse of `out` against the reference's.
 template <class T>
 void expect_close(const Problem<T>& out, const Problem<double>& ref, double tol, const std::string& what) {
   expect_outputs_close(out.o, out.lse, to_host(ref.o), to_host(ref.lse), what, tol);
+}
+
+// Runs f, expects a kattn::Error whose message contains every fragment.
+template <class F>
+void expect_error(F&& f, std::initializer_list<const char*> fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "expected kattn::Error mentioning " << *fragments.begin();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const char* frag : fragments) EXPECT_NE(msg.find(frag), std::string::npos) << "message: " << msg;
+  }
 }
 
 }  // namespace test

@@ -14,17 +14,6 @@ namespace kattn {
 namespace test {
 namespace {
 
-template <class F>
-void expect_error(F&& f, std::initializer_list<const char*> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "expected kattn::Error mentioning " << *fragments.begin();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const char* frag : fragments) EXPECT_NE(msg.find(frag), std::string::npos) << "message: " << msg;
-  }
-}
-
 TEST(DecodeErrors, RaggedIndptrInconsistencies) {
   using V = std::vector<std::int64_t>;
   expect_error([] { make_ragged_layout(host_index(V{}), host_index(V{0})); }, {"q_indptr", "empty"});

@@ -12,18 +12,6 @@ namespace kattn {
 namespace test {
 namespace {
 
-// Runs f, expects a kattn::Error whose message contains every fragment.
-template <class F>
-void expect_error(F&& f, std::initializer_list<const char*> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "expected kattn::Error mentioning " << *fragments.begin();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const char* frag : fragments) EXPECT_NE(msg.find(frag), std::string::npos) << "message: " << msg;
-  }
-}
-
 struct Views {
   View4<double> q{"q", 2, 8, 4, 16}, k{"k", 2, 9, 2, 16}, v{"v", 2, 9, 2, 16}, o{"o", 2, 8, 4, 16};
   View3<double> lse{"lse", 2, 4, 8};

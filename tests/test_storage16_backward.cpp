@@ -26,20 +26,14 @@ void check_backward(const Shape& s, const Options& opt) {
   const std::string what = std::string(storage_name<S>()) + " " + describe(s, opt) + " seed=" + std::to_string(seed);
   SCOPED_TRACE(what);
   Problem16<S> p(s, seed);
-  View4<S> dout("dout", s.B, s.Nq, s.Hq, s.D), dq("dq", s.B, s.Nq, s.Hq, s.D), dk("dk", s.B, s.Nk, s.Hkv, s.D),
-      dv("dv", s.B, s.Nk, s.Hkv, s.D);
-  View4<double> dout_d("dout_d", s.B, s.Nq, s.Hq, s.D), dq_r("dq_r", s.B, s.Nq, s.Hq, s.D),
-      dk_r("dk_r", s.B, s.Nk, s.Hkv, s.D), dv_r("dv_r", s.B, s.Nk, s.Hkv, s.D);
-  fill_rounded(dout, dout_d, seed + 3);
+  const Backward16Reference<S> ref = backward16_reference(p, opt, seed);
+  View4<S> dq("dq", s.B, s.Nq, s.Hq, s.D), dk("dk", s.B, s.Nk, s.Hkv, s.D), dv("dv", s.B, s.Nk, s.Hkv, s.D);
   poison(dq), poison(dk), poison(dv);
   const auto space = TestSpace();
   attention(space, p.q, kv::dense(p.k, p.v), p.o, p.lse, opt);
-  attention_backward(space, p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq, dk, dv, opt);
-  reference_backward(space, p.qd, p.kd, p.vd, dout_d, dq_r, dk_r, dv_r, opt);
+  attention_backward(space, p.q, kv::dense(p.k, p.v), p.o, p.lse, ref.dout, dq, dk, dv, opt);
   Kokkos::fence();
-  const Textbook16Backward tb = textbook16_backward<S>(p.host().params(), to_host(dout_d), opt);
-  expect_16bit_grad_rule({to_host(dq), to_host(dk), to_host(dv)}, tb, {to_host(dq_r), to_host(dk_r), to_host(dv_r)},
-                         what);
+  expect_16bit_grad_rule({to_host(dq), to_host(dk), to_host(dv)}, ref.tb, ref.grads, what);
 }
 
 // The rule (storage16_support.hpp, expect_16bit_grad_rule) on FlashAttention's own test grid

@@ -18,7 +18,7 @@ rank raises the same kattn.Error on every rank. Needs kattn built with its MPI l
 hybrid_attention and ragged_ring_attention (and their _backward) are the door with that scheme.
 """
 
-from . import _as_arrays, _gradients, _kattn
+from . import _as_arrays, _gradients, _kattn, _with_dbias
 from ._arrays import returner, sinks_array
 
 __all__ = ["Workspace", "SCHEMES", "positions", "attention", "attention_backward", "ring_attention",
@@ -136,15 +136,16 @@ def attention(comm, q, k, v, *, scheme="ring", q_indptr=None, kv_indptr=None, ul
 
 def attention_backward(comm, q, k, v, o, lse, dout, *, scheme="ring", q_indptr=None, kv_indptr=None, ulysses_size=0,
                        grid=None, causal=False, window=None, softcap=0.0, scale=None, sinks=None, alibi_slopes=None,
-                       bias=None,
-                       layout="bnhd", sharding="contiguous", deterministic=False, chunk=0, return_stats=False,
-                       workspace=None):
+                       bias=None, bias_grad=False, layout="bnhd", sharding="contiguous", deterministic=False, chunk=0,
+                       return_stats=False, workspace=None):
     """The gradients of attention (schemes ring, ulysses, hybrid, grid): dq, dk, dv, this rank's shards of
     dL/dq, dL/dk, dL/dv (in q's dtype, shaped as q, k, v), from this rank's q, k, v, dout = dL/do,
     and o, lse as attention returned them (return_lse=True). The options must be the forward's.
     deterministic: bitwise the same gradients for every rank count and sharding. 16-bit shards:
     float32 accumulation, the gradients rounded once. With sinks, also their gradient dsinks [Hq]
-    (float64) over every rank's rows, the same on every rank."""
+    (float64) over every rank's rows, the same on every rank. With bias_grad=True (scheme "ring",
+    a float bias), last, dbias: this rank's rows of the bias's gradient, in its bias's shape and
+    dtype (summed over its broadcast dims)."""
     _require_mpi()
     arrays, refused = _arrays(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
     sink_values, refused = _sinks(sinks, refused)
@@ -155,8 +156,9 @@ def attention_backward(comm, q, k, v, o, lse, dout, *, scheme="ring", q_indptr=N
     dist = dict(scheme=scheme, sharding=sharding, deterministic=deterministic, chunk=chunk, ulysses_size=ulysses_size,
                 grid=shape)
     dq, dk, dv, stats = _kattn.dist_attention_backward(comm.py2f(), *arrays, q_indptr, kv_indptr, layout, opts, dist,
-                                                       refused, workspace)
-    grads = _gradients(returner(q), dq, dk, dv, stats, sinks)
+                                                       refused, workspace, bias_grad)
+    out = returner(q)
+    grads = _with_dbias(_gradients(out, dq, dk, dv, stats, sinks), out, stats, bias_grad)
     return grads + (stats,) if return_stats else grads
 
 

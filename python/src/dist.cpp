@@ -11,10 +11,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "arrays.hpp"
+#include "backward_outputs.hpp"
 #include "kattn/distributed/attention.hpp"
 #include "kattn/distributed/collective.hpp"
 #include "kattn/distributed/layout.hpp"
@@ -148,9 +150,10 @@ py::tuple forward_as(MPI_Comm comm, const CallArgs& a) {
 }
 
 // dq, dk, dv of this rank, shaped as q, k, v (in T), from this rank's q, k, v, o, dout (a.same, in
-// T) and the forward's lse (in accumulate_t<T>).
+// T) and the forward's lse (in accumulate_t<T>); with bias_grad (out), the stats' "dbias": this
+// rank's rows of the bias's gradient, shaped as its bias.
 template <class T>
-py::tuple backward_as(MPI_Comm comm, const CallArgs& a) {
+py::tuple backward_as(MPI_Comm comm, const CallArgs& a, const BackwardOutputs& out) {
   using Acc = kattn::accumulate_t<T>;
   const MPI_Comm checks = kattn::dist::library_comm(comm);
   py::array dq, dk, dv;
@@ -168,13 +171,13 @@ py::tuple backward_as(MPI_Comm comm, const CallArgs& a) {
       dv = new4<T>(vv.extent(0), vv.extent(1), vv.extent(2), vv.extent(3), L);
       dqv = view4<T>(dq, "dq", L), dkv = view4<T>(dk, "dk", L), dvv = view4<T>(dv, "dv", L);
     });
-    kattn::BackwardOptions bopt;
-    bopt.deterministic = a.d.deterministic;
     run_released([&] {
       stats = kattn::dist::attention_backward(comm, Space(), qv, kattn::kv::dense(kv, vv), ov, lv, dov, dqv, dkv, dvv,
-                                              a.opt, bopt, a.d);
+                                              a.opt, out.options(), a.d);
     });
-    return py::make_tuple(dq, dk, dv, stats_dict(stats));
+    py::dict info = stats_dict(stats);
+    out.add_dbias(info);
+    return py::make_tuple(dq, dk, dv, info);
   }
   Strided<T, 3> qv, kv, vv, ov, dov, dqv, dkv, dvv;
   Strided<Acc, 2> lv;
@@ -190,9 +193,12 @@ py::tuple backward_as(MPI_Comm comm, const CallArgs& a) {
   const Index qi(a.q_local.data(), a.q_local.size()), ki(a.kv_local.data(), a.kv_local.size());
   run_released([&] {
     const auto keys = kattn::kv::ragged(kv, vv, kattn::make_ragged_layout<Kokkos::HostSpace>(qi, ki));
-    stats = kattn::dist::attention_backward(comm, Space(), qv, keys, ov, lv, dov, dqv, dkv, dvv, a.opt, {}, a.d);
+    stats = kattn::dist::attention_backward(comm, Space(), qv, keys, ov, lv, dov, dqv, dkv, dvv, a.opt, out.options(),
+                                            a.d);
   });
-  return py::make_tuple(dq, dk, dv, stats_dict(stats));
+  py::dict info = stats_dict(stats);
+  out.add_dbias(info);
+  return py::make_tuple(dq, dk, dv, info);
 }
 
 // f(T{}) for the call's storage, once every rank has agreed on it.
@@ -224,21 +230,24 @@ void bind_dist(py::module_& m) {
           });
           return with_agreed_dtype(checks, a.dtype, [&](auto t) { return forward_as<decltype(t)>(comm, a); });
         });
-  // Its gradients: o and lse as it returned them, dout stored as q.
+  // Its gradients: o and lse as it returned them, dout stored as q; bias_grad: the bias's too (the
+  // stats' "dbias"; a call without a float bias is refused on every rank).
   m.def("dist_attention_backward",
         [](std::int64_t comm_handle, const py::object& q, const py::object& k, const py::object& v, const py::object& o,
            const py::object& lse, const py::object& dout, const py::object& q_indptr, const py::object& kv_indptr,
            const std::string& layout, const py::dict& kw, const py::dict& dist_kw, const std::string& refused,
-           const py::object& workspace) {
+           const py::object& workspace, bool bias_grad) {
           const MPI_Comm comm = comm_of(comm_handle);
           const MPI_Comm checks = kattn::dist::library_comm(comm);
           CallArgs a;
+          std::optional<BackwardOutputs> out;
           kattn::dist::collective_check(checks, [&] {
             a = read_call_args(comm, {{q, "q"}, {k, "k"}, {v, "v"}, {o, "o"}, {dout, "dout"}}, q_indptr, kv_indptr,
                                layout, kw, dist_kw, refused, workspace);
             a.lse = lse_of(lse);
+            out.emplace(Target{}, a.opt.bias, a.d.deterministic, bias_grad);
           });
-          return with_agreed_dtype(checks, a.dtype, [&](auto t) { return backward_as<decltype(t)>(comm, a); });
+          return with_agreed_dtype(checks, a.dtype, [&](auto t) { return backward_as<decltype(t)>(comm, a, *out); });
         });
   // The packed rows of a ragged batch (indptr [B + 1]) that `rank` of `ranks` holds, in its local
   // order (on whole chunks of each sequence in deterministic mode).

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "arrays.hpp"
+#include "backward_outputs.hpp"
 #include "kattn/attention.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/merge.hpp"
@@ -34,42 +35,6 @@ py::dict plan_dict(const kattn::SplitPlan& p) {
   d["processors"] = p.processors, d["reason"] = p.reason;
   return d;
 }
-
-// A backward call's options (deterministic; with bias_grad, the bias's gradient into a new array of
-// its shape and dtype, where the target makes outputs) and its info dict ("dbias": that array).
-class BackwardOutputs {
- public:
-  BackwardOutputs(const Target& t, const kattn::ScoreBias& bias, bool deterministic, bool bias_grad) {
-    bopt_.deterministic = deterministic;
-    if (!bias_grad) return;
-    if (!bias.active()) throw kattn::Error("bias_grad: the gradient of a bias, but the call has no bias");
-    const std::vector<py::ssize_t> shape{bias.batch, bias.heads, bias.q_len, bias.kv_len};
-    switch (bias.type) {
-      case kattn::BiasType::f32: dbias_ = t.output<float>(shape, "dbias"); break;
-      case kattn::BiasType::f64: dbias_ = t.output<double>(shape, "dbias"); break;
-      case kattn::BiasType::bf16: dbias_ = t.output<kattn::bf16>(shape, "dbias"); break;
-      case kattn::BiasType::f16: dbias_ = t.output<kattn::fp16>(shape, "dbias"); break;
-      case kattn::BiasType::boolean: throw kattn::Error("bias_grad: a boolean bias (a mask) has no gradient");
-    }
-    kattn::ScoreBiasGradient& d = bopt_.dbias;
-    d.data = dbias_.data, d.type = bias.type;
-    d.batch = bias.batch, d.heads = bias.heads, d.q_len = bias.q_len, d.kv_len = bias.kv_len;
-    d.stride_q = bias.kv_len, d.stride_head = bias.q_len * bias.kv_len, d.stride_batch = bias.heads * d.stride_head;
-  }
-  const kattn::BackwardOptions& options() const { return bopt_; }
-  py::dict info(const kattn::BackwardInfo& b) const {
-    py::dict d;
-    d["dq_strategy"] = kattn::name(b.dq), d["deterministic"] = b.deterministic, d["chunks"] = b.chunks;
-    d["block_q"] = b.block_q, d["block_k"] = b.block_k, d["workspace_bytes"] = b.workspace_bytes;
-    d["dsinks"] = b.dsinks;  // a list of floats, one per query head; empty without sinks
-    if (bopt_.dbias.active()) d["dbias"] = dbias_.owner;
-    return d;
-  }
-
- private:
-  kattn::BackwardOptions bopt_;
-  Array dbias_;
-};
 
 // Each call below runs on `space` (the host, or a GPU stream: Target::run_on) over views in its
 // memory space, makes its outputs where the target makes them and returns their owners.

@@ -1,4 +1,5 @@
-"""The float64 textbook attention and its backward in NumPy, what every test compares against."""
+"""The float64 textbook attention and its backward in NumPy, what every test compares against, the
+dense inputs many tests draw, and the check of kattn.attention on them against the textbook."""
 import numpy as np
 
 
@@ -228,3 +229,22 @@ def assert_16bit_grad_rule(grads, ref, tb, allowance):
     for (name, (err, err_tb)), a in zip(grad16_errors(grads, ref, tb).items(), allowance):
         assert err <= max(2 * err_tb, 1e-6) + a, \
             f"{name}: max error {err:.3g}, the textbook's in 16 bits {err_tb:.3g}, o in 16 bits changes it {a:.3g}"
+
+
+def dense_qkv(shape, dtype=np.float64, seed=0):
+    """q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D], standard normal, of shape (B, Nq, Nk, Hq, Hkv, D)."""
+    B, Nq, Nk, Hq, Hkv, D = shape
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(dtype) for s in ((B, Nq, Hq, D), (B, Nk, Hkv, D), (B, Nk, Hkv, D))]
+
+
+def assert_attention_matches_textbook(shape, seed=0, splits=0, tol=1e-12, **opt):
+    """On dense_qkv(shape, seed=seed): kattn.attention's o and lse (with `splits`) within tol
+    (relative) of the textbook's under the options opt."""
+    import kattn
+
+    q, k, v = dense_qkv(shape, seed=seed)
+    o, lse = kattn.attention(q, k, v, return_lse=True, splits=splits, **opt)
+    ref_o, ref_lse, _ = textbook(q, k, v, **opt)
+    assert rel_err(o, ref_o) <= tol
+    assert rel_err(lse, ref_lse) <= tol

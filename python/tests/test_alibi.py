@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import kattn
-from reference import rel_err, textbook, textbook_backward, torch_textbook
+from reference import (assert_attention_matches_textbook, dense_qkv, rel_err, textbook, textbook_backward,
+                       torch_textbook)
 from test_kinds import KV_LENS, Q_LENS, pages_of, ragged_batch
 
 VARIANTS = [{}, {"causal": True}, {"window": (3, 1)}, {"softcap": 2.0, "scale": 0.3},
@@ -19,27 +20,17 @@ def slopes_for(hq, seed=0):
     return np.random.default_rng(200 + seed).uniform(0.0, 0.8, hq)
 
 
-def dense(shape, dtype=np.float64, seed=0):
-    B, Nq, Nk, Hq, Hkv, D = shape
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(s).astype(dtype) for s in ((B, Nq, Hq, D), (B, Nk, Hkv, D), (B, Nk, Hkv, D))]
-
-
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("splits", [0, 1, 3])
 def test_forward_float64_matches_the_textbook(variant, shape, splits):
-    q, k, v = dense(shape, seed=splits)
-    slopes = slopes_for(shape[3], splits)
-    o, lse = kattn.attention(q, k, v, alibi_slopes=slopes, return_lse=True, splits=splits, **variant)
-    ref_o, ref_lse, _ = textbook(q, k, v, alibi_slopes=slopes, **variant)
-    assert rel_err(o, ref_o) <= 1e-12
-    assert rel_err(lse, ref_lse) <= 1e-12
+    assert_attention_matches_textbook(shape, seed=splits, splits=splits, alibi_slopes=slopes_for(shape[3], splits),
+                                      **variant)
 
 
 @pytest.mark.parametrize("variant", VARIANTS[:4])
 def test_backward_float64_matches_the_textbook(variant):
-    q, k, v = dense(SHAPES[0], seed=5)
+    q, k, v = dense_qkv(SHAPES[0], seed=5)
     dout = np.random.default_rng(6).standard_normal(q.shape)
     slopes = slopes_for(4, 5)
     o, lse = kattn.attention(q, k, v, alibi_slopes=slopes, return_lse=True, **variant)
@@ -86,7 +77,7 @@ def test_cascade_measures_each_request_over_its_prefix_and_suffix(suffix, varian
 
 
 def test_flash_attn_func_takes_flash_attn_slopes():
-    q, k, v = dense((1, 6, 10, 2, 1, 8), seed=2)
+    q, k, v = dense_qkv((1, 6, 10, 2, 1, 8), seed=2)
     slopes = np.array([0.25, 0.0625], np.float32)  # flash-attn's are float32
     o = kattn.flash_attn_func(q, k, v, causal=True, alibi_slopes=slopes)
     ref, _, _ = textbook(q, k, v, causal=True, alibi_slopes=slopes)
@@ -99,7 +90,7 @@ def test_flash_attn_func_takes_flash_attn_slopes():
     ("steep", "alibi_slopes: expected one slope per query head (floats)"),
 ])
 def test_bad_slopes_are_refused_naming_them(slopes, message):
-    q, k, v = dense(SHAPES[0])
+    q, k, v = dense_qkv(SHAPES[0])
     with pytest.raises(kattn.Error, match=message.replace("(", r"\(").replace(")", r"\)")):
         kattn.attention(q, k, v, alibi_slopes=slopes)
 
@@ -111,7 +102,7 @@ def test_torch_gradients_match_autograd_of_the_textbook(variant):
     torch = pytest.importorskip("torch")
     import kattn.torch  # noqa: F401  (needs PyTorch)
 
-    q, k, v = (torch.from_numpy(x.transpose(0, 2, 1, 3).copy()) for x in dense((2, 9, 13, 4, 2, 8), seed=7))
+    q, k, v = (torch.from_numpy(x.transpose(0, 2, 1, 3).copy()) for x in dense_qkv((2, 9, 13, 4, 2, 8), seed=7))
     slopes = slopes_for(4, 7)
     ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     ref = torch_textbook(*ref_leaves, alibi_slopes=slopes, **variant)
@@ -127,7 +118,7 @@ def test_torch_gradients_match_autograd_of_the_textbook(variant):
 
 def test_flash_attn_func_on_tensors_takes_the_slopes():
     torch = pytest.importorskip("torch")
-    q, k, v = (torch.from_numpy(x) for x in dense((1, 6, 10, 2, 1, 8), seed=3))
+    q, k, v = (torch.from_numpy(x) for x in dense_qkv((1, 6, 10, 2, 1, 8), seed=3))
     slopes = torch.tensor([0.25, 0.0625], dtype=torch.float32)
     o = kattn.flash_attn_func(q, k, v, causal=True, alibi_slopes=slopes)
     ref, _, _ = textbook(q.numpy(), k.numpy(), v.numpy(), causal=True, alibi_slopes=slopes.numpy())
@@ -138,6 +129,6 @@ def test_slopes_that_require_grad_are_refused():
     torch = pytest.importorskip("torch")
     import kattn.torch  # noqa: F401  (needs PyTorch)
 
-    q, k, v = (torch.from_numpy(x.transpose(0, 2, 1, 3).copy()) for x in dense(SHAPES[0]))
+    q, k, v = (torch.from_numpy(x.transpose(0, 2, 1, 3).copy()) for x in dense_qkv(SHAPES[0]))
     with pytest.raises(kattn.Error, match="alibi_slopes"):
         kattn.torch.attention(q, k, v, layout="bhnd", alibi_slopes=torch.ones(4, requires_grad=True))

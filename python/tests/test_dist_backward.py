@@ -287,3 +287,41 @@ def test_ring_takes_each_ranks_rows_of_a_bias(sharding, bias_shape):
         assert_close(got, whole[:, pos])
     with pytest.raises(kattn.Error, match=re.escape("bias: the distributed calls take one with scheme ring, got grid")):
         forward("grid", COMM, q[:, pos], k[:, pos], v[:, pos], sharding=sharding, bias=mine, **opt)
+
+
+@pytest.mark.parametrize("sharding", ["contiguous", "zigzag"])
+@pytest.mark.parametrize("bias_shape", [(2, 12), (1, 12), (2, 1), (1, 1)])
+def test_ring_bias_grad_is_each_ranks_rows_of_one_process_dbias(sharding, bias_shape):
+    """bias_grad=True on the ring: last, this rank's rows of the bias's gradient (summed over the
+    bias's broadcast dims, in its shape and dtype), the rows of one process's dbias."""
+    n = 37
+    q, k, v, dout = problem(n, 12, 4, 16, seed=47)
+    bias = np.random.default_rng(53).standard_normal(bias_shape + (n, n))
+    opt = dict(causal=True, window=(20, 0), softcap=5.0)
+    o, lse = kattn.attention(q, k, v, return_lse=True, bias=bias, **opt)
+    *ref, dbias = kattn.attention_backward(q, k, v, o, lse, dout, bias=bias, bias_grad=True, **opt)
+    pos = positions("ring", n, COMM, sharding=sharding)
+    mine = np.ascontiguousarray(bias[:, :, pos])
+    o_r, lse_r = forward("ring", COMM, q[:, pos], k[:, pos], v[:, pos], sharding=sharding, bias=mine, **opt)
+    *grads, dbias_r = backward("ring", COMM, q[:, pos], k[:, pos], v[:, pos], o_r, lse_r, dout[:, pos],
+                               sharding=sharding, bias=mine, bias_grad=True, **opt)
+    for got, whole in zip(grads, ref):
+        assert_close(got, whole[:, pos])
+    assert dbias_r.dtype == mine.dtype
+    assert_close(dbias_r, dbias[:, :, pos])
+
+
+def test_bias_grad_is_refused_on_every_rank_without_a_float_bias_or_off_the_ring():
+    n = 16
+    q, k, v, dout = problem(n, 4, 2, 8, seed=7)
+    pos = positions("ring", n, COMM)
+    shards = (q[:, pos], k[:, pos], v[:, pos])
+    o, lse = forward("ring", COMM, *shards)
+    with pytest.raises(kattn.Error, match=re.escape("bias_grad: the gradient of a bias, but the call has no bias")):
+        backward("ring", COMM, *shards, o, lse, dout[:, pos], bias_grad=True)
+    mask = np.ones((1, 1, len(pos), n), dtype=bool)
+    with pytest.raises(kattn.Error, match=re.escape("bias_grad: a boolean bias (a mask) has no gradient")):
+        backward("ring", COMM, *shards, o, lse, dout[:, pos], bias=mask, bias_grad=True)
+    bias = np.zeros((1, 1, len(pos), n))
+    with pytest.raises(kattn.Error, match=re.escape("bias: the distributed calls take one with scheme ring, got grid")):
+        backward("grid", COMM, *shards, o, lse, dout[:, pos], bias=bias, bias_grad=True)

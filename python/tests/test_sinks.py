@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import kattn
-from reference import rel_err, textbook, textbook_backward, torch_textbook
+from reference import (assert_attention_matches_textbook, dense_qkv, rel_err, textbook, textbook_backward,
+                       torch_textbook)
 from test_kinds import KV_LENS, Q_LENS, pages_of, ragged_batch
 
 VARIANTS = [{}, {"causal": True}, {"window": (3, 1)}, {"softcap": 2.0, "scale": 0.3},
@@ -24,28 +25,17 @@ def sinks_for(hq, seed=0):
     return s
 
 
-def dense(shape, dtype=np.float64, seed=0):
-    B, Nq, Nk, Hq, Hkv, D = shape
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(s).astype(dtype) for s in ((B, Nq, Hq, D), (B, Nk, Hkv, D), (B, Nk, Hkv, D))]
-
-
 # ---- NumPy: forward
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("splits", [0, 1, 3])
 def test_forward_float64_matches_the_textbook_with_the_sink_as_one_more_logit(variant, shape, splits):
-    q, k, v = dense(shape, seed=splits)
-    sinks = sinks_for(shape[3], splits)
-    o, lse = kattn.attention(q, k, v, sinks=sinks, return_lse=True, splits=splits, **variant)
-    ref_o, ref_lse, _ = textbook(q, k, v, sinks=sinks, **variant)
-    assert rel_err(o, ref_o) <= 1e-12
-    assert rel_err(lse, ref_lse) <= 1e-12
+    assert_attention_matches_textbook(shape, seed=splits, splits=splits, sinks=sinks_for(shape[3], splits), **variant)
 
 
 def test_rows_that_see_no_key_get_zero_and_their_sink_as_lse():
-    q, k, v = dense((1, 4, 2, 3, 3, 8))  # causal, 4 queries over 2 keys: rows 0 and 1 see none
+    q, k, v = dense_qkv((1, 4, 2, 3, 3, 8))  # causal, 4 queries over 2 keys: rows 0 and 1 see none
     sinks = np.array([0.75, -np.inf, -2.5])
     o, lse = kattn.attention(q, k, v, causal=True, sinks=sinks, return_lse=True)
     assert np.all(o[:, :2] == 0)
@@ -54,14 +44,14 @@ def test_rows_that_see_no_key_get_zero_and_their_sink_as_lse():
 
 
 def test_sinks_of_minus_infinity_are_no_sinks_bit_for_bit():
-    q, k, v = dense(SHAPES[0])
+    q, k, v = dense_qkv(SHAPES[0])
     o, lse = kattn.attention(q, k, v, causal=True, return_lse=True)
     o_inf, lse_inf = kattn.attention(q, k, v, causal=True, sinks=[-np.inf] * 4, return_lse=True)
     assert np.array_equal(o, o_inf) and np.array_equal(lse, lse_inf)
 
 
 def test_sinks_in_any_float_dtype_or_a_sequence_mean_the_same_logits():
-    q, k, v = dense(SHAPES[0])
+    q, k, v = dense_qkv(SHAPES[0])
     sinks = np.array([0.5, -1.25, 2.0, 0.0])  # exact in float16
     want = kattn.attention(q, k, v, sinks=sinks)
     for given in (sinks.astype(np.float32), sinks.astype(np.float16), list(sinks), tuple(sinks)):
@@ -70,7 +60,7 @@ def test_sinks_in_any_float_dtype_or_a_sequence_mean_the_same_logits():
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_forward_float32(variant):
-    q, k, v = dense(SHAPES[0], np.float32, seed=1)
+    q, k, v = dense_qkv(SHAPES[0], np.float32, seed=1)
     sinks = sinks_for(4, 1).astype(np.float32)
     o, lse = kattn.attention(q, k, v, sinks=sinks, return_lse=True, **variant)
     ref_o, ref_lse, _ = textbook(q, k, v, sinks=sinks, **variant)
@@ -93,7 +83,7 @@ TOL16 = [("float16", 2e-3), ("bfloat16", 1.5e-2)]
 
 @pytest.mark.parametrize("dtype, tol", TOL16)
 def test_16bit_storage_within_a_loose_bound(dtype, tol):
-    q, k, v = dense((2, 9, 13, 4, 2, 16), np.float32, seed=2)
+    q, k, v = dense_qkv((2, 9, 13, 4, 2, 16), np.float32, seed=2)
     sinks = sinks_for(4, 2)
     if dtype == "float16":
         q16, k16, v16 = (x.astype(np.float16) for x in (q, k, v))
@@ -176,7 +166,7 @@ def test_cascade_matches_the_textbook_over_prefix_and_suffix(suffix):
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_backward_float64_gives_dsinks_and_matches_the_textbook(variant, shape):
-    q, k, v = dense(shape, seed=3)
+    q, k, v = dense_qkv(shape, seed=3)
     sinks = sinks_for(shape[3], 3)
     o, lse = kattn.attention(q, k, v, sinks=sinks, return_lse=True, **variant)
     dout = np.random.default_rng(8).standard_normal(o.shape)
@@ -190,7 +180,7 @@ def test_backward_float64_gives_dsinks_and_matches_the_textbook(variant, shape):
 
 
 def test_backward_without_sinks_returns_dq_dk_dv_as_before():
-    q, k, v = dense(SHAPES[0])
+    q, k, v = dense_qkv(SHAPES[0])
     o, lse = kattn.attention(q, k, v, return_lse=True)
     assert len(kattn.attention_backward(q, k, v, o, lse, np.ones_like(o))) == 3
 
@@ -220,7 +210,7 @@ def test_ragged_and_paged_backward_give_dsinks_summed_over_every_sequence():
 # ---- refusals
 
 def refusals():
-    q, k, v = dense(SHAPES[0])
+    q, k, v = dense_qkv(SHAPES[0])
     o, lse = kattn.attention(q, k, v, return_lse=True)
     return [
         (lambda: kattn.attention(q, k, v, sinks=[0.0] * 3), r"sinks: expected one logit per query head \(4\), got 3"),

@@ -4,10 +4,14 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <string>
 
 #include "dist_support.hpp"
+#include "kattn/distributed/attention.hpp"
+#include "kattn/distributed/layout.hpp"
 #include "kattn/distributed/options.hpp"
+#include "kattn/kv.hpp"
 
 namespace kattn {
 namespace test {
@@ -35,6 +39,32 @@ ShardedRun<T> sharded_forward(MPI_Comm comm, const Problem<T>& g, const dist::Se
   poison(r.lse);
   r.stats = call(q, k, v, r.o, r.lse);
   return r;
+}
+
+// dist::attention of g's dense keys over comm as d says (its scheme, sharding, chunk), each rank
+// on its shard of the scheme's layout (dist::layout_of).
+template <class T>
+ShardedRun<T> sharded_dense_forward(MPI_Comm comm, const Problem<T>& g, const Options& opt,
+                                    const dist::DistOptions& d) {
+  const int P = size_of(comm);
+  return sharded_forward(comm, g, dist::layout_of(g.shape.Nq, P, d), dist::layout_of(g.shape.Nk, P, d),
+                         [&](const auto& q, const auto& k, const auto& v, const auto& o, const auto& lse) {
+                           return dist::attention(comm, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse,
+                                                  opt, d);
+                         });
+}
+
+// Every rank's shard of sharded_dense_forward over MPI_COMM_WORLD against the float64 reference
+// of the whole problem (seeded alike on every rank), to tolerance<T>().
+template <class T>
+void expect_sharded_forward_matches_reference(const Shape& s, const Options& opt, const dist::DistOptions& d,
+                                              const std::string& what) {
+  const std::uint64_t seed = shared_seed();
+  SCOPED_TRACE(describe(s, opt) + " sharding=" + dist::name(d.sharding) + " seed=" + std::to_string(seed));
+  Problem<T> g(s, seed);
+  const Problem<double> ref = reference_of(g, opt);
+  const ShardedRun<T> r = sharded_dense_forward(MPI_COMM_WORLD, g, opt, d);
+  expect_shard_close(r.o, r.lse, ref, r.q_layout, rank_of(MPI_COMM_WORLD), tolerance<T>(), what);
 }
 
 }  // namespace test

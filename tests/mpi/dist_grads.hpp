@@ -20,9 +20,16 @@
 namespace kattn {
 namespace test {
 
-using dist::DistOptions;
-using dist::SequenceLayout;
-using dist::Sharding;
+// The options every distributed backward test runs first (each appends its own): none, causal,
+// a two-sided window, a causal window with softcap, and softcap with a scale.
+inline std::vector<Options> backward_variants() {
+  std::vector<Options> v(5);
+  v[1].causal = true;
+  v[2].window_left = 5, v[2].window_right = 3;
+  v[3].causal = true, v[3].window_left = 7, v[3].softcap = 4.0;
+  v[4].softcap = 2.5, v[4].scale = 0.3;
+  return v;
+}
 
 // A global problem with its forward outputs and an upstream gradient.
 template <class T>
@@ -38,10 +45,12 @@ struct Grads {
     attention(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, one_split(opt));
     Kokkos::fence();
   }
-  // The one-rank backward of the whole sequence.
-  void backward_one_rank(const Options& opt, const BackwardOptions& b = {}) {
-    attention_backward(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq, dk, dv, opt, b);
+  // The one-rank backward of the whole sequence (into dq, dk, dv), and what it reports.
+  BackwardInfo backward_one_rank(const Options& opt, const BackwardOptions& b = {}) {
+    const BackwardInfo info = attention_backward(Kokkos::DefaultExecutionSpace(), p.q, kv::dense(p.k, p.v), p.o, p.lse,
+                                                 dout, dq, dk, dv, opt, b);
     Kokkos::fence();
+    return info;
   }
 };
 
@@ -68,14 +77,28 @@ inline double max_abs(const std::vector<double>& a, const std::vector<double>& b
   return m;
 }
 
+// This rank's rows of dq, dk, dv (mine) and the same rows of the one-rank gradients (ref).
+struct PairedGrads {
+  static constexpr const char* names[3] = {"dq", "dk", "dv"};
+  std::vector<double> mine[3], ref[3];
+};
+
 template <class T>
-void expect_grads(const LocalGrads<T>& r, const Grads<T>& g, int rank, double tol, const std::string& what) {
-  const char* names[3] = {"dq", "dk", "dv"};
+PairedGrads paired_with_one_rank(const LocalGrads<T>& r, const Grads<T>& g, int rank) {
   const View4<T>* mine[3] = {&r.dq, &r.dk, &r.dv};
   const View4<T>* ref[3] = {&g.dq, &g.dk, &g.dv};
+  PairedGrads out;
+  for (int x = 0; x < 3; ++x) pair_rows(*mine[x], *ref[x], x == 0 ? r.ql : r.kl, rank, out.mine[x], out.ref[x]);
+  return out;
+}
+
+template <class T>
+void expect_grads(const LocalGrads<T>& r, const Grads<T>& g, int rank, double tol, const std::string& what) {
+  const PairedGrads pg = paired_with_one_rank(r, g, rank);
+  const auto& names = PairedGrads::names;
   for (int x = 0; x < 3; ++x) {
-    std::vector<double> a, b;
-    pair_rows(*mine[x], *ref[x], x == 0 ? r.ql : r.kl, rank, a, b);
+    const std::vector<double>& a = pg.mine[x];
+    const std::vector<double>& b = pg.ref[x];
     bool nan = false;
     const double err = max_abs(a, b, &nan);
     EXPECT_FALSE(nan) << what << ": " << names[x] << " has NaN (or unwritten elements)";
@@ -91,12 +114,11 @@ void expect_grads(const LocalGrads<T>& r, const Grads<T>& g, int rank, double to
 
 template <class T>
 void expect_grads_bitwise(const LocalGrads<T>& r, const Grads<T>& g, int rank, const std::string& what) {
-  const char* names[3] = {"dq", "dk", "dv"};
-  const View4<T>* mine[3] = {&r.dq, &r.dk, &r.dv};
-  const View4<T>* ref[3] = {&g.dq, &g.dk, &g.dv};
+  const PairedGrads pg = paired_with_one_rank(r, g, rank);
+  const auto& names = PairedGrads::names;
   for (int x = 0; x < 3; ++x) {
-    std::vector<double> a, b;
-    pair_rows(*mine[x], *ref[x], x == 0 ? r.ql : r.kl, rank, a, b);
+    const std::vector<double>& a = pg.mine[x];
+    const std::vector<double>& b = pg.ref[x];
     std::size_t diff = 0;
     for (std::size_t i = 0; i < a.size(); ++i) diff += std::memcmp(&a[i], &b[i], sizeof(double)) != 0;
     EXPECT_EQ(diff, 0u) << what << ": " << names[x] << " elements that differ in their bits (of " << a.size() << ")";

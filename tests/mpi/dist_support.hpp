@@ -20,6 +20,11 @@
 namespace kattn {
 namespace test {
 
+// The MPI layer's option and layout types, by the names every MPI test uses.
+using dist::DistOptions;
+using dist::SequenceLayout;
+using dist::Sharding;
+
 inline int rank_of(MPI_Comm comm) {
   int r = 0;
   MPI_Comm_rank(comm, &r);
@@ -35,6 +40,39 @@ inline int size_of(MPI_Comm comm) {
 inline dist::DistOptions with_scheme(dist::Scheme scheme, dist::DistOptions d = {}) {
   d.scheme = scheme;
   return d;
+}
+
+// Every grid shape rows x cols = P, rows ascending.
+inline std::vector<DistOptions::GridShape> grid_shapes(int P) {
+  std::vector<DistOptions::GridShape> out;
+  for (int r = 1; r <= P; ++r)
+    if (P % r == 0) out.push_back({r, P / r});
+  return out;
+}
+
+// "rows x cols sharding[ deterministic]": a grid call's options in a trace.
+inline std::string grid_name(const DistOptions& d) {
+  return std::to_string(d.grid.rows) + "x" + std::to_string(d.grid.cols) + " " + dist::name(d.sharding) +
+         (d.deterministic ? " deterministic" : "");
+}
+
+// A problem shape with the options of one call.
+struct ShapeOptions {
+  Shape shape;
+  Options opt;
+};
+
+// The grid's deterministic mode's cases, forward and backward alike: two shapes (Nq != Nk in
+// one), each with no mask, causal, a causal window and softcap over a two-sided window.
+inline std::vector<ShapeOptions> grid_deterministic_cases() {
+  std::vector<Options> v(4);
+  v[1].causal = true;
+  v[2].causal = true, v[2].window_left = 11;
+  v[3].softcap = 5.0, v[3].window_left = 4, v[3].window_right = 9;
+  std::vector<ShapeOptions> cases;
+  for (const Shape& s : {Shape{2, 45, 45, 4, 2, 8}, Shape{1, 23, 61, 2, 1, 8}})
+    for (const Options& opt : v) cases.push_back({s, opt});
+  return cases;
 }
 
 // The bytes the traffic model (dist::traffic) says this rank sends in one call of d's scheme.
@@ -160,16 +198,7 @@ template <class T>
 void expect_shard_close(const View4<T>& o, const View3<T>& lse, const Problem<double>& ref,
                         const dist::SequenceLayout& layout, int rank, double tol, const std::string& what) {
   const ShardValues v = pair_with_global(o, lse, ref.o, ref.lse, layout, rank);
-  const Errors eo = compare(v.o, v.ref_o), el = compare(v.lse, v.ref_lse);
-  EXPECT_FALSE(eo.nan_mismatch) << what << ": o has NaN (or unwritten elements) the reference does not";
-  EXPECT_FALSE(el.nan_mismatch) << what << ": lse has NaN (or unwritten elements) the reference does not";
-  if (std::is_same<T, double>::value) {
-    EXPECT_LE(eo.max_abs, tol) << what << ": o max abs error";
-    EXPECT_LE(el.max_abs, tol) << what << ": lse max abs error";
-  } else {
-    EXPECT_LE(eo.rel, tol) << what << ": o relative error";
-    EXPECT_LE(el.max_abs, tol * 10) << what << ": lse max abs error";
-  }
+  expect_output_errors_within<T>(compare(v.o, v.ref_o), compare(v.lse, v.ref_lse), tol, what);
 }
 
 // Bitwise equality of this rank's shard with the matching rows of a global result.
@@ -182,6 +211,14 @@ void expect_shard_bitwise(const View4<T>& o, const View3<T>& lse, const View4<T>
   for (std::size_t i = 0; i < v.lse.size(); ++i) diff_l += std::memcmp(&v.lse[i], &v.ref_lse[i], sizeof(double)) != 0;
   EXPECT_EQ(diff_o, 0u) << what << ": o elements that differ in their bits (of " << v.o.size() << ")";
   EXPECT_EQ(diff_l, 0u) << what << ": lse elements that differ in their bits (of " << v.lse.size() << ")";
+}
+
+// Gathered gradients (any struct with std::vector<double> dq, dk, dv) bit for bit the same.
+template <class G>
+void expect_gradient_bits_equal(const G& a, const G& b, const std::string& what) {
+  EXPECT_EQ(std::memcmp(a.dq.data(), b.dq.data(), b.dq.size() * sizeof(double)), 0) << what << ": dq bits";
+  EXPECT_EQ(std::memcmp(a.dk.data(), b.dk.data(), b.dk.size() * sizeof(double)), 0) << what << ": dk bits";
+  EXPECT_EQ(std::memcmp(a.dv.data(), b.dv.data(), b.dv.size() * sizeof(double)), 0) << what << ": dv bits";
 }
 
 // The raw bytes of a View's values, for bitwise comparisons in any storage type.

@@ -16,8 +16,6 @@ namespace kattn {
 namespace test {
 namespace {
 
-using dist::DistOptions;
-
 template <class T>
 dist::DistStats decode_on(const Problem<T>& g, const std::vector<std::int64_t>& lens, const Options& opt, const DistOptions& d,
                View4<T>& o, View3<T>& lse) {

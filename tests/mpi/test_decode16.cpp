@@ -19,8 +19,6 @@ namespace kattn {
 namespace test {
 namespace {
 
-using dist::DistOptions;
-
 // This rank's keys [B, lens[rank], Hkv, D] of a global cache, as a strided view into it.
 template <class View>
 auto local_keys(const View& global, const std::vector<std::int64_t>& lens, MPI_Comm comm = MPI_COMM_WORLD) {

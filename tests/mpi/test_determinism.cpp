@@ -13,10 +13,6 @@ namespace kattn {
 namespace test {
 namespace {
 
-using dist::DistOptions;
-using dist::SequenceLayout;
-using dist::Sharding;
-
 // Ring attention of the global problem over `comm` (a communicator of some of the ranks).
 template <class T>
 void run_sharded(MPI_Comm comm, const Problem<T>& g, const Options& opt, const DistOptions& d, View4<T>& o,

@@ -15,9 +15,6 @@ namespace kattn {
 namespace test {
 namespace {
 
-using dist::DistOptions;
-using dist::SequenceLayout;
-
 // A valid local problem for ring attention: this rank's shard of N positions, contiguous split.
 struct Local {
   View4<double> q, k, v, o;

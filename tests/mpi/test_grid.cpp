@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "dist_forward.hpp"
 #include "dist_support.hpp"
 #include "kattn/attention.hpp"
 #include "kattn/distributed/attention.hpp"
@@ -24,47 +25,6 @@
 namespace kattn {
 namespace test {
 namespace {
-
-using dist::DistOptions;
-using dist::SequenceLayout;
-using dist::Sharding;
-
-// Every rows x cols = P.
-std::vector<DistOptions::GridShape> shapes_of(int P) {
-  std::vector<DistOptions::GridShape> out;
-  for (int r = 1; r <= P; ++r)
-    if (P % r == 0) out.push_back({r, P / r});
-  return out;
-}
-
-std::string grid_name(const DistOptions& d) {
-  return std::to_string(d.grid.rows) + "x" + std::to_string(d.grid.cols) + " " + dist::name(d.sharding) +
-         (d.deterministic ? " deterministic" : "");
-}
-
-template <class T>
-struct GridRun {
-  View4<T> o;
-  View3<T> lse;
-  dist::DistStats stats;
-  SequenceLayout layout;
-};
-
-template <class T, class KV = T>
-GridRun<T> run_grid(MPI_Comm comm, const Problem<T>& g, const Options& opt, const DistOptions& d) {
-  const int rank = rank_of(comm), P = size_of(comm);
-  const SequenceLayout ql = dist::layout_of(g.shape.Nq, P, d), kl = dist::layout_of(g.shape.Nk, P, d);
-  const View4<T> q = shard(g.q, ql, rank, "q"), k = shard(g.k, kl, rank, "k"), v = shard(g.v, kl, rank, "v");
-  GridRun<T> r;
-  r.layout = ql;
-  const std::size_t n = static_cast<std::size_t>(ql.local_length(rank));
-  r.o = View4<T>("o", g.shape.B, n, g.shape.Hq, g.shape.D);
-  r.lse = View3<T>("lse", g.shape.B, g.shape.Hq, n);
-  poison(r.o);
-  poison(r.lse);
-  r.stats = dist::attention(comm, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), r.o, r.lse, opt, d);
-  return r;
-}
 
 std::vector<Options> variants() {
   std::vector<Options> v(7);
@@ -84,13 +44,13 @@ void check_grid(const Shape& s, const Options& opt, bool deterministic = false) 
   Problem<double> g(s, seed);
   const Problem<double> ref = reference_of(g, opt);
   const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
-  for (const DistOptions::GridShape& shape : shapes_of(P))
+  for (const DistOptions::GridShape& shape : grid_shapes(P))
     for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {
       DistOptions d = with_scheme(dist::Scheme::grid);
       d.grid = shape, d.sharding = sh, d.deterministic = deterministic, d.chunk = 8;
       SCOPED_TRACE(grid_name(d));
-      const GridRun<double> r = run_grid(MPI_COMM_WORLD, g, opt, d);
-      expect_shard_close(r.o, r.lse, ref, r.layout, rank, kDoubleTol, "grid");
+      const ShardedRun<double> r = sharded_dense_forward(MPI_COMM_WORLD, g, opt, d);
+      expect_shard_close(r.o, r.lse, ref, r.q_layout, rank, kDoubleTol, "grid");
       EXPECT_EQ(r.stats.bytes_sent, modelled_sent(s, sizeof(double), opt, d, dist::Pass::forward));
       // 1 x P moves what the ring moves.
       if (shape.rows == 1) {
@@ -138,15 +98,15 @@ TEST(GridForward, StagedThroughHostBuffers) {
   const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
   for (const Options& opt : {variants()[0], variants()[3]}) {
     const Problem<double> ref = reference_of(g, opt);
-    for (const DistOptions::GridShape& shape : shapes_of(P))
+    for (const DistOptions::GridShape& shape : grid_shapes(P))
       for (bool det : {false, true}) {
         DistOptions d = with_scheme(dist::Scheme::grid);
         d.grid = shape, d.sharding = Sharding::zigzag, d.deterministic = det, d.chunk = 8;
         d.staging = dist::Staging::host;
         SCOPED_TRACE(grid_name(d) + " " + describe(s, opt));
-        const GridRun<double> r = run_grid(MPI_COMM_WORLD, g, opt, d);
+        const ShardedRun<double> r = sharded_dense_forward(MPI_COMM_WORLD, g, opt, d);
         EXPECT_TRUE(r.stats.staged);
-        expect_shard_close(r.o, r.lse, ref, r.layout, rank, kDoubleTol, "grid, staged");
+        expect_shard_close(r.o, r.lse, ref, r.q_layout, rank, kDoubleTol, "grid, staged");
       }
   }
 }
@@ -169,7 +129,7 @@ TEST(GridForward, Bf16KeysMatchReference) {
     (void)rounded_copy<bf16>(g.k);  // g's keys and values hold bf16 values from here on
     (void)rounded_copy<bf16>(g.v);
     const Problem<double> ref = reference_of(g, opt);
-    for (const DistOptions::GridShape& shape : shapes_of(P)) {
+    for (const DistOptions::GridShape& shape : grid_shapes(P)) {
       DistOptions d = with_scheme(dist::Scheme::grid);
       d.grid = shape, d.sharding = Sharding::zigzag;
       SCOPED_TRACE(grid_name(d) + (causal ? " causal" : ""));
@@ -193,32 +153,26 @@ TEST(GridForward, Bf16KeysMatchReference) {
 // The deterministic grid: the bits of one rank's deterministic ring, for every rank count of this
 // run (prefix communicators), every shape of it, both shardings.
 TEST(GridDeterministic, BitwiseEqualToOneRank) {
-  std::vector<Options> v(4);
-  v[1].causal = true;
-  v[2].causal = true, v[2].window_left = 11;
-  v[3].softcap = 5.0, v[3].window_left = 4, v[3].window_right = 9;
-  const std::vector<Shape> shapes = {{2, 45, 45, 4, 2, 8}, {1, 23, 61, 2, 1, 8}};
-  for (const Shape& s : shapes)
-    for (const Options& opt : v) {
-      const std::uint64_t seed = shared_seed();
-      SCOPED_TRACE(describe(s, opt) + " seed=" + std::to_string(seed));
-      Problem<double> g(s, seed);
-      DistOptions one;
-      one.deterministic = true, one.chunk = 8;
-      const GridRun<double> r1 = run_grid(MPI_COMM_SELF, g, opt, one);
-      Prefixes prefixes;
-      for (MPI_Comm comm : prefixes.comms) {
-        if (comm == MPI_COMM_NULL) continue;
-        for (const DistOptions::GridShape& shape : shapes_of(size_of(comm)))
-          for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {
-            DistOptions d = with_scheme(dist::Scheme::grid, one);
-            d.grid = shape, d.sharding = sh;
-            const GridRun<double> r = run_grid(comm, g, opt, d);
-            expect_shard_bitwise(r.o, r.lse, r1.o, r1.lse, r.layout, rank_of(comm),
-                                 "P=" + std::to_string(size_of(comm)) + " " + grid_name(d));
-          }
-      }
+  for (const auto& [s, opt] : grid_deterministic_cases()) {
+    const std::uint64_t seed = shared_seed();
+    SCOPED_TRACE(describe(s, opt) + " seed=" + std::to_string(seed));
+    Problem<double> g(s, seed);
+    DistOptions one;
+    one.deterministic = true, one.chunk = 8;
+    const ShardedRun<double> r1 = sharded_dense_forward(MPI_COMM_SELF, g, opt, one);
+    Prefixes prefixes;
+    for (MPI_Comm comm : prefixes.comms) {
+      if (comm == MPI_COMM_NULL) continue;
+      for (const DistOptions::GridShape& shape : grid_shapes(size_of(comm)))
+        for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {
+          DistOptions d = with_scheme(dist::Scheme::grid, one);
+          d.grid = shape, d.sharding = sh;
+          const ShardedRun<double> r = sharded_dense_forward(comm, g, opt, d);
+          expect_shard_bitwise(r.o, r.lse, r1.o, r1.lse, r.q_layout, rank_of(comm),
+                               "P=" + std::to_string(size_of(comm)) + " " + grid_name(d));
+        }
     }
+  }
 }
 
 TEST(GridForward, ChosenShapeIsTheMostSquare) {
@@ -236,7 +190,8 @@ TEST(GridForward, ChosenShapeIsTheMostSquare) {
   const Options opt;
   DistOptions named = d;
   named.grid = dist::grid_shape(size_of(MPI_COMM_WORLD), d);
-  const GridRun<double> a = run_grid(MPI_COMM_WORLD, g, opt, d), b = run_grid(MPI_COMM_WORLD, g, opt, named);
+  const ShardedRun<double> a = sharded_dense_forward(MPI_COMM_WORLD, g, opt, d),
+                           b = sharded_dense_forward(MPI_COMM_WORLD, g, opt, named);
   const auto ao = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a.o),
              bo = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b.o);
   const auto al = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a.lse),
@@ -305,7 +260,7 @@ void check_grid_ragged(const std::vector<std::int64_t>& q_lens, const std::vecto
     attention(TestSpace(), q, whole, ro, rlse, opt);
     attention_backward(TestSpace(), q, whole, ro, rlse, dout, rdq, rdk, rdv, opt);
   }
-  for (const DistOptions::GridShape& shape : shapes_of(P))
+  for (const DistOptions::GridShape& shape : grid_shapes(P))
     for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {
       DistOptions d = with_scheme(dist::Scheme::grid, one);
       d.grid = shape, d.sharding = sh;
@@ -401,7 +356,7 @@ TEST(DistErrors, GridAlwaysTransfers) {
 TEST(DistMidCallErrors, GridProgressThrowsOnOneRank) {
   const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
   const auto space = Kokkos::DefaultExecutionSpace();
-  for (const DistOptions::GridShape& shape : shapes_of(P))
+  for (const DistOptions::GridShape& shape : grid_shapes(P))
     for (bool det : {false, true})
       for (int failing = 0; failing < P; ++failing) {
         DistOptions d = with_scheme(dist::Scheme::grid);

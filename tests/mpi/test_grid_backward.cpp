@@ -22,23 +22,10 @@ namespace kattn {
 namespace test {
 namespace {
 
-// Every rows x cols = P.
-std::vector<DistOptions::GridShape> grid_shapes(int P) {
-  std::vector<DistOptions::GridShape> out;
-  for (int r = 1; r <= P; ++r)
-    if (P % r == 0) out.push_back({r, P / r});
-  return out;
-}
-
 DistOptions grid_options(const DistOptions::GridShape& shape, Sharding sh, bool deterministic = false) {
   DistOptions d = with_scheme(dist::Scheme::grid);
   d.grid = shape, d.sharding = sh, d.deterministic = deterministic, d.chunk = 8;
   return d;
-}
-
-std::string grid_label(const DistOptions& d) {
-  return std::to_string(d.grid.rows) + "x" + std::to_string(d.grid.cols) + " " + dist::name(d.sharding) +
-         (d.deterministic ? " deterministic" : "");
 }
 
 template <class T>
@@ -50,11 +37,8 @@ LocalGrads<T> run_grid_backward(MPI_Comm comm, const Grads<T>& g, const Options&
 }
 
 std::vector<Options> variants() {
-  std::vector<Options> v(7);
-  v[1].causal = true;
-  v[2].window_left = 5, v[2].window_right = 3;
-  v[3].causal = true, v[3].window_left = 7, v[3].softcap = 4.0;
-  v[4].softcap = 2.5, v[4].scale = 0.3;
+  std::vector<Options> v = backward_variants();
+  v.resize(7);
   v[5].window_left = 0, v[5].window_right = -1;  // each query sees one key: most blocks skipped
   v[6].causal = true, v[6].block_q = 5, v[6].block_k = 3;
   return v;
@@ -72,7 +56,7 @@ void check_grid_backward(const Shape& s, const Options& opt) {
     for (Sharding sh : {Sharding::contiguous, Sharding::zigzag})
       for (bool det : {false, true}) {
         const DistOptions d = grid_options(shape, sh, det);
-        SCOPED_TRACE(grid_label(d));
+        SCOPED_TRACE(grid_name(d));
         const LocalGrads<double> r = run_grid_backward(MPI_COMM_WORLD, g, opt, d);
         expect_grads(r, g, rank, kDoubleTol, "grid backward");
         EXPECT_EQ(r.stats.bytes_sent, modelled_sent(s, sizeof(double), opt, d, dist::Pass::backward));
@@ -101,11 +85,10 @@ TEST(GridBackward, SinksAndAlibiMatchOneRank) {
   sinks.sinks = {1.0, -2.0, 0.5, -std::numeric_limits<double>::infinity()};
   const Shape s{2, 37, 37, 4, 2, 16};
   Grads<double> g(s, shared_seed(), sinks);
-  const BackwardInfo one = attention_backward(Kokkos::DefaultExecutionSpace(), g.p.q, kv::dense(g.p.k, g.p.v), g.p.o,
-                                              g.p.lse, g.dout, g.dq, g.dk, g.dv, sinks);
+  const BackwardInfo one = g.backward_one_rank(sinks);
   for (const DistOptions::GridShape& shape : grid_shapes(size_of(MPI_COMM_WORLD))) {
     const DistOptions d = grid_options(shape, Sharding::zigzag);
-    SCOPED_TRACE(grid_label(d));
+    SCOPED_TRACE(grid_name(d));
     const LocalGrads<double> r = run_grid_backward(MPI_COMM_WORLD, g, sinks, d);
     expect_grads(r, g, rank_of(MPI_COMM_WORLD), kDoubleTol, "grid backward with sinks");
     EXPECT_EQ(r.stats.dsinks, one.dsinks);
@@ -127,7 +110,7 @@ TEST(GridBackward, FloatAndStaging) {
     for (bool staged : {false, true}) {
       DistOptions d = grid_options(shape, Sharding::zigzag);
       if (staged) d.staging = dist::Staging::host;
-      SCOPED_TRACE(grid_label(d) + (staged ? " staged" : ""));
+      SCOPED_TRACE(grid_name(d) + (staged ? " staged" : ""));
       const LocalGrads<float> r = run_grid_backward(MPI_COMM_WORLD, g, variants()[3], d);
       EXPECT_EQ(r.stats.staged, staged);
       expect_grads(r, g, rank_of(MPI_COMM_WORLD), 1e-5, "grid backward (float)");
@@ -137,31 +120,25 @@ TEST(GridBackward, FloatAndStaging) {
 // The deterministic grid: the bits of one rank's deterministic ring, for every rank count of this
 // run (prefix communicators), every shape of it, both shardings.
 TEST(GridBackward, DeterministicBitwiseEqualToOneRank) {
-  std::vector<Options> v(4);
-  v[1].causal = true;
-  v[2].causal = true, v[2].window_left = 11;
-  v[3].softcap = 5.0, v[3].window_left = 4, v[3].window_right = 9;
-  const std::vector<Shape> shapes = {{2, 45, 45, 4, 2, 8}, {1, 23, 61, 2, 1, 8}};
-  for (const Shape& s : shapes)
-    for (const Options& opt : v) {
-      const std::uint64_t seed = shared_seed();
-      SCOPED_TRACE(describe(s, opt) + " seed=" + std::to_string(seed));
-      Grads<double> g(s, seed, opt);
-      DistOptions one;
-      one.deterministic = true, one.chunk = 8;
-      const LocalGrads<double> r1 = run_grid_backward(MPI_COMM_SELF, g, opt, one);
-      g.dq = r1.dq, g.dk = r1.dk, g.dv = r1.dv;  // one rank's shards are the whole arrays
-      Prefixes prefixes;
-      for (MPI_Comm comm : prefixes.comms) {
-        if (comm == MPI_COMM_NULL) continue;
-        for (const DistOptions::GridShape& shape : grid_shapes(size_of(comm)))
-          for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {
-            const DistOptions d = grid_options(shape, sh, true);
-            const LocalGrads<double> r = run_grid_backward(comm, g, opt, d);
-            expect_grads_bitwise(r, g, rank_of(comm), "P=" + std::to_string(size_of(comm)) + " " + grid_label(d));
-          }
-      }
+  for (const auto& [s, opt] : grid_deterministic_cases()) {
+    const std::uint64_t seed = shared_seed();
+    SCOPED_TRACE(describe(s, opt) + " seed=" + std::to_string(seed));
+    Grads<double> g(s, seed, opt);
+    DistOptions one;
+    one.deterministic = true, one.chunk = 8;
+    const LocalGrads<double> r1 = run_grid_backward(MPI_COMM_SELF, g, opt, one);
+    g.dq = r1.dq, g.dk = r1.dk, g.dv = r1.dv;  // one rank's shards are the whole arrays
+    Prefixes prefixes;
+    for (MPI_Comm comm : prefixes.comms) {
+      if (comm == MPI_COMM_NULL) continue;
+      for (const DistOptions::GridShape& shape : grid_shapes(size_of(comm)))
+        for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {
+          const DistOptions d = grid_options(shape, sh, true);
+          const LocalGrads<double> r = run_grid_backward(comm, g, opt, d);
+          expect_grads_bitwise(r, g, rank_of(comm), "P=" + std::to_string(size_of(comm)) + " " + grid_name(d));
+        }
     }
+  }
 }
 
 // A progress callback that throws on one rank in the middle of the grid's backward: the same error
@@ -175,7 +152,7 @@ TEST(DistMidCallErrors, GridBackwardProgressThrowsOnOneRank) {
       for (int failing = 0; failing < P; ++failing) {
         DistOptions d = grid_options(shape, Sharding::contiguous, det);
         d.chunk = 4;
-        SCOPED_TRACE(grid_label(d) + " failing rank " + std::to_string(failing));
+        SCOPED_TRACE(grid_name(d) + " failing rank " + std::to_string(failing));
         const std::string text = "test: progress stopped on rank " + std::to_string(failing);
         d.progress = [&](int step, int) {
           if (rank == failing && step == 1) throw Error(text);

@@ -49,11 +49,8 @@ void check_forward(const Shape& s, const Options& opt, const DistOptions& d) {
 }
 
 std::vector<Options> variants() {
-  std::vector<Options> v(6);
-  v[1].causal = true;
-  v[2].window_left = 5, v[2].window_right = 3;
-  v[3].causal = true, v[3].window_left = 7, v[3].softcap = 4.0;
-  v[4].softcap = 2.5, v[4].scale = 0.3;
+  std::vector<Options> v = backward_variants();
+  v.resize(6);
   // ALiBi: each group's ranks take the slopes of their own heads.
   v[5].causal = true;
   for (int h = 0; h < 12; ++h) v[5].alibi_slopes.push_back(0.05 * h);

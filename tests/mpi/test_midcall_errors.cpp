@@ -19,9 +19,6 @@ namespace kattn {
 namespace test {
 namespace {
 
-using dist::DistOptions;
-using dist::SequenceLayout;
-
 enum class Call { ring, ring_backward, ulysses, ulysses_backward, hybrid, hybrid_backward, grid };
 const Call kCalls[] = {Call::ring,   Call::ring_backward,   Call::ulysses, Call::ulysses_backward,
                        Call::hybrid, Call::hybrid_backward, Call::grid};

@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "dist_forward.hpp"
 #include "dist_support.hpp"
 #include "kattn/distributed/attention.hpp"
 #include "kattn/distributed/traffic.hpp"
@@ -17,43 +18,9 @@ namespace kattn {
 namespace test {
 namespace {
 
-using dist::DistOptions;
-using dist::SequenceLayout;
-using dist::Sharding;
-
-template <class T>
-struct RingRun {
-  View4<T> o;
-  View3<T> lse;
-  dist::DistStats stats;
-  SequenceLayout q_layout;
-};
-
-// Runs ring attention of the global problem `g` over comm, each rank on its shard.
-template <class T>
-RingRun<T> run_ring(MPI_Comm comm, const Problem<T>& g, const Options& opt, const DistOptions& d) {
-  const int rank = rank_of(comm), P = size_of(comm);
-  const SequenceLayout ql = dist::sharded_layout(g.shape.Nq, P, d), kl = dist::sharded_layout(g.shape.Nk, P, d);
-  const View4<T> q = shard(g.q, ql, rank, "q"), k = shard(g.k, kl, rank, "k"), v = shard(g.v, kl, rank, "v");
-  RingRun<T> r;
-  r.q_layout = ql;
-  const std::size_t n = static_cast<std::size_t>(ql.local_length(rank));
-  r.o = View4<T>("o", g.shape.B, n, g.shape.Hq, g.shape.D);
-  r.lse = View3<T>("lse", g.shape.B, g.shape.Hq, n);
-  poison(r.o);
-  poison(r.lse);
-  r.stats = dist::attention(comm, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), r.o, r.lse, opt, d);
-  return r;
-}
-
 template <class T>
 void check_ring(const Shape& s, const Options& opt, const DistOptions& d) {
-  const std::uint64_t seed = shared_seed();
-  SCOPED_TRACE(describe(s, opt) + " sharding=" + dist::name(d.sharding) + " seed=" + std::to_string(seed));
-  Problem<T> g(s, seed);
-  const Problem<double> ref = reference_of(g, opt);
-  const RingRun<T> r = run_ring(MPI_COMM_WORLD, g, opt, d);
-  expect_shard_close(r.o, r.lse, ref, r.q_layout, rank_of(MPI_COMM_WORLD), tolerance<T>(), "ring_attention");
+  expect_sharded_forward_matches_reference<T>(s, opt, d, "ring_attention");
 }
 
 std::vector<Options> variants() {
@@ -165,7 +132,7 @@ TEST(RingForward, LongShardsCutIntoPiecesMatchOneRankForward) {
     for (Sharding sh : {Sharding::contiguous, Sharding::zigzag}) {
       DistOptions d;
       d.sharding = sh;
-      const RingRun<double> r = run_ring(MPI_COMM_WORLD, g, opt, d);
+      const ShardedRun<double> r = sharded_dense_forward(MPI_COMM_WORLD, g, opt, d);
       const ShardValues v = pair_with_global(r.o, r.lse, one.o, one.lse, r.q_layout, rank);
       EXPECT_LE(compare(v.o, v.ref_o).max_abs, kDoubleTol) << "causal=" << causal << " " << dist::name(sh);
       EXPECT_LE(compare(v.lse, v.ref_lse).max_abs, kDoubleTol) << "causal=" << causal << " " << dist::name(sh);
@@ -179,7 +146,7 @@ TEST(RingForward, BytesSentMatchTheModel) {
   for (int n : {8 * P, 64 * P + 1}) {
     const Shape s{2, n, n, 4, 2, 16};
     Problem<double> g(s, shared_seed());
-    const RingRun<double> r = run_ring(MPI_COMM_WORLD, g, Options{}, DistOptions{});
+    const ShardedRun<double> r = sharded_dense_forward(MPI_COMM_WORLD, g, Options{}, DistOptions{});
     EXPECT_EQ(r.stats.bytes_sent, modelled_sent(s, sizeof(double), Options{}, DistOptions{}, dist::Pass::forward));
     if (n % P == 0) {
       EXPECT_EQ(r.stats.bytes_sent, std::int64_t(P - 1) * 2 * 2 * (n / P) * 2 * 16 * 8);
@@ -214,7 +181,7 @@ void check_window(const Shape& s, const Options& opt, const DistOptions& d) {
                std::to_string(d.deterministic) + " seed=" + std::to_string(seed));
   Problem<T> g(s, seed);
   const Problem<double> ref = reference_of(g, opt);
-  const RingRun<T> r = run_ring(MPI_COMM_WORLD, g, opt, d);
+  const ShardedRun<T> r = sharded_dense_forward(MPI_COMM_WORLD, g, opt, d);
   const int rank = rank_of(MPI_COMM_WORLD), P = size_of(MPI_COMM_WORLD);
   expect_shard_close(r.o, r.lse, ref, r.q_layout, rank, tolerance<T>(), "windowed ring_attention");
   dist::TrafficProblem pr;
@@ -252,7 +219,7 @@ TEST(RingForward, WindowShorterThanAShardNeedsTheNeighboursOnly) {
   Problem<double> g(s, shared_seed());
   Options opt;
   opt.causal = true, opt.window_left = 20;
-  const RingRun<double> r = run_ring(MPI_COMM_WORLD, g, opt, DistOptions{});
+  const ShardedRun<double> r = sharded_dense_forward(MPI_COMM_WORLD, g, opt, DistOptions{});
   expect_shard_close(r.o, r.lse, reference_of(g, opt), r.q_layout, rank, kDoubleTol, "causal window 20");
   const std::int64_t row = 2 * s.Hkv * s.D * sizeof(double);  // K and V of one position
   EXPECT_EQ(r.stats.bytes_sent, rank + 1 < P ? 20 * row : 0);
@@ -270,7 +237,7 @@ TEST(RingForward, ZigzagBalancesCausalWork) {
   for (Sharding sh : {Sharding::zigzag, Sharding::contiguous}) {
     DistOptions d;
     d.sharding = sh;
-    const RingRun<double> r = run_ring(MPI_COMM_WORLD, g, opt, d);
+    const ShardedRun<double> r = sharded_dense_forward(MPI_COMM_WORLD, g, opt, d);
     double lo = r.stats.flops, hi = r.stats.flops;
     MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -290,9 +257,9 @@ TEST(RingForward, WithoutCommunicationDoesTheSameWorkAndSendsNothing) {
   opt.causal = true;
   DistOptions d;
   d.sharding = Sharding::zigzag;
-  const RingRun<double> with = run_ring(MPI_COMM_WORLD, g, opt, d);
+  const ShardedRun<double> with = sharded_dense_forward(MPI_COMM_WORLD, g, opt, d);
   d.communicate = false;
-  const RingRun<double> without = run_ring(MPI_COMM_WORLD, g, opt, d);
+  const ShardedRun<double> without = sharded_dense_forward(MPI_COMM_WORLD, g, opt, d);
   EXPECT_EQ(without.stats.bytes_sent, 0);
   EXPECT_EQ(without.stats.flops, with.stats.flops);
   EXPECT_EQ(without.stats.steps, with.stats.steps);
@@ -308,7 +275,7 @@ TEST(RingForward, CallersMessagesStayApart) {
   MPI_Irecv(&got, 1, MPI_INT, left, 0, MPI_COMM_WORLD, &req);
   Problem<double> g({1, 12 * P, 12 * P, 2, 1, 8}, shared_seed());
   const Problem<double> ref = reference_of(g, Options{});
-  const RingRun<double> r = run_ring(MPI_COMM_WORLD, g, Options{}, DistOptions{});
+  const ShardedRun<double> r = sharded_dense_forward(MPI_COMM_WORLD, g, Options{}, DistOptions{});
   expect_shard_close(r.o, r.lse, ref, r.q_layout, rank, kDoubleTol, "ring beside a pending receive");
   MPI_Send(&rank, 1, MPI_INT, right, 0, MPI_COMM_WORLD);
   MPI_Wait(&req, MPI_STATUS_IGNORE);
@@ -324,7 +291,7 @@ TEST(RingForward, ProgressCallbackSeesEveryStep) {
     steps.push_back(step);
     EXPECT_EQ(total, P);
   };
-  run_ring(MPI_COMM_WORLD, g, Options{}, d);
+  sharded_dense_forward(MPI_COMM_WORLD, g, Options{}, d);
   ASSERT_EQ(int(steps.size()), P);
   for (int i = 0; i < P; ++i) EXPECT_EQ(steps[i], i + 1);
 }

@@ -23,9 +23,6 @@ namespace kattn {
 namespace test {
 namespace {
 
-using dist::DistOptions;
-using dist::SequenceLayout;
-
 enum class Call { ring, ulysses, hybrid, grid };
 
 // d with the scheme of the call.
@@ -241,21 +238,14 @@ void check_backward(const Shape& s, const Options& opt, const DistOptions& d = {
                            " seed=" + std::to_string(seed);
   SCOPED_TRACE(what);
   const Problem16<S> p(s, seed);
-  View4<S> dout("dout", s.B, s.Nq, s.Hq, s.D);
-  View4<double> dout_d("dout_d", s.B, s.Nq, s.Hq, s.D), dq_r("dq_r", s.B, s.Nq, s.Hq, s.D),
-      dk_r("dk_r", s.B, s.Nk, s.Hkv, s.D), dv_r("dv_r", s.B, s.Nk, s.Hkv, s.D);
-  fill_rounded(dout, dout_d, seed + 3);
-  reference_backward(Kokkos::DefaultExecutionSpace(), p.qd, p.kd, p.vd, dout_d, dq_r, dk_r, dv_r, opt);
-  Kokkos::fence();
-  const Textbook16Backward tb = textbook16_backward<S>(p.host().params(), to_host(dout_d), opt);
+  const Backward16Reference<S> ref = backward16_reference(p, opt, seed);
+  const View4<S>& dout = ref.dout;
   const Grads16 g = run_backward(MPI_COMM_WORLD, p, dout, opt, d);
   EXPECT_EQ(g.backward.bytes_sent, modelled_sent(s, 2, opt, d, dist::Pass::backward)) << what;
-  expect_16bit_grad_rule({g.dq, g.dk, g.dv}, tb, {to_host(dq_r), to_host(dk_r), to_host(dv_r)}, what);
+  expect_16bit_grad_rule({g.dq, g.dk, g.dv}, ref.tb, ref.grads, what);
   if (d.deterministic) {
     const Grads16 alone = run_backward(MPI_COMM_SELF, p, dout, opt, d);
-    EXPECT_EQ(std::memcmp(alone.dq.data(), g.dq.data(), g.dq.size() * sizeof(double)), 0) << what << ": dq bits";
-    EXPECT_EQ(std::memcmp(alone.dk.data(), g.dk.data(), g.dk.size() * sizeof(double)), 0) << what << ": dk bits";
-    EXPECT_EQ(std::memcmp(alone.dv.data(), g.dv.data(), g.dv.size() * sizeof(double)), 0) << what << ": dv bits";
+    expect_gradient_bits_equal(alone, g, what);
   }
 }
 

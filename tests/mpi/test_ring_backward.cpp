@@ -20,10 +20,6 @@ namespace kattn {
 namespace test {
 namespace {
 
-using dist::DistOptions;
-using dist::SequenceLayout;
-using dist::Sharding;
-
 template <class T>
 LocalGrads<T> run_ring_backward(MPI_Comm comm, const Grads<T>& g, const Options& opt, const DistOptions& d,
                                 const BackwardOptions& b = {}) {
@@ -44,11 +40,8 @@ void check_backward(const Shape& s, const Options& opt, const DistOptions& d) {
 }
 
 std::vector<Options> variants() {
-  std::vector<Options> v(6);
-  v[1].causal = true;
-  v[2].window_left = 5, v[2].window_right = 3;
-  v[3].causal = true, v[3].window_left = 7, v[3].softcap = 4.0;
-  v[4].softcap = 2.5, v[4].scale = 0.3;
+  std::vector<Options> v = backward_variants();
+  v.resize(6);
   v[5].causal = true, v[5].block_q = 5, v[5].block_k = 3;
   return v;
 }
@@ -83,8 +76,7 @@ TEST(RingBackward, SinksMatchOneRankWithTheSameGradientBits) {
   o.sinks = {1.0, -2.0, 0.5, -std::numeric_limits<double>::infinity()};
   const Shape s{2, 37, 37, 4, 2, 16};
   Grads<double> g(s, shared_seed(), o);
-  const BackwardInfo one = attention_backward(Kokkos::DefaultExecutionSpace(), g.p.q, kv::dense(g.p.k, g.p.v), g.p.o,
-                                              g.p.lse, g.dout, g.dq, g.dk, g.dv, o);
+  const BackwardInfo one = g.backward_one_rank(o);
   ASSERT_EQ(one.dsinks.size(), 4u);
   const int P = size_of(MPI_COMM_WORLD);
   for (dist::Scheme scheme : {dist::Scheme::ring, dist::Scheme::ulysses}) {

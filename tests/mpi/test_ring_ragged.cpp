@@ -24,8 +24,6 @@ namespace kattn {
 namespace test {
 namespace {
 
-using dist::Sharding;
-
 // Rows `rows` of a packed [total, H, D] array, as a new array of type T (rounded once to a 16-bit T).
 template <class T, class U>
 View3<T> take_rows(const View3<U>& global, const std::vector<std::int64_t>& rows, const char* label) {

@@ -19,8 +19,6 @@ namespace kattn {
 namespace test {
 namespace {
 
-using dist::SequenceLayout;
-using dist::Sharding;
 using dist::detail::KeyRange;
 
 std::vector<Options> windows() {

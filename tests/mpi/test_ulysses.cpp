@@ -25,22 +25,12 @@ using HeadShardedRun = ShardedRun<T>;
 
 template <class T>
 HeadShardedRun<T> run_ulysses(MPI_Comm comm, const Problem<T>& g, const Options& opt, const DistOptions& d) {
-  const int P = size_of(comm);
-  const SequenceLayout ql = dist::sharded_layout(g.shape.Nq, P, d), kl = dist::sharded_layout(g.shape.Nk, P, d);
-  return sharded_forward(
-      comm, g, ql, kl, [&](const auto& q, const auto& k, const auto& v, const auto& o, const auto& lse) {
-        return dist::attention(comm, Kokkos::DefaultExecutionSpace(), q, kv::dense(k, v), o, lse, opt, with_scheme(dist::Scheme::ulysses, d));
-      });
+  return sharded_dense_forward(comm, g, opt, with_scheme(dist::Scheme::ulysses, d));
 }
 
 template <class T>
 void check_forward(const Shape& s, const Options& opt, const DistOptions& d) {
-  const std::uint64_t seed = shared_seed();
-  SCOPED_TRACE(describe(s, opt) + " sharding=" + dist::name(d.sharding) + " seed=" + std::to_string(seed));
-  Problem<T> g(s, seed);
-  const Problem<double> ref = reference_of(g, opt);
-  const HeadShardedRun<T> r = run_ulysses(MPI_COMM_WORLD, g, opt, d);
-  expect_shard_close(r.o, r.lse, ref, r.q_layout, rank_of(MPI_COMM_WORLD), tolerance<T>(), "ulysses_attention");
+  expect_sharded_forward_matches_reference<T>(s, opt, with_scheme(dist::Scheme::ulysses, d), "ulysses_attention");
 }
 
 std::vector<Options> variants() {

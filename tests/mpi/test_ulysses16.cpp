@@ -21,9 +21,6 @@ namespace kattn {
 namespace test {
 namespace {
 
-using dist::DistOptions;
-using dist::SequenceLayout;
-
 enum class Call { ulysses, hybrid };
 
 SequenceLayout layout_of(Call call, std::int64_t n, int P, const DistOptions& d) {
@@ -144,23 +141,16 @@ void check_backward(Call call, const Shape& s, const Options& opt, const DistOpt
                            " seed=" + std::to_string(seed);
   SCOPED_TRACE(what);
   const Problem16<S> p(s, seed);
-  View4<S> dout("dout", s.B, s.Nq, s.Hq, s.D);
-  View4<double> dout_d("dout_d", s.B, s.Nq, s.Hq, s.D), dq_r("dq_r", s.B, s.Nq, s.Hq, s.D),
-      dk_r("dk_r", s.B, s.Nk, s.Hkv, s.D), dv_r("dv_r", s.B, s.Nk, s.Hkv, s.D);
-  fill_rounded(dout, dout_d, seed + 3);
-  reference_backward(Kokkos::DefaultExecutionSpace(), p.qd, p.kd, p.vd, dout_d, dq_r, dk_r, dv_r, opt);
-  Kokkos::fence();
-  const Textbook16Backward tb = textbook16_backward<S>(p.host().params(), to_host(dout_d), opt);
+  const Backward16Reference<S> ref = backward16_reference(p, opt, seed);
+  const View4<S>& dout = ref.dout;
   const Grads g = run_backward(call, MPI_COMM_WORLD, p.q, p.k, p.v, dout, opt, d);
-  expect_16bit_grad_rule({g.dq, g.dk, g.dv}, tb, {to_host(dq_r), to_host(dk_r), to_host(dv_r)}, what);
+  expect_16bit_grad_rule({g.dq, g.dk, g.dv}, ref.tb, ref.grads, what);
   if (d.deterministic) {
     // One rank alone (hybrid's deterministic backward is the ring's: a 1 x 1 grid).
     DistOptions alone_d = d;
     alone_d.ulysses_size = 0;
     const Grads alone = run_backward(call, MPI_COMM_SELF, p.q, p.k, p.v, dout, opt, alone_d);
-    EXPECT_EQ(std::memcmp(alone.dq.data(), g.dq.data(), g.dq.size() * sizeof(double)), 0) << what << ": dq bits";
-    EXPECT_EQ(std::memcmp(alone.dk.data(), g.dk.data(), g.dk.size() * sizeof(double)), 0) << what << ": dk bits";
-    EXPECT_EQ(std::memcmp(alone.dv.data(), g.dv.data(), g.dv.size() * sizeof(double)), 0) << what << ": dv bits";
+    expect_gradient_bits_equal(alone, g, what);
   }
 }
 

@@ -12,9 +12,6 @@ namespace kattn {
 namespace test {
 namespace {
 
-using dist::DistOptions;
-using dist::SequenceLayout;
-
 // This rank's contiguous shard of a problem of N positions: q, k, v, o, dO and the gradients.
 struct HeadShard {
   View4<double> q, k, v, o, dout, dq, dk, dv;
