@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "batch_inputs.hpp"
+#include "bias_tensor.hpp"
 #include "dist_commands.hpp"
 #include "dist_ragged_run.hpp"
 #include "dtype.hpp"
@@ -92,6 +93,7 @@ int run_distributed(Args& args, const std::string& mode) {
     bool check = false;
     Console console;
     std::vector<std::string> input_args;  // the input flags, read by every rank (and rank 0's --check)
+    std::optional<std::string> bias_file;
     std::optional<BatchInputs> batch;     // a ragged batch (--dist ring): its indices, every rank
     BatchSource batch_src;                // ... and where each rank reads (or draws) its rows
     dist::collective_check(comm, [&] {
@@ -111,9 +113,11 @@ int run_distributed(Args& args, const std::string& mode) {
       check = args.flag("--check");
       KATTN_REQUIRE(!args.has("--check-rows"), "--check-rows: --dist checks every row (--check)");
       console = read_console(args);
+      bias_file = args.value("--bias");  // read by every rank, its rows (with_bias_rows)
       opt = read_options(args);
       if (wants_batch_inputs(args)) {
         KATTN_REQUIRE(mode == "ring", "--dist ", mode, ": a ragged batch goes round the ring only (--dist ring)");
+        KATTN_REQUIRE(!bias_file, "--bias: --dist ring takes a bias with dense inputs, not a ragged batch");
         batch = read_batch_inputs(args, nullptr, &batch_src);
       }
       for (const char* f : {"--random", "--seed", "--dtype", "--layout", "--q", "--k", "--v"})
@@ -130,8 +134,12 @@ int run_distributed(Args& args, const std::string& mode) {
 
     DenseSource src;
     const DenseInputs in = describe_on_every_rank(comm, "run", input_args, "", src);
+    BiasTensor bias;  // this rank's query rows of --bias (decode: every rank all of them)
+    const dist::SequenceLayout ql = shards_sequence(mode) ? dist::layout_of(in.Nq, P, d) : dist::SequenceLayout(in.Nq, 1, d.sharding);
+    const Options opt_rows = with_bias_rows(comm, "run", with_bias_flag(input_args, bias_file), in,
+                                            runs_of(ql, shards_sequence(mode) ? rank : 0), bias, opt);
     const DistRun run =
-        with_storage(in.dtype, [&](auto t) { return run_as<decltype(t)>(comm, mode, in, src, opt, d); });
+        with_storage(in.dtype, [&](auto t) { return run_as<decltype(t)>(comm, mode, in, src, opt_rows, d); });
     if (out_path) write_dense_positions(comm, *out_path, in, in.Hq, run.out_layout, run.o);
     if (lse_path) write_lse_positions(comm, *lse_path, in, in.Hq, run.out_layout, run.lse);
     const long long peak_rss = peak_rss_max(comm);  // before --check's rank-0 reference
@@ -149,7 +157,7 @@ int run_distributed(Args& args, const std::string& mode) {
       const char* dtype = dtype_name(in.dtype);
       std::fprintf(text, "kattn run: %s algo=flash dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n",
                    dist_heading(mode, P, d).c_str(), dtype, name(in.layout), (long long)in.B, (long long)in.Nq,
-                   (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D, mask_summary(opt).c_str());
+                   (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D, mask_summary(opt_rows).c_str());
       Json j;
       j.add("algo", "flash");
       add_dist_fields(j, mode, P, d);
@@ -159,10 +167,12 @@ int run_distributed(Args& args, const std::string& mode) {
       int status = 0;
       if (check) {
         // The whole inputs, on rank 0 only and only for the check.
-        Args inputs("run", input_args);
+        Args inputs("run", with_bias_flag(input_args, bias_file));
+        BiasTensor bias;
+        bias.read(inputs);
         const DenseInputs whole = read_dense_inputs(inputs, "", nullptr, nullptr);
-        status = check_outputs(host_params(whole, o_all, lse_all), opt, CheckSettings{true, 0}, in.dtype, console, j,
-                               "run");
+        status = check_outputs(host_params(whole, o_all, lse_all), bias.on_host(opt), CheckSettings{true, 0}, in.dtype,
+                               console, j, "run");
       }
       console.finish(j);
       return status;

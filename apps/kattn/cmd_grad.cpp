@@ -51,7 +51,7 @@ const char* kGradUsage =
     "  ragged batch:  as for kattn run (--random-ragged HQ,HKV,D --q-lens .. --kv-lens .., or --q/--k/--v\n"
     "                 [total, H, D] with --q-indptr and --kv-indptr, and --do [total_q, Hq, D])\n"
     "  --sinks, --alibi-slopes, --bias: as for kattn run; --dsinks [Hq] and --dbias (the bias's shape, not\n"
-    "                 of a bool bias) write their gradients in float64 (dense inputs)\n"
+    "                 of a bool bias) write their gradients in float64 (dense inputs; --dist ring: each rank its rows)\n"
     "  --cpu-products: as for kattn run, for the forward pass (the backward widens 16-bit inputs)\n"
     "  --layout bnhd|bhnd, --json, --quiet, --progress: as for kattn run (the forward's progress line, then\n"
     "                 the backward's)\n"

@@ -196,7 +196,7 @@ Options read_options(Args& args, BiasTensor* bias) {
     else
       opt.alibi_slopes = read_per_head("--alibi-slopes", "slope", *v);
   }
-  KATTN_REQUIRE(bias || !args.has("--bias"), "--bias: a bias tensor goes with kattn run and grad, without --dist");
+  KATTN_REQUIRE(bias || !args.has("--bias"), "--bias: a bias tensor goes with kattn run and grad");
   if (bias) {
     bias->read(args);
     opt.bias = bias->device();
