@@ -45,11 +45,6 @@ DenseInputs describe_on_every_rank(MPI_Comm comm, const char* command, const std
   return in;
 }
 
-std::vector<std::string> with_bias_flag(std::vector<std::string> input_args, const std::optional<std::string>& bias) {
-  if (bias) input_args.insert(input_args.end(), {"--bias", *bias});
-  return input_args;
-}
-
 Options with_bias_rows(MPI_Comm comm, const char* command, const std::vector<std::string>& input_args,
                        const DenseInputs& in, const std::vector<PositionRun>& q_runs, BiasTensor& bias, Options opt) {
   dist::collective_check(comm, [&] {

@@ -6,7 +6,6 @@
 #include <mpi.h>
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,9 +25,6 @@ std::vector<PositionRun> runs_of(const dist::SequenceLayout& layout, int rank);
 // `extra` names a further [B, Nq, Hq, D] input ("--do"), "" for none.
 DenseInputs describe_on_every_rank(MPI_Comm comm, const char* command, const std::vector<std::string>& input_args,
                                    const std::string& extra, DenseSource& source);
-
-// The input flags with --bias FILE|random added (none without it), for BiasTensor::read.
-std::vector<std::string> with_bias_flag(std::vector<std::string> input_args, const std::optional<std::string>& bias);
 
 // opt with the ring's bias: --bias (in input_args) as this rank holds it, its query positions
 // `q_runs` over every key (BiasRows), read or drawn on every rank into `bias`; a bad file on any
