@@ -64,10 +64,22 @@ CheckSettings read_check_settings(Args& args) {
   return s;
 }
 
-AttentionParams<double> host_params(const DenseInputs& in, const std::vector<double>& o,
-                                    const std::vector<double>& lse) {
-  AttentionParams<double> p;
-  p.q = in.q.data(), p.k = in.k.data(), p.v = in.v.data();
+namespace {
+
+// p's q, k and v at float64 copies of the stored inputs, which p holds.
+void widen_inputs(HostParams& p, const StoredValues& q, const StoredValues& k, const StoredValues& v, bool values) {
+  if (!values) return;
+  const StoredValues* in[3] = {&q, &k, &v};
+  for (int i = 0; i < 3; ++i) p.widened[i] = std::make_shared<const std::vector<double>>(in[i]->widened());
+  p.q = p.widened[0]->data(), p.k = p.widened[1]->data(), p.v = p.widened[2]->data();
+}
+
+}  // namespace
+
+HostParams host_params(const DenseInputs& in, const std::vector<double>& o, const std::vector<double>& lse,
+                       bool values) {
+  HostParams p;
+  widen_inputs(p, in.q, in.k, in.v, values);
   p.o = const_cast<double*>(o.data());  // read only: the outputs under test
   p.lse = const_cast<double*>(lse.data());
   p.q_stride_batch = p.o_stride_batch = in.Nq * in.Hq * in.D;
@@ -83,10 +95,10 @@ AttentionParams<double> host_params(const DenseInputs& in, const std::vector<dou
   return p;
 }
 
-AttentionParams<double> host_params(const BatchInputs& in, const std::vector<double>& o,
-                                    const std::vector<double>& lse) {
-  AttentionParams<double> p;
-  p.q = in.q.data(), p.k = in.k.data(), p.v = in.v.data();
+HostParams host_params(const BatchInputs& in, const std::vector<double>& o, const std::vector<double>& lse,
+                       bool values) {
+  HostParams p;
+  widen_inputs(p, in.q, in.k, in.v, values);
   p.o = const_cast<double*>(o.data());
   p.lse = const_cast<double*>(lse.data());
   p.q_stride_seq = p.o_stride_seq = in.Hq * in.D;
