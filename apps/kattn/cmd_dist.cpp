@@ -6,25 +6,17 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
-#include <chrono>
 #include <cstdio>
-#include <iostream>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "collective_steps.hpp"
 #include "dist_commands.hpp"
-#include "dtype.hpp"
 #include "dist_shard.hpp"
-#include "console.hpp"
-#include "json.hpp"
-#include "paths.hpp"
-#include "run_pipeline.hpp"
-#include "run_check.hpp"
-#include "kattn/distributed/collective.hpp"
+#include "dtype.hpp"
 #include "kattn/distributed/attention.hpp"
-#include "kattn/distributed/traffic.hpp"
-#include "mpi_session.hpp"
 
 namespace kattn {
 namespace cli {

@@ -10,20 +10,15 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "collective_steps.hpp"
 #include "dist_commands.hpp"
-#include "dtype.hpp"
-#include "grad_check.hpp"
 #include "dist_shard.hpp"
-#include "json.hpp"
-#include "paths.hpp"
-#include "run_check.hpp"
-#include "kattn/distributed/collective.hpp"
+#include "dtype.hpp"
 #include "kattn/distributed/attention.hpp"
-#include "kattn/distributed/traffic.hpp"
 #include "kattn/score_bias.hpp"
-#include "mpi_session.hpp"
 
 namespace kattn {
 namespace cli {
