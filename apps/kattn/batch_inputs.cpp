@@ -54,7 +54,8 @@ std::vector<std::int64_t> indptr_of(const std::vector<std::int64_t>& lens) {
 }
 
 // Moves ragged keys [total_kv, Hkv, D] into pages of page_size keys, in order or shuffled.
-void to_pages(BatchInputs& in, std::int64_t page_size, bool shuffle, std::uint64_t seed) {
+void to_pages(BatchInputs& in, std::vector<double>& keys, std::vector<double>& values, std::int64_t page_size,
+              bool shuffle, std::uint64_t seed) {
   KATTN_REQUIRE(page_size >= 1, "--page-size: expected at least 1 key per page, got ", page_size);
   const std::vector<std::int64_t> kv_lens = in.kv_lens();
   const std::int64_t B = in.batch(), row = in.Hkv * in.D;
@@ -74,11 +75,11 @@ void to_pages(BatchInputs& in, std::int64_t page_size, bool shuffle, std::uint64
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t j = 0; j < kv_lens[b]; ++j, ++src) {
       const std::int64_t dst = in.page_indices[in.page_indptr[b] + j / page_size] * page_size + j % page_size;
-      std::copy_n(in.k.begin() + src * row, row, k.begin() + dst * row);
-      std::copy_n(in.v.begin() + src * row, row, v.begin() + dst * row);
+      std::copy_n(keys.begin() + src * row, row, k.begin() + dst * row);
+      std::copy_n(values.begin() + src * row, row, v.begin() + dst * row);
     }
-  in.k = std::move(k);
-  in.v = std::move(v);
+  keys = std::move(k);
+  values = std::move(v);
   in.kv_indptr.clear();
   in.page_size = page_size;
   in.paged = true;
@@ -143,13 +144,14 @@ void load_every_row(BatchInputs& in, const BatchSource& src) {
     std::iota(rows.begin(), rows.end(), std::int64_t(0));
     return rows;
   };
-  in.q = batch_rows(in, src, BatchArray::q, every(in.total_q()));
-  in.k = batch_rows(in, src, BatchArray::k, every(in.kv_rows()));
-  in.v = batch_rows(in, src, BatchArray::v, every(in.kv_rows()));
+  in.q = StoredValues(in.dtype, batch_rows(in, src, BatchArray::q, every(in.total_q())));
+  in.k = StoredValues(in.dtype, batch_rows(in, src, BatchArray::k, every(in.kv_rows())));
+  in.v = StoredValues(in.dtype, batch_rows(in, src, BatchArray::v, every(in.kv_rows())));
 }
 
 BatchInputs read_batch_inputs(Args& args, const char* refuse16, BatchSource* rows_later) {
   BatchInputs in;
+  std::vector<double> q, k, v;  // stored in the run's type at the end
   const auto seed_opt = args.integer("--seed", 0, std::numeric_limits<std::int64_t>::max());
   const std::uint64_t seed = static_cast<std::uint64_t>(seed_opt.value_or(0));
   const auto dtype = args.value("--dtype");
@@ -199,10 +201,10 @@ BatchInputs read_batch_inputs(Args& args, const char* refuse16, BatchSource* row
         8 * std::uint64_t(in.D * (in.q_indptr.back() * in.Hq + 2 * in.kv_indptr.back() * in.Hkv)),
         "--random: the inputs", "q, k and v as float64", "use smaller shapes");
     // The same streams as the dense draw: --random with --page-size sees the same numbers.
-    in.q = random_normal(in.q_indptr.back() * in.Hq * in.D, 3 * seed + 1);
-    in.k = random_normal(in.kv_indptr.back() * in.Hkv * in.D, 3 * seed + 2);
-    in.v = random_normal(in.kv_indptr.back() * in.Hkv * in.D, 3 * seed + 3);
-    if (page_size) to_pages(in, *page_size, shuffle, seed + 7);
+    q = random_normal(in.q_indptr.back() * in.Hq * in.D, 3 * seed + 1);
+    k = random_normal(in.kv_indptr.back() * in.Hkv * in.D, 3 * seed + 2);
+    v = random_normal(in.kv_indptr.back() * in.Hkv * in.D, 3 * seed + 3);
+    if (page_size) to_pages(in, k, v, *page_size, shuffle, seed + 7);
   } else {
     KATTN_REQUIRE(!page_size && !shuffle, "--page-size: pages of input files come from --kv-page-indptr, "
                                           "--kv-page-indices and --kv-last-page-len");
@@ -241,42 +243,44 @@ BatchInputs read_batch_inputs(Args& args, const char* refuse16, BatchSource* row
     require_bf16_bits_asked("--q", *qf, q0.dtype, in.dtype, dtype.has_value());
     const std::size_t kv_rank = in.paged ? 4 : 3;
     const char* kv_layout = in.paged ? "[num_pages, page_size, Hkv, D]" : "[total_kv, Hkv, D]";
-    const io::NpyHeader k = read_floating(*kf, "--k", kv_rank, kv_layout);
-    const io::NpyHeader v = read_floating(*vf, "--v", kv_rank, kv_layout);
+    const io::NpyHeader kh = read_floating(*kf, "--k", kv_rank, kv_layout);
+    const io::NpyHeader vh = read_floating(*vf, "--v", kv_rank, kv_layout);
     // k against q first, then v against k: the message blames the array that differs.
-    KATTN_REQUIRE(k.shape[kv_rank - 1] == in.D, "--k ", *kf, ": expected head dim ", in.D, " (from q), got ",
-                  k.shape[kv_rank - 1]);
-    KATTN_REQUIRE(v.shape[kv_rank - 1] == in.D, "--v ", *vf, ": expected head dim ", in.D, " (from q and k), got ",
-                  v.shape[kv_rank - 1]);
-    KATTN_REQUIRE(k.shape == v.shape, "--v ", *vf, ": expected the shape of k");
-    require_one_dtype("--k", *kf, k.dtype, q0.dtype, dtype.has_value());
-    require_one_dtype("--v", *vf, v.dtype, q0.dtype, dtype.has_value());
-    require_bf16_bits_asked("--k", *kf, k.dtype, in.dtype, dtype.has_value());
-    require_bf16_bits_asked("--v", *vf, v.dtype, in.dtype, dtype.has_value());
-    in.Hkv = k.shape[kv_rank - 2];
+    KATTN_REQUIRE(kh.shape[kv_rank - 1] == in.D, "--k ", *kf, ": expected head dim ", in.D, " (from q), got ",
+                  kh.shape[kv_rank - 1]);
+    KATTN_REQUIRE(vh.shape[kv_rank - 1] == in.D, "--v ", *vf, ": expected head dim ", in.D, " (from q and k), got ",
+                  vh.shape[kv_rank - 1]);
+    KATTN_REQUIRE(kh.shape == vh.shape, "--v ", *vf, ": expected the shape of k");
+    require_one_dtype("--k", *kf, kh.dtype, q0.dtype, dtype.has_value());
+    require_one_dtype("--v", *vf, vh.dtype, q0.dtype, dtype.has_value());
+    require_bf16_bits_asked("--k", *kf, kh.dtype, in.dtype, dtype.has_value());
+    require_bf16_bits_asked("--v", *vf, vh.dtype, in.dtype, dtype.has_value());
+    in.Hkv = kh.shape[kv_rank - 2];
     if (in.paged) {
-      in.num_pages = k.shape[0];
-      in.page_size = k.shape[1];
+      in.num_pages = kh.shape[0];
+      in.page_size = kh.shape[1];
       in.page_indptr = read_index(*pi, "--kv-page-indptr");
       in.page_indices = read_index(*px, "--kv-page-indices");
       in.last_page_len = read_index(*pl, "--kv-last-page-len");
     } else {
       in.kv_indptr = read_index(*ki, "--kv-indptr");
       KATTN_REQUIRE(!in.kv_indptr.empty(), "--kv-indptr ", *ki, ": expected B + 1 offsets, got an empty array");
-      check_total(in.kv_indptr.back(), k.shape[0], "--k", "--kv-indptr");
+      check_total(in.kv_indptr.back(), kh.shape[0], "--k", "--kv-indptr");
     }
     if (rows_later) {
       rows_later->paths[0] = *qf, rows_later->paths[1] = *kf, rows_later->paths[2] = *vf;
-      rows_later->headers[0] = q0, rows_later->headers[1] = k, rows_later->headers[2] = v;
+      rows_later->headers[0] = q0, rows_later->headers[1] = kh, rows_later->headers[2] = vh;
       return in;
     }
-    in.q = values_of(*qf, q0);
-    in.k = values_of(*kf, k);
-    in.v = values_of(*vf, v);
+    q = values_of(*qf, q0);
+    k = values_of(*kf, kh);
+    v = values_of(*vf, vh);
   }
-  round_to(in.dtype, in.q);
-  round_to(in.dtype, in.k);
-  round_to(in.dtype, in.v);
+  for (auto [to, values] : {std::pair{&in.q, &q}, std::pair{&in.k, &k}, std::pair{&in.v, &v}}) {
+    round_to(in.dtype, *values);
+    *to = StoredValues(in.dtype, *values);
+    *values = {};  // each float64 copy freed once stored
+  }
   return in;
 }
 

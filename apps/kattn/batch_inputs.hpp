@@ -23,7 +23,7 @@ struct BatchInputs {
   std::vector<std::int64_t> q_indptr, kv_indptr;                           // kv_indptr: ragged only
   std::vector<std::int64_t> page_indptr, page_indices, last_page_len;      // paged only
   std::int64_t page_size = 0, num_pages = 0;
-  std::vector<double> q, k, v;
+  StoredValues q, k, v;  // in dtype
 
   std::int64_t batch() const { return static_cast<std::int64_t>(q_indptr.size()) - 1; }
   std::int64_t total_q() const { return q_indptr.back(); }

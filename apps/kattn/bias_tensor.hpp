@@ -3,7 +3,7 @@
 // says, kept in the file's type: float32, float64, float16, bf16 bits ('<u2', npy.hpp's
 // convention) or bool; `random` draws float32 unit normals [B, Hq, Nq, Nk] (random_variants.hpp).
 // The attention call checks the shape against the problem (ragged, paged and cascade calls: padded
-// to the longest sequence), naming `bias:`; distributed runs refuse --bias.
+// to the longest sequence), naming `bias:`; the ring takes each rank's query rows (BiasRows).
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -11,15 +11,23 @@
 #include <vector>
 
 #include "args.hpp"
+#include "npy_rows.hpp"
 #include "kattn/options.hpp"
 
 namespace kattn {
 namespace cli {
 
+struct BiasRows {
+  std::int64_t B = 0, Hq = 0, Nq = 0, Nk = 0;  // the whole problem's
+  std::vector<PositionRun> runs;               // the query positions read
+};
+
 class BiasTensor {
  public:
-  // Takes --bias (nothing without it).
-  void read(Args& args);
+  // Takes --bias (nothing without it). With `rows`, only those query positions (dim 2) of a bias of
+  // their problem, [B or 1, Hq or 1, n, Nk] (a rank's rows for the ring): the whole shape checked,
+  // only the rows read (or drawn, with the whole draw's values).
+  void read(Args& args, const BiasRows* rows = nullptr);
 
   bool active() const { return device_.active(); }
   bool boolean() const { return device_.type == BiasType::boolean; }

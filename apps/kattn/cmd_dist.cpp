@@ -6,71 +6,43 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
-#include <chrono>
 #include <cstdio>
-#include <iostream>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
-#include "batch_inputs.hpp"
+#include "collective_steps.hpp"
 #include "dist_commands.hpp"
-#include "dist_ragged_run.hpp"
+#include "dist_shard.hpp"
 #include "dtype.hpp"
-#include "dist_files.hpp"
-#include "dist_io.hpp"
-#include "inputs.hpp"
-#include "console.hpp"
-#include "json.hpp"
-#include "paths.hpp"
-#include "run_check.hpp"
-#include "kattn/distributed/collective.hpp"
 #include "kattn/distributed/attention.hpp"
-#include "kattn/distributed/traffic.hpp"
-#include "mpi_session.hpp"
 
 namespace kattn {
 namespace cli {
 namespace {
 
 struct DistRun {
-  std::vector<double> o, lse;       // this rank's positions (decode: all of them, on rank 0 only)
-  dist::SequenceLayout out_layout;  // the positions of o and lse each rank holds
-  SlowestRank slowest;              // with the traffic model's bytes
+  std::vector<double> o, lse;  // this rank's positions (decode: all of them, on rank 0 only)
+  SlowestRank slowest;         // with the traffic model's bytes (dense inputs)
 };
 
-template <class T>
-DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, const DenseSource& src,
-               const Options& opt, const dist::DistOptions& d) {
-  int rank = 0, P = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &P);
-  const bool sharded = shards_sequence(mode);
-  // decode: every rank takes all the queries and its contiguous part of the keys.
-  const dist::SequenceLayout ql = sharded ? dist::layout_of(in.Nq, P, d) : dist::SequenceLayout(in.Nq, 1, d.sharding);
-  const dist::SequenceLayout kl = dist::layout_of(in.Nk, P, d);
-  const std::int64_t nq = sharded ? ql.local_length(rank) : in.Nq, nk = kl.local_length(rank);
-  const auto qv = to_view<Tensor4<T>>(dense_rows(in, src, DenseArray::q, runs_of(ql, sharded ? rank : 0)), "q", in.B,
-                                      nq, in.Hq, in.D);
-  const auto kview =
-      to_view<Tensor4<T>>(dense_rows(in, src, DenseArray::k, runs_of(kl, rank)), "k", in.B, nk, in.Hkv, in.D);
-  const auto vv =
-      to_view<Tensor4<T>>(dense_rows(in, src, DenseArray::v, runs_of(kl, rank)), "v", in.B, nk, in.Hkv, in.D);
-  Tensor4<T> o(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), in.B, nq, in.Hq, in.D);
-  Tensor3<accumulate_t<T>> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), in.B, in.Hq, nq);
+template <class T, class Shard>
+DistRun run_as(MPI_Comm comm, const Shard& sh, dist::DistOptions d) {
+  const auto q = sh.template input<T>(DenseArray::q);
+  const auto k = sh.template input<T>(DenseArray::k), v = sh.template input<T>(DenseArray::v);
+  std::remove_const_t<decltype(q)> o(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), q.layout());
+  const auto lse = lse_of(q);
   poison(o);
   poison(lse);
   const Kokkos::DefaultExecutionSpace space;
   space.fence();
   MPI_Barrier(comm);
+  if (d.scheme == dist::Scheme::sharded_kv) d.root = 0;  // rank 0 checks and writes
+  const dist::DistStats stats = dist::attention(comm, space, q, sh.keys(k, v), o, lse, sh.opt, d);
   DistRun run;
-  dist::DistOptions dd = d;
-  if (d.scheme == dist::Scheme::sharded_kv) dd.root = 0;  // rank 0 checks and writes
-  const dist::DistStats stats = dist::attention(comm, space, qv, kv::dense(kview, vv), o, lse, opt, dd);
-  const double model = double(dist::traffic(traffic_problem(in, sizeof(T)), opt, dd, P, rank, dist::Pass::forward).sent);
-  run.slowest = slowest_rank(comm, stats, model);
-  run.out_layout = ql;
-  if (sharded || rank == 0) {
+  run.slowest = slowest_rank(comm, stats, sh.model_sent(d, dist::Pass::forward, int(sizeof(T))));
+  if (sh.holds_outputs) {
     run.o = from_view(o);
     run.lse = from_view(lse);
   }
@@ -80,90 +52,38 @@ DistRun run_as(MPI_Comm comm, const std::string& mode, const DenseInputs& in, co
 }  // namespace
 
 int run_distributed(Args& args, const std::string& mode) {
-  MpiSession mpi;
-  return mpi.run([&]() -> int {
-    const MPI_Comm comm = MPI_COMM_WORLD;
-    const int rank = mpi.rank(), P = mpi.size();
-    // Every flag is read on every rank, then compared, before any other collective step: a flag
-    // given on one rank only (an MPMD launch) fails on every rank alike instead of hanging.
-    dist::DistOptions d;
-    Options opt;
-    std::optional<std::string> out_path, lse_path;
-    bool check = false;
-    Console console;
-    std::vector<std::string> input_args;  // the input flags, read by every rank (and rank 0's --check)
-    std::optional<BatchInputs> batch;     // a ragged batch (--dist ring): its indices, every rank
-    BatchSource batch_src;                // ... and where each rank reads (or draws) its rows
-    dist::collective_check(comm, [&] {
-      KATTN_REQUIRE(mode_number(mode) >= 0, "--dist: expected ring, ulysses, hybrid, grid or decode, got '", mode,
-                    "'");
-      read_grid(args, mode, P, d);
-      if (args.flag("--zigzag")) d.sharding = dist::Sharding::zigzag;
-      d.deterministic = args.flag("--deterministic");
-      d.chunk = args.integer("--chunk", 1, INT64_MAX / 4).value_or(0);
-      KATTN_REQUIRE(shards_sequence(mode) || d.sharding == dist::Sharding::contiguous,
-                    "--zigzag: only for --dist ring, ulysses, hybrid or grid (decode shards the KV cache in rank "
-                    "order)");
-      const std::string algo = args.value("--algo").value_or("flash");
-      KATTN_REQUIRE(algo == "flash", "--algo: --dist runs the tiled algorithm on every rank (flash), got '", algo, "'");
-      out_path = args.value("--out");
-      lse_path = args.value("--lse");
-      check = args.flag("--check");
-      KATTN_REQUIRE(!args.has("--check-rows"), "--check-rows: --dist checks every row (--check)");
-      console = read_console(args);
-      opt = read_options(args);
-      if (wants_batch_inputs(args)) {
-        KATTN_REQUIRE(mode == "ring", "--dist ", mode, ": a ragged batch goes round the ring only (--dist ring)");
-        batch = read_batch_inputs(args, nullptr, &batch_src);
-      }
-      for (const char* f : {"--random", "--seed", "--dtype", "--layout", "--q", "--k", "--v"})
-        if (auto value = args.value(f)) input_args.insert(input_args.end(), {f, *value});
-      args.finish();
-    });
-    agree_on_command(comm, mode, opt, d, check);
-    dist::collective_check(comm, [&] {
-      if (rank != 0) return;  // rank 0 writes
-      if (out_path) check_output_file("--out", *out_path);
-      if (lse_path) check_output_file("--lse", *lse_path);
-    });
-    if (batch) return run_ragged_ring(comm, *batch, batch_src, opt, d, out_path, lse_path, check, console);
-
-    DenseSource src;
-    const DenseInputs in = describe_on_every_rank(comm, "run", input_args, "", src);
-    const DistRun run =
-        with_storage(in.dtype, [&](auto t) { return run_as<decltype(t)>(comm, mode, in, src, opt, d); });
-    if (out_path) write_dense_positions(comm, *out_path, in, in.Hq, run.out_layout, run.o);
-    if (lse_path) write_lse_positions(comm, *lse_path, in, in.Hq, run.out_layout, run.lse);
+  std::optional<std::string> out_path, lse_path;
+  Console console;
+  const auto flags = [&](DistFlags& f) {
+    KATTN_REQUIRE(mode_number(mode) >= 0, "--dist: expected ring, ulysses, hybrid, grid or decode, got '", mode, "'");
+    const std::string algo = args.value("--algo").value_or("flash");
+    KATTN_REQUIRE(algo == "flash", "--algo: --dist runs the tiled algorithm on every rank (flash), got '", algo, "'");
+    out_path = args.value("--out");
+    lse_path = args.value("--lse");
+    f.outputs = {{"--out", out_path}, {"--lse", lse_path}};
+    f.check = args.flag("--check");
+    KATTN_REQUIRE(!args.has("--check-rows"), "--check-rows: --dist checks every row (--check)");
+    console = read_console(args);
+  };
+  // This rank's part, its outputs written, and rank 0's report and --check.
+  return dist_command(args, mode, "run", flags, [&](MPI_Comm comm, const auto& sh, const DistFlags& f) {
+    int P = 1;
+    MPI_Comm_size(comm, &P);
+    const DistRun run = with_storage(sh.dtype, [&](auto t) { return run_as<decltype(t)>(comm, sh, f.d); });
+    if (out_path) sh.write(*out_path, Part::q, run.o);
+    if (lse_path) sh.write(*lse_path, Part::lse, run.lse);
     const long long peak_rss = peak_rss_max(comm);  // before --check's rank-0 reference
     std::vector<double> o_all, lse_all;             // --check: every rank's outputs, on rank 0
-    if (check && shards_sequence(mode)) {
-      o_all = gather_positions(comm, run.o, in.B, in.Hq * in.D, run.out_layout);
-      lse_all = gather_positions(comm, run.lse, in.B * in.Hq, 1, run.out_layout);
-    } else if (check) {  // decode: rank 0 holds them all
-      o_all = run.o;
-      lse_all = run.lse;
+    if (f.check) {
+      o_all = sh.gather(Part::q, run.o);
+      lse_all = sh.gather(Part::lse, run.lse);
     }
     return on_rank0(comm, [&]() -> int {
       std::FILE* text = console.text();
-      const double flops = attention_flops(in, opt);
-      const char* dtype = dtype_name(in.dtype);
-      std::fprintf(text, "kattn run: %s algo=flash dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s\n",
-                   dist_heading(mode, P, d).c_str(), dtype, name(in.layout), (long long)in.B, (long long)in.Nq,
-                   (long long)in.Nk, (long long)in.Hq, (long long)in.Hkv, (long long)in.D, mask_summary(opt).c_str());
-      Json j;
-      j.add("algo", "flash");
-      add_dist_fields(j, mode, P, d);
-      j.add("dtype", dtype).add("dims", name(in.layout)).add("shape", in.shape());
-      j.add("shape_is", "B,Nq,Nk,Hq,Hkv,D").add("causal", opt.causal);
-      report_dist_forward(text, j, flops, P, run.slowest, peak_rss);
-      int status = 0;
-      if (check) {
-        // The whole inputs, on rank 0 only and only for the check.
-        Args inputs("run", input_args);
-        const DenseInputs whole = read_dense_inputs(inputs, "", nullptr, nullptr);
-        status = check_outputs(host_params(whole, o_all, lse_all), opt, CheckSettings{true, 0}, in.dtype, console, j,
-                               "run");
-      }
+      Json j = dist_heading_json(text, "run", mode, P, f, sh);
+      report_dist_forward(text, j, sh.flops, P, run.slowest, peak_rss);
+      // The whole inputs, on rank 0 only and only for the check.
+      const int status = f.check ? sh.check_run(o_all, lse_all, console, j) : 0;
       console.finish(j);
       return status;
     });

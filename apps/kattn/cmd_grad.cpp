@@ -51,7 +51,7 @@ const char* kGradUsage =
     "  ragged batch:  as for kattn run (--random-ragged HQ,HKV,D --q-lens .. --kv-lens .., or --q/--k/--v\n"
     "                 [total, H, D] with --q-indptr and --kv-indptr, and --do [total_q, Hq, D])\n"
     "  --sinks, --alibi-slopes, --bias: as for kattn run; --dsinks [Hq] and --dbias (the bias's shape, not\n"
-    "                 of a bool bias) write their gradients in float64 (dense inputs)\n"
+    "                 of a bool bias) write their gradients in float64 (dense inputs; --dist ring: each rank its rows)\n"
     "  --cpu-products: as for kattn run, for the forward pass (the backward widens 16-bit inputs)\n"
     "  --layout bnhd|bhnd, --json, --quiet, --progress: as for kattn run (the forward's progress line, then\n"
     "                 the backward's)\n"
@@ -243,9 +243,7 @@ GradKind dense_grad_kind(Args& args, const GradFlags& f, const Options& opt, con
       wants_block_sparse(args) ? std::make_shared<const BlockMask>(read_block_mask(args, *in)) : nullptr;
   args.finish();
   const BlockMask* m = mask.get();
-  const std::vector<double> unread;  // the check reads no o or lse
-  const AttentionParams<double> inputs = host_params(*in, unread, unread);
-  if (f.check.enabled) gradient_check_samples(inputs, f.check, m != nullptr);  // refused before the work
+  if (f.check.enabled) gradient_check_samples(host_params(*in, {}, {}, false), f.check, m != nullptr);  // refused now
   GradKind kind;
   kind.dtype = in->dtype;
   kind.heading = printed("dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s", dtype_name(in->dtype),
@@ -271,10 +269,10 @@ GradKind dense_grad_kind(Args& args, const GradFlags& f, const Options& opt, con
     if (f.paths.dk) write_dense(*f.paths.dk, *in, in->Nk, in->Hkv, g.grads.dk);
     if (f.paths.dv) write_dense(*f.paths.dv, *in, in->Nk, in->Hkv, g.grads.dv);
   };
-  kind.check = [&f, opt, &bias, in, dout, mask, dbias_of, inputs](const Gradients& g, Json& j) {
+  kind.check = [&f, opt, &bias, in, dout, mask, dbias_of](const Gradients& g, Json& j) {
     const Options host = bias.on_host(opt);
     return check_gradients(
-        host_gradients(inputs, *dout, g.grads), host, f.check, in->dtype, mask != nullptr,
+        host_gradients(host_params(*in, {}, {}), *dout, g.grads), host, f.check, in->dtype, mask != nullptr,
         [&] { return dense_textbook_backward(*in, *dout, mask ? host : opt, mask.get(), dbias_of); },
         f.console.text(), j);
   };
@@ -291,9 +289,7 @@ GradKind ragged_grad_kind(Args& args, const GradFlags& f, const Options& opt) {
   KATTN_REQUIRE(!in->paged, "kattn grad: ragged batches only (--kv-indptr), not paged caches");
   const auto dout =
       std::make_shared<const std::vector<double>>(ragged_dout(ragged_dout_source(do_file, seed, files, dtype_given, *in), *in));
-  const std::vector<double> unread;  // the check reads no o or lse
-  const AttentionParams<double> inputs = host_params(*in, unread, unread);
-  if (f.check.enabled) gradient_check_samples(inputs, f.check, false);
+  if (f.check.enabled) gradient_check_samples(host_params(*in, {}, {}, false), f.check, false);
   GradKind kind;
   kind.dtype = in->dtype;
   kind.heading = printed("dtype=%s ragged batch of %lld sequences, %lld queries, %lld keys, Hq=%lld Hkv=%lld D=%lld%s",
@@ -314,9 +310,9 @@ GradKind ragged_grad_kind(Args& args, const GradFlags& f, const Options& opt) {
     if (f.paths.dk) write_array(*f.paths.dk, in->dtype, {in->kv_rows(), in->Hkv, in->D}, g.grads.dk);
     if (f.paths.dv) write_array(*f.paths.dv, in->dtype, {in->kv_rows(), in->Hkv, in->D}, g.grads.dv);
   };
-  kind.check = [&f, opt, in, dout, inputs](const Gradients& g, Json& j) {
-    return check_gradients(
-        host_gradients(inputs, *dout, g.grads), opt, f.check, in->dtype, false,
+  kind.check = [&f, opt, in, dout](const Gradients& g, Json& j) {
+    return check_gradients(  // the check reads no o or lse
+        host_gradients(host_params(*in, {}, {}), *dout, g.grads), opt, f.check, in->dtype, false,
         [&] { return ragged_textbook_backward(*in, *dout, opt); }, f.console.text(), j);
   };
   return kind;

@@ -45,7 +45,7 @@ const char* kRunUsage =
     "                  (PyTorch's); lse is [B, H, N] in both\n"
     "  --sinks, --alibi-slopes: a 1-D float array of one value per query head. --bias: added to the\n"
     "                  scores, [B or 1, Hq or 1, Nq, Nk] whatever --layout says; float32/64, float16, bf16\n"
-    "                  bits or bool (false masks the key); dense inputs, not --dist\n"
+    "                  bits or bool (false masks the key); dense inputs, and --dist ring (each rank its rows)\n"
     "  random, standard: in place of a file, for --random/--random-ragged inputs, drawn from --seed:\n"
     "                  --sinks random (unit normal), --alibi-slopes random (uniform in [1/256, 1/2]) or\n"
     "                  standard (the paper's geometric slopes), --bias random (float32 unit normal)\n"

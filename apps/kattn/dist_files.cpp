@@ -45,6 +45,17 @@ DenseInputs describe_on_every_rank(MPI_Comm comm, const char* command, const std
   return in;
 }
 
+Options with_bias_rows(MPI_Comm comm, const char* command, const std::vector<std::string>& input_args,
+                       const DenseInputs& in, const std::vector<PositionRun>& q_runs, BiasTensor& bias, Options opt) {
+  dist::collective_check(comm, [&] {
+    Args inputs(command, input_args);
+    const BiasRows rows{in.B, in.Hq, in.Nq, in.Nk, q_runs};
+    bias.read(inputs, &rows);
+  });
+  if (bias.active()) opt.bias = bias.device();
+  return opt;
+}
+
 void write_dense_positions(MPI_Comm comm, const std::string& path, const DenseInputs& in, std::int64_t H,
                            const dist::SequenceLayout& layout, const std::vector<double>& local) {
   const std::vector<PositionRun> runs = runs_of(layout, rank_of(comm));
@@ -59,6 +70,12 @@ void write_lse_positions(MPI_Comm comm, const std::string& path, const DenseInpu
                          const dist::SequenceLayout& layout, const std::vector<double>& local) {
   const RowBlock rows{in.B * H, layout.length(), 1, runs_of(layout, rank_of(comm))};
   write_positions(comm, path, lse_dtype(in.dtype), {in.B, H, layout.length()}, rows, local);
+}
+
+void write_dbias_positions(MPI_Comm comm, const std::string& path, const std::vector<std::int64_t>& shape,
+                           const dist::SequenceLayout& layout, const std::vector<double>& local) {
+  const RowBlock rows{shape[0] * shape[1], layout.length(), shape[3], runs_of(layout, rank_of(comm))};
+  write_positions(comm, path, io::DType::f64, shape, rows, local);
 }
 
 void write_packed_rows(MPI_Comm comm, const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,

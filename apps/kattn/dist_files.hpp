@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bias_tensor.hpp"
 #include "inputs.hpp"
 #include "kattn/distributed/layout.hpp"
 #include "npy_rows.hpp"
@@ -25,6 +26,12 @@ std::vector<PositionRun> runs_of(const dist::SequenceLayout& layout, int rank);
 DenseInputs describe_on_every_rank(MPI_Comm comm, const char* command, const std::vector<std::string>& input_args,
                                    const std::string& extra, DenseSource& source);
 
+// opt with the ring's bias: --bias (in input_args) as this rank holds it, its query positions
+// `q_runs` over every key (BiasRows), read or drawn on every rank into `bias`; a bad file on any
+// rank is the same kattn::Error on every rank. opt unchanged without --bias.
+Options with_bias_rows(MPI_Comm comm, const char* command, const std::vector<std::string>& input_args,
+                       const DenseInputs& in, const std::vector<PositionRun>& q_runs, BiasTensor& bias, Options opt);
+
 // Writes a [B, N, H, D] array in in.dtype and in.layout whose positions `layout` spreads over the
 // ranks, `local` being this rank's [B, n, H, D] (bnhd): rank 0 the header, every rank its rows.
 void write_dense_positions(MPI_Comm comm, const std::string& path, const DenseInputs& in, std::int64_t H,
@@ -33,6 +40,11 @@ void write_dense_positions(MPI_Comm comm, const std::string& path, const DenseIn
 // The same for an lse [B, H, N] (in f32 for 16-bit runs), `local` being this rank's [B, H, n].
 void write_lse_positions(MPI_Comm comm, const std::string& path, const DenseInputs& in, std::int64_t H,
                          const dist::SequenceLayout& layout, const std::vector<double>& local);
+
+// Writes the bias's gradient [Bb, Hb, N, Nk] in float64 whose query positions `layout` spreads
+// over the ranks, `local` being this rank's [Bb, Hb, n, Nk].
+void write_dbias_positions(MPI_Comm comm, const std::string& path, const std::vector<std::int64_t>& shape,
+                           const dist::SequenceLayout& layout, const std::vector<double>& local);
 
 // Writes a packed [total, ...] array `shape` (a ragged batch's outputs) in `dtype`, `local` being
 // this rank's rows `rows` (packed indices) in that order: rank 0 the header, every rank its rows.

@@ -62,9 +62,9 @@ GradientSet ragged_textbook_backward(const BatchInputs& in, const std::vector<do
       return std::vector<double>(v.begin() + first * row, v.begin() + (first + count) * row);
     };
     using T4 = Tensor4<double>;
-    const T4 q = to_view<T4>(part(in.q, q0, nq, qrow), "q", 1, nq, in.Hq, in.D);
-    const T4 k = to_view<T4>(part(in.k, k0, nk, krow), "k", 1, nk, in.Hkv, in.D);
-    const T4 v = to_view<T4>(part(in.v, k0, nk, krow), "v", 1, nk, in.Hkv, in.D);
+    const T4 q = to_view<T4>(in.q.widened(q0 * qrow, nq * qrow), "q", 1, nq, in.Hq, in.D);
+    const T4 k = to_view<T4>(in.k.widened(k0 * krow, nk * krow), "k", 1, nk, in.Hkv, in.D);
+    const T4 v = to_view<T4>(in.v.widened(k0 * krow, nk * krow), "v", 1, nk, in.Hkv, in.D);
     const T4 d = to_view<T4>(part(dout, q0, nq, qrow), "do", 1, nq, in.Hq, in.D);
     T4 dq("dq", 1, nq, in.Hq, in.D), dk("dk", 1, nk, in.Hkv, in.D), dv("dv", 1, nk, in.Hkv, in.D);
     const std::vector<double> dsinks = reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, d, dq, dk, dv, opt);

@@ -1,5 +1,5 @@
 // What `kattn grad` on a ragged batch shares with `grad --dist ring` (cmd_grad.cpp's ragged kind
-// and dist_ragged_grad.cpp): where dO comes from (--do [total_q, Hq, D] or drawn), the float64
+// and the distributed grad, dist_shard.cpp): where dO comes from (--do [total_q, Hq, D] or drawn), the float64
 // textbook backward run per sequence, the output paths and --dq-strategy.
 #pragma once
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -155,15 +156,17 @@ DenseInputs read_dense_inputs(Args& args, const std::string& extra, std::vector<
                               const char* refuse16) {
   DenseSource source;
   DenseInputs in = describe_dense_inputs(args, extra_values ? extra : "", source, refuse16);
-  if (source.random)
-    // q, k, v in double on the host, before any of them is drawn.
-    kattn::check_memory<Kokkos::HostSpace>(
-        8 * std::uint64_t(in.B * in.D * (in.Nq * in.Hq + 2 * in.Nk * in.Hkv)), "--random: the inputs",
-        "q, k and v as float64", "use smaller shapes");
+  if (source.random) {
+    // q, k, v in the run's type on the host, each drawn in float64 first, before any of them is drawn.
+    const std::uint64_t nq = in.B * in.D * in.Nq * in.Hq, nk = in.B * in.D * in.Nk * in.Hkv;
+    kattn::check_memory<Kokkos::HostSpace>(io::size_of(in.dtype) * (nq + 2 * nk) + 8 * std::max(nq, nk),
+                                           "--random: the inputs", "q, k and v in the run's type, drawn in float64",
+                                           "use smaller shapes");
+  }
   const std::vector<PositionRun> all_q = {PositionRun{0, 0, in.Nq}}, all_k = {PositionRun{0, 0, in.Nk}};
-  in.q = dense_rows(in, source, DenseArray::q, all_q);
-  in.k = dense_rows(in, source, DenseArray::k, all_k);
-  in.v = dense_rows(in, source, DenseArray::v, all_k);
+  in.q = StoredValues(in.dtype, dense_rows(in, source, DenseArray::q, all_q));
+  in.k = StoredValues(in.dtype, dense_rows(in, source, DenseArray::k, all_k));
+  in.v = StoredValues(in.dtype, dense_rows(in, source, DenseArray::v, all_k));
   if (extra_values && source.has_extra) *extra_values = dense_rows(in, source, DenseArray::extra, all_q);
   return in;
 }
@@ -196,7 +199,7 @@ Options read_options(Args& args, BiasTensor* bias) {
     else
       opt.alibi_slopes = read_per_head("--alibi-slopes", "slope", *v);
   }
-  KATTN_REQUIRE(bias || !args.has("--bias"), "--bias: a bias tensor goes with kattn run and grad, without --dist");
+  KATTN_REQUIRE(bias || !args.has("--bias"), "--bias: a bias tensor goes with kattn run and grad");
   if (bias) {
     bias->read(args);
     opt.bias = bias->device();
@@ -233,20 +236,67 @@ std::string mask_summary(const Options& opt) {
   return s;
 }
 
-template <class View>
-View to_view(const std::vector<double>& values, const std::string& label, std::int64_t n0, std::int64_t n1,
-             std::int64_t n2, std::int64_t n3) {
+StoredValues::StoredValues(io::DType dtype, const std::vector<double>& rounded)
+    : dtype_(dtype), bytes_(encode_values(dtype, rounded.data(), rounded.size())) {}
+
+std::vector<double> StoredValues::widened(std::size_t first, std::size_t count) const {
+  count = std::min(count, size() - first);
+  std::vector<double> out(count);
+  io::decode_elements(dtype_, bytes_.data() + first * io::size_of(dtype_), count, out.data());
+  return out;
+}
+
+namespace {
+
+template <class T>
+constexpr io::DType storage_dtype() {
+  return std::is_same_v<T, double> ? io::DType::f64
+         : std::is_same_v<T, bf16> ? io::DType::bf16
+         : std::is_same_v<T, fp16> ? io::DType::f16
+                                   : io::DType::f32;
+}
+
+// A view of the dims (n3 < 0: rank 3) whose host copy fill(T*) writes.
+template <class View, class Fill>
+View filled_view(const std::string& label, std::int64_t n0, std::int64_t n1, std::int64_t n2, std::int64_t n3,
+                 Fill&& fill) {
   View view;
   if constexpr (View::rank == 4)
     view = View(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n0, n1, n2, n3);
   else
     view = View(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n0, n1, n2);
   auto host = Kokkos::create_mirror_view(view);
-  using T = typename View::non_const_value_type;
-  T* h = host.data();
-  for (std::size_t i = 0; i < values.size(); ++i) h[i] = narrow<T>(values[i]);
+  fill(host.data());
   Kokkos::deep_copy(view, host);
   return view;
+}
+
+}  // namespace
+
+template <class View>
+View to_view(const std::vector<double>& values, const std::string& label, std::int64_t n0, std::int64_t n1,
+             std::int64_t n2, std::int64_t n3) {
+  using T = typename View::non_const_value_type;
+  return filled_view<View>(label, n0, n1, n2, n3, [&](T* h) {
+    for (std::size_t i = 0; i < values.size(); ++i) h[i] = narrow<T>(values[i]);
+  });
+}
+
+template <class View>
+View to_view(const StoredValues& values, const std::string& label, std::int64_t n0, std::int64_t n1, std::int64_t n2,
+             std::int64_t n3) {
+  using T = typename View::non_const_value_type;
+  return filled_view<View>(label, n0, n1, n2, n3, [&](T* h) {
+    if (values.dtype() == storage_dtype<T>()) {
+      std::memcpy(h, values.bytes(), values.size() * sizeof(T));  // the type's own bits
+      return;
+    }
+    constexpr std::size_t piece = std::size_t(1) << 20;  // widened a piece at a time
+    for (std::size_t at = 0; at < values.size(); at += piece) {
+      const std::vector<double> wide = values.widened(at, piece);
+      for (std::size_t i = 0; i < wide.size(); ++i) h[at + i] = narrow<T>(wide[i]);
+    }
+  });
 }
 
 template <class View>
@@ -273,6 +323,8 @@ void poison(const View& view) {
 #define KATTN_CLI_VIEW_FUNCTIONS(View)                                                                          \
   template View to_view<View>(const std::vector<double>&, const std::string&, std::int64_t, std::int64_t,     \
                               std::int64_t, std::int64_t);                                                     \
+  template View to_view<View>(const StoredValues&, const std::string&, std::int64_t, std::int64_t, std::int64_t, \
+                              std::int64_t);                                                                   \
   template std::vector<double> from_view<View>(const View&);                                                   \
   template void poison<View>(const View&);
 KATTN_CLI_VIEW_FUNCTIONS(Tensor4<float>)
@@ -356,9 +408,21 @@ void write_dense(const std::string& path, const DenseInputs& in, std::int64_t N,
   write_array(path, in.dtype, file_shape(in.layout, in.B, N, H, in.D), from_bnhd(in.layout, in.B, N, H, in.D, values));
 }
 
+void write_dense(const std::string& path, const DenseInputs& in, std::int64_t N, std::int64_t H,
+                 const StoredValues& values) {
+  if (in.layout != Layout::bnhd) return write_dense(path, in, N, H, values.widened());
+  write_array(path, in.dtype, file_shape(in.layout, in.B, N, H, in.D), values);
+}
+
 void write_array(const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,
                  const std::vector<double>& values) {
   io::write_npy(path, dtype, shape, encode_values(dtype, values.data(), values.size()).data());
+}
+
+void write_array(const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,
+                 const StoredValues& values) {
+  if (dtype != values.dtype()) return write_array(path, dtype, shape, values.widened());
+  io::write_npy(path, dtype, shape, values.bytes());
 }
 
 }  // namespace cli

@@ -20,13 +20,31 @@
 namespace kattn {
 namespace cli {
 
-// Dense inputs in [B, N, H, D] order, values already rounded to the chosen dtype; `layout` is
-// that of the files (read and written).
+// An input's values held in the run's storage type: float64, float32, or float16 / bf16 bits (as an
+// .npy file holds them), so a 16-bit run keeps 2 bytes per value. Made from values already rounded
+// to the type (exactly), widened to float64 where a check needs them.
+class StoredValues {
+ public:
+  StoredValues() = default;
+  StoredValues(io::DType dtype, const std::vector<double>& rounded);
+  io::DType dtype() const { return dtype_; }
+  std::size_t size() const { return bytes_.size() / io::size_of(dtype_); }
+  const unsigned char* bytes() const { return bytes_.data(); }
+  // Elements [first, first + count) in float64; every element by default.
+  std::vector<double> widened(std::size_t first = 0, std::size_t count = std::size_t(-1)) const;
+
+ private:
+  io::DType dtype_ = io::DType::f64;
+  std::vector<unsigned char> bytes_;
+};
+
+// Dense inputs in [B, N, H, D] order, values already rounded to the chosen dtype and held in it;
+// `layout` is that of the files (read and written).
 struct DenseInputs {
   std::int64_t B = 0, Nq = 0, Nk = 0, Hq = 0, Hkv = 0, D = 0;
   io::DType dtype = io::DType::f32;
   Layout layout = Layout::bnhd;
-  std::vector<double> q, k, v;
+  StoredValues q, k, v;
   std::vector<long long> shape() const { return {B, Nq, Nk, Hq, Hkv, D}; }
 };
 
@@ -89,6 +107,10 @@ using Tensor2 = Kokkos::View<T**, Kokkos::LayoutRight>;
 template <class View>
 View to_view(const std::vector<double>& values, const std::string& label, std::int64_t n0, std::int64_t n1,
              std::int64_t n2, std::int64_t n3 = -1);
+// The same from values held in a storage type (their bits copied when the view holds that type).
+template <class View>
+View to_view(const StoredValues& values, const std::string& label, std::int64_t n0, std::int64_t n1, std::int64_t n2,
+             std::int64_t n3 = -1);
 template <class View>
 std::vector<double> from_view(const View& view);
 // Index values (indptr, page indices) as a view of the default execution space.
@@ -128,6 +150,8 @@ double attention_flops(const DenseInputs& in, const Options& opt, const BlockMas
 // Writes a dense [B, N, H, D] array (values in bnhd order) in the inputs' dtype and layout.
 void write_dense(const std::string& path, const DenseInputs& in, std::int64_t N, std::int64_t H,
                  const std::vector<double>& values);
+void write_dense(const std::string& path, const DenseInputs& in, std::int64_t N, std::int64_t H,
+                 const StoredValues& values);
 
 // Refuses inputs of mixed dtypes without --dtype (they would be converted silently).
 void require_one_dtype(const std::string& flag, const std::string& path, io::DType dtype, io::DType first,
@@ -136,6 +160,9 @@ void require_one_dtype(const std::string& flag, const std::string& path, io::DTy
 // Writes values as a float32, float64, float16 or bf16 ('<u2' bits) .npy file.
 void write_array(const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,
                  const std::vector<double>& values);
+// The same from stored values (their bytes as they are when they are held in dtype).
+void write_array(const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,
+                 const StoredValues& values);
 
 }  // namespace cli
 }  // namespace kattn

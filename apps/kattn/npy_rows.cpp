@@ -52,9 +52,12 @@ std::vector<PositionRun> packed_runs(const std::vector<std::int64_t>& rows) {
   return runs;
 }
 
-std::vector<double> read_rows(const std::string& path, const io::NpyHeader& h, const RowBlock& rows) {
-  std::vector<double> out(static_cast<std::size_t>(rows.local_size()));
-  if (out.empty()) return out;
+namespace {
+
+// Calls take(bytes, m, local) for every piece of at most kPiece elements of the runs, as stored.
+template <class Take>
+void read_pieces(const std::string& path, const io::NpyHeader& h, const RowBlock& rows, Take&& take) {
+  if (rows.local_size() == 0) return;
   const Fd fd(path, O_RDONLY, "for reading");
   const std::int64_t esize = static_cast<std::int64_t>(io::size_of(h.dtype));
   std::vector<unsigned char> bytes;
@@ -66,8 +69,26 @@ std::vector<double> read_rows(const std::string& path, const io::NpyHeader& h, c
       const ssize_t got = ::pread(fd.get(), bytes.data(), bytes.size(), at);
       KATTN_REQUIRE(got == static_cast<ssize_t>(bytes.size()), path, ": read failed at byte ", at,
                     got < 0 ? std::string(" (") + std::strerror(errno) + ")" : std::string(" (short read)"));
-      io::decode_elements(h.dtype, bytes.data(), static_cast<std::size_t>(m), out.data() + local + done);
+      take(bytes, m, local + done);
     }
+  });
+}
+
+}  // namespace
+
+std::vector<double> read_rows(const std::string& path, const io::NpyHeader& h, const RowBlock& rows) {
+  std::vector<double> out(static_cast<std::size_t>(rows.local_size()));
+  read_pieces(path, h, rows, [&](const std::vector<unsigned char>& bytes, std::int64_t m, std::int64_t local) {
+    io::decode_elements(h.dtype, bytes.data(), static_cast<std::size_t>(m), out.data() + local);
+  });
+  return out;
+}
+
+std::vector<unsigned char> read_row_bytes(const std::string& path, const io::NpyHeader& h, const RowBlock& rows) {
+  const std::size_t esize = io::size_of(h.dtype);
+  std::vector<unsigned char> out(static_cast<std::size_t>(rows.local_size()) * esize);
+  read_pieces(path, h, rows, [&](const std::vector<unsigned char>& bytes, std::int64_t, std::int64_t local) {
+    std::copy(bytes.begin(), bytes.end(), out.begin() + std::size_t(local) * esize);
   });
   return out;
 }

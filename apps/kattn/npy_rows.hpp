@@ -40,6 +40,8 @@ void for_each_span(const RowBlock& rows, F&& f) {
 
 // The runs' values of the array whose header is `h` (read by io::read_npy_header), as float64.
 std::vector<double> read_rows(const std::string& path, const io::NpyHeader& h, const RowBlock& rows);
+// The same runs' elements as stored (h.dtype's bytes).
+std::vector<unsigned char> read_row_bytes(const std::string& path, const io::NpyHeader& h, const RowBlock& rows);
 
 // Creates (or truncates) `path` holding the header of a `dtype` array of `shape`; its data is
 // written by write_rows.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "args.hpp"
+#include "npy_rows.hpp"
 
 namespace kattn {
 namespace cli {
@@ -29,8 +30,9 @@ std::vector<double> random_sinks(const RandomProblem& r);
 // --alibi-slopes random: one slope per query head, uniform in [1/256, 1/2] (the range of the
 // paper's slopes for 8 heads).
 std::vector<double> random_slopes(const RandomProblem& r);
-// --bias random: unit-normal values [B, Hq, Nq, Nk] in C order (stored as float32 by the caller).
-std::vector<double> random_bias(const RandomProblem& r);
+// --bias random: unit-normal values [B, Hq, Nq, Nk] in C order (stored as float32 by the caller);
+// with q_rows, only those query positions, [B, Hq, n, Nk] (the same values as the whole draw's).
+std::vector<double> random_bias(const RandomProblem& r, const std::vector<PositionRun>* q_rows = nullptr);
 
 }  // namespace cli
 }  // namespace kattn

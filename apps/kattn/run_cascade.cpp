@@ -63,15 +63,18 @@ Prefix read_prefix(Args& args, const BatchInputs& in, bool random, std::uint64_t
 BatchInputs whole_sequences(const BatchInputs& in, const Prefix& prefix) {
   BatchInputs w = in;
   const std::int64_t row = in.Hkv * in.D;
-  w.k.clear(), w.v.clear();
+  const std::vector<double> in_k = in.k.widened(), in_v = in.v.widened();
+  std::vector<double> k, v;
   w.kv_indptr.assign(1, 0);
   for (std::int64_t b = 0; b < in.batch(); ++b) {
-    for (const auto& [to, suffix, pre] : {std::tie(w.k, in.k, prefix.k), std::tie(w.v, in.v, prefix.v)}) {
+    for (const auto& [to, suffix, pre] : {std::tie(k, in_k, prefix.k), std::tie(v, in_v, prefix.v)}) {
       to.insert(to.end(), pre.begin(), pre.end());
       to.insert(to.end(), suffix.begin() + in.kv_indptr[b] * row, suffix.begin() + in.kv_indptr[b + 1] * row);
     }
     w.kv_indptr.push_back(w.kv_indptr.back() + prefix.keys + in.kv_indptr[b + 1] - in.kv_indptr[b]);
   }
+  w.k = StoredValues(in.dtype, k);
+  w.v = StoredValues(in.dtype, v);
   return w;
 }
 

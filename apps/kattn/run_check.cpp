@@ -64,12 +64,25 @@ CheckSettings read_check_settings(Args& args) {
   return s;
 }
 
-AttentionParams<double> host_params(const DenseInputs& in, const std::vector<double>& o,
-                                    const std::vector<double>& lse) {
-  AttentionParams<double> p;
+namespace {
+
+// p's q, k and v at float64 copies of the stored inputs, which p holds.
+void widen_inputs(HostParams& p, const StoredValues& q, const StoredValues& k, const StoredValues& v, bool values) {
+  if (!values) return;
+  const StoredValues* in[3] = {&q, &k, &v};
+  for (int i = 0; i < 3; ++i) p.widened[i] = std::make_shared<const std::vector<double>>(in[i]->widened());
+  p.q.data = p.widened[0]->data(), p.k.data = p.widened[1]->data(), p.v.data = p.widened[2]->data();
+}
+
+}  // namespace
+
+HostParams host_params(const DenseInputs& in, const std::vector<double>& o, const std::vector<double>& lse,
+                       bool values) {
+  HostParams p;
   const int Hq = static_cast<int>(in.Hq), Hkv = static_cast<int>(in.Hkv), D = static_cast<int>(in.D);
-  p.q = dense_operand(in.q.data(), in.Nq, Hq, D);
-  p.k = dense_operand(in.k.data(), in.Nk, Hkv, D), p.v = dense_operand(in.v.data(), in.Nk, Hkv, D);
+  p.q = dense_operand<const double>(nullptr, in.Nq, Hq, D);
+  p.k = p.v = dense_operand<const double>(nullptr, in.Nk, Hkv, D);
+  widen_inputs(p, in.q, in.k, in.v, values);
   p.o = dense_operand(const_cast<double*>(o.data()), in.Nq, Hq, D);  // read only: the outputs under test
   p.lse = Operand<double>(const_cast<double*>(lse.data()), in.Hq * in.Nq, 1, in.Nq);  // [B, Hq, Nq]
   p.batch = static_cast<int>(in.B), p.heads_q = static_cast<int>(in.Hq), p.heads_kv = static_cast<int>(in.Hkv);
@@ -78,12 +91,14 @@ AttentionParams<double> host_params(const DenseInputs& in, const std::vector<dou
   return p;
 }
 
-AttentionParams<double> host_params(const BatchInputs& in, const std::vector<double>& o,
-                                    const std::vector<double>& lse) {
-  AttentionParams<double> p;
+HostParams host_params(const BatchInputs& in, const std::vector<double>& o, const std::vector<double>& lse,
+                       bool values) {
+  HostParams p;
   const int Hq = static_cast<int>(in.Hq), Hkv = static_cast<int>(in.Hkv), D = static_cast<int>(in.D);
-  p.q = dense_operand(in.q.data(), 0, Hq, D), p.o = dense_operand(const_cast<double*>(o.data()), 0, Hq, D);
-  p.k = dense_operand(in.k.data(), 0, Hkv, D), p.v = dense_operand(in.v.data(), 0, Hkv, D);
+  p.q = dense_operand<const double>(nullptr, 0, Hq, D);
+  p.k = p.v = dense_operand<const double>(nullptr, 0, Hkv, D);
+  widen_inputs(p, in.q, in.k, in.v, values);
+  p.o = dense_operand(const_cast<double*>(o.data()), 0, Hq, D);
   p.lse = dense_operand(const_cast<double*>(lse.data()), 0, Hq, 1);
   p.batch = static_cast<int>(in.batch()), p.heads_q = static_cast<int>(in.Hq), p.heads_kv = static_cast<int>(in.Hkv);
   p.head_dim = static_cast<int>(in.D);

@@ -49,12 +49,17 @@ std::vector<QueryRow> sample_query_rows(const AttentionParams<double>& p, const 
 // "checked 64 of 65536 <rows> exactly in float64 (first and last, every masked edge, the rest at random)".
 std::string sample_description(std::int64_t checked, std::int64_t total, const char* rows);
 
+// A problem whose q, k, v point at float64 copies of the inputs, held here (and by every copy).
+struct HostParams : AttentionParams<double> {
+  std::shared_ptr<const std::vector<double>> widened[3];
+};
 // The tested outputs o and lse (float64 copies) with the inputs they came from, as a problem
-// whose q, k, v point at the inputs and o, lse at the outputs, in the layouts `kattn run` writes.
-AttentionParams<double> host_params(const DenseInputs& in, const std::vector<double>& o,
-                                    const std::vector<double>& lse);
-AttentionParams<double> host_params(const BatchInputs& in, const std::vector<double>& o,
-                                    const std::vector<double>& lse);
+// whose q, k, v point at the inputs (widened to float64 now; without `values`, the shape alone and
+// no values) and o, lse at the outputs, in the layouts `kattn run` writes.
+HostParams host_params(const DenseInputs& in, const std::vector<double>& o, const std::vector<double>& lse,
+                       bool values = true);
+HostParams host_params(const BatchInputs& in, const std::vector<double>& o, const std::vector<double>& lse,
+                       bool values = true);
 
 // Runs the check, each checked row computed by the float64 textbook (reference_row): every row, or
 // a sample (check_samples). A long check shows its progress line on standard error as the console

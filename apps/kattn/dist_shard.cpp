@@ -1,0 +1,205 @@
+#include "dist_shard.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "dtype.hpp"
+#include "kattn/distributed/collective.hpp"
+#include "kattn/distributed/ragged_layout.hpp"
+#include "run_check.hpp"
+#include "run_pipeline.hpp"
+
+namespace kattn {
+namespace cli {
+namespace {
+
+// Rank 0 gets the packed [total, width] array of every rank's rows (`rows`: their packed
+// indices); the others an empty vector.
+std::vector<double> gather_packed_rows(MPI_Comm comm, const std::vector<double>& local,
+                                       const std::vector<std::int64_t>& rows, std::int64_t total, std::int64_t width) {
+  int rank = 0, P = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &P);
+  const int n = static_cast<int>(rows.size());
+  std::vector<int> counts(P), offsets(P);
+  MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm);
+  int all_rows = 0;
+  for (int r = 0; r < P; ++r) offsets[r] = all_rows, all_rows += counts[r];
+  std::vector<std::int64_t> where(rank == 0 ? all_rows : 0);
+  MPI_Gatherv(rows.data(), n, MPI_INT64_T, where.data(), counts.data(), offsets.data(), MPI_INT64_T, 0, comm);
+  std::vector<int> value_counts(P), value_offsets(P);
+  for (int r = 0; r < P; ++r) value_counts[r] = counts[r] * int(width), value_offsets[r] = offsets[r] * int(width);
+  std::vector<double> values(rank == 0 ? std::size_t(all_rows) * width : 0);
+  MPI_Gatherv(local.data(), n * int(width), MPI_DOUBLE, values.data(), value_counts.data(), value_offsets.data(),
+              MPI_DOUBLE, 0, comm);
+  if (rank != 0) return {};
+  std::vector<double> out(std::size_t(total) * width);
+  for (std::size_t i = 0; i < where.size(); ++i)
+    std::copy(values.begin() + i * width, values.begin() + (i + 1) * width, out.begin() + where[i] * width);
+  return out;
+}
+
+}  // namespace
+
+void read_dist_flags(Args& args, const std::string& mode, int ranks, const std::string& extra, DistFlags& f) {
+  read_grid(args, mode, ranks, f.d);
+  if (args.flag("--zigzag")) f.d.sharding = dist::Sharding::zigzag;
+  KATTN_REQUIRE(shards_sequence(mode) || f.d.sharding == dist::Sharding::contiguous,
+                "--zigzag: only for --dist ring, ulysses, hybrid or grid (decode shards the KV cache in rank order)");
+  f.d.deterministic = args.flag("--deterministic");
+  f.d.chunk = args.integer("--chunk", 1, std::int64_t(1) << 40).value_or(0);
+  f.bias_file = args.value("--bias");
+  f.opt = read_options(args);
+  if (wants_batch_inputs(args)) {
+    KATTN_REQUIRE(mode == "ring", "--dist ", mode, ": a ragged batch goes round the ring only (--dist ring)");
+    KATTN_REQUIRE(!f.bias_file, "--bias: --dist ring takes a bias with dense inputs, not a ragged batch");
+    const auto extra_file = extra.empty() ? std::nullopt : args.value(extra);
+    const auto seed = args.peek("--seed");
+    const bool files = args.has("--q"), dtype_given = args.has("--dtype");
+    f.batch = read_batch_inputs(args, nullptr, &f.batch_src);
+    if (!extra.empty()) f.batch_dout = ragged_dout_source(extra_file, seed, files, dtype_given, *f.batch);
+  }
+  for (const std::string flag : {"--random", "--seed", "--dtype", "--layout", "--q", "--k", "--v", extra.c_str()})
+    if (auto value = flag.empty() ? std::nullopt : args.value(flag))
+      f.input_args.insert(f.input_args.end(), {flag, *value});
+}
+
+Json dist_heading_json(std::FILE* text, const char* command, const std::string& mode, int ranks, const DistFlags& f,
+                       const ShardOps& sh) {
+  const bool run = command == std::string("run");
+  const char* dtype = dtype_name(sh.dtype);
+  std::fprintf(text, "kattn %s: %s%s dtype=%s%s%s\n", command, dist_heading(mode, ranks, f.d).c_str(),
+               run ? " algo=flash" : "", dtype, sh.shape[run].c_str(), mask_summary(sh.opt).c_str());
+  Json j;
+  j.add("algo", "flash");
+  add_dist_fields(j, mode, ranks, f.d);
+  j.add("dtype", dtype);
+  sh.describe(j, run);
+  j.add("causal", sh.opt.causal);
+  return j;
+}
+
+DenseShard::DenseShard(MPI_Comm comm, const std::string& mode, const char* command, const DistFlags& f)
+    : comm_(comm), rank_(rank_of(comm)), input_args_(f.input_args) {
+  int P = 1;
+  MPI_Comm_size(comm, &P);
+  const bool grad = command == std::string("grad");
+  in_ = describe_on_every_rank(comm, command, input_args_, grad ? "--do" : "", src_);
+  dist::collective_check(comm, [&] {
+    KATTN_REQUIRE(!grad || src_.has_extra,
+                  "--do: give DO.npy (the gradient of the loss with respect to o) with --q/--k/--v, or use --random");
+  });
+  // decode: every rank takes all the queries and its contiguous part of the keys.
+  q_layout_ = shards_sequence(mode) ? dist::layout_of(in_.Nq, P, f.d) : dist::SequenceLayout(in_.Nq, 1, f.d.sharding);
+  kv_layout_ = dist::layout_of(in_.Nk, P, f.d);
+  holds_outputs = rank_ < q_layout_.ranks();
+  if (f.bias_file) input_args_.insert(input_args_.end(), {"--bias", *f.bias_file});
+  opt = with_bias_rows(comm, command, input_args_, in_, runs_of(q_layout_, holds_outputs ? rank_ : 0), bias, f.opt);
+  dtype = in_.dtype;
+  shape[0] = printed(" B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld", (long long)in_.B, (long long)in_.Nq,
+                     (long long)in_.Nk, (long long)in_.Hq, (long long)in_.Hkv, (long long)in_.D);
+  shape[1] = std::string(" layout=") + name(in_.layout) + shape[0];
+  flops = attention_flops(in_, opt);
+  describe = [this](Json& j, bool run) {
+    if (run) j.add("dims", name(in_.layout));
+    j.add("shape", in_.shape());
+    if (run) j.add("shape_is", "B,Nq,Nk,Hq,Hkv,D");
+  };
+  write = [this](const std::string& path, Part part, const std::vector<double>& local) {
+    const bool q = part != Part::kv;
+    if (part == Part::lse) return write_lse_positions(comm_, path, in_, in_.Hq, q_layout_, local);
+    if (part == Part::dbias) return write_dbias_positions(comm_, path, whole_bias_shape(), q_layout_, local);
+    write_dense_positions(comm_, path, in_, q ? in_.Hq : in_.Hkv, q ? q_layout_ : kv_layout_, local);
+  };
+  // Each part as [outer, N, inner] over the positions (dbias: [Bb * Hb, Nq, Nk]).
+  gather = [this](Part part, const std::vector<double>& local) {
+    const std::vector<std::int64_t> b = bias.shape();
+    const std::int64_t outer = part == Part::lse ? in_.B * in_.Hq : part == Part::dbias ? b[0] * b[1] : in_.B;
+    const std::int64_t inner = part == Part::lse     ? 1
+                               : part == Part::dbias ? b[3]
+                                                     : (part == Part::q ? in_.Hq : in_.Hkv) * in_.D;
+    return gather_positions(comm_, local, outer, inner, part == Part::kv ? kv_layout_ : q_layout_);
+  };
+  check_run = [this, command](const std::vector<double>& o, const std::vector<double>& lse, const Console& console,
+                              Json& j) {
+    Args inputs(command, input_args_);
+    BiasTensor whole_bias;
+    whole_bias.read(inputs);
+    const DenseInputs whole = read_dense_inputs(inputs, "", nullptr, nullptr);
+    return check_outputs(host_params(whole, o, lse), whole_bias.on_host(opt), CheckSettings{true, 0}, in_.dtype,
+                         console, j, "run");
+  };
+  textbook_backward = [this, command](bool dbias) {
+    Args inputs(command, input_args_);
+    BiasTensor whole_bias;
+    whole_bias.read(inputs);
+    std::vector<double> dout;
+    const DenseInputs whole = read_dense_inputs(inputs, "--do", &dout, nullptr);
+    Options with_bias = opt;
+    if (whole_bias.active()) with_bias.bias = whole_bias.device();
+    return dense_textbook_backward(whole, dout, with_bias, nullptr, dbias ? &whole_bias : nullptr);
+  };
+}
+
+std::vector<std::int64_t> DenseShard::whole_bias_shape() const {
+  std::vector<std::int64_t> s = bias.shape();
+  s[2] = in_.Nq;
+  return s;
+}
+
+double DenseShard::model_sent(const dist::DistOptions& d, dist::Pass pass, int bytes) const {
+  int P = 1;
+  MPI_Comm_size(comm_, &P);
+  return double(dist::traffic(traffic_problem(in_, bytes), opt, d, P, rank_, pass).sent);
+}
+
+RaggedShard::RaggedShard(MPI_Comm comm, const std::string&, const char*, const DistFlags& f)
+    : in_(*f.batch), src_(f.batch_src), dout_(f.batch_dout) {
+  int rank = 0, P = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &P);
+  std::vector<std::int64_t> q_local, kv_local;
+  dist::collective_check(comm, [&] {
+    q_rows_ = dist::ragged_positions(in_.q_indptr, rank, P, f.d, "--q-indptr");
+    kv_rows_ = dist::ragged_positions(in_.kv_indptr, rank, P, f.d, "--kv-indptr");
+    q_local = dist::ragged_local_indptr(in_.q_indptr, rank, P, f.d, "--q-indptr");
+    kv_local = dist::ragged_local_indptr(in_.kv_indptr, rank, P, f.d, "--kv-indptr");
+  });
+  layout_ = make_ragged_layout(index_view(q_local, "q_indptr"), index_view(kv_local, "kv_indptr"));
+  dtype = in_.dtype;
+  opt = f.opt;
+  shape[0] = shape[1] = printed(" ragged batch of %lld sequences, %lld queries, %lld keys, Hq=%lld Hkv=%lld D=%lld",
+                                (long long)in_.batch(), (long long)in_.total_q(), (long long)in_.kv_rows(),
+                                (long long)in_.Hq, (long long)in_.Hkv, (long long)in_.D);
+  flops = batch_attention_flops(in_, opt);
+  describe = [this](Json& j, bool) {
+    j.add("layout", "ragged").add("batch", (long long)in_.batch());
+    j.add("shape", std::vector<long long>{in_.batch(), in_.total_q(), in_.kv_rows(), in_.Hq, in_.Hkv, in_.D});
+    j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D");
+  };
+  write = [this, comm](const std::string& path, Part part, const std::vector<double>& local) {
+    const bool q = part != Part::kv, lse = part == Part::lse;
+    const std::vector<std::int64_t> shape =
+        lse ? std::vector<std::int64_t>{in_.total_q(), in_.Hq}
+            : std::vector<std::int64_t>{q ? in_.total_q() : in_.kv_rows(), q ? in_.Hq : in_.Hkv, in_.D};
+    write_packed_rows(comm, path, lse ? lse_dtype(dtype) : dtype, shape, q ? q_rows_ : kv_rows_, local);
+  };
+  gather = [this, comm](Part part, const std::vector<double>& local) {
+    const bool q = part != Part::kv;
+    return gather_packed_rows(comm, local, q ? q_rows_ : kv_rows_, q ? in_.total_q() : in_.kv_rows(),
+                              part == Part::lse ? in_.Hq : (q ? in_.Hq : in_.Hkv) * in_.D);
+  };
+  check_run = [this](const std::vector<double>& o, const std::vector<double>& lse, const Console& console, Json& j) {
+    BatchInputs whole = in_;
+    load_every_row(whole, src_);
+    return check_outputs(host_params(whole, o, lse), opt, CheckSettings{true, 0}, in_.dtype, console, j, "run");
+  };
+  textbook_backward = [this](bool) {
+    BatchInputs whole = in_;
+    load_every_row(whole, src_);
+    return ragged_textbook_backward(whole, ragged_dout(dout_, whole), opt);
+  };
+}
+
+}  // namespace cli
+}  // namespace kattn
