@@ -135,6 +135,15 @@ inline GlobalSplit sharded_split(MPI_Comm comm, std::int64_t q_len, std::int64_t
   return global_split(comm, q_len, kv_len, [&](std::int64_t N, int P) { return sharded_layout(N, P, d); });
 }
 
+// The first steps of a dense ring or grid call, on every rank alike: the call agreed (its fields),
+// a block mask refused, the global split.
+inline GlobalSplit enter_sharded_call(MPI_Comm comm, const std::vector<Agreed>& fields, const Options& opt,
+                                      std::int64_t q_len, std::int64_t kv_len, const DistOptions& d) {
+  collective_agree(comm, fields);
+  require_no_block_mask(opt);
+  return sharded_split(comm, q_len, kv_len, d);
+}
+
 }  // namespace detail
 }  // namespace dist
 }  // namespace kattn

@@ -369,9 +369,8 @@ DistStats grid_forward_impl(MPI_Comm comm, const ExecSpace& space, const Attenti
                             const Options& opt, const DistOptions& d, FailureLatch* outer) {
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::grid");
-  collective_agree(comm, problem_fields(DistCall::grid_forward, p, opt, d));
-  require_no_block_mask(opt);
-  const GlobalSplit split = sharded_split(comm, p.q_len, p.kv_len, d);
+  const GlobalSplit split =
+      enter_sharded_call(comm, problem_fields(DistCall::grid_forward, p, opt, d), opt, p.q_len, p.kv_len, d);
   int P = 1;
   MPI_Comm_size(comm, &P);
   std::optional<GridPlan> plan;

@@ -442,9 +442,8 @@ DistStats grid_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
                              FailureLatch* outer) {
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::grid_backward");
-  collective_agree(comm, backward_fields(DistCall::grid_backward, p, opt, d, bopt));
-  require_no_block_mask(opt);
-  const GlobalSplit split = sharded_split(comm, p.fwd.q_len, p.fwd.kv_len, d);
+  const GlobalSplit split = enter_sharded_call(comm, backward_fields(DistCall::grid_backward, p, opt, d, bopt), opt,
+                                              p.fwd.q_len, p.fwd.kv_len, d);
   std::optional<GridPlan> plan;
   collective_check(comm, [&] { plan.emplace(opt, split.Nq, split.Nk, size_in(comm), d); });
   return under_latch(comm, outer, [&](FailureLatch& latch) {

@@ -437,9 +437,8 @@ DistStats ring_forward_impl(MPI_Comm comm, const ExecSpace& space, const Attenti
   // Regions of the area ("kattn::dist", shared helpers) and of this entry point (its own kernels).
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::ring");
-  collective_agree(comm, problem_fields(DistCall::ring_forward, p, opt, d));
-  require_no_block_mask(opt);
-  const GlobalSplit split = sharded_split(comm, p.q_len, p.kv_len, d);
+  const GlobalSplit split =
+      enter_sharded_call(comm, problem_fields(DistCall::ring_forward, p, opt, d), opt, p.q_len, p.kv_len, d);
   require_sharded_bias(comm, p, split.Nk, opt);
   return under_latch(comm, outer, [&](FailureLatch& latch) {
     return RingRunner<ExecSpace, T, KV>(comm, space, p, opt, d, split, latch).run();

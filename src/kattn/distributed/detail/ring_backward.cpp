@@ -611,9 +611,8 @@ DistStats ring_backward_impl(MPI_Comm comm, const ExecSpace& space, const Backwa
   // Regions of the area ("kattn::dist", shared helpers) and of this entry point.
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region("kattn::dist::ring_backward");
-  collective_agree(comm, backward_fields(DistCall::ring_backward, p, opt, d, bopt));
-  require_no_block_mask(opt);
-  const GlobalSplit split = sharded_split(comm, p.fwd.q_len, p.fwd.kv_len, d);
+  const GlobalSplit split = enter_sharded_call(comm, backward_fields(DistCall::ring_backward, p, opt, d, bopt), opt,
+                                              p.fwd.q_len, p.fwd.kv_len, d);
   require_sharded_bias(comm, p.fwd, split.Nk, opt, bopt.dbias);
   return under_latch(comm, outer, [&](FailureLatch& latch) {
     return BackwardRunner<ExecSpace, T, KV>(comm, space, p, k, v, opt, d, bopt, split, latch).run();
