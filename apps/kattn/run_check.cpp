@@ -147,24 +147,14 @@ int check_outputs(const AttentionParams<double>& p, const Options& opt, const Ch
   std::optional<ProgressLine> line;
   if (progress_wanted(console.progress, console.quiet, flops))
     line.emplace(flops, console.progress, "check against the float64 textbook");
-  // Tested values and reference values side by side, with where each tested value sits.
-  std::vector<double> out_o, ref_o, out_lse, ref_lse;
-  std::vector<std::int64_t> o_at, lse_at;
+  Compared co, cl;  // o and lse
   std::vector<double> o_row(p.head_dim);
   double done = 0;
   for (std::size_t n = 0; n < rows.size(); ++n) {
     const QueryRow& r = rows[n];
     const double lse = reference_row(p, opt, r, o_row.data());
-    const double* o = p.o_ptr(r.b, r.i, r.h);
-    for (int d = 0; d < p.head_dim; ++d) {
-      out_o.push_back(o[d]);
-      ref_o.push_back(o_row[d]);
-      o_at.push_back(static_cast<std::int64_t>(o - p.o.data) + d);
-    }
-    const double* l = p.lse_ptr(r.b, r.i, r.h);
-    out_lse.push_back(*l);
-    ref_lse.push_back(lse);
-    lse_at.push_back(static_cast<std::int64_t>(l - p.lse.data));
+    co.add(p.o_ptr(r.b, r.i, r.h), p.o.data, o_row.data(), p.head_dim);
+    cl.add(p.lse_ptr(r.b, r.i, r.h), p.lse.data, &lse, 1);
     if (line) {
       done += double(window.keys_seen(r.i, p.seq_q_len(r.b), p.seq_kv_len(r.b)));
       if (n % 64 == 63 || n + 1 == rows.size()) line->callback()(pairs > 0 ? done / pairs : double(n + 1) / rows.size());
@@ -174,13 +164,9 @@ int check_outputs(const AttentionParams<double>& p, const Options& opt, const Ch
   const std::int64_t checked = static_cast<std::int64_t>(rows.size());
   const std::string how =
       sampled ? sample_description(checked, total_rows, "rows") : "all " + std::to_string(total_rows) + " rows";
-  ErrorStats eo = compare(out_o, ref_o), el = compare(out_lse, ref_lse);
-  // Positions in the output arrays, not in the list of rows checked.
-  if (eo.first_nonfinite >= 0) eo.first_nonfinite = o_at[eo.first_nonfinite];
-  if (el.first_nonfinite >= 0) el.first_nonfinite = lse_at[el.first_nonfinite];
   j.add("check_mode", sampled ? "sampled" : "full").add("checked_rows", (long long)checked);
   j.add("total_rows", (long long)total_rows);
-  return check_verdict(eo, el, dtype, how, console.text(), j, command);
+  return check_verdict(co.stats(), cl.stats(), dtype, how, console.text(), j, command);
 }
 
 int check_verdict(const ErrorStats& eo, const ErrorStats& el, io::DType dtype, const std::string& how, std::FILE* text,
