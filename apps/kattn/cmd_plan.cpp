@@ -29,18 +29,6 @@ const char* kPlanUsage =
     "where a fixed split would leave threads idle; 1 on GPUs: --processors 132 --heads-per-team 1\n"
     "is an H100/H200's decision).\n";
 
-std::vector<std::int64_t> list(const std::string& text, const char* flag) {
-  std::vector<std::int64_t> out;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t comma = text.find(',', start);
-    out.push_back(parse_integer(text.substr(start, comma - start), flag, 0, std::int64_t(1) << 40));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
 template <class T>
 SplitPlan plan_for(const AttentionParams<T>& p, const Options& opt, const BatchLengths& lengths, int procs,
                    int heads_per_team) {
@@ -88,8 +76,8 @@ int cmd_plan(Args& args) {
   p.heads_kv = static_cast<int>((*heads)[1]);
   p.head_dim = static_cast<int>(*head_dim);
   if (kv_lens) {
-    lengths.kv_len = list(*kv_lens, "--kv-lens");
-    lengths.q_len = q_lens ? list(*q_lens, "--q-lens") : std::vector<std::int64_t>(lengths.kv_len.size(), 1);
+    lengths.kv_len = parse_lengths(*kv_lens, "--kv-lens", std::int64_t(1) << 40);
+    lengths.q_len = q_lens ? parse_lengths(*q_lens, "--q-lens", std::int64_t(1) << 40) : std::vector<std::int64_t>(lengths.kv_len.size(), 1);
     KATTN_REQUIRE(lengths.q_len.size() == lengths.kv_len.size(), "--q-lens: expected ", lengths.kv_len.size(),
                   " lengths (one per sequence, as --kv-lens), got ", lengths.q_len.size());
     p.batch = static_cast<int>(lengths.kv_len.size());
