@@ -96,8 +96,7 @@ DenseShard::DenseShard(MPI_Comm comm, const std::string& mode, const char* comma
   if (f.bias_file) input_args_.insert(input_args_.end(), {"--bias", *f.bias_file});
   opt = with_bias_rows(comm, command, input_args_, in_, runs_of(q_layout_, holds_outputs ? rank_ : 0), bias, f.opt);
   dtype = in_.dtype;
-  shape[0] = printed(" B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld", (long long)in_.B, (long long)in_.Nq,
-                     (long long)in_.Nk, (long long)in_.Hq, (long long)in_.Hkv, (long long)in_.D);
+  shape[0] = dense_heading(in_);
   shape[1] = std::string(" layout=") + name(in_.layout) + shape[0];
   flops = attention_flops(in_, opt);
   describe = [this](Json& j, bool run) {
@@ -168,15 +167,9 @@ RaggedShard::RaggedShard(MPI_Comm comm, const std::string&, const char*, const D
   layout_ = make_ragged_layout(index_view(q_local, "q_indptr"), index_view(kv_local, "kv_indptr"));
   dtype = in_.dtype;
   opt = f.opt;
-  shape[0] = shape[1] = printed(" ragged batch of %lld sequences, %lld queries, %lld keys, Hq=%lld Hkv=%lld D=%lld",
-                                (long long)in_.batch(), (long long)in_.total_q(), (long long)in_.kv_rows(),
-                                (long long)in_.Hq, (long long)in_.Hkv, (long long)in_.D);
+  shape[0] = shape[1] = ragged_heading(in_);
   flops = batch_attention_flops(in_, opt);
-  describe = [this](Json& j, bool) {
-    j.add("layout", "ragged").add("batch", (long long)in_.batch());
-    j.add("shape", std::vector<long long>{in_.batch(), in_.total_q(), in_.kv_rows(), in_.Hq, in_.Hkv, in_.D});
-    j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D");
-  };
+  describe = [this](Json& j, bool) { describe_ragged(j, in_); };
   write = [this, comm](const std::string& path, Part part, const std::vector<double>& local) {
     const bool q = part != Part::kv, lse = part == Part::lse;
     const std::vector<std::int64_t> shape =

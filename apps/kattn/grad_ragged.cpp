@@ -78,10 +78,9 @@ GradientSet ragged_textbook_backward(const BatchInputs& in, const std::vector<do
 }
 
 DqStrategy parse_dq_strategy(const std::string& s) {
-  if (s == "auto") return DqStrategy::automatic;
-  if (s == "key-chunks") return DqStrategy::key_chunks;
-  if (s == "query-pass") return DqStrategy::query_pass;
-  if (s == "atomic") return DqStrategy::atomic;
+  if (s == "auto") return DqStrategy::automatic;  // name() says "automatic"
+  for (DqStrategy d : {DqStrategy::key_chunks, DqStrategy::query_pass, DqStrategy::atomic})
+    if (s == name(d)) return d;
   KATTN_REQUIRE(false, "--dq-strategy: expected auto, key-chunks, query-pass or atomic, got '", s, "'");
   return DqStrategy::automatic;
 }

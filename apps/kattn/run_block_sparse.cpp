@@ -52,6 +52,11 @@ BlockMask read_block_mask(Args& args, const DenseInputs& in) {
   return BlockMask::from_dense(B, heads, qb, kb, a.values<std::int64_t>());
 }
 
+std::string block_mask_detail(const BlockMask& m) {
+  return printed("block mask: %lld x %lld blocks of %lld, %s, %.2f%% kept\n", (long long)m.q_blocks(),
+                 (long long)m.k_blocks(), (long long)m.block(), m.heads() == 1 ? "shared" : "per head", 100.0 * m.density());
+}
+
 namespace {
 
 // Block-sparse attention of `algo` on the inputs in T, timed as `f` says (as_algo: in place of
@@ -101,9 +106,7 @@ RunKind block_sparse_kind(Args& args, const RunFlags& f, const Options& opt, con
   args.finish();
   RunKind kind = dense_kind(f, opt, bias, in);
   kind.decode = false;
-  kind.detail = printed("block mask: %lld x %lld blocks of %lld, %s, %.2f%% kept\n", (long long)m->q_blocks(),
-                        (long long)m->k_blocks(), (long long)m->block(), m->heads() == 1 ? "shared" : "per head",
-                        100.0 * m->density());
+  kind.detail = block_mask_detail(*m);
   kind.rate_note = " (kept pairs only)";
   kind.flops = attention_flops(*in, opt, m.get());
   const auto run = [opt, m, &bias, flops = kind.flops](const RunFlags& fl, const std::string& algo,

@@ -55,6 +55,24 @@ inline std::string printed(const char* format, ...) {
   return s;
 }
 
+// The shapes the headings name (run, grad, --dist): " B=1 Nq=128 Nk=128 Hq=8 Hkv=2 D=64" of dense
+// inputs; " ragged batch of 4 sequences, 186 queries, 300 keys, Hq=4 Hkv=2 D=16" of a ragged batch,
+// with its JSON fields (layout, batch, shape, shape_is).
+inline std::string dense_heading(const DenseInputs& in) {
+  return printed(" B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld", (long long)in.B, (long long)in.Nq, (long long)in.Nk,
+                 (long long)in.Hq, (long long)in.Hkv, (long long)in.D);
+}
+inline std::string ragged_heading(const BatchInputs& in) {
+  return printed(" ragged batch of %lld sequences, %lld queries, %lld keys, Hq=%lld Hkv=%lld D=%lld",
+                 (long long)in.batch(), (long long)in.total_q(), (long long)in.kv_rows(), (long long)in.Hq,
+                 (long long)in.Hkv, (long long)in.D);
+}
+inline void describe_ragged(Json& j, const BatchInputs& in) {
+  j.add("layout", "ragged").add("batch", (long long)in.batch());
+  j.add("shape", std::vector<long long>{in.batch(), in.total_q(), in.kv_rows(), in.Hq, in.Hkv, in.D});
+  j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D");
+}
+
 // One input kind of a run: how it is called, described, written and checked.
 struct RunKind {
   const char* algo = "";  // the JSON's "algo" (the --algo run, or "cascade")
