@@ -2,10 +2,8 @@
 // timed (with the forward beside it when O and LSE are computed here), optionally checked
 // against the float64 textbook backward and written to .npy files.
 #include <Kokkos_Core.hpp>
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <iostream>
 #include <memory>
 #include <type_traits>
 #include <optional>
@@ -24,8 +22,6 @@
 #include "json.hpp"
 #include "kattn/attention.hpp"
 #include "kattn/errors.hpp"
-#include "kattn/reference_backward.hpp"
-#include "kattn/reference_masked.hpp"
 #include "kattn/score_bias.hpp"
 #include "paths.hpp"
 #include "progress_line.hpp"
@@ -99,10 +95,6 @@ struct GradKind {
   std::function<int(const Gradients&, Json&)> check;
 };
 
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // The forward over q and `keys` into o and lse (unless `forward` is false: they hold the given
 // ones), then the timed backward calls, each with its progress line; the gradients as float64
 // copies, dbias when `dbias` is allocated (the bias's shape).
@@ -124,7 +116,7 @@ Gradients backward_calls(const GradFlags& f, double flops, Options opt, Backward
     const auto t0 = std::chrono::steady_clock::now();
     attention(space, q, keys, o, lse, fwd);
     space.fence();
-    out.forward_seconds = since(t0);
+    out.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   // The backward's progress line: its passes in pieces (Options::progress).
   std::optional<ProgressLine> line;

@@ -3,7 +3,6 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstdio>
-#include <iostream>
 #include <string>
 #include <vector>
 

@@ -3,9 +3,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>

@@ -2,21 +2,15 @@
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
 #include <vector>
 
 #include "batch_inputs.hpp"
-#include "commands.hpp"
 #include "dtype.hpp"
 #include "grad_check.hpp"
 #include "inputs.hpp"
-#include "json.hpp"
-#include "kattn/attention.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/reference_backward.hpp"
 #include "paths.hpp"
-#include "run_check.hpp"
 
 namespace kattn {
 namespace cli {

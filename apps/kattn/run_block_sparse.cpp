@@ -5,17 +5,11 @@
 
 #include <Kokkos_Core.hpp>
 
-#include <algorithm>
-#include <chrono>
-#include <cstdio>
-#include <iostream>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "batch_inputs.hpp"
 #include "bias_tensor.hpp"
-#include "commands.hpp"
 #include "json.hpp"
 #include "kattn/attention.hpp"
 #include "kattn/errors.hpp"

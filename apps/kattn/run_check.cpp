@@ -1,7 +1,6 @@
 #include "run_check.hpp"
 
 #include <algorithm>
-#include <iostream>
 #include <optional>
 
 #include "kattn/core/key_window.hpp"
