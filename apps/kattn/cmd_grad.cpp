@@ -192,11 +192,7 @@ Gradients dense_calls(const GradFlags& f, double flops, const DenseInputs& in, c
     d.o = to_view<Tensor4<T>>(given.o, "o", in.B, in.Nq, in.Hq, in.D);
     d.lse = to_view<Tensor3<accumulate_t<T>>>(given.lse, "lse", in.B, in.Hq, in.Nq);
   }
-  Tensor4<double> dbias;  // the bias's shape, in float64 whatever the bias's type
-  if (dbias_of) {
-    const std::vector<std::int64_t> s = dbias_of->shape();
-    dbias = Tensor4<double>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dbias"), s[0], s[1], s[2], s[3]);
-  }
+  const Tensor4<double> dbias = dbias_of ? dbias_of->gradient_view() : Tensor4<double>();
   opt.block_mask = mask;
   return backward_calls(f, flops, opt, f.bopt, d.q, kv::dense(d.k, d.v), d.o, d.lse, dout, !given.given, dbias);
 }

@@ -45,8 +45,7 @@ DistGrads grads_as(MPI_Comm comm, const Shard& sh, const dist::DistOptions& d, B
   poison(dv);
   Tensor4<double> dbias;  // the bias's rows, in float64 whatever the bias's type
   if (dbias_wanted) {
-    const std::vector<std::int64_t> b = sh.bias.shape();
-    dbias = Tensor4<double>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dbias"), b[0], b[1], b[2], b[3]);
+    dbias = sh.bias.gradient_view();
     poison(dbias);
     bopt.dbias = score_bias_gradient(dbias);
   }

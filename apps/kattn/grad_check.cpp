@@ -132,11 +132,7 @@ GradientSet dense_textbook_backward(const DenseInputs& in, const std::vector<dou
     Kokkos::deep_copy(dk, hk);
     Kokkos::deep_copy(dv, hv);
   } else {
-    T4 dbias;
-    if (dbias_of) {
-      const std::vector<std::int64_t> s = dbias_of->shape();
-      dbias = T4("dbias", s[0], s[1], s[2], s[3]);
-    }
+    const T4 dbias = dbias_of ? dbias_of->gradient_view() : T4();
     g.dsinks = reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, dout, dq, dk, dv, opt,
                                   dbias_of ? score_bias_gradient(dbias) : ScoreBiasGradient{});
     if (dbias_of) g.dbias = from_view(dbias);
