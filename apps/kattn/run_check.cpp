@@ -65,42 +65,39 @@ CheckSettings read_check_settings(Args& args) {
 
 namespace {
 
-// p's q, k and v at float64 copies of the stored inputs, which p holds.
-void widen_inputs(HostParams& p, const StoredValues& q, const StoredValues& k, const StoredValues& v, bool values) {
-  if (!values) return;
-  const StoredValues* in[3] = {&q, &k, &v};
-  for (int i = 0; i < 3; ++i) p.widened[i] = std::make_shared<const std::vector<double>>(in[i]->widened());
-  p.q.data = p.widened[0]->data(), p.k.data = p.widened[1]->data(), p.v.data = p.widened[2]->data();
+// What dense inputs and a batch share: q, k and v of nq and nk positions per sequence (0: ragged)
+// at float64 copies of the stored inputs, which p holds (with `values`), o, the heads and batch.
+template <class In>
+HostParams host_common(const In& in, std::int64_t nq, std::int64_t nk, int batch, const std::vector<double>& o,
+                       bool values) {
+  HostParams p;
+  const int Hq = static_cast<int>(in.Hq), Hkv = static_cast<int>(in.Hkv), D = static_cast<int>(in.D);
+  p.q = dense_operand<const double>(nullptr, nq, Hq, D);
+  p.k = p.v = dense_operand<const double>(nullptr, nk, Hkv, D);
+  if (values) {
+    const StoredValues* stored[3] = {&in.q, &in.k, &in.v};
+    for (int i = 0; i < 3; ++i) p.widened[i] = std::make_shared<const std::vector<double>>(stored[i]->widened());
+    p.q.data = p.widened[0]->data(), p.k.data = p.widened[1]->data(), p.v.data = p.widened[2]->data();
+  }
+  p.o = dense_operand(const_cast<double*>(o.data()), nq, Hq, D);  // read only: the outputs under test
+  p.batch = batch, p.heads_q = Hq, p.heads_kv = Hkv, p.head_dim = D;
+  return p;
 }
 
 }  // namespace
 
 HostParams host_params(const DenseInputs& in, const std::vector<double>& o, const std::vector<double>& lse,
                        bool values) {
-  HostParams p;
-  const int Hq = static_cast<int>(in.Hq), Hkv = static_cast<int>(in.Hkv), D = static_cast<int>(in.D);
-  p.q = dense_operand<const double>(nullptr, in.Nq, Hq, D);
-  p.k = p.v = dense_operand<const double>(nullptr, in.Nk, Hkv, D);
-  widen_inputs(p, in.q, in.k, in.v, values);
-  p.o = dense_operand(const_cast<double*>(o.data()), in.Nq, Hq, D);  // read only: the outputs under test
+  HostParams p = host_common(in, in.Nq, in.Nk, static_cast<int>(in.B), o, values);
   p.lse = Operand<double>(const_cast<double*>(lse.data()), in.Hq * in.Nq, 1, in.Nq);  // [B, Hq, Nq]
-  p.batch = static_cast<int>(in.B), p.heads_q = static_cast<int>(in.Hq), p.heads_kv = static_cast<int>(in.Hkv);
-  p.head_dim = static_cast<int>(in.D);
   p.q_len = in.Nq, p.kv_len = in.Nk, p.q_total = in.B * in.Nq;
   return p;
 }
 
 HostParams host_params(const BatchInputs& in, const std::vector<double>& o, const std::vector<double>& lse,
                        bool values) {
-  HostParams p;
-  const int Hq = static_cast<int>(in.Hq), Hkv = static_cast<int>(in.Hkv), D = static_cast<int>(in.D);
-  p.q = dense_operand<const double>(nullptr, 0, Hq, D);
-  p.k = p.v = dense_operand<const double>(nullptr, 0, Hkv, D);
-  widen_inputs(p, in.q, in.k, in.v, values);
-  p.o = dense_operand(const_cast<double*>(o.data()), 0, Hq, D);
-  p.lse = dense_operand(const_cast<double*>(lse.data()), 0, Hq, 1);
-  p.batch = static_cast<int>(in.batch()), p.heads_q = static_cast<int>(in.Hq), p.heads_kv = static_cast<int>(in.Hkv);
-  p.head_dim = static_cast<int>(in.D);
+  HostParams p = host_common(in, 0, 0, static_cast<int>(in.batch()), o, values);
+  p.lse = dense_operand(const_cast<double*>(lse.data()), 0, static_cast<int>(in.Hq), 1);
   p.q_indptr = in.q_indptr.data();
   if (in.paged) {
     p.k.stride_batch = p.v.stride_batch = in.page_size * in.Hkv * in.D;
