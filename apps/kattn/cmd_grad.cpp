@@ -108,10 +108,7 @@ Gradients backward_calls(const GradFlags& f, double flops, Options opt, Backward
   if (forward) {
     std::optional<ProgressLine> line;
     Options fwd = opt;
-    if (progress_wanted(f.console.progress, f.console.quiet, flops)) {
-      line.emplace(flops, f.console.progress);
-      fwd.progress = line->callback();
-    }
+    progress_into(line, f.console, flops, fwd);
     space.fence();
     const auto t0 = std::chrono::steady_clock::now();
     attention(space, q, keys, o, lse, fwd);
@@ -120,10 +117,7 @@ Gradients backward_calls(const GradFlags& f, double flops, Options opt, Backward
   }
   // The backward's progress line: its passes in pieces (Options::progress).
   std::optional<ProgressLine> line;
-  if (progress_wanted(f.console.progress, f.console.quiet, 2.5 * flops)) {
-    line.emplace(2.5 * flops, f.console.progress);
-    opt.progress = line->callback();
-  }
+  progress_into(line, f.console, 2.5 * flops, opt);
   using KV = std::remove_const_t<std::remove_reference_t<decltype(keys.k)>>;
   const Q dq(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dq"), q.layout());
   const KV dk(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dk"), keys.k.layout());

@@ -89,15 +89,20 @@ struct RunKind {
   std::function<int(const Outputs&, Json&)> check;         // --check: the exit status
 };
 
+// A progress line for a call of `flops` work when the console wants one (progress_wanted), its
+// callback in opt.progress (run's calls, grad's forward and backward).
+inline void progress_into(std::optional<ProgressLine>& line, const Console& console, double flops, Options& opt) {
+  if (!progress_wanted(console.progress, console.quiet, flops)) return;
+  line.emplace(flops, console.progress);
+  opt.progress = line->callback();
+}
+
 // Runs `call` (which fences) as the flags' timing says, with the progress line (when wanted) in
 // opt.progress, recording the timing in out.
 template <class Call>
 void timed_with_progress(const RunFlags& f, double flops, Options& opt, Outputs& out, Call&& call) {
   std::optional<ProgressLine> line;
-  if (progress_wanted(f.console.progress, f.console.quiet, flops)) {
-    line.emplace(flops, f.console.progress);
-    opt.progress = line->callback();
-  }
+  progress_into(line, f.console, flops, opt);
   out.timing = f.timing;
   const RepeatWorkspace kept(f.timing, opt);
   time_calls(out.timing, call, [&] {
