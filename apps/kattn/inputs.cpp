@@ -94,7 +94,6 @@ DenseInputs describe_dense_inputs(Args& args, const std::string& extra, DenseSou
   const auto qf = args.value("--q"), kf = args.value("--k"), vf = args.value("--v");
   const auto ef = extra.empty() ? std::nullopt : args.value(extra);
   source = DenseSource{};
-  source.extra_flag = extra;
   if (random) {
     KATTN_REQUIRE(!qf && !kf && !vf && !ef, "--random: give either --random or input files, not both");
     const auto& r = *random;

@@ -54,7 +54,6 @@ struct DenseSource {
   bool random = false;
   std::uint64_t seed = 0;
   bool has_extra = false;  // an extra array to read or draw (e.g. dO)
-  std::string extra_flag;
   std::array<std::string, 4> paths;
   std::array<io::NpyHeader, 4> headers;
 };
