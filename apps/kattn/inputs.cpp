@@ -72,8 +72,9 @@ namespace {
 
 io::NpyHeader read_rank4_floating(const std::string& path, const std::string& flag, Layout layout) {
   const bool kv = flag == "--k" || flag == "--v", bnhd = layout == Layout::bnhd;
-  return read_floating_header(path, flag, 4, kv ? (bnhd ? "[B, Nk, Hkv, D]" : "[B, Hkv, Nk, D]")
-                                                : (bnhd ? "[B, Nq, Hq, D]" : "[B, Hq, Nq, D]"));
+  return read_floating_header(
+      path, flag, 4,
+      kv ? (bnhd ? "[B, Nk, Hkv, D]" : "[B, Hkv, Nk, D]") : (bnhd ? "[B, Nq, Hq, D]" : "[B, Hq, Nq, D]"));
 }
 
 }  // namespace

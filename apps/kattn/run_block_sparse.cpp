@@ -48,7 +48,8 @@ BlockMask read_block_mask(Args& args, const DenseInputs& in) {
 
 std::string block_mask_detail(const BlockMask& m) {
   return printed("block mask: %lld x %lld blocks of %lld, %s, %.2f%% kept\n", (long long)m.q_blocks(),
-                 (long long)m.k_blocks(), (long long)m.block(), m.heads() == 1 ? "shared" : "per head", 100.0 * m.density());
+                 (long long)m.k_blocks(), (long long)m.block(), m.heads() == 1 ? "shared" : "per head",
+                 100.0 * m.density());
 }
 
 namespace {
