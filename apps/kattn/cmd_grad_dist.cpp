@@ -86,8 +86,7 @@ int grad_distributed(Args& args, const std::string& mode) {
   };
   // This rank's part, its gradients written, and rank 0's report and --check.
   return dist_command(args, mode, "grad", flags, [&](MPI_Comm comm, const auto& sh, const DistFlags& f) {
-    int P = 1;
-    MPI_Comm_size(comm, &P);
+    const int P = ranks_in(comm);
     bopt.deterministic = f.d.deterministic;
     dist::collective_check(comm, [&] {
       KATTN_REQUIRE(!dbias_path || !sh.bias.boolean(), "--dbias: a bool --bias (a mask) has no gradient");

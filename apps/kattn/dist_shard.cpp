@@ -17,9 +17,7 @@ namespace {
 // indices); the others an empty vector.
 std::vector<double> gather_packed_rows(MPI_Comm comm, const std::vector<double>& local,
                                        const std::vector<std::int64_t>& rows, std::int64_t total, std::int64_t width) {
-  int rank = 0, P = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &P);
+  const int rank = rank_of(comm), P = ranks_in(comm);
   const int n = static_cast<int>(rows.size());
   std::vector<int> counts(P), offsets(P);
   MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm);
@@ -81,8 +79,7 @@ Json dist_heading_json(std::FILE* text, const char* command, const std::string& 
 
 DenseShard::DenseShard(MPI_Comm comm, const std::string& mode, const char* command, const DistFlags& f)
     : comm_(comm), rank_(rank_of(comm)), input_args_(f.input_args) {
-  int P = 1;
-  MPI_Comm_size(comm, &P);
+  const int P = ranks_in(comm);
   const bool grad = command == std::string("grad");
   in_ = describe_on_every_rank(comm, command, input_args_, grad ? "--do" : "", src_);
   dist::collective_check(comm, [&] {
@@ -147,16 +144,12 @@ std::vector<std::int64_t> DenseShard::whole_bias_shape() const {
 }
 
 double DenseShard::model_sent(const dist::DistOptions& d, dist::Pass pass, int bytes) const {
-  int P = 1;
-  MPI_Comm_size(comm_, &P);
-  return double(dist::traffic(traffic_problem(in_, bytes), opt, d, P, rank_, pass).sent);
+  return double(dist::traffic(traffic_problem(in_, bytes), opt, d, ranks_in(comm_), rank_, pass).sent);
 }
 
 RaggedShard::RaggedShard(MPI_Comm comm, const std::string&, const char*, const DistFlags& f)
     : in_(*f.batch), src_(f.batch_src), dout_(f.batch_dout) {
-  int rank = 0, P = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &P);
+  const int rank = rank_of(comm), P = ranks_in(comm);
   std::vector<std::int64_t> q_local, kv_local;
   dist::collective_check(comm, [&] {
     q_rows_ = dist::ragged_positions(in_.q_indptr, rank, P, f.d, "--q-indptr");
