@@ -25,26 +25,10 @@ std::vector<std::int64_t> read_index(const std::string& path, const char* flag) 
   return a.values<std::int64_t>();
 }
 
-io::NpyHeader read_floating(const std::string& path, const char* flag, std::size_t rank, const char* layout) {
-  io::NpyHeader a = read_input_header(flag, path);
-  require_input_dtype(flag, path, a.dtype);
-  KATTN_REQUIRE(a.shape.size() == rank, flag, " ", path, ": expected a rank-", rank, " array ", layout, ", got rank ",
-                a.shape.size());
-  return a;
-}
-
 std::vector<std::int64_t> lengths(Args& args, const char* flag) {
   const auto text = args.value(flag);
   KATTN_REQUIRE(text.has_value(), flag, ": required with --random-ragged (comma-separated lengths, one per sequence)");
-  std::vector<std::int64_t> out;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t comma = text->find(',', start);
-    out.push_back(parse_integer(text->substr(start, comma - start), flag, 0, std::int64_t(1) << 31));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
+  return parse_lengths(*text, flag, std::int64_t(1) << 31);
 }
 
 std::vector<std::int64_t> indptr_of(const std::vector<std::int64_t>& lens) {
@@ -243,8 +227,8 @@ BatchInputs read_batch_inputs(Args& args, const char* refuse16, BatchSource* row
     require_bf16_bits_asked("--q", *qf, q0.dtype, in.dtype, dtype.has_value());
     const std::size_t kv_rank = in.paged ? 4 : 3;
     const char* kv_layout = in.paged ? "[num_pages, page_size, Hkv, D]" : "[total_kv, Hkv, D]";
-    const io::NpyHeader kh = read_floating(*kf, "--k", kv_rank, kv_layout);
-    const io::NpyHeader vh = read_floating(*vf, "--v", kv_rank, kv_layout);
+    const io::NpyHeader kh = read_floating_header(*kf, "--k", kv_rank, kv_layout);
+    const io::NpyHeader vh = read_floating_header(*vf, "--v", kv_rank, kv_layout);
     // k against q first, then v against k: the message blames the array that differs.
     KATTN_REQUIRE(kh.shape[kv_rank - 1] == in.D, "--k ", *kf, ": expected head dim ", in.D, " (from q), got ",
                   kh.shape[kv_rank - 1]);

@@ -26,18 +26,8 @@ ScoreBias typed_bias(const unsigned char* bytes, const std::vector<std::int64_t>
 
 template <class Space>
 ScoreBias typed_bias(io::DType dtype, const unsigned char* bytes, const std::vector<std::int64_t>& s) {
-  switch (dtype) {
-    case io::DType::f64:
-      return typed_bias<double, Space>(bytes, s);
-    case io::DType::f16:
-      return typed_bias<fp16, Space>(bytes, s);
-    case io::DType::bf16:
-      return typed_bias<bf16, Space>(bytes, s);
-    case io::DType::b1:
-      return typed_bias<bool, Space>(bytes, s);
-    default:
-      return typed_bias<float, Space>(bytes, s);
-  }
+  if (dtype == io::DType::b1) return typed_bias<bool, Space>(bytes, s);
+  return with_storage(dtype, [&](auto t) { return typed_bias<decltype(t), Space>(bytes, s); });
 }
 
 }  // namespace

@@ -33,6 +33,11 @@ class BiasTensor {
   bool boolean() const { return device_.type == BiasType::boolean; }
   // [batch, heads, Nq, Nk] as given (broadcast dims 1).
   std::vector<std::int64_t> shape() const { return {device_.batch, device_.heads, device_.q_len, device_.kv_len}; }
+  // A float64 array of the bias's shape for its gradient (--dbias), whatever the bias's type.
+  Kokkos::View<double****, Kokkos::LayoutRight> gradient_view() const {
+    return Kokkos::View<double****, Kokkos::LayoutRight>("dbias", device_.batch, device_.heads, device_.q_len,
+                                                         device_.kv_len);
+  }
   // The bias where the call's execution space reads it.
   const ScoreBias& device() const { return device_; }
   // opt with the bias in host memory instead (the same memory on CPU builds): for the host

@@ -67,8 +67,7 @@ int run_distributed(Args& args, const std::string& mode) {
   };
   // This rank's part, its outputs written, and rank 0's report and --check.
   return dist_command(args, mode, "run", flags, [&](MPI_Comm comm, const auto& sh, const DistFlags& f) {
-    int P = 1;
-    MPI_Comm_size(comm, &P);
+    const int P = ranks_in(comm);
     const DistRun run = with_storage(sh.dtype, [&](auto t) { return run_as<decltype(t)>(comm, sh, f.d); });
     if (out_path) sh.write(*out_path, Part::q, run.o);
     if (lse_path) sh.write(*lse_path, Part::lse, run.lse);

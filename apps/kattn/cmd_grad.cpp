@@ -2,10 +2,8 @@
 // timed (with the forward beside it when O and LSE are computed here), optionally checked
 // against the float64 textbook backward and written to .npy files.
 #include <Kokkos_Core.hpp>
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <iostream>
 #include <memory>
 #include <type_traits>
 #include <optional>
@@ -24,8 +22,6 @@
 #include "json.hpp"
 #include "kattn/attention.hpp"
 #include "kattn/errors.hpp"
-#include "kattn/reference_backward.hpp"
-#include "kattn/reference_masked.hpp"
 #include "kattn/score_bias.hpp"
 #include "paths.hpp"
 #include "progress_line.hpp"
@@ -99,10 +95,6 @@ struct GradKind {
   std::function<int(const Gradients&, Json&)> check;
 };
 
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // The forward over q and `keys` into o and lse (unless `forward` is false: they hold the given
 // ones), then the timed backward calls, each with its progress line; the gradients as float64
 // copies, dbias when `dbias` is allocated (the bias's shape).
@@ -116,22 +108,16 @@ Gradients backward_calls(const GradFlags& f, double flops, Options opt, Backward
   if (forward) {
     std::optional<ProgressLine> line;
     Options fwd = opt;
-    if (progress_wanted(f.console.progress, f.console.quiet, flops)) {
-      line.emplace(flops, f.console.progress);
-      fwd.progress = line->callback();
-    }
+    progress_into(line, f.console, flops, fwd);
     space.fence();
     const auto t0 = std::chrono::steady_clock::now();
     attention(space, q, keys, o, lse, fwd);
     space.fence();
-    out.forward_seconds = since(t0);
+    out.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   // The backward's progress line: its passes in pieces (Options::progress).
   std::optional<ProgressLine> line;
-  if (progress_wanted(f.console.progress, f.console.quiet, 2.5 * flops)) {
-    line.emplace(2.5 * flops, f.console.progress);
-    opt.progress = line->callback();
-  }
+  progress_into(line, f.console, 2.5 * flops, opt);
   using KV = std::remove_const_t<std::remove_reference_t<decltype(keys.k)>>;
   const Q dq(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dq"), q.layout());
   const KV dk(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dk"), keys.k.layout());
@@ -194,26 +180,15 @@ GivenForward read_given_forward(Args& args, const DenseInputs& in) {
 template <class T>
 Gradients dense_calls(const GradFlags& f, double flops, const DenseInputs& in, const std::vector<double>& dout_values,
                       const GivenForward& given, Options opt, const BlockMask* mask, const BiasTensor* dbias_of) {
-  const auto q = to_view<Tensor4<T>>(in.q, "q", in.B, in.Nq, in.Hq, in.D);
-  const auto k = to_view<Tensor4<T>>(in.k, "k", in.B, in.Nk, in.Hkv, in.D);
-  const auto v = to_view<Tensor4<T>>(in.v, "v", in.B, in.Nk, in.Hkv, in.D);
+  DenseViews<T> d = make_dense_views<T>(in);  // o and lse (float for 16-bit storage) from the forward, or given
   const auto dout = to_view<Tensor4<T>>(dout_values, "do", in.B, in.Nq, in.Hq, in.D);
-  Tensor4<T> o;
-  Tensor3<accumulate_t<T>> lse;  // float for 16-bit storage
   if (given.given) {
-    o = to_view<Tensor4<T>>(given.o, "o", in.B, in.Nq, in.Hq, in.D);
-    lse = to_view<Tensor3<accumulate_t<T>>>(given.lse, "lse", in.B, in.Hq, in.Nq);
-  } else {
-    o = Tensor4<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), in.B, in.Nq, in.Hq, in.D);
-    lse = Tensor3<accumulate_t<T>>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), in.B, in.Hq, in.Nq);
+    d.o = to_view<Tensor4<T>>(given.o, "o", in.B, in.Nq, in.Hq, in.D);
+    d.lse = to_view<Tensor3<accumulate_t<T>>>(given.lse, "lse", in.B, in.Hq, in.Nq);
   }
-  Tensor4<double> dbias;  // the bias's shape, in float64 whatever the bias's type
-  if (dbias_of) {
-    const std::vector<std::int64_t> s = dbias_of->shape();
-    dbias = Tensor4<double>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dbias"), s[0], s[1], s[2], s[3]);
-  }
+  const Tensor4<double> dbias = dbias_of ? dbias_of->gradient_view() : Tensor4<double>();
   opt.block_mask = mask;
-  return backward_calls(f, flops, opt, f.bopt, q, kv::dense(k, v), o, lse, dout, !given.given, dbias);
+  return backward_calls(f, flops, opt, f.bopt, d.q, kv::dense(d.k, d.v), d.o, d.lse, dout, !given.given, dbias);
 }
 
 template <class T>
@@ -246,13 +221,9 @@ GradKind dense_grad_kind(Args& args, const GradFlags& f, const Options& opt, con
   if (f.check.enabled) gradient_check_samples(host_params(*in, {}, {}, false), f.check, m != nullptr);  // refused now
   GradKind kind;
   kind.dtype = in->dtype;
-  kind.heading = printed("dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s", dtype_name(in->dtype),
-                         name(in->layout), (long long)in->B, (long long)in->Nq, (long long)in->Nk, (long long)in->Hq,
-                         (long long)in->Hkv, (long long)in->D, mask_summary(opt).c_str());
-  if (m)
-    kind.detail = printed("block mask: %lld x %lld blocks of %lld, %s, %.2f%% kept\n", (long long)m->q_blocks(),
-                          (long long)m->k_blocks(), (long long)m->block(), m->heads() == 1 ? "shared" : "per head",
-                          100.0 * m->density());
+  kind.heading = printed("dtype=%s layout=%s%s%s", dtype_name(in->dtype), name(in->layout), dense_heading(*in).c_str(),
+                         mask_summary(opt).c_str());
+  if (m) kind.detail = block_mask_detail(*m);
   kind.flops = attention_flops(*in, opt, m);  // of the kept pairs under a block mask
   const BiasTensor* dbias_of = f.dbias ? &bias : nullptr;
   kind.call = [&f, opt, in, dout, given, mask, dbias_of, flops = kind.flops] {
@@ -292,19 +263,12 @@ GradKind ragged_grad_kind(Args& args, const GradFlags& f, const Options& opt) {
   if (f.check.enabled) gradient_check_samples(host_params(*in, {}, {}, false), f.check, false);
   GradKind kind;
   kind.dtype = in->dtype;
-  kind.heading = printed("dtype=%s ragged batch of %lld sequences, %lld queries, %lld keys, Hq=%lld Hkv=%lld D=%lld%s",
-                         dtype_name(in->dtype), (long long)in->batch(), (long long)in->total_q(),
-                         (long long)in->kv_rows(), (long long)in->Hq, (long long)in->Hkv, (long long)in->D,
-                         mask_summary(opt).c_str());
+  kind.heading = printed("dtype=%s%s%s", dtype_name(in->dtype), ragged_heading(*in).c_str(), mask_summary(opt).c_str());
   kind.flops = batch_attention_flops(*in, opt);
   kind.call = [&f, opt, in, dout, flops = kind.flops] {
     return with_storage(in->dtype, [&](auto t) { return ragged_calls<decltype(t)>(f, flops, *in, *dout, opt); });
   };
-  kind.describe = [in](Json& j) {
-    j.add("layout", "ragged").add("batch", (long long)in->batch());
-    j.add("shape", std::vector<long long>{in->batch(), in->total_q(), in->kv_rows(), in->Hq, in->Hkv, in->D});
-    j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D");
-  };
+  kind.describe = [in](Json& j) { describe_ragged(j, *in); };
   kind.write = [&f, in](const Gradients& g) {
     if (f.paths.dq) write_array(*f.paths.dq, in->dtype, {in->total_q(), in->Hq, in->D}, g.grads.dq);
     if (f.paths.dk) write_array(*f.paths.dk, in->dtype, {in->kv_rows(), in->Hkv, in->D}, g.grads.dk);

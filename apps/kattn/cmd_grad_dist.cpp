@@ -45,8 +45,7 @@ DistGrads grads_as(MPI_Comm comm, const Shard& sh, const dist::DistOptions& d, B
   poison(dv);
   Tensor4<double> dbias;  // the bias's rows, in float64 whatever the bias's type
   if (dbias_wanted) {
-    const std::vector<std::int64_t> b = sh.bias.shape();
-    dbias = Tensor4<double>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dbias"), b[0], b[1], b[2], b[3]);
+    dbias = sh.bias.gradient_view();
     poison(dbias);
     bopt.dbias = score_bias_gradient(dbias);
   }
@@ -87,8 +86,7 @@ int grad_distributed(Args& args, const std::string& mode) {
   };
   // This rank's part, its gradients written, and rank 0's report and --check.
   return dist_command(args, mode, "grad", flags, [&](MPI_Comm comm, const auto& sh, const DistFlags& f) {
-    int P = 1;
-    MPI_Comm_size(comm, &P);
+    const int P = ranks_in(comm);
     bopt.deterministic = f.d.deterministic;
     dist::collective_check(comm, [&] {
       KATTN_REQUIRE(!dbias_path || !sh.bias.boolean(), "--dbias: a bool --bias (a mask) has no gradient");

@@ -3,7 +3,6 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstdio>
-#include <iostream>
 #include <string>
 #include <vector>
 
@@ -29,21 +28,13 @@ const char* kPlanUsage =
     "where a fixed split would leave threads idle; 1 on GPUs: --processors 132 --heads-per-team 1\n"
     "is an H100/H200's decision).\n";
 
-std::vector<std::int64_t> list(const std::string& text, const char* flag) {
-  std::vector<std::int64_t> out;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t comma = text.find(',', start);
-    out.push_back(parse_integer(text.substr(start, comma - start), flag, 0, std::int64_t(1) << 40));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
+// The plan for the problem `shape` gives (its dims only) with T storage.
 template <class T>
-SplitPlan plan_for(const AttentionParams<T>& p, const Options& opt, const BatchLengths& lengths, int procs,
+SplitPlan plan_for(const AttentionParams<float>& shape, const Options& opt, const BatchLengths& lengths, int procs,
                    int heads_per_team) {
+  AttentionParams<T> p;
+  p.batch = shape.batch, p.heads_q = shape.heads_q, p.heads_kv = shape.heads_kv, p.head_dim = shape.head_dim;
+  p.q_len = shape.q_len, p.kv_len = shape.kv_len;
   const Kokkos::DefaultExecutionSpace space;
   if (heads_per_team == 0 || opt.splits > 0 || opt.split_chunk > 0)
     return plan_splits(space, p, opt, lengths, procs);
@@ -88,8 +79,9 @@ int cmd_plan(Args& args) {
   p.heads_kv = static_cast<int>((*heads)[1]);
   p.head_dim = static_cast<int>(*head_dim);
   if (kv_lens) {
-    lengths.kv_len = list(*kv_lens, "--kv-lens");
-    lengths.q_len = q_lens ? list(*q_lens, "--q-lens") : std::vector<std::int64_t>(lengths.kv_len.size(), 1);
+    lengths.kv_len = parse_lengths(*kv_lens, "--kv-lens", std::int64_t(1) << 40);
+    lengths.q_len = q_lens ? parse_lengths(*q_lens, "--q-lens", std::int64_t(1) << 40)
+                           : std::vector<std::int64_t>(lengths.kv_len.size(), 1);
     KATTN_REQUIRE(lengths.q_len.size() == lengths.kv_len.size(), "--q-lens: expected ", lengths.kv_len.size(),
                   " lengths (one per sequence, as --kv-lens), got ", lengths.q_len.size());
     p.batch = static_cast<int>(lengths.kv_len.size());
@@ -102,15 +94,9 @@ int cmd_plan(Args& args) {
     p.kv_len = *kv_len;
   }
   const int P = static_cast<int>(procs.value_or(0));
-  SplitPlan plan;
-  if (dtype == "f32") {
-    plan = plan_for(p, opt, lengths, P, static_cast<int>(heads_per_team.value_or(0)));
-  } else {
-    AttentionParams<double> pd;
-    pd.batch = p.batch, pd.heads_q = p.heads_q, pd.heads_kv = p.heads_kv, pd.head_dim = p.head_dim;
-    pd.q_len = p.q_len, pd.kv_len = p.kv_len;
-    plan = plan_for(pd, opt, lengths, P, static_cast<int>(heads_per_team.value_or(0)));
-  }
+  const int hpt = static_cast<int>(heads_per_team.value_or(0));
+  const SplitPlan plan =
+      dtype == "f32" ? plan_for<float>(p, opt, lengths, P, hpt) : plan_for<double>(p, opt, lengths, P, hpt);
   const std::string space = Kokkos::DefaultExecutionSpace::name();
   std::FILE* text = console.text();
   std::fprintf(text, "kattn plan: %d sequence%s, %s keys, %lld queries per sequence (the longest), Hq=%d Hkv=%d D=%d (%s)\n", p.batch,

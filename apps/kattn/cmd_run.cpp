@@ -3,9 +3,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -266,10 +264,8 @@ RunKind dense_kind(const RunFlags& f, const Options& opt, const BiasTensor& bias
   RunKind kind;
   kind.algo = f.algo.c_str();
   kind.dtype = in->dtype;
-  kind.heading = printed("algo=%s dtype=%s layout=%s B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld%s", f.algo.c_str(),
-                         dtype_name(in->dtype), name(in->layout), (long long)in->B, (long long)in->Nq,
-                         (long long)in->Nk, (long long)in->Hq, (long long)in->Hkv, (long long)in->D,
-                         mask_summary(opt).c_str());
+  kind.heading = printed("algo=%s dtype=%s layout=%s%s%s", f.algo.c_str(), dtype_name(in->dtype), name(in->layout),
+                         dense_heading(*in).c_str(), mask_summary(opt).c_str());
   kind.flops = attention_flops(*in, opt);
   kind.kv_bytes = 2.0 * in->B * in->Nk * in->Hkv * in->D * io::size_of(in->dtype);
   kind.decode = in->Nq <= kDecodeQueries;

@@ -51,11 +51,16 @@ void write_dbias_positions(MPI_Comm comm, const std::string& path, const std::ve
 void write_packed_rows(MPI_Comm comm, const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,
                        const std::vector<std::int64_t>& rows, const std::vector<double>& local);
 
-// This process's rank in comm.
+// This process's rank in comm, and comm's number of ranks.
 inline int rank_of(MPI_Comm comm) {
   int r = 0;
   MPI_Comm_rank(comm, &r);
   return r;
+}
+inline int ranks_in(MPI_Comm comm) {
+  int P = 1;
+  MPI_Comm_size(comm, &P);
+  return P;
 }
 
 }  // namespace cli

@@ -17,9 +17,7 @@ namespace {
 // indices); the others an empty vector.
 std::vector<double> gather_packed_rows(MPI_Comm comm, const std::vector<double>& local,
                                        const std::vector<std::int64_t>& rows, std::int64_t total, std::int64_t width) {
-  int rank = 0, P = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &P);
+  const int rank = rank_of(comm), P = ranks_in(comm);
   const int n = static_cast<int>(rows.size());
   std::vector<int> counts(P), offsets(P);
   MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm);
@@ -81,8 +79,7 @@ Json dist_heading_json(std::FILE* text, const char* command, const std::string& 
 
 DenseShard::DenseShard(MPI_Comm comm, const std::string& mode, const char* command, const DistFlags& f)
     : comm_(comm), rank_(rank_of(comm)), input_args_(f.input_args) {
-  int P = 1;
-  MPI_Comm_size(comm, &P);
+  const int P = ranks_in(comm);
   const bool grad = command == std::string("grad");
   in_ = describe_on_every_rank(comm, command, input_args_, grad ? "--do" : "", src_);
   dist::collective_check(comm, [&] {
@@ -96,8 +93,7 @@ DenseShard::DenseShard(MPI_Comm comm, const std::string& mode, const char* comma
   if (f.bias_file) input_args_.insert(input_args_.end(), {"--bias", *f.bias_file});
   opt = with_bias_rows(comm, command, input_args_, in_, runs_of(q_layout_, holds_outputs ? rank_ : 0), bias, f.opt);
   dtype = in_.dtype;
-  shape[0] = printed(" B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld", (long long)in_.B, (long long)in_.Nq,
-                     (long long)in_.Nk, (long long)in_.Hq, (long long)in_.Hkv, (long long)in_.D);
+  shape[0] = dense_heading(in_);
   shape[1] = std::string(" layout=") + name(in_.layout) + shape[0];
   flops = attention_flops(in_, opt);
   describe = [this](Json& j, bool run) {
@@ -148,16 +144,12 @@ std::vector<std::int64_t> DenseShard::whole_bias_shape() const {
 }
 
 double DenseShard::model_sent(const dist::DistOptions& d, dist::Pass pass, int bytes) const {
-  int P = 1;
-  MPI_Comm_size(comm_, &P);
-  return double(dist::traffic(traffic_problem(in_, bytes), opt, d, P, rank_, pass).sent);
+  return double(dist::traffic(traffic_problem(in_, bytes), opt, d, ranks_in(comm_), rank_, pass).sent);
 }
 
 RaggedShard::RaggedShard(MPI_Comm comm, const std::string&, const char*, const DistFlags& f)
     : in_(*f.batch), src_(f.batch_src), dout_(f.batch_dout) {
-  int rank = 0, P = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &P);
+  const int rank = rank_of(comm), P = ranks_in(comm);
   std::vector<std::int64_t> q_local, kv_local;
   dist::collective_check(comm, [&] {
     q_rows_ = dist::ragged_positions(in_.q_indptr, rank, P, f.d, "--q-indptr");
@@ -168,15 +160,9 @@ RaggedShard::RaggedShard(MPI_Comm comm, const std::string&, const char*, const D
   layout_ = make_ragged_layout(index_view(q_local, "q_indptr"), index_view(kv_local, "kv_indptr"));
   dtype = in_.dtype;
   opt = f.opt;
-  shape[0] = shape[1] = printed(" ragged batch of %lld sequences, %lld queries, %lld keys, Hq=%lld Hkv=%lld D=%lld",
-                                (long long)in_.batch(), (long long)in_.total_q(), (long long)in_.kv_rows(),
-                                (long long)in_.Hq, (long long)in_.Hkv, (long long)in_.D);
+  shape[0] = shape[1] = ragged_heading(in_);
   flops = batch_attention_flops(in_, opt);
-  describe = [this](Json& j, bool) {
-    j.add("layout", "ragged").add("batch", (long long)in_.batch());
-    j.add("shape", std::vector<long long>{in_.batch(), in_.total_q(), in_.kv_rows(), in_.Hq, in_.Hkv, in_.D});
-    j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D");
-  };
+  describe = [this](Json& j, bool) { describe_ragged(j, in_); };
   write = [this, comm](const std::string& path, Part part, const std::vector<double>& local) {
     const bool q = part != Part::kv, lse = part == Part::lse;
     const std::vector<std::int64_t> shape =

@@ -10,10 +10,7 @@ int run_distributed(Args&, const std::string&) {
   return 2;
 }
 
-int grad_distributed(Args&, const std::string&) {
-  KATTN_REQUIRE(false, "--dist: this kattn was built without MPI (configure with -DKATTN_ENABLE_MPI=ON)");
-  return 2;
-}
+int grad_distributed(Args& args, const std::string& mode) { return run_distributed(args, mode); }
 
 }  // namespace cli
 }  // namespace kattn

@@ -21,24 +21,6 @@ double full_gradient_bytes(const AttentionParams<double>& p) {
   return 2.0 * 8.0 * p.heads_q * pairs;
 }
 
-// Tested and reference values side by side, with where each tested value sits in its array.
-struct Compared {
-  std::vector<double> out, ref;
-  std::vector<std::int64_t> at;
-  void add(const double* tested, const double* base, const double* reference, std::int64_t n) {
-    for (std::int64_t d = 0; d < n; ++d) {
-      out.push_back(tested[d]);
-      ref.push_back(reference[d]);
-      at.push_back(static_cast<std::int64_t>(tested - base) + d);
-    }
-  }
-  ErrorStats stats() const {
-    ErrorStats e = compare(out, ref);
-    if (e.first_nonfinite >= 0) e.first_nonfinite = at[e.first_nonfinite];
-    return e;
-  }
-};
-
 }  // namespace
 
 GradientsUnderTest host_gradients(const AttentionParams<double>& inputs, const std::vector<double>& dout,
@@ -150,11 +132,7 @@ GradientSet dense_textbook_backward(const DenseInputs& in, const std::vector<dou
     Kokkos::deep_copy(dk, hk);
     Kokkos::deep_copy(dv, hv);
   } else {
-    T4 dbias;
-    if (dbias_of) {
-      const std::vector<std::int64_t> s = dbias_of->shape();
-      dbias = T4("dbias", s[0], s[1], s[2], s[3]);
-    }
+    const T4 dbias = dbias_of ? dbias_of->gradient_view() : T4();
     g.dsinks = reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, dout, dq, dk, dv, opt,
                                   dbias_of ? score_bias_gradient(dbias) : ScoreBiasGradient{});
     if (dbias_of) g.dbias = from_view(dbias);

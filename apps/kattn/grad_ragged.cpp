@@ -2,21 +2,15 @@
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
 #include <vector>
 
 #include "batch_inputs.hpp"
-#include "commands.hpp"
 #include "dtype.hpp"
 #include "grad_check.hpp"
 #include "inputs.hpp"
-#include "json.hpp"
-#include "kattn/attention.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/reference_backward.hpp"
 #include "paths.hpp"
-#include "run_check.hpp"
 
 namespace kattn {
 namespace cli {
@@ -78,10 +72,9 @@ GradientSet ragged_textbook_backward(const BatchInputs& in, const std::vector<do
 }
 
 DqStrategy parse_dq_strategy(const std::string& s) {
-  if (s == "auto") return DqStrategy::automatic;
-  if (s == "key-chunks") return DqStrategy::key_chunks;
-  if (s == "query-pass") return DqStrategy::query_pass;
-  if (s == "atomic") return DqStrategy::atomic;
+  if (s == "auto") return DqStrategy::automatic;  // name() says "automatic"
+  for (DqStrategy d : {DqStrategy::key_chunks, DqStrategy::query_pass, DqStrategy::atomic})
+    if (s == name(d)) return d;
   KATTN_REQUIRE(false, "--dq-strategy: expected auto, key-chunks, query-pass or atomic, got '", s, "'");
   return DqStrategy::automatic;
 }

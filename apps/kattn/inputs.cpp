@@ -47,16 +47,34 @@ std::vector<double> random_normal_rows(const RowBlock& rows, std::uint64_t seed)
   return out;
 }
 
+std::vector<std::int64_t> parse_lengths(const std::string& text, const char* flag, std::int64_t max) {
+  std::vector<std::int64_t> out;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    out.push_back(parse_integer(text.substr(start, comma - start), flag, 0, max));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+io::NpyHeader read_floating_header(const std::string& path, const std::string& flag, std::size_t rank,
+                                   const std::string& dims) {
+  io::NpyHeader a = read_input_header(flag, path);
+  require_input_dtype(flag, path, a.dtype);
+  KATTN_REQUIRE(a.shape.size() == rank, flag, " ", path, ": expected a rank-", rank, " array ", dims, ", got rank ",
+                a.shape.size());
+  return a;
+}
+
 namespace {
 
 io::NpyHeader read_rank4_floating(const std::string& path, const std::string& flag, Layout layout) {
-  io::NpyHeader a = read_input_header(flag, path);
-  require_input_dtype(flag, path, a.dtype);
-  const std::string dims = flag == "--k" || flag == "--v" ? (layout == Layout::bnhd ? "[B, Nk, Hkv, D]" : "[B, Hkv, Nk, D]")
-                                                          : (layout == Layout::bnhd ? "[B, Nq, Hq, D]" : "[B, Hq, Nq, D]");
-  KATTN_REQUIRE(a.shape.size() == 4, flag, " ", path, ": expected a rank-4 array ", dims, ", got rank ",
-                a.shape.size());
-  return a;
+  const bool kv = flag == "--k" || flag == "--v", bnhd = layout == Layout::bnhd;
+  return read_floating_header(
+      path, flag, 4,
+      kv ? (bnhd ? "[B, Nk, Hkv, D]" : "[B, Hkv, Nk, D]") : (bnhd ? "[B, Nq, Hq, D]" : "[B, Hq, Nq, D]"));
 }
 
 }  // namespace
@@ -77,7 +95,6 @@ DenseInputs describe_dense_inputs(Args& args, const std::string& extra, DenseSou
   const auto qf = args.value("--q"), kf = args.value("--k"), vf = args.value("--v");
   const auto ef = extra.empty() ? std::nullopt : args.value(extra);
   source = DenseSource{};
-  source.extra_flag = extra;
   if (random) {
     KATTN_REQUIRE(!qf && !kf && !vf && !ef, "--random: give either --random or input files, not both");
     const auto& r = *random;

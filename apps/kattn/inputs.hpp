@@ -54,7 +54,6 @@ struct DenseSource {
   bool random = false;
   std::uint64_t seed = 0;
   bool has_extra = false;  // an extra array to read or draw (e.g. dO)
-  std::string extra_flag;
   std::array<std::string, 4> paths;
   std::array<io::NpyHeader, 4> headers;
 };
@@ -93,6 +92,9 @@ std::string mask_summary(const Options& opt);
 // The CPU products a forward of `dtype` storage runs under opt.cpu_products (the JSON's
 // "cpu_products"); null when the program's kernels run on a GPU, where the option means nothing.
 const char* forward_cpu_products(const char* dtype, const Options& opt);
+
+// Comma-separated integers in [0, max] of any count ("--q-lens 60,0,6"), for `flag`.
+std::vector<std::int64_t> parse_lengths(const std::string& text, const char* flag, std::int64_t max);
 
 // The values random_normal(rows.outer * rows.N * rows.inner, seed) holds at the rows' runs.
 std::vector<double> random_normal_rows(const RowBlock& rows, std::uint64_t seed);
@@ -152,6 +154,11 @@ void write_dense(const std::string& path, const DenseInputs& in, std::int64_t N,
                  const std::vector<double>& values);
 void write_dense(const std::string& path, const DenseInputs& in, std::int64_t N, std::int64_t H,
                  const StoredValues& values);
+
+// The header of a floating input array (read_input_header, require_input_dtype) of rank `rank`;
+// `dims` names its dimensions in the message ("[B, Nq, Hq, D]").
+io::NpyHeader read_floating_header(const std::string& path, const std::string& flag, std::size_t rank,
+                                   const std::string& dims);
 
 // Refuses inputs of mixed dtypes without --dtype (they would be converted silently).
 void require_one_dtype(const std::string& flag, const std::string& path, io::DType dtype, io::DType first,

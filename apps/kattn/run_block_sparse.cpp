@@ -5,17 +5,11 @@
 
 #include <Kokkos_Core.hpp>
 
-#include <algorithm>
-#include <chrono>
-#include <cstdio>
-#include <iostream>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "batch_inputs.hpp"
 #include "bias_tensor.hpp"
-#include "commands.hpp"
 #include "json.hpp"
 #include "kattn/attention.hpp"
 #include "kattn/errors.hpp"
@@ -50,6 +44,12 @@ BlockMask read_block_mask(Args& args, const DenseInputs& in) {
   KATTN_REQUIRE(heads == 1 || heads == in.Hq, "--block-mask: expected 1 or ", in.Hq, " heads (the query heads), got ",
                 heads);
   return BlockMask::from_dense(B, heads, qb, kb, a.values<std::int64_t>());
+}
+
+std::string block_mask_detail(const BlockMask& m) {
+  return printed("block mask: %lld x %lld blocks of %lld, %s, %.2f%% kept\n", (long long)m.q_blocks(),
+                 (long long)m.k_blocks(), (long long)m.block(), m.heads() == 1 ? "shared" : "per head",
+                 100.0 * m.density());
 }
 
 namespace {
@@ -101,9 +101,7 @@ RunKind block_sparse_kind(Args& args, const RunFlags& f, const Options& opt, con
   args.finish();
   RunKind kind = dense_kind(f, opt, bias, in);
   kind.decode = false;
-  kind.detail = printed("block mask: %lld x %lld blocks of %lld, %s, %.2f%% kept\n", (long long)m->q_blocks(),
-                        (long long)m->k_blocks(), (long long)m->block(), m->heads() == 1 ? "shared" : "per head",
-                        100.0 * m->density());
+  kind.detail = block_mask_detail(*m);
   kind.rate_note = " (kept pairs only)";
   kind.flops = attention_flops(*in, opt, m.get());
   const auto run = [opt, m, &bias, flops = kind.flops](const RunFlags& fl, const std::string& algo,

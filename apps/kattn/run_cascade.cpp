@@ -1,12 +1,10 @@
 #include "run_cascade.hpp"
 
 #include <Kokkos_Core.hpp>
-#include <cstdio>
 #include <memory>
 #include <vector>
 
 #include "batch_inputs.hpp"
-#include "commands.hpp"
 #include "inputs.hpp"
 #include "json.hpp"
 #include "kattn/attention.hpp"

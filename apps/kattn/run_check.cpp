@@ -1,7 +1,6 @@
 #include "run_check.hpp"
 
 #include <algorithm>
-#include <iostream>
 #include <optional>
 
 #include "kattn/core/key_window.hpp"
@@ -66,42 +65,39 @@ CheckSettings read_check_settings(Args& args) {
 
 namespace {
 
-// p's q, k and v at float64 copies of the stored inputs, which p holds.
-void widen_inputs(HostParams& p, const StoredValues& q, const StoredValues& k, const StoredValues& v, bool values) {
-  if (!values) return;
-  const StoredValues* in[3] = {&q, &k, &v};
-  for (int i = 0; i < 3; ++i) p.widened[i] = std::make_shared<const std::vector<double>>(in[i]->widened());
-  p.q.data = p.widened[0]->data(), p.k.data = p.widened[1]->data(), p.v.data = p.widened[2]->data();
+// What dense inputs and a batch share: q, k and v of nq and nk positions per sequence (0: ragged)
+// at float64 copies of the stored inputs, which p holds (with `values`), o, the heads and batch.
+template <class In>
+HostParams host_common(const In& in, std::int64_t nq, std::int64_t nk, int batch, const std::vector<double>& o,
+                       bool values) {
+  HostParams p;
+  const int Hq = static_cast<int>(in.Hq), Hkv = static_cast<int>(in.Hkv), D = static_cast<int>(in.D);
+  p.q = dense_operand<const double>(nullptr, nq, Hq, D);
+  p.k = p.v = dense_operand<const double>(nullptr, nk, Hkv, D);
+  if (values) {
+    const StoredValues* stored[3] = {&in.q, &in.k, &in.v};
+    for (int i = 0; i < 3; ++i) p.widened[i] = std::make_shared<const std::vector<double>>(stored[i]->widened());
+    p.q.data = p.widened[0]->data(), p.k.data = p.widened[1]->data(), p.v.data = p.widened[2]->data();
+  }
+  p.o = dense_operand(const_cast<double*>(o.data()), nq, Hq, D);  // read only: the outputs under test
+  p.batch = batch, p.heads_q = Hq, p.heads_kv = Hkv, p.head_dim = D;
+  return p;
 }
 
 }  // namespace
 
 HostParams host_params(const DenseInputs& in, const std::vector<double>& o, const std::vector<double>& lse,
                        bool values) {
-  HostParams p;
-  const int Hq = static_cast<int>(in.Hq), Hkv = static_cast<int>(in.Hkv), D = static_cast<int>(in.D);
-  p.q = dense_operand<const double>(nullptr, in.Nq, Hq, D);
-  p.k = p.v = dense_operand<const double>(nullptr, in.Nk, Hkv, D);
-  widen_inputs(p, in.q, in.k, in.v, values);
-  p.o = dense_operand(const_cast<double*>(o.data()), in.Nq, Hq, D);  // read only: the outputs under test
+  HostParams p = host_common(in, in.Nq, in.Nk, static_cast<int>(in.B), o, values);
   p.lse = Operand<double>(const_cast<double*>(lse.data()), in.Hq * in.Nq, 1, in.Nq);  // [B, Hq, Nq]
-  p.batch = static_cast<int>(in.B), p.heads_q = static_cast<int>(in.Hq), p.heads_kv = static_cast<int>(in.Hkv);
-  p.head_dim = static_cast<int>(in.D);
   p.q_len = in.Nq, p.kv_len = in.Nk, p.q_total = in.B * in.Nq;
   return p;
 }
 
 HostParams host_params(const BatchInputs& in, const std::vector<double>& o, const std::vector<double>& lse,
                        bool values) {
-  HostParams p;
-  const int Hq = static_cast<int>(in.Hq), Hkv = static_cast<int>(in.Hkv), D = static_cast<int>(in.D);
-  p.q = dense_operand<const double>(nullptr, 0, Hq, D);
-  p.k = p.v = dense_operand<const double>(nullptr, 0, Hkv, D);
-  widen_inputs(p, in.q, in.k, in.v, values);
-  p.o = dense_operand(const_cast<double*>(o.data()), 0, Hq, D);
-  p.lse = dense_operand(const_cast<double*>(lse.data()), 0, Hq, 1);
-  p.batch = static_cast<int>(in.batch()), p.heads_q = static_cast<int>(in.Hq), p.heads_kv = static_cast<int>(in.Hkv);
-  p.head_dim = static_cast<int>(in.D);
+  HostParams p = host_common(in, 0, 0, static_cast<int>(in.batch()), o, values);
+  p.lse = dense_operand(const_cast<double*>(lse.data()), 0, static_cast<int>(in.Hq), 1);
   p.q_indptr = in.q_indptr.data();
   if (in.paged) {
     p.k.stride_batch = p.v.stride_batch = in.page_size * in.Hkv * in.D;
@@ -147,24 +143,14 @@ int check_outputs(const AttentionParams<double>& p, const Options& opt, const Ch
   std::optional<ProgressLine> line;
   if (progress_wanted(console.progress, console.quiet, flops))
     line.emplace(flops, console.progress, "check against the float64 textbook");
-  // Tested values and reference values side by side, with where each tested value sits.
-  std::vector<double> out_o, ref_o, out_lse, ref_lse;
-  std::vector<std::int64_t> o_at, lse_at;
+  Compared co, cl;  // o and lse
   std::vector<double> o_row(p.head_dim);
   double done = 0;
   for (std::size_t n = 0; n < rows.size(); ++n) {
     const QueryRow& r = rows[n];
     const double lse = reference_row(p, opt, r, o_row.data());
-    const double* o = p.o_ptr(r.b, r.i, r.h);
-    for (int d = 0; d < p.head_dim; ++d) {
-      out_o.push_back(o[d]);
-      ref_o.push_back(o_row[d]);
-      o_at.push_back(static_cast<std::int64_t>(o - p.o.data) + d);
-    }
-    const double* l = p.lse_ptr(r.b, r.i, r.h);
-    out_lse.push_back(*l);
-    ref_lse.push_back(lse);
-    lse_at.push_back(static_cast<std::int64_t>(l - p.lse.data));
+    co.add(p.o_ptr(r.b, r.i, r.h), p.o.data, o_row.data(), p.head_dim);
+    cl.add(p.lse_ptr(r.b, r.i, r.h), p.lse.data, &lse, 1);
     if (line) {
       done += double(window.keys_seen(r.i, p.seq_q_len(r.b), p.seq_kv_len(r.b)));
       if (n % 64 == 63 || n + 1 == rows.size()) line->callback()(pairs > 0 ? done / pairs : double(n + 1) / rows.size());
@@ -174,13 +160,9 @@ int check_outputs(const AttentionParams<double>& p, const Options& opt, const Ch
   const std::int64_t checked = static_cast<std::int64_t>(rows.size());
   const std::string how =
       sampled ? sample_description(checked, total_rows, "rows") : "all " + std::to_string(total_rows) + " rows";
-  ErrorStats eo = compare(out_o, ref_o), el = compare(out_lse, ref_lse);
-  // Positions in the output arrays, not in the list of rows checked.
-  if (eo.first_nonfinite >= 0) eo.first_nonfinite = o_at[eo.first_nonfinite];
-  if (el.first_nonfinite >= 0) el.first_nonfinite = lse_at[el.first_nonfinite];
   j.add("check_mode", sampled ? "sampled" : "full").add("checked_rows", (long long)checked);
   j.add("total_rows", (long long)total_rows);
-  return check_verdict(eo, el, dtype, how, console.text(), j, command);
+  return check_verdict(co.stats(), cl.stats(), dtype, how, console.text(), j, command);
 }
 
 int check_verdict(const ErrorStats& eo, const ErrorStats& el, io::DType dtype, const std::string& how, std::FILE* text,

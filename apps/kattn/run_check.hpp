@@ -74,6 +74,25 @@ int check_outputs(const AttentionParams<double>& p, const Options& opt, const Ch
 int check_verdict(const ErrorStats& eo, const ErrorStats& el, io::DType dtype, const std::string& how, std::FILE* text,
                   Json& j, const char* command);
 
+// Tested and reference values side by side, with where each tested value sits in its array, so
+// that the first non-finite one is reported at its position in the array, not in the list.
+struct Compared {
+  std::vector<double> out, ref;
+  std::vector<std::int64_t> at;
+  void add(const double* tested, const double* base, const double* reference, std::int64_t n) {
+    for (std::int64_t d = 0; d < n; ++d) {
+      out.push_back(tested[d]);
+      ref.push_back(reference[d]);
+      at.push_back(static_cast<std::int64_t>(tested - base) + d);
+    }
+  }
+  ErrorStats stats() const {
+    ErrorStats e = compare(out, ref);
+    if (e.first_nonfinite >= 0) e.first_nonfinite = at[e.first_nonfinite];
+    return e;
+  }
+};
+
 // Prints and records the non-finite part of a comparison (see ErrorStats); `what` names the array.
 void report_nonfinite(const ErrorStats& e, const std::string& what, std::FILE* text, Json& j);
 

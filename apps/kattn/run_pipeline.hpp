@@ -55,6 +55,24 @@ inline std::string printed(const char* format, ...) {
   return s;
 }
 
+// The shapes the headings name (run, grad, --dist): " B=1 Nq=128 Nk=128 Hq=8 Hkv=2 D=64" of dense
+// inputs; " ragged batch of 4 sequences, 186 queries, 300 keys, Hq=4 Hkv=2 D=16" of a ragged batch,
+// with its JSON fields (layout, batch, shape, shape_is).
+inline std::string dense_heading(const DenseInputs& in) {
+  return printed(" B=%lld Nq=%lld Nk=%lld Hq=%lld Hkv=%lld D=%lld", (long long)in.B, (long long)in.Nq, (long long)in.Nk,
+                 (long long)in.Hq, (long long)in.Hkv, (long long)in.D);
+}
+inline std::string ragged_heading(const BatchInputs& in) {
+  return printed(" ragged batch of %lld sequences, %lld queries, %lld keys, Hq=%lld Hkv=%lld D=%lld",
+                 (long long)in.batch(), (long long)in.total_q(), (long long)in.kv_rows(), (long long)in.Hq,
+                 (long long)in.Hkv, (long long)in.D);
+}
+inline void describe_ragged(Json& j, const BatchInputs& in) {
+  j.add("layout", "ragged").add("batch", (long long)in.batch());
+  j.add("shape", std::vector<long long>{in.batch(), in.total_q(), in.kv_rows(), in.Hq, in.Hkv, in.D});
+  j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D");
+}
+
 // One input kind of a run: how it is called, described, written and checked.
 struct RunKind {
   const char* algo = "";  // the JSON's "algo" (the --algo run, or "cascade")
@@ -71,15 +89,20 @@ struct RunKind {
   std::function<int(const Outputs&, Json&)> check;         // --check: the exit status
 };
 
+// A progress line for a call of `flops` work when the console wants one (progress_wanted), its
+// callback in opt.progress (run's calls, grad's forward and backward).
+inline void progress_into(std::optional<ProgressLine>& line, const Console& console, double flops, Options& opt) {
+  if (!progress_wanted(console.progress, console.quiet, flops)) return;
+  line.emplace(flops, console.progress);
+  opt.progress = line->callback();
+}
+
 // Runs `call` (which fences) as the flags' timing says, with the progress line (when wanted) in
 // opt.progress, recording the timing in out.
 template <class Call>
 void timed_with_progress(const RunFlags& f, double flops, Options& opt, Outputs& out, Call&& call) {
   std::optional<ProgressLine> line;
-  if (progress_wanted(f.console.progress, f.console.quiet, flops)) {
-    line.emplace(flops, f.console.progress);
-    opt.progress = line->callback();
-  }
+  progress_into(line, f.console, flops, opt);
   out.timing = f.timing;
   const RepeatWorkspace kept(f.timing, opt);
   time_calls(out.timing, call, [&] {
