@@ -305,7 +305,8 @@ View to_view(const StoredValues& values, const std::string& label, std::int64_t 
   using T = typename View::non_const_value_type;
   return filled_view<View>(label, n0, n1, n2, n3, [&](T* h) {
     if (values.dtype() == storage_dtype<T>()) {
-      std::memcpy(h, values.bytes(), values.size() * sizeof(T));  // the type's own bits
+      // the type's own bits (an empty view has no data to copy to: memcpy takes no null pointer)
+      if (values.size() > 0) std::memcpy(h, values.bytes(), values.size() * sizeof(T));
       return;
     }
     constexpr std::size_t piece = std::size_t(1) << 20;  // widened a piece at a time
