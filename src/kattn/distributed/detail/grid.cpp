@@ -230,8 +230,8 @@ class GridRunner {
     q.q = dense_operand(qb, n, H, D).from_row(qi);
     q.q_len = nq;
     q.q_total = std::int64_t(p_.batch) * nq;
-    q.k = dense_operand(h.k, h.held, Hkv, D).from_row(h.at + j0);
-    q.v = dense_operand(h.v, h.held, Hkv, D).from_row(h.at + j0);
+    q.k = h.k_from(j0, Hkv, D);
+    q.v = h.v_from(j0, Hkv, D);
     q.kv_len = nk;
     q.o = {};
     q.lse = {};

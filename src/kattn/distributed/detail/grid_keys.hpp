@@ -26,11 +26,7 @@ class GridKeys {
 
   // Where a piece of keys lies here: dense K and V buffers of `held` positions per sequence, the
   // piece at position `at`.
-  struct Held {
-    const KV* k;
-    const KV* v;
-    std::int64_t held, at;
-  };
+  using Held = HeldKeys<KV>;
 
   GridKeys(const GridPlan& plan, int rank, int batch, int heads_kv, int dim, std::int64_t own)
       : plan_(plan),

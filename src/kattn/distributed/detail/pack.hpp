@@ -19,6 +19,22 @@ void copy_rows(const ExecSpace& space, Operand<const From> src, std::int64_t j0,
   kattn::detail::copy_rows(space, src, j0, dst, batch, n, heads, dim, "kattn::dist::copy_rows");
 }
 
+// The keys of a piece as a rank holds them: dense K/V buffers of `held` positions per sequence
+// ([B][held][Hkv][D]), the piece from position `at` on.
+template <class KV>
+struct HeldKeys {
+  const KV* k;
+  const KV* v;
+  std::int64_t held, at;
+  // K and V from the piece's key j on, as the kernels read them.
+  Operand<const KV> k_from(std::int64_t j, int heads_kv, int dim) const {
+    return dense_operand(k, held, heads_kv, dim).from_row(at + j);
+  }
+  Operand<const KV> v_from(std::int64_t j, int heads_kv, int dim) const {
+    return dense_operand(v, held, heads_kv, dim).from_row(at + j);
+  }
+};
+
 // dst(b, j0 + j, h, :) += src(b, j, h, :) for j in [0, n); with `zero`, dst(b, j0 + j, h, :) = 0
 // instead (src unused).
 template <class ExecSpace, class T>

@@ -93,13 +93,8 @@ class RingRunner {
     copy_rows(space_, p_.v, 0, dense_operand(v.device(), n, Hkv, D), p_.batch, n, Hkv, D);
   }
 
-  // Keys of one piece (needed_keys) as this rank holds them: in a dense K/V buffer of `held`
-  // positions per sequence, at position `at`.
-  struct Held {
-    const KV* k;
-    const KV* v;
-    std::int64_t held, at;
-  };
+  // Keys of one piece (needed_keys) as this rank holds them.
+  using Held = HeldKeys<KV>;
 
   // Attention of local query rows [qi, qi + nq) (global qg) against the keys of piece ks, held as
   // h, folded into the accumulator; partials in ws.
@@ -112,8 +107,8 @@ class RingRunner {
     q.q = p_.q.from_row(qi);
     q.q_len = nq;
     q.q_total = std::int64_t(p_.batch) * nq;
-    q.k = dense_operand(h.k, h.held, Hkv, D).from_row(h.at);
-    q.v = dense_operand(h.v, h.held, Hkv, D).from_row(h.at);
+    q.k = h.k_from(0, Hkv, D);
+    q.v = h.v_from(0, Hkv, D);
     q.kv_len = ks.length;
     ensure_workspace(nq);
     q.o = dense_operand(ws_o_.data(), nq, H, D);
@@ -404,8 +399,8 @@ class RingRunner {
     q.q = p_.q.from_row(qi);
     q.q_len = nq;
     q.q_total = std::int64_t(p_.batch) * nq;
-    q.k = dense_operand(h.k, h.held, Hkv, D).from_row(h.at + j0);
-    q.v = dense_operand(h.v, h.held, Hkv, D).from_row(h.at + j0);
+    q.k = h.k_from(j0, Hkv, D);
+    q.v = h.v_from(j0, Hkv, D);
     q.kv_len = kv_len;
     q.o = {};
     q.lse = {};
