@@ -109,14 +109,17 @@ struct Problem16 {
 
 // Row `row` of the textbook algorithm in storage type S: scores accumulated in float and rounded
 // to S, the softmax in float rounded to S, P V accumulated in float and rounded to S. p holds the
-// (exact) stored inputs in double. Returns lse (from the float softmax).
+// (exact) stored inputs in double. Returns lse (from the float softmax). With `mass_row`, also
+// sum_j P_j |v_j| per column: the size of the P V sum, which bounds its rounding error.
 template <class S>
-double textbook_row_in(const AttentionParams<double>& p, const Options& opt, const QueryRow& row, double* o_row) {
+double textbook_row_in(const AttentionParams<double>& p, const Options& opt, const QueryRow& row, double* o_row,
+                       double* mass_row = nullptr) {
   const std::int64_t q_len = p.seq_q_len(row.b), kv_len = p.seq_kv_len(row.b);
   const KeyWindow window = KeyWindow::from(opt);
   const float scale = static_cast<float>(ScoreScaling::make(p.head_dim, opt.scale, opt.softcap).scale);
   const std::int64_t first = window.first(row.i, q_len, kv_len), last = window.last(row.i, q_len, kv_len);
   std::fill(o_row, o_row + p.head_dim, 0.0);
+  if (mass_row) std::fill(mass_row, mass_row + p.head_dim, 0.0);
   const float sink = static_cast<float>(sink_of(opt, row.h));
   if (last < first) return sink;
   const double* q = p.q_ptr(row.b, row.i, row.h);
@@ -141,6 +144,8 @@ double textbook_row_in(const AttentionParams<double>& p, const Options& opt, con
     const float pn = round(s[n] / l);
     const double* v = p.v_ptr(row.b, first + std::int64_t(n), hk);
     for (int d = 0; d < p.head_dim; ++d) acc[d] += pn * static_cast<float>(v[d]);
+    if (mass_row)
+      for (int d = 0; d < p.head_dim; ++d) mass_row[d] += std::abs(double(pn) * v[d]);
   }
   for (int d = 0; d < p.head_dim; ++d) o_row[d] = round(acc[d]);
   return static_cast<double>(m) + std::log(static_cast<double>(l));
@@ -148,27 +153,34 @@ double textbook_row_in(const AttentionParams<double>& p, const Options& opt, con
 
 // The accuracy rule over every query row of p (the exact inputs, host memory), for kattn's o and
 // lse (flattened in the layout of p's o and lse). S: the storage of o; the baseline is the
-// textbook in S. Where the textbook in S is exact (one key per row, or none) kattn must be within
-// 1e-6, the floor of float accumulation. `allowance` widens the bound for a result computed from
-// inputs that were themselves rounded to S beyond the textbook's (a merge of 16-bit parts).
+// textbook in S. Each element of o must be within twice the textbook's largest error, or within
+// the first-order error of rounding P and o to S once each, u (|o| + sum_j P_j |v_j|) with u the
+// unit roundoff of S: on small problems (a few keys, a few columns) the textbook's largest error
+// is a small sample and can fall well under what the same roundings give elsewhere. Where the
+// textbook in S is exact (one key per row, or none) no rounding is owed, and kattn must be within
+// 1e-6, the floor of float accumulation. `allowance` widens the bound for a result computed from inputs that were
+// themselves rounded to S beyond the textbook's (a merge of 16-bit parts).
 template <class S>
 void expect_16bit_rule(const AttentionParams<double>& p, const Options& opt, const std::vector<double>& o,
                        const std::vector<double>& lse, const std::string& what, double allowance = 0) {
-  std::vector<double> ref(p.head_dim), tb(p.head_dim);
-  double err = 0, err_tb = 0, lse_rel = 0;
+  const double unit_roundoff = std::is_same_v<S, bf16> ? 0x1p-8 : 0x1p-11;
+  std::vector<double> ref(p.head_dim), tb(p.head_dim), mass(p.head_dim);
+  std::vector<double> errors, rounding_bounds;
+  double err_tb = 0, lse_rel = 0;
   bool nan_mismatch = false;
   for (int b = 0; b < p.batch; ++b)
     for (std::int64_t i = 0; i < p.seq_q_len(b); ++i)
       for (int h = 0; h < p.heads_q; ++h) {
         const QueryRow row{b, i, h};
         const double lse_ref = reference_row(p, opt, row, ref.data());
-        textbook_row_in<S>(p, opt, row, tb.data());
+        textbook_row_in<S>(p, opt, row, tb.data(), mass.data());
         const std::ptrdiff_t at = p.o_ptr(b, i, h) - p.o.data;
         for (int d = 0; d < p.head_dim; ++d) {
           const double x = o[at + d];
           if (std::isnan(x) != std::isnan(ref[d])) nan_mismatch = true;
           if (std::isnan(ref[d])) continue;
-          err = std::max(err, std::abs(x - ref[d]));
+          errors.push_back(std::abs(x - ref[d]));
+          rounding_bounds.push_back(tb[d] == ref[d] ? 0 : unit_roundoff * (std::abs(ref[d]) + mass[d]));
           err_tb = std::max(err_tb, std::abs(tb[d] - ref[d]));
         }
         if (!lse.empty()) {
@@ -183,8 +195,14 @@ void expect_16bit_rule(const AttentionParams<double>& p, const Options& opt, con
       }
   EXPECT_FALSE(nan_mismatch) << what
                              << ": NaN (or unwritten elements) where the reference has none, or none where it has";
-  EXPECT_LE(err, std::max(2 * err_tb, 1e-6) + allowance)
-      << what << ": o max error (the textbook in " << storage_name<S>() << ": " << err_tb << ")";
+  // The element that most exceeds its bound (excess <= 0 when all meet it).
+  double excess = -std::numeric_limits<double>::infinity(), worst_err = 0, worst_bound = 0;
+  for (std::size_t e = 0; e < errors.size(); ++e) {
+    const double bound = std::max({2 * err_tb, rounding_bounds[e], 1e-6}) + allowance;
+    if (errors[e] - bound > excess) excess = errors[e] - bound, worst_err = errors[e], worst_bound = bound;
+  }
+  EXPECT_LE(worst_err, worst_bound) << what << ": o error (the textbook in " << storage_name<S>()
+                                    << ": largest error " << err_tb << ")";
   EXPECT_LE(lse_rel, 1e-5) << what << ": lse relative error";
 }
 
