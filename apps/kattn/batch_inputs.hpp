@@ -10,6 +10,7 @@
 #include "args.hpp"
 #include "inputs.hpp"
 #include "kattn/io/npy.hpp"
+#include "kattn/ragged.hpp"
 #include "npy_rows.hpp"
 
 namespace kattn {
@@ -62,6 +63,18 @@ std::vector<double> batch_rows(const BatchInputs& in, const BatchSource& src, Ba
                                const std::vector<std::int64_t>& rows);
 // q, k and v whole (what read_batch_inputs would have loaded), from src.
 void load_every_row(BatchInputs& in, const BatchSource& src);
+
+// A ragged or paged batch's queries as a view and its outputs o [total_q, Hq, D], lse [total_q, Hq]
+// (in float for 16-bit T), filled with NaN; for a ragged batch also k, v and their layout (a paged
+// batch's k and v are [num_pages, page_size, Hkv, D]: its caller makes them).
+template <class T>
+struct BatchViews {
+  Tensor3<T> q, k, v, o;
+  Tensor2<accumulate_t<T>> lse;
+  RaggedLayout<Kokkos::DefaultExecutionSpace::memory_space> layout;
+};
+template <class T>
+BatchViews<T> make_batch_views(const BatchInputs& in);
 
 // 4 D x (visible query-key pairs) per query head, summed over the sequences.
 double batch_attention_flops(const BatchInputs& in, const Options& opt);

@@ -65,12 +65,9 @@ const char* kGradUsage =
     "kattn::Workspace (--no-workspace: each allocates its own scratch).\n";
 
 // The flags of `grad` besides the inputs and the variant, with every output path checked.
-struct GradFlags {
+struct GradFlags : PipelineFlags {
   GradPaths paths;
   std::optional<std::string> dsinks, dbias;
-  CheckSettings check;
-  Timing timing;
-  Console console;
   BackwardOptions bopt;
 };
 
@@ -104,7 +101,6 @@ Gradients backward_calls(const GradFlags& f, double flops, Options opt, Backward
                          const Tensor4<double>& dbias) {
   const Kokkos::DefaultExecutionSpace space;
   Gradients out;
-  out.timing = f.timing;
   if (forward) {
     std::optional<ProgressLine> line;
     Options fwd = opt;
@@ -115,9 +111,6 @@ Gradients backward_calls(const GradFlags& f, double flops, Options opt, Backward
     space.fence();
     out.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  // The backward's progress line: its passes in pieces (Options::progress).
-  std::optional<ProgressLine> line;
-  progress_into(line, f.console, 2.5 * flops, opt);
   using KV = std::remove_const_t<std::remove_reference_t<decltype(keys.k)>>;
   const Q dq(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dq"), q.layout());
   const KV dk(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dk"), keys.k.layout());
@@ -130,17 +123,11 @@ Gradients backward_calls(const GradFlags& f, double flops, Options opt, Backward
     bopt.dbias = score_bias_gradient(dbias);
   }
   space.fence();
-  const RepeatWorkspace kept(f.timing, opt);
-  time_calls(
-      out.timing,
-      [&] {
-        out.info = attention_backward(space, q, keys, o, lse, dout, dq, dk, dv, opt, bopt);
-        space.fence();
-      },
-      [&] {
-        if (line) line->restart();
-      });
-  if (line) line->finish();
+  // The backward's progress line: its passes in pieces (Options::progress).
+  out.timing = timed_with_progress(f, 2.5 * flops, opt, [&] {
+    out.info = attention_backward(space, q, keys, o, lse, dout, dq, dk, dv, opt, bopt);
+    space.fence();
+  });
   out.seconds = out.timing.median();
   out.grads = {from_view(dq), from_view(dk), from_view(dv), out.info.dsinks, {}};
   if (dbias.data()) out.grads.dbias = from_view(dbias);
@@ -194,16 +181,11 @@ Gradients dense_calls(const GradFlags& f, double flops, const DenseInputs& in, c
 template <class T>
 Gradients ragged_calls(const GradFlags& f, double flops, const BatchInputs& in, const std::vector<double>& dout_values,
                        Options opt) {
-  const std::int64_t tq = in.total_q(), tk = in.kv_rows();
-  const auto q = to_view<Tensor3<T>>(in.q, "q", tq, in.Hq, in.D);
-  const auto k = to_view<Tensor3<T>>(in.k, "k", tk, in.Hkv, in.D);
-  const auto v = to_view<Tensor3<T>>(in.v, "v", tk, in.Hkv, in.D);
-  const auto dout = to_view<Tensor3<T>>(dout_values, "do", tq, in.Hq, in.D);
-  const auto layout = make_ragged_layout(index_view(in.q_indptr, "q_indptr"), index_view(in.kv_indptr, "kv_indptr"));
-  const Tensor3<T> o("o", tq, in.Hq, in.D);
-  const Tensor2<accumulate_t<T>> lse("lse", tq, in.Hq);  // float for 16-bit storage
+  const BatchViews<T> b = make_batch_views<T>(in);  // o and lse (float for 16-bit storage) from the forward
+  const auto dout = to_view<Tensor3<T>>(dout_values, "do", in.total_q(), in.Hq, in.D);
   opt.splits = 1;
-  return backward_calls(f, flops, opt, f.bopt, q, kv::ragged(k, v, layout), o, lse, dout, true, Tensor4<double>());
+  return backward_calls(f, flops, opt, f.bopt, b.q, kv::ragged(b.k, b.v, b.layout), b.o, b.lse, dout, true,
+                        Tensor4<double>());
 }
 
 GradKind dense_grad_kind(Args& args, const GradFlags& f, const Options& opt, const BiasTensor& bias) {
@@ -297,9 +279,7 @@ int grad_pipeline(const GradFlags& f, const Options& opt, const BiasTensor& bias
   std::fprintf(text, ", tiles %d x %d, workspace %.1f MB\n", g.info.block_q, g.info.block_k,
                double(g.info.workspace_bytes) / 1e6);
   std::fprintf(text, "time: backward %.6f s", g.seconds);
-  if (g.timing.repeat > 0)
-    std::fprintf(text, " (median of %d calls after a warm-up; min %.6f s, max %.6f s)", g.timing.repeat, g.timing.min(),
-                 g.timing.max());
+  print_repeat(text, g.timing);
   std::fprintf(text, ", %.2f GFLOP/s (2.5x the forward's flop count)", gflops);
   if (g.forward_seconds > 0)
     std::fprintf(text, "; forward %.6f s, backward/forward %.2f", g.forward_seconds, g.seconds / g.forward_seconds);
@@ -310,8 +290,7 @@ int grad_pipeline(const GradFlags& f, const Options& opt, const BiasTensor& bias
   kind.describe(j);
   j.add("causal", opt.causal);
   j.add("seconds", g.seconds).add("gflops", gflops).add("threads", host_threads());
-  if (g.timing.repeat > 0)
-    j.add("repeat", g.timing.repeat).add("seconds_min", g.timing.min()).add("seconds_max", g.timing.max());
+  add_repeat(j, g.timing);
   if (g.forward_seconds > 0) j.add("forward_seconds", g.forward_seconds).add("ratio", g.seconds / g.forward_seconds);
   j.add("dq_strategy", name(g.info.dq)).add("deterministic", g.info.deterministic);
   if (g.info.dq == DqStrategy::key_chunks) j.add("chunks", g.info.chunks);
@@ -347,9 +326,7 @@ int cmd_grad(Args& args) {
     if (path) check_output_file(flag, *path);
   KATTN_REQUIRE(!f.dsinks || args.has("--sinks"), "--dsinks: the gradient of the sinks given with --sinks");
   KATTN_REQUIRE(!f.dbias || args.has("--bias"), "--dbias: the gradient of the bias given with --bias");
-  f.check = read_check_settings(args);
-  f.timing = read_timing(args);
-  f.console = read_console(args);
+  read_pipeline_flags(args, f);
   f.bopt.deterministic = args.flag("--deterministic");
   if (auto s = args.value("--dq-strategy")) f.bopt.dq = parse_dq_strategy(*s);
   f.bopt.dq_chunks = static_cast<int>(args.integer("--dq-chunks", 1, 1 << 20).value_or(0));

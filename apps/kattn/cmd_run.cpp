@@ -112,9 +112,7 @@ RunFlags read_run_flags(Args& args) {
   f.out = args.value("--out");
   f.lse = args.value("--lse");
   f.save_dir = args.value("--save-inputs");
-  f.check = read_check_settings(args);
-  f.console = read_console(args);
-  f.timing = read_timing(args);
+  read_pipeline_flags(args, f);
   KATTN_REQUIRE(f.algo == "naive" || f.algo == "flash" || f.algo == "splitkv",
                 "--algo: expected naive, flash or splitkv, got '", f.algo, "'");
   if (f.save_dir) make_output_dir("--save-inputs", *f.save_dir);  // first: --out may name a file in it
@@ -133,18 +131,17 @@ void textbook(const Q& q, const Keys& keys, const O& o, const Lse& lse, const Op
   reference(Kokkos::DefaultExecutionSpace(), q, keys.k, keys.v, o, lse, keys.layout, opt);
 }
 
-// The timed calls of `algo` over q and `keys` (a kv kind) into o and lse: kattn::attention, or
-// for naive the textbook (float or double only; cmd_run refuses naive for 16-bit storage).
+// The timed calls of `algo` over q and `keys` (a kv kind) into o and lse (filled with NaN):
+// kattn::attention, or for naive the textbook (float or double only; cmd_run refuses naive for
+// 16-bit storage).
 template <class Q, class Keys, class O, class Lse>
 Outputs call_attention(const RunFlags& f, double flops, Options opt, const Q& q, const Keys& keys, const O& o,
                        const Lse& lse) {
   const Kokkos::DefaultExecutionSpace space;
   if (f.algo == "flash") opt.splits = 1;
-  poison(o);
-  poison(lse);
   space.fence();
   Outputs out;
-  timed_with_progress(f, flops, opt, out, [&] {
+  out.timing = timed_with_progress(f, flops, opt, [&] {
     if (f.algo != "naive")
       out.plan = attention(space, q, keys, o, lse, opt);
     else if constexpr (!is_16bit_v<typename O::non_const_value_type>)
@@ -164,25 +161,15 @@ Outputs call_dense(const RunFlags& f, double flops, const Options& opt, const De
 
 template <class T>
 Outputs call_batch(const RunFlags& f, double flops, const Options& opt, const BatchInputs& in) {
-  const std::int64_t rows = in.total_q();
-  const auto q = to_view<Tensor3<T>>(in.q, "q", rows, in.Hq, in.D);
-  Tensor3<T> o(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), rows, in.Hq, in.D);
-  Tensor2<accumulate_t<T>> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), rows, in.Hq);
-  const auto q_indptr = index_view(in.q_indptr, "q_indptr");
-  if (in.paged) {
-    const auto k = to_view<Tensor4<T>>(in.k, "k", in.num_pages, in.page_size, in.Hkv, in.D);
-    const auto v = to_view<Tensor4<T>>(in.v, "v", in.num_pages, in.page_size, in.Hkv, in.D);
-    return call_attention(f, flops, opt, q,
-                          kv::paged(k, v,
-                                    make_paged_layout(q_indptr, index_view(in.page_indptr, "kv_page_indptr"),
-                                                      index_view(in.page_indices, "kv_page_indices"),
-                                                      index_view(in.last_page_len, "kv_last_page_len"), in.page_size)),
-                          o, lse);
-  }
-  const auto k = to_view<Tensor3<T>>(in.k, "k", in.kv_rows(), in.Hkv, in.D);
-  const auto v = to_view<Tensor3<T>>(in.v, "v", in.kv_rows(), in.Hkv, in.D);
-  return call_attention(f, flops, opt, q,
-                        kv::ragged(k, v, make_ragged_layout(q_indptr, index_view(in.kv_indptr, "kv_indptr"))), o, lse);
+  const BatchViews<T> b = make_batch_views<T>(in);
+  if (!in.paged) return call_attention(f, flops, opt, b.q, kv::ragged(b.k, b.v, b.layout), b.o, b.lse);
+  const auto k = to_view<Tensor4<T>>(in.k, "k", in.num_pages, in.page_size, in.Hkv, in.D);
+  const auto v = to_view<Tensor4<T>>(in.v, "v", in.num_pages, in.page_size, in.Hkv, in.D);
+  const auto layout = make_paged_layout(index_view(in.q_indptr, "q_indptr"),
+                                        index_view(in.page_indptr, "kv_page_indptr"),
+                                        index_view(in.page_indices, "kv_page_indices"),
+                                        index_view(in.last_page_len, "kv_last_page_len"), in.page_size);
+  return call_attention(f, flops, opt, b.q, kv::paged(k, v, layout), b.o, b.lse);
 }
 
 // --algo naive is the textbook algorithm, in float or double only.
@@ -295,9 +282,7 @@ int run_pipeline(const RunFlags& f, const Options& opt, const RunKind& kind) {
   const double kv_gbs = seconds > 0 ? kind.kv_bytes / seconds / 1e9 : 0.0;
   std::fprintf(text, "time: %.6f s, %.2f GFLOP/s%s", seconds, gflops, kind.rate_note.c_str());
   if (kind.decode) std::fprintf(text, ", K+V read at %.2f GB/s", kv_gbs);
-  if (out.timing.repeat > 0)
-    std::fprintf(text, " (median of %d calls after a warm-up; min %.6f s, max %.6f s)", out.timing.repeat,
-                 out.timing.min(), out.timing.max());
+  print_repeat(text, out.timing);
   std::fprintf(text, "\n");
   if (f.algo == "splitkv")
     std::fprintf(text, "split: %d splits%s, %lld work units (%lld unsplit) for %d processors: %s\n", out.plan.splits,
@@ -310,8 +295,7 @@ int run_pipeline(const RunFlags& f, const Options& opt, const RunKind& kind) {
   j.add("seconds", seconds).add("gflops", gflops).add("threads", host_threads());
   if (const char* products = forward_cpu_products(dtype, opt)) j.add("cpu_products", products);
   if (kind.decode) j.add("kv_gbs", kv_gbs);
-  if (out.timing.repeat > 0)
-    j.add("repeat", out.timing.repeat).add("seconds_min", out.timing.min()).add("seconds_max", out.timing.max());
+  add_repeat(j, out.timing);
   if (f.algo == "splitkv")
     j.add("splits", out.plan.splits).add("chunk", (long long)out.plan.chunk).add("units", (long long)out.plan.units);
   kind.describe(j);

@@ -1,6 +1,8 @@
 // `kattn run` as one pipeline: inputs -> the call through kattn::attention (timed) -> report ->
 // write -> check. What differs between the input kinds (dense, ragged or paged, block-sparse,
 // cascade) is a RunKind, data the stages read; the stages are written once (cmd_run.cpp).
+// `kattn grad` is the same pipeline with a backward (cmd_grad.cpp): the flags, the timed calls and
+// the --repeat report below are both commands'.
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -12,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "args.hpp"
 #include "console.hpp"
 #include "json.hpp"
 #include "kattn/io/npy.hpp"
@@ -24,13 +27,23 @@
 namespace kattn {
 namespace cli {
 
-// The flags of `run` besides the inputs and the variant, with every output path checked.
-struct RunFlags {
-  std::string algo;
-  std::optional<std::string> out, lse, save_dir;
+// The flags run's and grad's pipelines both read: --check and --check-rows, --json, --quiet and
+// --progress, --repeat and --no-workspace.
+struct PipelineFlags {
   CheckSettings check;
   Console console;
   Timing timing;
+};
+inline void read_pipeline_flags(Args& args, PipelineFlags& f) {
+  f.check = read_check_settings(args);
+  f.console = read_console(args);
+  f.timing = read_timing(args);
+}
+
+// The flags of `run` besides the inputs and the variant, with every output path checked.
+struct RunFlags : PipelineFlags {
+  std::string algo;
+  std::optional<std::string> out, lse, save_dir;
 };
 
 // o and lse of a run (float64 copies, in the layouts `run` writes), its timing and split plan.
@@ -98,16 +111,26 @@ inline void progress_into(std::optional<ProgressLine>& line, const Console& cons
 }
 
 // Runs `call` (which fences) as the flags' timing says, with the progress line (when wanted) in
-// opt.progress, recording the timing in out.
+// opt.progress; returns the timing of the calls (run's calls, grad's backward).
 template <class Call>
-void timed_with_progress(const RunFlags& f, double flops, Options& opt, Outputs& out, Call&& call) {
+Timing timed_with_progress(const PipelineFlags& f, double flops, Options& opt, Call&& call) {
   std::optional<ProgressLine> line;
   progress_into(line, f.console, flops, opt);
-  out.timing = f.timing;
+  Timing timing = f.timing;
   const RepeatWorkspace kept(f.timing, opt);
-  time_calls(out.timing, call, [&] {
+  time_calls(timing, call, [&] {
     if (line) line->restart();
   });
+  return timing;
+}
+
+// The time line's note on --repeat and the JSON's fields of it (nothing without --repeat).
+inline void print_repeat(std::FILE* text, const Timing& t) {
+  if (t.repeat > 0)
+    std::fprintf(text, " (median of %d calls after a warm-up; min %.6f s, max %.6f s)", t.repeat, t.min(), t.max());
+}
+inline void add_repeat(Json& j, const Timing& t) {
+  if (t.repeat > 0) j.add("repeat", t.repeat).add("seconds_min", t.min()).add("seconds_max", t.max());
 }
 
 // The stages after the inputs: heading, timed call, time line and JSON, --out/--lse, --check.
