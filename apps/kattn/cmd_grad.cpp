@@ -165,7 +165,7 @@ GivenForward read_given_forward(Args& args, const DenseInputs& in) {
 }
 
 template <class T>
-Gradients dense_calls(const GradFlags& f, double flops, const DenseInputs& in, const std::vector<double>& dout_values,
+Gradients dense_calls(const GradFlags& f, double flops, const DenseInputs& in, const StoredValues& dout_values,
                       const GivenForward& given, Options opt, const BlockMask* mask, const BiasTensor* dbias_of) {
   DenseViews<T> d = make_dense_views<T>(in);  // o and lse (float for 16-bit storage) from the forward, or given
   const auto dout = to_view<Tensor4<T>>(dout_values, "do", in.B, in.Nq, in.Hq, in.D);
@@ -179,7 +179,7 @@ Gradients dense_calls(const GradFlags& f, double flops, const DenseInputs& in, c
 }
 
 template <class T>
-Gradients ragged_calls(const GradFlags& f, double flops, const BatchInputs& in, const std::vector<double>& dout_values,
+Gradients ragged_calls(const GradFlags& f, double flops, const BatchInputs& in, const StoredValues& dout_values,
                        Options opt) {
   const BatchViews<T> b = make_batch_views<T>(in);  // o and lse (float for 16-bit storage) from the forward
   const auto dout = to_view<Tensor3<T>>(dout_values, "do", in.total_q(), in.Hq, in.D);
@@ -189,7 +189,7 @@ Gradients ragged_calls(const GradFlags& f, double flops, const BatchInputs& in, 
 }
 
 GradKind dense_grad_kind(Args& args, const GradFlags& f, const Options& opt, const BiasTensor& bias) {
-  auto dout = std::make_shared<std::vector<double>>();
+  auto dout = std::make_shared<StoredValues>();  // in the run's type, as q, k and v
   const auto in = std::make_shared<const DenseInputs>(read_dense_inputs(args, "--do", dout.get(), nullptr));
   KATTN_REQUIRE(dout->size() == in->q.size(),
                 "--do: give DO.npy (the gradient of the loss with respect to o) with --q/--k/--v, or use --random");
@@ -240,8 +240,8 @@ GradKind ragged_grad_kind(Args& args, const GradFlags& f, const Options& opt) {
   const auto in = std::make_shared<const BatchInputs>(read_batch_inputs(args, nullptr));
   args.finish();
   KATTN_REQUIRE(!in->paged, "kattn grad: ragged batches only (--kv-indptr), not paged caches");
-  const auto dout =
-      std::make_shared<const std::vector<double>>(ragged_dout(ragged_dout_source(do_file, seed, files, dtype_given, *in), *in));
+  const auto dout = std::make_shared<const StoredValues>(
+      in->dtype, ragged_dout(ragged_dout_source(do_file, seed, files, dtype_given, *in), *in));
   if (f.check.enabled) gradient_check_samples(host_params(*in, {}, {}, false), f.check, false);
   GradKind kind;
   kind.dtype = in->dtype;

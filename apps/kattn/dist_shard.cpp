@@ -129,7 +129,7 @@ DenseShard::DenseShard(MPI_Comm comm, const std::string& mode, const char* comma
     Args inputs(command, input_args_);
     BiasTensor whole_bias;
     whole_bias.read(inputs);
-    std::vector<double> dout;
+    StoredValues dout;
     const DenseInputs whole = read_dense_inputs(inputs, "--do", &dout, nullptr);
     Options with_bias = opt;
     if (whole_bias.active()) with_bias.bias = whole_bias.device();
@@ -183,7 +183,7 @@ RaggedShard::RaggedShard(MPI_Comm comm, const std::string&, const char*, const D
   textbook_backward = [this](bool) {
     BatchInputs whole = in_;
     load_every_row(whole, src_);
-    return ragged_textbook_backward(whole, ragged_dout(dout_, whole), opt);
+    return ragged_textbook_backward(whole, StoredValues(dtype, ragged_dout(dout_, whole)), opt);
   };
 }
 

@@ -39,7 +39,7 @@ std::vector<double> ragged_dout(const RaggedDout& src, const BatchInputs& in,
 
 // The float64 textbook backward of a ragged batch, sequence by sequence, in packed order (dsinks
 // summed over the sequences).
-GradientSet ragged_textbook_backward(const BatchInputs& in, const std::vector<double>& dout, const Options& opt);
+GradientSet ragged_textbook_backward(const BatchInputs& in, const StoredValues& dout, const Options& opt);
 
 // --dq-strategy auto|key-chunks|query-pass|atomic (grad and grad --dist).
 DqStrategy parse_dq_strategy(const std::string& s);
