@@ -79,18 +79,9 @@ struct Gradients {
   Timing timing;  // of the backward: seconds is its median
 };
 
-// One input kind of `grad` (dense, with a block mask or not; ragged): how it is called,
-// described, written and checked; the stages are grad_pipeline's.
-struct GradKind {
-  io::DType dtype = io::DType::f32;
-  std::string heading;  // the first line, after "kattn grad: "
-  std::string detail;   // lines between it and the dq strategy (each ending in \n)
-  double flops = 0;     // of the forward (the backward counts 2.5 times as many)
-  std::function<Gradients()> call;
-  std::function<void(Json&)> describe;  // the kind's JSON fields (shape, layout, ...)
-  std::function<void(const Gradients&)> write;  // --dq, --dk, --dv
-  std::function<int(const Gradients&, Json&)> check;
-};
+// One input kind of `grad` (dense, with a block mask or not; ragged); the stages are
+// grad_pipeline's. Its flops are the forward's: the backward counts 2.5 times as many.
+using GradKind = PipelineKind<Gradients>;
 
 // The forward over q and `keys` into o and lse (unless `forward` is false: they hold the given
 // ones), then the timed backward calls, each with its progress line; the gradients as float64
@@ -295,16 +286,12 @@ int grad_pipeline(const GradFlags& f, const Options& opt, const BiasTensor& bias
   j.add("dq_strategy", name(g.info.dq)).add("deterministic", g.info.deterministic);
   if (g.info.dq == DqStrategy::key_chunks) j.add("chunks", g.info.chunks);
   j.add("workspace_bytes", static_cast<long long>(g.info.workspace_bytes));
-  kind.write(g);
   if (!g.grads.dsinks.empty()) {
     j.add("dsinks", g.grads.dsinks);
     if (f.dsinks) write_array(*f.dsinks, io::DType::f64, {static_cast<std::int64_t>(g.grads.dsinks.size())}, g.grads.dsinks);
   }
   if (f.dbias) write_array(*f.dbias, io::DType::f64, bias.shape(), g.grads.dbias);
-  const int status = f.check.enabled ? kind.check(g, j) : 0;
-  f.console.notice(j);
-  f.console.finish(j);
-  return status;
+  return write_and_check(f, kind, g, j);
 }
 
 }  // namespace

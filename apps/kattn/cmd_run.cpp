@@ -234,10 +234,7 @@ RunKind batch_kind(const RunFlags& f, const Options& opt, std::shared_ptr<const 
     j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D");
     if (in->paged) j.add("page_size", (long long)in->page_size);
   };
-  kind.write = [in](const RunFlags& fl, const Outputs& out) {
-    if (fl.out) write_array(*fl.out, in->dtype, {in->total_q(), in->Hq, in->D}, out.o);
-    if (fl.lse) write_array(*fl.lse, lse_dtype(in->dtype), {in->total_q(), in->Hq}, out.lse);
-  };
+  kind.write = batch_writer(f, in);
   kind.check = [&f, opt, in](const Outputs& out, Json& j) {
     return check_outputs(host_params(*in, out.o, out.lse), opt, f.check, in->dtype, f.console, j, "run");
   };
@@ -245,6 +242,13 @@ RunKind batch_kind(const RunFlags& f, const Options& opt, std::shared_ptr<const 
 }
 
 }  // namespace
+
+std::function<void(const Outputs&)> batch_writer(const RunFlags& f, std::shared_ptr<const BatchInputs> in) {
+  return [&f, in](const Outputs& out) {
+    if (f.out) write_array(*f.out, in->dtype, {in->total_q(), in->Hq, in->D}, out.o);
+    if (f.lse) write_array(*f.lse, lse_dtype(in->dtype), {in->total_q(), in->Hq}, out.lse);
+  };
+}
 
 RunKind dense_kind(const RunFlags& f, const Options& opt, const BiasTensor& bias,
                    std::shared_ptr<const DenseInputs> in) {
@@ -262,9 +266,9 @@ RunKind dense_kind(const RunFlags& f, const Options& opt, const BiasTensor& bias
   kind.describe = [in](Json& j) {
     j.add("layout", "dense").add("dims", name(in->layout)).add("shape", in->shape()).add("shape_is", "B,Nq,Nk,Hq,Hkv,D");
   };
-  kind.write = [in](const RunFlags& fl, const Outputs& out) {
-    if (fl.out) write_dense(*fl.out, *in, in->Nq, in->Hq, out.o);
-    if (fl.lse) write_array(*fl.lse, lse_dtype(in->dtype), {in->B, in->Hq, in->Nq}, out.lse);
+  kind.write = [&f, in](const Outputs& out) {
+    if (f.out) write_dense(*f.out, *in, in->Nq, in->Hq, out.o);
+    if (f.lse) write_array(*f.lse, lse_dtype(in->dtype), {in->B, in->Hq, in->Nq}, out.lse);
   };
   kind.check = [&f, &bias, opt, in](const Outputs& out, Json& j) {
     return check_outputs(host_params(*in, out.o, out.lse), bias.on_host(opt), f.check, in->dtype, f.console, j, "run");
@@ -299,11 +303,7 @@ int run_pipeline(const RunFlags& f, const Options& opt, const RunKind& kind) {
   if (f.algo == "splitkv")
     j.add("splits", out.plan.splits).add("chunk", (long long)out.plan.chunk).add("units", (long long)out.plan.units);
   kind.describe(j);
-  kind.write(f, out);
-  const int status = f.check.enabled ? kind.check(out, j) : 0;
-  f.console.notice(j);
-  f.console.finish(j);
-  return status;
+  return write_and_check(f, kind, out, j);
 }
 
 int cmd_run(Args& args) {

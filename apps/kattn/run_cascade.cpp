@@ -129,10 +129,7 @@ RunKind cascade_kind(Args& args, const RunFlags& f, const Options& opt) {
     j.add("shape", std::vector<long long>{in->batch(), in->total_q(), in->kv_rows(), in->Hq, in->Hkv, in->D});
     j.add("shape_is", "B,total_q,total_suffix_kv,Hq,Hkv,D");
   };
-  kind.write = [in](const RunFlags& fl, const Outputs& out) {
-    if (fl.out) write_array(*fl.out, in->dtype, {in->total_q(), in->Hq, in->D}, out.o);
-    if (fl.lse) write_array(*fl.lse, lse_dtype(in->dtype), {in->total_q(), in->Hq}, out.lse);
-  };
+  kind.write = batch_writer(f, in);
   kind.check = [&f, opt, in, whole, flops = kind.flops](const Outputs& out, Json& j) {
     // Row by row against attention over prefix + suffix: every row when that is cheap.
     CheckSettings rows = f.check;
