@@ -2,7 +2,6 @@
 // timed (with the forward beside it when O and LSE are computed here), optionally checked
 // against the float64 textbook backward and written to .npy files.
 #include <Kokkos_Core.hpp>
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <type_traits>
@@ -73,10 +72,9 @@ struct GradFlags : PipelineFlags {
 
 struct Gradients {
   GradientSet grads;  // dsinks with --sinks, dbias with --dbias
-  double seconds = 0;
   double forward_seconds = 0;  // 0 when o and lse were given
   BackwardInfo info;
-  Timing timing;  // of the backward: seconds is its median
+  Timing timing;  // of the backward: its median is the time reported
 };
 
 // One input kind of `grad` (dense, with a block mask or not; ragged); the stages are
@@ -93,14 +91,14 @@ Gradients backward_calls(const GradFlags& f, double flops, Options opt, Backward
   const Kokkos::DefaultExecutionSpace space;
   Gradients out;
   if (forward) {
-    std::optional<ProgressLine> line;
+    PipelineFlags once = f;  // the forward: one call whatever --repeat says
+    once.timing = Timing{};
     Options fwd = opt;
-    progress_into(line, f.console, flops, fwd);
     space.fence();
-    const auto t0 = std::chrono::steady_clock::now();
-    attention(space, q, keys, o, lse, fwd);
-    space.fence();
-    out.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    out.forward_seconds = timed_with_progress(once, flops, fwd, [&] {
+      attention(space, q, keys, o, lse, fwd);
+      space.fence();
+    }).median();
   }
   using KV = std::remove_const_t<std::remove_reference_t<decltype(keys.k)>>;
   const Q dq(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dq"), q.layout());
@@ -119,7 +117,6 @@ Gradients backward_calls(const GradFlags& f, double flops, Options opt, Backward
     out.info = attention_backward(space, q, keys, o, lse, dout, dq, dk, dv, opt, bopt);
     space.fence();
   });
-  out.seconds = out.timing.median();
   out.grads = {from_view(dq), from_view(dk), from_view(dv), out.info.dsinks, {}};
   if (dbias.data()) out.grads.dbias = from_view(dbias);
   return out;
@@ -258,9 +255,10 @@ GradKind ragged_grad_kind(Args& args, const GradFlags& f, const Options& opt) {
 // The stages after the inputs: the calls, the lines and the JSON, the files, --check.
 int grad_pipeline(const GradFlags& f, const Options& opt, const BiasTensor& bias, const GradKind& kind) {
   const Gradients g = kind.call();
+  const double seconds = g.timing.median();
   // FlashAttention-2's backward count (of the kept pairs under a block mask)
   const double flops = 2.5 * kind.flops;
-  const double gflops = g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0;
+  const double gflops = seconds > 0 ? flops / seconds / 1e9 : 0.0;
   const char* dtype = dtype_name(kind.dtype);
   std::FILE* text = f.console.text();
   std::fprintf(text, "kattn grad: %s\n%s", kind.heading.c_str(), kind.detail.c_str());
@@ -269,20 +267,20 @@ int grad_pipeline(const GradFlags& f, const Options& opt, const BiasTensor& bias
   if (g.info.dq == DqStrategy::key_chunks) std::fprintf(text, ", %d key chunks", g.info.chunks);
   std::fprintf(text, ", tiles %d x %d, workspace %.1f MB\n", g.info.block_q, g.info.block_k,
                double(g.info.workspace_bytes) / 1e6);
-  std::fprintf(text, "time: backward %.6f s", g.seconds);
+  std::fprintf(text, "time: backward %.6f s", seconds);
   print_repeat(text, g.timing);
   std::fprintf(text, ", %.2f GFLOP/s (2.5x the forward's flop count)", gflops);
   if (g.forward_seconds > 0)
-    std::fprintf(text, "; forward %.6f s, backward/forward %.2f", g.forward_seconds, g.seconds / g.forward_seconds);
+    std::fprintf(text, "; forward %.6f s, backward/forward %.2f", g.forward_seconds, seconds / g.forward_seconds);
   std::fprintf(text, "\n");
 
   Json j;
   j.add("algo", "flash").add("dtype", dtype);
   kind.describe(j);
   j.add("causal", opt.causal);
-  j.add("seconds", g.seconds).add("gflops", gflops).add("threads", host_threads());
+  j.add("seconds", seconds).add("gflops", gflops).add("threads", host_threads());
   add_repeat(j, g.timing);
-  if (g.forward_seconds > 0) j.add("forward_seconds", g.forward_seconds).add("ratio", g.seconds / g.forward_seconds);
+  if (g.forward_seconds > 0) j.add("forward_seconds", g.forward_seconds).add("ratio", seconds / g.forward_seconds);
   j.add("dq_strategy", name(g.info.dq)).add("deterministic", g.info.deterministic);
   if (g.info.dq == DqStrategy::key_chunks) j.add("chunks", g.info.chunks);
   j.add("workspace_bytes", static_cast<long long>(g.info.workspace_bytes));
