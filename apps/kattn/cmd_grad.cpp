@@ -23,7 +23,6 @@
 #include "kattn/errors.hpp"
 #include "kattn/score_bias.hpp"
 #include "paths.hpp"
-#include "progress_line.hpp"
 #include "run_block_sparse.hpp"
 #include "run_check.hpp"
 #include "run_pipeline.hpp"
@@ -65,8 +64,7 @@ const char* kGradUsage =
 
 // The flags of `grad` besides the inputs and the variant, with every output path checked.
 struct GradFlags : PipelineFlags {
-  GradPaths paths;
-  std::optional<std::string> dsinks, dbias;
+  std::optional<std::string> dq, dk, dv, dsinks, dbias;
   BackwardOptions bopt;
 };
 
@@ -206,9 +204,9 @@ GradKind dense_grad_kind(Args& args, const GradFlags& f, const Options& opt, con
     if (mask) j.add("mask_block", (long long)mask->block()).add("mask_density", mask->density());
   };
   kind.write = [&f, in](const Gradients& g) {
-    if (f.paths.dq) write_dense(*f.paths.dq, *in, in->Nq, in->Hq, g.grads.dq);
-    if (f.paths.dk) write_dense(*f.paths.dk, *in, in->Nk, in->Hkv, g.grads.dk);
-    if (f.paths.dv) write_dense(*f.paths.dv, *in, in->Nk, in->Hkv, g.grads.dv);
+    if (f.dq) write_dense(*f.dq, *in, in->Nq, in->Hq, g.grads.dq);
+    if (f.dk) write_dense(*f.dk, *in, in->Nk, in->Hkv, g.grads.dk);
+    if (f.dv) write_dense(*f.dv, *in, in->Nk, in->Hkv, g.grads.dv);
   };
   kind.check = [&f, opt, &bias, in, dout, mask, dbias_of](const Gradients& g, Json& j) {
     const Options host = bias.on_host(opt);
@@ -240,9 +238,9 @@ GradKind ragged_grad_kind(Args& args, const GradFlags& f, const Options& opt) {
   };
   kind.describe = [in](Json& j) { describe_ragged(j, *in); };
   kind.write = [&f, in](const Gradients& g) {
-    if (f.paths.dq) write_array(*f.paths.dq, in->dtype, {in->total_q(), in->Hq, in->D}, g.grads.dq);
-    if (f.paths.dk) write_array(*f.paths.dk, in->dtype, {in->kv_rows(), in->Hkv, in->D}, g.grads.dk);
-    if (f.paths.dv) write_array(*f.paths.dv, in->dtype, {in->kv_rows(), in->Hkv, in->D}, g.grads.dv);
+    if (f.dq) write_array(*f.dq, in->dtype, {in->total_q(), in->Hq, in->D}, g.grads.dq);
+    if (f.dk) write_array(*f.dk, in->dtype, {in->kv_rows(), in->Hkv, in->D}, g.grads.dk);
+    if (f.dv) write_array(*f.dv, in->dtype, {in->kv_rows(), in->Hkv, in->D}, g.grads.dv);
   };
   kind.check = [&f, opt, in, dout](const Gradients& g, Json& j) {
     return check_gradients(  // the check reads no o or lse
@@ -302,11 +300,11 @@ int cmd_grad(Args& args) {
                             {"--chunk", "--dist ring, ulysses or hybrid"},
                             {"--ulysses-size", "--dist hybrid"}});
   GradFlags f;
-  f.paths = {args.value("--dq"), args.value("--dk"), args.value("--dv")};
+  f.dq = args.value("--dq"), f.dk = args.value("--dk"), f.dv = args.value("--dv");
   f.dsinks = args.value("--dsinks");
   f.dbias = args.value("--dbias");
-  for (const auto& [flag, path] : {std::pair{"--dq", f.paths.dq}, std::pair{"--dk", f.paths.dk},
-                                   std::pair{"--dv", f.paths.dv}, std::pair{"--dsinks", f.dsinks},
+  for (const auto& [flag, path] : {std::pair{"--dq", f.dq}, std::pair{"--dk", f.dk},
+                                   std::pair{"--dv", f.dv}, std::pair{"--dsinks", f.dsinks},
                                    std::pair{"--dbias", f.dbias}})
     if (path) check_output_file(flag, *path);
   KATTN_REQUIRE(!f.dsinks || args.has("--sinks"), "--dsinks: the gradient of the sinks given with --sinks");
