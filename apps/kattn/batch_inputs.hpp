@@ -32,6 +32,13 @@ struct BatchInputs {
   std::vector<std::int64_t> kv_lens() const;
   // Rows of k and v: total_kv when ragged, num_pages * page_size when paged.
   std::int64_t kv_rows() const { return paged ? num_pages * page_size : kv_indptr.back(); }
+  // The files' shapes: q's (o, dq, dO), k's (v, dk, dv) and lse's.
+  std::vector<std::int64_t> q_shape() const { return {total_q(), Hq, D}; }
+  std::vector<std::int64_t> kv_shape() const {
+    if (paged) return {num_pages, page_size, Hkv, D};
+    return {kv_rows(), Hkv, D};
+  }
+  std::vector<std::int64_t> lse_shape() const { return {total_q(), Hq}; }
 };
 
 // Where a ragged batch's values come from, for reading (or drawing) only some of their rows: the

@@ -238,9 +238,9 @@ GradKind ragged_grad_kind(Args& args, const GradFlags& f, const Options& opt) {
   };
   kind.describe = [in](Json& j) { describe_ragged(j, *in); };
   kind.write = [&f, in](const Gradients& g) {
-    if (f.dq) write_array(*f.dq, in->dtype, {in->total_q(), in->Hq, in->D}, g.grads.dq);
-    if (f.dk) write_array(*f.dk, in->dtype, {in->kv_rows(), in->Hkv, in->D}, g.grads.dk);
-    if (f.dv) write_array(*f.dv, in->dtype, {in->kv_rows(), in->Hkv, in->D}, g.grads.dv);
+    if (f.dq) write_array(*f.dq, in->dtype, in->q_shape(), g.grads.dq);
+    if (f.dk) write_array(*f.dk, in->dtype, in->kv_shape(), g.grads.dk);
+    if (f.dv) write_array(*f.dv, in->dtype, in->kv_shape(), g.grads.dv);
   };
   kind.check = [&f, opt, in, dout](const Gradients& g, Json& j) {
     return check_gradients(  // the check reads no o or lse

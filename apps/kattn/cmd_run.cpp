@@ -183,11 +183,9 @@ void write_index(const std::string& path, const std::vector<std::int64_t>& value
 }
 
 void save_inputs(const std::string& dir, const BatchInputs& in) {
-  write_array(dir + "/q.npy", in.dtype, {in.total_q(), in.Hq, in.D}, in.q);
-  const std::vector<std::int64_t> kv_shape = in.paged ? std::vector<std::int64_t>{in.num_pages, in.page_size, in.Hkv, in.D}
-                                                      : std::vector<std::int64_t>{in.kv_rows(), in.Hkv, in.D};
-  write_array(dir + "/k.npy", in.dtype, kv_shape, in.k);
-  write_array(dir + "/v.npy", in.dtype, kv_shape, in.v);
+  write_array(dir + "/q.npy", in.dtype, in.q_shape(), in.q);
+  write_array(dir + "/k.npy", in.dtype, in.kv_shape(), in.k);
+  write_array(dir + "/v.npy", in.dtype, in.kv_shape(), in.v);
   write_index(dir + "/q_indptr.npy", in.q_indptr);
   if (in.paged) {
     write_index(dir + "/kv_page_indptr.npy", in.page_indptr);
@@ -245,8 +243,8 @@ RunKind batch_kind(const RunFlags& f, const Options& opt, std::shared_ptr<const 
 
 std::function<void(const Outputs&)> batch_writer(const RunFlags& f, std::shared_ptr<const BatchInputs> in) {
   return [&f, in](const Outputs& out) {
-    if (f.out) write_array(*f.out, in->dtype, {in->total_q(), in->Hq, in->D}, out.o);
-    if (f.lse) write_array(*f.lse, lse_dtype(in->dtype), {in->total_q(), in->Hq}, out.lse);
+    if (f.out) write_array(*f.out, in->dtype, in->q_shape(), out.o);
+    if (f.lse) write_array(*f.lse, lse_dtype(in->dtype), in->lse_shape(), out.lse);
   };
 }
 

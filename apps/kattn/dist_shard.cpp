@@ -165,9 +165,7 @@ RaggedShard::RaggedShard(MPI_Comm comm, const std::string&, const char*, const D
   describe = [this](Json& j, bool) { describe_ragged(j, in_); };
   write = [this, comm](const std::string& path, Part part, const std::vector<double>& local) {
     const bool q = part != Part::kv, lse = part == Part::lse;
-    const std::vector<std::int64_t> shape =
-        lse ? std::vector<std::int64_t>{in_.total_q(), in_.Hq}
-            : std::vector<std::int64_t>{q ? in_.total_q() : in_.kv_rows(), q ? in_.Hq : in_.Hkv, in_.D};
+    const std::vector<std::int64_t> shape = lse ? in_.lse_shape() : q ? in_.q_shape() : in_.kv_shape();
     write_packed_rows(comm, path, lse ? lse_dtype(dtype) : dtype, shape, q ? q_rows_ : kv_rows_, local);
   };
   gather = [this, comm](Part part, const std::vector<double>& local) {

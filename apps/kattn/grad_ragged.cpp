@@ -23,8 +23,8 @@ RaggedDout ragged_dout_source(const std::optional<std::string>& do_file, const s
     src.header = read_input_header("--do", *do_file);
     require_input_dtype("--do", *do_file, src.header.dtype);
     require_bf16_bits_asked("--do", *do_file, src.header.dtype, in.dtype, dtype_given);
-    KATTN_REQUIRE(src.header.shape == std::vector<std::int64_t>({in.total_q(), in.Hq, in.D}), "--do ", *do_file,
-                  ": expected shape [", in.total_q(), ", ", in.Hq, ", ", in.D, "] (the shape of q)");
+    KATTN_REQUIRE(src.header.shape == in.q_shape(), "--do ", *do_file, ": expected shape [", in.total_q(), ", ", in.Hq,
+                  ", ", in.D, "] (the shape of q)");
   } else {
     KATTN_REQUIRE(!files,
                   "--do: give DO.npy [total_q, Hq, D] (the gradient of the loss with respect to o) with "
