@@ -268,6 +268,26 @@ BatchInputs read_batch_inputs(Args& args, const char* refuse16, BatchSource* row
   return in;
 }
 
+template <class T>
+BatchViews<T> make_batch_views(const BatchInputs& in) {
+  BatchViews<T> b;
+  const std::int64_t rows = in.total_q();
+  b.q = to_view<Tensor3<T>>(in.q, "q", rows, in.Hq, in.D);
+  b.o = Tensor3<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), rows, in.Hq, in.D);
+  b.lse = Tensor2<accumulate_t<T>>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), rows, in.Hq);
+  poison(b.o);
+  poison(b.lse);
+  if (in.paged) return b;
+  b.k = to_view<Tensor3<T>>(in.k, "k", in.kv_rows(), in.Hkv, in.D);
+  b.v = to_view<Tensor3<T>>(in.v, "v", in.kv_rows(), in.Hkv, in.D);
+  b.layout = make_ragged_layout(index_view(in.q_indptr, "q_indptr"), index_view(in.kv_indptr, "kv_indptr"));
+  return b;
+}
+template BatchViews<float> make_batch_views<float>(const BatchInputs&);
+template BatchViews<double> make_batch_views<double>(const BatchInputs&);
+template BatchViews<bf16> make_batch_views<bf16>(const BatchInputs&);
+template BatchViews<fp16> make_batch_views<fp16>(const BatchInputs&);
+
 double batch_attention_flops(const BatchInputs& in, const Options& opt) {
   const std::vector<std::int64_t> ql = in.q_lens(), kl = in.kv_lens();
   double pairs = 0;

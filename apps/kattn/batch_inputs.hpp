@@ -10,6 +10,7 @@
 #include "args.hpp"
 #include "inputs.hpp"
 #include "kattn/io/npy.hpp"
+#include "kattn/ragged.hpp"
 #include "npy_rows.hpp"
 
 namespace kattn {
@@ -31,6 +32,13 @@ struct BatchInputs {
   std::vector<std::int64_t> kv_lens() const;
   // Rows of k and v: total_kv when ragged, num_pages * page_size when paged.
   std::int64_t kv_rows() const { return paged ? num_pages * page_size : kv_indptr.back(); }
+  // The files' shapes: q's (o, dq, dO), k's (v, dk, dv) and lse's.
+  std::vector<std::int64_t> q_shape() const { return {total_q(), Hq, D}; }
+  std::vector<std::int64_t> kv_shape() const {
+    if (paged) return {num_pages, page_size, Hkv, D};
+    return {kv_rows(), Hkv, D};
+  }
+  std::vector<std::int64_t> lse_shape() const { return {total_q(), Hq}; }
 };
 
 // Where a ragged batch's values come from, for reading (or drawing) only some of their rows: the
@@ -62,6 +70,18 @@ std::vector<double> batch_rows(const BatchInputs& in, const BatchSource& src, Ba
                                const std::vector<std::int64_t>& rows);
 // q, k and v whole (what read_batch_inputs would have loaded), from src.
 void load_every_row(BatchInputs& in, const BatchSource& src);
+
+// A ragged or paged batch's queries as a view and its outputs o [total_q, Hq, D], lse [total_q, Hq]
+// (in float for 16-bit T), filled with NaN; for a ragged batch also k, v and their layout (a paged
+// batch's k and v are [num_pages, page_size, Hkv, D]: its caller makes them).
+template <class T>
+struct BatchViews {
+  Tensor3<T> q, k, v, o;
+  Tensor2<accumulate_t<T>> lse;
+  RaggedLayout<Kokkos::DefaultExecutionSpace::memory_space> layout;
+};
+template <class T>
+BatchViews<T> make_batch_views(const BatchInputs& in);
 
 // 4 D x (visible query-key pairs) per query head, summed over the sequences.
 double batch_attention_flops(const BatchInputs& in, const Options& opt);

@@ -2,7 +2,6 @@
 // timed (with the forward beside it when O and LSE are computed here), optionally checked
 // against the float64 textbook backward and written to .npy files.
 #include <Kokkos_Core.hpp>
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <type_traits>
@@ -24,7 +23,6 @@
 #include "kattn/errors.hpp"
 #include "kattn/score_bias.hpp"
 #include "paths.hpp"
-#include "progress_line.hpp"
 #include "run_block_sparse.hpp"
 #include "run_check.hpp"
 #include "run_pipeline.hpp"
@@ -65,35 +63,21 @@ const char* kGradUsage =
     "kattn::Workspace (--no-workspace: each allocates its own scratch).\n";
 
 // The flags of `grad` besides the inputs and the variant, with every output path checked.
-struct GradFlags {
-  GradPaths paths;
-  std::optional<std::string> dsinks, dbias;
-  CheckSettings check;
-  Timing timing;
-  Console console;
+struct GradFlags : PipelineFlags {
+  std::optional<std::string> dq, dk, dv, dsinks, dbias;
   BackwardOptions bopt;
 };
 
 struct Gradients {
   GradientSet grads;  // dsinks with --sinks, dbias with --dbias
-  double seconds = 0;
   double forward_seconds = 0;  // 0 when o and lse were given
   BackwardInfo info;
-  Timing timing;  // of the backward: seconds is its median
+  Timing timing;  // of the backward: its median is the time reported
 };
 
-// One input kind of `grad` (dense, with a block mask or not; ragged): how it is called,
-// described, written and checked; the stages are grad_pipeline's.
-struct GradKind {
-  io::DType dtype = io::DType::f32;
-  std::string heading;  // the first line, after "kattn grad: "
-  std::string detail;   // lines between it and the dq strategy (each ending in \n)
-  double flops = 0;     // of the forward (the backward counts 2.5 times as many)
-  std::function<Gradients()> call;
-  std::function<void(Json&)> describe;  // the kind's JSON fields (shape, layout, ...)
-  std::function<void(const Gradients&)> write;  // --dq, --dk, --dv
-  std::function<int(const Gradients&, Json&)> check;
-};
+// One input kind of `grad` (dense, with a block mask or not; ragged); the stages are
+// grad_pipeline's. Its flops are the forward's: the backward counts 2.5 times as many.
+using GradKind = PipelineKind<Gradients>;
 
 // The forward over q and `keys` into o and lse (unless `forward` is false: they hold the given
 // ones), then the timed backward calls, each with its progress line; the gradients as float64
@@ -104,20 +88,16 @@ Gradients backward_calls(const GradFlags& f, double flops, Options opt, Backward
                          const Tensor4<double>& dbias) {
   const Kokkos::DefaultExecutionSpace space;
   Gradients out;
-  out.timing = f.timing;
   if (forward) {
-    std::optional<ProgressLine> line;
+    PipelineFlags once = f;  // the forward: one call whatever --repeat says
+    once.timing = Timing{};
     Options fwd = opt;
-    progress_into(line, f.console, flops, fwd);
     space.fence();
-    const auto t0 = std::chrono::steady_clock::now();
-    attention(space, q, keys, o, lse, fwd);
-    space.fence();
-    out.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    out.forward_seconds = timed_with_progress(once, flops, fwd, [&] {
+      attention(space, q, keys, o, lse, fwd);
+      space.fence();
+    }).median();
   }
-  // The backward's progress line: its passes in pieces (Options::progress).
-  std::optional<ProgressLine> line;
-  progress_into(line, f.console, 2.5 * flops, opt);
   using KV = std::remove_const_t<std::remove_reference_t<decltype(keys.k)>>;
   const Q dq(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dq"), q.layout());
   const KV dk(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dk"), keys.k.layout());
@@ -130,18 +110,11 @@ Gradients backward_calls(const GradFlags& f, double flops, Options opt, Backward
     bopt.dbias = score_bias_gradient(dbias);
   }
   space.fence();
-  const RepeatWorkspace kept(f.timing, opt);
-  time_calls(
-      out.timing,
-      [&] {
-        out.info = attention_backward(space, q, keys, o, lse, dout, dq, dk, dv, opt, bopt);
-        space.fence();
-      },
-      [&] {
-        if (line) line->restart();
-      });
-  if (line) line->finish();
-  out.seconds = out.timing.median();
+  // The backward's progress line: its passes in pieces (Options::progress).
+  out.timing = timed_with_progress(f, 2.5 * flops, opt, [&] {
+    out.info = attention_backward(space, q, keys, o, lse, dout, dq, dk, dv, opt, bopt);
+    space.fence();
+  });
   out.grads = {from_view(dq), from_view(dk), from_view(dv), out.info.dsinks, {}};
   if (dbias.data()) out.grads.dbias = from_view(dbias);
   return out;
@@ -178,7 +151,7 @@ GivenForward read_given_forward(Args& args, const DenseInputs& in) {
 }
 
 template <class T>
-Gradients dense_calls(const GradFlags& f, double flops, const DenseInputs& in, const std::vector<double>& dout_values,
+Gradients dense_calls(const GradFlags& f, double flops, const DenseInputs& in, const StoredValues& dout_values,
                       const GivenForward& given, Options opt, const BlockMask* mask, const BiasTensor* dbias_of) {
   DenseViews<T> d = make_dense_views<T>(in);  // o and lse (float for 16-bit storage) from the forward, or given
   const auto dout = to_view<Tensor4<T>>(dout_values, "do", in.B, in.Nq, in.Hq, in.D);
@@ -192,22 +165,17 @@ Gradients dense_calls(const GradFlags& f, double flops, const DenseInputs& in, c
 }
 
 template <class T>
-Gradients ragged_calls(const GradFlags& f, double flops, const BatchInputs& in, const std::vector<double>& dout_values,
+Gradients ragged_calls(const GradFlags& f, double flops, const BatchInputs& in, const StoredValues& dout_values,
                        Options opt) {
-  const std::int64_t tq = in.total_q(), tk = in.kv_rows();
-  const auto q = to_view<Tensor3<T>>(in.q, "q", tq, in.Hq, in.D);
-  const auto k = to_view<Tensor3<T>>(in.k, "k", tk, in.Hkv, in.D);
-  const auto v = to_view<Tensor3<T>>(in.v, "v", tk, in.Hkv, in.D);
-  const auto dout = to_view<Tensor3<T>>(dout_values, "do", tq, in.Hq, in.D);
-  const auto layout = make_ragged_layout(index_view(in.q_indptr, "q_indptr"), index_view(in.kv_indptr, "kv_indptr"));
-  const Tensor3<T> o("o", tq, in.Hq, in.D);
-  const Tensor2<accumulate_t<T>> lse("lse", tq, in.Hq);  // float for 16-bit storage
+  const BatchViews<T> b = make_batch_views<T>(in);  // o and lse (float for 16-bit storage) from the forward
+  const auto dout = to_view<Tensor3<T>>(dout_values, "do", in.total_q(), in.Hq, in.D);
   opt.splits = 1;
-  return backward_calls(f, flops, opt, f.bopt, q, kv::ragged(k, v, layout), o, lse, dout, true, Tensor4<double>());
+  return backward_calls(f, flops, opt, f.bopt, b.q, kv::ragged(b.k, b.v, b.layout), b.o, b.lse, dout, true,
+                        Tensor4<double>());
 }
 
 GradKind dense_grad_kind(Args& args, const GradFlags& f, const Options& opt, const BiasTensor& bias) {
-  auto dout = std::make_shared<std::vector<double>>();
+  auto dout = std::make_shared<StoredValues>();  // in the run's type, as q, k and v
   const auto in = std::make_shared<const DenseInputs>(read_dense_inputs(args, "--do", dout.get(), nullptr));
   KATTN_REQUIRE(dout->size() == in->q.size(),
                 "--do: give DO.npy (the gradient of the loss with respect to o) with --q/--k/--v, or use --random");
@@ -236,9 +204,9 @@ GradKind dense_grad_kind(Args& args, const GradFlags& f, const Options& opt, con
     if (mask) j.add("mask_block", (long long)mask->block()).add("mask_density", mask->density());
   };
   kind.write = [&f, in](const Gradients& g) {
-    if (f.paths.dq) write_dense(*f.paths.dq, *in, in->Nq, in->Hq, g.grads.dq);
-    if (f.paths.dk) write_dense(*f.paths.dk, *in, in->Nk, in->Hkv, g.grads.dk);
-    if (f.paths.dv) write_dense(*f.paths.dv, *in, in->Nk, in->Hkv, g.grads.dv);
+    if (f.dq) write_dense(*f.dq, *in, in->Nq, in->Hq, g.grads.dq);
+    if (f.dk) write_dense(*f.dk, *in, in->Nk, in->Hkv, g.grads.dk);
+    if (f.dv) write_dense(*f.dv, *in, in->Nk, in->Hkv, g.grads.dv);
   };
   kind.check = [&f, opt, &bias, in, dout, mask, dbias_of](const Gradients& g, Json& j) {
     const Options host = bias.on_host(opt);
@@ -258,8 +226,8 @@ GradKind ragged_grad_kind(Args& args, const GradFlags& f, const Options& opt) {
   const auto in = std::make_shared<const BatchInputs>(read_batch_inputs(args, nullptr));
   args.finish();
   KATTN_REQUIRE(!in->paged, "kattn grad: ragged batches only (--kv-indptr), not paged caches");
-  const auto dout =
-      std::make_shared<const std::vector<double>>(ragged_dout(ragged_dout_source(do_file, seed, files, dtype_given, *in), *in));
+  const auto dout = std::make_shared<const StoredValues>(
+      in->dtype, ragged_dout(ragged_dout_source(do_file, seed, files, dtype_given, *in), *in));
   if (f.check.enabled) gradient_check_samples(host_params(*in, {}, {}, false), f.check, false);
   GradKind kind;
   kind.dtype = in->dtype;
@@ -270,9 +238,9 @@ GradKind ragged_grad_kind(Args& args, const GradFlags& f, const Options& opt) {
   };
   kind.describe = [in](Json& j) { describe_ragged(j, *in); };
   kind.write = [&f, in](const Gradients& g) {
-    if (f.paths.dq) write_array(*f.paths.dq, in->dtype, {in->total_q(), in->Hq, in->D}, g.grads.dq);
-    if (f.paths.dk) write_array(*f.paths.dk, in->dtype, {in->kv_rows(), in->Hkv, in->D}, g.grads.dk);
-    if (f.paths.dv) write_array(*f.paths.dv, in->dtype, {in->kv_rows(), in->Hkv, in->D}, g.grads.dv);
+    if (f.dq) write_array(*f.dq, in->dtype, in->q_shape(), g.grads.dq);
+    if (f.dk) write_array(*f.dk, in->dtype, in->kv_shape(), g.grads.dk);
+    if (f.dv) write_array(*f.dv, in->dtype, in->kv_shape(), g.grads.dv);
   };
   kind.check = [&f, opt, in, dout](const Gradients& g, Json& j) {
     return check_gradients(  // the check reads no o or lse
@@ -285,9 +253,10 @@ GradKind ragged_grad_kind(Args& args, const GradFlags& f, const Options& opt) {
 // The stages after the inputs: the calls, the lines and the JSON, the files, --check.
 int grad_pipeline(const GradFlags& f, const Options& opt, const BiasTensor& bias, const GradKind& kind) {
   const Gradients g = kind.call();
+  const double seconds = g.timing.median();
   // FlashAttention-2's backward count (of the kept pairs under a block mask)
   const double flops = 2.5 * kind.flops;
-  const double gflops = g.seconds > 0 ? flops / g.seconds / 1e9 : 0.0;
+  const double gflops = seconds > 0 ? flops / seconds / 1e9 : 0.0;
   const char* dtype = dtype_name(kind.dtype);
   std::FILE* text = f.console.text();
   std::fprintf(text, "kattn grad: %s\n%s", kind.heading.c_str(), kind.detail.c_str());
@@ -296,36 +265,29 @@ int grad_pipeline(const GradFlags& f, const Options& opt, const BiasTensor& bias
   if (g.info.dq == DqStrategy::key_chunks) std::fprintf(text, ", %d key chunks", g.info.chunks);
   std::fprintf(text, ", tiles %d x %d, workspace %.1f MB\n", g.info.block_q, g.info.block_k,
                double(g.info.workspace_bytes) / 1e6);
-  std::fprintf(text, "time: backward %.6f s", g.seconds);
-  if (g.timing.repeat > 0)
-    std::fprintf(text, " (median of %d calls after a warm-up; min %.6f s, max %.6f s)", g.timing.repeat, g.timing.min(),
-                 g.timing.max());
+  std::fprintf(text, "time: backward %.6f s", seconds);
+  print_repeat(text, g.timing);
   std::fprintf(text, ", %.2f GFLOP/s (2.5x the forward's flop count)", gflops);
   if (g.forward_seconds > 0)
-    std::fprintf(text, "; forward %.6f s, backward/forward %.2f", g.forward_seconds, g.seconds / g.forward_seconds);
+    std::fprintf(text, "; forward %.6f s, backward/forward %.2f", g.forward_seconds, seconds / g.forward_seconds);
   std::fprintf(text, "\n");
 
   Json j;
   j.add("algo", "flash").add("dtype", dtype);
   kind.describe(j);
   j.add("causal", opt.causal);
-  j.add("seconds", g.seconds).add("gflops", gflops).add("threads", host_threads());
-  if (g.timing.repeat > 0)
-    j.add("repeat", g.timing.repeat).add("seconds_min", g.timing.min()).add("seconds_max", g.timing.max());
-  if (g.forward_seconds > 0) j.add("forward_seconds", g.forward_seconds).add("ratio", g.seconds / g.forward_seconds);
+  j.add("seconds", seconds).add("gflops", gflops).add("threads", host_threads());
+  add_repeat(j, g.timing);
+  if (g.forward_seconds > 0) j.add("forward_seconds", g.forward_seconds).add("ratio", seconds / g.forward_seconds);
   j.add("dq_strategy", name(g.info.dq)).add("deterministic", g.info.deterministic);
   if (g.info.dq == DqStrategy::key_chunks) j.add("chunks", g.info.chunks);
   j.add("workspace_bytes", static_cast<long long>(g.info.workspace_bytes));
-  kind.write(g);
   if (!g.grads.dsinks.empty()) {
     j.add("dsinks", g.grads.dsinks);
     if (f.dsinks) write_array(*f.dsinks, io::DType::f64, {static_cast<std::int64_t>(g.grads.dsinks.size())}, g.grads.dsinks);
   }
   if (f.dbias) write_array(*f.dbias, io::DType::f64, bias.shape(), g.grads.dbias);
-  const int status = f.check.enabled ? kind.check(g, j) : 0;
-  f.console.notice(j);
-  f.console.finish(j);
-  return status;
+  return write_and_check(f, kind, g, j);
 }
 
 }  // namespace
@@ -338,18 +300,16 @@ int cmd_grad(Args& args) {
                             {"--chunk", "--dist ring, ulysses or hybrid"},
                             {"--ulysses-size", "--dist hybrid"}});
   GradFlags f;
-  f.paths = {args.value("--dq"), args.value("--dk"), args.value("--dv")};
+  f.dq = args.value("--dq"), f.dk = args.value("--dk"), f.dv = args.value("--dv");
   f.dsinks = args.value("--dsinks");
   f.dbias = args.value("--dbias");
-  for (const auto& [flag, path] : {std::pair{"--dq", f.paths.dq}, std::pair{"--dk", f.paths.dk},
-                                   std::pair{"--dv", f.paths.dv}, std::pair{"--dsinks", f.dsinks},
+  for (const auto& [flag, path] : {std::pair{"--dq", f.dq}, std::pair{"--dk", f.dk},
+                                   std::pair{"--dv", f.dv}, std::pair{"--dsinks", f.dsinks},
                                    std::pair{"--dbias", f.dbias}})
     if (path) check_output_file(flag, *path);
   KATTN_REQUIRE(!f.dsinks || args.has("--sinks"), "--dsinks: the gradient of the sinks given with --sinks");
   KATTN_REQUIRE(!f.dbias || args.has("--bias"), "--dbias: the gradient of the bias given with --bias");
-  f.check = read_check_settings(args);
-  f.timing = read_timing(args);
-  f.console = read_console(args);
+  read_pipeline_flags(args, f);
   f.bopt.deterministic = args.flag("--deterministic");
   if (auto s = args.value("--dq-strategy")) f.bopt.dq = parse_dq_strategy(*s);
   f.bopt.dq_chunks = static_cast<int>(args.integer("--dq-chunks", 1, 1 << 20).value_or(0));

@@ -112,9 +112,7 @@ RunFlags read_run_flags(Args& args) {
   f.out = args.value("--out");
   f.lse = args.value("--lse");
   f.save_dir = args.value("--save-inputs");
-  f.check = read_check_settings(args);
-  f.console = read_console(args);
-  f.timing = read_timing(args);
+  read_pipeline_flags(args, f);
   KATTN_REQUIRE(f.algo == "naive" || f.algo == "flash" || f.algo == "splitkv",
                 "--algo: expected naive, flash or splitkv, got '", f.algo, "'");
   if (f.save_dir) make_output_dir("--save-inputs", *f.save_dir);  // first: --out may name a file in it
@@ -133,18 +131,17 @@ void textbook(const Q& q, const Keys& keys, const O& o, const Lse& lse, const Op
   reference(Kokkos::DefaultExecutionSpace(), q, keys.k, keys.v, o, lse, keys.layout, opt);
 }
 
-// The timed calls of `algo` over q and `keys` (a kv kind) into o and lse: kattn::attention, or
-// for naive the textbook (float or double only; cmd_run refuses naive for 16-bit storage).
+// The timed calls of `algo` over q and `keys` (a kv kind) into o and lse (filled with NaN):
+// kattn::attention, or for naive the textbook (float or double only; cmd_run refuses naive for
+// 16-bit storage).
 template <class Q, class Keys, class O, class Lse>
 Outputs call_attention(const RunFlags& f, double flops, Options opt, const Q& q, const Keys& keys, const O& o,
                        const Lse& lse) {
   const Kokkos::DefaultExecutionSpace space;
   if (f.algo == "flash") opt.splits = 1;
-  poison(o);
-  poison(lse);
   space.fence();
   Outputs out;
-  timed_with_progress(f, flops, opt, out, [&] {
+  out.timing = timed_with_progress(f, flops, opt, [&] {
     if (f.algo != "naive")
       out.plan = attention(space, q, keys, o, lse, opt);
     else if constexpr (!is_16bit_v<typename O::non_const_value_type>)
@@ -164,25 +161,15 @@ Outputs call_dense(const RunFlags& f, double flops, const Options& opt, const De
 
 template <class T>
 Outputs call_batch(const RunFlags& f, double flops, const Options& opt, const BatchInputs& in) {
-  const std::int64_t rows = in.total_q();
-  const auto q = to_view<Tensor3<T>>(in.q, "q", rows, in.Hq, in.D);
-  Tensor3<T> o(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), rows, in.Hq, in.D);
-  Tensor2<accumulate_t<T>> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), rows, in.Hq);
-  const auto q_indptr = index_view(in.q_indptr, "q_indptr");
-  if (in.paged) {
-    const auto k = to_view<Tensor4<T>>(in.k, "k", in.num_pages, in.page_size, in.Hkv, in.D);
-    const auto v = to_view<Tensor4<T>>(in.v, "v", in.num_pages, in.page_size, in.Hkv, in.D);
-    return call_attention(f, flops, opt, q,
-                          kv::paged(k, v,
-                                    make_paged_layout(q_indptr, index_view(in.page_indptr, "kv_page_indptr"),
-                                                      index_view(in.page_indices, "kv_page_indices"),
-                                                      index_view(in.last_page_len, "kv_last_page_len"), in.page_size)),
-                          o, lse);
-  }
-  const auto k = to_view<Tensor3<T>>(in.k, "k", in.kv_rows(), in.Hkv, in.D);
-  const auto v = to_view<Tensor3<T>>(in.v, "v", in.kv_rows(), in.Hkv, in.D);
-  return call_attention(f, flops, opt, q,
-                        kv::ragged(k, v, make_ragged_layout(q_indptr, index_view(in.kv_indptr, "kv_indptr"))), o, lse);
+  const BatchViews<T> b = make_batch_views<T>(in);
+  if (!in.paged) return call_attention(f, flops, opt, b.q, kv::ragged(b.k, b.v, b.layout), b.o, b.lse);
+  const auto k = to_view<Tensor4<T>>(in.k, "k", in.num_pages, in.page_size, in.Hkv, in.D);
+  const auto v = to_view<Tensor4<T>>(in.v, "v", in.num_pages, in.page_size, in.Hkv, in.D);
+  const auto layout = make_paged_layout(index_view(in.q_indptr, "q_indptr"),
+                                        index_view(in.page_indptr, "kv_page_indptr"),
+                                        index_view(in.page_indices, "kv_page_indices"),
+                                        index_view(in.last_page_len, "kv_last_page_len"), in.page_size);
+  return call_attention(f, flops, opt, b.q, kv::paged(k, v, layout), b.o, b.lse);
 }
 
 // --algo naive is the textbook algorithm, in float or double only.
@@ -196,11 +183,9 @@ void write_index(const std::string& path, const std::vector<std::int64_t>& value
 }
 
 void save_inputs(const std::string& dir, const BatchInputs& in) {
-  write_array(dir + "/q.npy", in.dtype, {in.total_q(), in.Hq, in.D}, in.q);
-  const std::vector<std::int64_t> kv_shape = in.paged ? std::vector<std::int64_t>{in.num_pages, in.page_size, in.Hkv, in.D}
-                                                      : std::vector<std::int64_t>{in.kv_rows(), in.Hkv, in.D};
-  write_array(dir + "/k.npy", in.dtype, kv_shape, in.k);
-  write_array(dir + "/v.npy", in.dtype, kv_shape, in.v);
+  write_array(dir + "/q.npy", in.dtype, in.q_shape(), in.q);
+  write_array(dir + "/k.npy", in.dtype, in.kv_shape(), in.k);
+  write_array(dir + "/v.npy", in.dtype, in.kv_shape(), in.v);
   write_index(dir + "/q_indptr.npy", in.q_indptr);
   if (in.paged) {
     write_index(dir + "/kv_page_indptr.npy", in.page_indptr);
@@ -247,10 +232,7 @@ RunKind batch_kind(const RunFlags& f, const Options& opt, std::shared_ptr<const 
     j.add("shape_is", "B,total_q,total_kv,Hq,Hkv,D");
     if (in->paged) j.add("page_size", (long long)in->page_size);
   };
-  kind.write = [in](const RunFlags& fl, const Outputs& out) {
-    if (fl.out) write_array(*fl.out, in->dtype, {in->total_q(), in->Hq, in->D}, out.o);
-    if (fl.lse) write_array(*fl.lse, lse_dtype(in->dtype), {in->total_q(), in->Hq}, out.lse);
-  };
+  kind.write = batch_writer(f, in);
   kind.check = [&f, opt, in](const Outputs& out, Json& j) {
     return check_outputs(host_params(*in, out.o, out.lse), opt, f.check, in->dtype, f.console, j, "run");
   };
@@ -258,6 +240,13 @@ RunKind batch_kind(const RunFlags& f, const Options& opt, std::shared_ptr<const 
 }
 
 }  // namespace
+
+std::function<void(const Outputs&)> batch_writer(const RunFlags& f, std::shared_ptr<const BatchInputs> in) {
+  return [&f, in](const Outputs& out) {
+    if (f.out) write_array(*f.out, in->dtype, in->q_shape(), out.o);
+    if (f.lse) write_array(*f.lse, lse_dtype(in->dtype), in->lse_shape(), out.lse);
+  };
+}
 
 RunKind dense_kind(const RunFlags& f, const Options& opt, const BiasTensor& bias,
                    std::shared_ptr<const DenseInputs> in) {
@@ -275,9 +264,9 @@ RunKind dense_kind(const RunFlags& f, const Options& opt, const BiasTensor& bias
   kind.describe = [in](Json& j) {
     j.add("layout", "dense").add("dims", name(in->layout)).add("shape", in->shape()).add("shape_is", "B,Nq,Nk,Hq,Hkv,D");
   };
-  kind.write = [in](const RunFlags& fl, const Outputs& out) {
-    if (fl.out) write_dense(*fl.out, *in, in->Nq, in->Hq, out.o);
-    if (fl.lse) write_array(*fl.lse, lse_dtype(in->dtype), {in->B, in->Hq, in->Nq}, out.lse);
+  kind.write = [&f, in](const Outputs& out) {
+    if (f.out) write_dense(*f.out, *in, in->Nq, in->Hq, out.o);
+    if (f.lse) write_array(*f.lse, lse_dtype(in->dtype), {in->B, in->Hq, in->Nq}, out.lse);
   };
   kind.check = [&f, &bias, opt, in](const Outputs& out, Json& j) {
     return check_outputs(host_params(*in, out.o, out.lse), bias.on_host(opt), f.check, in->dtype, f.console, j, "run");
@@ -295,9 +284,7 @@ int run_pipeline(const RunFlags& f, const Options& opt, const RunKind& kind) {
   const double kv_gbs = seconds > 0 ? kind.kv_bytes / seconds / 1e9 : 0.0;
   std::fprintf(text, "time: %.6f s, %.2f GFLOP/s%s", seconds, gflops, kind.rate_note.c_str());
   if (kind.decode) std::fprintf(text, ", K+V read at %.2f GB/s", kv_gbs);
-  if (out.timing.repeat > 0)
-    std::fprintf(text, " (median of %d calls after a warm-up; min %.6f s, max %.6f s)", out.timing.repeat,
-                 out.timing.min(), out.timing.max());
+  print_repeat(text, out.timing);
   std::fprintf(text, "\n");
   if (f.algo == "splitkv")
     std::fprintf(text, "split: %d splits%s, %lld work units (%lld unsplit) for %d processors: %s\n", out.plan.splits,
@@ -310,16 +297,11 @@ int run_pipeline(const RunFlags& f, const Options& opt, const RunKind& kind) {
   j.add("seconds", seconds).add("gflops", gflops).add("threads", host_threads());
   if (const char* products = forward_cpu_products(dtype, opt)) j.add("cpu_products", products);
   if (kind.decode) j.add("kv_gbs", kv_gbs);
-  if (out.timing.repeat > 0)
-    j.add("repeat", out.timing.repeat).add("seconds_min", out.timing.min()).add("seconds_max", out.timing.max());
+  add_repeat(j, out.timing);
   if (f.algo == "splitkv")
     j.add("splits", out.plan.splits).add("chunk", (long long)out.plan.chunk).add("units", (long long)out.plan.units);
   kind.describe(j);
-  kind.write(f, out);
-  const int status = f.check.enabled ? kind.check(out, j) : 0;
-  f.console.notice(j);
-  f.console.finish(j);
-  return status;
+  return write_and_check(f, kind, out, j);
 }
 
 int cmd_run(Args& args) {

@@ -129,7 +129,7 @@ DenseShard::DenseShard(MPI_Comm comm, const std::string& mode, const char* comma
     Args inputs(command, input_args_);
     BiasTensor whole_bias;
     whole_bias.read(inputs);
-    std::vector<double> dout;
+    StoredValues dout;
     const DenseInputs whole = read_dense_inputs(inputs, "--do", &dout, nullptr);
     Options with_bias = opt;
     if (whole_bias.active()) with_bias.bias = whole_bias.device();
@@ -165,9 +165,7 @@ RaggedShard::RaggedShard(MPI_Comm comm, const std::string&, const char*, const D
   describe = [this](Json& j, bool) { describe_ragged(j, in_); };
   write = [this, comm](const std::string& path, Part part, const std::vector<double>& local) {
     const bool q = part != Part::kv, lse = part == Part::lse;
-    const std::vector<std::int64_t> shape =
-        lse ? std::vector<std::int64_t>{in_.total_q(), in_.Hq}
-            : std::vector<std::int64_t>{q ? in_.total_q() : in_.kv_rows(), q ? in_.Hq : in_.Hkv, in_.D};
+    const std::vector<std::int64_t> shape = lse ? in_.lse_shape() : q ? in_.q_shape() : in_.kv_shape();
     write_packed_rows(comm, path, lse ? lse_dtype(dtype) : dtype, shape, q ? q_rows_ : kv_rows_, local);
   };
   gather = [this, comm](Part part, const std::vector<double>& local) {
@@ -183,7 +181,7 @@ RaggedShard::RaggedShard(MPI_Comm comm, const std::string&, const char*, const D
   textbook_backward = [this](bool) {
     BatchInputs whole = in_;
     load_every_row(whole, src_);
-    return ragged_textbook_backward(whole, ragged_dout(dout_, whole), opt);
+    return ragged_textbook_backward(whole, StoredValues(dtype, ragged_dout(dout_, whole)), opt);
   };
 }
 

@@ -23,12 +23,13 @@ double full_gradient_bytes(const AttentionParams<double>& p) {
 
 }  // namespace
 
-GradientsUnderTest host_gradients(const AttentionParams<double>& inputs, const std::vector<double>& dout,
+GradientsUnderTest host_gradients(const AttentionParams<double>& inputs, const StoredValues& dout,
                                   const GradientSet& tested) {
   GradientsUnderTest g;
   BackwardParams<double>& p = g.p;
   p.fwd = inputs;
-  p.dout = same_layout(dout.data(), inputs.q);
+  g.dout = std::make_shared<const std::vector<double>>(dout.widened());
+  p.dout = same_layout(g.dout->data(), inputs.q);
   p.dq = same_layout(const_cast<double*>(tested.dq.data()), inputs.q);  // read only: the gradients under test
   p.dk = same_layout(const_cast<double*>(tested.dk.data()), inputs.k);
   p.dv = same_layout(const_cast<double*>(tested.dv.data()), inputs.k);
@@ -114,7 +115,7 @@ int check_gradients(const GradientsUnderTest& g, const Options& opt, const Check
                           dtype, text, j, describe, unchecked);
 }
 
-GradientSet dense_textbook_backward(const DenseInputs& in, const std::vector<double>& dout_values, const Options& opt,
+GradientSet dense_textbook_backward(const DenseInputs& in, const StoredValues& dout_values, const Options& opt,
                                     const BlockMask* mask, const BiasTensor* dbias_of) {
   using T4 = Tensor4<double>;
   const auto q = to_view<T4>(in.q, "q", in.B, in.Nq, in.Hq, in.D);

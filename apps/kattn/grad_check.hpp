@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,13 +29,14 @@ struct GradientSet {
 };
 
 // The gradients under test and the inputs they came from (host, float64): q, k, v and dO through
-// p.fwd / p.dout, the tested dq, dk, dv at p.dq, p.dk, p.dv (read only, though BackwardParams holds
-// them as T*), all of them in *tested.
+// p.fwd / p.dout (dO widened now, held here and by every copy), the tested dq, dk, dv at p.dq,
+// p.dk, p.dv (read only, though BackwardParams holds them as T*), all of them in *tested.
 struct GradientsUnderTest {
   BackwardParams<double> p;
   const GradientSet* tested = nullptr;
+  std::shared_ptr<const std::vector<double>> dout;
 };
-GradientsUnderTest host_gradients(const AttentionParams<double>& inputs, const std::vector<double>& dout,
+GradientsUnderTest host_gradients(const AttentionParams<double>& inputs, const StoredValues& dout,
                                   const GradientSet& tested);
 
 // The full textbook backward's gradients in the layouts of the tested ones (dsinks, dbias where
@@ -45,7 +47,7 @@ using FullGradients = std::function<GradientSet()>;
 // order: under a block mask on the host (opt's bias in host memory then), with dbias (not under a
 // block mask) when `dbias_of` holds the bias.
 class BiasTensor;
-GradientSet dense_textbook_backward(const DenseInputs& in, const std::vector<double>& dout, const Options& opt,
+GradientSet dense_textbook_backward(const DenseInputs& in, const StoredValues& dout, const Options& opt,
                                     const BlockMask* mask, const BiasTensor* dbias_of);
 
 // Whether --check will sample (refused up front where a sample cannot be taken: under a block mask).

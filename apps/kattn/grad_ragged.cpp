@@ -23,8 +23,8 @@ RaggedDout ragged_dout_source(const std::optional<std::string>& do_file, const s
     src.header = read_input_header("--do", *do_file);
     require_input_dtype("--do", *do_file, src.header.dtype);
     require_bf16_bits_asked("--do", *do_file, src.header.dtype, in.dtype, dtype_given);
-    KATTN_REQUIRE(src.header.shape == std::vector<std::int64_t>({in.total_q(), in.Hq, in.D}), "--do ", *do_file,
-                  ": expected shape [", in.total_q(), ", ", in.Hq, ", ", in.D, "] (the shape of q)");
+    KATTN_REQUIRE(src.header.shape == in.q_shape(), "--do ", *do_file, ": expected shape [", in.total_q(), ", ", in.Hq,
+                  ", ", in.D, "] (the shape of q)");
   } else {
     KATTN_REQUIRE(!files,
                   "--do: give DO.npy [total_q, Hq, D] (the gradient of the loss with respect to o) with "
@@ -44,7 +44,7 @@ std::vector<double> ragged_dout(const RaggedDout& src, const BatchInputs& in, co
 }
 
 // Sequence by sequence, dense [1, N, H, D] each; dsinks summed over them.
-GradientSet ragged_textbook_backward(const BatchInputs& in, const std::vector<double>& dout, const Options& opt) {
+GradientSet ragged_textbook_backward(const BatchInputs& in, const StoredValues& dout, const Options& opt) {
   GradientSet all{std::vector<double>(in.q.size()), std::vector<double>(in.k.size()),
                   std::vector<double>(in.v.size()), std::vector<double>(opt.sinks.size()), {}};
   const std::int64_t qrow = in.Hq * in.D, krow = in.Hkv * in.D;
@@ -52,14 +52,11 @@ GradientSet ragged_textbook_backward(const BatchInputs& in, const std::vector<do
     const std::int64_t q0 = in.q_indptr[b], nq = in.q_indptr[b + 1] - q0;
     const std::int64_t k0 = in.kv_indptr[b], nk = in.kv_indptr[b + 1] - k0;
     if (nq == 0 || nk == 0) continue;  // no query sees a key: every gradient is 0
-    const auto part = [](const std::vector<double>& v, std::int64_t first, std::int64_t count, std::int64_t row) {
-      return std::vector<double>(v.begin() + first * row, v.begin() + (first + count) * row);
-    };
     using T4 = Tensor4<double>;
     const T4 q = to_view<T4>(in.q.widened(q0 * qrow, nq * qrow), "q", 1, nq, in.Hq, in.D);
     const T4 k = to_view<T4>(in.k.widened(k0 * krow, nk * krow), "k", 1, nk, in.Hkv, in.D);
     const T4 v = to_view<T4>(in.v.widened(k0 * krow, nk * krow), "v", 1, nk, in.Hkv, in.D);
-    const T4 d = to_view<T4>(part(dout, q0, nq, qrow), "do", 1, nq, in.Hq, in.D);
+    const T4 d = to_view<T4>(dout.widened(q0 * qrow, nq * qrow), "do", 1, nq, in.Hq, in.D);
     T4 dq("dq", 1, nq, in.Hq, in.D), dk("dk", 1, nk, in.Hkv, in.D), dv("dv", 1, nk, in.Hkv, in.D);
     const std::vector<double> dsinks = reference_backward(Kokkos::DefaultExecutionSpace(), q, k, v, d, dq, dk, dv, opt);
     for (std::size_t h = 0; h < dsinks.size(); ++h) all.dsinks[h] += dsinks[h];

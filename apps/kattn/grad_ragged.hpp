@@ -1,6 +1,6 @@
 // What `kattn grad` on a ragged batch shares with `grad --dist ring` (cmd_grad.cpp's ragged kind
 // and the distributed grad, dist_shard.cpp): where dO comes from (--do [total_q, Hq, D] or drawn), the float64
-// textbook backward run per sequence, the output paths and --dq-strategy.
+// textbook backward run per sequence, and --dq-strategy.
 #pragma once
 
 #include <cstdint>
@@ -8,21 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "args.hpp"
 #include "batch_inputs.hpp"
-#include "console.hpp"
 #include "grad_check.hpp"
 #include "kattn/backward_options.hpp"
 #include "kattn/options.hpp"
-#include "run_check.hpp"
-#include "timing.hpp"
 
 namespace kattn {
 namespace cli {
-
-struct GradPaths {
-  std::optional<std::string> dq, dk, dv;
-};
 
 // Where dO of a ragged batch comes from: --do DO.npy [total_q, Hq, D] (its header checked against
 // q), or drawn from the seed when the inputs are drawn.
@@ -39,7 +31,7 @@ std::vector<double> ragged_dout(const RaggedDout& src, const BatchInputs& in,
 
 // The float64 textbook backward of a ragged batch, sequence by sequence, in packed order (dsinks
 // summed over the sequences).
-GradientSet ragged_textbook_backward(const BatchInputs& in, const std::vector<double>& dout, const Options& opt);
+GradientSet ragged_textbook_backward(const BatchInputs& in, const StoredValues& dout, const Options& opt);
 
 // --dq-strategy auto|key-chunks|query-pass|atomic (grad and grad --dist).
 DqStrategy parse_dq_strategy(const std::string& s);

@@ -169,7 +169,7 @@ std::vector<double> dense_rows(const DenseInputs& in, const DenseSource& source,
   return values;
 }
 
-DenseInputs read_dense_inputs(Args& args, const std::string& extra, std::vector<double>* extra_values,
+DenseInputs read_dense_inputs(Args& args, const std::string& extra, StoredValues* extra_values,
                               const char* refuse16) {
   DenseSource source;
   DenseInputs in = describe_dense_inputs(args, extra_values ? extra : "", source, refuse16);
@@ -184,7 +184,8 @@ DenseInputs read_dense_inputs(Args& args, const std::string& extra, std::vector<
   in.q = StoredValues(in.dtype, dense_rows(in, source, DenseArray::q, all_q));
   in.k = StoredValues(in.dtype, dense_rows(in, source, DenseArray::k, all_k));
   in.v = StoredValues(in.dtype, dense_rows(in, source, DenseArray::v, all_k));
-  if (extra_values && source.has_extra) *extra_values = dense_rows(in, source, DenseArray::extra, all_q);
+  if (extra_values && source.has_extra)
+    *extra_values = StoredValues(in.dtype, dense_rows(in, source, DenseArray::extra, all_q));
   return in;
 }
 

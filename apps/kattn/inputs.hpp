@@ -73,8 +73,9 @@ std::vector<double> dense_rows(const DenseInputs& in, const DenseSource& source,
 // --q/--k/--v files or --random B,NQ,NK,HQ,HKV,D [--seed N]; --dtype f32|f64|bf16|f16 (default:
 // the files' dtype, which must then be the same for all; f32 for random inputs); --layout.
 // `extra` names a further [B, Nq, Hq, D] file to read with them (e.g. "--do"); its values land
-// in extra_values. `refuse16` says why bf16/f16 are refused (dtype.hpp), nullptr to take them.
-DenseInputs read_dense_inputs(Args& args, const std::string& extra = "", std::vector<double>* extra_values = nullptr,
+// in extra_values, held in the run's type as q, k and v are. `refuse16` says why bf16/f16 are
+// refused (dtype.hpp), nullptr to take them.
+DenseInputs read_dense_inputs(Args& args, const std::string& extra = "", StoredValues* extra_values = nullptr,
                               const char* refuse16 = kFloatOnly);
 
 class BiasTensor;

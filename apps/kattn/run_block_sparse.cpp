@@ -69,7 +69,7 @@ Outputs run_sparse(const RunFlags& f, const std::string& algo, double flops, con
   Options masked = opt;
   masked.block_mask = &m;
   if (algo == "flash") masked.splits = 1;
-  timed_with_progress(f, flops, masked, r, [&] {
+  r.timing = timed_with_progress(f, flops, masked, [&] {
     if (algo == "naive") {
       // Host oracle (host views; the element mask is the block mask expanded).
       auto ho = Kokkos::create_mirror_view(o);

@@ -80,25 +80,17 @@ BatchInputs whole_sequences(const BatchInputs& in, const Prefix& prefix) {
 template <class T>
 Outputs run(const RunFlags& f, double flops, const BatchInputs& in, const Prefix& prefix, Options opt) {
   const Kokkos::DefaultExecutionSpace space;
-  const std::int64_t tq = in.total_q(), tk = in.kv_rows();
-  const auto q = to_view<Tensor3<T>>(in.q, "q", tq, in.Hq, in.D);
-  const auto k = to_view<Tensor3<T>>(in.k, "k", tk, in.Hkv, in.D);
-  const auto v = to_view<Tensor3<T>>(in.v, "v", tk, in.Hkv, in.D);
+  const BatchViews<T> b = make_batch_views<T>(in);
   const auto kp = to_view<Tensor3<T>>(prefix.k, "k_prefix", prefix.keys, in.Hkv, in.D);
   const auto vp = to_view<Tensor3<T>>(prefix.v, "v_prefix", prefix.keys, in.Hkv, in.D);
-  Tensor3<T> o(Kokkos::view_alloc(Kokkos::WithoutInitializing, "o"), tq, in.Hq, in.D);
-  Tensor2<accumulate_t<T>> lse(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), tq, in.Hq);
-  poison(o);
-  poison(lse);
-  const auto layout = make_ragged_layout(index_view(in.q_indptr, "q_indptr"), index_view(in.kv_indptr, "kv_indptr"));
   space.fence();
   Outputs out;
-  timed_with_progress(f, flops, opt, out, [&] {
-    attention(space, q, kv::cascade(kp, vp, kv::ragged(k, v, layout)), o, lse, opt);
+  out.timing = timed_with_progress(f, flops, opt, [&] {
+    attention(space, b.q, kv::cascade(kp, vp, kv::ragged(b.k, b.v, b.layout)), b.o, b.lse, opt);
     space.fence();
   });
-  out.o = from_view(o);
-  out.lse = from_view(lse);
+  out.o = from_view(b.o);
+  out.lse = from_view(b.lse);
   return out;
 }
 
@@ -137,10 +129,7 @@ RunKind cascade_kind(Args& args, const RunFlags& f, const Options& opt) {
     j.add("shape", std::vector<long long>{in->batch(), in->total_q(), in->kv_rows(), in->Hq, in->Hkv, in->D});
     j.add("shape_is", "B,total_q,total_suffix_kv,Hq,Hkv,D");
   };
-  kind.write = [in](const RunFlags& fl, const Outputs& out) {
-    if (fl.out) write_array(*fl.out, in->dtype, {in->total_q(), in->Hq, in->D}, out.o);
-    if (fl.lse) write_array(*fl.lse, lse_dtype(in->dtype), {in->total_q(), in->Hq}, out.lse);
-  };
+  kind.write = batch_writer(f, in);
   kind.check = [&f, opt, in, whole, flops = kind.flops](const Outputs& out, Json& j) {
     // Row by row against attention over prefix + suffix: every row when that is cheap.
     CheckSettings rows = f.check;
