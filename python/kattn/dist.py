@@ -117,9 +117,11 @@ def attention(comm, q, k, v, *, scheme="ring", q_indptr=None, kv_indptr=None, ul
     global sequence (each sequence's own in a ragged batch). deterministic: bitwise the same o for
     every rank count and sharding (keys folded in global chunks of `chunk`, 0 = 1024). sinks: one
     logit per query head, alibi_slopes one slope per query head, as for kattn.attention (every
-    scheme takes both). bias (scheme "ring", dense shards): this rank's query rows of an additive
-    bias over every key of the sequence, [B or 1, Hq or 1, nq, Nk] (bias[:, :, i] belongs to this
-    rank's query i). Returns o (and lse [B, Hq, nq] or [nq, Hq], and this rank's
+    scheme takes both). bias (dense shards): the additive bias of the scores this rank computes, so
+    that no bias value moves: scheme "ring", its query rows over every key of the sequence,
+    [B or 1, Hq or 1, nq, Nk] (bias[:, :, i] belongs to this rank's query i); "sharded_kv", every
+    query row over its own keys, [B or 1, Hq or 1, Nq, nk] (bias[..., j] belongs to its key j). The
+    other schemes refuse one. Returns o (and lse [B, Hq, nq] or [nq, Hq], and this rank's
     stats dict)."""
     _require_mpi()
     arrays, refused = _arrays(q=q, k=k, v=v)
