@@ -146,8 +146,8 @@ TEST(DecodeBias, MatchesTheReferenceWithTheWholeBias) {
                                         {1, 4, BiasKind::boolean}};
   for (const Options& o : variants())
     for (const BiasCase& bc : biases) check_decode_bias({2, 3, 97, 4, 2, 16}, o, bc);  // GQA 2:1
-  check_decode_bias({1, 1, 1, 4, 4, 8}, variants()[1], {1, 4});                    // one key: all ranks but one hold none
-  check_decode_bias({2, 5, 130, 4, 1, 32}, variants()[3], {2, 4});                 // GQA 4:1
+  check_decode_bias({1, 1, 1, 4, 4, 8}, variants()[1], {1, 4});     // one key: all ranks but one hold none
+  check_decode_bias({2, 5, 130, 4, 1, 32}, variants()[3], {2, 4});  // GQA 4:1
 }
 
 TEST(DecodeBias, ReduceToOneRank) {
@@ -260,11 +260,11 @@ TEST(DistErrors, DecodeBiasOfTheWrongShapeOrScheme) {
   opt.bias = score_bias(rows);
   expect_same_error([&] { dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, opt, d); },
                     "bias: expected [1 or 1, 2 or 1, 3, " + n0 + "], got [1, 2, 1, " + n0 + "]");
-  // Head sharding would move bias values.
+  // The grid would move bias values.
   opt.bias = score_bias(mine);
   expect_same_error(
-      [&] { dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, opt, with_scheme(dist::Scheme::ulysses)); },
-      "bias: the distributed calls take one with scheme ring or sharded-kv, got ulysses");
+      [&] { dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, opt, with_scheme(dist::Scheme::grid)); },
+      "bias: the distributed calls take one with scheme ring, ulysses or sharded-kv, got grid");
 }
 
 }  // namespace

@@ -80,10 +80,11 @@ std::vector<Agreed> backward_fields(DistCall call, const BackwardParams<T>& p, c
   return fields;
 }
 
-// Collective: a rank passes the bias (Options::bias) of the scores it computes, its local query
-// rows (p.q_len) over `keys`, [B or 1, Hq or 1, q_len, keys], and its gradient (dbias, or none) the
+// Collective: a rank passes the bias (Options::bias) of the scores it computes, p's query rows and
+// heads over `keys`, [B or 1, p.heads_q or 1, p.q_len, keys], and its gradient (dbias, or none) the
 // same shape. The ring: its query rows over every key of the sequence (keys = Nk, after the split);
-// sharded_kv: every query row (they are replicated) over its own keys (keys = p.kv_len).
+// sharded_kv: every query row (they are replicated) over its own keys (keys = p.kv_len); ulysses:
+// its Hq/P query heads over every query row and key (p those heads over Nq rows, keys = Nk).
 template <class P>
 void require_sharded_bias(MPI_Comm comm, const P& p, std::int64_t keys, const Options& opt,
                           const ScoreBiasGradient& dbias = {}) {

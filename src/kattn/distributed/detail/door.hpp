@@ -78,10 +78,12 @@ inline void validate_call(const Options& opt, const DistOptions& d) {
   KATTN_REQUIRE(d.communicate || d.scheme == Scheme::ring, "communicate: false is for the ring's forward alone; ",
                 name(d.scheme), " always transfers");
   // A rank passes the bias of the scores it computes (agreement.hpp, require_sharded_bias): the
-  // ring's blocks stay on the rank of their queries, sharded_kv's on the rank of their keys, so no
-  // bias value moves; the other schemes would move N^2 of them.
-  KATTN_REQUIRE(!opt.bias.active() || d.scheme == Scheme::ring || d.scheme == Scheme::sharded_kv,
-                "bias: the distributed calls take one with scheme ring or sharded-kv, got ", name(d.scheme));
+  // ring's blocks stay on the rank of their queries, sharded_kv's on the rank of their keys,
+  // ulysses' on the rank of their heads, so no bias value moves; hybrid and grid compute blocks
+  // whose bias no one rank would hold.
+  KATTN_REQUIRE(
+      !opt.bias.active() || d.scheme == Scheme::ring || d.scheme == Scheme::sharded_kv || d.scheme == Scheme::ulysses,
+      "bias: the distributed calls take one with scheme ring, ulysses or sharded-kv, got ", name(d.scheme));
 }
 
 inline void refuse_atomic_if_deterministic(const DistOptions& d, const BackwardOptions& bopt) {
