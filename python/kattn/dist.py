@@ -117,9 +117,12 @@ def attention(comm, q, k, v, *, scheme="ring", q_indptr=None, kv_indptr=None, ul
     global sequence (each sequence's own in a ragged batch). deterministic: bitwise the same o for
     every rank count and sharding (keys folded in global chunks of `chunk`, 0 = 1024). sinks: one
     logit per query head, alibi_slopes one slope per query head, as for kattn.attention (every
-    scheme takes both). bias (scheme "ring", dense shards): this rank's query rows of an additive
-    bias over every key of the sequence, [B or 1, Hq or 1, nq, Nk] (bias[:, :, i] belongs to this
-    rank's query i). Returns o (and lse [B, Hq, nq] or [nq, Hq], and this rank's
+    scheme takes both). bias (dense shards): the additive bias of the scores this rank computes, so
+    that no bias value moves: scheme "ring", its query rows over every key of the sequence,
+    [B or 1, Hq or 1, nq, Nk] (bias[:, :, i] belongs to this rank's query i); "ulysses", its Hq / P
+    query heads (rank r: heads r Hq/P ..) over every query row and key in global order,
+    [B or 1, Hq/P or 1, Nq, Nk]; "sharded_kv", every query row over its own keys,
+    [B or 1, Hq or 1, Nq, nk] (bias[..., j] belongs to its key j). The other schemes refuse one. Returns o (and lse [B, Hq, nq] or [nq, Hq], and this rank's
     stats dict)."""
     _require_mpi()
     arrays, refused = _arrays(q=q, k=k, v=v)
@@ -143,9 +146,9 @@ def attention_backward(comm, q, k, v, o, lse, dout, *, scheme="ring", q_indptr=N
     and o, lse as attention returned them (return_lse=True). The options must be the forward's.
     deterministic: bitwise the same gradients for every rank count and sharding. 16-bit shards:
     float32 accumulation, the gradients rounded once. With sinks, also their gradient dsinks [Hq]
-    (float64) over every rank's rows, the same on every rank. With bias_grad=True (scheme "ring",
-    a float bias), last, dbias: this rank's rows of the bias's gradient, in its bias's shape and
-    dtype (summed over its broadcast dims)."""
+    (float64) over every rank's rows, the same on every rank. With bias_grad=True (scheme "ring" or
+    "ulysses", a float bias), last, dbias: the gradient of this rank's bias (its rows, or its heads),
+    in its bias's shape and dtype (summed over its broadcast dims)."""
     _require_mpi()
     arrays, refused = _arrays(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
     sink_values, refused = _sinks(sinks, refused)

@@ -214,6 +214,29 @@ def test_sharded_kv_decodes_the_whole_cache_on_every_rank(opt, deterministic):
     assert np.abs(lse[finite] - ref_lse[finite]).max(initial=0.0) <= 1e-12
 
 
+@pytest.mark.parametrize("opt", [{}, {"causal": True, "window": (30, 0), "softcap": 5.0},
+                                 {"causal": True, "sinks": [0.5, -1.0, 2.0, 0.0]}])
+@pytest.mark.parametrize("bias_shape", [(2, 4), (1, 1)])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_sharded_kv_takes_each_ranks_key_columns_of_a_bias(opt, bias_shape, deterministic):
+    """Decode with a bias: every rank passes every query row over its own keys (the whole bias's
+    columns kp); o and lse are one process's with the whole bias. A bias of every key is refused on
+    every rank, naming it."""
+    q, k, v = global_problem(3, 77, 4, 2, 16, seed=9)
+    bias = np.random.default_rng(10).standard_normal(bias_shape + (3, 77))
+    ref_o, ref_lse = kattn.attention(q, k, v, return_lse=True, bias=bias, **opt)
+    kp = kattn.dist.positions(77, COMM, scheme="sharded_kv", deterministic=deterministic, chunk=8)
+    mine = np.ascontiguousarray(bias[..., kp])
+    o, lse = kattn.dist.attention(COMM, q, k[:, kp], v[:, kp], scheme="sharded_kv", deterministic=deterministic,
+                                  chunk=8, return_lse=True, bias=mine, **opt)
+    assert np.abs(o - ref_o).max() <= 1e-12
+    assert np.abs(lse - ref_lse).max() <= 1e-12
+    if COMM.Get_size() > 1:
+        with pytest.raises(kattn.Error, match=re.escape("bias: expected [2 or 1, 4 or 1, 3, ")):
+            kattn.dist.attention(COMM, q, k[:, kp], v[:, kp], scheme="sharded_kv", deterministic=deterministic,
+                                 chunk=8, bias=bias, **opt)
+
+
 def test_the_door_names_what_a_scheme_does_not_take():
     q, k, v = global_problem(8, 8, 2, 1, 8, seed=8)
     pos = kattn.dist.positions(8, COMM)

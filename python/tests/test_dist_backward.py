@@ -285,7 +285,8 @@ def test_ring_takes_each_ranks_rows_of_a_bias(sharding, bias_shape):
                      bias=mine, **opt)
     for got, whole in zip(grads, ref):
         assert_close(got, whole[:, pos])
-    with pytest.raises(kattn.Error, match=re.escape("bias: the distributed calls take one with scheme ring, got grid")):
+    refused = "bias: the distributed calls take one with scheme ring, ulysses or sharded-kv, got grid"
+    with pytest.raises(kattn.Error, match=re.escape(refused)):
         forward("grid", COMM, q[:, pos], k[:, pos], v[:, pos], sharding=sharding, bias=mine, **opt)
 
 
@@ -311,6 +312,30 @@ def test_ring_bias_grad_is_each_ranks_rows_of_one_process_dbias(sharding, bias_s
     assert_close(dbias_r, dbias[:, :, pos])
 
 
+@pytest.mark.parametrize("sharding", ["contiguous", "zigzag"])
+@pytest.mark.parametrize("bias_heads", [12, 1])
+def test_ulysses_takes_each_ranks_heads_of_a_bias(sharding, bias_heads):
+    """A bias under ulysses: each rank passes its heads over every query row and key (a one-head bias
+    as it is); o, the gradients and dbias (its heads', or their sum) are one process's."""
+    n, hq = 37, 12
+    q, k, v, dout = problem(n, hq, 4, 16, seed=59)
+    drawn = np.random.default_rng(61).standard_normal((2, bias_heads, n, n))
+    bias = np.broadcast_to(drawn, (2, hq, n, n)).copy()
+    opt = dict(causal=True, window=(20, 0), softcap=5.0)
+    o, lse = kattn.attention(q, k, v, return_lse=True, bias=bias, **opt)
+    *ref, dbias = kattn.attention_backward(q, k, v, o, lse, dout, bias=bias, bias_grad=True, **opt)
+    pos = positions("ulysses", n, COMM, sharding=sharding)
+    heads = slice(COMM.Get_rank() * hq // P, (COMM.Get_rank() + 1) * hq // P)
+    mine = np.ascontiguousarray(drawn[:, heads] if bias_heads == hq else drawn)
+    o_r, lse_r = forward("ulysses", COMM, q[:, pos], k[:, pos], v[:, pos], sharding=sharding, bias=mine, **opt)
+    assert_close(o_r, o[:, pos])
+    *grads, dbias_r = backward("ulysses", COMM, q[:, pos], k[:, pos], v[:, pos], o_r, lse_r, dout[:, pos],
+                               sharding=sharding, bias=mine, bias_grad=True, **opt)
+    for got, whole in zip(grads, ref):
+        assert_close(got, whole[:, pos])
+    assert_close(dbias_r, dbias[:, heads] if bias_heads == hq else dbias[:, heads].sum(axis=1, keepdims=True))
+
+
 def test_bias_grad_is_refused_on_every_rank_without_a_float_bias_or_off_the_ring():
     n = 16
     q, k, v, dout = problem(n, 4, 2, 8, seed=7)
@@ -323,5 +348,6 @@ def test_bias_grad_is_refused_on_every_rank_without_a_float_bias_or_off_the_ring
     with pytest.raises(kattn.Error, match=re.escape("bias_grad: a boolean bias (a mask) has no gradient")):
         backward("ring", COMM, *shards, o, lse, dout[:, pos], bias=mask, bias_grad=True)
     bias = np.zeros((1, 1, len(pos), n))
-    with pytest.raises(kattn.Error, match=re.escape("bias: the distributed calls take one with scheme ring, got grid")):
+    refused = "bias: the distributed calls take one with scheme ring, ulysses or sharded-kv, got grid"
+    with pytest.raises(kattn.Error, match=re.escape(refused)):
         backward("grid", COMM, *shards, o, lse, dout[:, pos], bias=bias, bias_grad=True)

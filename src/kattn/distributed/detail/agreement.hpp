@@ -80,15 +80,17 @@ std::vector<Agreed> backward_fields(DistCall call, const BackwardParams<T>& p, c
   return fields;
 }
 
-// After the split (Nk, the sequence's keys over every rank), collective: the ring's bias
-// (Options::bias) holds this rank's query rows over every key, [B or 1, Hq or 1, q_len, Nk], and its
-// gradient (dbias, or none) the same shape.
+// Collective: a rank passes the bias (Options::bias) of the scores it computes, p's query rows and
+// heads over `keys`, [B or 1, p.heads_q or 1, p.q_len, keys], and its gradient (dbias, or none) the
+// same shape. The ring: its query rows over every key of the sequence (keys = Nk, after the split);
+// sharded_kv: every query row (they are replicated) over its own keys (keys = p.kv_len); ulysses:
+// its Hq/P query heads over every query row and key (p those heads over Nq rows, keys = Nk).
 template <class P>
-void require_sharded_bias(MPI_Comm comm, const P& p, std::int64_t Nk, const Options& opt,
+void require_sharded_bias(MPI_Comm comm, const P& p, std::int64_t keys, const Options& opt,
                           const ScoreBiasGradient& dbias = {}) {
   collective_check(comm, [&] {
     P whole = p;
-    whole.kv_len = Nk;
+    whole.kv_len = keys;
     kattn::detail::require_bias(opt, whole);
     kattn::detail::require_bias_gradient(opt, dbias);
   });

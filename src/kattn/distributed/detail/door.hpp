@@ -77,10 +77,13 @@ inline void validate_call(const Options& opt, const DistOptions& d) {
   // Only the ring has a transfer-free stand-in (DistOptions::communicate = false measures its overlap).
   KATTN_REQUIRE(d.communicate || d.scheme == Scheme::ring, "communicate: false is for the ring's forward alone; ",
                 name(d.scheme), " always transfers");
-  // The ring's blocks stay on the rank of their queries, which holds their bias rows; the other
-  // schemes would move N^2 bias values.
-  KATTN_REQUIRE(!opt.bias.active() || d.scheme == Scheme::ring,
-                "bias: the distributed calls take one with scheme ring, got ", name(d.scheme));
+  // A rank passes the bias of the scores it computes (agreement.hpp, require_sharded_bias): the
+  // ring's blocks stay on the rank of their queries, sharded_kv's on the rank of their keys,
+  // ulysses' on the rank of their heads, so no bias value moves; hybrid and grid compute blocks
+  // whose bias no one rank would hold.
+  KATTN_REQUIRE(
+      !opt.bias.active() || d.scheme == Scheme::ring || d.scheme == Scheme::sharded_kv || d.scheme == Scheme::ulysses,
+      "bias: the distributed calls take one with scheme ring, ulysses or sharded-kv, got ", name(d.scheme));
 }
 
 inline void refuse_atomic_if_deterministic(const DistOptions& d, const BackwardOptions& bopt) {

@@ -20,10 +20,13 @@ namespace {
 // The checks agreed on every rank, the split of the positions (the scheme's layout), the
 // measurements and one latch for the whole call (in hybrid a failure in any ring group reaches
 // every rank, and the rings run through it); body(split, stats, latch) runs the exchanges.
+// ulysses' bias (the door refuses hybrid's) is that of the scores the rank computes: its query
+// heads (head_split) over every query row and key in global order, [B or 1, Hq/P or 1, Nq, Nk],
+// and dbias the same shape.
 template <class ExecSpace, class T, class Body>
 DistStats run_head_sharded(MPI_Comm comm, const char* region_name, const std::vector<Agreed>& fields,
                            const AttentionParams<T>& f, const Options& opt, const DistOptions& d, bool backward,
-                           const Body& body) {
+                           const ScoreBiasGradient& dbias, const Body& body) {
   compat::ScopedRegion area("kattn::dist");
   compat::ScopedRegion region(region_name);
   const double t0 = now();
@@ -39,6 +42,11 @@ DistStats run_head_sharded(MPI_Comm comm, const char* region_name, const std::ve
   if (backward) require_whole_groups(f.heads_kv, hybrid ? ulysses_ranks(P, d) : P, d);
   const GlobalSplit split =
       hybrid ? hybrid_split(comm, f.q_len, f.kv_len, d) : sharded_split(comm, f.q_len, f.kv_len, d);
+  if (!hybrid) {
+    AttentionParams<T> mine = f;
+    mine.heads_q = f.heads_q / P, mine.q_len = split.Nq;
+    require_sharded_bias(comm, mine, split.Nk, opt, dbias);
+  }
   DistStats stats;
   stats.staged = needs_staging<typename ExecSpace::memory_space>(d.staging);
   FailureLatch latch(comm);
@@ -46,6 +54,14 @@ DistStats run_head_sharded(MPI_Comm comm, const char* region_name, const std::ve
   latch.settle();
   stats.seconds = now() - t0;
   return stats;
+}
+
+// The query heads this rank computes under ulysses (head_split).
+HeadRange query_heads_of_rank(MPI_Comm comm, int heads_q) {
+  int rank = 0, P = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &P);
+  return {rank * (heads_q / P), heads_q / P};
 }
 
 // One head block's ring (hybrid). The ring takes float or double storage, or float queries over
@@ -88,7 +104,7 @@ DistStats head_sharded_forward_impl(MPI_Comm comm, const ExecSpace& space, const
       problem_fields(hybrid ? DistCall::hybrid_forward : DistCall::ulysses_forward, p, opt, d);
   fields.push_back(Agreed::boolean("lse", "an LSE output", p.lse.data != nullptr));
   return run_head_sharded<ExecSpace>(
-      comm, hybrid ? "kattn::dist::hybrid" : "kattn::dist::ulysses", fields, p, opt, d, false,
+      comm, hybrid ? "kattn::dist::hybrid" : "kattn::dist::ulysses", fields, p, opt, d, false, {},
       [&](const GlobalSplit& split, DistStats& stats, FailureLatch& latch) {
         if (hybrid) {
           const HybridGrid grid(comm, d);
@@ -103,11 +119,14 @@ DistStats head_sharded_forward_impl(MPI_Comm comm, const ExecSpace& space, const
           return;
         }
         const Options local = local_options<ExecSpace, T>(space, p.head_dim, split.Nq * p.group_size(), opt, d);
+        const int mine = query_heads_of_rank(comm, p.heads_q).first;
         head_sharded_forward<ExecSpace, T>(comm, space, p, split.q_layout, split.kv_layout, stats, latch,
                                            opt.workspace, [&](const AttentionParams<T>& a, int first_head,
                                                               DistStats& s) {
                                              latch.guard([&] {
-                                               local_forward(space, a, heads_of(local, first_head, a.heads_q), s);
+                                               Options o = heads_of(local, first_head, a.heads_q);
+                                               o.bias = bias_heads(o.bias, first_head - mine, a.heads_q);
+                                               local_forward(space, a, o, s);
                                                if (d.progress) d.progress(1, 1);
                                              });
                                            });
@@ -125,7 +144,7 @@ DistStats head_sharded_backward_impl(MPI_Comm comm, const ExecSpace& space, cons
   return run_head_sharded<ExecSpace>(
       comm, hybrid ? "kattn::dist::hybrid_backward" : "kattn::dist::ulysses_backward",
       problem_fields(hybrid ? DistCall::hybrid_backward : DistCall::ulysses_backward, f, opt, d), f, opt, d, true,
-      [&](const GlobalSplit& split, DistStats& stats, FailureLatch& latch) {
+      bopt.dbias, [&](const GlobalSplit& split, DistStats& stats, FailureLatch& latch) {
         if (hybrid) {
           const HybridGrid grid(comm, d);
           head_sharded_backward<ExecSpace, T>(
@@ -146,12 +165,19 @@ DistStats head_sharded_backward_impl(MPI_Comm comm, const ExecSpace& space, cons
         Options local = opt;
         local.progress = nullptr;  // DistOptions::progress reports the call's progress
         const BackwardOptions local_bopt = local_backward_options(space, whole, opt, d, bopt);
+        const HeadRange mine = query_heads_of_rank(comm, f.heads_q);
+        HeadsBiasGradient<ExecSpace, Acc> dbias(space, bopt.dbias, mine.count, opt.workspace);
         head_sharded_backward<ExecSpace, T>(comm, space, p, split.q_layout, split.kv_layout, stats, latch,
                                             opt.workspace, [&](const BackwardParams<Acc>& b, int first_head,
                                                                DistStats& s) {
                                               latch.guard([&] {
-                                                local_backward(space, b, heads_of(local, first_head, b.fwd.heads_q),
-                                                               local_bopt, s);
+                                                const int h = first_head - mine.first, n = b.fwd.heads_q;
+                                                Options o = heads_of(local, first_head, n);
+                                                o.bias = dbias.bias(o.bias, h, n);
+                                                BackwardOptions bo = local_bopt;
+                                                bo.dbias = dbias.block(h, n);
+                                                local_backward(space, b, o, bo, s);
+                                                if (h + n == dbias.heads()) dbias.finish();
                                                 if (d.progress) d.progress(1, 1);
                                               });
                                             });

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "kattn/backward_params.hpp"
+#include "kattn/core/score_bias.hpp"
+#include "kattn/detail/bias_gradient.hpp"
 #include "kattn/core/attention_params.hpp"
 #include "kattn/distributed/detail/buffer_memory.hpp"
 #include "kattn/distributed/options.hpp"
@@ -45,6 +47,81 @@ inline Options heads_of(const Options& opt, int first, int count) {
     o.alibi_slopes.assign(opt.alibi_slopes.begin() + first, opt.alibi_slopes.begin() + first + count);
   return o;
 }
+
+// Heads [first, first + count) of a bias or its gradient (Options::bias, BackwardOptions::dbias)
+// whose head dim counts from the rank's first query head; a head dim of 1 is broadcast and stays.
+template <class Bias>
+Bias bias_heads(Bias s, int first, int count) {
+  if (!s.active() || s.heads == 1) return s;
+  s.dispatch([&](auto tag) {
+    using B = decltype(tag);
+    s.data = static_cast<const B*>(s.data) + first * s.stride_head;
+  });
+  s.heads = count;
+  return s;
+}
+
+// ulysses' dbias over the blocks of the rank's heads (head_split): each block writes its heads' rows
+// of it. A dbias broadcast over heads is the sum over all the rank's heads, which one block's
+// backward cannot form when the heads take several blocks: then the blocks write a full-head sum in
+// the accumulation type T (allocated with the first block, inside its guarded step), summed over
+// heads in order into dbias after the last (finish), as one call over every head would.
+template <class ExecSpace, class T>
+class HeadsBiasGradient {
+ public:
+  HeadsBiasGradient(const ExecSpace& space, const ScoreBiasGradient& dbias, int heads, Workspace* ws)
+      : space_(space), dbias_(dbias), heads_(heads), ws_(ws) {}
+  int heads() const { return heads_; }
+
+  // Whether the blocks write the full-head sum (a dbias broadcast over several blocks' heads).
+  bool summed(int count) const { return dbias_.active() && dbias_.heads == 1 && count != heads_; }
+
+  // The bias the block of heads [first, first + count) reads: its heads, or (summed) the one head
+  // repeated over them (stride 0), the shape of its gradient's target.
+  ScoreBias bias(ScoreBias s, int first, int count) const {
+    if (!summed(count)) return bias_heads(s, first, count);
+    s.heads = count, s.stride_head = 0;
+    return s;
+  }
+
+  // Where the block of heads [first, first + count) writes its gradient.
+  ScoreBiasGradient block(int first, int count) {
+    if (!summed(count)) return bias_heads(dbias_, first, count);
+    if (!full_.data()) {
+      const std::int64_t values = std::int64_t(dbias_.batch) * heads_ * dbias_.q_len * dbias_.kv_len;
+      using Mem = typename ExecSpace::memory_space;
+      full_ = take_buffer<T, Mem>(ws_, space_, "kattn::dist::ulysses::dbias_heads", values);
+      sum_.data = full_.data();
+      sum_.type = bias_type_of<T>();
+      sum_.batch = dbias_.batch, sum_.heads = heads_, sum_.q_len = dbias_.q_len, sum_.kv_len = dbias_.kv_len;
+      sum_.stride_q = dbias_.kv_len;
+      sum_.stride_head = dbias_.q_len * dbias_.kv_len;
+      sum_.stride_batch = heads_ * sum_.stride_head;
+    }
+    return bias_heads(sum_, first, count);
+  }
+
+  // dbias from the full-head sum, once every block has written its heads (nothing without one).
+  void finish() const {
+    if (!full_.data()) return;
+    using Rows = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>, Kokkos::IndexType<std::int64_t>>;
+    dbias_.dispatch([&](auto tag) {
+      using B = decltype(tag);
+      if constexpr (!std::is_same_v<B, bool>)
+        Kokkos::parallel_for("kattn::dist::ulysses::dbias_sum",
+                             Rows(space_, {0, 0, 0}, {dbias_.batch, 1, dbias_.q_len}),
+                             kattn::detail::SumBiasRows<T, B>{full_.data(), dbias_.batch, heads_, dbias_});
+    });
+    space_.fence();
+  }
+
+ private:
+  ExecSpace space_;
+  ScoreBiasGradient dbias_, sum_;
+  int heads_ = 0;
+  Workspace* ws_ = nullptr;
+  Kokkos::View<T*, typename ExecSpace::memory_space> full_;
+};
 
 // A dense whole-sequence buffer [B][N][heads][dim] from head `first` on.
 template <class U>

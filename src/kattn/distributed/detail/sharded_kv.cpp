@@ -63,6 +63,7 @@ DistStats sharded_kv_impl(MPI_Comm comm, const ExecSpace& space, const Attention
   fields.push_back(Agreed::integer("q", "query positions", p.q_len));
   collective_agree(comm, fields);
   require_no_block_mask(opt);
+  require_sharded_bias(comm, p, p.kv_len, opt);  // every query row over this rank's keys: no bias value moves
   KATTN_REQUIRE(d.root < P, "root: expected a rank of the communicator (0 .. ", P - 1, ") or -1, got ", d.root);
 
   // This rank's keys in the global cache.
