@@ -47,6 +47,8 @@ void read_dist_flags(Args& args, const std::string& mode, int ranks, const std::
   f.d.deterministic = args.flag("--deterministic");
   f.d.chunk = args.integer("--chunk", 1, std::int64_t(1) << 40).value_or(0);
   f.bias_file = args.value("--bias");
+  // Each rank reads the query rows of the bias; ulysses' heads and decode's key columns are other slices.
+  KATTN_REQUIRE(!f.bias_file || mode == "ring", "--bias: the program takes one with --dist ring only, got ", mode);
   f.opt = read_options(args);
   if (wants_batch_inputs(args)) {
     KATTN_REQUIRE(mode == "ring", "--dist ", mode, ": a ragged batch goes round the ring only (--dist ring)");
