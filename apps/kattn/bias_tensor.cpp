@@ -1,6 +1,7 @@
 #include "bias_tensor.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "dtype.hpp"
@@ -32,7 +33,14 @@ ScoreBias typed_bias(io::DType dtype, const unsigned char* bytes, const std::vec
 
 }  // namespace
 
-void BiasTensor::read(Args& args, const BiasRows* rows) {
+RowBlock BiasSlice::block(const std::vector<std::int64_t>& s) const {
+  RowBlock b{1, s[axis], 1, broadcast(s) ? std::vector<PositionRun>{{0, 0, 1}} : runs};
+  for (int d = 0; d < axis; ++d) b.outer *= s[d];
+  for (int d = axis + 1; d < 4; ++d) b.inner *= s[d];
+  return b;
+}
+
+void BiasTensor::read(Args& args, const BiasSlice* slice) {
   const auto value = args.value("--bias");
   if (!value) return;
   io::NpyArray a;
@@ -40,11 +48,14 @@ void BiasTensor::read(Args& args, const BiasRows* rows) {
     const RandomProblem r = random_problem(args, "--bias random");
     KATTN_REQUIRE(r.dense, "--bias random: draws a [B, Hq, Nq, Nk] bias for --random B,NQ,NK,HQ,HKV,D (dense inputs)");
     a.dtype = io::DType::f32;
-    a.shape = {r.B, r.Hq, rows ? RowBlock{1, r.Nq, 1, rows->runs}.local_length() : r.Nq, r.Nk};
-    const std::vector<double> values = random_bias(r, rows ? &rows->runs : nullptr);
+    a.shape = {r.B, r.Hq, r.Nq, r.Nk};
+    whole_shape_ = a.shape;
+    const std::optional<RowBlock> block = slice ? std::optional<RowBlock>(slice->block(a.shape)) : std::nullopt;
+    if (block) a.shape[slice->axis] = block->local_length();
+    const std::vector<double> values = random_bias(r, block ? &*block : nullptr);
     a.bytes = encode_values(a.dtype, values.data(), values.size());
   } else {
-    if (rows) {
+    if (slice) {
       const io::NpyHeader h = read_input_header("--bias", *value);
       a.dtype = h.dtype, a.shape = h.shape;
     } else {
@@ -54,15 +65,17 @@ void BiasTensor::read(Args& args, const BiasRows* rows) {
                   ": expected a rank-4 array [B or 1, Hq or 1, Nq, Nk], got rank ", a.shape.size());
     KATTN_REQUIRE(a.is_floating() || a.is_16bit() || a.dtype == io::DType::b1, "--bias ", *value,
                   ": expected float32, float64, float16, bf16 bits (<u2) or bool data, got ", io::name(a.dtype));
-    if (rows) {
-      // The whole array against the whole problem, in the call's words (the call sees only the rows).
-      const auto& s = a.shape;
-      KATTN_REQUIRE((s[0] == 1 || s[0] == rows->B) && (s[1] == 1 || s[1] == rows->Hq) && s[2] == rows->Nq &&
-                        s[3] == rows->Nk,
-                    "bias: expected [", rows->B, " or 1, ", rows->Hq, " or 1, ", rows->Nq, ", ", rows->Nk, "], got [",
-                    s[0], ", ", s[1], ", ", s[2], ", ", s[3], "]");
-      a.bytes = read_row_bytes(*value, read_input_header("--bias", *value), RowBlock{s[0] * s[1], s[2], s[3], rows->runs});
-      a.shape[2] = RowBlock{1, s[2], 1, rows->runs}.local_length();
+    whole_shape_ = a.shape;
+    if (slice) {
+      // The whole array against the whole problem, in the call's words (the call sees only the slice).
+      const auto& s = whole_shape_;
+      KATTN_REQUIRE((s[0] == 1 || s[0] == slice->B) && (s[1] == 1 || s[1] == slice->Hq) && s[2] == slice->Nq &&
+                        s[3] == slice->Nk,
+                    "bias: expected [", slice->B, " or 1, ", slice->Hq, " or 1, ", slice->Nq, ", ", slice->Nk,
+                    "], got [", s[0], ", ", s[1], ", ", s[2], ", ", s[3], "]");
+      const RowBlock block = slice->block(s);
+      a.bytes = read_row_bytes(*value, read_input_header("--bias", *value), block);
+      a.shape[slice->axis] = block.local_length();
     }
     // uint8 and int8 files read as bool too: every byte made 0 or 1, a bool's only values.
     if (a.dtype == io::DType::b1)

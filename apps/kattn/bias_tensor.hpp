@@ -3,7 +3,7 @@
 // says, kept in the file's type: float32, float64, float16, bf16 bits ('<u2', npy.hpp's
 // convention) or bool; `random` draws float32 unit normals [B, Hq, Nq, Nk] (random_variants.hpp).
 // The attention call checks the shape against the problem (ragged, paged and cascade calls: padded
-// to the longest sequence), naming `bias:`; the ring takes each rank's query rows (BiasRows).
+// to the longest sequence), naming `bias:`; under --dist each rank takes its slice (BiasSlice).
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -17,22 +17,33 @@
 namespace kattn {
 namespace cli {
 
-struct BiasRows {
+// The part of a whole bias [B or 1, Hq or 1, Nq, Nk] one rank passes under --dist: the bias of the
+// scores it computes, the runs `runs` of one axis and the other axes whole. Axis 1 (query heads:
+// ulysses) may be broadcast (1 in the file): every rank then takes it whole. Axis 2: query rows
+// (the ring); axis 3: keys (decode).
+struct BiasSlice {
   std::int64_t B = 0, Hq = 0, Nq = 0, Nk = 0;  // the whole problem's
-  std::vector<PositionRun> runs;               // the query positions read
+  int axis = 2;
+  std::vector<PositionRun> runs;
+  // Whether a bias of shape s (the whole's) broadcasts the slice's axis.
+  bool broadcast(const std::vector<std::int64_t>& s) const { return axis == 1 && s[1] == 1 && Hq > 1; }
+  // The slice of an array of shape s as [outer, s[axis], inner] runs (read_rows, write_rows).
+  RowBlock block(const std::vector<std::int64_t>& s) const;
 };
 
 class BiasTensor {
  public:
-  // Takes --bias (nothing without it). With `rows`, only those query positions (dim 2) of a bias of
-  // their problem, [B or 1, Hq or 1, n, Nk] (a rank's rows for the ring): the whole shape checked,
-  // only the rows read (or drawn, with the whole draw's values).
-  void read(Args& args, const BiasRows* rows = nullptr);
+  // Takes --bias (nothing without it). With `slice`, only that part of a bias of its problem (a
+  // rank's under --dist): the whole shape checked, only the slice read (or drawn, with the whole
+  // draw's values).
+  void read(Args& args, const BiasSlice* slice = nullptr);
 
   bool active() const { return device_.active(); }
   bool boolean() const { return device_.type == BiasType::boolean; }
-  // [batch, heads, Nq, Nk] as given (broadcast dims 1).
+  // [batch, heads, Nq, Nk] as held (broadcast dims 1; a slice's extent on its axis).
   std::vector<std::int64_t> shape() const { return {device_.batch, device_.heads, device_.q_len, device_.kv_len}; }
+  // The whole bias's shape, of which this may hold a slice.
+  const std::vector<std::int64_t>& whole_shape() const { return whole_shape_; }
   // A float64 array of the bias's shape for its gradient (--dbias), whatever the bias's type.
   Kokkos::View<double****, Kokkos::LayoutRight> gradient_view() const {
     return Kokkos::View<double****, Kokkos::LayoutRight>("dbias", device_.batch, device_.heads, device_.q_len,
@@ -48,6 +59,7 @@ class BiasTensor {
   Kokkos::View<unsigned char*> bytes_;  // the elements as stored, in the default memory space
   Kokkos::View<unsigned char*>::HostMirror host_bytes_;
   ScoreBias device_, host_;
+  std::vector<std::int64_t> whole_shape_;
 };
 
 }  // namespace cli

@@ -1,6 +1,7 @@
 #include "dist_files.hpp"
 
 #include "dense_layout.hpp"
+#include "dist_io.hpp"
 #include "dtype.hpp"
 #include "kattn/distributed/collective.hpp"
 
@@ -45,12 +46,11 @@ DenseInputs describe_on_every_rank(MPI_Comm comm, const char* command, const std
   return in;
 }
 
-Options with_bias_rows(MPI_Comm comm, const char* command, const std::vector<std::string>& input_args,
-                       const DenseInputs& in, const std::vector<PositionRun>& q_runs, BiasTensor& bias, Options opt) {
+Options with_bias_slice(MPI_Comm comm, const char* command, const std::vector<std::string>& input_args,
+                        const BiasSlice& slice, BiasTensor& bias, Options opt) {
   dist::collective_check(comm, [&] {
     Args inputs(command, input_args);
-    const BiasRows rows{in.B, in.Hq, in.Nq, in.Nk, q_runs};
-    bias.read(inputs, &rows);
+    bias.read(inputs, &slice);
   });
   if (bias.active()) opt.bias = bias.device();
   return opt;
@@ -72,10 +72,13 @@ void write_lse_positions(MPI_Comm comm, const std::string& path, const DenseInpu
   write_positions(comm, path, lse_dtype(in.dtype), {in.B, H, layout.length()}, rows, local);
 }
 
-void write_dbias_positions(MPI_Comm comm, const std::string& path, const std::vector<std::int64_t>& shape,
-                           const dist::SequenceLayout& layout, const std::vector<double>& local) {
-  const RowBlock rows{shape[0] * shape[1], layout.length(), shape[3], runs_of(layout, rank_of(comm))};
-  write_positions(comm, path, io::DType::f64, shape, rows, local);
+void write_dbias(MPI_Comm comm, const std::string& path, const std::vector<std::int64_t>& shape,
+                 const BiasSlice& slice, const std::vector<double>& local) {
+  RowBlock block = slice.block(shape);
+  if (!slice.broadcast(shape)) return write_positions(comm, path, io::DType::f64, shape, block, local);
+  const std::vector<double> sum = gather_blocks(comm, local, block.local_size(), [&](int) { return block; }, true);
+  if (rank_of(comm) != 0) block.runs.clear();
+  write_positions(comm, path, io::DType::f64, shape, block, sum);
 }
 
 void write_packed_rows(MPI_Comm comm, const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,

@@ -26,11 +26,10 @@ std::vector<PositionRun> runs_of(const dist::SequenceLayout& layout, int rank);
 DenseInputs describe_on_every_rank(MPI_Comm comm, const char* command, const std::vector<std::string>& input_args,
                                    const std::string& extra, DenseSource& source);
 
-// opt with the ring's bias: --bias (in input_args) as this rank holds it, its query positions
-// `q_runs` over every key (BiasRows), read or drawn on every rank into `bias`; a bad file on any
-// rank is the same kattn::Error on every rank. opt unchanged without --bias.
-Options with_bias_rows(MPI_Comm comm, const char* command, const std::vector<std::string>& input_args,
-                       const DenseInputs& in, const std::vector<PositionRun>& q_runs, BiasTensor& bias, Options opt);
+// opt with this rank's slice of --bias (in input_args), read or drawn on every rank into `bias`; a
+// bad file on any rank is the same kattn::Error on every rank. opt unchanged without --bias.
+Options with_bias_slice(MPI_Comm comm, const char* command, const std::vector<std::string>& input_args,
+                        const BiasSlice& slice, BiasTensor& bias, Options opt);
 
 // Writes a [B, N, H, D] array in in.dtype and in.layout whose positions `layout` spreads over the
 // ranks, `local` being this rank's [B, n, H, D] (bnhd): rank 0 the header, every rank its rows.
@@ -41,10 +40,11 @@ void write_dense_positions(MPI_Comm comm, const std::string& path, const DenseIn
 void write_lse_positions(MPI_Comm comm, const std::string& path, const DenseInputs& in, std::int64_t H,
                          const dist::SequenceLayout& layout, const std::vector<double>& local);
 
-// Writes the bias's gradient [Bb, Hb, N, Nk] in float64 whose query positions `layout` spreads
-// over the ranks, `local` being this rank's [Bb, Hb, n, Nk].
-void write_dbias_positions(MPI_Comm comm, const std::string& path, const std::vector<std::int64_t>& shape,
-                           const dist::SequenceLayout& layout, const std::vector<double>& local);
+// Writes the gradient of a bias of `shape` (the whole's) in float64, `local` being this rank's
+// slice of it. A slice along a broadcast axis is every rank's share of the whole gradient: the
+// shares are summed on rank 0 (in rank order), which writes them.
+void write_dbias(MPI_Comm comm, const std::string& path, const std::vector<std::int64_t>& shape,
+                 const BiasSlice& slice, const std::vector<double>& local);
 
 // Writes a packed [total, ...] array `shape` (a ragged batch's outputs) in `dtype`, `local` being
 // this rank's rows `rows` (packed indices) in that order: rank 0 the header, every rank its rows.

@@ -1,6 +1,7 @@
 #include "dist_io.hpp"
 
 #include <algorithm>
+#include <functional>
 
 #include "dist_files.hpp"
 #include "kattn/errors.hpp"
@@ -21,26 +22,35 @@ void receive_doubles(std::vector<double>& v, int from, MPI_Comm comm) {
              comm, MPI_STATUS_IGNORE);
 }
 
-std::vector<double> gather_positions(MPI_Comm comm, const std::vector<double>& local, std::int64_t outer,
-                                     std::int64_t inner, const dist::SequenceLayout& layout) {
-  const int rank = rank_of(comm);
-  if (rank != 0) {
+std::vector<double> gather_blocks(MPI_Comm comm, const std::vector<double>& local, std::int64_t size,
+                                  const std::function<RowBlock(int rank)>& block_of, bool sum) {
+  if (rank_of(comm) != 0) {
     send_doubles(local, 0, comm);
     return {};
   }
-  std::vector<double> global(static_cast<std::size_t>(outer * layout.length() * inner));
-  for (int r = 0; r < layout.ranks(); ++r) {
-    std::vector<double> part(static_cast<std::size_t>(outer * layout.local_length(r) * inner));
+  std::vector<double> global(static_cast<std::size_t>(size));
+  for (int r = 0; r < ranks_in(comm); ++r) {
+    const RowBlock block = block_of(r);
+    std::vector<double> part(static_cast<std::size_t>(block.local_size()));
     if (r == 0)
       part = local;
     else
       receive_doubles(part, r, comm);
-    for_each_span(RowBlock{outer, layout.length(), inner, runs_of(layout, r)},
-                  [&](std::int64_t g, std::int64_t l, std::int64_t count) {
-                    std::copy(part.begin() + l, part.begin() + l + count, global.begin() + g);
-                  });
+    for_each_span(block, [&](std::int64_t g, std::int64_t l, std::int64_t count) {
+      if (sum)
+        std::transform(part.begin() + l, part.begin() + l + count, global.begin() + g, global.begin() + g,
+                       std::plus<>());
+      else
+        std::copy(part.begin() + l, part.begin() + l + count, global.begin() + g);
+    });
   }
   return global;
+}
+
+std::vector<double> gather_positions(MPI_Comm comm, const std::vector<double>& local, std::int64_t outer,
+                                     std::int64_t inner, const dist::SequenceLayout& layout) {
+  return gather_blocks(comm, local, outer * layout.length() * inner,
+                       [&](int r) { return RowBlock{outer, layout.length(), inner, runs_of(layout, r)}; });
 }
 
 int mode_number(const std::string& mode) {

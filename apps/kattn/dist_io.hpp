@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -65,8 +66,13 @@ void report_dist_forward(std::FILE* text, Json& j, double flops, int ranks, cons
 void report_dist_backward(std::FILE* text, Json& j, double flops, double forward_seconds, const SlowestRank& s,
                           long long peak_rss);
 
-// Rank 0 gets the global array assembled from every rank's `local` (others get an empty vector);
-// only --check needs it, the files being read and written per rank (dist_files.hpp).
+// Rank 0 gets the whole array of `size` elements assembled from every rank's `local`, rank r's
+// being block_of(r) of it (the other ranks get an empty vector); `sum`: the blocks are the same
+// elements, added in rank order. Only --check needs it, and a gradient every rank holds a share of
+// (dist_files.hpp): the files are read and written per rank.
+std::vector<double> gather_blocks(MPI_Comm comm, const std::vector<double>& local, std::int64_t size,
+                                  const std::function<RowBlock(int rank)>& block_of, bool sum = false);
+// The global array of positions `layout` spreads over the ranks, [outer, N, inner].
 std::vector<double> gather_positions(MPI_Comm comm, const std::vector<double>& local, std::int64_t outer,
                                      std::int64_t inner, const dist::SequenceLayout& layout);
 

@@ -47,8 +47,6 @@ void read_dist_flags(Args& args, const std::string& mode, int ranks, const std::
   f.d.deterministic = args.flag("--deterministic");
   f.d.chunk = args.integer("--chunk", 1, std::int64_t(1) << 40).value_or(0);
   f.bias_file = args.value("--bias");
-  // Each rank reads the query rows of the bias; ulysses' heads and decode's key columns are other slices.
-  KATTN_REQUIRE(!f.bias_file || mode == "ring", "--bias: the program takes one with --dist ring only, got ", mode);
   f.opt = read_options(args);
   if (wants_batch_inputs(args)) {
     KATTN_REQUIRE(mode == "ring", "--dist ", mode, ": a ragged batch goes round the ring only (--dist ring)");
@@ -80,7 +78,7 @@ Json dist_heading_json(std::FILE* text, const char* command, const std::string& 
 }
 
 DenseShard::DenseShard(MPI_Comm comm, const std::string& mode, const char* command, const DistFlags& f)
-    : comm_(comm), rank_(rank_of(comm)), input_args_(f.input_args) {
+    : comm_(comm), rank_(rank_of(comm)), mode_(mode), input_args_(f.input_args) {
   const int P = ranks_in(comm);
   const bool grad = command == std::string("grad");
   in_ = describe_on_every_rank(comm, command, input_args_, grad ? "--do" : "", src_);
@@ -93,7 +91,7 @@ DenseShard::DenseShard(MPI_Comm comm, const std::string& mode, const char* comma
   kv_layout_ = dist::layout_of(in_.Nk, P, f.d);
   holds_outputs = rank_ < q_layout_.ranks();
   if (f.bias_file) input_args_.insert(input_args_.end(), {"--bias", *f.bias_file});
-  opt = with_bias_rows(comm, command, input_args_, in_, runs_of(q_layout_, holds_outputs ? rank_ : 0), bias, f.opt);
+  opt = with_bias_slice(comm, command, input_args_, bias_slice(rank_), bias, f.opt);
   dtype = in_.dtype;
   shape[0] = dense_heading(in_);
   shape[1] = std::string(" layout=") + name(in_.layout) + shape[0];
@@ -106,16 +104,18 @@ DenseShard::DenseShard(MPI_Comm comm, const std::string& mode, const char* comma
   write = [this](const std::string& path, Part part, const std::vector<double>& local) {
     const bool q = part != Part::kv;
     if (part == Part::lse) return write_lse_positions(comm_, path, in_, in_.Hq, q_layout_, local);
-    if (part == Part::dbias) return write_dbias_positions(comm_, path, whole_bias_shape(), q_layout_, local);
+    if (part == Part::dbias) return write_dbias(comm_, path, bias.whole_shape(), bias_slice(rank_), local);
     write_dense_positions(comm_, path, in_, q ? in_.Hq : in_.Hkv, q ? q_layout_ : kv_layout_, local);
   };
-  // Each part as [outer, N, inner] over the positions (dbias: [Bb * Hb, Nq, Nk]).
+  // Each part as [outer, N, inner] over the positions; dbias as the ranks' slices of it.
   gather = [this](Part part, const std::vector<double>& local) {
-    const std::vector<std::int64_t> b = bias.shape();
-    const std::int64_t outer = part == Part::lse ? in_.B * in_.Hq : part == Part::dbias ? b[0] * b[1] : in_.B;
-    const std::int64_t inner = part == Part::lse     ? 1
-                               : part == Part::dbias ? b[3]
-                                                     : (part == Part::q ? in_.Hq : in_.Hkv) * in_.D;
+    if (part == Part::dbias) {
+      const std::vector<std::int64_t>& s = bias.whole_shape();
+      return gather_blocks(comm_, local, s[0] * s[1] * s[2] * s[3], [&](int r) { return bias_slice(r).block(s); },
+                           bias_slice(rank_).broadcast(s));
+    }
+    const std::int64_t outer = part == Part::lse ? in_.B * in_.Hq : in_.B;
+    const std::int64_t inner = part == Part::lse ? 1 : (part == Part::q ? in_.Hq : in_.Hkv) * in_.D;
     return gather_positions(comm_, local, outer, inner, part == Part::kv ? kv_layout_ : q_layout_);
   };
   check_run = [this, command](const std::vector<double>& o, const std::vector<double>& lse, const Console& console,
@@ -139,10 +139,13 @@ DenseShard::DenseShard(MPI_Comm comm, const std::string& mode, const char* comma
   };
 }
 
-std::vector<std::int64_t> DenseShard::whole_bias_shape() const {
-  std::vector<std::int64_t> s = bias.shape();
-  s[2] = in_.Nq;
-  return s;
+BiasSlice DenseShard::bias_slice(int rank) const {
+  if (mode_ == "decode") return BiasSlice{in_.B, in_.Hq, in_.Nq, in_.Nk, 3, runs_of(kv_layout_, rank)};
+  if (mode_ == "ulysses") {
+    const std::int64_t heads = in_.Hq / ranks_in(comm_);  // head_split's: rank r computes heads [r h, (r + 1) h)
+    return BiasSlice{in_.B, in_.Hq, in_.Nq, in_.Nk, 1, {PositionRun{rank * heads, 0, heads}}};
+  }
+  return BiasSlice{in_.B, in_.Hq, in_.Nq, in_.Nk, 2, runs_of(q_layout_, rank < q_layout_.ranks() ? rank : 0)};
 }
 
 double DenseShard::model_sent(const dist::DistOptions& d, dist::Pass pass, int bytes) const {

@@ -77,8 +77,8 @@ enum class Part { q, kv, lse, dbias };
 // What the flows do with a shard besides its typed views, set by each kind's constructor.
 struct ShardOps {
   io::DType dtype = io::DType::f32;
-  Options opt;                                    // the flags' with this rank's rows of --bias
-  BiasTensor bias;                                // dense inputs: this rank's rows of --bias
+  Options opt;                                    // the flags' with this rank's slice of --bias
+  BiasTensor bias;                                // dense inputs: this rank's slice of --bias
   bool holds_outputs = true;                      // decode: rank 0 alone
   std::string shape[2];                           // the heading's shape: grad's, run's (with the files' layout)
   double flops = 0;                               // of the forward
@@ -115,9 +115,12 @@ class DenseShard : public ShardOps {
   double model_sent(const dist::DistOptions& d, dist::Pass pass, int bytes) const;
 
  private:
-  std::vector<std::int64_t> whole_bias_shape() const;  // [Bb, Hb, Nq, Nk]
+  // The slice of --bias `rank` passes: the bias of the scores it computes (decode: its keys;
+  // ulysses: its query heads; the ring, and the schemes that refuse a bias: its query rows).
+  BiasSlice bias_slice(int rank) const;
   MPI_Comm comm_;
   int rank_ = 0;
+  std::string mode_;
   std::vector<std::string> input_args_;  // with --bias
   DenseSource src_;
   DenseInputs in_;

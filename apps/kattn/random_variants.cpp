@@ -52,15 +52,15 @@ std::vector<double> random_slopes(const RandomProblem& r) {
   return out;
 }
 
-std::vector<double> random_bias(const RandomProblem& r, const std::vector<PositionRun>* q_rows) {
+std::vector<double> random_bias(const RandomProblem& r, const RowBlock* slice) {
   // In double: the product of huge dims must not wrap before it is refused.
   const double n = double(r.B) * double(r.Hq) * double(r.Nq) * double(r.Nk);
   KATTN_REQUIRE(n < 4e9, "--bias random: ", n, " elements is more than this program will draw");
-  const RowBlock rows{r.B * r.Hq, r.Nq, r.Nk, q_rows ? *q_rows : std::vector<PositionRun>{{0, 0, r.Nq}}};
+  const RowBlock rows = slice ? *slice : RowBlock{r.B * r.Hq, r.Nq, r.Nk, {{0, 0, r.Nq}}};
   kattn::check_memory<Kokkos::HostSpace>(12 * std::uint64_t(rows.local_size()), "--bias random",
                                          "a [B, Hq, Nq, Nk] bias drawn in float64, kept in float32",
                                          "use smaller shapes or a broadcast bias file");
-  if (!q_rows) return random_normal(static_cast<std::size_t>(n), r.seed ^ kBiasStream);
+  if (!slice) return random_normal(static_cast<std::size_t>(n), r.seed ^ kBiasStream);
   return random_normal_rows(rows, r.seed ^ kBiasStream);
 }
 

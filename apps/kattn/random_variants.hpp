@@ -31,8 +31,8 @@ std::vector<double> random_sinks(const RandomProblem& r);
 // paper's slopes for 8 heads).
 std::vector<double> random_slopes(const RandomProblem& r);
 // --bias random: unit-normal values [B, Hq, Nq, Nk] in C order (stored as float32 by the caller);
-// with q_rows, only those query positions, [B, Hq, n, Nk] (the same values as the whole draw's).
-std::vector<double> random_bias(const RandomProblem& r, const std::vector<PositionRun>* q_rows = nullptr);
+// with `slice` (a BiasSlice's block of that shape), only its values, the same as the whole draw's.
+std::vector<double> random_bias(const RandomProblem& r, const RowBlock* slice = nullptr);
 
 }  // namespace cli
 }  // namespace kattn
