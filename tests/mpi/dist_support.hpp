@@ -7,6 +7,7 @@
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -146,6 +147,20 @@ View3<T> shard_lse(const View3<T>& global, const dist::SequenceLayout& layout, i
         for (std::int64_t j = 0; j < s.length; ++j) l(b, h, s.local + j) = g(b, h, s.global + j);
   Kokkos::deep_copy(local, l);
   return local;
+}
+
+// The largest |a - b| over two arrays of the same span (any storage types, widened; a NaN
+// difference gives NaN); `bitwise`: 1 where any element's bits differ, else 0.
+template <class A, class B>
+double max_abs_diff(const A& a, const B& b, bool bitwise) {
+  auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a);
+  auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b);
+  double m = 0;
+  for (std::size_t i = 0; i < ha.span(); ++i) {
+    const double x = widen(ha.data()[i]), y = widen(hb.data()[i]);
+    if (bitwise ? std::memcmp(&x, &y, sizeof(double)) != 0 : !(std::abs(x - y) <= m)) m = bitwise ? 1 : std::abs(x - y);
+  }
+  return m;
 }
 
 // This rank's rows of a [B, n, H, D] array next to the global rows they stand for.

@@ -6,7 +6,6 @@
 // the same on every rank.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -37,18 +36,6 @@ View4<B> bias_rows(const View4<B>& global, const SequenceLayout& layout, int ran
           for (std::size_t j = 0; j < Nk; ++j) l(b, h, s.local + i, j) = g(b, h, s.global + i, j);
   Kokkos::deep_copy(local, l);
   return local;
-}
-
-template <class A, class B>
-double max_abs_diff(const A& a, const B& b, bool bitwise) {
-  auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a);
-  auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b);
-  double m = 0;
-  for (std::size_t i = 0; i < ha.span(); ++i) {
-    const double x = widen(ha.data()[i]), y = widen(hb.data()[i]);
-    if (bitwise ? std::memcmp(&x, &y, sizeof(double)) != 0 : !(std::abs(x - y) <= m)) m = bitwise ? 1 : std::abs(x - y);
-  }
-  return m;
 }
 
 struct BiasCase {

@@ -7,7 +7,6 @@
 // the ring's shape, a dbias of another shape, hybrid) the same on every rank.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -57,18 +56,6 @@ View4<double> every_head(const View4<double>& one, int heads) {
         for (std::size_t j = 0; j < all.extent(3); ++j) ha(b, h, i, j) = h1(b, 0, i, j);
   Kokkos::deep_copy(all, ha);
   return all;
-}
-
-template <class A, class B>
-double max_abs_diff(const A& a, const B& b, bool bitwise) {
-  auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a);
-  auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b);
-  double m = 0;
-  for (std::size_t i = 0; i < ha.span(); ++i) {
-    const double x = widen(ha.data()[i]), y = widen(hb.data()[i]);
-    if (bitwise ? std::memcmp(&x, &y, sizeof(double)) != 0 : !(std::abs(x - y) <= m)) m = bitwise ? 1 : std::abs(x - y);
-  }
-  return m;
 }
 
 struct BiasCase {
