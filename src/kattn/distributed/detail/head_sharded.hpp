@@ -10,6 +10,7 @@
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -63,9 +64,10 @@ Bias bias_heads(Bias s, int first, int count) {
 
 // ulysses' dbias over the blocks of the rank's heads (head_split): each block writes its heads' rows
 // of it. A dbias broadcast over heads is the sum over all the rank's heads, which one block's
-// backward cannot form when the heads take several blocks: then the blocks write a full-head sum in
-// the accumulation type T (allocated with the first block, inside its guarded step), summed over
-// heads in order into dbias after the last (finish), as one call over every head would.
+// backward cannot form when the heads take several blocks: then the blocks write their heads of the
+// full-head sum in the accumulation type T, a BiasGradient over every head of the rank (created with
+// the first block, inside its guarded step, memory checked), which finish() sums over heads in order
+// into dbias after the last block, as one call over every head would.
 template <class ExecSpace, class T>
 class HeadsBiasGradient {
  public:
@@ -87,40 +89,23 @@ class HeadsBiasGradient {
   // Where the block of heads [first, first + count) writes its gradient.
   ScoreBiasGradient block(int first, int count) {
     if (!summed(count)) return bias_heads(dbias_, first, count);
-    if (!full_.data()) {
-      const std::int64_t values = std::int64_t(dbias_.batch) * heads_ * dbias_.q_len * dbias_.kv_len;
-      using Mem = typename ExecSpace::memory_space;
-      full_ = take_buffer<T, Mem>(ws_, space_, "kattn::dist::ulysses::dbias_heads", values);
-      sum_.data = full_.data();
-      sum_.type = bias_type_of<T>();
-      sum_.batch = dbias_.batch, sum_.heads = heads_, sum_.q_len = dbias_.q_len, sum_.kv_len = dbias_.kv_len;
-      sum_.stride_q = dbias_.kv_len;
-      sum_.stride_head = dbias_.q_len * dbias_.kv_len;
-      sum_.stride_batch = heads_ * sum_.stride_head;
-    }
-    return bias_heads(sum_, first, count);
+    if (!sum_) sum_.emplace(space_, dbias_, dbias_.batch, heads_, ws_);
+    return bias_heads(sum_->target(), first, count);
   }
 
   // dbias from the full-head sum, once every block has written its heads (nothing without one).
   void finish() const {
-    if (!full_.data()) return;
-    using Rows = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>, Kokkos::IndexType<std::int64_t>>;
-    dbias_.dispatch([&](auto tag) {
-      using B = decltype(tag);
-      if constexpr (!std::is_same_v<B, bool>)
-        Kokkos::parallel_for("kattn::dist::ulysses::dbias_sum",
-                             Rows(space_, {0, 0, 0}, {dbias_.batch, 1, dbias_.q_len}),
-                             kattn::detail::SumBiasRows<T, B>{full_.data(), dbias_.batch, heads_, dbias_});
-    });
+    if (!sum_) return;
+    sum_->finish();
     space_.fence();
   }
 
  private:
   ExecSpace space_;
-  ScoreBiasGradient dbias_, sum_;
+  ScoreBiasGradient dbias_;
   int heads_ = 0;
   Workspace* ws_ = nullptr;
-  Kokkos::View<T*, typename ExecSpace::memory_space> full_;
+  std::optional<kattn::detail::BiasGradient<ExecSpace, T>> sum_;
 };
 
 // A dense whole-sequence buffer [B][N][heads][dim] from head `first` on.
