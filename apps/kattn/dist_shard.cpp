@@ -145,7 +145,7 @@ BiasSlice DenseShard::bias_slice(int rank) const {
     const std::int64_t heads = in_.Hq / ranks_in(comm_);  // head_split's: rank r computes heads [r h, (r + 1) h)
     return BiasSlice{in_.B, in_.Hq, in_.Nq, in_.Nk, 1, {PositionRun{rank * heads, 0, heads}}};
   }
-  return BiasSlice{in_.B, in_.Hq, in_.Nq, in_.Nk, 2, runs_of(q_layout_, rank < q_layout_.ranks() ? rank : 0)};
+  return BiasSlice{in_.B, in_.Hq, in_.Nq, in_.Nk, 2, runs_of(q_layout_, rank)};
 }
 
 double DenseShard::model_sent(const dist::DistOptions& d, dist::Pass pass, int bytes) const {
