@@ -136,6 +136,41 @@ TEST(PairProducts, InstructionMatchesItsEmulationBitForBit) {
   }
 }
 
+// The backward's padded packs (two rows as pairs of rows; one row as pairs of consecutive
+// elements; zero past n and for a null row) on the instruction against their emulation, every n
+// from 0 to 70 into 80 pairs, with specials and subnormals.
+TEST(PairProducts, PaddedPacksMatchTheirEmulation) {
+  if (!bf16_dot_on_hardware()) GTEST_SKIP() << "this CPU has no AVX512_BF16: the emulation alone runs here";
+  std::mt19937_64 gen(fresh_seed());
+  std::uniform_int_distribution<std::uint32_t> bits;
+  const auto draw = [&](int n) {
+    std::vector<float> x(n + 1);
+    for (float& v : x) v = bits_float(n % 2 ? bits(gen) : float_bits(std::normal_distribution<float>()(gen)));
+    return x;
+  };
+  const auto expect_same = [](const std::vector<Pair>& hw, const std::vector<Pair>& em, const char* what, int n) {
+    const auto half = [](Pair p, int s) { return widen(bf16{static_cast<std::uint16_t>(p >> s)}); };
+    for (std::size_t c = 0; c < hw.size(); ++c)
+      ASSERT_TRUE(same(half(hw[c], 0), half(em[c], 0)) && same(half(hw[c], 16), half(em[c], 16)))
+          << what << " n=" << n << " pair " << c << ": " << std::hex << hw[c] << " vs " << em[c];
+  };
+  for (int n = 0; n <= 70; ++n) {
+    const std::vector<float> even = draw(n), odd = draw(n), row = draw(n);
+    std::vector<Pair> hw(80, 0xdeadbeefu), em(80, 0x12345678u);
+    detail::pack_pairs_padded_avx512(even.data(), odd.data(), hw.data(), n, 80);
+    detail::pack_pairs_padded_emulated(even.data(), odd.data(), em.data(), n, 80);
+    expect_same(hw, em, "pairs of rows", n);
+    detail::pack_pairs_padded_avx512(even.data(), nullptr, hw.data(), n, 80);
+    detail::pack_pairs_padded_emulated(even.data(), nullptr, em.data(), n, 80);
+    expect_same(hw, em, "pairs of rows, odd row null", n);
+    detail::pack_row_pairs_padded_avx512(row.data(), hw.data(), n, 48);
+    detail::pack_row_pairs_padded_emulated(row.data(), em.data(), n, 48);
+    expect_same(hw, em, "one row's pairs", n);
+    detail::pack_row_pairs_padded_avx512(nullptr, hw.data(), n, 48);
+    for (int c = 0; c < 48; ++c) ASSERT_EQ(hw[c], 0u) << "null row, pair " << c;
+  }
+}
+
 // The unmasked tiles' fused pass (2^(S^T - m), column sums, pairs) against its definition: the
 // scalar exp2 (with its clamps) of each score, summed in key order onto l, rounded pairs; scores
 // far below their column's max, -Inf and NaN among them.

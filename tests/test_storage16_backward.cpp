@@ -1,10 +1,14 @@
 // The backward in 16-bit storage: dq, dk, dv against the float64 textbook backward on the same
 // 16-bit inputs under FlashAttention's rule (at most twice the error of the textbook backward run
-// in the 16-bit type) on FlashAttention's test grid, every mask and GQA ratio; edge shapes, ragged
-// and paged batches equal to the rounding of the float backward on the same values (the 16-bit
-// backward is that, by construction).
+// in the 16-bit type) on FlashAttention's test grid, every mask and GQA ratio, on the CPU products
+// the process takes (bf16 pairs on AMD's cores with AVX512_BF16) and on bf16 pairs asked for (their
+// emulation where the CPU lacks them); with the products widened, edge shapes, ragged and paged
+// batches equal the rounding of the float backward on the same values (that path is that, by
+// construction).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <tuple>
@@ -53,14 +57,16 @@ TEST(Storage16Backward, DenseMeetsTheRuleForEveryVariantAndGqaRatio) {
   }
 }
 
-// Ragged and paged: the 16-bit backward equals the rounding of the float backward on the same
-// (widened) values, bit for bit; unused page slots come back 0.
+// Ragged and paged, products widened: the 16-bit backward equals the rounding of the float backward
+// on the same (widened) values, bit for bit; unused page slots come back 0.
 template <class S>
 void check_kinds(const std::vector<std::int64_t>& q_lens, const std::vector<std::int64_t>& kv_lens, int page,
-                 const Options& opt) {
+                 const Options& widened_opt) {
   const std::uint64_t seed = fresh_seed();
-  SCOPED_TRACE(std::string(storage_name<S>()) + " page=" + std::to_string(page) + " " + describe(Shape{}, opt) +
+  SCOPED_TRACE(std::string(storage_name<S>()) + " page=" + std::to_string(page) + " " + describe(Shape{}, widened_opt) +
                " seed=" + std::to_string(seed));
+  Options opt = widened_opt;
+  opt.cpu_products = CpuProducts::widened;
   BackwardOptions bopt;
   bopt.deterministic = true;
   RaggedProblem<float> f(q_lens, kv_lens, 8, 2, 16, seed);
@@ -108,11 +114,12 @@ void check_kinds(const std::vector<std::int64_t>& q_lens, const std::vector<std:
   expect_rounding_of(dvp, dvp_f, "paged dv");
 }
 
-// Edge shapes (one token, head dims 1 and 3, rows of a few keys): the 16-bit backward is the
-// rounding of the float backward on the same values.
+// Edge shapes (one token, head dims 1 and 3, rows of a few keys), products widened: the 16-bit
+// backward is the rounding of the float backward on the same values.
 TEST(Storage16Backward, DenseEdgeShapesAreTheRoundedFloatBackward) {
   for (const Shape& s : {Shape{1, 1, 1, 1, 1, 1}, Shape{2, 13, 13, 2, 2, 3}, Shape{1, 37, 21, 8, 1, 8}})
-    for (const Options& o : option_variants()) {
+    for (Options o : option_variants()) {
+      o.cpu_products = CpuProducts::widened;
       SCOPED_TRACE(describe(s, o));
       Problem16<bf16> p(s, fresh_seed());
       View4<float> q("q", s.B, s.Nq, s.Hq, s.D), k("k", s.B, s.Nk, s.Hkv, s.D), v("v", s.B, s.Nk, s.Hkv, s.D),
@@ -149,6 +156,118 @@ TEST(Storage16Backward, RaggedAndPagedAreTheRoundedFloatBackward) {
     for (int page : {3, 16}) {
       check_kinds<bf16>({4, 0, 33, 1}, {7, 5, 40, 0}, page, o);
       check_kinds<fp16>({4, 0, 33, 1}, {7, 5, 40, 0}, page, o);
+    }
+}
+
+// bf16 pairs asked for (the instruction where the CPU has it, else its emulation): the rule on edge
+// shapes (one token, odd head dims, 40 / 72 / 200, tiles that do not divide N, GQA) and every variant.
+TEST(Storage16Backward, PairProductsMeetTheRuleOnEdgeShapes) {
+  const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 1},   {2, 13, 13, 2, 2, 3},  {1, 37, 21, 8, 1, 8},
+                                     {1, 45, 70, 2, 1, 40}, {1, 33, 50, 4, 2, 72}, {1, 20, 29, 2, 2, 200}};
+  for (const Shape& s : shapes)
+    for (Options o : option_variants()) {
+      o.cpu_products = CpuProducts::bf16_dot;
+      check_backward<bf16>(s, o);
+    }
+  for (int ratio : {1, 4}) {
+    Options tiles;
+    tiles.cpu_products = CpuProducts::bf16_dot;
+    tiles.block_q = 7, tiles.block_k = 5;
+    check_backward<bf16>({1, 51, 83, 2 * ratio, 2, 64}, tiles);
+  }
+}
+
+// bf16 pairs on ragged and paged batches: the widened backward of the same batch to bf16's
+// rounding of P and dS (each element within 2% of the gradient's largest: an addressing fault is
+// off by the gradient's size); unused page slots come back 0.
+TEST(Storage16Backward, PairProductsOnRaggedAndPagedFollowTheWidenedBackward) {
+  std::vector<Options> variants(3);
+  variants[1].causal = true;
+  variants[2].window_left = 5, variants[2].window_right = 2, variants[2].softcap = 3.0;
+  const std::vector<std::int64_t> q_lens = {4, 0, 33, 1}, kv_lens = {7, 5, 40, 0};
+  for (Options opt : variants) {
+    const std::uint64_t seed = fresh_seed();
+    SCOPED_TRACE(describe(Shape{}, opt) + " seed=" + std::to_string(seed));
+    RaggedProblem<float> f(q_lens, kv_lens, 8, 2, 32, seed);
+    const auto space = TestSpace();
+    const View3<bf16> q = rounded_copy<bf16>(f.q), k = rounded_copy<bf16>(f.k), v = rounded_copy<bf16>(f.v);
+    View3<float> dout_f("dout", f.q.extent(0), 8, 32);
+    fill_normal(dout_f, seed + 5);
+    const View3<bf16> dout = rounded_copy<bf16>(dout_f);
+    const auto ragged = make_ragged_layout<TestMemory>(host_index(f.q_indptr()), host_index(f.kv_indptr()));
+    attention(space, f.q, kv::ragged(f.k, f.v, ragged), f.o, f.lse, opt);
+    Kokkos::fence();
+    const View3<bf16> o = rounded_copy<bf16>(f.o);
+    const auto expect_close = [](const auto& pairs, const auto& widened, const std::string& what) {
+      const std::vector<double> a = to_host(pairs), b = to_host(widened);
+      double largest = 0;
+      for (double x : b) largest = std::max(largest, std::abs(x));
+      for (std::size_t n = 0; n < a.size(); ++n)
+        ASSERT_LE(std::abs(a[n] - b[n]), 0.02 * largest + 1e-30) << what << " element " << n;
+    };
+    Options pairs = opt, widened = opt;
+    pairs.cpu_products = CpuProducts::bf16_dot;
+    widened.cpu_products = CpuProducts::widened;
+    View3<bf16> dq("dq", f.q.extent(0), 8, 32), dk("dk", f.k.extent(0), 2, 32), dv("dv", f.k.extent(0), 2, 32);
+    View3<bf16> dq_w("dq", f.q.extent(0), 8, 32), dk_w("dk", f.k.extent(0), 2, 32), dv_w("dv", f.k.extent(0), 2, 32);
+    attention_backward(space, q, kv::ragged(k, v, ragged), o, f.lse, dout, dq, dk, dv, pairs);
+    attention_backward(space, q, kv::ragged(k, v, ragged), o, f.lse, dout, dq_w, dk_w, dv_w, widened);
+    Kokkos::fence();
+    expect_close(dq, dq_w, "ragged dq");
+    expect_close(dk, dk_w, "ragged dk");
+    expect_close(dv, dv_w, "ragged dv");
+
+    PagedCopy<float> cache(f, 16, seed + 11);
+    View4<bf16> kp("kp", cache.k.extent(0), 16, 2, 32), vp("vp", cache.v.extent(0), 16, 2, 32);
+    convert_into(cache.k, kp);
+    convert_into(cache.v, vp);
+    const auto paged =
+        make_paged_layout<TestMemory>(host_index(f.q_indptr()), host_index(cache.page_indptr),
+                                      host_index(cache.page_indices), host_index(cache.last_page_len), 16);
+    View4<bf16> dkp("dkp", cache.k.extent(0), 16, 2, 32), dvp("dvp", cache.k.extent(0), 16, 2, 32);
+    View4<bf16> dkp_w("dkp", cache.k.extent(0), 16, 2, 32), dvp_w("dvp", cache.k.extent(0), 16, 2, 32);
+    poison(dkp), poison(dvp);  // slots that hold no key must come back 0
+    attention_backward(space, q, kv::paged(kp, vp, paged), o, f.lse, dout, dq, dkp, dvp, pairs);
+    attention_backward(space, q, kv::paged(kp, vp, paged), o, f.lse, dout, dq_w, dkp_w, dvp_w, widened);
+    Kokkos::fence();
+    expect_close(dq, dq_w, "paged dq");
+    expect_close(dkp, dkp_w, "paged dk");
+    expect_close(dvp, dvp_w, "paged dv");
+  }
+}
+
+// A NaN or Inf in q, k, v or dout: bf16 pairs asked for take the widened products (the NaN rule is
+// theirs), bit for bit.
+TEST(Storage16Backward, PairProductsWidenNonFiniteInputs) {
+  const Shape s{1, 40, 50, 2, 1, 32};
+  for (int which = 0; which < 4; ++which)
+    for (const bool inf : {false, true}) {
+      SCOPED_TRACE("input " + std::to_string(which) + (inf ? " Inf" : " NaN"));
+      Problem16<bf16> p(s, fresh_seed());
+      const auto space = TestSpace();
+      attention(space, p.q, kv::dense(p.k, p.v), p.o, p.lse);
+      View4<bf16> dout("dout", s.B, s.Nq, s.Hq, s.D);
+      View4<double> dout_d("dout_d", s.B, s.Nq, s.Hq, s.D);
+      fill_rounded(dout, dout_d, fresh_seed());
+      Kokkos::fence();
+      const View4<bf16> target = which == 0 ? p.q : which == 1 ? p.k : which == 2 ? p.v : dout;
+      const bf16 bad{static_cast<std::uint16_t>(inf ? 0x7f80 : 0x7fc1)};
+      Kokkos::deep_copy(Kokkos::subview(target, 0, 7, 0, 3), bad);
+      Options pairs, widened;
+      pairs.cpu_products = CpuProducts::bf16_dot;
+      widened.cpu_products = CpuProducts::widened;
+      View4<bf16> dq("dq", s.B, s.Nq, s.Hq, s.D), dk("dk", s.B, s.Nk, s.Hkv, s.D), dv("dv", s.B, s.Nk, s.Hkv, s.D);
+      View4<bf16> dq_w("dq", s.B, s.Nq, s.Hq, s.D), dk_w("dk", s.B, s.Nk, s.Hkv, s.D),
+          dv_w("dv", s.B, s.Nk, s.Hkv, s.D);
+      attention_backward(space, p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq, dk, dv, pairs);
+      attention_backward(space, p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq_w, dk_w, dv_w, widened);
+      Kokkos::fence();
+      for (const auto& [got, want, what] : {std::make_tuple(dq, dq_w, "dq"), std::make_tuple(dk, dk_w, "dk"),
+                                            std::make_tuple(dv, dv_w, "dv")}) {
+        const std::vector<double> a = to_host(got), b = to_host(want);
+        for (std::size_t n = 0; n < a.size(); ++n)
+          ASSERT_TRUE(a[n] == b[n] || (std::isnan(a[n]) && std::isnan(b[n]))) << what << " " << n;
+      }
     }
 }
 

@@ -27,6 +27,7 @@
 #include "kattn/detail/cascade.hpp"
 #include "kattn/detail/shapes.hpp"
 #include "kattn/detail/sinks.hpp"
+#include "kattn/detail/tuning.hpp"
 #include "kattn/detail/widening.hpp"
 #include "kattn/detail/zero_fill.hpp"
 #include "kattn/kv.hpp"
@@ -50,6 +51,37 @@ BackwardInfo backward_with_sinks(const ExecSpace& space, const BP& p, const Opti
   BackwardInfo info = backward_impl(space, p, opt, bopt);
   info.dsinks = sink_gradients(space, p, opt);
   return info;
+}
+
+// Whether a bf16 backward on this space multiplies as bf16 pairs: host tuning, and the CPU
+// products bf16 takes are its dot products (where `automatic` picks AMX tiles, the backward
+// widens: the tiles take no part in it).
+template <class ExecSpace, class QView>
+bool backward_pairs(const Options& opt) {
+  if constexpr (Tuning<ExecSpace, float>::host && std::is_same_v<typename QView::non_const_value_type, bf16>)
+    return host_cpu_products<bf16, bf16>(opt.cpu_products) == CpuProducts::bf16_dot;
+  (void)opt;
+  return false;
+}
+
+// The backward of one kv kind: params(q, k, v, o, dout, dq, dk, dv) describes the problem on float
+// or double views (the caller's, or for 16-bit storage their float copies: widened_backward), then
+// the kernels and the sinks' gradient.
+template <class ExecSpace, class QView, class KView, class VView, class OView, class DoView, class DqView,
+          class DkView, class DvView, class Params>
+BackwardInfo float_backward(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
+                            const DoView& dout, const DqView& dq, const DkView& dk, const DvView& dv,
+                            const Options& opt, const Params& params, const BackwardOptions& bopt) {
+  if constexpr (is_16bit_view<QView>) {
+    return widened_backward(space, q, k, v, o, dout, dq, dk, dv, opt.workspace, backward_pairs<ExecSpace, QView>(opt),
+                            [&](auto qf, auto kf, auto vf, auto of, auto df, auto dqf, auto dkf, auto dvf, bool pairs) {
+                              auto p = params(qf, kf, vf, of, df, dqf, dkf, dvf);
+                              p.pair_products = pairs;
+                              return backward_with_sinks(space, p, opt, bopt);
+                            });
+  } else {
+    return backward_with_sinks(space, params(q, k, v, o, dout, dq, dk, dv), opt, bopt);
+  }
 }
 
 }  // namespace detail
@@ -109,7 +141,9 @@ void attention(const ExecSpace& space, const QView& q, const kv::Cascade<KPView,
 // and options (tile sizes may differ; block_mask the forward's); shapes as q, k, v (dk and dv sum
 // over the query heads of each KV head's group; keys no query sees get 0). Returns when the
 // gradients are written. In 16-bit storage (every array of q's bf16 or fp16 type, lse float), the
-// float backward runs on widened copies and the gradients are rounded once (detail/widening.hpp).
+// float backward runs on widened copies and the gradients are rounded once (detail/widening.hpp);
+// bf16 on a CPU whose products are bf16 dot products (Options::cpu_products) multiplies as bf16
+// pairs, P and dS rounded to bf16 (docs/storage.md).
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LseView, class DoView,
           class DqView, class DkView, class DvView>
 BackwardInfo attention_backward(const ExecSpace& space, const QView& q, const kv::Dense<KView, VView>& kv,
@@ -120,15 +154,11 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q, const kv
       detail::accessible_from<ExecSpace, QView, KView, VView, OView, LseView, DoView, DqView, DkView, DvView>(),
       "kattn::attention_backward: the views must be accessible from the execution space");
   validate(opt);
-  if constexpr (detail::is_16bit_view<QView>) {
-    return detail::widened_backward(space, q, kv.k, kv.v, o, dout, dq, dk, dv, opt.workspace,
-                                    [&](auto qf, auto kf, auto vf, auto of, auto df, auto dqf, auto dkf, auto dvf) {
-                                      return attention_backward(space, qf, kv::dense(kf, vf), of, lse, df, dqf, dkf,
-                                                                dvf, opt, bopt);
-                                    });
-  } else {
-    return detail::backward_with_sinks(space, backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv), opt, bopt);
-  }
+  return detail::float_backward(space, q, kv.k, kv.v, o, dout, dq, dk, dv, opt,
+                                [&](auto qf, auto kf, auto vf, auto of, auto df, auto dqf, auto dkf, auto dvf) {
+                                  return backward_params(qf, kf, vf, of, lse, df, dqf, dkf, dvf);
+                                },
+                                bopt);
 }
 
 template <class ExecSpace, class QView, class KView, class VView, class MemorySpace, class OView, class LseView,
@@ -143,16 +173,11 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q, const kv
       "kattn::attention_backward: the views and the layout must be accessible from the execution space");
   validate(opt);
   detail::require_dense_for_block_mask(opt, "a ragged batch");
-  if constexpr (detail::is_16bit_view<QView>) {
-    return detail::widened_backward(space, q, kv.k, kv.v, o, dout, dq, dk, dv, opt.workspace,
-                                    [&](auto qf, auto kf, auto vf, auto of, auto df, auto dqf, auto dkf, auto dvf) {
-                                      return attention_backward(space, qf, kv::ragged(kf, vf, kv.layout), of, lse, df,
-                                                                dqf, dkf, dvf, opt, bopt);
-                                    });
-  } else {
-    return detail::backward_with_sinks(
-        space, ragged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout), opt, bopt);
-  }
+  return detail::float_backward(space, q, kv.k, kv.v, o, dout, dq, dk, dv, opt,
+                                [&](auto qf, auto kf, auto vf, auto of, auto df, auto dqf, auto dkf, auto dvf) {
+                                  return ragged_backward_params(qf, kf, vf, of, lse, df, dqf, dkf, dvf, kv.layout);
+                                },
+                                bopt);
 }
 
 // A paged cache: dk, dv [num_pages, page_size, Hkv, D] like k and v; slots no sequence uses get 0.
@@ -169,18 +194,15 @@ BackwardInfo attention_backward(const ExecSpace& space, const QView& q, const kv
       "kattn::attention_backward: the views and the layout must be accessible from the execution space");
   validate(opt);
   detail::require_dense_for_block_mask(opt, "a paged cache");
-  if constexpr (detail::is_16bit_view<QView>) {
-    return detail::widened_backward(space, q, kv.k, kv.v, o, dout, dq, dk, dv, opt.workspace,
-                                    [&](auto qf, auto kf, auto vf, auto of, auto df, auto dqf, auto dkf, auto dvf) {
-                                      return attention_backward(space, qf, kv::paged(kf, vf, kv.layout), of, lse, df,
-                                                                dqf, dkf, dvf, opt, bopt);
-                                    });
-  } else {
-    const auto p = paged_backward_params(q, kv.k, kv.v, o, lse, dout, dq, dk, dv, kv.layout);
-    detail::zero_fill(space, dk);  // the kernels write the slots that hold keys
-    detail::zero_fill(space, dv);
-    return detail::backward_with_sinks(space, p, opt, bopt);
-  }
+  return detail::float_backward(space, q, kv.k, kv.v, o, dout, dq, dk, dv, opt,
+                                [&](auto qf, auto kf, auto vf, auto of, auto df, auto dqf, auto dkf, auto dvf) {
+                                  const auto p = paged_backward_params(qf, kf, vf, of, lse, df, dqf, dkf, dvf,
+                                                                       kv.layout);
+                                  detail::zero_fill(space, dkf);  // the kernels write the slots that hold keys
+                                  detail::zero_fill(space, dvf);
+                                  return p;
+                                },
+                                bopt);
 }
 
 }  // namespace kattn

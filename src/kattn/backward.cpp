@@ -10,6 +10,7 @@
 #include "kattn/core/key_window.hpp"
 #include "kattn/core/score_scaling.hpp"
 #include "kattn/core/state.hpp"
+#include "kattn/cpu_products.hpp"
 #include "kattn/detail/alibi.hpp"
 #include "kattn/detail/backends.hpp"
 #include "kattn/detail/bias_gradient.hpp"
@@ -125,6 +126,13 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
     kern.bs = bs;
     kern.bias = opt.bias;
     kern.dbias = dbias.target();
+    if (kern.pairs()) {  // the pairs' scratch is about the float tiles' (BackwardGeometry)
+      kern.hardware = bf16_dot_on_hardware();
+      const std::size_t bytes = kern.scratch_bytes();
+      KATTN_REQUIRE(bytes <= scratch_limit(space, 1), "block_q/block_k: the backward's bf16 pair tiles need ", bytes,
+                    " bytes of scratch, more than the execution space offers; shrink block_q or block_k");
+      kern.scratch_level = bytes <= scratch_limit(space, 0) ? 0 : 1;
+    }
     auto policy = team_policy<ExecSpace, T>(space, kern.league_size(), kern);
     policy.set_scratch_size(kern.scratch_level, Kokkos::PerTeam(kern.scratch_bytes()));
     if (!pieces) {

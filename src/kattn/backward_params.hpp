@@ -19,6 +19,10 @@ struct BackwardParams {
   Operand<const T> dout;  // dO, like q: (b, i, h, d)
   Operand<T> dq;          // like q
   Operand<T> dk, dv;      // like k: (b, j, h_kv, d)
+  // q, k, v and dO hold finite bf16 values (a bf16 call's float copies) and the call's CPU products
+  // are bf16 dot products: the key pass may multiply them as bf16 pairs, rounding P and dS to bf16
+  // (detail/backward_key_pass.hpp). Host spaces in float only.
+  bool pair_products = false;
 
   KOKKOS_INLINE_FUNCTION const T* do_ptr(int b, std::int64_t i, int h) const { return fwd.q_row_ptr(dout, b, i, h); }
   KOKKOS_INLINE_FUNCTION T* dq_ptr(int b, std::int64_t i, int h) const { return fwd.q_row_ptr(dq, b, i, h); }

@@ -15,6 +15,12 @@
 // of C consecutive tiles, in snake order: chunk_tile).
 // K^T, V^T, K are copied once per key tile; Q and dO once per (key tile, query tile); every
 // product is one micro-kernel call (tile_gemm.hpp) with contiguous B and C rows.
+//
+// bf16 pairs (BackwardParams::pair_products: the float copies of bf16 storage, on a CPU whose
+// products are bf16 dot products): the same loop with every operand held as pairs of bf16 values
+// (pair_gemm.hpp) in the layout its product reads, and P and dS rounded to bf16 for the products
+// that read them, as FlashAttention's backward does on GPUs; S, P, dP, dS and the accumulators of
+// dK, dV and dQ stay float.
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -32,6 +38,7 @@
 #include "kattn/detail/backward_steps.hpp"
 #include "kattn/detail/backward_workspace.hpp"
 #include "kattn/detail/block_sparse.hpp"
+#include "kattn/detail/pair_gemm.hpp"
 #include "kattn/detail/simd.hpp"
 #include "kattn/detail/tile_gemm.hpp"
 #include "kattn/detail/tuning.hpp"
@@ -48,6 +55,10 @@ struct BackwardKeyPass {
   using KeyLanesGemm = TeamTileGemm<Tn::micro_rows, Tn::wide_micro_cols>;  // S, dP: keys on the lanes
   using DimLanesGemm = TeamTileGemm<Tn::tall_micro_rows, Tn::micro_cols>;  // dV, dK, dQ: head dim on the lanes
   static constexpr int R = backward_micro_tiles<ExecSpace, T>().key_pass_rows();  // M of S, dP and dQ
+  // Pairs run on host tuning in float: the micro-tiles are whole 16-lane vectors there.
+  static constexpr bool pairs_compile = Tn::host && std::is_same_v<T, float>;
+  using KeyLanesPairs = TeamPairGemm<Tn::micro_rows, Tn::wide_micro_cols>;
+  using DimLanesPairs = TeamPairGemm<Tn::tall_micro_rows, Tn::micro_cols>;
 
   BackwardParams<T> p;
   KeyWindow window;
@@ -65,10 +76,15 @@ struct BackwardKeyPass {
   // reports); each chunk still takes its tiles in order, so pieces give the same bits as one launch.
   std::int64_t tile_begin = 0, tile_end = INT64_MAX;
 
+  bool hardware = false;  // pairs on the instruction, else its emulation (bf16_dot_on_hardware())
+
   KOKKOS_INLINE_FUNCTION bool raw_k() const { return dq != DqStrategy::query_pass; }
   KOKKOS_INLINE_FUNCTION bool dq_tile() const { return dq != DqStrategy::query_pass; }
+  KOKKOS_INLINE_FUNCTION bool pairs() const { return pairs_compile && p.pair_products; }
   int league_size() const { return p.fwd.batch * p.fwd.heads_kv * chunks; }
-  KOKKOS_INLINE_FUNCTION std::size_t scratch_elements() const { return geo.key_pass_elements(raw_k(), dq_tile()); }
+  KOKKOS_INLINE_FUNCTION std::size_t scratch_elements() const {
+    return pairs() ? geo.key_pass_pair_elements(raw_k(), dq_tile()) : geo.key_pass_elements(raw_k(), dq_tile());
+  }
   std::size_t scratch_bytes() const { return ScratchBuffer::shmem_size(scratch_elements()); }
 
   struct Tiles {
@@ -84,9 +100,21 @@ struct BackwardKeyPass {
     T* dq;    // dQ tile, rows x dims (null for query_pass)
     T* lse2;  // per row
     T* di;    // per row
+    // Pairs only (the float K^T, V^T, K, Q and dO are then null). Pairs of dims: D2 = kp_dims / 2.
+    Pair* ktp = nullptr;  // K^T as pairs of dims over keys, D2 x keys (B of S)
+    Pair* vtp = nullptr;  // V^T likewise (B of dP)
+    Pair* kvn = nullptr;  // K as pairs of keys over dims, keys / 2 x dims (B of dQ; null for query_pass)
+    Pair* qb = nullptr;   // Q rows as pairs of dims, rows x D2 (A of S)
+    Pair* dob = nullptr;  // dO rows likewise (A of dP)
+    Pair* qvn = nullptr;  // Q as pairs of rows over dims, rows / 2 x dims (B of dK)
+    Pair* dovn = nullptr; // dO likewise (B of dV)
+    Pair* pt = nullptr;   // P as pairs of rows over keys, rows / 2 x keys (A of dV, transposed)
+    Pair* dst = nullptr;  // dS likewise (A of dK, transposed)
+    Pair* dsb = nullptr;  // dS rows as pairs of keys, rows x keys / 2 (A of dQ; null for query_pass)
   };
 
   KOKKOS_INLINE_FUNCTION Tiles carve(const ScratchBuffer& buf) const {
+    if (pairs()) return carve_pairs(buf);
     const std::size_t kd = std::size_t(geo.kp_keys) * geo.kp_dims, rd = std::size_t(geo.kp_rows) * geo.kp_dims;
     const std::size_t rk = std::size_t(geo.kp_rows) * geo.kp_keys;
     Tiles t;
@@ -106,6 +134,38 @@ struct BackwardKeyPass {
     next += dq_tile() ? rd : 0;
     t.lse2 = next;
     t.di = t.lse2 + geo.kp_rows;
+    return t;
+  }
+
+  // The pairs' carve, in the order of BackwardGeometry::key_pass_pair_elements.
+  KOKKOS_INLINE_FUNCTION Tiles carve_pairs(const ScratchBuffer& buf) const {
+    const std::size_t keys = geo.kp_keys, rows = geo.kp_rows, dims = geo.kp_dims, d2 = dims / 2;
+    T* next = buf.data();
+    const auto take = [&](std::size_t n) {
+      T* at = next;
+      next += n;
+      return at;
+    };
+    const auto take_pairs = [&](std::size_t n) { return reinterpret_cast<Pair*>(take(n)); };
+    Tiles t;
+    t.kt = t.vt = t.k = t.q = t.dout = nullptr;
+    t.ktp = take_pairs(d2 * keys);
+    t.vtp = take_pairs(d2 * keys);
+    t.kvn = raw_k() ? take_pairs(keys / 2 * dims) : nullptr;
+    t.dk = take(keys * dims);
+    t.dv = take(keys * dims);
+    t.qb = take_pairs(rows * d2);
+    t.dob = take_pairs(rows * d2);
+    t.qvn = take_pairs(rows / 2 * dims);
+    t.dovn = take_pairs(rows / 2 * dims);
+    t.s = take(rows * keys);
+    t.dp = take(rows * keys);
+    t.pt = take_pairs(rows / 2 * keys);
+    t.dst = take_pairs(rows / 2 * keys);
+    t.dsb = dq_tile() ? take_pairs(rows * keys / 2) : nullptr;
+    t.dq = dq_tile() ? take(rows * dims) : nullptr;
+    t.lse2 = take(rows);
+    t.di = take(rows);
     return t;
   }
 
@@ -191,11 +251,16 @@ struct BackwardKeyPass {
       if (windowed) vis.keys_of_rows(m, m + DimLanesGemm::rows, lo, hi);
       return true;  // rows that see no key get dQ = 0
     };
-    KeyLanesGemm::template invoke_blocks<false>(member, m_rows, geo.kp_keys, D, s.q, geo.kp_dims, 1, s.kt, geo.kp_keys,
-                                                s.s, geo.kp_keys, static_cast<const T*>(nullptr), scores_span);
-    KeyLanesGemm::template invoke_blocks<false>(member, m_rows, geo.kp_keys, D, s.dout, geo.kp_dims, 1, s.vt,
-                                                geo.kp_keys, s.dp, geo.kp_keys, static_cast<const T*>(nullptr),
-                                                scores_span);
+    if (pairs()) {
+      pair_scores(member, m_rows, scores_span, s);
+    } else {
+      KeyLanesGemm::template invoke_blocks<false>(member, m_rows, geo.kp_keys, D, s.q, geo.kp_dims, 1, s.kt,
+                                                  geo.kp_keys, s.s, geo.kp_keys, static_cast<const T*>(nullptr),
+                                                  scores_span);
+      KeyLanesGemm::template invoke_blocks<false>(member, m_rows, geo.kp_keys, D, s.dout, geo.kp_dims, 1, s.vt,
+                                                  geo.kp_keys, s.dp, geo.kp_keys, static_cast<const T*>(nullptr),
+                                                  scores_span);
+    }
     member.team_barrier();
     if (g.cap_log2 != T(0)) {
       softcap_tanh(member, s.s, m_rows * geo.kp_keys, g.inv_cap);
@@ -203,18 +268,25 @@ struct BackwardKeyPass {
     }
     gradient_rows(member, b, hk, kb, n_keys, t0, m_rows, n_rows, windowed, q_len, kv_len, s);
     member.team_barrier();
-    DimLanesGemm::template invoke_blocks<true>(member, geo.kp_keys, geo.kp_dims, n_rows, s.s, 1, geo.kp_keys, s.dout,
-                                               geo.kp_dims, s.dv, geo.kp_dims, static_cast<const T*>(nullptr),
-                                               key_grads_span);
-    DimLanesGemm::template invoke_blocks<true>(member, geo.kp_keys, geo.kp_dims, n_rows, s.dp, 1, geo.kp_keys, s.q,
-                                               geo.kp_dims, s.dk, geo.kp_dims, static_cast<const T*>(nullptr),
-                                               key_grads_span);
+    if (pairs()) {
+      pair_key_grads(member, m_rows, n_rows, key_grads_span, s);
+    } else {
+      DimLanesGemm::template invoke_blocks<true>(member, geo.kp_keys, geo.kp_dims, n_rows, s.s, 1, geo.kp_keys,
+                                                 s.dout, geo.kp_dims, s.dv, geo.kp_dims,
+                                                 static_cast<const T*>(nullptr), key_grads_span);
+      DimLanesGemm::template invoke_blocks<true>(member, geo.kp_keys, geo.kp_dims, n_rows, s.dp, 1, geo.kp_keys, s.q,
+                                                 geo.kp_dims, s.dk, geo.kp_dims, static_cast<const T*>(nullptr),
+                                                 key_grads_span);
+    }
     if (dq != DqStrategy::query_pass) {
       // The tile's dQ in scratch first, then one streaming add to memory: accumulating straight
       // into the partial array would make every micro-tile wait for its C rows from memory.
-      DimLanesGemm::template invoke_blocks<false>(member, m_rows, geo.kp_dims, n_keys, s.dp, geo.kp_keys, 1, s.k,
-                                                  geo.kp_dims, s.dq, geo.kp_dims, static_cast<const T*>(nullptr),
-                                                  dq_span);
+      if (pairs())
+        pair_dq(member, m_rows, n_keys, dq_span, s);
+      else
+        DimLanesGemm::template invoke_blocks<false>(member, m_rows, geo.kp_dims, n_keys, s.dp, geo.kp_keys, 1, s.k,
+                                                    geo.kp_dims, s.dq, geo.kp_dims, static_cast<const T*>(nullptr),
+                                                    dq_span);
       member.team_barrier();
       if (dq == DqStrategy::atomic || c == 0)
         add_dq_to_output(member, b, hk, t0, n_rows, s, dq == DqStrategy::atomic);
@@ -222,6 +294,52 @@ struct BackwardKeyPass {
         add_dq_partial(member, b, hk, c, t0, n_rows, s);
     }
     member.team_barrier();
+  }
+
+  // The pairs' five products (pairs_compile only; the float path's spans, widened to whole pairs:
+  // the P and dS the widening adds are exact zeros, and every operand finite, so the sums are
+  // those of the spans). S = k_scale Q K^T, dP = dO V^T:
+  template <class Span>
+  KOKKOS_INLINE_FUNCTION void pair_scores(const Member& member, int m_rows, const Span& span, const Tiles& s) const {
+    if constexpr (pairs_compile) {
+      const int d2 = geo.kp_dims / 2, D2 = (p.fwd.head_dim + 1) / 2;
+      KeyLanesPairs::invoke_blocks(member, m_rows, geo.kp_keys, D2, s.qb, d2, 1, s.ktp, geo.kp_keys, s.s, geo.kp_keys,
+                                   nullptr, k_scale, span, hardware);
+      KeyLanesPairs::invoke_blocks(member, m_rows, geo.kp_keys, D2, s.dob, d2, 1, s.vtp, geo.kp_keys, s.dp,
+                                   geo.kp_keys, nullptr, 1.0f, span, hardware);
+    }
+  }
+  // P and dS to pairs of rows, then dV += P^T dO, dK += dS^T Q:
+  template <class Span>
+  KOKKOS_INLINE_FUNCTION void pair_key_grads(const Member& member, int m_rows, int n_rows, const Span& span,
+                                             const Tiles& s) const {
+    if constexpr (pairs_compile) {
+      const int keys = geo.kp_keys;
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(member, m_rows / 2), [&](const int r2) {
+        const T* p0 = s.s + 2 * r2 * keys;
+        const T* ds0 = s.dp + 2 * r2 * keys;
+        pack_pairs_padded(p0, p0 + keys, s.pt + r2 * keys, keys, keys, hardware);
+        pack_pairs_padded(ds0, ds0 + keys, s.dst + r2 * keys, keys, keys, hardware);
+        if (s.dsb) {  // dS rows as pairs of keys, for dQ
+          pack_row_pairs_padded(ds0, s.dsb + 2 * r2 * (keys / 2), keys, keys / 2, hardware);
+          pack_row_pairs_padded(ds0 + keys, s.dsb + (2 * r2 + 1) * (keys / 2), keys, keys / 2, hardware);
+        }
+      });
+      member.team_barrier();
+      const int n2 = (n_rows + 1) / 2;  // pairs of rows (P and dS of the padding rows are 0)
+      DimLanesPairs::template invoke_blocks<true>(member, keys, geo.kp_dims, n2, s.pt, 1, keys, s.dovn, geo.kp_dims,
+                                                  s.dv, geo.kp_dims, nullptr, 1.0f, span, hardware);
+      DimLanesPairs::template invoke_blocks<true>(member, keys, geo.kp_dims, n2, s.dst, 1, keys, s.qvn, geo.kp_dims,
+                                                  s.dk, geo.kp_dims, nullptr, 1.0f, span, hardware);
+    }
+  }
+  // dQ = dS K:
+  template <class Span>
+  KOKKOS_INLINE_FUNCTION void pair_dq(const Member& member, int m_rows, int n_keys, const Span& span,
+                                      const Tiles& s) const {
+    if constexpr (pairs_compile)
+      DimLanesPairs::invoke_blocks(member, m_rows, geo.kp_dims, (n_keys + 1) / 2, s.dsb, geo.kp_keys / 2, 1, s.kvn,
+                                   geo.kp_dims, s.dq, geo.kp_dims, nullptr, 1.0f, span, hardware);
   }
 
   // P and dS for each row: masked (window, block mask, padding keys) where some row does not see
@@ -273,6 +391,9 @@ struct BackwardKeyPass {
   KOKKOS_INLINE_FUNCTION void load_keys(const Member& member, int b, int hk, std::int64_t kb, int n_keys,
                                         const Tiles& s) const {
     const int D = p.fwd.head_dim;
+    if constexpr (pairs_compile) {
+      if (pairs()) return load_key_pairs(member, b, hk, kb, n_keys, s);
+    }
 #if KATTN_HOST_SIMD
     if constexpr (Tn::host) {
       // On the host with whole vectors: K^T and V^T by W x W blocks through registers
@@ -323,9 +444,69 @@ struct BackwardKeyPass {
     });
   }
 
+  // load_keys as pairs: K^T and V^T as pairs of dims, K as pairs of keys (pairs run on finite
+  // inputs only, so no key is recorded as not finite).
+  KOKKOS_INLINE_FUNCTION void load_key_pairs(const Member& member, int b, int hk, std::int64_t kb, int n_keys,
+                                             const Tiles& s) const {
+    if constexpr (pairs_compile) {
+      const int D = p.fwd.head_dim, keys = geo.kp_keys, dims = geo.kp_dims, d2 = dims / 2;
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(member, keys / 2), [&](const int j2) {
+        const T* k[2];
+        for (int e = 0; e < 2; ++e) {
+          const int j = 2 * j2 + e;
+          k[e] = j < n_keys ? p.fwd.k_ptr(b, kb + j, hk) : nullptr;
+          const T* v = j < n_keys ? p.fwd.v_ptr(b, kb + j, hk) : nullptr;
+          // A key's pairs of dims, then down its column of K^T (V^T).
+          constexpr int kMaxPairs = 256;
+          Pair row[kMaxPairs];
+          for (int c0 = 0; c0 < d2; c0 += kMaxPairs) {
+            const int n = d2 - c0 < kMaxPairs ? d2 - c0 : kMaxPairs;
+            const int n_in = D - 2 * c0;
+            pack_row_pairs_padded(k[e] ? k[e] + 2 * c0 : nullptr, row, n_in, n, hardware);
+            for (int c = 0; c < n; ++c) s.ktp[std::size_t(c0 + c) * keys + j] = row[c];
+            pack_row_pairs_padded(v ? v + 2 * c0 : nullptr, row, n_in, n, hardware);
+            for (int c = 0; c < n; ++c) s.vtp[std::size_t(c0 + c) * keys + j] = row[c];
+          }
+          for (int d = 0; d < dims; ++d) s.dk[j * dims + d] = s.dv[j * dims + d] = T(0);
+        }
+        if (s.kvn) pack_pairs_padded(k[0], k[1], s.kvn + j2 * dims, D, dims, hardware);
+      });
+    }
+  }
+
+  // load_rows as pairs: Q and dO rows as pairs of dims, and as pairs of rows over dims.
+  KOKKOS_INLINE_FUNCTION void load_row_pairs(const Member& member, int b, int hk, std::int64_t t0, int m_rows,
+                                             int n_rows, const Tiles& s) const {
+    if constexpr (pairs_compile) {
+      const int G = p.fwd.group_size(), D = p.fwd.head_dim, dims = geo.kp_dims, d2 = dims / 2;
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(member, m_rows / 2), [&](const int r2) {
+        const T* q[2];
+        const T* dout[2];
+        for (int e = 0; e < 2; ++e) {
+          const int r = 2 * r2 + e;
+          const bool in_row = r < n_rows;
+          const std::int64_t i = (t0 + r) / G;
+          const int h = hk * G + static_cast<int>((t0 + r) % G);
+          q[e] = in_row ? p.fwd.q_ptr(b, i, h) : nullptr;
+          dout[e] = in_row ? p.do_ptr(b, i, h) : nullptr;
+          pack_row_pairs_padded(q[e], s.qb + r * d2, D, d2, hardware);
+          pack_row_pairs_padded(dout[e], s.dob + r * d2, D, d2, hardware);
+          const std::int64_t row = ws.row(p.fwd, b, hk, in_row ? t0 + r : t0);
+          s.lse2[r] = in_row ? ws.lse2[row] : compat::infinity<T>();
+          s.di[r] = in_row ? ws.di[row] : T(0);
+        }
+        pack_pairs_padded(q[0], q[1], s.qvn + r2 * dims, D, dims, hardware);
+        pack_pairs_padded(dout[0], dout[1], s.dovn + r2 * dims, D, dims, hardware);
+      });
+    }
+  }
+
   // Q and dO of rows [t0, t0 + n_rows) (zero up to m_rows), with their lse2 and D.
   KOKKOS_INLINE_FUNCTION void load_rows(const Member& member, int b, int hk, std::int64_t t0, int m_rows, int n_rows,
                                         const Tiles& s) const {
+    if constexpr (pairs_compile) {
+      if (pairs()) return load_row_pairs(member, b, hk, t0, m_rows, n_rows, s);
+    }
     const int G = p.fwd.group_size();
     const int D = p.fwd.head_dim;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, m_rows), [&](const int r) {

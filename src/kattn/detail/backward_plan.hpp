@@ -69,6 +69,16 @@ struct BackwardGeometry {
     return 2 * std::size_t(head_dim) * kp_keys + (raw_k ? kd : 0) + 2 * kd + 2 * rd + 2 * rk + (dq_tile ? rd : 0) +
            2 * std::size_t(kp_rows);
   }
+  // The same with bf16 pairs (backward_key_pass.hpp's carve_pairs), in 4-byte elements: K^T and
+  // V^T as pairs of dims (dims / 2 x keys), K as pairs of keys (when the team adds dQ), dK and dV,
+  // Q and dO as pairs of dims and as pairs of rows, S/P and dP/dS, P and dS as pairs of rows,
+  // dS as pairs of keys and the dQ tile (when the team adds dQ), lse2 and D per row.
+  KOKKOS_INLINE_FUNCTION std::size_t key_pass_pair_elements(bool raw_k, bool dq_tile) const {
+    const std::size_t kd = std::size_t(kp_keys) * kp_dims, rd = std::size_t(kp_rows) * kp_dims;
+    const std::size_t rk = std::size_t(kp_rows) * kp_keys;
+    return kd + (raw_k ? kd / 2 : 0) + 2 * kd + 2 * rd + 2 * rk + rk + (dq_tile ? rk / 2 + rd : 0) +
+           2 * std::size_t(kp_rows);
+  }
   // Query pass scratch: Q^T and dO^T (D x rows), dQ^T (dims x rows), K and V copies (keys x dims,
   // when not read in place), S^T/P^T and dP^T/dS^T (keys x rows), lse2, D and ALiBi's slope and
   // diagonal per row, then the bias tile (keys x rows) when bias_tile.

@@ -83,19 +83,20 @@ inline std::uint32_t bf16_bits_daz(float x) {
 inline Pair bf16_pair(float even, float odd) { return bf16_bits_daz(even) | (bf16_bits_daz(odd) << 16); }
 
 // One R x J micro-tile in portable code, the instruction's arithmetic lane by lane.
-// col_scale == nullptr: C = out_scale * A B; else C = C diag(col_scale) + A B.
-template <int R, int J>
+// col_scale == nullptr: C = out_scale * A B; else C = C diag(col_scale) + A B. Accumulate: C = C + A B
+// (col_scale and out_scale ignored).
+template <int R, int J, bool Accumulate = false>
 inline void pair_micro_gemm_emulated(int K2, const Pair* A, std::ptrdiff_t a_m, std::ptrdiff_t a_k, const Pair* B,
                                      int ldb, float* C, int ldc, const float* col_scale, float out_scale) {
   for (int r = 0; r < R; ++r) {
     for (int j = 0; j < J; ++j) {
-      float acc = col_scale ? C[r * ldc + j] * col_scale[j] : 0.0f;
+      float acc = Accumulate ? C[r * ldc + j] : col_scale ? C[r * ldc + j] * col_scale[j] : 0.0f;
       for (int k = 0; k < K2; ++k) {
         Pair a;  // A may be bf16 storage read in place
         std::memcpy(&a, A + r * a_m + k * a_k, sizeof a);
         acc = pair_dot(acc, a, B[k * ldb + j]);
       }
-      C[r * ldc + j] = col_scale ? acc : acc * out_scale;
+      C[r * ldc + j] = Accumulate || col_scale ? acc : acc * out_scale;
     }
   }
 }
@@ -106,18 +107,35 @@ inline void pack_pairs_emulated(const float* even, const float* odd, Pair* out, 
   for (int c = 0; c < n; ++c) out[c] = bf16_pair(even[c], odd[c]);
 }
 
+// out[c] = (even[c], odd[c]) rounded for c < n, zero for n <= c < n_out; a null row reads as zeros.
+inline void pack_pairs_padded_emulated(const float* even, const float* odd, Pair* out, int n, int n_out) {
+  for (int c = 0; c < n_out; ++c)
+    out[c] = c < n ? bf16_pair(even ? even[c] : 0.0f, odd ? odd[c] : 0.0f) : 0u;
+}
+// out[c] = (x[2c], x[2c + 1]) rounded (one row as pairs of consecutive elements; an element from n
+// on reads 0) for c < n_out; a null row gives zeros.
+inline void pack_row_pairs_padded_emulated(const float* x, Pair* out, int n, int n_out) {
+  for (int c = 0; c < n_out; ++c)
+    out[c] = bf16_pair(x && 2 * c < n ? x[2 * c] : 0.0f, x && 2 * c + 1 < n ? x[2 * c + 1] : 0.0f);
+}
+
 #if KATTN_X86_BF16_DOT
 #define KATTN_TARGET_BF16_DOT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), noinline))
 
 // The micro-kernel on the instruction: J a multiple of 16 (lanes), R x J / 16 accumulators.
-template <int R, int J>
+template <int R, int J, bool Accumulate = false>
 KATTN_TARGET_BF16_DOT void pair_micro_gemm_avx512(int K2, const Pair* A, std::ptrdiff_t a_m, std::ptrdiff_t a_k,
                                                   const Pair* B, int ldb, float* C, int ldc, const float* col_scale,
                                                   float out_scale) {
   static_assert(J % 16 == 0, "pair_micro_gemm_avx512: J must be whole vectors of 16 lanes");
   constexpr int NV = J / 16;
   __m512 acc[R][NV];
-  if (col_scale) {
+  if (Accumulate) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_loadu_ps(C + r * ldc + 16 * v);
+  } else if (col_scale) {
     __m512 s[NV];
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) s[v] = _mm512_loadu_ps(col_scale + 16 * v);
@@ -149,7 +167,7 @@ KATTN_TARGET_BF16_DOT void pair_micro_gemm_avx512(int K2, const Pair* A, std::pt
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v)
-      _mm512_storeu_ps(C + r * ldc + 16 * v, col_scale ? acc[r][v] : _mm512_mul_ps(acc[r][v], scale));
+      _mm512_storeu_ps(C + r * ldc + 16 * v, Accumulate || col_scale ? acc[r][v] : _mm512_mul_ps(acc[r][v], scale));
 }
 
 // Pairs (even[i], odd[i]) of 16 lanes of each, rounded: both rounded at once, then interleaved.
@@ -166,21 +184,64 @@ KATTN_TARGET_BF16_DOT inline void pack_pairs_avx512(const float* even, const flo
   for (int c = 0; c < n; c += 16)
     _mm512_storeu_si512(out + c, pair_vector_avx512(_mm512_loadu_ps(even + c), _mm512_loadu_ps(odd + c)));
 }
+
+// A mask of the first n of 16 lanes (none for n <= 0, all for n >= 16).
+__attribute__((target("avx512f"), always_inline)) inline __mmask16 first_lanes(int n) {
+  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+// pack_pairs_padded_emulated on the instruction, n_out a multiple of 16.
+KATTN_TARGET_BF16_DOT inline void pack_pairs_padded_avx512(const float* even, const float* odd, Pair* out, int n,
+                                                           int n_out) {
+  for (int c = 0; c < n_out; c += 16) {
+    const __mmask16 m = first_lanes(n - c);
+    const __m512 e = even ? _mm512_maskz_loadu_ps(m, even + c) : _mm512_setzero_ps();
+    const __m512 o = odd ? _mm512_maskz_loadu_ps(m, odd + c) : _mm512_setzero_ps();
+    _mm512_storeu_si512(out + c, pair_vector_avx512(e, o));
+  }
+}
+
+// pack_row_pairs_padded_emulated on the instruction, n_out a multiple of 16: 32 elements rounded
+// at once are 16 pairs in order.
+KATTN_TARGET_BF16_DOT inline void pack_row_pairs_padded_avx512(const float* x, Pair* out, int n, int n_out) {
+  for (int c = 0; c < n_out; c += 16) {
+    const __m512 lo = x ? _mm512_maskz_loadu_ps(first_lanes(n - 2 * c), x + 2 * c) : _mm512_setzero_ps();
+    const __m512 hi = x ? _mm512_maskz_loadu_ps(first_lanes(n - 2 * c - 16), x + 2 * c + 16) : _mm512_setzero_ps();
+    _mm512_storeu_si512(out + c, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+  }
+}
 #undef KATTN_TARGET_BF16_DOT
 #endif
 
 // Whether this build carries the instruction's kernels (the CPU must have it too: cpu_products.hpp).
 constexpr bool bf16_dot_compiled() { return KATTN_X86_BF16_DOT != 0; }
 
+// The packs on the instruction where `hardware` (and n_out is whole vectors), else emulated: the
+// same bits.
+inline void pack_pairs_padded(const float* even, const float* odd, Pair* out, int n, int n_out, bool hardware) {
+#if KATTN_X86_BF16_DOT
+  if (hardware && n_out % 16 == 0) return pack_pairs_padded_avx512(even, odd, out, n, n_out);
+#endif
+  (void)hardware;
+  pack_pairs_padded_emulated(even, odd, out, n, n_out);
+}
+inline void pack_row_pairs_padded(const float* x, Pair* out, int n, int n_out, bool hardware) {
+#if KATTN_X86_BF16_DOT
+  if (hardware && n_out % 16 == 0) return pack_row_pairs_padded_avx512(x, out, n, n_out);
+#endif
+  (void)hardware;
+  pack_row_pairs_padded_emulated(x, out, n, n_out);
+}
+
 // Team-level products on pairs, tile_gemm.hpp's blocking and spans: invoke_blocks(member, M, N, K2,
-// A, a_m, a_k, B, ldb, C, ldc, col_scale, out_scale, span, hardware). `hardware`: the
-// instruction (the CPU has it; J a multiple of 16), else the emulation. A span's key range
-// [lo, hi) is in elements and widens to the pairs holding it.
+// A, a_m, a_k, B, ldb, C, ldc, col_scale, out_scale, span, hardware), or <true> to add A B to C.
+// `hardware`: the instruction (the CPU has it; J a multiple of 16), else the emulation. A span's
+// key range [lo, hi) is in elements and widens to the pairs holding it.
 template <int R, int J>
 struct TeamPairGemm {
   static constexpr int rows = R, cols = J;
 
-  template <class Member, class Span>
+  template <bool Accumulate = false, class Member, class Span>
   KOKKOS_FORCEINLINE_FUNCTION static void invoke_blocks(const Member& member, int M, int N, int K2, const Pair* A,
                                                         std::ptrdiff_t a_m, std::ptrdiff_t a_k, const Pair* B, int ldb,
                                                         float* C, int ldc, const float* col_scale, float out_scale,
@@ -193,12 +254,12 @@ struct TeamPairGemm {
       const float* s = col_scale ? col_scale + n : nullptr;
 #if KATTN_X86_BF16_DOT
       if (hardware) {
-        pair_micro_gemm_avx512<R, J>(hi2 - lo2, a, a_m, a_k, b, ldb, c, ldc, s, out_scale);
+        pair_micro_gemm_avx512<R, J, Accumulate>(hi2 - lo2, a, a_m, a_k, b, ldb, c, ldc, s, out_scale);
         return;
       }
 #endif
       (void)hardware;
-      pair_micro_gemm_emulated<R, J>(hi2 - lo2, a, a_m, a_k, b, ldb, c, ldc, s, out_scale);
+      pair_micro_gemm_emulated<R, J, Accumulate>(hi2 - lo2, a, a_m, a_k, b, ldb, c, ldc, s, out_scale);
     });
   }
 };

@@ -53,6 +53,14 @@ class Widening {
                         "run the backward on float arrays, or on fewer sequences at a time");
   }
 
+  // Whether every value of the float copies is finite (one pass over each).
+  template <class... Views>
+  bool all_finite(const Views&... views) const {
+    int bad = 0;
+    ((bad += non_finite(views)), ...);
+    return bad == 0;
+  }
+
   // A float copy of v (rank 3 or 4, any layout, any storage type).
   template <class View>
   auto in(const View& v, const char* label) const {
@@ -97,6 +105,16 @@ class Widening {
   }
 
  private:
+  template <class View>
+  int non_finite(const View& v) const {
+    const float* data = v.data();
+    int bad = 0;
+    Kokkos::parallel_reduce(
+        "kattn::widened_finite", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(space_, 0, v.size()),
+        KOKKOS_LAMBDA(std::int64_t n, int& sum) { sum += data[n] - data[n] == 0.0f ? 0 : 1; }, bad);
+    return bad;
+  }
+
   using Mem = typename ExecSpace::memory_space;
   ExecSpace space_;
   const char* owner_;
@@ -104,14 +122,15 @@ class Widening {
   mutable HeldBuffers<float, Mem> held_;  // the buffers of the views out() handed out
 };
 
-// The 16-bit backward: run(q, k, v, o, dout, dq, dk, dv) (the float backward of the caller's kv
-// kind) on float copies (from ws when set), the gradients rounded once into dq, dk, dv. Returns
-// what run returns.
+// The 16-bit backward: run(q, k, v, o, dout, dq, dk, dv, pair_products) (the float backward of the
+// caller's kv kind) on float copies (from ws when set), the gradients rounded once into dq, dk, dv.
+// pair_products: `pairs` (bf16 storage whose products are bf16 dot products) and q, k, v and dout
+// all finite (the pairs' spans assume it; backward_key_pass.hpp). Returns what run returns.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class DoView, class DqView, class DkView,
           class DvView, class Run>
 auto widened_backward(const ExecSpace& space, const QView& q, const KView& k, const VView& v, const OView& o,
                       const DoView& dout, const DqView& dq, const DkView& dk, const DvView& dv, Workspace* ws,
-                      const Run& run) {
+                      bool pairs, const Run& run) {
   static_assert(same_storage<QView, KView, VView, OView, DoView, DqView, DkView, DvView>,
                 "kattn::attention_backward: q, k, v, o, dout, dq, dk and dv must have one 16-bit type");
   const Widening<ExecSpace> w(space, "kattn::backward", ws);
@@ -120,7 +139,11 @@ auto widened_backward(const ExecSpace& space, const QView& q, const KView& k, co
   const auto dqf = w.out(dq, "dq");
   const auto dkf = w.out(dk, "dk");
   const auto dvf = w.out(dv, "dv");
-  const auto info = run(w.in(q, "q"), w.in(k, "k"), w.in(v, "v"), w.in(o, "o"), w.in(dout, "dout"), dqf, dkf, dvf);
+  const auto qf = w.in(q, "q");
+  const auto kf = w.in(k, "k");
+  const auto vf = w.in(v, "v");
+  const auto df = w.in(dout, "dout");
+  const auto info = run(qf, kf, vf, w.in(o, "o"), df, dqf, dkf, dvf, pairs && w.all_finite(qf, kf, vf, df));
   w.copy(dqf, dq), w.copy(dkf, dk), w.copy(dvf, dv);
   space.fence();  // the gradients are written on return (workspace copies are not freed, so nothing else waits)
   return info;
