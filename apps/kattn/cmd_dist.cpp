@@ -22,6 +22,17 @@ namespace kattn {
 namespace cli {
 namespace {
 
+// The lse of queries q: [B, Hq, n] for dense [B, n, Hq, D], [n, Hq] for packed rows [n, Hq, D].
+template <class T>
+Tensor3<accumulate_t<T>> lse_of(const Tensor4<T>& q) {
+  return Tensor3<accumulate_t<T>>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), q.extent(0), q.extent(2),
+                                  q.extent(1));
+}
+template <class T>
+Tensor2<accumulate_t<T>> lse_of(const Tensor3<T>& q) {
+  return Tensor2<accumulate_t<T>>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), q.extent(0), q.extent(1));
+}
+
 // run's call: o and lse (decode: on rank 0 only, which checks and writes them).
 template <class T, class Shard>
 DistResult run_as(MPI_Comm comm, const Shard& sh, dist::DistOptions d) {

@@ -51,8 +51,8 @@ struct DistOutput {
 // indices are read there (--dist ring only, without --bias).
 struct DistFlags {
   bool check = false;
-  std::vector<DistOutput> outputs;        // checked by rank 0 first
-  std::vector<dist::Agreed> agreed;                                         // the command's, compared
+  std::vector<DistOutput> outputs;       // checked by rank 0 first
+  std::vector<dist::Agreed> agreed;      // the command's, compared
   dist::DistOptions d;
   Options opt;
   std::vector<std::string> input_args;   // the dense input flags, read by every rank (and rank 0's --check)
@@ -67,17 +67,6 @@ inline const char* label_of(DenseArray a) {
   return a == DenseArray::q ? "q" : a == DenseArray::k ? "k" : a == DenseArray::v ? "v" : "do";
 }
 inline bool is_kv(DenseArray a) { return a == DenseArray::k || a == DenseArray::v; }
-
-// The lse of queries q: [B, Hq, n] for dense [B, n, Hq, D], [n, Hq] for packed rows [n, Hq, D].
-template <class T>
-Tensor3<accumulate_t<T>> lse_of(const Tensor4<T>& q) {
-  return Tensor3<accumulate_t<T>>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), q.extent(0), q.extent(2),
-                                  q.extent(1));
-}
-template <class T>
-Tensor2<accumulate_t<T>> lse_of(const Tensor3<T>& q) {
-  return Tensor2<accumulate_t<T>>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), q.extent(0), q.extent(1));
-}
 
 // What the flows do with a shard besides its typed views, set by each kind's constructor.
 struct ShardOps {
