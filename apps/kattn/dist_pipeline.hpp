@@ -1,7 +1,8 @@
 // `kattn run --dist` and `kattn grad --dist` as one pipeline, run_pipeline.hpp's stages over the
 // ranks: flags (every rank) -> the shard, this rank's inputs -> the call (kattn::dist::attention,
 // attention_backward) -> every rank's part of the outputs written in place -> --check's gather on
-// rank 0 -> rank 0's report and check. What differs between run and grad is a DistCommand.
+// rank 0 -> rank 0's report and check. What differs between run and grad (their flags, call,
+// report and check) is cmd_dist.cpp's.
 #pragma once
 
 #include <mpi.h>
@@ -36,8 +37,8 @@ struct DistResult {
 // A distributed command: one MPI session; every flag read on every rank (`own`: the command's,
 // then read_dist_flags), then compared, before any other collective step, so that a flag given on
 // one rank only (an MPMD launch) fails on every rank alike instead of hanging; rank 0's output
-// paths checked; then on this rank's shard, dense or ragged, `call(comm, shard, flags)` (a
-// DistResult), the outputs written, gathered for --check, and on rank 0 the heading,
+// paths checked; then on this rank's shard, dense or ragged, `call(t, comm, shard, flags)` (t a
+// value of the storage type; a DistResult), the outputs written, gathered for --check, and on rank 0 the heading,
 // `report(shard, result, peak_rss, text, j)` (the time line and its JSON) and with --check
 // `check(shard, result, text, j)` (its exit status). Returns rank 0's exit status on every rank.
 template <class Own, class Call, class Report, class Check>
