@@ -294,7 +294,6 @@ int grad_pipeline(const GradFlags& f, const Options& opt, const BiasTensor& bias
 
 int cmd_grad(Args& args) {
   if (args.help(kGradUsage)) return 0;
-  // --dist refuses bf16/f16 in rank 0's read_dense_inputs, so under mpirun the line is printed once.
   if (auto mode = args.value("--dist")) return grad_distributed(args, *mode);
   refuse_out_of_mode(args, {{"--zigzag", "--dist ring, ulysses or hybrid"},
                             {"--chunk", "--dist ring, ulysses or hybrid"},

@@ -306,7 +306,6 @@ int run_pipeline(const RunFlags& f, const Options& opt, const RunKind& kind) {
 
 int cmd_run(Args& args) {
   if (args.help(kRunUsage)) return 0;
-  // --dist refuses bf16/f16 in rank 0's read_dense_inputs, so under mpirun the line is printed once.
   if (auto mode = args.value("--dist")) return run_distributed(args, *mode);
   refuse_out_of_mode(args, {{"--zigzag", "--dist ring, ulysses, hybrid or grid"},
                             {"--ulysses-size", "--dist hybrid"},

@@ -1,8 +1,8 @@
-// What `run --dist` and `grad --dist` share: the flags both read, the command's steps before its
-// call, and the problem as one rank holds it. A shard is dense inputs (each rank its positions of
+// The input kind of `run --dist` and `grad --dist`: the flags both read and the problem as one
+// rank holds it. A shard is dense inputs (each rank its positions of
 // [B, N, H, D], dist_files.hpp) or a ragged batch (each rank its packed rows of every sequence,
-// --dist ring); the commands' flows are written once over either (cmd_dist.cpp, cmd_grad_dist.cpp),
-// as run_pipeline.hpp's are over the one-process input kinds.
+// --dist ring); the commands' pipeline is written once over either (dist_pipeline.hpp), as
+// run_pipeline.hpp's is over the one-process input kinds.
 #pragma once
 
 #include <mpi.h>
@@ -31,11 +31,19 @@
 #include "kattn/kv.hpp"
 #include "kattn/options.hpp"
 #include "kattn/ragged.hpp"
-#include "mpi_session.hpp"
-#include "paths.hpp"
 
 namespace kattn {
 namespace cli {
+
+// The parts of a shard's arrays: shaped like q (o, dq), like k (dk, dv), lse, the bias (dbias).
+enum class Part { q, kv, lse, dbias };
+
+// An output of a distributed command: its flag, its path (none: not written) and its part.
+struct DistOutput {
+  const char* flag = "";
+  std::optional<std::string> path;
+  Part part = Part::q;
+};
 
 // The flags read by every rank inside the command's first collective_check: the command's own
 // (check, outputs, agreed) and the shared ones, read_dist_flags: the scheme's, the variant's and the
@@ -43,8 +51,8 @@ namespace cli {
 // indices are read there (--dist ring only, without --bias).
 struct DistFlags {
   bool check = false;
-  std::vector<std::pair<const char*, std::optional<std::string>>> outputs;  // checked by rank 0 first
-  std::vector<dist::Agreed> agreed;                                         // the command's, compared
+  std::vector<DistOutput> outputs;       // checked by rank 0 first
+  std::vector<dist::Agreed> agreed;      // the command's, compared
   dist::DistOptions d;
   Options opt;
   std::vector<std::string> input_args;   // the dense input flags, read by every rank (and rank 0's --check)
@@ -59,20 +67,6 @@ inline const char* label_of(DenseArray a) {
   return a == DenseArray::q ? "q" : a == DenseArray::k ? "k" : a == DenseArray::v ? "v" : "do";
 }
 inline bool is_kv(DenseArray a) { return a == DenseArray::k || a == DenseArray::v; }
-
-// The lse of queries q: [B, Hq, n] for dense [B, n, Hq, D], [n, Hq] for packed rows [n, Hq, D].
-template <class T>
-Tensor3<accumulate_t<T>> lse_of(const Tensor4<T>& q) {
-  return Tensor3<accumulate_t<T>>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), q.extent(0), q.extent(2),
-                                  q.extent(1));
-}
-template <class T>
-Tensor2<accumulate_t<T>> lse_of(const Tensor3<T>& q) {
-  return Tensor2<accumulate_t<T>>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lse"), q.extent(0), q.extent(1));
-}
-
-// The parts of a shard's arrays: shaped like q (o, dq), like k (dk, dv), lse, the bias (dbias).
-enum class Part { q, kv, lse, dbias };
 
 // What the flows do with a shard besides its typed views, set by each kind's constructor.
 struct ShardOps {
@@ -150,33 +144,6 @@ class RaggedShard : public ShardOps {
   std::vector<std::int64_t> q_rows_, kv_rows_;                        // this rank's packed rows
   RaggedLayout<Kokkos::DefaultExecutionSpace::memory_space> layout_;  // their local indptr
 };
-
-// A distributed command: one MPI session; every flag read on every rank (`own`: the command's, then
-// read_dist_flags), then compared, before any other collective step, so that a flag given on one
-// rank only (an MPMD launch) fails on every rank alike instead of hanging; rank 0's output paths
-// checked; then `body(comm, shard, flags)` on this rank's shard, dense or ragged. Returns rank 0's
-// exit status on every rank.
-template <class Own, class Body>
-int dist_command(Args& args, const std::string& mode, const char* command, Own&& own, Body&& body) {
-  MpiSession mpi;
-  return mpi.run([&]() -> int {
-    const MPI_Comm comm = MPI_COMM_WORLD;
-    DistFlags f;
-    dist::collective_check(comm, [&] {
-      own(f);
-      read_dist_flags(args, mode, mpi.size(), command == std::string("grad") ? "--do" : "", f);
-      args.finish();
-    });
-    agree_on_command(comm, mode, f.opt, f.d, f.check, f.agreed);
-    dist::collective_check(comm, [&] {
-      if (mpi.rank() != 0) return;  // rank 0 writes
-      for (const auto& [flag, path] : f.outputs)
-        if (path) check_output_file(flag, *path);
-    });
-    if (f.batch) return body(comm, RaggedShard(comm, mode, command, f), f);
-    return body(comm, DenseShard(comm, mode, command, f), f);
-  });
-}
 
 // Rank 0's heading line (`command`: run names the algorithm) and the JSON's fields it names.
 Json dist_heading_json(std::FILE* text, const char* command, const std::string& mode, int ranks, const DistFlags& f,

@@ -21,25 +21,26 @@ constexpr double kCheckAllRowsWork = 2e9;
 
 struct Prefix {
   std::int64_t keys = 0;
-  std::vector<double> k, v;  // [keys, Hkv, D]
+  StoredValues k, v;  // [keys, Hkv, D], in the run's type
 };
 
 // The prefix's files are read as q's are: float32, float64 or float16, or bf16 bits (<u2) with
 // --dtype bf16, of q's dtype unless --dtype says which to compute in.
 Prefix read_prefix(Args& args, const BatchInputs& in, bool random, std::uint64_t seed, bool dtype_given) {
   Prefix p;
+  std::vector<double> k, v;  // stored in the run's type at the end
   const auto np = args.integer("--random-prefix", 0, std::int64_t(1) << 31);
   const auto kf = args.value("--k-prefix"), vf = args.value("--v-prefix");
   if (random) {
     KATTN_REQUIRE(np.has_value() && !kf && !vf, "--random-prefix: random requests take a random prefix of NP keys");
     p.keys = *np;
-    p.k = random_normal(p.keys * in.Hkv * in.D, 3 * seed + 5);
-    p.v = random_normal(p.keys * in.Hkv * in.D, 3 * seed + 6);
+    k = random_normal(p.keys * in.Hkv * in.D, 3 * seed + 5);
+    v = random_normal(p.keys * in.Hkv * in.D, 3 * seed + 6);
   } else {
     KATTN_REQUIRE(kf && vf && !np, "--k-prefix: give --k-prefix KP.npy and --v-prefix VP.npy [Np, Hkv, D]");
-    const io::NpyArray k = read_input("--k-prefix", *kf), v = read_input("--v-prefix", *vf);
+    const io::NpyArray kn = read_input("--k-prefix", *kf), vn = read_input("--v-prefix", *vf);
     for (const auto& [a, flag, path] :
-         {std::make_tuple(&k, "--k-prefix", *kf), std::make_tuple(&v, "--v-prefix", *vf)}) {
+         {std::make_tuple(&kn, "--k-prefix", *kf), std::make_tuple(&vn, "--v-prefix", *vf)}) {
       require_input_dtype(flag, path, a->dtype);
       KATTN_REQUIRE(a->shape.size() == 3 && a->shape[1] == in.Hkv && a->shape[2] == in.D, flag, " ", path,
                     ": expected [Np, ", in.Hkv, ", ", in.D, "] (KV heads and head dim of k)");
@@ -47,13 +48,15 @@ Prefix read_prefix(Args& args, const BatchInputs& in, bool random, std::uint64_t
       require_one_dtype(flag, path, a->dtype, in.dtype, dtype_given);
       require_bf16_bits_asked(flag, path, a->dtype, in.dtype, dtype_given);
     }
-    KATTN_REQUIRE(k.shape == v.shape, "--v-prefix ", *vf, ": expected the shape of --k-prefix");
-    p.keys = k.shape[0];
-    p.k = k.values<double>();
-    p.v = v.values<double>();
+    KATTN_REQUIRE(kn.shape == vn.shape, "--v-prefix ", *vf, ": expected the shape of --k-prefix");
+    p.keys = kn.shape[0];
+    k = kn.values<double>();
+    v = vn.values<double>();
   }
-  round_to(in.dtype, p.k);
-  round_to(in.dtype, p.v);
+  round_to(in.dtype, k);
+  round_to(in.dtype, v);
+  p.k = StoredValues(in.dtype, k);
+  p.v = StoredValues(in.dtype, v);
   return p;
 }
 
@@ -62,10 +65,11 @@ BatchInputs whole_sequences(const BatchInputs& in, const Prefix& prefix) {
   BatchInputs w = in;
   const std::int64_t row = in.Hkv * in.D;
   const std::vector<double> in_k = in.k.widened(), in_v = in.v.widened();
+  const std::vector<double> pre_k = prefix.k.widened(), pre_v = prefix.v.widened();
   std::vector<double> k, v;
   w.kv_indptr.assign(1, 0);
   for (std::int64_t b = 0; b < in.batch(); ++b) {
-    for (const auto& [to, suffix, pre] : {std::tie(k, in_k, prefix.k), std::tie(v, in_v, prefix.v)}) {
+    for (const auto& [to, suffix, pre] : {std::tie(k, in_k, pre_k), std::tie(v, in_v, pre_v)}) {
       to.insert(to.end(), pre.begin(), pre.end());
       to.insert(to.end(), suffix.begin() + in.kv_indptr[b] * row, suffix.begin() + in.kv_indptr[b + 1] * row);
     }
