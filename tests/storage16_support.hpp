@@ -213,11 +213,13 @@ void expect_16bit_rule(const AttentionParams<double>& p, const Options& opt, con
 // inputs in double (q, k, v; dense, LayoutRight) and dout is dO [B, Nq, Hq, D] in the same layout
 // as q. Outputs: the float sums dq, dk, dv in the layouts of q and k. With d_from_o_in_s,
 // D = rowsum(dO o) reads o rounded to S (fp32 accumulation) instead of rowsum(P dP): what
-// FlashAttention's backward and kattn's do.
+// FlashAttention's backward and kattn's do. With `mass` (dq, dk, dv), also the sums of the terms'
+// magnitudes, scale sum_j |dS_ij| |k_j|, scale sum_i |dS_ij| |q_i| and sum_i P_ij |dO_i|: what
+// rounding dS and P once each can change.
 template <class S>
 void textbook_backward_sums_in(const AttentionParams<double>& p, const std::vector<double>& dout, const Options& opt,
                                std::vector<double>& dq, std::vector<double>& dk, std::vector<double>& dv,
-                               bool d_from_o_in_s) {
+                               bool d_from_o_in_s, std::vector<double> (*mass)[3] = nullptr) {
   const int B = p.batch, Hq = p.heads_q, Hkv = p.heads_kv, D = p.head_dim, G = p.group_size();
   const std::int64_t Nq = p.q_len, Nk = p.kv_len;
   const KeyWindow window = KeyWindow::from(opt);
@@ -225,6 +227,9 @@ void textbook_backward_sums_in(const AttentionParams<double>& p, const std::vect
   const float cap = static_cast<float>(opt.softcap);
   const auto round = [](float x) { return widen(narrow<S>(x)); };
   std::vector<float> aq(B * Nq * Hq * D, 0.0f), ak(B * Nk * Hkv * D, 0.0f), av(B * Nk * Hkv * D, 0.0f);
+  if (mass) {
+    (*mass)[0].assign(aq.size(), 0.0), (*mass)[1].assign(ak.size(), 0.0), (*mass)[2].assign(av.size(), 0.0);
+  }
   const auto qi = [&](int b, std::int64_t i, int h) { return ((b * Nq + i) * Hq + h) * D; };
   const auto kj = [&](int b, std::int64_t j, int h) { return ((b * Nk + j) * Hkv + h) * D; };
   for (int b = 0; b < B; ++b)
@@ -268,6 +273,11 @@ void textbook_backward_sums_in(const AttentionParams<double>& p, const std::vect
             aq[qi(b, i, h) + d] += ds * float(p.k_ptr(b, j, hk)[d]);
             ak[kj(b, j, hk) + d] += ds * float(p.q_ptr(b, i, h)[d]);
             av[kj(b, j, hk) + d] += pr[c] * float(dout[qi(b, i, h) + d]);
+            if (mass) {
+              (*mass)[0][qi(b, i, h) + d] += scale * std::abs(double(ds) * p.k_ptr(b, j, hk)[d]);
+              (*mass)[1][kj(b, j, hk) + d] += scale * std::abs(double(ds) * p.q_ptr(b, i, h)[d]);
+              (*mass)[2][kj(b, j, hk) + d] += std::abs(double(pr[c]) * dout[qi(b, i, h) + d]);
+            }
           }
         }
       }
@@ -280,19 +290,26 @@ void textbook_backward_sums_in(const AttentionParams<double>& p, const std::vect
 // the textbook backward in S (1e-6 where that one is exact), plus what reading o rounded to S for
 // D = rowsum(dO o) changes in the textbook itself: FlashAttention's backward and kattn's read it
 // (autograd's does not), and on rows of a handful of keys that rounding alone can reach the
-// textbook's error (a one-key row: D = dO o16 against dP = dO v, where exact dS is 0).
+// textbook's error (a one-key row: D = dO o16 against dP = dO v, where exact dS is 0). As for o
+// (expect_16bit_rule), an element may instead be within the first-order error of rounding dS or P
+// and the gradient once each, u (|g| + mass): on small problems the textbook's largest error is a
+// small sample (bf16 pairs round P and dS as the textbook does, and failed the 2x bound alone at
+// 2.03x on a 21-key problem).
 struct Textbook16Backward {
   std::vector<double> grads[3];  // dq, dk, dv: autograd's textbook in S
   double allowance[3];           // max |(D from o in S) - autograd's|, per gradient, before the
                                  // last rounding to S (whose flips would only add an ulp)
+  std::vector<double> mass[3];   // per element: the magnitudes the roundings of dS and P scale
+  double unit_roundoff = 0;      // of S
 };
 
 template <class S>
 Textbook16Backward textbook16_backward(const AttentionParams<double>& p, const std::vector<double>& dout,
                                        const Options& opt) {
   Textbook16Backward t;
+  t.unit_roundoff = std::is_same_v<S, bf16> ? 0x1p-8 : 0x1p-11;
   std::vector<double> sums[3], o16[3];
-  textbook_backward_sums_in<S>(p, dout, opt, sums[0], sums[1], sums[2], /*d_from_o_in_s=*/false);
+  textbook_backward_sums_in<S>(p, dout, opt, sums[0], sums[1], sums[2], /*d_from_o_in_s=*/false, &t.mass);
   textbook_backward_sums_in<S>(p, dout, opt, o16[0], o16[1], o16[2], /*d_from_o_in_s=*/true);
   for (int g = 0; g < 3; ++g) {
     t.grads[g].resize(sums[g].size());
@@ -311,18 +328,25 @@ inline void expect_16bit_grad_rule(const std::vector<double> (&a)[3], const Text
                                    const std::vector<double> (&ref)[3], const std::string& what) {
   static const char* const names[3] = {"dq ", "dk ", "dv "};
   for (int g = 0; g < 3; ++g) {
-    double err = 0, err_tb = 0;
+    double err_tb = 0;
     bool nan_mismatch = false;
     for (std::size_t n = 0; n < ref[g].size(); ++n) {
       if (std::isnan(a[g][n]) != std::isnan(ref[g][n])) nan_mismatch = true;
-      if (std::isnan(ref[g][n])) continue;
-      err = std::max(err, std::abs(a[g][n] - ref[g][n]));
-      err_tb = std::max(err_tb, std::abs(tb.grads[g][n] - ref[g][n]));
+      if (!std::isnan(ref[g][n])) err_tb = std::max(err_tb, std::abs(tb.grads[g][n] - ref[g][n]));
     }
     EXPECT_FALSE(nan_mismatch) << names[g] << what << ": NaN where the reference has none, or none where it has";
-    EXPECT_LE(err, std::max(2 * err_tb, 1e-6) + tb.allowance[g])
-        << names[g] << what << ": max error (the textbook in 16 bits: " << err_tb
-        << ", o in 16 bits changes it by up to " << tb.allowance[g] << ")";
+    // The element that most exceeds its bound (excess <= 0 when all meet it).
+    double excess = -std::numeric_limits<double>::infinity(), worst_err = 0, worst_bound = 0;
+    for (std::size_t n = 0; n < ref[g].size(); ++n) {
+      if (std::isnan(ref[g][n])) continue;
+      const double err = std::abs(a[g][n] - ref[g][n]);
+      const double rounding =
+          tb.grads[g][n] == ref[g][n] ? 0 : tb.unit_roundoff * (std::abs(ref[g][n]) + tb.mass[g][n]);
+      const double bound = std::max({2 * err_tb, rounding, 1e-6}) + tb.allowance[g];
+      if (err - bound > excess) excess = err - bound, worst_err = err, worst_bound = bound;
+    }
+    EXPECT_LE(worst_err, worst_bound) << names[g] << what << ": error (the textbook in 16 bits: largest " << err_tb
+                                      << ", o in 16 bits changes it by up to " << tb.allowance[g] << ")";
   }
 }
 

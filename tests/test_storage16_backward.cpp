@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kattn/attention.hpp"
+#include "kattn/detail/tuning.hpp"
 #include "kattn/errors.hpp"
 #include "kattn/reference_backward.hpp"
 #include "ragged_support.hpp"
@@ -57,6 +58,29 @@ TEST(Storage16Backward, DenseMeetsTheRuleForEveryVariantAndGqaRatio) {
   }
 }
 
+// A ragged batch of 8 query heads over 2 KV heads in float, rounded to S in place (so float and S
+// runs see the same values), with its S copies, dO, and the float forward's o and lse (o rounded for
+// the S runs).
+template <class S>
+struct RaggedInputs16 {
+  RaggedProblem<float> f;
+  View3<S> q, k, v, dout, o;
+  View3<float> dout_f;
+  RaggedLayout<TestMemory> ragged;
+
+  RaggedInputs16(const std::vector<std::int64_t>& q_lens, const std::vector<std::int64_t>& kv_lens, int D,
+                 std::uint64_t seed, const Options& opt)
+      : f(q_lens, kv_lens, 8, 2, D, seed), dout_f("dout", f.q.extent(0), 8, D) {
+    q = rounded_copy<S>(f.q), k = rounded_copy<S>(f.k), v = rounded_copy<S>(f.v);
+    fill_normal(dout_f, seed + 5);
+    dout = rounded_copy<S>(dout_f);
+    ragged = make_ragged_layout<TestMemory>(host_index(f.q_indptr()), host_index(f.kv_indptr()));
+    attention(TestSpace(), f.q, kv::ragged(f.k, f.v, ragged), f.o, f.lse, opt);
+    Kokkos::fence();
+    o = rounded_copy<S>(f.o);
+  }
+};
+
 // Ragged and paged, products widened: the 16-bit backward equals the rounding of the float backward
 // on the same (widened) values, bit for bit; unused page slots come back 0.
 template <class S>
@@ -69,18 +93,12 @@ void check_kinds(const std::vector<std::int64_t>& q_lens, const std::vector<std:
   opt.cpu_products = CpuProducts::widened;
   BackwardOptions bopt;
   bopt.deterministic = true;
-  RaggedProblem<float> f(q_lens, kv_lens, 8, 2, 16, seed);
+  const RaggedInputs16<S> in(q_lens, kv_lens, 16, seed, opt);
+  const RaggedProblem<float>& f = in.f;
+  const auto& [q, k, v, dout, o] = std::tie(in.q, in.k, in.v, in.dout, in.o);
+  const auto& dout_f = in.dout_f;
+  const auto& ragged = in.ragged;
   const auto space = TestSpace();
-  // The float inputs rounded to S in place (so both runs see the same values), and their S copies.
-  const View3<S> q = rounded_copy<S>(f.q), k = rounded_copy<S>(f.k), v = rounded_copy<S>(f.v);
-  View3<float> dout_f("dout", f.q.extent(0), 8, 16);
-  fill_normal(dout_f, seed + 5);
-  const View3<S> dout = rounded_copy<S>(dout_f);
-  const auto ragged = make_ragged_layout<TestMemory>(host_index(f.q_indptr()), host_index(f.kv_indptr()));
-  // The forward in float gives the o and lse both backward runs read (o rounded for the 16-bit one).
-  attention(space, f.q, kv::ragged(f.k, f.v, ragged), f.o, f.lse, opt);
-  Kokkos::fence();
-  const View3<S> o = rounded_copy<S>(f.o);
   View3<float> dq_f("dq", f.q.extent(0), 8, 16), dk_f("dk", f.k.extent(0), 2, 16), dv_f("dv", f.k.extent(0), 2, 16);
   View3<S> dq("dq", f.q.extent(0), 8, 16), dk("dk", f.k.extent(0), 2, 16), dv("dv", f.k.extent(0), 2, 16);
   attention_backward(space, f.q, kv::ragged(f.k, f.v, ragged), f.o, f.lse, dout_f, dq_f, dk_f, dv_f, opt, bopt);
@@ -188,16 +206,11 @@ TEST(Storage16Backward, PairProductsOnRaggedAndPagedFollowTheWidenedBackward) {
   for (Options opt : variants) {
     const std::uint64_t seed = fresh_seed();
     SCOPED_TRACE(describe(Shape{}, opt) + " seed=" + std::to_string(seed));
-    RaggedProblem<float> f(q_lens, kv_lens, 8, 2, 32, seed);
+    const RaggedInputs16<bf16> in(q_lens, kv_lens, 32, seed, opt);
+    const RaggedProblem<float>& f = in.f;
+    const auto& [q, k, v, dout, o] = std::tie(in.q, in.k, in.v, in.dout, in.o);
+    const auto& ragged = in.ragged;
     const auto space = TestSpace();
-    const View3<bf16> q = rounded_copy<bf16>(f.q), k = rounded_copy<bf16>(f.k), v = rounded_copy<bf16>(f.v);
-    View3<float> dout_f("dout", f.q.extent(0), 8, 32);
-    fill_normal(dout_f, seed + 5);
-    const View3<bf16> dout = rounded_copy<bf16>(dout_f);
-    const auto ragged = make_ragged_layout<TestMemory>(host_index(f.q_indptr()), host_index(f.kv_indptr()));
-    attention(space, f.q, kv::ragged(f.k, f.v, ragged), f.o, f.lse, opt);
-    Kokkos::fence();
-    const View3<bf16> o = rounded_copy<bf16>(f.o);
     const auto expect_close = [](const auto& pairs, const auto& widened, const std::string& what) {
       const std::vector<double> a = to_host(pairs), b = to_host(widened);
       double largest = 0;
@@ -237,7 +250,7 @@ TEST(Storage16Backward, PairProductsOnRaggedAndPagedFollowTheWidenedBackward) {
 }
 
 // A NaN or Inf in q, k, v or dout: bf16 pairs asked for take the widened products (the NaN rule is
-// theirs), bit for bit.
+// theirs), bit for bit, and BackwardInfo says so.
 TEST(Storage16Backward, PairProductsWidenNonFiniteInputs) {
   const Shape s{1, 40, 50, 2, 1, 32};
   for (int which = 0; which < 4; ++which)
@@ -250,16 +263,21 @@ TEST(Storage16Backward, PairProductsWidenNonFiniteInputs) {
       View4<double> dout_d("dout_d", s.B, s.Nq, s.Hq, s.D);
       fill_rounded(dout, dout_d, fresh_seed());
       Kokkos::fence();
-      const View4<bf16> target = which == 0 ? p.q : which == 1 ? p.k : which == 2 ? p.v : dout;
-      const bf16 bad{static_cast<std::uint16_t>(inf ? 0x7f80 : 0x7fc1)};
-      Kokkos::deep_copy(Kokkos::subview(target, 0, 7, 0, 3), bad);
       Options pairs, widened;
       pairs.cpu_products = CpuProducts::bf16_dot;
       widened.cpu_products = CpuProducts::widened;
       View4<bf16> dq("dq", s.B, s.Nq, s.Hq, s.D), dk("dk", s.B, s.Nk, s.Hkv, s.D), dv("dv", s.B, s.Nk, s.Hkv, s.D);
       View4<bf16> dq_w("dq", s.B, s.Nq, s.Hq, s.D), dk_w("dk", s.B, s.Nk, s.Hkv, s.D),
           dv_w("dv", s.B, s.Nk, s.Hkv, s.D);
-      attention_backward(space, p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq, dk, dv, pairs);
+      // Device-shaped builds tune host spaces as a GPU's: no pairs there.
+      const CpuProducts finite = detail::Tuning<TestSpace, float>::host ? CpuProducts::bf16_dot : CpuProducts::widened;
+      EXPECT_EQ(attention_backward(space, p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq, dk, dv, pairs).cpu_products,
+                finite);
+      const View4<bf16> target = which == 0 ? p.q : which == 1 ? p.k : which == 2 ? p.v : dout;
+      const bf16 bad{static_cast<std::uint16_t>(inf ? 0x7f80 : 0x7fc1)};
+      Kokkos::deep_copy(Kokkos::subview(target, 0, 7, 0, 3), bad);
+      EXPECT_EQ(attention_backward(space, p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq, dk, dv, pairs).cpu_products,
+                CpuProducts::widened);
       attention_backward(space, p.q, kv::dense(p.k, p.v), p.o, p.lse, dout, dq_w, dk_w, dv_w, widened);
       Kokkos::fence();
       for (const auto& [got, want, what] : {std::make_tuple(dq, dq_w, "dq"), std::make_tuple(dk, dk_w, "dk"),

@@ -118,7 +118,7 @@ int grad_distributed(Args& args, const std::string& mode) {
   bool dbias_wanted = false;
   Console console;  // --json alone: standard output holds the JSON
   const auto flags = [&](DistFlags& f) {
-    KATTN_REQUIRE(shards_sequence(mode), "--dist: grad distributes the sequence (ring, ulysses or hybrid), got '", mode,
+    KATTN_REQUIRE(shards_sequence(mode), "--dist: grad distributes the sequence (ring, ulysses, hybrid or grid), got '", mode,
                   "'");
     if (auto s = args.value("--dq-strategy")) bopt.dq = parse_dq_strategy(*s);
     f.agreed = {dist::Agreed::integer("--dq-strategy", "dq strategy", static_cast<int>(bopt.dq))};

@@ -46,11 +46,12 @@ const char* kGradUsage =
     "                 [total, H, D] with --q-indptr and --kv-indptr, and --do [total_q, Hq, D])\n"
     "  --sinks, --alibi-slopes, --bias: as for kattn run; --dsinks [Hq] and --dbias (the bias's shape, not\n"
     "                 of a bool bias) write their gradients in float64 (dense inputs; --dist ring: each rank its rows)\n"
-    "  --cpu-products: as for kattn run, for the forward pass (the backward widens 16-bit inputs)\n"
+    "  --cpu-products: as for kattn run; bf16's backward multiplies as bf16 pairs on bf16-dot, else\n"
+    "                 widens (JSON: cpu_products, what the backward ran)\n"
     "  --layout bnhd|bhnd, --json, --quiet, --progress: as for kattn run (the forward's progress line, then\n"
     "                 the backward's)\n"
-    "       mpirun -np P kattn grad --dist ring|ulysses|hybrid [--ulysses-size U] [--zigzag] [--deterministic]\n"
-    "                 [--chunk KEYS] ...\n"
+    "       mpirun -np P kattn grad --dist ring|ulysses|hybrid|grid [--ulysses-size U] [--grid R,C] [--zigzag]\n"
+    "                 [--deterministic] [--chunk KEYS] ...\n"
     "Gradients of sum(O * dO) with respect to q, k, v. O and LSE are computed by the forward pass\n"
     "when not given. --check compares dq, dk, dv (and dsinks with --sinks, dbias with --dbias: not in a sampled\n"
     "check, nor dbias under a block mask) with the textbook backward in float64 and exits with status 3\n"
@@ -282,6 +283,8 @@ int grad_pipeline(const GradFlags& f, const Options& opt, const BiasTensor& bias
   j.add("dq_strategy", name(g.info.dq)).add("deterministic", g.info.deterministic);
   if (g.info.dq == DqStrategy::key_chunks) j.add("chunks", g.info.chunks);
   j.add("workspace_bytes", static_cast<long long>(g.info.workspace_bytes));
+  if (Kokkos::SpaceAccessibility<Kokkos::DefaultExecutionSpace, Kokkos::HostSpace>::accessible)
+    j.add("cpu_products", cpu_products_name(g.info.cpu_products));
   if (!g.grads.dsinks.empty()) {
     j.add("dsinks", g.grads.dsinks);
     if (f.dsinks) write_array(*f.dsinks, io::DType::f64, {static_cast<std::int64_t>(g.grads.dsinks.size())}, g.grads.dsinks);

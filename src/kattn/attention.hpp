@@ -53,13 +53,11 @@ BackwardInfo backward_with_sinks(const ExecSpace& space, const BP& p, const Opti
   return info;
 }
 
-// Whether a bf16 backward on this space multiplies as bf16 pairs: host tuning, and the CPU
-// products bf16 takes are its dot products (where `automatic` picks AMX tiles, the backward
-// widens: the tiles take no part in it).
+// Whether a bf16 backward on this space multiplies as bf16 pairs (host_backward_cpu_products).
 template <class ExecSpace, class QView>
 bool backward_pairs(const Options& opt) {
   if constexpr (Tuning<ExecSpace, float>::host && std::is_same_v<typename QView::non_const_value_type, bf16>)
-    return host_cpu_products<bf16, bf16>(opt.cpu_products) == CpuProducts::bf16_dot;
+    return host_backward_cpu_products(opt.cpu_products, true) == CpuProducts::bf16_dot;
   (void)opt;
   return false;
 }

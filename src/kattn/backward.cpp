@@ -127,6 +127,7 @@ BackwardInfo backward_kernels(const ExecSpace& space, const BackwardParams<T>& p
     kern.bias = opt.bias;
     kern.dbias = dbias.target();
     if (kern.pairs()) {  // the pairs' scratch is about the float tiles' (BackwardGeometry)
+      info.cpu_products = CpuProducts::bf16_dot;
       kern.hardware = bf16_dot_on_hardware();
       const std::size_t bytes = kern.scratch_bytes();
       KATTN_REQUIRE(bytes <= scratch_limit(space, 1), "block_q/block_k: the backward's bf16 pair tiles need ", bytes,

@@ -23,6 +23,9 @@ struct BackwardInfo {
   int block_q = 0, block_k = 0;            // tile sizes
   std::size_t workspace_bytes = 0;         // extra device memory beyond the arguments
   std::vector<double> dsinks;              // d(sum(o * dout)) / d(Options::sinks); empty without sinks
+  // The key pass's products on a host space: bf16_dot where bf16 storage multiplied as bf16 pairs
+  // (host_backward_cpu_products, and finite inputs), else widened.
+  CpuProducts cpu_products = CpuProducts::widened;
 };
 
 namespace detail {

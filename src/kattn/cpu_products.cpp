@@ -169,6 +169,11 @@ CpuProducts host_cpu_products(CpuProducts requested, bool bf16_queries_and_keys)
   return bf16_dot_on_hardware() && cpu_features().amd ? CpuProducts::bf16_dot : CpuProducts::widened;
 }
 
+CpuProducts host_backward_cpu_products(CpuProducts requested, bool bf16_storage) {
+  return host_cpu_products(requested, bf16_storage) == CpuProducts::bf16_dot ? CpuProducts::bf16_dot
+                                                                               : CpuProducts::widened;
+}
+
 std::string cpu_products_text() {
   const CpuFeatures& f = cpu_features();
   std::string features;
@@ -182,10 +187,11 @@ std::string cpu_products_text() {
   add(f.amx_fp16, "amx_fp16");
   std::string text = "cpu: " + f.model + "\n";
   text += "cpu features: " + (features.empty() ? std::string("none of avx512, avx512_bf16, amx") : features) + "\n";
-  text += std::string("cpu products: bf16 ") +
-          cpu_products_name(host_cpu_products<bf16, bf16>(CpuProducts::automatic)) +
+  text += std::string("cpu products: bf16 ") + cpu_products_name(host_cpu_products<bf16, bf16>(CpuProducts::automatic)) +
           (bf16_dot_on_hardware() ? "" : " (bf16-dot when asked for: emulated)") +
-          (amx_on_hardware() ? "" : " (amx when asked for: on bf16 dot products)") + ", f16 widened\n";
+          (amx_on_hardware() ? "" : " (amx when asked for: on bf16 dot products)") + ", bf16 backward " +
+          cpu_products_name(host_backward_cpu_products(CpuProducts::automatic, true)) +
+          ", f16 widened\n";
   if (f.amx_bf16 && !amx_on_hardware()) text += "cpu notice: AMX not used: " + amx_refusal() + "\n";
   if (f.avx512_bf16 && !detail::bf16_dot_compiled())
     text += "cpu notice: the CPU has AVX512_BF16 but this build has no bf16 dot-product kernels\n";

@@ -47,6 +47,11 @@ CpuProducts host_cpu_products(CpuProducts requested, bool bf16_queries_and_keys)
 template <class Q, class KV>
 CpuProducts host_cpu_products(CpuProducts requested);
 
+// The products a bf16 backward on a host space runs when `requested`: bf16_dot where
+// host_cpu_products gives it, else widened (AMX tiles take no part in the backward). A call whose
+// q, k, v or dout holds a NaN or Inf widens (BackwardInfo::cpu_products says what ran).
+CpuProducts host_backward_cpu_products(CpuProducts requested, bool bf16_storage);
+
 // Whether bf16 dot products run on the instruction (else on its emulation): compiled in and the
 // CPU has it.
 bool bf16_dot_on_hardware();
