@@ -285,7 +285,7 @@ def test_ring_takes_each_ranks_rows_of_a_bias(sharding, bias_shape):
                      bias=mine, **opt)
     for got, whole in zip(grads, ref):
         assert_close(got, whole[:, pos])
-    refused = "bias: the distributed calls take one with scheme ring, ulysses or sharded-kv, got grid"
+    refused = "bias: the distributed calls take one with scheme ring, ulysses, hybrid or sharded-kv, got grid"
     with pytest.raises(kattn.Error, match=re.escape(refused)):
         forward("grid", COMM, q[:, pos], k[:, pos], v[:, pos], sharding=sharding, bias=mine, **opt)
 
@@ -348,6 +348,6 @@ def test_bias_grad_is_refused_on_every_rank_without_a_float_bias_or_off_the_ring
     with pytest.raises(kattn.Error, match=re.escape("bias_grad: a boolean bias (a mask) has no gradient")):
         backward("ring", COMM, *shards, o, lse, dout[:, pos], bias=mask, bias_grad=True)
     bias = np.zeros((1, 1, len(pos), n))
-    refused = "bias: the distributed calls take one with scheme ring, ulysses or sharded-kv, got grid"
+    refused = "bias: the distributed calls take one with scheme ring, ulysses, hybrid or sharded-kv, got grid"
     with pytest.raises(kattn.Error, match=re.escape(refused)):
         backward("grid", COMM, *shards, o, lse, dout[:, pos], bias=bias, bias_grad=True)

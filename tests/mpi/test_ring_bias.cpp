@@ -151,7 +151,7 @@ TEST(DistErrors, RingBiasOfTheWrongShapeOrScheme) {
   opt.bias = score_bias(all_keys);
   expect_same_error(
       [&] { dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, opt, with_scheme(dist::Scheme::grid)); },
-      "bias: the distributed calls take one with scheme ring, ulysses or sharded-kv, got grid");
+      "bias: the distributed calls take one with scheme ring, ulysses, hybrid or sharded-kv, got grid");
   View3<double> q3("q3", n, 2, 8), k3("k3", n, 1, 8), o3("o3", n, 2, 8);
   const std::int64_t ln = static_cast<std::int64_t>(n);
   const auto layout = make_ragged_layout<TestMemory>(indptr_view({0, ln}), indptr_view({0, ln}));

@@ -4,7 +4,7 @@
 // heads). o, dq, dk, dv and dbias against one rank's calls on the whole bias at 1e-12, with causal
 // masks, windows, softcap, GQA (a rank's heads in several blocks too), both shardings, every
 // broadcast and a bf16 bias; the deterministic mode bitwise one rank's (bf16 storage too); and the refusals (a bias of
-// the ring's shape, a dbias of another shape, hybrid) the same on every rank.
+// the ring's shape, a dbias of another shape) the same on every rank.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -199,7 +199,7 @@ TEST(UlyssesBias, Bf16StorageDeterministicBitsAreOneRanks) {
   EXPECT_EQ(max_abs_diff(o, shard(o1, l, rank, "o1"), true), 0.0) << "o differs from one rank's";
 }
 
-TEST(DistErrors, UlyssesBiasOfTheWrongShapeOrScheme) {
+TEST(DistErrors, UlyssesBiasOfTheWrongShape) {
   const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
   const SequenceLayout l = dist::layout_of(30, P, DistOptions{});
   const std::size_t n = l.local_length(rank);
@@ -228,11 +228,6 @@ TEST(DistErrors, UlyssesBiasOfTheWrongShapeOrScheme) {
         dist::attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, o, dq, dk, dv, opt, b, d);
       },
       "dbias: expected the bias's shape [1, 2, 30, 30], got [1, 1, 30, 30]");
-  // hybrid's blocks would need bias values from other ranks.
-  DistOptions hy = with_scheme(dist::Scheme::hybrid);
-  hy.ulysses_size = P;
-  expect_same_error([&] { dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, opt, hy); },
-                    "bias: the distributed calls take one with scheme ring, ulysses or sharded-kv, got hybrid");
 }
 
 }  // namespace
