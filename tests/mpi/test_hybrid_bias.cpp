@@ -58,7 +58,7 @@ struct BiasCase {
 };
 
 // hybrid's o, lse and gradients with this rank's slice of the bias against one rank's with the
-// whole: the local door, or in deterministic mode hybrid on one rank (the deterministic ring).
+// whole: the local door, or in deterministic mode the deterministic ring (whose bits hybrid's are).
 void check_hybrid_bias(const Shape& s, const Options& opt, const BiasCase& bc, DistOptions d) {
   d.scheme = dist::Scheme::hybrid;
   const std::uint64_t seed = shared_seed();
@@ -84,9 +84,9 @@ void check_hybrid_bias(const Shape& s, const Options& opt, const BiasCase& bc, D
   View4<double> dbias("dbias", bc.batch, s.Hq, s.Nq, s.Nk);
   BackwardOptions one;
   one.dbias = score_bias_gradient(dbias);
-  if (d.deterministic) {
+  if (d.deterministic) {  // the deterministic ring on one rank: its o and gradients
     DistOptions alone = d;
-    alone.ulysses_size = 1, alone.sharding = Sharding::contiguous;
+    alone.scheme = dist::Scheme::ring, alone.ulysses_size = 0, alone.sharding = Sharding::contiguous;
     const auto space = Kokkos::DefaultExecutionSpace();
     dist::attention(MPI_COMM_SELF, space, g.p.q, kv::dense(g.p.k, g.p.v), g.p.o, g.p.lse, whole, alone);
     dist::attention_backward(MPI_COMM_SELF, space, g.p.q, kv::dense(g.p.k, g.p.v), g.p.o, g.p.lse, g.dout, g.dq, g.dk,
@@ -165,8 +165,8 @@ TEST(HybridBias, DeterministicBitsAreOneRanks) {
     }
 }
 
-// bf16 q, k, v, o: each rank's slice of the bias gives o with the bits of one rank's call on the
-// whole bias (deterministic mode), on every grid.
+// bf16 q, k, v, o: each rank's slice of the bias gives o with the bits of the deterministic ring's
+// on one rank with the whole bias, on every grid.
 TEST(HybridBias, Bf16StorageDeterministicBitsAreOneRanks) {
   const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
   const Shape s{2, 45, 45, 12, 12, 16};
@@ -175,14 +175,15 @@ TEST(HybridBias, Bf16StorageDeterministicBitsAreOneRanks) {
   Problem16<bf16> p(s, seed);
   View4<double> bias("bias", 1, s.Hq, s.Nq, s.Nk);
   fill_normal(bias, seed + 7);
-  DistOptions d = with_scheme(dist::Scheme::hybrid);
-  d.deterministic = true, d.chunk = 8, d.ulysses_size = 1;
+  DistOptions d;  // the deterministic ring on one rank first
+  d.deterministic = true, d.chunk = 8;
   Options whole;
   whole.causal = true;
   whole.bias = score_bias(bias);
   const auto space = Kokkos::DefaultExecutionSpace();
   View4<bf16> o1("o1", s.B, s.Nq, s.Hq, s.D);
   dist::attention(MPI_COMM_SELF, space, p.q, kv::dense(p.k, p.v), o1, whole, d);
+  d.scheme = dist::Scheme::hybrid;
   for (int U : grid_sizes()) {
     d.ulysses_size = U;
     SCOPED_TRACE("U=" + std::to_string(U));
