@@ -285,7 +285,7 @@ def test_ring_takes_each_ranks_rows_of_a_bias(sharding, bias_shape):
                      bias=mine, **opt)
     for got, whole in zip(grads, ref):
         assert_close(got, whole[:, pos])
-    refused = "bias: the distributed calls take one with scheme ring, ulysses or sharded-kv, got grid"
+    refused = "bias: the distributed calls take one with scheme ring, ulysses, hybrid or sharded-kv, got grid"
     with pytest.raises(kattn.Error, match=re.escape(refused)):
         forward("grid", COMM, q[:, pos], k[:, pos], v[:, pos], sharding=sharding, bias=mine, **opt)
 
@@ -336,6 +336,37 @@ def test_ulysses_takes_each_ranks_heads_of_a_bias(sharding, bias_heads):
     assert_close(dbias_r, dbias[:, heads] if bias_heads == hq else dbias[:, heads].sum(axis=1, keepdims=True))
 
 
+@pytest.mark.parametrize("sharding", ["contiguous", "zigzag"])
+@pytest.mark.parametrize("bias_heads", [12, 1])
+def test_hybrid_takes_each_ranks_heads_over_its_groups_rows_of_a_bias(sharding, bias_heads):
+    """A bias under hybrid: each rank passes its heads (those of its member index in its group of U)
+    over its group's query rows (the ring's over the groups: the positions of the communicator of
+    the ranks with its member index) and every key; o, the gradients and dbias are one process's."""
+    n, hq = 37, 12
+    q, k, v, dout = problem(n, hq, 4, 16, seed=67)
+    drawn = np.random.default_rng(71).standard_normal((2, bias_heads, n, n))
+    bias = np.broadcast_to(drawn, (2, hq, n, n)).copy()
+    opt = dict(causal=True, window=(20, 0), softcap=5.0)
+    o, lse = kattn.attention(q, k, v, return_lse=True, bias=bias, **opt)
+    *ref, dbias = kattn.attention_backward(q, k, v, o, lse, dout, bias=bias, bias_grad=True, **opt)
+    pos = positions("hybrid", n, COMM, sharding=sharding)
+    group, member = divmod(COMM.Get_rank(), U)
+    ring = COMM.Split(member, group)  # the ring across the groups
+    rows = positions("ring", n, ring, sharding=sharding)
+    ring.Free()
+    heads = slice(member * hq // U, (member + 1) * hq // U)
+    mine = np.ascontiguousarray((drawn[:, heads] if bias_heads == hq else drawn)[:, :, rows])
+    o_r, lse_r = forward("hybrid", COMM, q[:, pos], k[:, pos], v[:, pos], sharding=sharding, bias=mine, **opt)
+    assert_close(o_r, o[:, pos])
+    assert_close(lse_r, lse[:, :, pos])
+    *grads, dbias_r = backward("hybrid", COMM, q[:, pos], k[:, pos], v[:, pos], o_r, lse_r, dout[:, pos],
+                               sharding=sharding, bias=mine, bias_grad=True, **opt)
+    for got, whole in zip(grads, ref):
+        assert_close(got, whole[:, pos])
+    expected = dbias[:, heads] if bias_heads == hq else dbias[:, heads].sum(axis=1, keepdims=True)
+    assert_close(dbias_r, expected[:, :, rows])
+
+
 def test_bias_grad_is_refused_on_every_rank_without_a_float_bias_or_off_the_ring():
     n = 16
     q, k, v, dout = problem(n, 4, 2, 8, seed=7)
@@ -348,6 +379,6 @@ def test_bias_grad_is_refused_on_every_rank_without_a_float_bias_or_off_the_ring
     with pytest.raises(kattn.Error, match=re.escape("bias_grad: a boolean bias (a mask) has no gradient")):
         backward("ring", COMM, *shards, o, lse, dout[:, pos], bias=mask, bias_grad=True)
     bias = np.zeros((1, 1, len(pos), n))
-    refused = "bias: the distributed calls take one with scheme ring, ulysses or sharded-kv, got grid"
+    refused = "bias: the distributed calls take one with scheme ring, ulysses, hybrid or sharded-kv, got grid"
     with pytest.raises(kattn.Error, match=re.escape(refused)):
         backward("grid", COMM, *shards, o, lse, dout[:, pos], bias=bias, bias_grad=True)

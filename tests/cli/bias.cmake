@@ -111,7 +111,7 @@ kattn_cli_expect(run_bias_cascade ARGS run --random-ragged 4,2,16 --q-lens 1,1 -
                  STDERR "bias: expected \\[2 or 1, 4 or 1, 1, 24\\] \\(the longest request's queries.*got \\[1, 4, 8, 9\\]")
 if(KATTN_ENABLE_MPI)  # a one-rank MPI job started without mpiexec (first_hour.cmake's environment for it)
   kattn_cli_expect(run_bias_dist ARGS run --dist grid --random 1,8,8,4,2,8 --bias random STATUS 2 ONE_LINE
-                   STDERR "bias: the distributed calls take one with scheme ring, ulysses or sharded-kv, got grid")
+                   STDERR "bias: the distributed calls take one with scheme ring, ulysses, hybrid or sharded-kv, got grid")
   set_tests_properties(cli.run_bias_dist PROPERTIES ENVIRONMENT "${_fh_mpi_env}")
 endif()
 kattn_cli_expect(run_sinks_random_files ARGS run --q ${DATA}/f32.npy --k ${DATA}/f32.npy --v ${DATA}/f32.npy

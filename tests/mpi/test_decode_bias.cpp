@@ -264,7 +264,7 @@ TEST(DistErrors, DecodeBiasOfTheWrongShapeOrScheme) {
   opt.bias = score_bias(mine);
   expect_same_error(
       [&] { dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, opt, with_scheme(dist::Scheme::grid)); },
-      "bias: the distributed calls take one with scheme ring, ulysses or sharded-kv, got grid");
+      "bias: the distributed calls take one with scheme ring, ulysses, hybrid or sharded-kv, got grid");
 }
 
 }  // namespace

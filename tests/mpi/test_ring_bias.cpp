@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bias_slices.hpp"
 #include "dist_grads.hpp"
 #include "dist_support.hpp"
 #include "kattn/attention.hpp"
@@ -21,22 +22,6 @@
 namespace kattn {
 namespace test {
 namespace {
-
-// Rows (dim 2) of a bias-shaped array that `rank` holds under `layout`.
-template <class B>
-View4<B> bias_rows(const View4<B>& global, const SequenceLayout& layout, int rank) {
-  const std::size_t Bb = global.extent(0), Hb = global.extent(1), Nk = global.extent(3);
-  View4<B> local("bias_rows", Bb, Hb, layout.local_length(rank), Nk);
-  auto g = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), global);
-  auto l = Kokkos::create_mirror_view(local);
-  for (const dist::Segment& s : layout.segments_of(rank))
-    for (std::size_t b = 0; b < Bb; ++b)
-      for (std::size_t h = 0; h < Hb; ++h)
-        for (std::int64_t i = 0; i < s.length; ++i)
-          for (std::size_t j = 0; j < Nk; ++j) l(b, h, s.local + i, j) = g(b, h, s.global + i, j);
-  Kokkos::deep_copy(local, l);
-  return local;
-}
 
 struct BiasCase {
   int batch = 1, heads = 1;  // the bias's: 1 or the problem's
@@ -151,7 +136,7 @@ TEST(DistErrors, RingBiasOfTheWrongShapeOrScheme) {
   opt.bias = score_bias(all_keys);
   expect_same_error(
       [&] { dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, opt, with_scheme(dist::Scheme::grid)); },
-      "bias: the distributed calls take one with scheme ring, ulysses or sharded-kv, got grid");
+      "bias: the distributed calls take one with scheme ring, ulysses, hybrid or sharded-kv, got grid");
   View3<double> q3("q3", n, 2, 8), k3("k3", n, 1, 8), o3("o3", n, 2, 8);
   const std::int64_t ln = static_cast<std::int64_t>(n);
   const auto layout = make_ragged_layout<TestMemory>(indptr_view({0, ln}), indptr_view({0, ln}));

@@ -4,12 +4,13 @@
 // heads). o, dq, dk, dv and dbias against one rank's calls on the whole bias at 1e-12, with causal
 // masks, windows, softcap, GQA (a rank's heads in several blocks too), both shardings, every
 // broadcast and a bf16 bias; the deterministic mode bitwise one rank's (bf16 storage too); and the refusals (a bias of
-// the ring's shape, a dbias of another shape, hybrid) the same on every rank.
+// the ring's shape, a dbias of another shape) the same on every rank.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "bias_slices.hpp"
 #include "dist_grads.hpp"
 #include "dist_support.hpp"
 #include "kattn/attention.hpp"
@@ -21,42 +22,6 @@
 namespace kattn {
 namespace test {
 namespace {
-
-// Heads [first, first + count) (dim 1) of a bias-shaped array [Bb, Hb, Nq, Nk], summed into one
-// head when `sum` (the gradient of a bias broadcast over the rank's heads).
-View4<double> heads_of(const View4<double>& global, int first, int count, bool sum = false) {
-  const std::size_t Bb = global.extent(0), Nq = global.extent(2), Nk = global.extent(3);
-  View4<double> local("bias_heads", Bb, sum ? 1 : count, Nq, Nk);
-  auto g = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), global);
-  auto l = Kokkos::create_mirror_view(local);
-  for (std::size_t b = 0; b < Bb; ++b)
-    for (std::size_t i = 0; i < Nq; ++i)
-      for (std::size_t j = 0; j < Nk; ++j) {
-        double acc = 0;
-        for (int h = 0; h < count; ++h) {
-          if (sum)
-            acc += g(b, first + h, i, j);
-          else
-            l(b, h, i, j) = g(b, first + h, i, j);
-        }
-        if (sum) l(b, 0, i, j) = acc;
-      }
-  Kokkos::deep_copy(local, l);
-  return local;
-}
-
-// The whole bias [Bb, Hq, Nq, Nk] of a bias [Bb, 1, Nq, Nk] broadcast over heads (same values).
-View4<double> every_head(const View4<double>& one, int heads) {
-  View4<double> all("bias_all_heads", one.extent(0), heads, one.extent(2), one.extent(3));
-  auto h1 = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), one);
-  auto ha = Kokkos::create_mirror_view(all);
-  for (std::size_t b = 0; b < all.extent(0); ++b)
-    for (int h = 0; h < heads; ++h)
-      for (std::size_t i = 0; i < all.extent(2); ++i)
-        for (std::size_t j = 0; j < all.extent(3); ++j) ha(b, h, i, j) = h1(b, 0, i, j);
-  Kokkos::deep_copy(all, ha);
-  return all;
-}
 
 struct BiasCase {
   int batch = 1;
@@ -103,13 +68,7 @@ void check_ulysses_bias(const Shape& s, const Options& opt, const BiasCase& bc, 
   }
   // This rank's bias: its heads, or the one head they share.
   const View4<double> my_bias = bc.per_head ? heads_of(drawn, first, count) : drawn;
-  View4<bf16> my_bias16("my_bias16", my_bias.extent(0), my_bias.extent(1), my_bias.extent(2), my_bias.extent(3));
-  {
-    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), my_bias);
-    auto h16 = Kokkos::create_mirror_view(my_bias16);
-    for (std::size_t i = 0; i < h.span(); ++i) h16.data()[i] = narrow<bf16>(h.data()[i]);
-    Kokkos::deep_copy(my_bias16, h16);
-  }
+  const View4<bf16> my_bias16 = narrowed_bf16(my_bias);
   View4<double> my_dbias("my_dbias", bc.batch, bc.per_head ? count : 1, s.Nq, s.Nk);
   poison(my_dbias);
   Options mine = opt;
@@ -199,7 +158,7 @@ TEST(UlyssesBias, Bf16StorageDeterministicBitsAreOneRanks) {
   EXPECT_EQ(max_abs_diff(o, shard(o1, l, rank, "o1"), true), 0.0) << "o differs from one rank's";
 }
 
-TEST(DistErrors, UlyssesBiasOfTheWrongShapeOrScheme) {
+TEST(DistErrors, UlyssesBiasOfTheWrongShape) {
   const int P = size_of(MPI_COMM_WORLD), rank = rank_of(MPI_COMM_WORLD);
   const SequenceLayout l = dist::layout_of(30, P, DistOptions{});
   const std::size_t n = l.local_length(rank);
@@ -228,11 +187,6 @@ TEST(DistErrors, UlyssesBiasOfTheWrongShapeOrScheme) {
         dist::attention_backward(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, lse, o, dq, dk, dv, opt, b, d);
       },
       "dbias: expected the bias's shape [1, 2, 30, 30], got [1, 1, 30, 30]");
-  // hybrid's blocks would need bias values from other ranks.
-  DistOptions hy = with_scheme(dist::Scheme::hybrid);
-  hy.ulysses_size = P;
-  expect_same_error([&] { dist::attention(MPI_COMM_WORLD, space, q, kv::dense(k, v), o, opt, hy); },
-                    "bias: the distributed calls take one with scheme ring, ulysses or sharded-kv, got hybrid");
 }
 
 }  // namespace

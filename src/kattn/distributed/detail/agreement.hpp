@@ -84,7 +84,8 @@ std::vector<Agreed> backward_fields(DistCall call, const BackwardParams<T>& p, c
 // heads over `keys`, [B or 1, p.heads_q or 1, p.q_len, keys], and its gradient (dbias, or none) the
 // same shape. The ring: its query rows over every key of the sequence (keys = Nk, after the split);
 // sharded_kv: every query row (they are replicated) over its own keys (keys = p.kv_len); ulysses:
-// its Hq/P query heads over every query row and key (p those heads over Nq rows, keys = Nk).
+// its Hq/P query heads over every query row and key (p those heads over Nq rows, keys = Nk);
+// hybrid: its Hq/U query heads over its group's query rows and every key (head_sharded.cpp).
 template <class P>
 void require_sharded_bias(MPI_Comm comm, const P& p, std::int64_t keys, const Options& opt,
                           const ScoreBiasGradient& dbias = {}) {

@@ -20,9 +20,10 @@ namespace {
 // The checks agreed on every rank, the split of the positions (the scheme's layout), the
 // measurements and one latch for the whole call (in hybrid a failure in any ring group reaches
 // every rank, and the rings run through it); body(split, stats, latch) runs the exchanges.
-// ulysses' bias (the door refuses hybrid's) is that of the scores the rank computes: its query
-// heads (head_split) over every query row and key in global order, [B or 1, Hq/P or 1, Nq, Nk],
-// and dbias the same shape.
+// The bias is that of the scores the rank computes: its query heads (the head split of its group
+// of U ranks) over its group's query rows in the ring's local order (hybrid_grid.hpp,
+// group_length) and every key in global order, [B or 1, Hq/U or 1, rows, Nk], and dbias the same
+// shape. ulysses is one group of U = P ranks: every query row.
 template <class ExecSpace, class T, class Body>
 DistStats run_head_sharded(MPI_Comm comm, const char* region_name, const std::vector<Agreed>& fields,
                            const AttentionParams<T>& f, const Options& opt, const DistOptions& d, bool backward,
@@ -42,11 +43,12 @@ DistStats run_head_sharded(MPI_Comm comm, const char* region_name, const std::ve
   if (backward) require_whole_groups(f.heads_kv, hybrid ? ulysses_ranks(P, d) : P, d);
   const GlobalSplit split =
       hybrid ? hybrid_split(comm, f.q_len, f.kv_len, d) : sharded_split(comm, f.q_len, f.kv_len, d);
-  if (!hybrid) {
-    AttentionParams<T> mine = f;
-    mine.heads_q = f.heads_q / P, mine.q_len = split.Nq;
-    require_sharded_bias(comm, mine, split.Nk, opt, dbias);
-  }
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  AttentionParams<T> mine = f;
+  mine.heads_q = f.heads_q / (hybrid ? ulysses_ranks(P, d) : P);
+  mine.q_len = hybrid ? group_length(split.Nq, rank, P, d) : split.Nq;
+  require_sharded_bias(comm, mine, split.Nk, opt, dbias);
   DistStats stats;
   stats.staged = needs_staging<typename ExecSpace::memory_space>(d.staging);
   FailureLatch latch(comm);
@@ -56,7 +58,8 @@ DistStats run_head_sharded(MPI_Comm comm, const char* region_name, const std::ve
   return stats;
 }
 
-// The query heads this rank computes under ulysses (head_split).
+// The query heads this rank computes under ulysses (head_split); under hybrid, of its group's
+// communicator.
 HeadRange query_heads_of_rank(MPI_Comm comm, int heads_q) {
   int rank = 0, P = 1;
   MPI_Comm_rank(comm, &rank);
@@ -108,12 +111,13 @@ DistStats head_sharded_forward_impl(MPI_Comm comm, const ExecSpace& space, const
       [&](const GlobalSplit& split, DistStats& stats, FailureLatch& latch) {
         if (hybrid) {
           const HybridGrid grid(comm, d);
+          const int mine = query_heads_of_rank(grid.heads(), p.heads_q).first;
           head_sharded_forward<ExecSpace, T>(
               grid.heads(), space, p, grid.group_layout(split.Nq), grid.group_layout(split.Nk), stats, latch,
               opt.workspace, [&](const AttentionParams<T>& a, int first_head, DistStats& s) {
-                latch.capture([&] {
-                  accumulate(s, block_ring(grid, space, a, heads_of(opt, first_head, a.heads_q), d, latch));
-                });
+                Options o = heads_of(opt, first_head, a.heads_q);
+                o.bias = bias_heads(o.bias, first_head - mine, a.heads_q);
+                latch.capture([&] { accumulate(s, block_ring(grid, space, a, o, d, latch)); });
               });
           space.fence();
           return;
@@ -147,13 +151,21 @@ DistStats head_sharded_backward_impl(MPI_Comm comm, const ExecSpace& space, cons
       bopt.dbias, [&](const GlobalSplit& split, DistStats& stats, FailureLatch& latch) {
         if (hybrid) {
           const HybridGrid grid(comm, d);
+          const HeadRange mine = query_heads_of_rank(grid.heads(), f.heads_q);
+          HeadsBiasGradient<ExecSpace, Acc> dbias(space, bopt.dbias, mine.count, opt.workspace);
           head_sharded_backward<ExecSpace, T>(
               grid.heads(), space, p, grid.group_layout(split.Nq), grid.group_layout(split.Nk), stats, latch,
               opt.workspace, [&](const BackwardParams<Acc>& b, int first_head, DistStats& s) {
-                latch.capture([&] {
-                  accumulate(s, ring_backward_impl(grid.ring(), space, b, heads_of(opt, first_head, b.fwd.heads_q), d,
-                                                   bopt, &latch));
-                });
+                const int h = first_head - mine.first, n = b.fwd.heads_q;
+                Options o = heads_of(opt, first_head, n);
+                o.bias = dbias.bias(o.bias, h, n);
+                // The full-head sum's memory is this rank's step: a failure there is latched, and
+                // the ring still runs (its compute skipped), with no dbias to write.
+                BackwardOptions bo = bopt;
+                bo.dbias = {};
+                latch.guard([&] { bo.dbias = dbias.block(h, n); });
+                latch.capture([&] { accumulate(s, ring_backward_impl(grid.ring(), space, b, o, d, bo, &latch)); });
+                if (h + n == dbias.heads()) latch.guard([&] { dbias.finish(); });
               });
           space.fence();
           return;

@@ -62,8 +62,8 @@ Bias bias_heads(Bias s, int first, int count) {
   return s;
 }
 
-// ulysses' dbias over the blocks of the rank's heads (head_split): each block writes its heads' rows
-// of it. A dbias broadcast over heads is the sum over all the rank's heads, which one block's
+// ulysses' and hybrid's dbias over the blocks of the rank's heads (head_split): each block writes
+// its heads' rows of it. A dbias broadcast over heads is the sum over all the rank's heads, which one block's
 // backward cannot form when the heads take several blocks: then the blocks write their heads of the
 // full-head sum in the accumulation type T, a BiasGradient over every head of the rank (created with
 // the first block, inside its guarded step, memory checked), which finish() sums over heads in order

@@ -32,6 +32,13 @@ inline GlobalSplit hybrid_split(MPI_Comm comm, std::int64_t q_len, std::int64_t 
   return global_split(comm, q_len, kv_len, [&](std::int64_t N, int P) { return hybrid_layout(N, P, d); });
 }
 
+// The positions of this rank's group (rank / U of the P / U groups) as the ring over the groups
+// holds them: the ring's layout over the groups (HybridGrid::ring_layout), its local length.
+inline std::int64_t group_length(std::int64_t length, int rank, int ranks, const DistOptions& d) {
+  const int U = ulysses_ranks(ranks, d);
+  return sharded_layout(length, ranks / U, d).local_length(rank / U);
+}
+
 // This rank's two sub-communicators of the grid, freed on destruction (collective, like their
 // creation: every rank makes and frees them in the same calls), and the ring's layouts over the
 // groups. Made after require_grid.
