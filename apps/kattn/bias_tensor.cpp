@@ -34,10 +34,27 @@ ScoreBias typed_bias(io::DType dtype, const unsigned char* bytes, const std::vec
 }  // namespace
 
 RowBlock BiasSlice::block(const std::vector<std::int64_t>& s) const {
-  RowBlock b{1, s[axis], 1, broadcast(s) ? std::vector<PositionRun>{{0, 0, 1}} : runs};
+  if (heads.length > 0 && s[1] > 1) {  // heads x rows as one axis of s[1] s[2]
+    RowBlock b{s[0], s[1] * s[2], s[3], {}};
+    std::int64_t n = 0;
+    for (const PositionRun& r : runs) n += r.length;
+    for (std::int64_t h = 0; h < heads.length; ++h)
+      for (const PositionRun& r : runs)
+        b.runs.push_back({(heads.global + h) * s[2] + r.global, h * n + r.local, r.length});
+    return b;
+  }
+  RowBlock b{1, s[axis], 1, runs};
   for (int d = 0; d < axis; ++d) b.outer *= s[d];
   for (int d = axis + 1; d < 4; ++d) b.inner *= s[d];
   return b;
+}
+
+std::vector<std::int64_t> BiasSlice::local_shape(std::vector<std::int64_t> s) const {
+  if (heads.length > 0 && s[1] > 1) s[1] = heads.length;
+  std::int64_t n = 0;
+  for (const PositionRun& r : runs) n += r.length;
+  s[axis] = n;
+  return s;
 }
 
 void BiasTensor::read(Args& args, const BiasSlice* slice) {
@@ -51,7 +68,7 @@ void BiasTensor::read(Args& args, const BiasSlice* slice) {
     a.shape = {r.B, r.Hq, r.Nq, r.Nk};
     whole_shape_ = a.shape;
     const std::optional<RowBlock> block = slice ? std::optional<RowBlock>(slice->block(a.shape)) : std::nullopt;
-    if (block) a.shape[slice->axis] = block->local_length();
+    if (block) a.shape = slice->local_shape(a.shape);
     const std::vector<double> values = random_bias(r, block ? &*block : nullptr);
     a.bytes = encode_values(a.dtype, values.data(), values.size());
   } else {
@@ -73,9 +90,8 @@ void BiasTensor::read(Args& args, const BiasSlice* slice) {
                         s[3] == slice->Nk,
                     "bias: expected [", slice->B, " or 1, ", slice->Hq, " or 1, ", slice->Nq, ", ", slice->Nk,
                     "], got [", s[0], ", ", s[1], ", ", s[2], ", ", s[3], "]");
-      const RowBlock block = slice->block(s);
-      a.bytes = read_row_bytes(*value, read_input_header("--bias", *value), block);
-      a.shape[slice->axis] = block.local_length();
+      a.bytes = read_row_bytes(*value, read_input_header("--bias", *value), slice->block(s));
+      a.shape = slice->local_shape(s);
     }
     // uint8 and int8 files read as bool too: every byte made 0 or 1, a bool's only values.
     if (a.dtype == io::DType::b1)

@@ -18,17 +18,23 @@ namespace kattn {
 namespace cli {
 
 // The part of a whole bias [B or 1, Hq or 1, Nq, Nk] one rank passes under --dist: the bias of the
-// scores it computes, the runs `runs` of one axis and the other axes whole. Axis 1 (query heads:
-// ulysses) may be broadcast (1 in the file): every rank then takes it whole. Axis 2: query rows
-// (the ring); axis 3: keys (decode).
+// scores it computes, a run of query heads (`heads`; length 0: every head) and the runs `runs` of
+// axis 2 (query rows) or 3 (keys), the other axes whole. The ring: its rows; decode: its keys;
+// ulysses: its heads over every row; hybrid: its heads over its group's rows. A head axis of 1
+// in the file (broadcast) is every rank's whole.
 struct BiasSlice {
   std::int64_t B = 0, Hq = 0, Nq = 0, Nk = 0;  // the whole problem's
+  PositionRun heads;
   int axis = 2;
   std::vector<PositionRun> runs;
-  // Whether a bias of shape s (the whole's) broadcasts the slice's axis.
-  bool broadcast(const std::vector<std::int64_t>& s) const { return axis == 1 && s[1] == 1 && Hq > 1; }
-  // The slice of an array of shape s as [outer, s[axis], inner] runs (read_rows, write_rows).
+  // Whether a bias of shape s (the whole's) broadcasts the heads that ranks split: their shares
+  // of its gradient are then summed.
+  bool broadcast(const std::vector<std::int64_t>& s) const { return heads.length > 0 && heads.length < Hq && s[1] == 1; }
+  // The slice of an array of shape s as runs of [outer, N, inner] (read_rows, write_rows): over
+  // axis 2 or 3, or with heads split, over heads x rows as one axis.
   RowBlock block(const std::vector<std::int64_t>& s) const;
+  // The shape of the slice of an array of shape s.
+  std::vector<std::int64_t> local_shape(std::vector<std::int64_t> s) const;
 };
 
 class BiasTensor {

@@ -73,12 +73,16 @@ void write_lse_positions(MPI_Comm comm, const std::string& path, const DenseInpu
 }
 
 void write_dbias(MPI_Comm comm, const std::string& path, const std::vector<std::int64_t>& shape,
-                 const BiasSlice& slice, const std::vector<double>& local) {
-  RowBlock block = slice.block(shape);
-  if (!slice.broadcast(shape)) return write_positions(comm, path, io::DType::f64, shape, block, local);
-  const std::vector<double> sum = gather_blocks(comm, local, block.local_size(), [&](int) { return block; }, true);
-  if (rank_of(comm) != 0) block.runs.clear();
-  write_positions(comm, path, io::DType::f64, shape, block, sum);
+                 const std::function<BiasSlice(int rank)>& slice_of, const std::vector<double>& local) {
+  const BiasSlice slice = slice_of(rank_of(comm));
+  if (!slice.broadcast(shape)) return write_positions(comm, path, io::DType::f64, shape, slice.block(shape), local);
+  // Ranks that share rows hold shares of their gradient: summed on rank 0, which writes it whole.
+  const std::int64_t size = shape[0] * shape[1] * shape[2] * shape[3];
+  const std::vector<double> sum =
+      gather_blocks(comm, local, size, [&](int r) { return slice_of(r).block(shape); }, true);
+  RowBlock whole{1, size, 1, {}};
+  if (rank_of(comm) == 0) whole.runs = {PositionRun{0, 0, size}};
+  write_positions(comm, path, io::DType::f64, shape, whole, sum);
 }
 
 void write_packed_rows(MPI_Comm comm, const std::string& path, io::DType dtype, const std::vector<std::int64_t>& shape,

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,7 +45,7 @@ void write_lse_positions(MPI_Comm comm, const std::string& path, const DenseInpu
 // slice of it. A slice along a broadcast axis is every rank's share of the whole gradient: the
 // shares are summed on rank 0 (in rank order), which writes them.
 void write_dbias(MPI_Comm comm, const std::string& path, const std::vector<std::int64_t>& shape,
-                 const BiasSlice& slice, const std::vector<double>& local);
+                 const std::function<BiasSlice(int rank)>& slice_of, const std::vector<double>& local);
 
 // Writes a packed [total, ...] array `shape` (a ragged batch's outputs) in `dtype`, `local` being
 // this rank's rows `rows` (packed indices) in that order: rank 0 the header, every rank its rows.

@@ -78,7 +78,7 @@ Json dist_heading_json(std::FILE* text, const char* command, const std::string& 
 }
 
 DenseShard::DenseShard(MPI_Comm comm, const std::string& mode, const char* command, const DistFlags& f)
-    : comm_(comm), rank_(rank_of(comm)), mode_(mode), input_args_(f.input_args) {
+    : comm_(comm), rank_(rank_of(comm)), mode_(mode), ulysses_size_(dist::ulysses_ranks(ranks_in(comm), f.d)), input_args_(f.input_args) {
   const int P = ranks_in(comm);
   const bool grad = command == std::string("grad");
   in_ = describe_on_every_rank(comm, command, input_args_, grad ? "--do" : "", src_);
@@ -104,7 +104,8 @@ DenseShard::DenseShard(MPI_Comm comm, const std::string& mode, const char* comma
   write = [this](const std::string& path, Part part, const std::vector<double>& local) {
     const bool q = part != Part::kv;
     if (part == Part::lse) return write_lse_positions(comm_, path, in_, in_.Hq, q_layout_, local);
-    if (part == Part::dbias) return write_dbias(comm_, path, bias.whole_shape(), bias_slice(rank_), local);
+    if (part == Part::dbias)
+      return write_dbias(comm_, path, bias.whole_shape(), [this](int r) { return bias_slice(r); }, local);
     write_dense_positions(comm_, path, in_, q ? in_.Hq : in_.Hkv, q ? q_layout_ : kv_layout_, local);
   };
   // Each part as [outer, N, inner] over the positions; dbias as the ranks' slices of it.
@@ -140,12 +141,25 @@ DenseShard::DenseShard(MPI_Comm comm, const std::string& mode, const char* comma
 }
 
 BiasSlice DenseShard::bias_slice(int rank) const {
-  if (mode_ == "decode") return BiasSlice{in_.B, in_.Hq, in_.Nq, in_.Nk, 3, runs_of(kv_layout_, rank)};
-  if (mode_ == "ulysses") {
-    const std::int64_t heads = in_.Hq / ranks_in(comm_);  // head_split's: rank r computes heads [r h, (r + 1) h)
-    return BiasSlice{in_.B, in_.Hq, in_.Nq, in_.Nk, 1, {PositionRun{rank * heads, 0, heads}}};
+  if (mode_ == "decode") return BiasSlice{in_.B, in_.Hq, in_.Nq, in_.Nk, {}, 3, runs_of(kv_layout_, rank)};
+  if (mode_ == "ulysses" || mode_ == "hybrid") {
+    // The head split's contract: member u of a group of U ranks computes heads [u h, (u + 1) h)
+    // over the group's rows (hybrid: its members' rows in member order; ulysses: one group, every
+    // row in order).
+    const int U = mode_ == "ulysses" ? ranks_in(comm_) : ulysses_size_;
+    const std::int64_t heads = in_.Hq / U;
+    const int u = rank % U, first = rank - u;
+    std::vector<PositionRun> rows;
+    if (mode_ == "ulysses") rows = {PositionRun{0, 0, in_.Nq}};
+    std::int64_t n = 0;
+    for (int member = first; mode_ == "hybrid" && member < first + U; ++member)
+      for (PositionRun r : runs_of(q_layout_, member)) {
+        r.local = n, n += r.length;
+        rows.push_back(r);
+      }
+    return BiasSlice{in_.B, in_.Hq, in_.Nq, in_.Nk, {u * heads, 0, heads}, 2, rows};
   }
-  return BiasSlice{in_.B, in_.Hq, in_.Nq, in_.Nk, 2, runs_of(q_layout_, rank)};
+  return BiasSlice{in_.B, in_.Hq, in_.Nq, in_.Nk, {}, 2, runs_of(q_layout_, rank)};
 }
 
 double DenseShard::model_sent(const dist::DistOptions& d, dist::Pass pass, int bytes) const {

@@ -110,11 +110,13 @@ class DenseShard : public ShardOps {
 
  private:
   // The slice of --bias `rank` passes: the bias of the scores it computes (decode: its keys;
-  // ulysses: its query heads; the ring, and the schemes that refuse a bias: its query rows).
+  // ulysses and hybrid: its query heads over its group's rows; the ring, and grid, which refuses a
+  // bias: its query rows).
   BiasSlice bias_slice(int rank) const;
   MPI_Comm comm_;
   int rank_ = 0;
   std::string mode_;
+  int ulysses_size_ = 1;  // hybrid's group size
   std::vector<std::string> input_args_;  // with --bias
   DenseSource src_;
   DenseInputs in_;
