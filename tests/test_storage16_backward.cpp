@@ -79,6 +79,23 @@ struct RaggedInputs16 {
     Kokkos::fence();
     o = rounded_copy<S>(f.o);
   }
+
+  // The same keys and values in shuffled pages of `page` slots (PagedCopy): in float and in S.
+  struct Paged {
+    PagedCopy<float> cache;
+    View4<S> k, v;
+    PagedLayout<TestMemory> layout;
+  };
+  Paged paged(int page, std::uint64_t seed) const {
+    Paged p{PagedCopy<float>(f, page, seed), {}, {}, {}};
+    const int H = static_cast<int>(f.k.extent(1)), D = static_cast<int>(f.k.extent(2));
+    p.k = View4<S>("kp", p.cache.k.extent(0), page, H, D), p.v = View4<S>("vp", p.cache.v.extent(0), page, H, D);
+    convert_into(p.cache.k, p.k);
+    convert_into(p.cache.v, p.v);
+    p.layout = make_paged_layout<TestMemory>(host_index(f.q_indptr()), host_index(p.cache.page_indptr),
+                                             host_index(p.cache.page_indices), host_index(p.cache.last_page_len), page);
+    return p;
+  }
 };
 
 // Ragged and paged, products widened: the 16-bit backward equals the rounding of the float backward
@@ -114,13 +131,7 @@ void check_kinds(const std::vector<std::int64_t>& q_lens, const std::vector<std:
   expect_rounding_of(dv, dv_f, "ragged dv");
 
   // Paged: the same keys in pages of float (already rounded values) and of S.
-  PagedCopy<float> cache(f, page, seed + 11);
-  View4<S> kp("kp", cache.k.extent(0), page, 2, 16), vp("vp", cache.v.extent(0), page, 2, 16);
-  convert_into(cache.k, kp);
-  convert_into(cache.v, vp);
-  const auto paged =
-      make_paged_layout<TestMemory>(host_index(f.q_indptr()), host_index(cache.page_indptr),
-                                    host_index(cache.page_indices), host_index(cache.last_page_len), page);
+  const auto [cache, kp, vp, paged] = in.paged(page, seed + 11);
   View4<float> dkp_f("dkp", cache.k.extent(0), page, 2, 16), dvp_f("dvp", cache.k.extent(0), page, 2, 16);
   View4<S> dkp("dkp", cache.k.extent(0), page, 2, 16), dvp("dvp", cache.k.extent(0), page, 2, 16);
   poison(dkp), poison(dvp);  // slots that hold no key must come back 0
@@ -230,13 +241,7 @@ TEST(Storage16Backward, PairProductsOnRaggedAndPagedFollowTheWidenedBackward) {
     expect_close(dk, dk_w, "ragged dk");
     expect_close(dv, dv_w, "ragged dv");
 
-    PagedCopy<float> cache(f, 16, seed + 11);
-    View4<bf16> kp("kp", cache.k.extent(0), 16, 2, 32), vp("vp", cache.v.extent(0), 16, 2, 32);
-    convert_into(cache.k, kp);
-    convert_into(cache.v, vp);
-    const auto paged =
-        make_paged_layout<TestMemory>(host_index(f.q_indptr()), host_index(cache.page_indptr),
-                                      host_index(cache.page_indices), host_index(cache.last_page_len), 16);
+    const auto [cache, kp, vp, paged] = in.paged(16, seed + 11);
     View4<bf16> dkp("dkp", cache.k.extent(0), 16, 2, 32), dvp("dvp", cache.k.extent(0), 16, 2, 32);
     View4<bf16> dkp_w("dkp", cache.k.extent(0), 16, 2, 32), dvp_w("dvp", cache.k.extent(0), 16, 2, 32);
     poison(dkp), poison(dvp);  // slots that hold no key must come back 0

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "kattn/core/storage.hpp"
+#include "kattn/detail/backward_nonfinite.hpp"
 #include "kattn/detail/memory_check.hpp"
 #include "kattn/workspace.hpp"
 
@@ -111,7 +112,7 @@ class Widening {
     int bad = 0;
     Kokkos::parallel_reduce(
         "kattn::widened_finite", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(space_, 0, v.size()),
-        KOKKOS_LAMBDA(std::int64_t n, int& sum) { sum += data[n] - data[n] == 0.0f ? 0 : 1; }, bad);
+        KOKKOS_LAMBDA(std::int64_t n, int& sum) { sum += is_finite(data[n]) ? 0 : 1; }, bad);
     return bad;
   }
 
